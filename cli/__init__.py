@@ -1,0 +1,1 @@
+"""The typer command line (``treeprep``). Heavy imports (torch) happen inside the commands."""

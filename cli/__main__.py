@@ -1,0 +1,3 @@
+from treeprep.cli.app import main
+
+main()

@@ -1,0 +1,178 @@
+"""Canonical records: what every input format is turned into before rendering.
+
+A :class:`ChatCall` is one LLM call in OpenAI chat form: the prompt ``messages``, the ``tools``
+offered, and the ``completion`` (one assistant message) that the model produced. A
+:class:`TokenRollout` is a call whose token ids are already known (RL rollouts): the prompt ids
+and the generated ids, optionally with the sampler's log-probs.
+
+Both carry their origin (``source_file``, ``source_line``, ``source_format``) so that every reject
+and every sequence in a tree can be traced back to the input line it came from, and a
+:class:`Provenance` saying how much of the record is exactly what the model saw.
+
+Adapters may give a ``branch_reason`` hint: why this call's context stops being a prefix
+continuation of the agent's previous call (see :data:`BRANCH_REASONS`). The trie attaches the hint
+to the branch point where the call's sequence diverges.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+BranchReason = Literal[
+    "sub-agent",
+    "compaction",
+    "reasoning-dropped",
+    "elided-history",
+    "retry",
+    "new-trial",
+    "parallel-tools",
+    "sampling",
+    "unknown",
+]
+BRANCH_REASONS: tuple[str, ...] = (
+    "sub-agent",
+    "compaction",
+    "reasoning-dropped",
+    "elided-history",
+    "retry",
+    "new-trial",
+    "parallel-tools",
+    "sampling",
+    "unknown",
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class ContentPart(BaseModel):
+    """One part of a multi-part message content (``{"type": "text", "text": ...}`` and others)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(_Model):
+    name: str
+    #: Arguments exactly as logged: a JSON string (OpenAI) or an object (Anthropic, some templates).
+    arguments: str | dict[str, Any] = ""
+
+
+class ToolCall(_Model):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(_Model):
+    role: Role
+    content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning_content: str | None = None
+
+    def text(self) -> str:
+        """The content as one string (text parts joined with nothing between them)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text or "" for p in self.content if p.type in ("text", "input_text", "output_text"))
+
+
+class Provenance(_Model):
+    #: The token ids are exactly those the model saw (token rollouts, logged ids).
+    exact_tokens: bool = False
+    #: The messages are exactly the prompt the model saw (per-call logs, SWE-agent queries).
+    exact_messages: bool = True
+    #: The prompt was rebuilt from a transcript (Claude Code, tau-bench, mini-swe-agent).
+    reconstructed: bool = False
+
+
+class ChatCall(_Model):
+    """One LLM call in OpenAI chat form."""
+
+    group_id: str | None = None
+    agent_id: str = "main"
+    call_id: str
+    parent_call_id: str | None = None
+    model: str | None = None
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    completion: Message
+    reward: float | None = None
+    advantage: float | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
+    branch_reason: BranchReason | None = None
+    source_file: str = ""
+    source_line: int = 0
+    source_format: str = ""
+
+    @field_validator("completion")
+    @classmethod
+    def _completion_is_assistant(cls, m: Message) -> Message:
+        if m.role != "assistant":
+            raise ValueError(f"completion must be an assistant message, got role {m.role!r}")
+        return m
+
+    @model_validator(mode="after")
+    def _tool_results_have_calls(self) -> ChatCall:
+        seen: set[str] = set()
+        for i, m in enumerate(self.messages):
+            if m.role == "assistant" and m.tool_calls:
+                seen.update(tc.id for tc in m.tool_calls if tc.id)
+            if m.role == "tool" and m.tool_call_id is not None and m.tool_call_id not in seen:
+                raise ValueError(
+                    f"messages[{i}] is a tool result for tool_call_id {m.tool_call_id!r} "
+                    "but no earlier assistant message made that call"
+                )
+        return self
+
+
+class TokenRollout(_Model):
+    """One call whose token ids are known exactly (an RL rollout)."""
+
+    group_id: str | None = None
+    agent_id: str = "main"
+    call_id: str
+    prompt_token_ids: list[int]
+    generation_token_ids: list[int]
+    generation_log_probs: list[float] | None = None
+    reward: float | None = None
+    advantage: float | None = None
+    branch_reason: BranchReason | None = None
+    source_file: str = ""
+    source_line: int = 0
+    source_format: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> TokenRollout:
+        if not self.prompt_token_ids and not self.generation_token_ids:
+            raise ValueError("a token rollout needs at least one token")
+        if any(t < 0 for t in self.prompt_token_ids) or any(t < 0 for t in self.generation_token_ids):
+            raise ValueError("token ids must be non-negative")
+        if self.generation_log_probs is not None and len(self.generation_log_probs) != len(
+            self.generation_token_ids
+        ):
+            raise ValueError(
+                f"generation_log_probs has {len(self.generation_log_probs)} entries, "
+                f"generation_token_ids has {len(self.generation_token_ids)}"
+            )
+        return self
+
+
+class Reject(_Model):
+    """An input record that is not in any tree, and why."""
+
+    file: str
+    line: int
+    reason: str
+    format: str | None = None
+    call_id: str | None = None

@@ -1,0 +1,87 @@
+"""The Arrow schema of a tree shard: one row per tree (one tree per group).
+
+Layout of a row (all ``node_*`` lists have ``num_nodes`` entries, all ``seq_*`` lists have
+``num_sequences`` entries):
+
+* ``input_ids``: the trie's tokens laid out once, nodes in DFS pre-order, each node's tokens
+  contiguous. ``len(input_ids) == tokens_tree``.
+* ``node_parent[i]``: pre-order index of node i's parent, -1 for a root (a group may hold several
+  roots: a sub-agent with its own system prompt, the thread after a compaction).
+* ``node_offset[i]``, ``node_length[i]``: node i is ``input_ids[offset : offset + length]``.
+* ``node_depth[i]``: the position id (depth along the root-to-leaf path) of node i's first token;
+  token k of node i has position ``node_depth[i] + k``.
+* ``node_last[i]``: the largest pre-order index in node i's subtree. Token a may attend to token b
+  iff ``pre(b) <= pre(a) <= last(b)`` and, within one node, b <= a.
+* ``node_branch_reason[i]``: why node i branches off (``""`` for a node that is its parent's main
+  continuation, or the first root); one of :data:`treeprep.schemas.BRANCH_REASONS` otherwise.
+* ``node_num_sequences[i]``: input sequences (duplicates counted) whose path passes through node i.
+* ``seq_node[s]``: the node where sequence s ends (sequences end on node boundaries; a sequence may
+  end at an inner node). The sequence is the root-to-``seq_node`` path, ``seq_length[s]`` tokens.
+* ``seq_count[s]``: how many identical input sequences were merged into this entry (identical
+  tokens, loss spans, reward, advantage and log-probs).
+* ``seq_loss_spans[s]``: flat ``[start0, end0, start1, end1, ...]`` half-open spans of trained
+  tokens, in depth coordinates (0 = the path's first token).
+* ``seq_logprobs[s]``: the sampler's log-probs of the trained tokens in order, or null.
+* ``seq_reward[s]``, ``seq_advantage[s]``: nullable floats.
+
+With these, any normalization of the linearized loss (token sum, per-sequence mean, batch token
+mean, GRPO's 1/(G|o_i|)) and any advantage weighting can be restored exactly per token.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_i32 = pa.int32()
+_l32 = pa.list_(pa.int32())
+
+TREE_SCHEMA = pa.schema(
+    [
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("source_format", pa.string(), nullable=False),
+        pa.field("num_nodes", _i32, nullable=False),
+        pa.field("num_sequences", _i32, nullable=False),
+        pa.field("tokens_tree", pa.int64(), nullable=False),
+        pa.field("tokens_linear", pa.int64(), nullable=False),
+        pa.field("input_ids", _l32, nullable=False),
+        pa.field("node_parent", _l32, nullable=False),
+        pa.field("node_offset", _l32, nullable=False),
+        pa.field("node_length", _l32, nullable=False),
+        pa.field("node_depth", _l32, nullable=False),
+        pa.field("node_last", _l32, nullable=False),
+        pa.field("node_branch_reason", pa.list_(pa.string()), nullable=False),
+        pa.field("node_num_sequences", _l32, nullable=False),
+        pa.field("seq_node", _l32, nullable=False),
+        pa.field("seq_length", _l32, nullable=False),
+        pa.field("seq_count", _l32, nullable=False),
+        pa.field("seq_loss_spans", pa.list_(_l32), nullable=False),
+        pa.field("seq_logprobs", pa.list_(pa.list_(pa.float32())), nullable=False),
+        pa.field("seq_reward", pa.list_(pa.float64()), nullable=False),
+        pa.field("seq_advantage", pa.list_(pa.float64()), nullable=False),
+        pa.field("seq_agent_id", pa.list_(pa.string()), nullable=False),
+        pa.field("seq_call_id", pa.list_(pa.string()), nullable=False),
+        pa.field("seq_source", pa.list_(pa.string()), nullable=False),
+    ],
+    metadata={b"treeprep.schema_version": str(SCHEMA_VERSION).encode()},
+)
+
+
+def shard_paths(out_dir: str) -> list[str]:
+    """The shard files of a finished build, in manifest order (reads ``OUT/manifest.json``)."""
+    import json
+    import os
+
+    with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    return [os.path.join(out_dir, s["path"]) for s in manifest["shards"]]
+
+
+def read_shard(path: str, columns: list[str] | None = None) -> pa.Table:
+    """Read one tree shard (zstd Arrow IPC file) with pyarrow, memory-mapped."""
+    import pyarrow.ipc as ipc
+
+    with pa.memory_map(path, "r") as src:
+        table = ipc.open_file(src).read_all()
+    return table.select(columns) if columns else table

@@ -1,0 +1,1 @@
+"""treeprep.trainer: exact tree training of Hugging Face causal LMs (torch, pyarrow; never polars)."""

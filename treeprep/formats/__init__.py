@@ -1,0 +1,62 @@
+"""Input formats. Each module here defines ``FORMAT: FormatSpec``; :func:`formats` lists them.
+
+Modules are imported lazily by name so that one broken optional adapter cannot break the others and
+so that ``import treeprep.formats`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from treeprep.errors import TreeprepError
+from treeprep.formats.base import FormatSpec, Item, ReadOptions, Record
+
+_MODULES = (
+    "openai_chat",
+    "tokens",
+    "claude_code",
+    "openai_responses",
+    "anthropic",
+    "swe_agent",
+    "mini_swe_agent",
+    "tau_bench",
+)
+
+_cache: dict[str, FormatSpec] | None = None
+
+
+def formats() -> dict[str, FormatSpec]:
+    """Every available format by name, in sniffing order."""
+    global _cache
+    if _cache is None:
+        found: list[FormatSpec] = []
+        for mod in _MODULES:
+            try:
+                m = importlib.import_module(f"treeprep.formats.{mod}")
+            except ModuleNotFoundError as e:
+                if e.name == f"treeprep.formats.{mod}":
+                    continue  # adapter not present in this checkout
+                raise
+            specs = getattr(m, "FORMATS", None) or [m.FORMAT]
+            found.extend(specs)
+        found.sort(key=lambda s: (s.priority, s.name))
+        _cache = {s.name: s for s in found}
+    return _cache
+
+
+def get_format(name: str) -> FormatSpec:
+    fm = formats()
+    if name not in fm:
+        raise TreeprepError(f"unknown format {name!r}; known formats: {', '.join(sorted(fm))}")
+    return fm[name]
+
+
+def detect_format(path: str, head: bytes) -> FormatSpec | None:
+    """The first format (by priority) whose sniff accepts the file, or None."""
+    for spec in formats().values():
+        if spec.sniff(path, head):
+            return spec
+    return None
+
+
+__all__ = ["FormatSpec", "Item", "ReadOptions", "Record", "detect_format", "formats", "get_format"]

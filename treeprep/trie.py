@@ -1,0 +1,341 @@
+"""Token tries: every sequence of one group inserted once, shared prefixes stored once.
+
+Construction sorts the group's distinct token sequences lexicographically and walks them with a
+stack, using the longest common prefix (LCP) of neighbours: the path of sequence i shares exactly
+``lcp(i-1, i)`` tokens with the path of sequence i-1, so each insertion pops the stack down to that
+depth, splits at most one node and appends one new node. With LCPs computed by numpy the whole
+build is O(sum of lengths) vectorized work plus O(sequences) Python steps, and it never touches a
+token twice in Python.
+
+Nodes are laid out in DFS pre-order with children in ascending first-token order, so a tree's bytes
+depend only on its set of sequences (and, for branch reasons, their input order), never on hash
+order. Exact duplicates (same tokens, loss spans, reward, advantage, log-probs) merge into one
+sequence entry with a count; sequences with the same tokens but other loss spans or advantages stay
+separate entries ending at the same node, so every normalization can be restored.
+
+Branch reasons: at a node with several children (or a group with several roots) the child holding
+the earliest input sequence is the main continuation; each other child is a branch whose reason is
+the adapter's hint on the earliest sequence that took it (``unknown`` when there is none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from treeprep.sequence import Sequence
+
+
+@dataclass
+class Tree:
+    """One group's trie in the shard layout (see :mod:`treeprep.schemas.shard`)."""
+
+    group_id: str
+    source_format: str
+    input_ids: np.ndarray
+    node_parent: np.ndarray
+    node_offset: np.ndarray
+    node_length: np.ndarray
+    node_depth: np.ndarray
+    node_last: np.ndarray
+    node_branch_reason: list[str]
+    node_num_sequences: np.ndarray
+    seq_node: np.ndarray
+    seq_length: np.ndarray
+    seq_count: np.ndarray
+    seq_loss_spans: list[list[int]]
+    seq_logprobs: list[list[float] | None]
+    seq_reward: list[float | None]
+    seq_advantage: list[float | None]
+    seq_agent_id: list[str]
+    seq_call_id: list[str]
+    seq_source: list[str]
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_parent)
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.seq_node)
+
+    @property
+    def tokens_tree(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def tokens_linear(self) -> int:
+        return int((self.seq_length.astype(np.int64) * self.seq_count).sum())
+
+    def to_row(self) -> dict:
+        return {
+            "group_id": self.group_id,
+            "source_format": self.source_format,
+            "num_nodes": self.num_nodes,
+            "num_sequences": self.num_sequences,
+            "tokens_tree": self.tokens_tree,
+            "tokens_linear": self.tokens_linear,
+            "input_ids": self.input_ids,
+            "node_parent": self.node_parent,
+            "node_offset": self.node_offset,
+            "node_length": self.node_length,
+            "node_depth": self.node_depth,
+            "node_last": self.node_last,
+            "node_branch_reason": self.node_branch_reason,
+            "node_num_sequences": self.node_num_sequences,
+            "seq_node": self.seq_node,
+            "seq_length": self.seq_length,
+            "seq_count": self.seq_count,
+            "seq_loss_spans": self.seq_loss_spans,
+            "seq_logprobs": self.seq_logprobs,
+            "seq_reward": self.seq_reward,
+            "seq_advantage": self.seq_advantage,
+            "seq_agent_id": self.seq_agent_id,
+            "seq_call_id": self.seq_call_id,
+            "seq_source": self.seq_source,
+        }
+
+    @classmethod
+    def from_row(cls, row: dict) -> Tree:
+        def a(k: str) -> np.ndarray:
+            return np.asarray(row[k], dtype=np.int32)
+
+        return cls(
+            group_id=row["group_id"],
+            source_format=row["source_format"],
+            input_ids=a("input_ids"),
+            node_parent=a("node_parent"),
+            node_offset=a("node_offset"),
+            node_length=a("node_length"),
+            node_depth=a("node_depth"),
+            node_last=a("node_last"),
+            node_branch_reason=list(row["node_branch_reason"]),
+            node_num_sequences=a("node_num_sequences"),
+            seq_node=a("seq_node"),
+            seq_length=a("seq_length"),
+            seq_count=a("seq_count"),
+            seq_loss_spans=[list(s) for s in row["seq_loss_spans"]],
+            seq_logprobs=[None if x is None else list(x) for x in row["seq_logprobs"]],
+            seq_reward=list(row["seq_reward"]),
+            seq_advantage=list(row["seq_advantage"]),
+            seq_agent_id=list(row["seq_agent_id"]),
+            seq_call_id=list(row["seq_call_id"]),
+            seq_source=list(row["seq_source"]),
+        )
+
+    def node_tokens(self, i: int) -> np.ndarray:
+        o = int(self.node_offset[i])
+        return self.input_ids[o : o + int(self.node_length[i])]
+
+    def path_nodes(self, node: int) -> list[int]:
+        """Pre-order indices from the root down to ``node``."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = int(self.node_parent[node])
+        return path[::-1]
+
+    def sequence_tokens(self, s: int) -> np.ndarray:
+        nodes = self.path_nodes(int(self.seq_node[s]))
+        return np.concatenate([self.node_tokens(i) for i in nodes])
+
+    def iter_sequences(self) -> Iterator[dict]:
+        """Every input sequence back out (duplicates repeated ``seq_count`` times)."""
+        for s in range(self.num_sequences):
+            ids = self.sequence_tokens(s)
+            mask = np.zeros(len(ids), dtype=np.int8)
+            spans = self.seq_loss_spans[s]
+            for a, b in zip(spans[0::2], spans[1::2], strict=True):
+                mask[a:b] = 1
+            rec = {
+                "group_id": self.group_id,
+                "agent_id": self.seq_agent_id[s],
+                "call_id": self.seq_call_id[s],
+                "input_ids": ids.tolist(),
+                "loss_mask": mask.tolist(),
+            }
+            if self.seq_logprobs[s] is not None:
+                rec["logprobs"] = self.seq_logprobs[s]
+            if self.seq_reward[s] is not None:
+                rec["reward"] = self.seq_reward[s]
+            if self.seq_advantage[s] is not None:
+                rec["advantage"] = self.seq_advantage[s]
+            for _ in range(int(self.seq_count[s])):
+                yield rec
+
+
+def _lcp(a: np.ndarray, b: np.ndarray) -> int:
+    m = min(len(a), len(b))
+    diff = np.flatnonzero(a[:m] != b[:m])
+    return int(diff[0]) if diff.size else m
+
+
+def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
+    """Insert every sequence of one group into a trie. ``seqs`` are in input order."""
+    if not seqs:
+        raise ValueError("build_tree needs at least one sequence")
+    gid = group_id if group_id is not None else seqs[0].group_id
+
+    # 1. merge exact duplicates; entries keep input order of their first occurrence
+    entry_index: dict[tuple, int] = {}
+    entries: list[Sequence] = []
+    counts: list[int] = []
+    orders: list[int] = []
+    for i, s in enumerate(seqs):
+        if len(s.tokens) == 0:
+            raise ValueError(f"empty sequence in group {gid!r} ({s.source})")
+        k = s.key()
+        j = entry_index.get(k)
+        if j is None:
+            entry_index[k] = len(entries)
+            entries.append(s)
+            counts.append(1)
+            orders.append(i)
+        else:
+            counts[j] += 1
+
+    # 2. distinct token sequences, sorted lexicographically (big-endian uint32 bytes sort like ints)
+    by_tokens: dict[bytes, int] = {}
+    uniq: list[np.ndarray] = []
+    uniq_entries: list[list[int]] = []
+    for e, s in enumerate(entries):
+        kb = s.tokens.tobytes()
+        u = by_tokens.get(kb)
+        if u is None:
+            by_tokens[kb] = len(uniq)
+            uniq.append(s.tokens)
+            uniq_entries.append([e])
+        else:
+            uniq_entries[u].append(e)
+    sort_keys = [t.astype(">u4").tobytes() for t in uniq]
+    order = sorted(range(len(uniq)), key=sort_keys.__getitem__)
+
+    # 3. stack construction over the sorted sequences
+    n_src: list[int] = []  # which uniq sequence holds the node's tokens
+    n_start: list[int] = []
+    n_end: list[int] = []
+    n_parent: list[int] = []
+    n_children: list[list[int]] = []
+    n_ends: list[list[int]] = []  # uniq indices ending at the node
+    roots: list[int] = []
+
+    def new_node(src: int, start: int, end: int, parent: int) -> int:
+        n_src.append(src)
+        n_start.append(start)
+        n_end.append(end)
+        n_parent.append(parent)
+        n_children.append([])
+        n_ends.append([])
+        return len(n_src) - 1
+
+    stack: list[int] = []
+    prev: np.ndarray | None = None
+    for u in order:
+        toks = uniq[u]
+        length = len(toks)
+        lcp = 0 if prev is None else _lcp(prev, toks)
+        while stack and n_start[stack[-1]] >= lcp:
+            stack.pop()
+        parent = -1
+        if stack:
+            top = stack[-1]
+            if n_end[top] > lcp:  # split `top` at depth lcp
+                y = new_node(n_src[top], lcp, n_end[top], top)
+                n_children[y] = n_children[top]
+                for c in n_children[y]:
+                    n_parent[c] = y
+                n_ends[y] = n_ends[top]
+                n_children[top] = [y]
+                n_ends[top] = []
+                n_end[top] = lcp
+            parent = top
+        x = new_node(u, lcp, length, parent)
+        if parent >= 0:
+            n_children[parent].append(x)
+        else:
+            roots.append(x)
+        n_ends[x].append(u)
+        stack.append(x)
+        prev = toks
+
+    # 4. pre-order layout
+    nn = len(n_src)
+    pre = np.empty(nn, dtype=np.int64)
+    preorder: list[int] = []
+    todo = list(reversed(roots))
+    while todo:
+        v = todo.pop()
+        pre[v] = len(preorder)
+        preorder.append(v)
+        todo.extend(reversed(n_children[v]))
+
+    # subtree aggregates in reverse pre-order: last index, sequence counts, earliest entry
+    uniq_count = [sum(counts[e] for e in es) for es in uniq_entries]
+    uniq_first = [min(orders[e] for e in es) for es in uniq_entries]
+    last = np.empty(nn, dtype=np.int64)
+    nseq = np.zeros(nn, dtype=np.int64)
+    first = np.full(nn, np.iinfo(np.int64).max, dtype=np.int64)
+    for v in reversed(preorder):
+        last[v] = max([pre[v]] + [last[c] for c in n_children[v]])
+        nseq[v] = sum(uniq_count[u] for u in n_ends[v]) + sum(nseq[c] for c in n_children[v])
+        cands = [uniq_first[u] for u in n_ends[v]] + [first[c] for c in n_children[v]]
+        first[v] = min(cands)
+
+    reason = [""] * nn
+    for sibs in [roots] + [n_children[v] for v in range(nn)]:
+        if len(sibs) < 2:
+            continue
+        main = min(sibs, key=lambda c: first[c])
+        for c in sibs:
+            if c != main:
+                hint = seqs[int(first[c])].branch_reason
+                reason[c] = hint or "unknown"
+
+    # 5. arrays in pre-order
+    new_of = pre  # old id -> pre-order index
+    lengths = np.array([n_end[v] - n_start[v] for v in preorder], dtype=np.int32)
+    offsets = np.zeros(nn, dtype=np.int32)
+    if nn > 1:
+        np.cumsum(lengths[:-1], out=offsets[1:])
+    input_ids = np.concatenate([uniq[n_src[v]][n_start[v] : n_end[v]] for v in preorder]).astype(
+        np.int32
+    )
+    parent_arr = np.array(
+        [-1 if n_parent[v] < 0 else int(new_of[n_parent[v]]) for v in preorder], dtype=np.int32
+    )
+
+    # 6. sequence entries, by end node then input order
+    rows = []
+    for v in preorder:
+        for u in n_ends[v]:
+            for e in uniq_entries[u]:
+                rows.append((int(new_of[v]), orders[e], e))
+    rows.sort()
+    formats = sorted({s.source_format for s in entries})
+    return Tree(
+        group_id=gid,
+        source_format=formats[0] if len(formats) == 1 else "mixed",
+        input_ids=input_ids,
+        node_parent=parent_arr,
+        node_offset=offsets,
+        node_length=lengths,
+        node_depth=np.array([n_start[v] for v in preorder], dtype=np.int32),
+        node_last=np.array([last[v] for v in preorder], dtype=np.int32),
+        node_branch_reason=[reason[v] for v in preorder],
+        node_num_sequences=np.array([nseq[v] for v in preorder], dtype=np.int32),
+        seq_node=np.array([r[0] for r in rows], dtype=np.int32),
+        seq_length=np.array([len(entries[r[2]].tokens) for r in rows], dtype=np.int32),
+        seq_count=np.array([counts[r[2]] for r in rows], dtype=np.int32),
+        seq_loss_spans=[[x for sp in entries[r[2]].loss_spans for x in sp] for r in rows],
+        seq_logprobs=[
+            None if entries[r[2]].logprobs is None else entries[r[2]].logprobs.tolist()
+            for r in rows
+        ],
+        seq_reward=[entries[r[2]].reward for r in rows],
+        seq_advantage=[entries[r[2]].advantage for r in rows],
+        seq_agent_id=[entries[r[2]].agent_id for r in rows],
+        seq_call_id=[entries[r[2]].call_id for r in rows],
+        seq_source=[entries[r[2]].source for r in rows],
+    )
