@@ -59,4 +59,7 @@ class Manifest(_Model):
     inputs: list[InputEntry] = Field(default_factory=list)
     counts: Counts = Field(default_factory=Counts)
     shards: list[ShardEntry] = Field(default_factory=list)
+    #: records per input format
     formats: dict[str, int] = Field(default_factory=dict)
+    #: files found inside a folder or glob whose format was not recognised (README, LICENSE, ...)
+    skipped_files: list[str] = Field(default_factory=list)
