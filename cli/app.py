@@ -1,9 +1,9 @@
 """The ``treeprep`` command line: one thin function per command, each in its own module.
 
 Each command module defines ``register(app)``. Every command builds a config, calls one library
-function and renders the result: rich tables for people on stdout, ``--json`` for scripts, progress
-and logs on stderr. A :class:`~treeprep.errors.TreeprepError` is caught here once and becomes a clean
-message and exit code 1.
+function and renders the result: rich tables for people on stdout, ``--json`` for scripts,
+progress and logs on stderr. A :class:`~treeprep.errors.TreeprepError` is caught here once and
+becomes a clean message and exit code 1.
 """
 
 from __future__ import annotations

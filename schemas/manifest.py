@@ -1,4 +1,5 @@
-"""The build manifest, ``OUT/manifest.json``: written last, so its presence means the build is whole.
+"""The build manifest, ``OUT/manifest.json``: written last, so its presence means the build is
+whole.
 
 It holds no timestamps and no absolute machine state, so the same inputs give the same bytes.
 """
@@ -15,7 +16,7 @@ class _Model(BaseModel):
 class TokenizerIdentity(_Model):
     #: "builtin-bytes" or the folder name of the Hugging Face tokenizer.
     name: str
-    #: sha256 over the tokenizer files (tokenizer.json, tokenizer_config.json, ...) and the template.
+    #: sha256 over the tokenizer files (tokenizer.json, tokenizer_config.json, ...) and template.
     sha256: str
     chat_template_sha256: str
     vocab_size: int

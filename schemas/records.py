@@ -84,7 +84,9 @@ class Message(_Model):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text or "" for p in self.content if p.type in ("text", "input_text", "output_text"))
+        return "".join(
+            p.text or "" for p in self.content if p.type in ("text", "input_text", "output_text")
+        )
 
 
 class Provenance(_Model):
@@ -156,7 +158,9 @@ class TokenRollout(_Model):
     def _check(self) -> TokenRollout:
         if not self.prompt_token_ids and not self.generation_token_ids:
             raise ValueError("a token rollout needs at least one token")
-        if any(t < 0 for t in self.prompt_token_ids) or any(t < 0 for t in self.generation_token_ids):
+        if any(t < 0 for t in self.prompt_token_ids) or any(
+            t < 0 for t in self.generation_token_ids
+        ):
             raise ValueError("token ids must be non-negative")
         if self.generation_log_probs is not None and len(self.generation_log_probs) != len(
             self.generation_token_ids
