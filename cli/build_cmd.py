@@ -1,0 +1,93 @@
+"""``treeprep build``: logs in, token tries and Arrow shards out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build")(build_cmd)
+
+
+def build_cmd(
+    inputs: Annotated[list[str], typer.Argument(help="Log files, folders or globs (.gz/.zst ok).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")],
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="Hugging Face tokenizer folder (default: built-in byte-level ChatML)."),
+    ] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="Force one input format (default: detect).")
+    ] = None,
+    group_by: Annotated[
+        str | None, typer.Option(help="Record field whose value is the group (tree) id.")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Processes rendering input files.")] = 1,
+    max_errors: Annotated[
+        int | None, typer.Option(help="Stop with exit code 1 past this many rejects.")
+    ] = None,
+    system_prompt: Annotated[
+        Path | None, typer.Option(help="System prompt file, for logs that hold none.")
+    ] = None,
+    tools: Annotated[
+        Path | None, typer.Option(help="JSON file of tool schemas, for logs that hold none.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the manifest counts as JSON.")
+    ] = False,
+) -> None:
+    """Render logs with the model's chat template, deduplicate them into tries, write shards."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from treeprep.build import BuildConfig, build
+
+    cfg = BuildConfig(
+        inputs=inputs,
+        out=str(out),
+        tokenizer=str(tokenizer) if tokenizer else None,
+        format=fmt,
+        group_by=group_by,
+        workers=workers,
+        max_errors=max_errors,
+        system_prompt=str(system_prompt) if system_prompt else None,
+        tools=str(tools) if tools else None,
+    )
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = {"render": "rendering files", "trees": "building trees"}.get(stage, stage)
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        manifest = build(cfg, on_progress=on_progress)
+    c = manifest.counts
+    if as_json:
+        typer.echo(json.dumps(c.model_dump(), indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"treeprep build -> {out}", show_header=False)
+    for k, v in c.model_dump().items():
+        t.add_row(k, f"{v:,}")
+    por = 1 - c.tokens_tree / c.tokens_linear if c.tokens_linear else 0.0
+    t.add_row("por", f"{por:.3f}")
+    t.add_row("ideal_speedup", f"{c.tokens_linear / c.tokens_tree:.2f}x" if c.tokens_tree else "-")
+    t.add_row("shards", str(len(manifest.shards)))
+    Console().print(t)
+    if c.records_rejected:
+        err.print(f"[yellow]{c.records_rejected} records rejected: see {out / 'rejects.jsonl'}[/]")

@@ -1,0 +1,154 @@
+"""The trie: exact round trips, the shard layout invariants, merge and branch-reason rules."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from treeprep.sequence import Sequence
+from treeprep.trie import build_tree
+
+
+def _seq(tokens, spans=None, **kw) -> Sequence:
+    spans = spans if spans is not None else [(len(tokens) - 1, len(tokens))]
+    return Sequence(group_id="g", tokens=np.array(tokens), loss_spans=spans, **kw)
+
+
+def _as_multiset(records) -> Counter:
+    return Counter(
+        (
+            tuple(r["input_ids"]),
+            tuple(r["loss_mask"]),
+            r.get("reward"),
+            r.get("advantage"),
+            tuple(r.get("logprobs") or ()),
+        )
+        for r in records
+    )
+
+
+def _check_layout(tree) -> None:
+    n = tree.num_nodes
+    assert tree.node_offset[0] == 0
+    assert int(tree.node_length.sum()) == tree.tokens_tree
+    for i in range(n):
+        p = int(tree.node_parent[i])
+        assert p < i  # parents before children (pre-order)
+        if p >= 0:
+            assert tree.node_depth[i] == tree.node_depth[p] + tree.node_length[p]
+            assert tree.node_last[p] >= tree.node_last[i]
+        else:
+            assert tree.node_depth[i] == 0
+        assert i <= tree.node_last[i] < n
+        assert tree.node_length[i] > 0
+    # node_last is exactly the subtree: j in (i, last_i] iff i is an ancestor of j
+    for j in range(n):
+        anc = set(tree.path_nodes(j))
+        for i in range(n):
+            assert (i in anc) == (i <= j <= tree.node_last[i])
+    # siblings start with distinct tokens, in ascending order
+    for i in range(-1, n):
+        kids = [j for j in range(n) if tree.node_parent[j] == i]
+        firsts = [int(tree.input_ids[tree.node_offset[j]]) for j in kids]
+        assert firsts == sorted(set(firsts))
+
+
+def test_prefix_sequence_ends_at_inner_node_and_duplicates_merge() -> None:
+    seqs = [
+        _seq([1, 2, 3], [(2, 3)]),
+        _seq([1, 2, 3, 4, 5], [(3, 5)]),
+        _seq([1, 2, 9, 9], [(2, 4)], branch_reason="retry"),
+        _seq([1, 2, 3], [(2, 3)]),
+        _seq([7, 8], [(1, 2)], branch_reason="sub-agent"),
+    ]
+    t = build_tree(seqs)
+    assert t.input_ids.tolist() == [1, 2, 3, 4, 5, 9, 9, 7, 8]
+    assert t.node_parent.tolist() == [-1, 0, 1, 0, -1]
+    assert t.node_branch_reason == ["", "", "", "retry", "sub-agent"]
+    assert t.seq_count.tolist() == [2, 1, 1, 1]
+    assert t.node_num_sequences.tolist() == [4, 3, 1, 1, 1]
+    assert t.tokens_linear == 3 + 5 + 4 + 3 + 2
+    assert t.tokens_tree == 9
+    _check_layout(t)
+    assert _as_multiset(t.iter_sequences()) == _as_multiset(
+        [{"input_ids": s.tokens.tolist(), "loss_mask": _mask(s)} for s in seqs]
+    )
+
+
+def _mask(s: Sequence) -> list[int]:
+    m = [0] * len(s.tokens)
+    for a, b in s.loss_spans:
+        m[a:b] = [1] * (b - a)
+    return m
+
+
+def test_same_tokens_other_advantage_stay_separate_entries() -> None:
+    t = build_tree([_seq([1, 2, 3], advantage=1.0), _seq([1, 2, 3], advantage=-1.0)])
+    assert t.num_sequences == 2 and t.num_nodes == 1
+    assert sorted(t.seq_advantage) == [-1.0, 1.0]
+
+
+def test_main_continuation_is_the_earliest_sequence() -> None:
+    # the later call branches off with its own hint, whatever the token order
+    t = build_tree([_seq([1, 9, 9]), _seq([1, 2, 2], branch_reason="compaction")])
+    reasons = {tuple(t.node_tokens(i).tolist()): t.node_branch_reason[i] for i in range(3)}
+    assert reasons == {(1,): "", (9, 9): "", (2, 2): "compaction"}
+
+
+def test_build_is_deterministic_under_input_permutation_of_tokens() -> None:
+    a = [_seq([1, 2, 3]), _seq([1, 2, 4]), _seq([5])]
+    t1 = build_tree(a)
+    t2 = build_tree([a[2], a[0], a[1]])
+    assert t1.input_ids.tolist() == t2.input_ids.tolist()
+    assert t1.node_parent.tolist() == t2.node_parent.tolist()
+
+
+token_lists = st.lists(st.integers(0, 6), min_size=1, max_size=12)
+
+
+@st.composite
+def rollouts(draw):
+    prefixes = draw(st.lists(token_lists, min_size=1, max_size=3))
+    out = []
+    for _ in range(draw(st.integers(1, 10))):
+        p = draw(st.sampled_from(prefixes))
+        g = draw(st.lists(st.integers(0, 6), min_size=0, max_size=6))
+        toks = p + g
+        a = draw(st.integers(0, len(toks) - 1))
+        adv = draw(st.sampled_from([None, 1.0, -0.5]))
+        lp = draw(st.booleans())
+        logprobs = np.linspace(-1, 0, len(toks) - a).astype(np.float32) if lp else None
+        out.append(_seq(toks, [(a, len(toks))], advantage=adv, logprobs=logprobs))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rollouts())
+def test_export_of_build_is_the_input_multiset(seqs) -> None:
+    t = build_tree(seqs)
+    _check_layout(t)
+    expect = _as_multiset(
+        [
+            {
+                "input_ids": s.tokens.tolist(),
+                "loss_mask": _mask(s),
+                "advantage": s.advantage,
+                "logprobs": None if s.logprobs is None else s.logprobs.tolist(),
+            }
+            for s in seqs
+        ]
+    )
+    assert _as_multiset(t.iter_sequences()) == expect
+    # tokens_tree = sum(len) - sum(LCP of sorted distinct neighbours)
+    uniq = sorted({tuple(s.tokens.tolist()) for s in seqs})
+    lcp = 0
+    for a, b in zip(uniq, uniq[1:], strict=False):
+        k = 0
+        while k < min(len(a), len(b)) and a[k] == b[k]:
+            k += 1
+        lcp += k
+    assert t.tokens_tree == sum(map(len, uniq)) - lcp
+    assert t.tokens_linear == sum(len(s.tokens) for s in seqs)
