@@ -1,0 +1,522 @@
+"""Claude Code session transcripts (``~/.claude/projects/<project>/<session>.jsonl``).
+
+What the files hold (measured on real sessions, see ``../shared/data/README.md``):
+
+* one line per *content block*: an API response with thinking, text and three tool calls is five
+  ``assistant`` lines sharing ``message.id``, chained by ``parentUuid``;
+* ``user`` lines with a string (a prompt) or blocks (``text``, ``tool_result``); ``isMeta`` user
+  lines are injected context (hook output, caveats) that the model sees but nobody typed;
+* ``progress``, ``system``, ``file-history-snapshot`` and ``queue-operation`` lines that the model
+  never sees but that sit on the ``parentUuid`` chain;
+* a compaction: a ``system`` line with ``subtype: compact_boundary``, ``parentUuid: null`` and
+  ``logicalParentUuid``, then a ``user`` line with ``isCompactSummary: true``; the summariser call
+  itself lives in ``<session>/subagents/agent-acompact-*.jsonl`` whose lines point (``parentUuid``)
+  into the main session, the summary request hanging off the logical parent;
+* sub-agents in ``<session>/subagents/agent-<id>.jsonl`` (``isSidechain: true``, ``agentId``),
+  started by a ``Task`` tool call of the main session; the main session's ``agent_progress`` lines
+  say which ``tool_use`` id started which ``agentId``;
+* no system prompt and no tool schemas: ``--system-prompt`` / ``--tools`` supply them
+  (:class:`ReadOptions`), otherwise none are rendered.
+
+How a call is rebuilt. Each API response (one ``message.id``) is one :class:`ChatCall`; its prompt
+is the thread before its first line: walk ``parentUuid`` from there to the root (a compaction
+boundary is a root), then replay the thread oldest first. Two things are not on the chain and are
+attached where they belong:
+
+* tool results: parallel tool calls are chained ``tool_use A -> tool_use B -> result B``, with
+  ``result A`` hanging off ``tool_use A``. After each assistant response every result of its tool
+  calls that was written before the call being rebuilt is emitted, in file order (the API request
+  carries them all in the next user turn).
+* ``isMeta`` context lines hanging off a thread line of the same file. The compaction file's two
+  hook reminders hang off main-session lines whose own thread never carries them; they are left
+  out so that the summariser continues the pre-compaction prefix exactly.
+
+Cost: each call walks its own thread, O(calls x thread length) dictionary lookups: about 0.1 s for
+the 1,863-line real session. The alternative (one incremental walk) breaks on rewinds and forks.
+
+Branch hints: every call of a sub-agent file is ``sub-agent``; the summariser call and the first
+call after a compaction boundary are ``compaction``. Other divergences (a user rewinding the
+conversation) are left to the trie as ``unknown``.
+
+Bad input gives rejects, never exceptions: a malformed line; a ``parentUuid`` that points nowhere
+(broken chain) or loops (cycle) rejects each call whose prompt needs that link; a ``tool_result``
+whose ``tool_use`` is nowhere in the session rejects that line and is left out of every prompt; a
+sub-agent file whose parent session file is absent rejects each of its calls (the sub-agent cannot
+be linked to its ``Task`` call, and a compaction summariser's prompt cannot be rebuilt at all).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+NAME = "claude-code"
+_TYPES = {
+    "user",
+    "assistant",
+    "system",
+    "progress",
+    "summary",
+    "file-history-snapshot",
+    "queue-operation",
+    "attachment",
+}
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """A JSONL file whose lines carry Claude Code's ``parentUuid``/``sessionId`` envelope."""
+    objs = head_json_objects(head)
+    for o in objs:
+        if o.get("type") in _TYPES and "sessionId" in o and "parentUuid" in o and "uuid" in o:
+            return True
+    if not objs and head.lstrip().startswith(b"{"):
+        # a first line longer than the head: fall back to the envelope's keys
+        return b'"parentUuid"' in head and b'"sessionId"' in head and b'"isSidechain"' in head
+    return False
+
+
+@dataclass
+class _Line:
+    no: int  # 1-based line number in its file
+    rec: dict[str, Any]
+    own: bool  # in the file being read (False: in the parent session file)
+
+
+@dataclass
+class _Session:
+    """The lines that a thread can reach: the file's own, plus its parent session's."""
+
+    path: str
+    by_uuid: dict[str, _Line] = field(default_factory=dict)
+    # message.id -> its lines (file order); keyed per origin so a parent's ids never mix with ours
+    responses: dict[tuple[bool, str], list[_Line]] = field(default_factory=dict)
+    tool_use_owner: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    results: dict[str, list[tuple[_Line, dict[str, Any]]]] = field(default_factory=dict)
+    meta_children: dict[str, list[_Line]] = field(default_factory=dict)
+    parent_of_line: dict[int, str] = field(default_factory=dict)
+
+    def add(self, ln: _Line) -> None:
+        r = ln.rec
+        u = r.get("uuid")
+        if isinstance(u, str):
+            # own lines win over the parent's (a file never needs the parent's copy of its line)
+            if u not in self.by_uuid or ln.own:
+                self.by_uuid[u] = ln
+        msg = r.get("message")
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if (
+            r.get("type") == "assistant"
+            and isinstance(msg, dict)
+            and isinstance(msg.get("id"), str)
+        ):
+            key = (ln.own, msg["id"])
+            self.responses.setdefault(key, []).append(ln)
+            if isinstance(content, list):
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id"):
+                        self.tool_use_owner[b["id"]] = key
+        if r.get("type") == "user" and isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict) and b.get("type") == "tool_result":
+                    self.results.setdefault(str(b.get("tool_use_id")), []).append((ln, b))
+        if r.get("type") == "user" and r.get("isMeta") and isinstance(r.get("parentUuid"), str):
+            self.meta_children.setdefault(r["parentUuid"], []).append(ln)
+
+
+class _ChainError(Exception):
+    pass
+
+
+def _before(a: _Line, cut: _Line) -> bool:
+    """Was line ``a`` written before ``cut``? Parent-session lines precede the sub-agent file."""
+    if a.own != cut.own:
+        return not a.own
+    return a.no < cut.no
+
+
+def _text_of_blocks(blocks: list[Any]) -> str:
+    return "".join(
+        b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+    )
+
+
+def _tool_result_content(b: dict[str, Any]) -> str | list[dict[str, Any]]:
+    c = b.get("content")
+    if c is None:
+        return ""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        parts: list[dict[str, Any]] = []
+        for p in c:
+            if isinstance(p, dict) and p.get("type") == "text":
+                parts.append({"type": "text", "text": p.get("text", "")})
+            elif isinstance(p, dict):
+                parts.append(dict(p))
+        if all(p["type"] == "text" for p in parts):
+            return "".join(p["text"] for p in parts)
+        return parts
+    return str(c)
+
+
+def _assistant_message(lines: list[_Line]) -> dict[str, Any]:
+    """Merge the content blocks of one API response (its lines in file order)."""
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for ln in lines:
+        content = ln.rec["message"].get("content")
+        if isinstance(content, str):
+            texts.append(content)
+            continue
+        for b in content or []:
+            if not isinstance(b, dict):
+                continue
+            t = b.get("type")
+            if t == "text":
+                texts.append(b.get("text", ""))
+            elif t == "thinking":
+                thinking.append(b.get("thinking", ""))
+            elif t == "tool_use":
+                calls.append(
+                    {
+                        "id": b.get("id"),
+                        "type": "function",
+                        "function": {"name": b.get("name", ""), "arguments": b.get("input") or {}},
+                    }
+                )
+    m: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if thinking:
+        m["reasoning_content"] = "\n\n".join(thinking)
+    if calls:
+        m["tool_calls"] = calls
+    return m
+
+
+def _user_messages(ln: _Line) -> list[dict[str, Any]]:
+    """The user-role messages of one user line (its text; tool results are handled apart)."""
+    content = ln.rec.get("message", {}).get("content")
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    if not isinstance(content, list):
+        return []
+    parts: list[dict[str, Any]] = []
+    for b in content:
+        if not isinstance(b, dict) or b.get("type") == "tool_result":
+            continue
+        if b.get("type") == "text":
+            parts.append({"type": "text", "text": b.get("text", "")})
+        else:
+            parts.append(dict(b))  # images and documents stay parts; the renderer decides
+    if not parts:
+        return []
+    if all(p["type"] == "text" for p in parts):
+        return [{"role": "user", "content": "".join(p["text"] for p in parts)}]
+    return [{"role": "user", "content": parts}]
+
+
+def _chain(sess: _Session, start: str | None, file: str) -> list[_Line]:
+    """The thread ending at ``start`` (oldest first). Raises _ChainError naming the bad link."""
+    out: list[_Line] = []
+    seen: set[str] = set()
+    u = start
+    child: _Line | None = None
+    while u:
+        if u in seen:
+            raise _ChainError(f"cycle in parentUuid: uuid {u} is reached twice")
+        seen.add(u)
+        ln = sess.by_uuid.get(u)
+        if ln is None:
+            where = f"line {child.no}" if child is not None else "the call's first line"
+            raise _ChainError(
+                f"broken parent chain: parentUuid {u} (from {where}) is not in {file}"
+                + (" or its parent session" if child is not None and not child.own else "")
+            )
+        out.append(ln)
+        child = ln
+        if ln.rec.get("type") == "system" and ln.rec.get("subtype") == "compact_boundary":
+            break  # the thread after a compaction is a new root
+        p = ln.rec.get("parentUuid")
+        u = p if isinstance(p, str) else None
+    out.reverse()
+    return out
+
+
+def _prompt(
+    sess: _Session, chain: list[_Line], cut: _Line, orphans: set[tuple[int, bool]]
+) -> tuple[list[dict[str, Any]], str | None, bool]:
+    """Replay a thread into OpenAI messages.
+
+    Returns (messages, id of the last assistant response in it, whether it crossed a compaction).
+    """
+    msgs: list[dict[str, Any]] = []
+    done_results: set[tuple[int, bool, str]] = set()
+    last_resp: str | None = None
+    compacted = False
+    seen_resp: set[tuple[bool, str]] = set()
+    on_chain = {id(x) for x in chain}
+
+    def attach_meta(ln: _Line) -> None:
+        u = ln.rec.get("uuid")
+        for m in sess.meta_children.get(u, []) if isinstance(u, str) else []:
+            # context hung on a line of the same file only: the compaction file's hook reminders
+            # point into the main session, whose own thread does not carry them; adding them to
+            # the summariser alone would make two reconstructions of one history disagree
+            if id(m) not in on_chain and m.own == ln.own and _before(m, cut):
+                msgs.extend(_user_messages(m))
+
+    for ln in chain:
+        r = ln.rec
+        t = r.get("type")
+        if t == "system" and r.get("subtype") == "compact_boundary":
+            compacted = True
+            continue
+        if t == "assistant":
+            key = (ln.own, r["message"].get("id"))
+            if key in seen_resp:
+                attach_meta(ln)
+                continue
+            seen_resp.add(key)
+            lines = [x for x in sess.responses.get(key, [ln]) if _before(x, cut)]
+            am = _assistant_message(lines)
+            msgs.append(am)
+            last_resp = key[1]
+            found: list[tuple[_Line, dict[str, Any], str]] = []
+            for tc in am.get("tool_calls") or []:
+                for rl, blk in sess.results.get(str(tc["id"]), []):
+                    if _before(rl, cut):
+                        found.append((rl, blk, str(tc["id"])))
+            found.sort(key=lambda x: (x[0].own, x[0].no))
+            for rl, blk, tid in found:
+                k = (rl.no, rl.own, tid)
+                if k in done_results:
+                    continue
+                done_results.add(k)
+                msgs.append(
+                    {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(blk)}
+                )
+            for x in lines:
+                attach_meta(x)
+            continue
+        if t == "user":
+            msgs.extend(_user_messages(ln))  # tool results come with their assistant turn
+            attach_meta(ln)
+            continue
+        attach_meta(ln)  # progress/system lines: not seen by the model, but context may hang off
+    return msgs, last_resp, compacted
+
+
+def _parent_session_path(path: str) -> str | None:
+    """``<dir>/<session>/subagents/agent-x.jsonl`` -> ``<dir>/<session>.jsonl`` (or .gz/.zst)."""
+    sub = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(sub) != "subagents":
+        return None
+    sess_dir = os.path.dirname(sub)
+    for ext in (".jsonl", ".jsonl.gz", ".jsonl.zst"):
+        cand = sess_dir + ext
+        if os.path.exists(cand):
+            return cand
+    return None
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    """Every API response of the file as one ChatCall (plus rejects), in file order."""
+    out: list[tuple[int, Item]] = []
+    own: list[_Line] = []
+    for no, rec in iter_json_lines(path):
+        if isinstance(rec, Reject):
+            rec.format = NAME
+            out.append((no, rec))
+        else:
+            own.append(_Line(no, rec, True))
+
+    session_id = next((ln.rec["sessionId"] for ln in own if ln.rec.get("sessionId")), None)
+    agent_ids = {ln.rec.get("agentId") for ln in own if ln.rec.get("isSidechain")} - {None}
+    sidechain = bool(agent_ids) and all(
+        ln.rec.get("isSidechain") for ln in own if ln.rec.get("type") in ("user", "assistant")
+    )
+    agent_id = str(sorted(agent_ids)[0]) if sidechain else "main"
+    is_compact = sidechain and agent_id.startswith("acompact")
+
+    sess = _Session(path)
+    for ln in own:
+        sess.add(ln)
+
+    task_call: str | None = None
+    parent_missing: str | None = None
+    if sidechain:
+        ppath = _parent_session_path(path)
+        if ppath is None:
+            parent_missing = (
+                f"sub-agent transcript (agentId {agent_id}) of session {session_id}: its parent "
+                f"session file {session_id}.jsonl is absent (expected next to the "
+                "'<session>/subagents/' folder), so the sub-agent cannot be linked to its Task "
+                "call" + (" and the summariser prompt cannot be rebuilt" if is_compact else "")
+            )
+        else:
+            tool_use_by_agent: dict[str, str] = {}
+            for _no, rec in iter_json_lines(ppath):
+                if isinstance(rec, Reject):
+                    continue  # reported when the parent file itself is read
+                sess.add(_Line(_no, rec, False))
+                d = rec.get("data")
+                if (
+                    rec.get("type") == "progress"
+                    and isinstance(d, dict)
+                    and d.get("type") == "agent_progress"
+                    and d.get("agentId")
+                    and rec.get("parentToolUseID")
+                ):
+                    tool_use_by_agent.setdefault(str(d["agentId"]), str(rec["parentToolUseID"]))
+            tu = tool_use_by_agent.get(agent_id)
+            owner = sess.tool_use_owner.get(tu) if tu else None
+            if owner is not None and not owner[0]:
+                task_call = owner[1]
+
+    # tool results whose tool_use is nowhere in the session: reject the line, keep the rest
+    orphans: set[tuple[int, bool]] = set()
+    orphan_lines: set[int] = set()
+    for tid, found in sess.results.items():
+        if tid in sess.tool_use_owner:
+            continue
+        for rl, _blk in found:
+            orphans.add((rl.no, rl.own))
+            if rl.own and rl.no not in orphan_lines:
+                orphan_lines.add(rl.no)
+                out.append(
+                    (
+                        rl.no,
+                        Reject(
+                            file=path,
+                            line=rl.no,
+                            reason=f"tool_result for tool_use_id {tid} has no matching tool_use "
+                            "in this session; left out of every prompt",
+                            format=NAME,
+                        ),
+                    )
+                )
+
+    seen_compactions: set[str] = set()
+    n_calls = 0
+    for (is_own, mid), lines in sess.responses.items():
+        if not is_own:
+            continue
+        first = lines[0]
+        msg = first.rec["message"]
+        if msg.get("model") == "<synthetic>":
+            continue  # written by Claude Code itself (an error notice), not an API response
+        n_calls += 1
+        if parent_missing:
+            out.append(
+                (
+                    first.no,
+                    Reject(
+                        file=path, line=first.no, reason=parent_missing, format=NAME, call_id=mid
+                    ),
+                )
+            )
+            continue
+        try:
+            chain = _chain(sess, first.rec.get("parentUuid"), path)
+        except _ChainError as e:
+            out.append(
+                (
+                    first.no,
+                    Reject(
+                        file=path,
+                        line=first.no,
+                        reason=f"cannot rebuild the prompt of API response {mid}: {e}",
+                        format=NAME,
+                        call_id=mid,
+                    ),
+                )
+            )
+            continue
+        messages, prev_resp, compacted = _prompt(sess, chain, first, orphans)
+        completion = _assistant_message(lines)
+        if (
+            not completion.get("content")
+            and not completion.get("tool_calls")
+            and not (completion.get("reasoning_content"))
+        ):
+            out.append(
+                (
+                    first.no,
+                    Reject(
+                        file=path,
+                        line=first.no,
+                        format=NAME,
+                        call_id=mid,
+                        reason=f"API response {mid} has no text, thinking or "
+                        "tool_use block to train on",
+                    ),
+                )
+            )
+            continue
+        if not messages:
+            out.append(
+                (
+                    first.no,
+                    Reject(
+                        file=path,
+                        line=first.no,
+                        format=NAME,
+                        call_id=mid,
+                        reason=f"API response {mid} has an empty prompt (no user line before it)",
+                    ),
+                )
+            )
+            continue
+        reason: str | None = None
+        if sidechain:
+            reason = "compaction" if is_compact else "sub-agent"
+        elif compacted:
+            boundary = next(
+                x.rec.get("uuid", "") for x in chain if x.rec.get("subtype") == "compact_boundary"
+            )
+            if boundary not in seen_compactions:
+                seen_compactions.add(boundary)
+                reason = "compaction"
+        parent_call = prev_resp
+        if parent_call is None and sidechain:
+            parent_call = task_call
+        gid = session_id
+        if opts.group_by:
+            v = first.rec.get(opts.group_by)
+            gid = None if v is None else str(v)
+        fields: dict[str, Any] = {
+            "group_id": gid,
+            "agent_id": agent_id,
+            "call_id": mid,
+            "parent_call_id": parent_call,
+            "model": msg.get("model"),
+            "messages": [
+                *(
+                    [{"role": "system", "content": opts.system_prompt}]
+                    if opts.system_prompt
+                    else []
+                ),
+                *messages,
+            ],
+            "tools": opts.tools,
+            "completion": completion,
+            "provenance": {"exact_tokens": False, "exact_messages": False, "reconstructed": True},
+            "branch_reason": reason,
+            "source_file": path,
+            "source_line": first.no,
+            "source_format": NAME,
+        }
+        out.append((first.no, make_call(fields, file=path, line=first.no, fmt=NAME)))
+
+    out.sort(key=lambda x: x[0])
+    for _no, item in out:
+        yield item
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=20)
