@@ -1,0 +1,141 @@
+"""Gradients on the tree layout versus the linear layout: the check behind ``treeprep verify``.
+
+The same model, the same trees, the same loss, run twice: once on the packed tries and once with
+every sequence copy laid out on its own. The tree's restored loss must equal the linear loss and
+every parameter's gradient must match. Differences are reported per parameter group (embeddings,
+each layer's attention, MLP and norms, the final norm, the LM head) as the worst element-wise
+absolute difference and the relative L2 difference ``||g_tree - g_lin|| / ||g_lin||``; the check
+passes when every group's relative difference is at most ``tol`` (1e-5 in float32 is a real test:
+measured differences are about 1e-7 to 1e-6, and a wrong weight on one token shows up well above
+it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.loss import tree_loss
+
+
+@dataclass
+class GroupDiff:
+    name: str
+    numel: int
+    max_abs: float
+    rel: float
+    grad_norm: float
+
+
+@dataclass
+class VerifyReport:
+    loss_tree: float
+    loss_linear: float
+    tokens_tree: int
+    tokens_linear: int
+    targets_tree: int
+    targets_linear: int
+    tol: float
+    groups: list[GroupDiff] = field(default_factory=list)
+
+    @property
+    def worst_rel(self) -> float:
+        return max((g.rel for g in self.groups), default=0.0)
+
+    @property
+    def worst_abs(self) -> float:
+        return max((g.max_abs for g in self.groups), default=0.0)
+
+    @property
+    def loss_rel(self) -> float:
+        return abs(self.loss_tree - self.loss_linear) / max(abs(self.loss_linear), 1e-30)
+
+    @property
+    def ok(self) -> bool:
+        return self.worst_rel <= self.tol and self.loss_rel <= self.tol
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "tol": self.tol,
+            "loss_tree": self.loss_tree,
+            "loss_linear": self.loss_linear,
+            "loss_rel": self.loss_rel,
+            "tokens_tree": self.tokens_tree,
+            "tokens_linear": self.tokens_linear,
+            "targets_tree": self.targets_tree,
+            "targets_linear": self.targets_linear,
+            "worst_rel": self.worst_rel,
+            "worst_abs": self.worst_abs,
+            "groups": [g.__dict__ for g in self.groups],
+        }
+
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.([a-z_]+)")
+
+
+def param_group(name: str) -> str:
+    """``model.layers.3.self_attn.q_proj.weight`` -> ``layers.3.self_attn``; norms merged."""
+    m = _LAYER.search(name)
+    if m:
+        part = m.group(2)
+        if part.endswith("layernorm") or part.endswith("norm"):
+            part = "norms"
+        return f"layers.{m.group(1)}.{part}"
+    parts = [p for p in name.split(".") if p not in ("model", "weight", "bias")]
+    return parts[0] if parts else name
+
+
+def _grads(model: torch.nn.Module, batch: TreeBatch, loss: str, attn: str | None, **kw: Any):
+    model.zero_grad(set_to_none=True)
+    out = tree_loss(model, batch, loss=loss, attn=attn, **kw)  # type: ignore[arg-type]
+    out.loss.backward()
+    grads = {}
+    for n, p in model.named_parameters():
+        grads[n] = torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
+    model.zero_grad(set_to_none=True)
+    return float(out.loss.detach()), grads
+
+
+def verify_gradients(
+    model: torch.nn.Module,
+    rows: Sequence[Any],
+    *,
+    loss: str = "sft",
+    norm: str = "sum",
+    attn: str | None = None,
+    tol: float = 1e-5,
+    **loss_kw: Any,
+) -> VerifyReport:
+    """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout."""
+    dev = next(model.parameters()).device
+    tree = TreeBatch.from_trees(rows, norm=norm, layout="tree", device=dev)  # type: ignore[arg-type]
+    lin = TreeBatch.from_trees(rows, norm=norm, layout="linear", device=dev)  # type: ignore[arg-type]
+    lt, gt = _grads(model, tree, loss, attn, **loss_kw)
+    ll, gl = _grads(model, lin, loss, attn, **loss_kw)
+    acc: dict[str, list[float]] = {}
+    for n in gt:
+        a, b = gt[n].double(), gl[n].double()
+        g = acc.setdefault(param_group(n), [0, 0.0, 0.0, 0.0])
+        g[0] += a.numel()
+        g[1] = max(g[1], float((a - b).abs().max()) if a.numel() else 0.0)
+        g[2] += float(((a - b) ** 2).sum())
+        g[3] += float((b**2).sum())
+    groups = []
+    for name, (numel, mx, d2, n2) in acc.items():
+        rel = (d2**0.5) / (n2**0.5) if n2 > 0 else (0.0 if d2 == 0 else float("inf"))
+        groups.append(GroupDiff(name, int(numel), mx, rel, n2**0.5))
+    return VerifyReport(
+        loss_tree=lt,
+        loss_linear=ll,
+        tokens_tree=tree.num_tokens,
+        tokens_linear=lin.num_tokens,
+        targets_tree=tree.num_targets,
+        targets_linear=lin.num_targets,
+        tol=tol,
+        groups=groups,
+    )
