@@ -21,13 +21,14 @@ Backends (all exact; they differ in memory and speed):
 * ``flex``: ``torch.nn.attention.flex_attention`` with a block mask built from the O(1) ``mask_mod``
   (no T x T tensor), compiled with dynamic shapes on GPU. On CPU in torch 2.13 only its forward
   works (backward raises NotImplementedError), so it is a GPU backend that CPU tests check forward.
-* ``flash``: ``flash_attn_varlen_func`` over the same per-node gathered segments (flash-attn's causal
-  mode is bottom-right aligned, which is what a node's queries need). flash-attn works in fp16/bf16
-  only: float32 inputs are cast to bf16 and the output cast back. Imported lazily; optional.
+* ``flash``: ``flash_attn_varlen_func`` over the same per-node gathered segments (flash-attn's
+  causal mode is bottom-right aligned, which is what a node's queries need). flash-attn works in
+  fp16/bf16 only: float32 inputs are cast to bf16 and the output cast back. Imported lazily;
+  optional.
 
-:func:`choose_backend` picks ``flex`` on CUDA, ``dense`` on CPU up to ``DENSE_MAX_TOKENS`` tokens and
-``nodes`` beyond. :class:`TreeMask` carries the batch's metadata and caches what a backend builds
-(mask, block mask, gather indices) so that every layer reuses it.
+:func:`choose_backend` picks ``flex`` on CUDA, ``dense`` on CPU up to ``DENSE_MAX_TOKENS`` tokens
+and ``nodes`` beyond. :class:`TreeMask` carries the batch's metadata and caches what a backend
+builds (mask, block mask, gather indices) so that every layer reuses it.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class NodeSegments:
     """Per-node query ranges and gathered ancestor key rows (the ``nodes`` / ``flash`` layout).
 
     Queries of node n are packed rows ``cu_q[n]:cu_q[n+1]`` (nodes are contiguous in pre-order, so
-    the query order is the packed order). Its keys are ``kv_index[cu_k[n]:cu_k[n+1]]``: the tokens of
-    its root-to-node path, ancestors first, its own tokens last.
+    the query order is the packed order). Its keys are ``kv_index[cu_k[n]:cu_k[n+1]]``: the
+    tokens of its root-to-node path, ancestors first, its own tokens last.
     """
 
     cu_q: torch.Tensor  # [Nn+1] int32

@@ -1,4 +1,4 @@
-"""Tree rows to one packed micro-batch of tensors: tokens, positions, mask metadata and loss weights.
+"""Tree rows to one packed micro-batch: tokens, positions, mask metadata and loss weights.
 
 Layout. Every tree of the micro-batch is appended to one packed sequence (batch dimension 1). A
 tree's nodes are in DFS pre-order and each node's tokens are contiguous (the shard layout), so the
