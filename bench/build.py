@@ -1,0 +1,265 @@
+"""bench/build: ``treeprep build`` against the naive pipeline, side by side in one run.
+
+The workload is generated: agent sessions of 40 calls each, logged per call as OpenAI chat JSONL
+(one line per call holding the whole growing context, as LiteLLM-style proxies log them), with tool
+calls and tool results of realistic sizes. The total is at least ``--mb`` megabytes, split over
+several files so that ``--workers`` can use several cores.
+
+Printed, for each pipeline: input MB/s, unique tokens/s (``tokens_tree`` per second), linear tokens
+per second, and peak RSS. The naive pipeline renders and tokenizes every call whole with the same
+tokenizer (``apply_chat_template(..., tokenize=True)``) and does nothing else; it runs on a prefix
+of the workload (``--naive-mb``) because it is slow, and its throughput is a rate, so the ratio is
+fair. Each pipeline runs in its own subprocess so that peak RSS is its own.
+
+    python bench/build.py --tokenizer ../shared/data/tokenizers/qwen3 --mb 200 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+
+WORDS = (
+    "the a of to and in is for on with that this file function return value error test import "
+    "class def self none true false list dict string path line number result output input config "
+    "update check run build install module package version python numpy torch tensor shape data "
+    "agent tool call response message user assistant system token tree prefix cache batch step"
+).split()
+
+
+def _text(rng: random.Random, n_words: int) -> str:
+    lines = []
+    while n_words > 0:
+        k = min(n_words, rng.randint(4, 14))
+        lines.append(" ".join(rng.choice(WORDS) for _ in range(k)))
+        n_words -= k
+    return "\n".join(lines)
+
+
+def generate(folder: str, mb: float, files: int, seed: int = 0) -> list[str]:
+    """Write >= ``mb`` MB of per-call JSONL from 40-call sessions into ``files`` files."""
+    os.makedirs(folder, exist_ok=True)
+    rng = random.Random(seed)
+    paths = [os.path.join(folder, f"calls-{i:02d}.jsonl") for i in range(files)]
+    handles = [open(p, "w", encoding="utf-8") for p in paths]
+    target = int(mb * 1e6)
+    written = 0
+    session = 0
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"{name} tool",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"arg": {"type": "string"}},
+                    "required": ["arg"],
+                },
+            },
+        }
+        for name in ("bash", "read_file", "edit_file")
+    ]
+    while written < target:
+        f = handles[session % files]
+        messages = [
+            {"role": "system", "content": "You are a coding agent.\n" + _text(rng, 120)},
+            {"role": "user", "content": _text(rng, 60)},
+        ]
+        for call in range(40):
+            tc_id = f"call_{session}_{call}"
+            completion = {
+                "role": "assistant",
+                "content": _text(rng, rng.randint(10, 60)),
+                "tool_calls": [
+                    {
+                        "id": tc_id,
+                        "type": "function",
+                        "function": {
+                            "name": rng.choice(["bash", "read_file", "edit_file"]),
+                            "arguments": json.dumps({"arg": _text(rng, 6)}),
+                        },
+                    }
+                ],
+            }
+            rec = {
+                "group_id": f"session-{session}",
+                "call_id": f"s{session}-c{call}",
+                "messages": messages,
+                "tools": tools,
+                "completion": completion,
+            }
+            line = json.dumps(rec) + "\n"
+            f.write(line)
+            written += len(line.encode())
+            messages = messages + [
+                completion,
+                {
+                    "role": "tool",
+                    "tool_call_id": tc_id,
+                    "content": _text(rng, rng.randint(40, 400)),
+                },
+            ]
+        session += 1
+    for h in handles:
+        h.close()
+    return paths
+
+
+def _peak_rss_mb() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, kids) / 1024
+
+
+def run_treeprep(paths: list[str], out: str, tokenizer: str | None, workers: int) -> dict:
+    from treeprep.build import BuildConfig, build
+
+    t0 = time.perf_counter()
+    m = build(BuildConfig(inputs=paths, out=out, tokenizer=tokenizer, workers=workers))
+    dt = time.perf_counter() - t0
+    return {
+        "seconds": dt,
+        "bytes": sum(i.bytes for i in m.inputs),
+        "calls": m.counts.records_in_trees,
+        "tokens_tree": m.counts.tokens_tree,
+        "tokens_linear": m.counts.tokens_linear,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def run_naive(paths: list[str], tokenizer: str | None, limit_bytes: int) -> dict:
+    """Parse every call and tokenize it whole with apply_chat_template; count tokens."""
+    from treeprep.render import Renderer
+
+    tok = Renderer.load(tokenizer).tokenizer  # the same transformers tokenizer object
+    t0 = time.perf_counter()
+    n_bytes = 0
+    calls = 0
+    tokens = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            for line in f:
+                rec = json.loads(line)
+                ids = tok.apply_chat_template(
+                    rec["messages"] + [rec["completion"]],
+                    tools=rec["tools"],
+                    tokenize=True,
+                    return_dict=False,
+                )
+                tokens += len(ids)
+                calls += 1
+                n_bytes += len(line)
+                if n_bytes >= limit_bytes:
+                    break
+        if n_bytes >= limit_bytes:
+            break
+    dt = time.perf_counter() - t0
+    return {
+        "seconds": dt,
+        "bytes": n_bytes,
+        "calls": calls,
+        "tokens_linear": tokens,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--tokenizer", default=None, help="HF tokenizer folder (default: built-in)")
+    ap.add_argument("--mb", type=float, default=200.0, help="workload size in MB")
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--naive-mb", type=float, default=20.0, help="prefix the naive run processes")
+    ap.add_argument("--work", default="bench/_work/build")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--_child", choices=["treeprep", "naive"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    data = os.path.join(args.work, "data")
+    paths = sorted(os.path.join(data, p) for p in os.listdir(data)) if args._child else None
+
+    if args._child == "treeprep":
+        out = os.path.join(args.work, f"out-w{args.workers}")
+        print(json.dumps(run_treeprep(paths, out, args.tokenizer, args.workers)))
+        return
+    if args._child == "naive":
+        print(json.dumps(run_naive(paths, args.tokenizer, int(args.naive_mb * 1e6))))
+        return
+
+    if os.path.exists(data):
+        import shutil
+
+        shutil.rmtree(args.work)
+    t0 = time.perf_counter()
+    paths = generate(data, args.mb, args.files)
+    gen_s = time.perf_counter() - t0
+    total_mb = sum(os.path.getsize(p) for p in paths) / 1e6
+
+    def child(kind: str, workers: int) -> dict:
+        cmd = [sys.executable, __file__, "--_child", kind, "--work", args.work]
+        cmd += ["--workers", str(workers), "--naive-mb", str(args.naive_mb)]
+        if args.tokenizer:
+            cmd += ["--tokenizer", args.tokenizer]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    naive = child("naive", 1)
+    tp1 = child("treeprep", 1)
+    tpw = child("treeprep", args.workers) if args.workers > 1 else tp1
+    rows = []
+    for name, r, cores in (
+        ("naive (1 core)", naive, 1),
+        ("treeprep --workers 1", tp1, 1),
+        (f"treeprep --workers {args.workers}", tpw, args.workers),
+    ):
+        mbps = r["bytes"] / 1e6 / r["seconds"]
+        rows.append(
+            {
+                "pipeline": name,
+                "input_mb": round(r["bytes"] / 1e6, 1),
+                "seconds": round(r["seconds"], 2),
+                "input_mb_per_s": round(mbps, 2),
+                "input_mb_per_s_per_core": round(mbps / cores, 2),
+                "unique_tokens_per_s": round(r.get("tokens_tree", 0) / r["seconds"]),
+                "linear_tokens_per_s": round(r["tokens_linear"] / r["seconds"]),
+                "peak_rss_mb": round(r["peak_rss_mb"]),
+            }
+        )
+    naive_rate = rows[0]["input_mb_per_s"]
+    summary = {
+        "workload_mb": round(total_mb, 1),
+        "generate_s": round(gen_s, 1),
+        "tokens_linear": tp1["tokens_linear"],
+        "tokens_tree": tp1["tokens_tree"],
+        "speedup_vs_naive_1core": round(rows[1]["input_mb_per_s"] / naive_rate, 1),
+        "speedup_vs_naive_workers": round(rows[2]["input_mb_per_s"] / naive_rate, 1),
+        "rows": rows,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"bench/build: {total_mb:.0f} MB of 40-call sessions")
+    for k in rows[0]:
+        t.add_column(k)
+    for r in rows:
+        t.add_row(*(str(v) for v in r.values()))
+    c = Console()
+    c.print(t)
+    c.print(
+        f"tokens_linear {tp1['tokens_linear']:,}  tokens_tree {tp1['tokens_tree']:,}  "
+        f"throughput vs naive: {summary['speedup_vs_naive_1core']}x (1 core), "
+        f"{summary['speedup_vs_naive_workers']}x ({args.workers} workers)"
+    )
+
+
+if __name__ == "__main__":
+    main()
