@@ -1,0 +1,411 @@
+"""``openai-responses``: OpenAI Responses API logs (NeMo-Gym rollouts) turned into chat calls.
+
+A record holds the request (``responses_create_params``, or ``request``, or ``input``/``tools``/
+``instructions`` at the top level) and the response (``response.output``, or a top-level
+``output``). ``input`` is a string (one user message) or a list of items; ``output`` is a list
+of items. Items become chat messages:
+
+* ``message`` -> a message of its role (``developer`` becomes ``system``), content kept as given;
+* ``reasoning`` -> ``reasoning_content`` of the assistant turn it belongs to (its ``content``
+  ``reasoning_text`` parts when present, else its ``summary`` texts, joined by newlines);
+* ``function_call`` -> a tool call (``id`` = ``call_id``, arguments kept as given);
+* ``function_call_output`` -> a ``tool`` message answering ``call_id``.
+
+One assistant turn is a maximal run of consecutive ``reasoning``/``function_call``/assistant
+``message`` items: models emit reasoning before *or after* the call it explains (NeMo-Gym logs
+``function_call, reasoning, function_call_output``), and several parallel calls, so the run, not the
+single item, is one response. Each turn in ``output`` is one call: its prompt is ``instructions`` +
+``input`` + every output item before the turn, its completion is the turn. ``tools`` are converted
+from the flat Responses form to chat function schemas. Provenance: ``exact_messages`` (the items
+are the logged request and response).
+
+Token ids are used exactly when the items carry them: a turn whose items hold
+``prompt_token_ids``/``generation_token_ids`` (``generation_log_probs`` optional) becomes a
+:class:`~treeprep.schemas.TokenRollout` per distinct id pair instead of a chat call (NeMo-Gym
+attaches the ids of the whole generation, reasoning included, to the turn's message item). Such
+files are sniffed as ``tokens`` (lower priority number); if the ids lie past the sniffed head the
+file lands here and the ids are still used.
+
+Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under ``metadata``), else
+NeMo-Gym's ``_ng_task_index`` scoped by file (``FILE#task-N``): the rollouts of one task (GRPO
+samples) share one tree. Reward and advantage come from the record.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.formats.openai_chat import (
+    RecordError,
+    branch_reason_of,
+    group_of,
+    normalize_message,
+    normalize_tools,
+    number_of,
+    type_name,
+    validation_reason,
+)
+from treeprep.io import head_record, iter_json_records, json_key_in
+from treeprep.schemas import ChatCall, Provenance, Reject, TokenRollout
+
+NAME = "openai-responses"
+
+_ID_KEYS = ("prompt_token_ids", "generation_token_ids")
+
+
+@dataclass
+class _Segment:
+    """A chat message made of one or more items; ``turn`` marks an assistant turn."""
+
+    message: dict[str, Any]
+    turn: bool = False
+    #: (item index, item) for items of the turn that carry token ids
+    id_items: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+
+def _reasoning_text(it: dict[str, Any], where: str) -> str | None:
+    texts: list[str] = []
+    for key, kinds in (("content", ("reasoning_text", "text")), ("summary", ("summary_text",))):
+        parts = it.get(key)
+        if parts is None:
+            continue
+        if not isinstance(parts, list):
+            raise RecordError(f"{where}.{key}: expected an array, got {type_name(parts)}")
+        for i, p in enumerate(parts):
+            if not isinstance(p, dict) or not isinstance(p.get("text"), str):
+                raise RecordError(f"{where}.{key}[{i}]: expected a part with a string 'text'")
+            if p.get("type", kinds[0]) in kinds:
+                texts.append(p["text"])
+        if texts:
+            break  # full reasoning text wins over the summary
+    return "\n".join(texts) if texts else None
+
+
+class _Turn:
+    def __init__(self) -> None:
+        self.contents: list[Any] = []
+        self.reasoning: list[str] = []
+        self.tool_calls: list[dict[str, Any]] = []
+        self.id_items: list[tuple[int, dict[str, Any]]] = []
+
+    def message(self) -> dict[str, Any]:
+        content: Any = None
+        if len(self.contents) == 1:
+            content = self.contents[0]
+        elif self.contents:
+            if all(isinstance(c, list) for c in self.contents):
+                content = [p for c in self.contents for p in c]
+            else:
+                content = "".join(
+                    c if isinstance(c, str) else "".join(str(p.get("text") or "") for p in c)
+                    for c in self.contents
+                    if c is not None
+                )
+        m: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.tool_calls:
+            m["tool_calls"] = self.tool_calls
+        if self.reasoning:
+            m["reasoning_content"] = "\n".join(self.reasoning)
+        return m
+
+
+def segments(items: Any, where: str) -> list[_Segment]:
+    """Convert Responses items to chat messages, merging each assistant turn into one message."""
+    if isinstance(items, str):
+        return [_Segment({"role": "user", "content": items})]
+    if not isinstance(items, list):
+        raise RecordError(
+            f"{where}: expected a string or an array of items, got {type_name(items)}"
+        )
+    out: list[_Segment] = []
+    turn: _Turn | None = None
+
+    def close() -> None:
+        nonlocal turn
+        if turn is not None:
+            out.append(_Segment(turn.message(), turn=True, id_items=turn.id_items))
+            turn = None
+
+    for i, it in enumerate(items):
+        w = f"{where}[{i}]"
+        if not isinstance(it, dict):
+            raise RecordError(f"{w}: expected an item object, got {type_name(it)}")
+        typ = it.get("type")
+        if typ is None and "role" in it:
+            typ = "message"
+        assistant_item = typ in ("reasoning", "function_call") or (
+            typ == "message" and it.get("role") == "assistant"
+        )
+        if not assistant_item:
+            close()
+        if typ == "message":
+            if it.get("role") == "assistant":
+                turn = turn or _Turn()
+                msg = normalize_message({"role": "assistant", "content": it.get("content")}, w)
+                turn.contents.append(msg["content"])
+            else:
+                msg = normalize_message({"role": it.get("role"), "content": it.get("content")}, w)
+                out.append(_Segment(msg))
+        elif typ == "reasoning":
+            turn = turn or _Turn()
+            text = _reasoning_text(it, w)
+            if text is not None:
+                turn.reasoning.append(text)
+        elif typ == "function_call":
+            turn = turn or _Turn()
+            cid = it.get("call_id")
+            if not isinstance(cid, str):
+                raise RecordError(f"{w}.call_id: expected a string, got {type_name(cid)}")
+            name = it.get("name")
+            if not isinstance(name, str):
+                raise RecordError(f"{w}.name: expected a string, got {type_name(name)}")
+            args = it.get("arguments", "")
+            if not isinstance(args, str | dict):
+                raise RecordError(
+                    f"{w}.arguments: expected a JSON string or an object, got {type_name(args)}"
+                )
+            turn.tool_calls.append(
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            )
+        elif typ == "function_call_output":
+            cid = it.get("call_id")
+            if not isinstance(cid, str):
+                raise RecordError(f"{w}.call_id: expected a string, got {type_name(cid)}")
+            output = it.get("output")
+            msg = normalize_message({"role": "tool", "tool_call_id": cid, "content": output}, w)
+            out.append(_Segment(msg))
+        else:
+            raise RecordError(
+                f"{w}.type: unsupported item type {typ!r} "
+                "(expected message, reasoning, function_call or function_call_output)"
+            )
+        if assistant_item and turn is not None and any(k in it for k in _ID_KEYS):
+            turn.id_items.append((i, it))
+    close()
+    return out
+
+
+def _group(rec: dict[str, Any], opts: ReadOptions, file: str) -> str | None:
+    g = group_of(rec, opts)
+    if g is None and not opts.group_by:
+        idx = rec.get("_ng_task_index")
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            g = f"{file}#task-{idx}"
+    return g
+
+
+def responses_items(
+    rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions
+) -> list[ChatCall | TokenRollout]:
+    """Every call of one Responses record (raises :class:`RecordError` when it does not fit)."""
+    if not isinstance(rec, dict):
+        raise RecordError(f"expected a JSON object, got {type_name(rec)}")
+    if isinstance(rec.get("responses_create_params"), dict):
+        params, pwhere = rec["responses_create_params"], "responses_create_params"
+    elif isinstance(rec.get("request"), dict):
+        params, pwhere = rec["request"], "request"
+    else:
+        params, pwhere = rec, ""
+    resp = rec.get("response") if isinstance(rec.get("response"), dict) else rec
+    rwhere = "response.output" if resp is not rec else "output"
+    output = resp.get("output")
+    if not isinstance(output, list):
+        raise RecordError(f"{rwhere}: expected an array of output items, got {type_name(output)}")
+
+    def at(k: str) -> str:
+        return f"{pwhere}.{k}" if pwhere else k
+
+    prompt: list[dict[str, Any]] = []
+    instructions = params.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise RecordError(
+                f"{at('instructions')}: expected a string, got {type_name(instructions)}"
+            )
+        prompt.append({"role": "system", "content": instructions})
+    inp = params.get("input")
+    if inp is not None:
+        prompt.extend(s.message for s in segments(inp, at("input")))
+    tools_src = params.get("tools") if params.get("tools") is not None else resp.get("tools")
+    tools = normalize_tools(tools_src, at("tools"))
+    segs = segments(output, rwhere)
+    if not any(s.turn for s in segs):
+        raise RecordError(
+            f"{rwhere}: no assistant output (expected a message, reasoning or function_call item)"
+        )
+
+    group = _group(rec, opts, file)
+    reward = number_of(rec, "reward")
+    advantage = number_of(rec, "advantage")
+    branch = branch_reason_of(rec)
+    model = resp.get("model") if isinstance(resp.get("model"), str) else None
+    base_id = (
+        resp.get("id") if isinstance(resp.get("id"), str) else f"{os.path.basename(file)}:{line}"
+    )
+    out: list[ChatCall | TokenRollout] = []
+    history = list(prompt)
+    turn_no = 0
+    for seg in segs:
+        if seg.turn:
+            try:
+                if seg.id_items:
+                    out.extend(
+                        _rollouts(
+                            seg,
+                            base_id,
+                            turn_no,
+                            group,
+                            reward,
+                            advantage,
+                            branch,
+                            file,
+                            line,
+                            fmt,
+                            rwhere,
+                        )
+                    )
+                else:
+                    out.append(
+                        ChatCall(
+                            group_id=group,
+                            call_id=f"{base_id}#{turn_no}",
+                            model=model,
+                            messages=list(history),  # type: ignore[arg-type]
+                            tools=tools,
+                            completion=seg.message,  # type: ignore[arg-type]
+                            reward=reward,
+                            advantage=advantage,
+                            provenance=Provenance(exact_messages=True),
+                            branch_reason=branch,  # type: ignore[arg-type]
+                            source_file=file,
+                            source_line=line,
+                            source_format=fmt,
+                        )
+                    )
+            except ValidationError as e:
+                raise RecordError(f"assistant turn {turn_no}: {validation_reason(e)}") from e
+            turn_no += 1
+        history.append(seg.message)
+    return out
+
+
+def _rollouts(
+    seg: _Segment,
+    base_id: str,
+    turn_no: int,
+    group: str | None,
+    reward: float | None,
+    advantage: float | None,
+    branch: str | None,
+    file: str,
+    line: int,
+    fmt: str,
+    where: str,
+) -> list[TokenRollout]:
+    out: list[TokenRollout] = []
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    for idx, it in seg.id_items:
+        w = f"{where}[{idx}]"
+        p = check_ids(it.get("prompt_token_ids"), f"{w}.prompt_token_ids")
+        g = check_ids(it.get("generation_token_ids"), f"{w}.generation_token_ids")
+        key = (tuple(p), tuple(g))
+        if key in seen:  # the same generation attached to several items of one turn
+            continue
+        seen.add(key)
+        lp = check_logprobs(it.get("generation_log_probs"), f"{w}.generation_log_probs")
+        iid = it.get("id") if isinstance(it.get("id"), str) else str(idx)
+        out.append(
+            TokenRollout(
+                group_id=group,
+                call_id=f"{base_id}#{turn_no}/{iid}",
+                prompt_token_ids=p,
+                generation_token_ids=g,
+                generation_log_probs=lp,
+                reward=reward,
+                advantage=advantage,
+                branch_reason=branch,  # type: ignore[arg-type]
+                source_file=file,
+                source_line=line,
+                source_format=fmt,
+            )
+        )
+    return out
+
+
+def check_ids(v: Any, where: str) -> list[int]:
+    """A list of non-negative ints (booleans are not ids)."""
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise RecordError(f"{where}: expected an array of token ids, got {type_name(v)}")
+    for i, t in enumerate(v):
+        if type(t) is not int or t < 0:
+            raise RecordError(f"{where}[{i}]: expected a non-negative integer, got {t!r}")
+    return v
+
+
+def check_logprobs(v: Any, where: str) -> list[float] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise RecordError(f"{where}: expected an array of numbers, got {type_name(v)}")
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            raise RecordError(f"{where}[{i}]: expected a number, got {x!r}")
+    return [float(x) for x in v]
+
+
+def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> list[Item]:
+    try:
+        return list(responses_items(rec, file=file, line=line, fmt=fmt, opts=opts))
+    except RecordError as e:
+        return [Reject(file=file, line=line, reason=str(e), format=fmt)]
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    for lineno, rec in iter_json_records(path):
+        if isinstance(rec, Reject):
+            rec.format = NAME
+            yield rec
+        else:
+            yield from convert(rec, file=path, line=lineno, fmt=NAME, opts=opts)
+
+
+def looks_like_responses(rec: Any) -> bool:
+    """A parsed record in the Responses layout (request params and/or output items)."""
+    if not isinstance(rec, dict):
+        return False
+    if isinstance(rec.get("responses_create_params"), dict):
+        return True
+    resp = rec.get("response")
+    if isinstance(resp, dict) and isinstance(resp.get("output"), list) and "choices" not in resp:
+        return True
+    return isinstance(rec.get("output"), list) and "input" in rec
+
+
+_ITEM_TYPE = re.compile(rb'(?<!\\)"type"\s*:\s*"(function_call|function_call_output|reasoning)"')
+
+
+def sniff(path: str, head: bytes) -> bool:
+    rec = head_record(head)
+    if rec is not None:
+        return looks_like_responses(rec)
+    if not head.lstrip().startswith(b"{"):
+        return False
+    if json_key_in(head, "responses_create_params"):
+        return True
+    return (
+        json_key_in(head, "input")
+        and json_key_in(head, "output")
+        and _ITEM_TYPE.search(head) is not None
+    )
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=45)
