@@ -1,0 +1,219 @@
+"""Anthropic Messages API request/response logs (JSONL, one call per line).
+
+A line is ``{"request": {...}, "response": {...}}`` (the shape proxies and SDK hooks log), or the
+request's fields at the top level next to ``"response"``. Written from the API's documented shape:
+
+* request ``system``: a string or a list of ``text`` blocks (joined as given, nothing inserted);
+* request ``messages``: ``user``/``assistant`` turns whose ``content`` is a string or blocks:
+  ``text``, ``thinking`` (-> ``reasoning_content``), ``redacted_thinking`` (dropped: no text),
+  ``tool_use`` (-> ``tool_calls`` with the ``input`` object as arguments), ``tool_result`` (-> one
+  ``tool`` message each, before the turn's text, as the API requires them first), images and
+  documents (kept as content parts);
+* request ``tools``: ``{name, description, input_schema}`` -> OpenAI function schemas; server tools
+  without an ``input_schema`` (web search, code execution) have no function form and are left out;
+* response ``content``: the completion, converted like an assistant turn.
+
+The logged request is exactly what the model saw: ``exact_messages``. Each line is one call; with no
+``--group-by`` field the builder groups the calls by file. The call id is the response ``id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+NAME = "anthropic"
+
+
+def _split(rec: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    req = rec.get("request") if isinstance(rec.get("request"), dict) else rec
+    resp = rec.get("response")
+    return req, resp if isinstance(resp, dict) else None
+
+
+def _is_anthropic_response(resp: dict[str, Any] | None) -> bool:
+    return (
+        resp is not None
+        and isinstance(resp.get("content"), list)
+        and (resp.get("type") == "message" or "stop_reason" in resp)
+        and "choices" not in resp
+    )
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """JSONL whose records pair a Messages request with an Anthropic ``message`` response."""
+    for o in head_json_objects(head)[:5]:
+        req, resp = _split(o)
+        if (
+            req is not None
+            and isinstance(req.get("messages"), list)
+            and _is_anthropic_response(resp)
+        ):
+            return True
+    return False
+
+
+def convert_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
+    """Anthropic tool definitions -> OpenAI function tool schemas (server tools left out)."""
+    if not tools:
+        return None
+    out = []
+    for t in tools:
+        if isinstance(t, dict) and "input_schema" in t and t.get("name"):
+            fn: dict[str, Any] = {"name": t["name"]}
+            if t.get("description") is not None:
+                fn["description"] = t["description"]
+            fn["parameters"] = t["input_schema"]
+            out.append({"type": "function", "function": fn})
+    return out or None
+
+
+def _text(blocks: Any) -> str:
+    if isinstance(blocks, str):
+        return blocks
+    if isinstance(blocks, list):
+        return "".join(
+            b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _assistant(content: Any) -> dict[str, Any]:
+    if isinstance(content, str):
+        return {"role": "assistant", "content": content}
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for b in content or []:
+        if not isinstance(b, dict):
+            continue
+        t = b.get("type")
+        if t == "text":
+            texts.append(b.get("text", ""))
+        elif t == "thinking":
+            thinking.append(b.get("thinking", ""))
+        elif t == "tool_use":
+            calls.append(
+                {
+                    "id": b.get("id"),
+                    "type": "function",
+                    "function": {"name": b.get("name", ""), "arguments": b.get("input") or {}},
+                }
+            )
+    m: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if thinking:
+        m["reasoning_content"] = "\n\n".join(thinking)
+    if calls:
+        m["tool_calls"] = calls
+    return m
+
+
+def _user(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for b in content or []:
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "tool_result":
+            c = b.get("content")
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": b.get("tool_use_id"),
+                    "content": c if isinstance(c, str) else _text(c),
+                }
+            )
+        elif b.get("type") == "text":
+            parts.append({"type": "text", "text": b.get("text", "")})
+        else:
+            parts.append(dict(b))
+    if parts:
+        if all(p["type"] == "text" for p in parts):
+            out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": "user", "content": parts})
+    return out
+
+
+def to_call_fields(
+    req: dict[str, Any], resp: dict[str, Any], opts: ReadOptions
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(ChatCall fields, None) or (None, reason)."""
+    msgs: list[dict[str, Any]] = []
+    system = req.get("system")
+    sys_text = _text(system) if system is not None else opts.system_prompt
+    if sys_text:
+        msgs.append({"role": "system", "content": sys_text})
+    for i, m in enumerate(req.get("messages") or []):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "user":
+            msgs.extend(_user(m.get("content")))
+        elif role == "assistant":
+            msgs.append(_assistant(m.get("content")))
+        else:
+            return None, f"request.messages[{i}]: role {role!r}, expected 'user' or 'assistant'"
+    completion = _assistant(resp.get("content"))
+    if (
+        not completion.get("content")
+        and not completion.get("tool_calls")
+        and not completion.get("reasoning_content")
+    ):
+        return None, "response content has no text, thinking or tool_use block"
+    return {
+        "model": resp.get("model") or req.get("model"),
+        "messages": msgs,
+        "tools": convert_tools(req.get("tools")) or opts.tools,
+        "completion": completion,
+        "provenance": {"exact_tokens": False, "exact_messages": True, "reconstructed": False},
+    }, None
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    for no, rec in iter_json_lines(path):
+        if isinstance(rec, Reject):
+            rec.format = NAME
+            yield rec
+            continue
+        req, resp = _split(rec)
+        if req is None or not isinstance(req.get("messages"), list):
+            yield Reject(
+                file=path,
+                line=no,
+                format=NAME,
+                reason="expected a Messages API request with a 'messages' list",
+            )
+            continue
+        if not _is_anthropic_response(resp):
+            yield Reject(
+                file=path,
+                line=no,
+                format=NAME,
+                reason="expected a 'response' Messages API object with a 'content' list",
+            )
+            continue
+        assert resp is not None
+        fields, why = to_call_fields(req, resp, opts)
+        if fields is None:
+            yield Reject(file=path, line=no, format=NAME, reason=str(why))
+            continue
+        gid = None
+        if opts.group_by:
+            v = rec.get(opts.group_by, req.get(opts.group_by))
+            gid = None if v is None else str(v)
+        fields.update(
+            group_id=gid,
+            call_id=str(resp.get("id") or f"line-{no}"),
+            source_file=path,
+            source_line=no,
+            source_format=NAME,
+        )
+        yield make_call(fields, file=path, line=no, fmt=NAME)
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=25)

@@ -1,0 +1,171 @@
+"""SWE-agent trajectories (``*.traj``: one JSON document per run).
+
+A ``.traj`` holds ``trajectory`` (one step per model call: ``response``, ``thought``, ``action``,
+``observation``, and depending on the version ``query`` or ``messages``) and ``history`` (every
+message of the run, the system prompt and demonstrations included; function-calling runs carry
+OpenAI ``tool_calls`` on assistant messages and ``tool_call_ids`` on ``tool`` messages).
+
+Which prompt each call gets, most exact first:
+
+1. ``step["query"]`` (newer SWE-agent): the exact messages sent for that step.
+2. ``step["messages"]`` (SWE-agent 1.x): the processed history *after* the step, i.e. what the next
+   query sends; so call ``k`` has prompt ``steps[k-1]["messages"]`` (call 0: the messages before the
+   first action) and completion ``steps[k]["messages"][-2]``. History processors such as
+   ``last_n_observations`` have already replaced old outputs ("Old environment output: (7 lines
+   omitted)"), so these prompts are exact, and a call whose prompt is not the previous prompt plus
+   the previous completion is hinted ``elided-history``.
+3. ``history`` only (older runs): call ``k`` is the ``k``-th assistant message and its prompt all
+   messages before it. This is a reconstruction: any history processor the run used is not
+   replayed.
+
+Tool schemas are not stored (SWE-agent generates them from its tool bundles): ``--tools`` supplies
+them. One group (tree) per file: every call of a run shares its system prompt and task.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from treeprep.errors import InputError
+from treeprep.formats._agentlogs import load_json, make_call
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+NAME = "swe-agent"
+_KEEP = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+def _strip_ext(path: str) -> str:
+    base = os.path.basename(path)
+    for ext in (".gz", ".zst"):
+        if base.endswith(ext):
+            base = base[: -len(ext)]
+    return base
+
+
+def sniff(path: str, head: bytes) -> bool:
+    """A ``.traj`` JSON document with SWE-agent's ``trajectory`` / ``history`` keys."""
+    if not _strip_ext(path).endswith(".traj"):
+        return False
+    h = head.lstrip()
+    return h.startswith(b"{") and (b'"trajectory"' in head or b'"history"' in head)
+
+
+def _message(m: dict[str, Any]) -> dict[str, Any]:
+    """A SWE-agent message in OpenAI form (its bookkeeping keys dropped)."""
+    out = {k: m[k] for k in _KEEP if k in m and m[k] is not None}
+    if m.get("role") == "tool" and "tool_call_id" not in out:
+        ids = m.get("tool_call_ids") or []
+        if ids:
+            out["tool_call_id"] = ids[0]
+    if out.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                "id": tc.get("id"),
+                "type": "function",
+                "function": {
+                    "name": tc.get("function", {}).get("name", ""),
+                    "arguments": tc.get("function", {}).get("arguments", ""),
+                },
+            }
+            for tc in out["tool_calls"]
+        ]
+    if isinstance(out.get("content"), list):
+        out["content"] = [
+            {"type": p.get("type", "text"), "text": p.get("text")} if isinstance(p, dict) else p
+            for p in out["content"]
+        ]
+    return out
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    doc, _text = load_json(path)
+    if not isinstance(doc, dict) or not (
+        isinstance(doc.get("trajectory"), list) or isinstance(doc.get("history"), list)
+    ):
+        raise InputError(
+            path, 1, "expected a SWE-agent .traj object with 'trajectory' or 'history'"
+        )
+    steps = doc.get("trajectory") or []
+    history = doc.get("history") or []
+    stem = _strip_ext(path)[: -len(".traj")]
+    gid = stem
+    if opts.group_by and doc.get(opts.group_by) is not None:
+        gid = str(doc[opts.group_by])
+    main_agent = next((m.get("agent") for m in history if isinstance(m, dict)), None)
+    hist = [m for m in history if isinstance(m, dict) and m.get("agent", main_agent) == main_agent]
+
+    # (prompt, completion, exact, where) per call
+    calls: list[tuple[list[dict[str, Any]], dict[str, Any], bool, str]] = []
+    problems: list[Reject] = []
+    if steps and all(isinstance(s, dict) and isinstance(s.get("query"), list) for s in steps):
+        assistants = [m for m in hist if m.get("role") == "assistant"]
+        for k, s in enumerate(steps):
+            if len(assistants) == len(steps):
+                comp = _message(assistants[k])
+            else:
+                comp = {"role": "assistant", "content": s.get("response") or ""}
+            calls.append(([_message(m) for m in s["query"]], comp, True, f"trajectory[{k}]"))
+    elif steps and all(isinstance(s, dict) and isinstance(s.get("messages"), list) for s in steps):
+        for k, s in enumerate(steps):
+            msgs = s["messages"]
+            if (
+                len(msgs) < 2
+                or not isinstance(msgs[-2], dict)
+                or msgs[-2].get("role") != ("assistant")
+            ):
+                problems.append(
+                    Reject(
+                        file=path,
+                        line=1,
+                        format=NAME,
+                        reason=f"trajectory[{k}].messages does not end with the step's "
+                        "assistant action and its observation",
+                    )
+                )
+                continue
+            prompt = msgs[:-2] if k == 0 else steps[k - 1]["messages"]
+            calls.append(
+                ([_message(m) for m in prompt], _message(msgs[-2]), True, f"trajectory[{k}]")
+            )
+    else:
+        for i, m in enumerate(hist):
+            if m.get("role") == "assistant":
+                calls.append(([_message(x) for x in hist[:i]], _message(m), False, f"history[{i}]"))
+
+    yield from problems
+    prev: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
+    for k, (prompt, comp, exact, where) in enumerate(calls):
+        reason = None
+        if prev is not None:
+            ext = prev[0] + [prev[1]]
+            if prompt[: len(ext)] != ext:
+                reason = "elided-history"
+        prev = (prompt, comp)
+        fields = {
+            "group_id": gid,
+            "agent_id": "main",
+            "call_id": f"{stem}:{k}",
+            "parent_call_id": f"{stem}:{k - 1}" if k else None,
+            "messages": prompt,
+            "tools": opts.tools,
+            "completion": comp,
+            "provenance": {
+                "exact_tokens": False,
+                "exact_messages": exact,
+                "reconstructed": not exact,
+            },
+            "branch_reason": reason,
+            "source_file": path,
+            "source_line": 1,
+            "source_format": NAME,
+        }
+        item = make_call(fields, file=path, line=1, fmt=NAME)
+        if isinstance(item, Reject):
+            item.reason = f"{where}: {item.reason}"
+        yield item
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=30)

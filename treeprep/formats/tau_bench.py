@@ -1,0 +1,283 @@
+"""tau-bench and tau2-bench trajectories: the agent's calls, one tree per task.
+
+``tau-bench`` (sierra-research/tau-bench historical trajectories): a JSON list of
+``{task_id, trial, reward, info, traj}`` where ``traj`` is the agent's OpenAI message list (system
+policy, user turns from the simulator, assistant turns with ``tool_calls``, ``tool`` results). Each
+assistant message is one call whose prompt is every message before it. The 4 trials of a task share
+only the system message, so all trials of a task go into one group and the first call of every
+later trial is hinted ``new-trial``. Tool schemas are not stored: ``--tools``.
+
+``tau2-bench`` (results JSON): ``info.environment_info`` holds the domain ``policy`` (and
+``tool_defs`` when the run saved them) and ``simulations[].messages`` the conversation. The agent's
+system prompt is rebuilt from the policy with tau2's ``LLMAgent`` layout
+(``<instructions>...</instructions>\\n<policy>...</policy>``). An assistant message is a call only
+when it carries the model's ``raw_data``/``usage``: the opening greeting is written by the
+orchestrator, not generated, and stays as context. Tool calls keep their argument objects (so a call
+renders the same in its completion and in later prompts); tool results are matched by their ``id``.
+The user simulator's own calls are not emitted: its prompt (guidelines plus the task's scenario
+with the conversation seen from the other side) is not stored and would be a guess.
+
+Rewards: the trajectory's reward is set on every call of that trial.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from treeprep.errors import InputError
+from treeprep.formats._agentlogs import line_of, list_element_lines, load_json, make_call
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+TAU = "tau-bench"
+TAU2 = "tau2-bench"
+
+_TAU2_INSTRUCTION = (
+    "You are a customer service agent that helps the user according to the <policy> provided "
+    "below.\nIn each turn you can either:\n- Send a message to the user.\n- Make a tool call.\n"
+    "You cannot do both at the same time.\n\nTry to be helpful and always follow the policy. "
+    "Always make sure you generate valid JSON only."
+)
+
+
+def tau2_system_prompt(policy: str) -> str:
+    """tau2-bench ``LLMAgent``'s system prompt for a domain policy."""
+    return f"<instructions>\n{_TAU2_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>"
+
+
+def _stem(path: str) -> str:
+    b = os.path.basename(path)
+    for ext in (".gz", ".zst", ".json"):
+        b = b.removesuffix(ext)
+    return b
+
+
+def sniff_tau(path: str, head: bytes) -> bool:
+    h = head.lstrip()
+    return h.startswith(b"[") and b'"task_id"' in head and b'"traj"' in head
+
+
+def sniff_tau2(path: str, head: bytes) -> bool:
+    h = head.lstrip()
+    if not h.startswith(b"{"):
+        return False
+    if b'"simulations"' in head and b'"task_id"' in head:
+        return True
+    return b'"environment_info"' in head or (b'"user_info"' in head and b'"agent_info"' in head)
+
+
+def _oa_tool_calls(tcs: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for tc in tcs:
+        if "function" in tc:  # already OpenAI form (tau-bench)
+            fn = tc["function"]
+            out.append(
+                {
+                    "id": tc.get("id"),
+                    "type": "function",
+                    "function": {"name": fn.get("name", ""), "arguments": fn.get("arguments", "")},
+                }
+            )
+        else:  # tau2: {id, name, arguments: {...}, requestor}
+            out.append(
+                {
+                    "id": tc.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": tc.get("name", ""),
+                        "arguments": tc.get("arguments") or {},
+                    },
+                }
+            )
+    return out
+
+
+def _tau_message(m: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.get("role"), "content": m.get("content")}
+    if m.get("tool_calls"):
+        out["tool_calls"] = _oa_tool_calls(m["tool_calls"])
+    if m.get("role") == "tool":
+        out["tool_call_id"] = m.get("tool_call_id", m.get("id"))
+        if m.get("name"):
+            out["name"] = m["name"]
+    return out
+
+
+def _calls(
+    *,
+    path: str,
+    fmt: str,
+    gid: str,
+    call_prefix: str,
+    line: int,
+    messages: list[dict[str, Any]],
+    is_call: list[bool],
+    tools: list[dict[str, Any]] | None,
+    reward: float | None,
+    first_reason: str | None,
+    where: str,
+) -> Iterator[Item]:
+    k = 0
+    for i, (m, call) in enumerate(zip(messages, is_call, strict=True)):
+        if not call:
+            continue
+        item = make_call(
+            {
+                "group_id": gid,
+                "agent_id": "main",
+                "call_id": f"{call_prefix}/{k}",
+                "parent_call_id": f"{call_prefix}/{k - 1}" if k else None,
+                "messages": messages[:i],
+                "tools": tools,
+                "completion": m,
+                "reward": reward,
+                "provenance": {
+                    "exact_tokens": False,
+                    "exact_messages": False,
+                    "reconstructed": True,
+                },
+                "branch_reason": first_reason if k == 0 else None,
+                "source_file": path,
+                "source_line": line,
+                "source_format": fmt,
+            },
+            file=path,
+            line=line,
+            fmt=fmt,
+        )
+        if isinstance(item, Reject):
+            item.reason = f"{where}.messages[{i}]: {item.reason}"
+        yield item
+        k += 1
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
+    doc, text = load_json(path)
+    if not isinstance(doc, list):
+        raise InputError(path, 1, "expected a tau-bench JSON list of {task_id, traj, reward}")
+    lines = list_element_lines(text, len(doc))
+    stem = _stem(path)
+    trials_seen: dict[str, int] = {}
+    for i, e in enumerate(doc):
+        line = lines[i]
+        if not isinstance(e, dict) or "task_id" not in e or not isinstance(e.get("traj"), list):
+            yield Reject(
+                file=path,
+                line=line,
+                format=TAU,
+                reason=f"[{i}]: expected an object with 'task_id' and a 'traj' list",
+            )
+            continue
+        task = str(e["task_id"])
+        n = trials_seen.get(task, 0)
+        trials_seen[task] = n + 1
+        trial = e.get("trial", n)
+        msgs = []
+        bad = None
+        for j, m in enumerate(e["traj"]):
+            if not isinstance(m, dict) or m.get("role") not in (
+                "system",
+                "user",
+                "assistant",
+                "tool",
+            ):
+                bad = f"[{i}].traj[{j}]: expected a message with role system/user/assistant/tool"
+                break
+            msgs.append(_tau_message(m))
+        if bad:
+            yield Reject(file=path, line=line, format=TAU, reason=bad)
+            continue
+        gid = f"{stem}:task-{task}"
+        if opts.group_by and e.get(opts.group_by) is not None:
+            gid = str(e[opts.group_by])
+        yield from _calls(
+            path=path,
+            fmt=TAU,
+            gid=gid,
+            call_prefix=f"task-{task}/trial-{trial}",
+            line=line,
+            messages=msgs,
+            is_call=[m["role"] == "assistant" for m in msgs],
+            tools=opts.tools,
+            reward=_float(e.get("reward")),
+            first_reason="new-trial" if n else None,
+            where=f"[{i}].traj",
+        )
+
+
+def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
+    doc, text = load_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
+        raise InputError(path, 1, "expected a tau2-bench results object with 'simulations'")
+    env = ((doc.get("info") or {}).get("environment_info")) or {}
+    policy = env.get("policy")
+    tools = env.get("tool_defs") if isinstance(env.get("tool_defs"), list) else opts.tools
+    system = opts.system_prompt or (tau2_system_prompt(policy) if policy else None)
+    stem = _stem(path)
+    trials_seen: dict[str, int] = {}
+    for i, s in enumerate(doc["simulations"]):
+        if not isinstance(s, dict) or not isinstance(s.get("messages"), list):
+            yield Reject(
+                file=path,
+                line=1,
+                format=TAU2,
+                reason=f"simulations[{i}]: expected an object with a 'messages' list",
+            )
+            continue
+        line = line_of(text, f'"{s["id"]}"') if s.get("id") else 1
+        task = str(s.get("task_id"))
+        n = trials_seen.get(task, 0)
+        trials_seen[task] = n + 1
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        is_call = [False] * len(msgs)
+        bad = None
+        for j, m in enumerate(s["messages"]):
+            role = m.get("role") if isinstance(m, dict) else None
+            if role not in ("user", "assistant", "tool"):
+                bad = f"simulations[{i}].messages[{j}]: unknown role {role!r}"
+                break
+            if role == "tool" and m.get("requestor", "assistant") != "assistant":
+                continue  # the user simulator's own tool results: the agent never sees them
+            mm = _tau_message(m)
+            if role == "user":
+                mm.pop("tool_calls", None)  # the user's tool calls are not shown to the agent
+            msgs.append(mm)
+            is_call.append(
+                role == "assistant"
+                and (m.get("raw_data") is not None or m.get("usage") is not None)
+            )
+        if bad:
+            yield Reject(file=path, line=line, format=TAU2, reason=bad)
+            continue
+        reward = _float((s.get("reward_info") or {}).get("reward"))
+        gid = f"{stem}:task-{task}"
+        if opts.group_by and s.get(opts.group_by) is not None:
+            gid = str(s[opts.group_by])
+        yield from _calls(
+            path=path,
+            fmt=TAU2,
+            gid=gid,
+            call_prefix=f"task-{task}/trial-{s.get('trial', n)}/{s.get('id', i)}",
+            line=line,
+            messages=msgs,
+            is_call=is_call,
+            tools=tools,
+            reward=reward,
+            first_reason="new-trial" if n else None,
+            where=f"simulations[{i}]",
+        )
+
+
+FORMATS = [
+    FormatSpec(name=TAU, sniff=sniff_tau, read=read_tau, priority=40),
+    FormatSpec(name=TAU2, sniff=sniff_tau2, read=read_tau2, priority=40),
+]
