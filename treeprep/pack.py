@@ -40,7 +40,7 @@ import json
 import os
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +49,7 @@ import pyarrow.ipc as ipc
 from treeprep.errors import ShardError, TreeprepError
 from treeprep.flops import DEFAULT_MODEL, ModelShape, load_model
 from treeprep.schemas.plan import PLAN_SCHEMA, CostModel, PlanSummary, StepInfo
+from treeprep.schemas.shard import TREE_SCHEMA
 
 
 class PackError(TreeprepError):
@@ -112,6 +113,8 @@ class Forest:
     seq_node: np.ndarray
     seq_count: np.ndarray
     seq_length: np.ndarray
+    #: other shard columns asked for by the loader
+    extra: dict[str, pa.ChunkedArray] = field(default_factory=dict)
 
     @property
     def num_trees(self) -> int:
@@ -210,18 +213,22 @@ def read_table(out_dir: str, name: str, columns: list[str]) -> pa.Table:
     return table.select(columns)
 
 
-def load_forest(out_dir: str) -> Forest:
-    """The planning columns of every tree of a finished build."""
+def load_forest(out_dir: str, *, extra: Sequence[str] = ()) -> Forest:
+    """The planning columns of every tree of a finished build; ``extra`` shard columns are kept
+    as they are in ``Forest.extra`` (one ChunkedArray each, trees in forest order)."""
     manifest_sha256(out_dir)
     names = shard_names(out_dir)
+    extras: dict[str, list] = {k: [] for k in extra}
     parts: dict[str, list] = {k: [] for k in ("shard", "row", "gid", "np", "nl", "nd", "sn", "sc")}
     parts["sl"] = []
     noff = [np.zeros(1, dtype=np.int64)]
     soff = [np.zeros(1, dtype=np.int64)]
     nbase = sbase = 0
     for i, name in enumerate(names):
-        t = read_table(out_dir, name, _PLAN_COLUMNS)
+        t = read_table(out_dir, name, _PLAN_COLUMNS + [k for k in extra if k not in _PLAN_COLUMNS])
         n = t.num_rows
+        for k in extra:
+            extras[k].extend(t.column(k).chunks)
         parts["shard"].append(np.full(n, i, dtype=np.int32))
         parts["row"].append(np.arange(n, dtype=np.int64))
         parts["gid"].extend(t.column("group_id").to_pylist())
@@ -241,7 +248,7 @@ def load_forest(out_dir: str) -> Forest:
     def cat(k: str, dtype: type = np.int64) -> np.ndarray:
         return np.concatenate(parts[k]) if parts[k] else np.zeros(0, dtype=dtype)
 
-    return Forest(
+    f = Forest(
         shard_names=names,
         tree_shard=cat("shard", np.int32),
         tree_row=cat("row"),
@@ -255,6 +262,10 @@ def load_forest(out_dir: str) -> Forest:
         seq_count=cat("sc"),
         seq_length=cat("sl"),
     )
+    for k in extra:
+        typ = TREE_SCHEMA.field(k).type
+        f.extra[k] = pa.chunked_array(extras[k], type=typ)
+    return f
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""``treeprep pack``: plan micro-batches, optimizer steps and ranks for training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("pack")(pack_cmd)
+
+
+def pack_cmd(
+    out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
+    budget: Annotated[int, typer.Option(help="Tokens per micro-batch (computed + recomputed).")],
+    world_size: Annotated[int, typer.Option(help="Data-parallel ranks.")] = 1,
+    steps_of: Annotated[
+        int, typer.Option(help="Micro-batches per rank per optimizer step (accumulation).")
+    ] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the epoch's tree order.")] = 0,
+    model: Annotated[
+        str | None, typer.Option(help="Cost model for rank balancing: preset or config.json.")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Plan folder name under OUT/plans/ (default from settings).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Cut large trees, bin-pack parts into micro-batches and balance them across ranks."""
+    from rich.console import Console
+
+    from treeprep.flops import DEFAULT_MODEL
+    from treeprep.pack import PackConfig, pack
+
+    cfg = PackConfig(
+        budget=budget,
+        world_size=world_size,
+        steps_of=steps_of,
+        seed=seed,
+        model=model or DEFAULT_MODEL,
+        name=name,
+    )
+    plan_dir, plan = pack(str(out), cfg)
+    s = plan.summary
+    if as_json:
+        d = s.model_dump(exclude={"step_info"})
+        d["plan_dir"] = plan_dir
+        typer.echo(json.dumps(d, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"treeprep pack -> {plan_dir}", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k in ("trees", "split_trees", "parts", "sequences", "steps", "micro_batches"):
+        t.add_row(k, f"{getattr(s, k):,}")
+    t.add_row("empty micro-batch slots", f"{s.empty_micro_batches:,}")
+    t.add_row("tokens_linear (N_flat)", f"{s.tokens_linear:,}")
+    t.add_row("tokens_tree (N_tree)", f"{s.tokens_tree:,}")
+    t.add_row("tokens_pack (N_pack)", f"{s.tokens_pack:,}")
+    t.add_row("recomputed prefix tokens", f"{s.tokens_recomputed:,}")
+    t.add_row("POR / ERR", f"{s.por:.3f} / {s.err:.3f}")
+    t.add_row("padding waste", f"{s.padding_waste:.3f}")
+    t.add_row(
+        f"rank imbalance mean / max ({s.cost_model.model})",
+        f"{s.imbalance_mean:.3f} / {s.imbalance_max:.3f}",
+    )
+    Console().print(t)

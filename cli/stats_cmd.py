@@ -1,0 +1,122 @@
+"""``treeprep stats``: counts, overlap, attention work and the estimated speedup of a build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stats")(stats_cmd)
+
+
+def stats_cmd(
+    out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model for the FLOP estimate: a preset (qwen3-8b, ...) or config.json."),
+    ] = None,
+    budget: Annotated[
+        int | None, typer.Option(help="Plan packing in memory with this token budget.")
+    ] = None,
+    plan: Annotated[
+        Path | None, typer.Option(help="Report an existing plan folder (OUT/plans/NAME).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the stats as JSON.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write distributions and speedups to a .png or .html file.")
+    ] = None,
+) -> None:
+    """How much the trees share, and what tree training should save on this data."""
+    from treeprep.flops import load_model
+    from treeprep.stats import collect, read_plan_summary, summarize, write_plot
+
+    shape = load_model(model) if model else None
+    summary = read_plan_summary(str(out), str(plan)) if plan else None
+    collected = collect(str(out))
+    stats = summarize(collected, model=shape, budget=budget, plan=summary, out_dir=str(out))
+    if plot is not None:
+        write_plot(collected, stats, str(plot))
+    if as_json:
+        typer.echo(json.dumps(stats, indent=2))
+    else:
+        _render(stats, out)
+    if plot is not None:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"wrote {plot}")
+
+
+def _render(s: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"treeprep stats {out}", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k in ("records_read", "records_rejected", "trees", "sequences", "nodes", "branch_points"):
+        t.add_row(k, f"{s[k]:,}")
+    t.add_row("tokens_linear (N_flat)", f"{s['tokens_linear']:,}")
+    t.add_row("tokens_tree (N_tree)", f"{s['tokens_tree']:,}")
+    t.add_row("POR", f"{s['por']:.3f}")
+    t.add_row("ideal speedup (linear layers)", f"{s['ideal_speedup']:.2f}x")
+    a = s["attention"]
+    t.add_row("attention pairs linear / tree", f"{a['pairs_linear']:,} / {a['pairs_tree']:,}")
+    t.add_row("attention ratio", f"{a['ratio']:.2f}x")
+    m = s["model"]
+    t.add_row(f"estimated speedup ({m['name']})", f"{m['speedup']:.2f}x")
+    if "packing" in s:
+        p = s["packing"]
+        t.add_row(f"tokens after packing (budget {p['budget']:,})", f"{p['tokens_pack']:,}")
+        t.add_row("ERR", f"{p['err']:.3f}")
+        t.add_row("padding waste", f"{p['padding_waste']:.3f}")
+        t.add_row(f"speedup after packing ({m['name']})", f"{p['model_speedup']:.2f}x")
+    con.print(t)
+
+    d = Table(title="distributions")
+    cols = ["min", "p10", "p50", "p90", "p99", "max", "mean"]
+    d.add_column("per tree")
+    for c in cols:
+        d.add_column(c, justify="right")
+    for k, q in s["distributions"].items():
+        d.add_row(k, *[f"{q[c]:,.0f}" if c != "mean" else f"{q[c]:,.1f}" for c in cols])
+    con.print(d)
+
+    f = Table(title="by input format")
+    for c in ("format", "records", "trees", "sequences", "tokens_linear", "tokens_tree", "POR"):
+        f.add_column(c, justify="right" if c != "format" else "left")
+    for name, v in s["by_format"].items():
+        f.add_row(
+            name or "-",
+            f"{v['records']:,}",
+            f"{v['trees']:,}",
+            f"{v['sequences']:,}",
+            f"{v['tokens_linear']:,}",
+            f"{v['tokens_tree']:,}",
+            f"{v['por']:.3f}",
+        )
+    con.print(f)
+
+    if s["by_branch_reason"]:
+        b = Table(title="branches by reason")
+        for c in ("reason", "branches", "sequences", "mean shared prefix"):
+            b.add_column(c, justify="right" if c != "reason" else "left")
+        for name, v in s["by_branch_reason"].items():
+            b.add_row(
+                name,
+                f"{v['branches']:,}",
+                f"{v['sequences']:,}",
+                f"{v['shared_prefix_tokens_mean']:,.0f}",
+            )
+        con.print(b)
+
+    sp = Table(title="estimated training speedup by model (unpacked)")
+    sp.add_column("model")
+    sp.add_column("speedup", justify="right")
+    for name, v in s["speedup_by_model"].items():
+        sp.add_row(name, f"{v:.2f}x")
+    con.print(sp)

@@ -1,0 +1,401 @@
+"""``treeprep stats``: is tree training worth it on this data, and by how much?
+
+Everything is computed column-wise over the shards: the node and sequence columns of every tree
+are flattened into numpy arrays once (:func:`treeprep.pack.load_forest`, no token ids are read),
+and per-tree figures are segment sums (``np.add.reduceat``). No Python loop runs per tree or per
+node, so a build of millions of nodes is summarized in about the time it takes to read it.
+
+The metrics follow ``NOTES.md`` section 2:
+
+* ``tokens_linear`` (N_flat, duplicates included), ``tokens_tree`` (N_tree), ``por = 1 - N_tree /
+  N_flat`` and ``ideal_speedup = N_flat / N_tree`` (the linear layers' bound);
+* attention pairs: linear ``sum_s L_s (L_s + 1) / 2 * count_s``, tree ``sum over unique tokens of
+  (depth + 1)``, and their ratio;
+* an estimated end-to-end speedup for a model from :mod:`treeprep.flops` (the FLOP model is
+  documented there), for the chosen model and for every preset (``speedup_by_model``);
+* with a budget (planned in memory with :mod:`treeprep.pack`) or an existing plan: ``tokens_pack``,
+  ``err = 1 - N_pack / N_flat``, the padding waste and the speedup after packing.
+
+The top-level keys ``trees``, ``sequences``, ``tokens_linear``, ``tokens_tree``, ``por``,
+``ideal_speedup``, ``records_read`` and ``records_rejected`` are an API: scripts read them.
+
+``branch_points`` counts the places where the trie forks (nodes with two or more children, plus
+groups with two or more roots); ``branching`` is the distribution of the number of ways each
+fork splits. ``branches`` counts the non-main children (the nodes with a branch reason).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from treeprep.errors import ShardError
+from treeprep.flops import DEFAULT_MODEL, PRESETS, ModelShape, load_model
+from treeprep.pack import Forest, PackConfig, load_forest, manifest_sha256, plan_forest
+from treeprep.pack import read_plan_summary as _read_plan_summary
+from treeprep.schemas.plan import PlanSummary
+
+#: quantiles reported for every distribution
+QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+
+@dataclass
+class Collected:
+    """Per-tree and per-node arrays behind the stats (kept for plotting)."""
+
+    forest: Forest
+    manifest: dict
+    source_format: np.ndarray  # per tree (object)
+    tokens_tree: np.ndarray
+    tokens_linear: np.ndarray
+    sequences: np.ndarray  # per tree, duplicates included
+    depth: np.ndarray  # per tree: longest root-to-node path in tokens
+    branching: np.ndarray  # per fork: number of ways it splits
+    branch_reason: np.ndarray  # per node (object), "" for main continuations
+    node_num_sequences: np.ndarray
+    pairs_tree: np.ndarray  # per tree
+    pairs_linear: np.ndarray  # per tree
+
+
+def quantiles(x: np.ndarray) -> dict[str, float]:
+    """min, p10, p50, p90, p99, max and mean of ``x`` (zeros for an empty array)."""
+    if len(x) == 0:
+        return {"min": 0, **dict.fromkeys(QUANTILES, 0.0), "max": 0, "mean": 0.0}
+    x = np.asarray(x)
+    out: dict[str, float] = {"min": _num(x.min())}
+    qs = np.quantile(x, list(QUANTILES.values()))
+    out.update({k: float(q) for k, q in zip(QUANTILES, qs, strict=True)})
+    out["max"] = _num(x.max())
+    out["mean"] = float(x.mean())
+    return out
+
+
+def _num(v) -> int | float:
+    return int(v) if np.issubdtype(np.asarray(v).dtype, np.integer) else float(v)
+
+
+def collect(out_dir: str) -> Collected:
+    """Read a finished build's planning columns and derive every per-tree array."""
+    path = os.path.join(out_dir, "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except OSError as e:
+        raise ShardError(f"{out_dir}: no readable manifest.json; not a finished build ({e})") from e
+    except ValueError as e:
+        raise ShardError(f"{path}: not valid JSON ({e})") from e
+    forest = load_forest(
+        out_dir, extra=["source_format", "node_branch_reason", "node_num_sequences"]
+    )
+    nt = forest.num_trees
+    fmt = np.array(forest.extra["source_format"].to_pylist(), dtype=object)
+    reasons_col = forest.extra["node_branch_reason"]
+    reasons = (
+        np.concatenate(
+            [c.flatten().to_numpy(zero_copy_only=False) for c in reasons_col.chunks]
+        ).astype(object)
+        if reasons_col.num_chunks
+        else np.zeros(0, dtype=object)
+    )
+    # forks: children per node (global ids), and roots per tree
+    nnodes = len(forest.node_parent)
+    tree_of_node = np.repeat(np.arange(nt), np.diff(forest.node_off))
+    par = forest.node_parent
+    inner = par >= 0
+    gpar = par[inner] + forest.node_off[:-1][tree_of_node[inner]]
+    kids = np.bincount(gpar, minlength=nnodes)
+    roots = np.bincount(tree_of_node[~inner], minlength=nt)
+    branching = np.concatenate([kids[kids >= 2], roots[roots >= 2]])
+    nns_col = forest.extra["node_num_sequences"]
+    nns = (
+        np.concatenate([ch.flatten().to_numpy() for ch in nns_col.chunks]).astype(np.int64)
+        if nns_col.num_chunks
+        else np.zeros(0, dtype=np.int64)
+    )
+    return Collected(
+        forest=forest,
+        manifest=manifest,
+        source_format=fmt,
+        tokens_tree=forest.tokens_tree(),
+        tokens_linear=forest.tokens_linear(),
+        sequences=forest._segsum(forest.seq_count, forest.seq_off),
+        depth=forest.longest_path(),
+        branching=branching,
+        branch_reason=reasons,
+        node_num_sequences=nns,
+        pairs_tree=forest.pairs_tree(),
+        pairs_linear=forest.pairs_linear(),
+    )
+
+
+def summarize(
+    c: Collected,
+    *,
+    model: ModelShape | None = None,
+    budget: int | None = None,
+    plan: PlanSummary | None = None,
+    out_dir: str | None = None,
+) -> dict:
+    """The stats dict from collected arrays (see the module docstring for the keys)."""
+    counts = c.manifest.get("counts", {})
+    tl = int(c.tokens_linear.sum())
+    tt = int(c.tokens_tree.sum())
+    pl = int(c.pairs_linear.sum())
+    pt = int(c.pairs_tree.sum())
+    shape = model or load_model(DEFAULT_MODEL)
+    out: dict = {
+        "trees": int(c.forest.num_trees),
+        "sequences": int(c.sequences.sum()),
+        "tokens_linear": tl,
+        "tokens_tree": tt,
+        "por": 1 - tt / tl if tl else 0.0,
+        "ideal_speedup": tl / tt if tt else 1.0,
+        "records_read": int(counts.get("records_read", 0)),
+        "records_rejected": int(counts.get("records_rejected", 0)),
+        "records_in_trees": int(counts.get("records_in_trees", 0)),
+        "sequence_entries": int(len(c.forest.seq_node)),
+        "nodes": int(len(c.forest.node_parent)),
+        "branch_points": int(len(c.branching)),
+        "branches": int((c.branch_reason != "").sum()),
+        "attention": {
+            "pairs_linear": pl,
+            "pairs_tree": pt,
+            "ratio": pl / pt if pt else 1.0,
+        },
+        "distributions": {
+            "tokens_per_tree": quantiles(c.tokens_tree),
+            "tokens_linear_per_tree": quantiles(c.tokens_linear),
+            "sequences_per_tree": quantiles(c.sequences),
+            "depth": quantiles(c.depth),
+            "branching": quantiles(c.branching),
+            "sequence_length": quantiles(np.repeat(c.forest.seq_length, c.forest.seq_count)),
+        },
+        "by_format": _by_format(c),
+        "by_branch_reason": _by_reason(c),
+        "model": _model_block(shape, tl, tt, pl, pt),
+        "speedup_by_model": {
+            name: _model_block(m, tl, tt, pl, pt)["speedup"] for name, m in PRESETS.items()
+        },
+    }
+    if plan is None and budget is not None:
+        if out_dir is None:
+            raise ValueError("summarize(budget=...) needs out_dir")
+        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL)
+        plan = plan_forest(
+            c.forest, cfg, manifest_sha=manifest_sha256(out_dir), model=shape
+        ).summary
+    if plan is not None:
+        out["packing"] = _packing_block(plan, shape, tl, pl)
+    return out
+
+
+def _model_block(m: ModelShape, tl: int, tt: int, pl: int, pt: int) -> dict:
+    fl, ft = m.flops(tl, pl), m.flops(tt, pt)
+    bl = m.breakdown(tl, pl)
+    return {
+        "name": m.name,
+        "params_total": m.params_total,
+        "params_active_nonembedding": m.params_nonembedding_active,
+        "flops_linear": fl,
+        "flops_tree": ft,
+        "speedup": fl / ft if ft else 1.0,
+        "linear_flops_share": {k: v / fl if fl else 0.0 for k, v in bl.items()},
+    }
+
+
+def _packing_block(p: PlanSummary, m: ModelShape, tl: int, pl: int) -> dict:
+    fl = m.flops(tl, pl)
+    fp = m.flops(p.tokens_pack, p.attn_pairs_pack)
+    return {
+        "budget": p.budget,
+        "world_size": p.world_size,
+        "steps_of": p.steps_of,
+        "tokens_pack": p.tokens_pack,
+        "tokens_recomputed": p.tokens_recomputed,
+        "err": p.err,
+        "padding_waste": p.padding_waste,
+        "split_trees": p.split_trees,
+        "parts": p.parts,
+        "micro_batches": p.micro_batches,
+        "steps": p.steps,
+        "attn_pairs_pack": p.attn_pairs_pack,
+        "linear_speedup": tl / p.tokens_pack if p.tokens_pack else 1.0,
+        "model_speedup": fl / fp if fp else 1.0,
+        "imbalance_mean": p.imbalance_mean,
+        "imbalance_max": p.imbalance_max,
+    }
+
+
+def _by_format(c: Collected) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    records = c.manifest.get("formats", {})
+    for fmt in sorted(set(c.source_format.tolist()) | set(records)):
+        sel = c.source_format == fmt
+        tl = int(c.tokens_linear[sel].sum())
+        tt = int(c.tokens_tree[sel].sum())
+        out[fmt] = {
+            "records": int(records.get(fmt, 0)),
+            "trees": int(sel.sum()),
+            "sequences": int(c.sequences[sel].sum()),
+            "tokens_linear": tl,
+            "tokens_tree": tt,
+            "por": 1 - tt / tl if tl else 0.0,
+        }
+    return out
+
+
+def _by_reason(c: Collected) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    r = c.branch_reason
+    depth = c.forest.node_depth
+    for reason in sorted(set(r[r != ""].tolist())):
+        sel = r == reason
+        out[reason] = {
+            "branches": int(sel.sum()),
+            "sequences": int(c.node_num_sequences[sel].sum()),
+            "shared_prefix_tokens_mean": float(depth[sel].mean()),
+        }
+    return out
+
+
+def compute_stats(
+    out_dir: str,
+    *,
+    model: str | ModelShape | None = None,
+    budget: int | None = None,
+    plan: str | None = None,
+) -> dict:
+    """Stats of a finished build as a JSON-able dict.
+
+    ``model``: a preset name or a ``config.json`` path (default: the packer's default model);
+    ``budget``: plan in memory with that token budget; ``plan``: a plan folder written by
+    ``treeprep pack`` (wins over ``budget``).
+    """
+    shape = load_model(model) if isinstance(model, str) else model
+    summary = read_plan_summary(out_dir, plan) if plan else None
+    return summarize(collect(out_dir), model=shape, budget=budget, plan=summary, out_dir=out_dir)
+
+
+def read_plan_summary(out_dir: str, plan_dir: str) -> PlanSummary:
+    """A plan's summary, checked against the build it claims to be for."""
+    s = _read_plan_summary(plan_dir)
+    sha = manifest_sha256(out_dir)
+    if s.manifest_sha256 != sha:
+        raise ShardError(
+            f"{plan_dir}: plan was made for another build (manifest sha256 "
+            f"{s.manifest_sha256[:12]}, this build {sha[:12]}); re-run treeprep pack"
+        )
+    return s
+
+
+# --------------------------------------------------------------------------------------------
+# plots
+# --------------------------------------------------------------------------------------------
+
+
+def write_plot(c: Collected, stats: dict, path: str) -> None:
+    """Distributions and the speedup by model size: a PNG (matplotlib, imported here) for a
+    ``.png`` path, otherwise a self-contained HTML page with inline SVG charts."""
+    if path.lower().endswith(".png"):
+        _plot_png(c, stats, path)
+    else:
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(_html(c, stats))
+        os.replace(tmp, path)
+
+
+def _speedups(stats: dict) -> list[tuple[str, float]]:
+    by = stats["speedup_by_model"]
+    return sorted(by.items(), key=lambda kv: PRESETS[kv[0]].params_total)
+
+
+def _plot_png(c: Collected, stats: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ShardError("--plot FILE.png needs matplotlib (pip install treeprep[plot])") from e
+    fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
+    lo = max(1, int(min(c.tokens_tree.min(initial=1), c.tokens_linear.min(initial=1))))
+    hi = max(2, int(max(c.tokens_linear.max(initial=2), c.tokens_tree.max(initial=2))))
+    bins = np.geomspace(lo, hi * 1.01, 30)
+    ax[0, 0].hist(c.tokens_linear, bins=bins, alpha=0.6, label="linear (tokens_linear)")
+    ax[0, 0].hist(c.tokens_tree, bins=bins, alpha=0.6, label="tree (tokens_tree)")
+    ax[0, 0].set_xscale("log")
+    ax[0, 0].set_title("tokens per tree")
+    ax[0, 0].legend()
+    ax[0, 1].hist(c.sequences, bins=min(40, max(5, len(np.unique(c.sequences)))))
+    ax[0, 1].set_title("sequences per tree")
+    ax[1, 0].hist(c.depth, bins=30)
+    ax[1, 0].set_title("depth per tree (longest path, tokens)")
+    sp = _speedups(stats)
+    names = [n for n, _ in sp]
+    ax[1, 1].bar(range(len(sp)), [v for _, v in sp], color="tab:green", label="estimated, unpacked")
+    ax[1, 1].axhline(stats["ideal_speedup"], color="k", ls="--", label="ideal (N_flat / N_tree)")
+    ax[1, 1].axhline(stats["attention"]["ratio"], color="tab:red", ls=":", label="attention ratio")
+    if "packing" in stats:
+        pk = stats["packing"]
+        ax[1, 1].axhline(
+            pk["linear_speedup"], color="tab:blue", ls="-.", label=f"packed @ {pk['budget']}"
+        )
+    ax[1, 1].set_xticks(range(len(sp)), names, rotation=30, ha="right")
+    ax[1, 1].set_title("estimated training speedup by model")
+    ax[1, 1].legend(fontsize=8)
+    fig.suptitle(
+        f"{stats['trees']:,} trees, {stats['sequences']:,} sequences, "
+        f"POR {stats['por']:.3f}, ideal {stats['ideal_speedup']:.2f}x"
+    )
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _svg_bars(items: list[tuple[str, float]], fmt: str, width: int = 520) -> str:
+    top = max((v for _, v in items), default=1.0) or 1.0
+    h = 22 * len(items) + 6
+    rows = []
+    for i, (label, v) in enumerate(items):
+        w = int((width - 200) * v / top)
+        y = 22 * i + 4
+        rows.append(
+            f'<text x="0" y="{y + 14}" font-size="12">{_esc(label)}</text>'
+            f'<rect x="150" y="{y}" width="{w}" height="16" fill="#4c9a5f"/>'
+            f'<text x="{155 + w}" y="{y + 13}" font-size="11">{fmt.format(v)}</text>'
+        )
+    return f'<svg width="{width}" height="{h}">{"".join(rows)}</svg>'
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _html(c: Collected, stats: dict) -> str:
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>treeprep stats</title>",
+        "<body style='font-family:sans-serif;max-width:760px'>",
+        f"<h2>treeprep stats: {stats['trees']:,} trees, {stats['sequences']:,} sequences</h2>",
+        f"<p>tokens_linear {stats['tokens_linear']:,}, tokens_tree {stats['tokens_tree']:,}, "
+        f"POR {stats['por']:.3f}, ideal speedup {stats['ideal_speedup']:.2f}x, attention ratio "
+        f"{stats['attention']['ratio']:.2f}x</p>",
+        "<h3>estimated training speedup by model</h3>",
+        _svg_bars([(n, v) for n, v in _speedups(stats)], "{:.2f}x"),
+    ]
+    for key, title in (
+        ("tokens_per_tree", "tokens per tree"),
+        ("sequences_per_tree", "sequences per tree"),
+        ("depth", "depth per tree (tokens)"),
+        ("branching", "branching factor at forks"),
+    ):
+        q = stats["distributions"][key]
+        items = [(k, float(q[k])) for k in ("min", *QUANTILES, "max")]
+        parts += [f"<h3>{title}</h3>", _svg_bars(items, "{:,.0f}")]
+    parts.append("</body>")
+    return "\n".join(parts)
