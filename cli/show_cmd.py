@@ -1,0 +1,71 @@
+"""``treeprep show``: draw one tree of a build (rich), or list the groups."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("show")(show_cmd)
+
+
+def show_cmd(
+    out: Annotated[Path, typer.Argument(help="A build folder (treeprep build -o OUT).")],
+    group: Annotated[
+        str | None, typer.Argument(help="Group (tree) id; default: the largest tree.")
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="Tokenizer folder for previews (default: the one the build used)."),
+    ] = None,
+    max_nodes: Annotated[int, typer.Option(help="Draw at most this many segments.")] = 60,
+    list_groups: Annotated[
+        bool, typer.Option("--list", help="List the groups (trees) instead of drawing one.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the view as JSON.")] = False,
+) -> None:
+    """Draw one token tree: token counts, sequences per node, branch reasons, text previews."""
+    from rich.console import Console
+
+    from treeprep import show as sh
+
+    if list_groups:
+        rows = sh.list_groups(str(out))
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        from rich.table import Table
+
+        t = Table(title=f"trees in {out}")
+        for col in ("group_id", "source_format", "sequences", "nodes", "tokens_tree"):
+            t.add_column(
+                col, justify="right" if col not in ("group_id", "source_format") else "left"
+            )
+        for r in rows:
+            t.add_row(
+                r["group_id"],
+                r["source_format"],
+                f"{r['sequences']:,}",
+                f"{r['nodes']:,}",
+                f"{r['tokens_tree']:,}",
+            )
+        Console().print(t)
+        return
+    view = sh.show(
+        sh.ShowConfig(
+            out=str(out),
+            group=group,
+            tokenizer=str(tokenizer) if tokenizer else None,
+            max_nodes=max_nodes,
+        )
+    )
+    if as_json:
+        typer.echo(json.dumps(view, indent=2, ensure_ascii=False))
+        return
+    if view.get("decoder_note"):
+        Console(stderr=True).print(f"[yellow]previews show token ids: {view['decoder_note']}[/]")
+    Console().print(sh.render_view(view))
