@@ -159,7 +159,7 @@ def _norm(name: str) -> str:
     return name.lower().replace("_", "-").removeprefix("qwen/").removeprefix("meta-llama/")
 
 
-def from_config(config: dict, *, name: str = "config") -> ModelShape:
+def from_config(config: dict, *, name: str = "config", source: str | None = None) -> ModelShape:
     """A :class:`ModelShape` from a Hugging Face ``config.json`` dict (dense or MoE)."""
     cfg = config.get("text_config", config) if "num_hidden_layers" not in config else config
 
@@ -167,7 +167,7 @@ def from_config(config: dict, *, name: str = "config") -> ModelShape:
         for k in keys:
             if cfg.get(k) is not None:
                 return int(cfg[k])
-        raise TreeprepError(f"{name}: config has none of {', '.join(keys)}")
+        raise TreeprepError(f"{source or name}: model config has none of {', '.join(keys)}")
 
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
@@ -210,7 +210,7 @@ def load_model(spec: str) -> ModelShape:
             raise TreeprepError(f"{p}: not a readable JSON model config ({e})") from e
         if not isinstance(cfg, dict):
             raise TreeprepError(f"{p}: expected a JSON object (a Hugging Face config.json)")
-        return from_config(cfg, name=p.parent.name or p.stem)
+        return from_config(cfg, name=p.parent.name or p.stem, source=str(p))
     raise TreeprepError(
         f"unknown model {spec!r}: give a config.json path or one of {', '.join(PRESETS)}"
     )
