@@ -1,0 +1,96 @@
+"""anthropic (Messages API request/response logs) adapter on our sample and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from treeprep.schemas import ChatCall, Reject
+
+from treeprep.formats import detect_format
+from treeprep.formats.anthropic import FORMAT, convert_tools
+from treeprep.formats.base import ReadOptions
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "anthropic_messages.jsonl"
+
+
+def _split(path, opts=None):
+    items = list(FORMAT.read(str(path), opts or ReadOptions()))
+    return [i for i in items if isinstance(i, ChatCall)], [
+        i for i in items if isinstance(i, Reject)
+    ]
+
+
+def test_sample():
+    assert detect_format(str(SAMPLE), SAMPLE.read_bytes()[:65536]) is FORMAT
+    calls, rej = _split(SAMPLE, ReadOptions(group_by="session_id"))
+    assert rej == [] and [c.call_id for c in calls] == ["msg_01Lis1", "msg_01Lis2", "msg_01Por1"]
+    assert {c.group_id for c in calls} == {"trip-1"}
+    c0, c1, c2 = calls
+    assert c0.messages[0].content == "You are a concise travel assistant."
+    assert [t["function"]["name"] for t in c0.tools] == ["get_weather", "get_time"]
+    assert c0.completion.reasoning_content.startswith("I need both")
+    assert [t.function.arguments for t in c0.completion.tool_calls] == [
+        {"city": "Lisbon"},
+        {"city": "Lisbon"},
+    ]
+    assert [(m.role, m.tool_call_id, m.content) for m in c1.messages[3:]] == [
+        ("tool", "toolu_w1", "14°C, light rain until 18:00"),
+        ("tool", "toolu_t1", "16:05 (WET)"),
+    ]
+    # the next request carries the earlier response exactly
+    assert c1.messages[2] == c0.completion
+    assert c2.messages[: len(c1.messages) + 1] == c1.messages + [c1.completion]
+    assert all(c.provenance.exact_messages and not c.provenance.reconstructed for c in calls)
+
+
+def test_convert_tools_drops_server_tools():
+    out = convert_tools(
+        [
+            {"name": "f", "input_schema": {"type": "object"}},
+            {"type": "web_search_20250305", "name": "web_search"},
+        ]
+    )
+    assert out == [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    ]
+
+
+def test_bad_lines(tmp_path):
+    ok = json.loads(SAMPLE.read_text().splitlines()[0])
+    bad_role = json.loads(json.dumps(ok))
+    bad_role["request"]["messages"].append({"role": "system", "content": "x"})
+    orphan = json.loads(json.dumps(ok))
+    orphan["request"]["messages"] = [
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "?"}],
+        }
+    ]
+    p = tmp_path / "a.jsonl"
+    p.write_text(
+        "\n".join(
+            [
+                json.dumps(ok),
+                "{oops",
+                json.dumps(bad_role),
+                json.dumps(orphan),
+                json.dumps({"request": ok["request"], "response": {"choices": []}}),
+            ]
+        )
+    )
+    calls, rej = _split(p)
+    assert len(calls) == 1
+    assert [r.line for r in rej] == [2, 3, 4, 5]
+    assert "malformed JSON" in rej[0].reason
+    assert "role 'system'" in rej[1].reason
+    assert "tool_call_id 'nope'" in rej[2].reason
+    assert "'response' Messages API object" in rej[3].reason
+
+
+def test_sniff_rejects_openai_chat():
+    line = {
+        "messages": [{"role": "user", "content": "x"}],
+        "response": {"choices": [{"message": {"role": "assistant", "content": "y"}}]},
+    }
+    assert not FORMAT.sniff("x.jsonl", json.dumps(line).encode() + b"\n")

@@ -1,0 +1,224 @@
+"""claude-code adapter: real sessions (skipped without ../shared), our sample, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from treeprep.schemas import ChatCall, Reject
+
+from treeprep.formats import detect_format
+from treeprep.formats.base import ReadOptions
+from treeprep.formats.claude_code import FORMAT, read
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+CC = DATA / "logs" / "claude-code"
+SESSION = "258c7280-ae70-4798-800f-63464d01a85d"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "claude-code"
+SAMPLE_SESSION = "7e1d2c3b-0a9f-4e8d-b7c6-5a4f3e2d1c0b"
+real = pytest.mark.skipif(not CC.is_dir(), reason="../shared/data is absent")
+
+
+def _split(path: Path, opts: ReadOptions | None = None) -> tuple[list[ChatCall], list[Reject]]:
+    items = list(read(str(path), opts or ReadOptions()))
+    return (
+        [i for i in items if isinstance(i, ChatCall)],
+        [i for i in items if isinstance(i, Reject)],
+    )
+
+
+@real
+def test_real_main_session_merges_responses_by_message_id():
+    calls, rejects = _split(CC / f"{SESSION}.jsonl")
+    assert rejects == []
+    assert len(calls) == 152  # 299 assistant lines = 152 API responses
+    assert {c.group_id for c in calls} == {SESSION}
+    assert {c.agent_id for c in calls} == {"main"}
+    assert sum(len(c.completion.tool_calls or []) > 1 for c in calls) == 22  # parallel tool calls
+    assert all(c.provenance.reconstructed and not c.provenance.exact_messages for c in calls)
+    # every call continues the previous one exactly, except the first after the compaction
+    for a, b in zip(calls, calls[1:], strict=False):
+        ext = a.messages + [a.completion]
+        if b.branch_reason == "compaction":
+            assert b.messages[0].text().startswith("This session is being continued")
+            assert len(b.messages) == 1 and b.source_line == 1261
+        else:
+            assert b.messages[: len(ext)] == ext
+    assert [c.branch_reason for c in calls].count("compaction") == 1
+
+
+@real
+def test_real_subagent_and_compaction_files_join_the_session_tree():
+    main, _ = _split(CC / f"{SESSION}.jsonl")
+    sub, rej = _split(CC / SESSION / "subagents" / "agent-a881341.jsonl")
+    assert rej == [] and len(sub) == 3
+    assert {c.agent_id for c in sub} == {"a881341"} and {c.group_id for c in sub} == {SESSION}
+    assert {c.branch_reason for c in sub} == {"sub-agent"}
+    task_call = next(c for c in main if c.call_id == sub[0].parent_call_id)
+    assert any(
+        tc.function.name == "Task" and tc.id == "toolu_01VmaERAwhb19LGUwu9GenaK"
+        for tc in task_call.completion.tool_calls or []
+    )
+    comp, rej = _split(CC / SESSION / "subagents" / "agent-acompact-fffbd0.jsonl")
+    assert rej == [] and len(comp) == 1
+    c = comp[0]
+    assert c.branch_reason == "compaction" and c.group_id == SESSION
+    assert c.agent_id == "acompact-fffbd0"
+    pre = next(x for x in main if x.call_id == c.parent_call_id)
+    ext = pre.messages + [pre.completion]
+    assert c.messages[: len(ext)] == ext  # the summariser continues the pre-compaction prefix
+    assert c.messages[-1].text().startswith("Your task is to create a detailed summary")
+
+
+@real
+@pytest.mark.parametrize(
+    ("name", "n_calls"), [("short.jsonl", 1), ("subagent.jsonl", 12), ("tool_heavy.jsonl", 4)]
+)
+def test_real_short_sessions(name, n_calls):
+    path = CC / name
+    assert detect_format(str(path), path.read_bytes()[:65536]) is FORMAT
+    calls, rejects = _split(path)
+    assert rejects == [] and len(calls) == n_calls
+
+
+def test_sample_session_with_subagent_and_compaction():
+    calls, rej = _split(SAMPLE / f"{SAMPLE_SESSION}.jsonl")
+    assert rej == []
+    assert [c.call_id for c in calls] == ["msg_A1", "msg_A2", "msg_A3", "msg_A4", "msg_A5"]
+    a1 = calls[0]
+    assert a1.completion.reasoning_content.startswith("I should look")
+    assert [tc.id for tc in a1.completion.tool_calls] == ["toolu_R1", "toolu_R2"]
+    # both parallel results follow the response, the off-chain one included
+    a2 = calls[1]
+    assert [m.role for m in a2.messages] == ["user", "assistant", "tool", "tool"]
+    assert [m.tool_call_id for m in a2.messages[2:]] == ["toolu_R1", "toolu_R2"]
+    a3 = calls[2]
+    assert a3.messages[-1].role == "user" and "system-reminder" in a3.messages[-1].text()
+    assert calls[3].branch_reason == "compaction" and len(calls[3].messages) == 1
+    assert calls[4].branch_reason is None
+    sub, rej = _split(SAMPLE / SAMPLE_SESSION / "subagents" / "agent-b5e71c2.jsonl")
+    assert rej == [] and [c.parent_call_id for c in sub] == ["msg_A2", "msg_S1"]
+    comp, rej = _split(SAMPLE / SAMPLE_SESSION / "subagents" / "agent-acompact-9d1e.jsonl")
+    assert rej == [] and comp[0].parent_call_id == "msg_A3"
+    ext = calls[2].messages + [calls[2].completion]
+    assert comp[0].messages[: len(ext)] == ext
+    assert comp[0].messages[len(ext)].role == "tool"
+
+
+def test_system_prompt_and_tools_options():
+    tools = [{"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}]
+    calls, _ = _split(
+        SAMPLE / f"{SAMPLE_SESSION}.jsonl",
+        ReadOptions(system_prompt="You are Claude.", tools=tools),
+    )
+    assert all(c.messages[0].role == "system" and c.tools == tools for c in calls)
+    assert calls[0].messages[0].content == "You are Claude."
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+def _line(uuid, parent, type_, content, mid=None, **kw):
+    d = {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "sessionId": "s-bad",
+        "type": type_,
+        "uuid": uuid,
+        **kw,
+    }
+    if type_ == "assistant":
+        d["message"] = {"id": mid, "role": "assistant", "model": "m", "content": content}
+    else:
+        d["message"] = {"role": "user", "content": content}
+    return d
+
+
+def _write(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def _text(t):
+    return [{"type": "text", "text": t}]
+
+
+def test_broken_chain_and_cycle_reject_only_their_calls(tmp_path):
+    p = _write(
+        tmp_path / "bad.jsonl",
+        [
+            _line("u1", None, "user", "hi"),
+            _line("a1", "u1", "assistant", _text("hello"), "m1"),
+            _line("u2", "a1", "user", "more"),
+            _line("a2", "u2", "assistant", _text("ok"), "m2"),
+            _line("u3", "nowhere", "user", "lost"),  # broken chain (line 5)
+            _line("a3", "u3", "assistant", _text("??"), "m3"),
+            _line("x1", "x2", "user", "loop"),  # a cycle x1 -> x2 -> x1
+            _line("x2", "x1", "user", "loop"),
+            _line("a4", "x2", "assistant", _text("!!"), "m4"),
+        ],
+    )
+    calls, rej = _split(p)
+    assert [c.call_id for c in calls] == ["m1", "m2"]
+    assert [(r.line, r.call_id) for r in rej] == [(6, "m3"), (9, "m4")]
+    assert "broken parent chain: parentUuid nowhere (from line 5)" in rej[0].reason
+    assert "cycle in parentUuid" in rej[1].reason
+    assert all(r.file == str(p) and r.format == "claude-code" for r in rej)
+
+
+def test_orphan_tool_result_is_one_reject_and_left_out(tmp_path):
+    p = _write(
+        tmp_path / "orphan.jsonl",
+        [
+            _line("u1", None, "user", "hi"),
+            _line("a1", "u1", "assistant", _text("hello"), "m1"),
+            _line(
+                "u2",
+                "a1",
+                "user",
+                [{"type": "tool_result", "tool_use_id": "toolu_gone", "content": "?"}],
+            ),
+            _line("u3", "u2", "user", "go on"),
+            _line("a2", "u3", "assistant", _text("ok"), "m2"),
+        ],
+    )
+    calls, rej = _split(p)
+    assert [c.call_id for c in calls] == ["m1", "m2"]
+    assert [m.role for m in calls[1].messages] == ["user", "assistant", "user"]
+    assert len(rej) == 1 and rej[0].line == 3
+    assert "tool_use_id toolu_gone has no matching tool_use" in rej[0].reason
+
+
+def test_subagent_file_without_parent_session_rejects_each_call(tmp_path):
+    d = tmp_path / "sess-x" / "subagents"
+    d.mkdir(parents=True)
+    lines = [
+        _line("s1", None, "user", "look around", agentId="q1", isSidechain=True),
+        _line("s2", "s1", "assistant", _text("done"), "ms1", agentId="q1", isSidechain=True),
+        "not json",
+    ]
+    p = d / "agent-q1.jsonl"
+    p.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines))
+    calls, rej = _split(p)
+    assert calls == []
+    assert [(r.line, r.call_id) for r in rej] == [(2, "ms1"), (3, None)]
+    assert "parent session file s-bad.jsonl is absent" in rej[0].reason
+    assert "malformed JSON" in rej[1].reason
+
+
+def test_sniff_is_specific():
+    head = json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode() + b"\n"
+    assert not FORMAT.sniff("x.jsonl", head)
+
+
+@real
+def test_real_calls_render_with_qwen3():
+    render = pytest.importorskip("treeprep.render")
+    r = render.Renderer.load(str(DATA / "tokenizers" / "qwen3"))
+    calls, _ = _split(CC / "tool_heavy.jsonl")
+    sub, _ = _split(CC / SESSION / "subagents" / "agent-a881341.jsonl")
+    for i, c in enumerate(calls + sub):
+        seq = r.render(c, group_id=c.group_id, order=i)
+        assert len(seq.tokens) > 0 and seq.loss_spans
+        assert r.decode(seq.tokens).startswith("<|im_start|>user\n")
