@@ -50,6 +50,16 @@ def stats_cmd(
         Console(stderr=True).print(f"wrote {plot}")
 
 
+_SHORT = {
+    "tokens_per_tree": "tokens/tree",
+    "tokens_linear_per_tree": "linear tok/tree",
+    "sequences_per_tree": "seqs/tree",
+    "depth": "depth/tree",
+    "branching": "branching",
+    "sequence_length": "seq length",
+}
+
+
 def _render(s: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -69,7 +79,9 @@ def _render(s: dict, out: Path) -> None:
     t.add_row("attention ratio", f"{a['ratio']:.2f}x")
     m = s["model"]
     t.add_row(f"estimated speedup ({m['name']})", f"{m['speedup']:.2f}x")
-    if "packing" in s:
+    if "packing" in s and "error" in s["packing"]:
+        Console(stderr=True).print(f"[yellow]no packing figures:[/] {s['packing']['error']}")
+    elif "packing" in s:
         p = s["packing"]
         t.add_row(f"tokens after packing (budget {p['budget']:,})", f"{p['tokens_pack']:,}")
         t.add_row("ERR", f"{p['err']:.3f}")
@@ -78,16 +90,18 @@ def _render(s: dict, out: Path) -> None:
     con.print(t)
 
     d = Table(title="distributions")
-    cols = ["min", "p10", "p50", "p90", "p99", "max", "mean"]
-    d.add_column("per tree")
+    cols = ["min", "p50", "p90", "p99", "max", "mean"]  # --json has p10 too
+    d.add_column("", no_wrap=True)
     for c in cols:
         d.add_column(c, justify="right")
     for k, q in s["distributions"].items():
-        d.add_row(k, *[f"{q[c]:,.0f}" if c != "mean" else f"{q[c]:,.1f}" for c in cols])
+        d.add_row(
+            _SHORT.get(k, k), *[f"{q[c]:,.0f}" if c != "mean" else f"{q[c]:,.1f}" for c in cols]
+        )
     con.print(d)
 
     f = Table(title="by input format")
-    for c in ("format", "records", "trees", "sequences", "tokens_linear", "tokens_tree", "POR"):
+    for c in ("format", "records", "trees", "sequences", "N_flat", "N_tree", "POR"):
         f.add_column(c, justify="right" if c != "format" else "left")
     for name, v in s["by_format"].items():
         f.add_row(

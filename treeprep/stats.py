@@ -34,7 +34,14 @@ import numpy as np
 
 from treeprep.errors import ShardError
 from treeprep.flops import DEFAULT_MODEL, PRESETS, ModelShape, load_model
-from treeprep.pack import Forest, PackConfig, load_forest, manifest_sha256, plan_forest
+from treeprep.pack import (
+    Forest,
+    PackConfig,
+    PackError,
+    load_forest,
+    manifest_sha256,
+    plan_forest,
+)
 from treeprep.pack import read_plan_summary as _read_plan_summary
 from treeprep.schemas.plan import PlanSummary
 
@@ -184,9 +191,11 @@ def summarize(
         if out_dir is None:
             raise ValueError("summarize(budget=...) needs out_dir")
         cfg = PackConfig(budget=budget, model=DEFAULT_MODEL)
-        plan = plan_forest(
-            c.forest, cfg, manifest_sha=manifest_sha256(out_dir), model=shape
-        ).summary
+        sha = manifest_sha256(out_dir)
+        try:
+            plan = plan_forest(c.forest, cfg, manifest_sha=sha, model=shape).summary
+        except PackError as e:  # the counts stand; the packing figures name the problem
+            out["packing"] = {"budget": budget, "error": str(e)}
     if plan is not None:
         out["packing"] = _packing_block(plan, shape, tl, pl)
     return out
@@ -339,7 +348,7 @@ def _plot_png(c: Collected, stats: dict, path: str) -> None:
     ax[1, 1].bar(range(len(sp)), [v for _, v in sp], color="tab:green", label="estimated, unpacked")
     ax[1, 1].axhline(stats["ideal_speedup"], color="k", ls="--", label="ideal (N_flat / N_tree)")
     ax[1, 1].axhline(stats["attention"]["ratio"], color="tab:red", ls=":", label="attention ratio")
-    if "packing" in stats:
+    if "packing" in stats and "error" not in stats["packing"]:
         pk = stats["packing"]
         ax[1, 1].axhline(
             pk["linear_speedup"], color="tab:blue", ls="-.", label=f"packed @ {pk['budget']}"
