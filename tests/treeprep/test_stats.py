@@ -189,6 +189,10 @@ def test_budget_and_plan_give_the_packing_figures(build) -> None:
     assert pk["err"] <= s["por"]
     assert pk["linear_speedup"] == pytest.approx(s["tokens_linear"] / pk["tokens_pack"])
     assert pk["model_speedup"] < s["model"]["speedup"]
+    # a budget below the longest path (13 tokens) keeps the counts and names the problem
+    bad = compute_stats(str(out), budget=12)
+    assert bad["tokens_tree"] == s["tokens_tree"]
+    assert "13 tokens, over the budget of 12" in bad["packing"]["error"]
     plan_dir, _ = pack(str(out), PackConfig(budget=14, world_size=2))
     s2 = compute_stats(str(out), plan=plan_dir)
     assert s2["packing"]["world_size"] == 2 and s2["packing"]["tokens_pack"] == pk["tokens_pack"]
