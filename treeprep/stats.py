@@ -331,7 +331,7 @@ def _plot_png(c: Collected, stats: dict, path: str) -> None:
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ShardError("--plot FILE.png needs matplotlib (pip install treeprep[plot])") from e
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
-    lo = max(1, int(min(c.tokens_tree.min(initial=1), c.tokens_linear.min(initial=1))))
+    lo = max(1, int(c.tokens_tree.min())) if len(c.tokens_tree) else 1
     hi = max(2, int(max(c.tokens_linear.max(initial=2), c.tokens_tree.max(initial=2))))
     bins = np.geomspace(lo, hi * 1.01, 30)
     ax[0, 0].hist(c.tokens_linear, bins=bins, alpha=0.6, label="linear (tokens_linear)")
@@ -346,12 +346,16 @@ def _plot_png(c: Collected, stats: dict, path: str) -> None:
     sp = _speedups(stats)
     names = [n for n, _ in sp]
     ax[1, 1].bar(range(len(sp)), [v for _, v in sp], color="tab:green", label="estimated, unpacked")
-    ax[1, 1].axhline(stats["ideal_speedup"], color="k", ls="--", label="ideal (N_flat / N_tree)")
+    ideal = stats["ideal_speedup"]
+    ax[1, 1].axhline(ideal, color="k", ls="--", label="linear layers (N_flat / N_tree)")
     ax[1, 1].axhline(stats["attention"]["ratio"], color="tab:red", ls=":", label="attention ratio")
     if "packing" in stats and "error" not in stats["packing"]:
         pk = stats["packing"]
         ax[1, 1].axhline(
-            pk["linear_speedup"], color="tab:blue", ls="-.", label=f"packed @ {pk['budget']}"
+            pk["linear_speedup"],
+            color="tab:blue",
+            ls="-.",
+            label=f"linear layers packed @ {pk['budget']} (N_flat / N_pack)",
         )
     ax[1, 1].set_xticks(range(len(sp)), names, rotation=30, ha="right")
     ax[1, 1].set_title("estimated training speedup by model")
