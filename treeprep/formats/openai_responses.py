@@ -27,7 +27,7 @@ files are sniffed as ``tokens`` (lower priority number); if the ids lie past the
 file lands here and the ids are still used.
 
 Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under ``metadata``), else
-NeMo-Gym's ``_ng_task_index`` scoped by file (``FILE#task-N``): the rollouts of one task (GRPO
+NeMo-Gym's ``_ng_task_index`` scoped by the file's name (``NAME:task-N``): the rollouts of one task (GRPO
 samples) share one tree. Reward and advantage come from the record.
 """
 
@@ -192,12 +192,20 @@ def segments(items: Any, where: str) -> list[_Segment]:
     return out
 
 
+def _stem(path: str) -> str:
+    """The file name without folders and extensions (``a/b.jsonl.gz`` -> ``b``)."""
+    name = os.path.basename(path)
+    for ext in (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json"):
+        name = name.removesuffix(ext)
+    return name
+
+
 def _group(rec: dict[str, Any], opts: ReadOptions, file: str) -> str | None:
     g = group_of(rec, opts)
     if g is None and not opts.group_by:
         idx = rec.get("_ng_task_index")
         if isinstance(idx, int) and not isinstance(idx, bool):
-            g = f"{file}#task-{idx}"
+            g = f"{_stem(file)}:task-{idx}"
     return g
 
 
