@@ -20,6 +20,8 @@ class TokenizerIdentity(_Model):
     sha256: str
     chat_template_sha256: str
     vocab_size: int
+    #: the tokenizer folder as given on the command line (None for the built-in tokenizer)
+    path: str | None = None
 
 
 class InputEntry(_Model):

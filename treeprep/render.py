@@ -1,0 +1,644 @@
+"""Rendering: a canonical record (chat call or token rollout) becomes a token :class:`Sequence`.
+
+Contract (exactness first)
+--------------------------
+For a :class:`~treeprep.schemas.ChatCall` the messages are normalized (text parts joined into one
+string, ``content: null`` made ``""``, tool-call arguments kept exactly as logged,
+``reasoning_content`` passed through, unset fields dropped), and then
+
+- ``tokens == tokenizer.apply_chat_template(messages + [completion], tools=tools, tokenize=True)``,
+- the loss span is exactly the tokens after
+  ``apply_chat_template(messages, tools=tools, add_generation_prompt=True)``; where that prompt is
+  not a token prefix of the full sequence the call is rejected (:class:`RenderError`) with that
+  reason.
+
+The renderer never invents, strips or "fixes" text: what the template does to earlier reasoning
+(Qwen3 keeps it only after the last user query) is what ends up in the tokens. It only *notices* it:
+when the record has no ``branch_reason`` and the previous turn of the same conversation (the
+history up to its last assistant message, rendered as that call's own training sequence) is not a
+token prefix of this call, the template rewrote history (dropped reasoning, or rendered the last
+completion differently in history, like Qwen3's empty ``<think>\\n\\n</think>\\n\\n`` block), and
+the sequence gets ``branch_reason = "reasoning-dropped"`` so the trie can say why it branches there.
+
+A :class:`~treeprep.schemas.TokenRollout` is taken as is: prompt ids + generation ids, the loss
+span over the generation, the sampler's log-probs passed through. Ids outside the vocabulary are
+rejected.
+
+Why it is fast: tokenize unique text once
+-----------------------------------------
+An agent session re-sends its whole history with every call, so naive per-call tokenization costs
+``tokens_linear`` (quadratic in the session length). Here the template is rendered to text
+(``tokenize=False``) and the text is cut at the tokenizer's added tokens (``<|im_start|>``,
+``<tool_call>``, ``<think>``...). Hugging Face ``tokenizers`` itself does exactly this cut first and
+then normalizes, pre-tokenizes and BPE-encodes every piece between added tokens independently, so
+encoding each piece on its own and concatenating gives the same ids as encoding the whole text. The
+ids of each piece are kept in a bounded LRU keyed by the piece's string: a message that recurs in
+every later call is BPE-encoded once. What remains per call is linear, C-speed work (the template
+render, one regex split, dictionary look-ups and a ``numpy.concatenate``).
+
+The cut follows the ``tokenizers`` rules: only added tokens with ``normalized=False`` are cut (the
+others are matched after normalization, inside the piece, by the backend itself), matches are
+leftmost-longest, ``single_word`` matches that touch a word are skipped, ``lstrip``/``rstrip``
+tokens absorb the whitespace beside them, and special tokens are not cut when the tokenizer encodes
+them as text (``split_special_tokens``). Because a pre-tokenizer could still look at a piece's
+position in the whole text (Metaspace's ``prepend_scheme="first"``), :meth:`Renderer.load` checks
+the cut on probe texts and falls back to whole-text encoding (exact, just slower) if they disagree.
+
+Trade-offs: the template is still rendered once per call and once more for the generation prompt
+(jinja's cost grows with the context, not with unique text; the Qwen3 template serializes every
+tool schema on every call). The third render needed by the branch hint (the previous turn) is
+skipped when the previous call's sequence is still in a small cache keyed by a hash of its
+messages, which is the common case when a session's calls are read in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Iterable
+from collections.abc import Sequence as _Seq
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from treeprep.errors import TreeprepError
+from treeprep.schemas import ChatCall, Message, TokenizerIdentity, TokenRollout
+from treeprep.sequence import Sequence
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "CachedEncoder",
+    "RenderError",
+    "Renderer",
+    "TokenizerError",
+    "normalize_message",
+]
+
+#: files whose bytes make up a tokenizer's identity (those present in the folder)
+TOKENIZER_FILES: tuple[str, ...] = (
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+)
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+#: default size of the piece cache (characters of cached text; ids cost 4 bytes per token on top)
+DEFAULT_CACHE_CHARS = 16 << 20
+_TEMPLATE_ERRORS: tuple[type[BaseException], ...] = (
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    IndexError,
+)
+
+
+class RenderError(TreeprepError):
+    """A call that cannot be rendered into a training sequence; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class TokenizerError(TreeprepError):
+    """A tokenizer folder that cannot be loaded (missing files, no chat template)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The cached encoder
+# --------------------------------------------------------------------------------------------------
+
+# Unicode White_Space (what the Rust regex crate's \s matches), for lstrip/rstrip added tokens.
+_WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _is_word_char(c: str) -> bool:
+    # The Rust regex crate's \w: Alphabetic, marks, decimal numbers, connector punctuation.
+    import unicodedata
+
+    cat = unicodedata.category(c)
+    return c.isalpha() or cat[0] == "M" or cat in ("Nd", "Pc", "Nl")
+
+
+@dataclass(frozen=True, slots=True)
+class _Added:
+    content: str
+    id: int
+    special: bool
+    lstrip: bool
+    rstrip: bool
+    single_word: bool
+
+
+class CachedEncoder:
+    """Encodes text like ``backend.encode(text, add_special_tokens=False)``, reusing the ids of
+    pieces it has seen (see the module docstring).
+
+    ``max_chars`` bounds the cache (characters of cached text); pieces longer than a quarter of it
+    are encoded but not kept. ``hits``, ``misses`` and ``chars_encoded`` count the work done.
+    """
+
+    def __init__(self, backend: Tokenizer, *, max_chars: int = DEFAULT_CACHE_CHARS) -> None:
+        self.backend = backend
+        self.max_chars = max_chars
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cached_chars = 0
+        self.hits = 0
+        self.misses = 0
+        self.chars_encoded = 0
+        split_special = bool(backend.encode_special_tokens)
+        added = []
+        for tid, tok in backend.get_added_tokens_decoder().items():
+            if tok.normalized or not tok.content:
+                continue  # matched by the backend inside a piece, after normalization
+            added.append(
+                _Added(tok.content, int(tid), tok.special, tok.lstrip, tok.rstrip, tok.single_word)
+            )
+        self._by_content = {a.content: a for a in added}
+        # With split_special_tokens the backend still finds special tokens (so they shadow
+        # overlapping matches) but encodes them as text: such a match is not a cut.
+        self._skip = frozenset(a.content for a in added if a.special and split_special)
+        self._simple = not self._skip and not any(
+            a.lstrip or a.rstrip or a.single_word for a in added
+        )
+        self._token_ids = {
+            a.content: np.array([a.id], dtype=np.int32)
+            for a in added
+            if a.content not in self._skip
+        }
+        if added:
+            # Python's leftmost-first alternation with longer strings first is leftmost-longest.
+            alts = sorted((a.content for a in added), key=lambda s: (-len(s), s))
+            self._pattern: re.Pattern[str] | None = re.compile(
+                "(" + "|".join(re.escape(s) for s in alts) + ")"
+            )
+        else:
+            self._pattern = None
+        #: False when the probe showed that pieces do not tokenize independently
+        self.split_ok = True
+
+    # -- the cut ---------------------------------------------------------------------------------
+
+    def split(self, text: str) -> list[str]:
+        """Alternating pieces: ``[text, token, text, token, ..., text]`` (odd items are added
+        tokens, even items the text between them, possibly empty)."""
+        if self._pattern is None:
+            return [text]
+        if self._simple:
+            return self._pattern.split(text)
+        return self._split_general(text)
+
+    def _split_general(self, text: str) -> list[str]:
+        assert self._pattern is not None
+        out: list[str] = []
+        start_offset = 0
+        n = len(text)
+        for m in self._pattern.finditer(text):
+            start, stop = m.start(), m.end()
+            tok = self._by_content[m.group(0)]
+            if tok.content in self._skip:
+                continue
+            if tok.single_word:
+                start_space = start == 0 or not _is_word_char(text[start - 1])
+                stop_space = stop == n or not _is_word_char(text[stop])
+                if not (start_space and stop_space):
+                    continue
+            if start < start_offset:
+                raise _SplitUnsafe  # overlaps the previous token's rstrip: let the backend decide
+            if tok.lstrip:
+                new_start = start
+                while new_start > 0 and text[new_start - 1] in _WHITE_SPACE:
+                    new_start -= 1
+                start = max(new_start, start_offset)
+            if tok.rstrip:
+                while stop < n and text[stop] in _WHITE_SPACE:
+                    stop += 1
+            out.append(text[start_offset:start])
+            # the token's piece may carry absorbed whitespace: store it under its exact text
+            out.append(text[start:stop])
+            self._token_ids.setdefault(text[start:stop], np.array([tok.id], dtype=np.int32))
+            start_offset = stop
+        out.append(text[start_offset:])
+        return out
+
+    # -- encoding --------------------------------------------------------------------------------
+
+    def encode_whole(self, text: str) -> np.ndarray:
+        """The reference: the backend on the whole text (no cache)."""
+        self.chars_encoded += len(text)
+        return np.asarray(
+            self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32
+        ).reshape(-1)
+
+    def encode(self, text: str) -> np.ndarray:
+        """Ids of ``text`` (int32), equal to :meth:`encode_whole`, reusing cached pieces."""
+        if not self.split_ok:
+            return self.encode_whole(text)
+        try:
+            pieces = self.split(text)
+        except _SplitUnsafe:
+            return self.encode_whole(text)
+        cache = self._cache
+        missing = {p: None for p in pieces[::2] if p and p not in cache}
+        fresh = self._encode_missing(list(missing)) if missing else {}
+        token_ids = self._token_ids
+        parts: list[np.ndarray] = []
+        for i, p in enumerate(pieces):
+            if i & 1:
+                parts.append(token_ids[p])
+            elif p:
+                ids = fresh.get(p)
+                if ids is None:
+                    ids = cache[p]
+                    cache.move_to_end(p)
+                    self.hits += 1
+                parts.append(ids)
+        if not parts:
+            return np.zeros(0, dtype=np.int32)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+    def _encode_missing(self, texts: list[str]) -> dict[str, np.ndarray]:
+        encs = self.backend.encode_batch_fast(texts, add_special_tokens=False)
+        self.misses += len(texts)
+        keep_max = self.max_chars // 4
+        fresh: dict[str, np.ndarray] = {}
+        for t, e in zip(texts, encs, strict=True):
+            ids = np.asarray(e.ids, dtype=np.int32).reshape(-1)
+            fresh[t] = ids
+            self.chars_encoded += len(t)
+            if len(t) <= keep_max:
+                self._cache[t] = ids
+                self._cached_chars += len(t)
+        while self._cached_chars > self.max_chars and self._cache:
+            old, _ = self._cache.popitem(last=False)
+            self._cached_chars -= len(old)
+        return fresh
+
+    def probe(self, texts: Iterable[str]) -> bool:
+        """Check that the cut path equals whole-text encoding on ``texts``; if not, switch the cut
+        off (every later :meth:`encode` encodes whole). Returns whether the cut is used."""
+        for t in texts:
+            if not np.array_equal(self.encode(t), self.encode_whole(t)):
+                self.split_ok = False
+                break
+        self.clear()
+        return self.split_ok
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._cached_chars = 0
+        self.hits = self.misses = self.chars_encoded = 0
+
+
+class _SplitUnsafe(Exception):
+    pass
+
+
+def _probe_texts(added: Iterable[str]) -> list[str]:
+    """Texts that would expose a tokenizer whose pieces do not encode independently."""
+    toks = sorted(added)
+    body = [
+        "Hello world",
+        " leading space",
+        "\n\nnew lines\n",
+        "x",
+        "  two  spaces ",
+        "Ünïcödé 混合 text 🙂",
+        "123 456",
+        "'s it's",
+    ]
+    out = []
+    for i, t in enumerate(toks[:64]):
+        a, b = body[i % len(body)], body[(i + 3) % len(body)]
+        out.append(f"{a}{t}{b}{t}{t}{a}")
+        out.append(f"{t}{b}")
+    out.append("".join(toks[:64]) + " tail")
+    out.append(" ".join(body))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Normalization
+# --------------------------------------------------------------------------------------------------
+
+
+def normalize_message(m: Message, where: str = "message") -> dict[str, Any]:
+    """A message as the chat template sees it.
+
+    Text parts are joined into one string (nothing between them), ``None`` content becomes ``""``,
+    tool-call arguments are kept exactly as logged (a JSON string or an object),
+    ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
+    image) cannot be rendered by a text-only template: :class:`RenderError`.
+    """
+    if m.content is None:
+        content = ""
+    elif isinstance(m.content, str):
+        content = m.content
+    else:
+        texts = []
+        for j, p in enumerate(m.content):
+            if p.type not in TEXT_PART_TYPES:
+                raise RenderError(
+                    f"{where} content part {j} has type {p.type!r}; only text parts can be rendered"
+                )
+            texts.append(p.text or "")
+        content = "".join(texts)
+    d: dict[str, Any] = {"role": m.role, "content": content}
+    if m.tool_calls:
+        d["tool_calls"] = [
+            {
+                **({"id": tc.id} if tc.id is not None else {}),
+                "type": tc.type,
+                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+            }
+            for tc in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        d["name"] = m.name
+    if m.reasoning_content is not None:
+        d["reasoning_content"] = m.reasoning_content
+    return d
+
+
+# --------------------------------------------------------------------------------------------------
+# The renderer
+# --------------------------------------------------------------------------------------------------
+
+
+class Renderer:
+    """Turns records into token sequences with one tokenizer and its chat template.
+
+    Build it with :meth:`load`. It keeps per-process caches (the piece cache, the last few rendered
+    calls), so use one per worker process.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        identity: TokenizerIdentity,
+        *,
+        cache_chars: int = DEFAULT_CACHE_CHARS,
+        probe: bool = True,
+    ) -> None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise TokenizerError(
+                f"{identity.name}: not a fast tokenizer (tokenizer.json is needed for rendering)"
+            )
+        self.tokenizer = tokenizer
+        self.identity = identity
+        self.vocab_size = identity.vocab_size
+        # apply_chat_template(tokenize=True) sets this on the backend before encoding; so do we.
+        backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+        backend.no_truncation()
+        backend.no_padding()
+        self.backend = backend
+        self.encoder = CachedEncoder(backend, max_chars=cache_chars)
+        if probe:
+            self.encoder.probe(_probe_texts(self.encoder._by_content))
+        # recent full renders: fingerprint of (messages, tools) -> ids
+        self._recent: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._recent_max = 8
+
+    # -- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls, tokenizer_dir: str | os.PathLike[str] | None, *, cache_chars: int = DEFAULT_CACHE_CHARS
+    ) -> Renderer:
+        """A renderer for a Hugging Face tokenizer folder, or the built-in byte tokenizer (None).
+
+        The folder needs ``tokenizer.json`` and a chat template (``chat_template`` in
+        ``tokenizer_config.json`` or a ``chat_template.jinja``). Only local files are read.
+        """
+        if tokenizer_dir is None:
+            from treeprep import builtin_tokenizer as bt
+
+            tok = bt.load_builtin()
+            ident = TokenizerIdentity(
+                name=bt.NAME,
+                sha256=bt.builtin_sha256(),
+                chat_template_sha256=_sha256_text(bt.CHAT_TEMPLATE),
+                vocab_size=bt.VOCAB_SIZE,
+                path=None,
+            )
+            return cls(tok, ident, cache_chars=cache_chars)
+
+        folder = Path(tokenizer_dir)
+        if not folder.is_dir():
+            raise TokenizerError(f"{tokenizer_dir}: not a tokenizer folder (no such directory)")
+        if not (folder / "tokenizer.json").is_file():
+            raise TokenizerError(
+                f"{tokenizer_dir}: expected a Hugging Face tokenizer folder with tokenizer.json"
+            )
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise TokenizerError(f"{tokenizer_dir}: cannot load the tokenizer: {e}") from e
+        template = tok.chat_template
+        if isinstance(template, dict):
+            template = template.get("default")
+        if not isinstance(template, str) or not template:
+            raise TokenizerError(
+                f"{tokenizer_dir}: the tokenizer has no chat template (expected chat_template in "
+                "tokenizer_config.json or a chat_template.jinja file)"
+            )
+        ident = TokenizerIdentity(
+            name=folder.resolve().name,
+            sha256=_folder_sha256(folder, template),
+            chat_template_sha256=_sha256_text(template),
+            vocab_size=len(tok),
+            path=str(tokenizer_dir),
+        )
+        return cls(tok, ident, cache_chars=cache_chars)
+
+    # -- text and ids ----------------------------------------------------------------------------
+
+    def render_text(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        add_generation_prompt: bool = False,
+    ) -> str:
+        """``apply_chat_template(messages, tools=tools, tokenize=False, ...)``; errors become
+        :class:`RenderError`."""
+        from jinja2 import TemplateError
+
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages,
+                tools=tools,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+            )
+        except (TemplateError, *_TEMPLATE_ERRORS) as e:
+            raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from e
+        assert isinstance(text, str)
+        return text
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of rendered text (int32), through the piece cache."""
+        return self.encoder.encode(text)
+
+    def decode(self, ids: _Seq[int] | np.ndarray) -> str:
+        """Text of ``ids`` (special tokens kept), for previews."""
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    # -- records ---------------------------------------------------------------------------------
+
+    def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
+        """(messages, completion, tools) as passed to the chat template."""
+        msgs = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(rec.messages)]
+        comp = normalize_message(rec.completion, "completion")
+        return msgs, comp, (rec.tools or None)
+
+    def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
+        """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
+        if isinstance(rec, TokenRollout):
+            return self._render_rollout(rec, group_id=group_id, order=order)
+        return self._render_chat(rec, group_id=group_id, order=order)
+
+    def _render_rollout(self, rec: TokenRollout, *, group_id: str, order: int) -> Sequence:
+        prompt = np.asarray(rec.prompt_token_ids, dtype=np.int64)
+        gen = np.asarray(rec.generation_token_ids, dtype=np.int64)
+        for name, arr in (("prompt_token_ids", prompt), ("generation_token_ids", gen)):
+            if arr.size and int(arr.max()) >= self.vocab_size:
+                pos = int(np.argmax(arr >= self.vocab_size))
+                raise RenderError(
+                    f"{name}[{pos}] = {int(arr[pos])} is outside the vocabulary of tokenizer "
+                    f"{self.identity.name!r} ({self.vocab_size} ids); build with the tokenizer "
+                    "that produced these ids (--tokenizer)"
+                )
+        tokens = np.concatenate([prompt, gen]).astype(np.int32)
+        n_p, n = len(prompt), len(tokens)
+        spans = [(n_p, n)] if n > n_p else []
+        lp = rec.generation_log_probs
+        return Sequence(
+            group_id=group_id,
+            tokens=tokens,
+            loss_spans=spans,
+            logprobs=None if lp is None else np.asarray(lp, dtype=np.float32),
+            reward=rec.reward,
+            advantage=rec.advantage,
+            agent_id=rec.agent_id,
+            call_id=rec.call_id,
+            source=f"{rec.source_file}:{rec.source_line}",
+            source_format=rec.source_format,
+            branch_reason=rec.branch_reason,
+            order=order,
+        )
+
+    def _render_chat(self, rec: ChatCall, *, group_id: str, order: int) -> Sequence:
+        if not rec.messages:
+            raise RenderError("the call has no prompt messages")
+        msgs, comp, tools = self.normalize(rec)
+        full_msgs = [*msgs, comp]
+        full_ids = self.encode(self.render_text(full_msgs, tools))
+        prompt_ids = self.encode(self.render_text(msgs, tools, add_generation_prompt=True))
+        n_p, n = len(prompt_ids), len(full_ids)
+        if n_p > n or not np.array_equal(full_ids[:n_p], prompt_ids):
+            raise RenderError(
+                "the generation prompt apply_chat_template(messages, add_generation_prompt=True) "
+                "is not a token prefix of apply_chat_template(messages + [completion]) "
+                f"({_first_difference(prompt_ids, full_ids)})"
+            )
+        if n_p == n:
+            raise RenderError("the completion renders to no tokens after the generation prompt")
+        key = self._fingerprint(full_msgs, tools)
+        branch = rec.branch_reason
+        if branch is None and self._history_rewritten(msgs, tools, full_ids):
+            branch = "reasoning-dropped"
+        self._remember(key, full_ids)
+        return Sequence(
+            group_id=group_id,
+            tokens=full_ids,
+            loss_spans=[(n_p, n)],
+            logprobs=None,
+            reward=rec.reward,
+            advantage=rec.advantage,
+            agent_id=rec.agent_id,
+            call_id=rec.call_id,
+            source=f"{rec.source_file}:{rec.source_line}",
+            source_format=rec.source_format,
+            branch_reason=branch,
+            order=order,
+        )
+
+    # -- the branch hint -------------------------------------------------------------------------
+
+    def _history_rewritten(
+        self, msgs: list[dict], tools: list[dict] | None, full_ids: np.ndarray
+    ) -> bool:
+        """Is the previous turn (history up to its last assistant message, rendered as that call's
+        training sequence) not a token prefix of this call's sequence?"""
+        last = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=-1)
+        if last < 0:
+            return False
+        prev_msgs = msgs[: last + 1]
+        prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools))
+        if prev_ids is None:
+            try:
+                prev_ids = self.encode(self.render_text(prev_msgs, tools))
+            except RenderError:
+                return False  # the history alone does not render: no hint to give
+        k = len(prev_ids)
+        return k > len(full_ids) or not np.array_equal(full_ids[:k], prev_ids)
+
+    @staticmethod
+    def _fingerprint(msgs: list[dict], tools: list[dict] | None) -> bytes:
+        blob = orjson.dumps([msgs, tools], option=orjson.OPT_SORT_KEYS)
+        return hashlib.blake2b(blob, digest_size=16).digest()
+
+    def _remember(self, key: bytes, ids: np.ndarray) -> None:
+        self._recent[key] = ids
+        self._recent.move_to_end(key)
+        while len(self._recent) > self._recent_max:
+            self._recent.popitem(last=False)
+
+
+def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:
+    m = min(len(prompt), len(full))
+    diff = np.nonzero(prompt[:m] != full[:m])[0]
+    if len(diff):
+        i = int(diff[0])
+        return f"they differ at token {i}: {int(prompt[i])} vs {int(full[i])}"
+    return f"the prompt has {len(prompt)} tokens, the full sequence {len(full)}"
+
+
+def _sha256_text(s: str) -> str:
+    return hashlib.sha256(s.encode("utf-8")).hexdigest()
+
+
+def _folder_sha256(folder: Path, template: str) -> str:
+    h = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        p = folder / name
+        if p.is_file():
+            data = p.read_bytes()
+            h.update(f"{name}\0{len(data)}\0".encode())
+            h.update(data)
+    h.update(b"chat_template\0")
+    h.update(template.encode("utf-8"))
+    return h.hexdigest()
