@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 
 from treeprep import builtin_tokenizer as bt
 from treeprep.errors import TreeprepError
 from treeprep.render import CachedEncoder, Renderer, RenderError, TokenizerError
+from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 
 ADDED = list(bt.SPECIAL_TOKENS + bt.MARKUP_TOKENS)
 
