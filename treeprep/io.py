@@ -31,7 +31,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import orjson
 import zstandard
@@ -208,6 +208,11 @@ def open_binary(path: str) -> BinaryIO:
     return open(path, "rb")
 
 
+def _read1(f: BinaryIO, n: int) -> bytes:
+    """At most one underlying read: data decoded before a stream error is not lost in a buffer."""
+    return cast(io.BufferedIOBase, f).read1(n)
+
+
 _STREAM_ERRORS = (EOFError, OSError, zlib.error, zstandard.ZstdError, _Truncated)
 
 
@@ -225,7 +230,7 @@ def read_head(path: str, n: int = 65536) -> bytes:
     try:
         with open_binary(path) as f:
             while got < n:
-                b = f.read1(n - got)
+                b = _read1(f, n - got)
                 if not b:
                     break
                 parts.append(b)
@@ -251,7 +256,7 @@ def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
     with f:
         while True:
             try:
-                block = f.read1(_BLOCK)
+                block = _read1(f, _BLOCK)
             except _STREAM_ERRORS as e:
                 raise _stream_error(path, lineno + 1, e) from e
             if not block:

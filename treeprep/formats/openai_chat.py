@@ -58,6 +58,12 @@ class RecordError(TreeprepError):
 # --------------------------------------------------------------------------------------------
 
 
+def obj_at(rec: dict[str, Any], key: str) -> dict[str, Any]:
+    """``rec[key]`` when it is an object, else an empty dict."""
+    v = rec.get(key)
+    return v if isinstance(v, dict) else {}
+
+
 def type_name(v: object) -> str:
     if v is None:
         return "null"
@@ -329,7 +335,7 @@ def chat_call(
     """Convert one raw record (raises :class:`RecordError` with the reason when it does not fit)."""
     if not isinstance(rec, dict):
         raise RecordError(f"expected a JSON object with 'messages', got {type_name(rec)}")
-    req = rec.get("request") if isinstance(rec.get("request"), dict) else {}
+    req = obj_at(rec, "request")
     msgs = rec.get("messages", req.get("messages"))
     if msgs is None:
         raise RecordError("no 'messages' (expected the prompt as a list of chat messages)")
@@ -346,7 +352,7 @@ def chat_call(
     if mocked:
         tools = None  # the tools were described in the prompt text, not sent as schemas
     else:
-        kw = rec.get("kwargs") if isinstance(rec.get("kwargs"), dict) else {}
+        kw = obj_at(rec, "kwargs")
         src = next(
             (
                 (k, d[k])
@@ -356,7 +362,7 @@ def chat_call(
             ("tools", None),
         )
         tools = normalize_tools(src[1], src[0])
-    resp = rec.get("response") if isinstance(rec.get("response"), dict) else {}
+    resp = obj_at(rec, "response")
     model = rec.get("model") or req.get("model") or resp.get("model")
     call_id = rec.get("call_id") or rec.get("id") or resp.get("id")
     if not isinstance(call_id, str | int) or isinstance(call_id, bool):
@@ -432,7 +438,7 @@ def looks_like_call(rec: Any) -> bool:
     """A parsed record with chat ``messages`` and a completion in one of the known places."""
     if not isinstance(rec, dict):
         return False
-    req = rec.get("request") if isinstance(rec.get("request"), dict) else {}
+    req = obj_at(rec, "request")
     msgs = rec.get("messages", req.get("messages"))
     if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m for m in msgs):
         return False

@@ -26,9 +26,9 @@ attaches the ids of the whole generation, reasoning included, to the turn's mess
 files are sniffed as ``tokens`` (lower priority number); if the ids lie past the sniffed head the
 file lands here and the ids are still used.
 
-Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under ``metadata``), else
-NeMo-Gym's ``_ng_task_index`` scoped by the file's name (``NAME:task-N``): the rollouts of one task (GRPO
-samples) share one tree. Reward and advantage come from the record.
+Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under ``metadata``),
+else NeMo-Gym's ``_ng_task_index`` scoped by the file's name (``NAME:task-N``): the rollouts of one
+task (GRPO samples) share one tree. Reward and advantage come from the record.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from treeprep.formats.openai_chat import (
     normalize_message,
     normalize_tools,
     number_of,
+    obj_at,
     type_name,
     validation_reason,
 )
@@ -221,7 +222,7 @@ def responses_items(
         params, pwhere = rec["request"], "request"
     else:
         params, pwhere = rec, ""
-    resp = rec.get("response") if isinstance(rec.get("response"), dict) else rec
+    resp: dict[str, Any] = obj_at(rec, "response") if isinstance(rec.get("response"), dict) else rec
     rwhere = "response.output" if resp is not rec else "output"
     output = resp.get("output")
     if not isinstance(output, list):
@@ -254,9 +255,8 @@ def responses_items(
     advantage = number_of(rec, "advantage")
     branch = branch_reason_of(rec)
     model = resp.get("model") if isinstance(resp.get("model"), str) else None
-    base_id = (
-        resp.get("id") if isinstance(resp.get("id"), str) else f"{os.path.basename(file)}:{line}"
-    )
+    rid = resp.get("id")
+    base_id = rid if isinstance(rid, str) else f"{os.path.basename(file)}:{line}"
     out: list[ChatCall | TokenRollout] = []
     history = list(prompt)
     turn_no = 0

@@ -31,6 +31,7 @@ from treeprep.formats.openai_chat import (
     branch_reason_of,
     group_of,
     number_of,
+    obj_at,
     type_name,
     validation_reason,
 )
@@ -110,7 +111,7 @@ def _has_ids(rec: Any) -> bool:
         return False
     if any(k in rec for k in _ID_KEYS):
         return True
-    resp = rec.get("response") if isinstance(rec.get("response"), dict) else rec
+    resp: dict[str, Any] = obj_at(rec, "response") if isinstance(rec.get("response"), dict) else rec
     out = resp.get("output")
     return isinstance(out, list) and any(
         isinstance(it, dict) and any(k in it for k in _ID_KEYS) for it in out
