@@ -57,7 +57,7 @@ import hashlib
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Sequence as _Seq
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,6 +334,39 @@ def _probe_texts(added: Iterable[str]) -> list[str]:
     return out
 
 
+def _probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
+    """Conversations that exercise a template: system, tools, parallel calls, reasoning, results."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "run",
+                "description": "Run <b>it</b> é",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            },
+        }
+    ]
+    conv = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Go."},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "plan",
+            "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+                {"id": "2", "type": "function", "function": {"name": "run", "arguments": {"a": 1}}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "1", "content": "ok"},
+        {"role": "tool", "tool_call_id": "2", "name": "run", "content": "ok"},
+        {"role": "assistant", "content": "Done.", "reasoning_content": "fine"},
+        {"role": "user", "content": "Again."},
+        {"role": "assistant", "content": "Sure."},
+    ]
+    return [(conv, tools), (conv, None), (conv[1:3], tools), (conv[1:2], None)]
+
+
 # --------------------------------------------------------------------------------------------------
 # Normalization
 # --------------------------------------------------------------------------------------------------
@@ -418,6 +451,8 @@ class Renderer:
         # recent full renders: fingerprint of (messages, tools) -> ids
         self._recent: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._recent_max = 8
+        self._direct: Callable[[list[dict], list[dict] | None, bool], str] | None = None
+        self._direct = self._make_direct()
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -481,12 +516,15 @@ class Renderer:
         tools: list[dict[str, Any]] | None,
         *,
         add_generation_prompt: bool = False,
+        api: bool = False,
     ) -> str:
         """``apply_chat_template(messages, tools=tools, tokenize=False, ...)``; errors become
-        :class:`RenderError`."""
+        :class:`RenderError`. Uses the verified direct template call unless ``api`` is set."""
         from jinja2 import TemplateError
 
         try:
+            if self._direct is not None and not api:
+                return self._direct(messages, tools, add_generation_prompt)
             text = self.tokenizer.apply_chat_template(
                 messages,
                 tools=tools,
@@ -497,6 +535,53 @@ class Renderer:
             raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from e
         assert isinstance(text, str)
         return text
+
+    def _make_direct(self) -> Callable[[list[dict], list[dict] | None, bool], str] | None:
+        """The compiled template called directly, without ``apply_chat_template``'s per-call
+        preprocessing (a deep copy of every message into plain data, which ours already are).
+
+        It is what ``apply_chat_template`` does for one conversation of plain dicts: drop ``None``
+        fields (ours have none), alias ``reasoning_content`` as ``thinking``, pass the special
+        tokens map as template variables. It is used only if it renders the probe conversations
+        exactly as ``apply_chat_template`` does; otherwise (another transformers version, a
+        template dict) every render goes through the public API.
+        """
+        try:
+            from transformers.utils.chat_template_utils import (
+                _alias_reasoning_fields,
+                _compile_jinja_template,
+            )
+        except ImportError:
+            return None
+        template = self.tokenizer.chat_template
+        if not isinstance(template, str):
+            return None
+        try:
+            compiled = _compile_jinja_template(template)
+        except Exception:  # any failure means: use the public API
+            return None
+        kwargs = dict(self.tokenizer.special_tokens_map)
+
+        def direct(messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
+            return compiled.render(
+                messages=_alias_reasoning_fields(messages),
+                tools=tools,
+                documents=None,
+                add_generation_prompt=gen,
+                **kwargs,
+            )
+
+        for msgs, tools in _probe_conversations():
+            for gen in (False, True):
+                try:
+                    same = direct(msgs, tools, gen) == self.render_text(
+                        msgs, tools, add_generation_prompt=gen, api=True
+                    )
+                except Exception:  # a template that fails here fails in the API too
+                    same = False
+                if not same:
+                    return None
+        return direct
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of rendered text (int32), through the piece cache."""

@@ -64,6 +64,7 @@ def test_builtin_ids_are_bytes_and_added_tokens(r: Renderer) -> None:
     assert r.identity.path is None
     assert r.identity.sha256 == bt.builtin_sha256()  # stable across constructions
     assert Renderer.load(None).identity == r.identity
+    assert r.encoder.split_ok and r._direct is not None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -397,5 +397,6 @@ def test_cached_equals_whole_random(x: str, name: str) -> None:
 
 def test_probe_keeps_the_cut_on_qwen(r: Renderer) -> None:
     assert r.encoder.split_ok
+    assert r._direct is not None  # the direct template call matched apply_chat_template at load
     assert r.identity.vocab_size == len(r.tokenizer)
     assert r.identity.path is not None and r.identity.path.endswith(r.identity.name)
