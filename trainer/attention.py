@@ -215,6 +215,10 @@ def _bottom_right_causal(lq: int, lk: int, device: torch.device) -> torch.Tensor
     return c <= r + (lk - lq)
 
 
+#: query rows per step in the ``nodes`` backend (bounds memory to NODE_CHUNK x path per head)
+NODE_CHUNK = 1024
+
+
 def _nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tm: TreeMask, scale: float):
     seg = tm.segments()
     gqa = q.shape[1] != k.shape[1]
@@ -225,17 +229,22 @@ def _nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tm: TreeMask, scal
     outs = []
     for n in range(len(cu_q) - 1):
         q0, q1, k0, k1 = cu_q[n], cu_q[n + 1], cu_k[n], cu_k[n + 1]
-        mask = _bottom_right_causal(q1 - q0, k1 - k0, q.device)
-        outs.append(
-            F.scaled_dot_product_attention(
-                q[:, :, q0:q1],
-                k_g[:, :, k0:k1],
-                v_g[:, :, k0:k1],
-                attn_mask=mask[None, None],
-                scale=scale,
-                enable_gqa=gqa,
+        lq, lk = q1 - q0, k1 - k0
+        for c0 in range(0, lq, NODE_CHUNK):
+            c1 = min(lq, c0 + NODE_CHUNK)
+            # rows c0..c1 of the node see keys up to (lk - lq) + row: bottom-right causal
+            kend = lk - lq + c1
+            mask = _bottom_right_causal(c1 - c0, kend, q.device)
+            outs.append(
+                F.scaled_dot_product_attention(
+                    q[:, :, q0 + c0 : q0 + c1],
+                    k_g[:, :, k0 : k0 + kend],
+                    v_g[:, :, k0 : k0 + kend],
+                    attn_mask=mask[None, None],
+                    scale=scale,
+                    enable_gqa=gqa,
+                )
             )
-        )
     return torch.cat(outs, dim=2)
 
 

@@ -35,10 +35,10 @@ from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
-from treeprep.trainer.batch import TreeBatch
-from treeprep.trainer.model import decoder_hidden
 
 from treeprep.errors import TreeprepError
+from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.model import decoder_hidden
 
 LossName = Literal["sft", "ppo", "grpo", "gspo"]
 LOSSES: tuple[str, ...] = ("sft", "ppo", "grpo", "gspo")

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
-from treeprep.trainer.attention import TreeMask, hf_tree_attention
 
 from treeprep.errors import TreeprepError
+from treeprep.trainer.attention import TreeMask, hf_tree_attention
 
 ATTN_NAME = "treeprep"
 Family = Literal["qwen3", "llama", "qwen2", "qwen3_moe"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.loss import tree_loss
 

@@ -1,0 +1,133 @@
+"""``treeprep verify``: gradients on the tree layout versus the linear layout, before GPU hours.
+
+Reads the first ``--groups`` trees of a build (skipping, and naming, trees whose linear layout is
+over ``--max-tokens``), runs the chosen loss on the packed tries and on every sequence laid out on
+its own, and prints the two loss values and the worst absolute and relative gradient difference per
+parameter group. Exit code 1 when a group (or the loss) differs by more than ``--tol`` relative.
+torch and the trainer are imported inside the command only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from treeprep.errors import ShardError, TreeprepError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify_cmd)
+
+
+def _select_rows(out: Path, groups: int, max_tokens: int) -> tuple[list[dict], list[str]]:
+    from treeprep.schemas.shard import read_shard, shard_paths
+
+    if not (out / "manifest.json").exists():
+        raise ShardError(f"{out}: no manifest.json (run `treeprep build` first)")
+    rows: list[dict] = []
+    skipped: list[str] = []
+    for path in shard_paths(str(out)):
+        table = read_shard(path)
+        meta = table.schema.metadata or {}
+        from treeprep.schemas import SCHEMA_VERSION
+
+        v = meta.get(b"treeprep.schema_version")
+        if v is None or int(v) != SCHEMA_VERSION:
+            raise ShardError(f"{path}: shard schema version {v!r}, expected {SCHEMA_VERSION}")
+        lin = table.column("tokens_linear").to_pylist()
+        for i, n in enumerate(lin):
+            if len(rows) >= groups:
+                return rows, skipped
+            row = table.slice(i, 1).to_pylist()[0]
+            if n > max_tokens:
+                skipped.append(f"{row['group_id']} ({n:,} linear tokens)")
+                continue
+            rows.append(row)
+    return rows, skipped
+
+
+def verify_cmd(
+    out: Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")],
+    model: Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")],
+    groups: Annotated[int, typer.Option(help="Trees to check, in shard order.")] = 4,
+    loss: Annotated[str, typer.Option(help="sft, ppo, grpo or gspo.")] = "sft",
+    norm: Annotated[str, typer.Option(help="sum, sequence-mean or token-mean.")] = "sequence-mean",
+    attn: Annotated[str, typer.Option(help="auto, dense, nodes, flex or flash.")] = "auto",
+    tol: Annotated[float, typer.Option(help="Largest relative L2 difference allowed.")] = 1e-5,
+    max_tokens: Annotated[
+        int, typer.Option(help="Skip trees whose linear layout has more tokens than this.")
+    ] = 65536,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    seed: Annotated[int, typer.Option(help="Seed of a preset's random weights.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Check that the tree loss restores the linearized gradients exactly."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    if groups < 1:
+        raise TreeprepError(f"--groups must be >= 1, got {groups}")
+    rows, skipped = _select_rows(out, groups, max_tokens)
+    for s in skipped:
+        err.print(f"[yellow]skipped {s}: over --max-tokens[/]")
+    if not rows:
+        raise TreeprepError(f"{out}: no tree within --max-tokens {max_tokens:,} to verify")
+
+    import torch
+
+    from treeprep.trainer import PRESETS, load_model, verify_gradients
+
+    vocab = None
+    if model in PRESETS:
+        top = max(max(r["input_ids"]) for r in rows) + 1
+        vocab = max(PRESETS[model].vocab_size, top)
+    err.print(f"loading {model} ...")
+    m = load_model(
+        model, dtype=torch.float32, device=device, attn=attn, seed=seed, vocab_size=vocab
+    )
+    if model not in PRESETS:
+        top = max(max(r["input_ids"]) for r in rows)
+        if top >= m.config.vocab_size:
+            raise TreeprepError(
+                f"{out}: token id {top} is outside the model's vocabulary "
+                f"({m.config.vocab_size}); were the shards built with another tokenizer?"
+            )
+    err.print(f"verifying {len(rows)} trees: {loss}, {norm}, attention {attn} ...")
+    rep = verify_gradients(m, rows, loss=loss, norm=norm, attn=attn, tol=tol)
+    if as_json:
+        d = rep.to_dict()
+        d["model"] = model
+        d["trees"] = [r["group_id"] for r in rows]
+        d["skipped"] = skipped
+        typer.echo(json.dumps(d, indent=2))
+    else:
+        from rich.table import Table
+
+        con = Console()
+        con.print(
+            f"loss tree {rep.loss_tree:.8g}  linear {rep.loss_linear:.8g}  "
+            f"(rel {rep.loss_rel:.2e}); tokens tree {rep.tokens_tree:,} linear "
+            f"{rep.tokens_linear:,}; targets tree {rep.targets_tree:,} linear "
+            f"{rep.targets_linear:,}"
+        )
+        t = Table(title=f"treeprep verify: gradients tree vs linear (tol {tol:g} relative)")
+        for c in ("group", "params", "grad norm", "max abs diff", "rel diff", ""):
+            t.add_column(c, justify="left" if c == "group" else "right")
+        for g in rep.groups:
+            ok = g.rel <= tol
+            t.add_row(
+                g.name,
+                f"{g.numel:,}",
+                f"{g.grad_norm:.3e}",
+                f"{g.max_abs:.2e}",
+                f"{g.rel:.2e}",
+                "[green]ok[/]" if ok else "[bold red]FAIL[/]",
+            )
+        con.print(t)
+        verdict = "[green]PASS[/]" if rep.ok else "[bold red]FAIL[/]"
+        con.print(f"{verdict}: worst rel {rep.worst_rel:.2e}, worst abs {rep.worst_abs:.2e}")
+    if not rep.ok:
+        raise typer.Exit(1)

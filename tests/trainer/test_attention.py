@@ -1,0 +1,113 @@
+"""Attention backends agree: dense (reference) == nodes (forward and backward) == flex (forward)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import group_tree, rows_of  # noqa: E402
+
+from treeprep.trainer import TreeBatch, TreeMask, tree_attention  # noqa: E402
+from treeprep.trainer.attention import node_segments  # noqa: E402
+
+
+def _qkv(t: int, h: int = 4, g: int = 2, d: int = 16, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, h, t, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, g, t, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(1, g, t, d, generator=gen, dtype=torch.float64)
+    return q, k, v
+
+
+def _batch():
+    return TreeBatch.from_trees(rows_of(group_tree(3, n_seq=7, roots=2), group_tree(4)))
+
+
+def _brute_mask(b: TreeBatch) -> torch.Tensor:
+    """i attends j iff j's node is on i's root path and j <= i: walk parents, no pre/last trick."""
+    t = b.num_tokens
+    node, parent = b.token_node.tolist(), b.node_parent.tolist()
+    m = torch.zeros(t, t, dtype=torch.bool)
+    for i in range(t):
+        anc, v = set(), node[i]
+        while v >= 0:
+            anc.add(v)
+            v = parent[v]
+        for j in range(i + 1):
+            m[i, j] = node[j] in anc
+    return m
+
+
+def test_dense_mask_is_the_ancestor_relation() -> None:
+    b = _batch()
+    assert torch.equal(TreeMask.from_batch(b, "dense").dense(), _brute_mask(b))
+
+
+def test_node_segments_gather_each_nodes_root_path() -> None:
+    b = _batch()
+    seg = node_segments(b.node_start, b.node_length, b.node_parent)
+    m = _brute_mask(b)
+    for n in range(b.num_nodes):
+        q0, q1 = int(seg.cu_q[n]), int(seg.cu_q[n + 1])
+        keys = seg.kv_index[int(seg.cu_k[n]) : int(seg.cu_k[n + 1])].tolist()
+        assert (q0, q1 - q0) == (int(b.node_start[n]), int(b.node_length[n]))
+        # the node's last query sees exactly the gathered keys, in packed order
+        assert keys == torch.nonzero(m[q1 - 1]).flatten().tolist()
+        assert keys[-(q1 - q0) :] == list(range(q0, q1))  # own tokens last: bottom-right causal
+
+
+@pytest.mark.parametrize("backend", ["nodes", "flex"])
+def test_backends_equal_dense_forward(backend: str) -> None:
+    b = _batch()
+    q, k, v = _qkv(b.num_tokens)
+    if backend == "flex":
+        q, k, v = q.float(), k.float(), v.float()
+    tm = TreeMask.from_batch(b, "dense")
+    ref = tree_attention(q, k, v, tm, backend="dense")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = tree_attention(q, k, v, tm, backend=backend)
+    tol = 1e-12 if q.dtype == torch.float64 else 1e-6
+    assert (out - ref).abs().max().item() < tol
+
+
+def test_nodes_backend_equals_dense_backward() -> None:
+    b = _batch()
+    tm = TreeMask.from_batch(b, "dense")
+    grads = []
+    for backend in ("dense", "nodes"):
+        q, k, v = (x.requires_grad_() for x in _qkv(b.num_tokens, seed=5))
+        out = tree_attention(q, k, v, tm, backend=backend)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        grads.append([q.grad, k.grad, v.grad])
+    for a, c in zip(*grads, strict=True):
+        assert (a - c).abs().max().item() < 1e-12
+
+
+def test_nodes_backend_chunks_long_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import treeprep.trainer.attention as att
+
+    b = _batch()
+    q, k, v = _qkv(b.num_tokens, seed=2)
+    tm = TreeMask.from_batch(b, "dense")
+    ref = tree_attention(q, k, v, tm, backend="dense")
+    monkeypatch.setattr(att, "NODE_CHUNK", 3)
+    out = tree_attention(q, k, v, tm, backend="nodes")
+    assert (out - ref).abs().max().item() < 1e-12
+
+
+def test_auto_choice_and_overrides() -> None:
+    from treeprep.errors import TreeprepError
+    from treeprep.trainer import choose_backend
+
+    assert choose_backend("cpu", 100) == "dense"
+    assert choose_backend("cpu", 100_000) == "nodes"
+    assert choose_backend("cuda", 100) == "flex"
+    assert choose_backend("cpu", 100, "nodes") == "nodes"
+    with pytest.raises(TreeprepError, match="unknown attention backend"):
+        choose_backend("cpu", 100, "paged")
+    with pytest.raises(TreeprepError, match="flash"):
+        choose_backend("cpu", 100, "flash")
