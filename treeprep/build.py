@@ -130,10 +130,10 @@ class _FileResult:
 _worker_state: dict = {}
 
 
-def _worker_init(tokenizer: str | None, cfg_dict: dict) -> None:
+def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer=None) -> None:
     from treeprep.render import Renderer
 
-    _worker_state["renderer"] = Renderer.load(tokenizer)
+    _worker_state["renderer"] = renderer if renderer is not None else Renderer.load(tokenizer)
     _worker_state["cfg"] = cfg_dict
 
 
@@ -366,7 +366,7 @@ def _file_digest(path: str | None) -> str:
 
 
 def _run_stage1(
-    jobs: list[_FileJob], cfg: BuildConfig, on_progress: Progress | None
+    jobs: list[_FileJob], cfg: BuildConfig, on_progress: Progress | None, renderer
 ) -> Iterator[_FileResult]:
     todo = [j for j in jobs if not os.path.exists(os.path.join(j.work_dir, "done.json"))]
     done_before = len(jobs) - len(todo)
@@ -392,7 +392,7 @@ def _run_stage1(
                     on_progress("render", n, len(jobs))
                 yield res
     else:
-        _worker_init(cfg.tokenizer, cfg_dict)
+        _worker_init(cfg.tokenizer, cfg_dict, renderer)
         for job in todo:
             res = _process_file(job)
             n += 1
@@ -432,7 +432,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     # ---- stage 1
     results: dict[str, _FileResult] = {}
     n_rejected = 0
-    for res in _run_stage1(jobs, cfg, on_progress):
+    for res in _run_stage1(jobs, cfg, on_progress, renderer):
         results[res.path] = res
         n_rejected += res.records_rejected
         if cfg.max_errors is not None and n_rejected > cfg.max_errors:
