@@ -97,7 +97,7 @@ TOKENIZER_FILES: tuple[str, ...] = (
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 #: default size of the piece cache (characters of cached text; ids cost 4 bytes per token on top)
 DEFAULT_CACHE_CHARS = 16 << 20
-_TEMPLATE_ERRORS: tuple[type[BaseException], ...] = (
+_TEMPLATE_ERRORS: tuple[type[Exception], ...] = (
     TypeError,
     ValueError,
     KeyError,
@@ -336,7 +336,7 @@ def _probe_texts(added: Iterable[str]) -> list[str]:
 
 def _probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
     """Conversations that exercise a template: system, tools, parallel calls, reasoning, results."""
-    tools = [
+    tools: list[dict[str, Any]] = [
         {
             "type": "function",
             "function": {
@@ -346,7 +346,7 @@ def _probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
             },
         }
     ]
-    conv = [
+    conv: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Go."},
         {
@@ -465,6 +465,7 @@ class Renderer:
         The folder needs ``tokenizer.json`` and a chat template (``chat_template`` in
         ``tokenizer_config.json`` or a ``chat_template.jinja``). Only local files are read.
         """
+        tok: Any
         if tokenizer_dir is None:
             from treeprep import builtin_tokenizer as bt
 
@@ -527,11 +528,11 @@ class Renderer:
                 return self._direct(messages, tools, add_generation_prompt)
             text = self.tokenizer.apply_chat_template(
                 messages,
-                tools=tools,
+                tools=tools,  # type: ignore[arg-type]
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
             )
-        except (TemplateError, *_TEMPLATE_ERRORS) as e:
+        except (TemplateError, *_TEMPLATE_ERRORS) as e:  # type: ignore[misc]
             raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from e
         assert isinstance(text, str)
         return text
