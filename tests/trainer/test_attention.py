@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import group_tree, rows_of  # noqa: E402
+from trainer_fixtures import group_tree, rows_of  # noqa: E402
 
 from treeprep.trainer import TreeBatch, TreeMask, tree_attention  # noqa: E402
 from treeprep.trainer.attention import node_segments  # noqa: E402

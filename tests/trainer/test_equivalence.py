@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import group_tree, random_group, rows_of, tiny  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from trainer_fixtures import group_tree, random_group, rows_of, tiny  # noqa: E402
 
 from treeprep.trainer import TreeBatch, tree_logits, tree_loss, verify_gradients  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import group_tree  # noqa: E402
+from trainer_fixtures import group_tree  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from treeprep.cli.app import app  # noqa: E402

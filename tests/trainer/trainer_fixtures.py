@@ -1,4 +1,7 @@
-"""Shared helpers for the trainer tests: random trees built by the real trie, cached tiny models."""
+"""Helpers for the trainer tests: random trees built by the real trie, cached tiny models.
+
+Not a conftest: a unique module name cannot clash with other test folders.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,287 @@
+"""Checkpoints: written atomically, loadable by transformers as they are, resumable exactly.
+
+Layout of ``RUN/checkpoints/step-00000042/``::
+
+    model/              save_pretrained: config.json, model.safetensors (+ the model folder's
+                        tokenizer files when it had some): AutoModelForCausalLM loads it as is
+    optimizer.pt        the optimizer state (unsharded), torch.save
+    scheduler.pt        the learning-rate scheduler state
+    rng-rank<R>.pt      each rank's random state (python, numpy, torch CPU, torch CUDA)
+    state.json          step, epoch, position in the epoch, config, last metrics: written last
+
+Atomicity (nanochat's rule: write to a temporary name, rename, the marker last). Everything is
+written into ``checkpoints/.tmp-step-00000042/``; ``state.json`` is written last inside it, files
+are fsynced, and the folder is renamed to ``step-00000042`` in one ``os.replace``. A crash before
+the rename leaves only a ``.tmp-*`` folder, which :func:`latest_checkpoint` ignores (and the next
+save removes); a folder named ``step-*`` without ``state.json`` is never taken for a checkpoint.
+
+With several ranks, rank 0 creates the temporary folder, every rank writes its own random state
+into it, rank 0 writes the rest and renames after a barrier (the run folder must be on a file
+system that every rank sees, as with any multi-node trainer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from treeprep.errors import TreeprepError
+
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+STATE_FILE = "state.json"
+
+
+class CheckpointError(TreeprepError):
+    """A checkpoint that cannot be used (missing, half written, for another configuration)."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _fsync_tree(path: str) -> None:
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's random state: python, numpy, torch CPU and (when present) CUDA."""
+    st: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def set_rng_state(st: dict[str, Any]) -> None:
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.set_rng_state(st["torch"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+def checkpoints_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, "checkpoints")
+
+
+def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
+    """Whole checkpoints of a run, (step, folder), oldest first."""
+    root = checkpoints_dir(run_dir)
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for name in os.listdir(root):
+        m = _STEP_DIR.match(name)
+        path = os.path.join(root, name)
+        if m and os.path.isfile(os.path.join(path, STATE_FILE)):
+            out.append((int(m.group(1)), path))
+    return sorted(out)
+
+
+def latest_checkpoint(run_dir: str) -> str | None:
+    """The newest whole checkpoint of a run, or None."""
+    cps = list_checkpoints(run_dir)
+    return cps[-1][1] if cps else None
+
+
+def begin_save(run_dir: str, step: int, is_main: bool) -> str:
+    """The temporary folder of a checkpoint in the making (created, emptied, by rank 0)."""
+    tmp = os.path.join(checkpoints_dir(run_dir), "." + "tmp-" + step_dir_name(step))
+    if is_main:
+        os.makedirs(checkpoints_dir(run_dir), exist_ok=True)
+        for name in os.listdir(checkpoints_dir(run_dir)):
+            if name.startswith(".tmp-"):  # leftovers of a crashed save
+                shutil.rmtree(os.path.join(checkpoints_dir(run_dir), name), ignore_errors=True)
+        os.makedirs(tmp)
+    return tmp
+
+
+def save_rng(tmp: str, rank: int) -> None:
+    torch.save(rng_state(), os.path.join(tmp, f"rng-rank{rank}.pt"))
+
+
+def save_main(
+    tmp: str,
+    *,
+    model: torch.nn.Module,
+    model_state: dict | None,
+    optimizer_state: dict,
+    scheduler_state: dict,
+    state: dict[str, Any],
+    tokenizer_dir: str | None,
+) -> None:
+    """Rank 0's part: the model folder, optimizer and scheduler, then ``state.json`` last."""
+    mdir = os.path.join(tmp, "model")
+    cfg = model.config
+    saved_attn = getattr(cfg, "_attn_implementation", None)
+    # the folder must load in plain transformers: do not record treeprep's attention name
+    try:
+        cfg._attn_implementation = "sdpa"
+    except (AttributeError, ValueError):
+        pass
+    try:
+        model.save_pretrained(mdir, state_dict=model_state)
+    finally:
+        if saved_attn is not None:
+            try:
+                cfg._attn_implementation = saved_attn
+            except (AttributeError, ValueError):
+                pass
+    if tokenizer_dir is not None:
+        from treeprep.render import TOKENIZER_FILES
+
+        for name in TOKENIZER_FILES:
+            src = os.path.join(tokenizer_dir, name)
+            if os.path.isfile(src):
+                shutil.copy2(src, os.path.join(mdir, name))
+    torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
+    torch.save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
+    with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=2)
+
+
+def finish_save(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
+    """fsync, rename the temporary folder into place, drop old checkpoints beyond ``keep``."""
+    if not os.path.isfile(os.path.join(tmp, STATE_FILE)):
+        raise CheckpointError(f"{tmp}: state.json missing; the checkpoint was not completed")
+    _fsync_tree(tmp)
+    final = os.path.join(checkpoints_dir(run_dir), step_dir_name(step))
+    if os.path.exists(final):  # a re-save of the same step: move the old one out of the way
+        old = final + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(checkpoints_dir(run_dir))
+    if keep is not None and keep > 0:
+        for _s, path in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(path, ignore_errors=True)
+    return final
+
+
+@dataclass
+class Checkpoint:
+    """A whole checkpoint on disk."""
+
+    path: str
+    state: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+    @property
+    def model_dir(self) -> str:
+        return os.path.join(self.path, "model")
+
+    def optimizer_state(self) -> dict:
+        return torch.load(
+            os.path.join(self.path, "optimizer.pt"), map_location="cpu", weights_only=False
+        )
+
+    def scheduler_state(self) -> dict:
+        return torch.load(
+            os.path.join(self.path, "scheduler.pt"), map_location="cpu", weights_only=False
+        )
+
+    def rng(self, rank: int) -> dict | None:
+        p = os.path.join(self.path, f"rng-rank{rank}.pt")
+        if not os.path.isfile(p):
+            return None
+        return torch.load(p, map_location="cpu", weights_only=False)
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """The saved weights (safetensors), as a state dict on the CPU."""
+        from safetensors.torch import load_file
+
+        mdir = self.model_dir
+        index = os.path.join(mdir, "model.safetensors.index.json")
+        files: list[str]
+        if os.path.isfile(index):
+            with open(index, encoding="utf-8") as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        else:
+            files = ["model.safetensors"]
+        sd: dict[str, torch.Tensor] = {}
+        for name in files:
+            sd.update(load_file(os.path.join(mdir, name), device="cpu"))
+        return sd
+
+
+def open_checkpoint(path: str) -> Checkpoint:
+    """A checkpoint folder, or a run folder (its newest checkpoint)."""
+    if os.path.isdir(checkpoints_dir(path)) and not os.path.isfile(os.path.join(path, STATE_FILE)):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"{path}: the run has no whole checkpoint to resume from")
+        path = latest
+    sp = os.path.join(path, STATE_FILE)
+    if not os.path.isfile(sp):
+        raise CheckpointError(
+            f"{path}: not a whole checkpoint (no {STATE_FILE}; a save may have been interrupted)"
+        )
+    try:
+        with open(sp, encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{sp}: unreadable checkpoint state ({e})") from e
+    for k in ("step", "epoch", "epoch_step"):
+        if k not in state:
+            raise CheckpointError(f"{sp}: checkpoint state has no {k!r}")
+    return Checkpoint(path, state)
+
+
+def load_model_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
+    """Copy a checkpoint's weights into ``model`` (strict: every key must match)."""
+    sd = ckpt.model_state()
+    own = model.state_dict()
+    missing = [k for k in own if k not in sd]
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    if tied:  # save_pretrained drops the tied copy
+        missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    extra = [k for k in sd if k not in own]
+    if missing or extra:
+        raise CheckpointError(
+            f"{ckpt.model_dir}: weights do not match the model (missing {missing[:3]}, "
+            f"unexpected {extra[:3]})"
+        )
+    with torch.no_grad():
+        for k, v in sd.items():
+            if own[k].shape != v.shape:
+                raise CheckpointError(
+                    f"{ckpt.model_dir}: {k} has shape {tuple(v.shape)}, the model "
+                    f"{tuple(own[k].shape)}"
+                )
+            own[k].copy_(v)
