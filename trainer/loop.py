@@ -34,7 +34,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -485,9 +485,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
                         writer.add_scalar(f"train/{k}", getattr(m, k), step)
             emit("step", m.to_dict() | {"total_steps": total})
             done = step >= total or (
-                cfg.epochs is not None
-                and epoch_step >= len(plan.steps)
-                and epoch + 1 >= cfg.epochs
+                cfg.epochs is not None and epoch_step >= len(plan.steps) and epoch + 1 >= cfg.epochs
             )
             if (cfg.save_every and step % cfg.save_every == 0) or (done and cfg.save_final):
                 last_ckpt = save(cfg, info, wrapped, opt, sched, step, epoch, epoch_step, m)

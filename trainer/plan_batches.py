@@ -218,10 +218,10 @@ def _epoch_from_table(table: pa.Table, summary: PlanSummary, source: str) -> Epo
     nsteps = summary.steps
     if len(summary.step_info) != nsteps:
         raise ShardError(f"{source}: summary lists {len(summary.step_info)} steps, not {nsteps}")
-    steps = [
-        StepPlan(s, [[[] for _ in range(summary.step_info[s].micro_batches_per_rank)] for _ in range(w)])
-        for s in range(nsteps)
-    ]
+    steps = []
+    for s in range(nsteps):
+        per_rank = summary.step_info[s].micro_batches_per_rank
+        steps.append(StepPlan(s, [[[] for _ in range(per_rank)] for _ in range(w)]))
     cols = table.to_pydict()
     for i in range(table.num_rows):
         s, r, m = cols["step"][i], cols["rank"][i], cols["micro_batch"][i]
