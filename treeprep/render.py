@@ -550,7 +550,7 @@ class Renderer:
         try:
             from transformers.utils.chat_template_utils import (
                 _alias_reasoning_fields,
-                _compile_jinja_template,
+                _cached_compile_jinja_template,
             )
         except ImportError:
             return None
@@ -558,7 +558,11 @@ class Renderer:
         if not isinstance(template, str):
             return None
         try:
-            compiled = _compile_jinja_template(template)
+            # a private copy (not the lru-cached one apply_chat_template uses), so that giving its
+            # environment the fast attribute lookup below never touches the reference path
+            compiled = _cached_compile_jinja_template(template)
+            env = compiled.environment
+            env.__class__ = _fast_sandbox_class(type(env))
         except Exception:  # any failure means: use the public API
             return None
         kwargs = dict(self.tokenizer.special_tokens_map)
@@ -702,6 +706,51 @@ class Renderer:
         self._recent.move_to_end(key)
         while len(self._recent) > self._recent_max:
             self._recent.popitem(last=False)
+
+
+_FAST_SANDBOXES: dict[type, type] = {}
+
+
+def _fast_sandbox_class(base: type) -> type:
+    """``base`` (transformers' immutable jinja sandbox) with a fast path for ``message.content``.
+
+    Chat templates spend most of their time in the sandbox's attribute lookup, which for a plain
+    ``dict`` first tries a Python attribute, checks it against the sandbox rules, then falls back to
+    the item. For a ``dict`` whose key is not also a ``dict`` attribute name the result is always
+    the
+    item, a plain data value, so it is returned at once. A public ``str`` method other than
+    ``format``/``format_map`` is what the sandbox would return too. Everything else (other types,
+    private names, missing keys) goes through the sandbox unchanged.
+    """
+    cls = _FAST_SANDBOXES.get(base)
+    if cls is not None:
+        return cls
+    dict_attrs = frozenset(dir(dict))
+    # str methods the sandbox allows and returns as they are (it wraps format and format_map)
+    str_attrs = frozenset(a for a in dir(str) if not a.startswith("_")) - {"format", "format_map"}
+
+    def getattr_(self, obj, attribute):  # type: ignore[no-untyped-def]
+        t = type(obj)
+        if t is dict and attribute not in dict_attrs:
+            try:
+                return obj[attribute]
+            except (KeyError, TypeError):
+                pass
+        elif t is str and attribute in str_attrs:
+            return getattr(obj, attribute)
+        return base.getattr(self, obj, attribute)
+
+    def getitem(self, obj, argument):  # type: ignore[no-untyped-def]
+        if type(obj) is dict and type(argument) is str:
+            try:
+                return obj[argument]
+            except KeyError:
+                pass
+        return base.getitem(self, obj, argument)
+
+    cls = type(f"Fast{base.__name__}", (base,), {"getattr": getattr_, "getitem": getitem})
+    _FAST_SANDBOXES[base] = cls
+    return cls
 
 
 def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:

@@ -427,3 +427,33 @@ def test_load_folder_identity(tmp_path) -> None:
     b = Renderer.load(str(tmp_path))
     assert b.identity.sha256 != a.identity.sha256
     assert b.identity.chat_template_sha256 != a.identity.chat_template_sha256
+
+
+def test_fast_sandbox_keeps_the_sandbox_rules() -> None:
+    """The fast attribute path gives what the sandbox gives; unsafe lookups still fail."""
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from treeprep.render import _fast_sandbox_class
+
+    fast = ImmutableSandboxedEnvironment()
+    fast.__class__ = _fast_sandbox_class(ImmutableSandboxedEnvironment)
+    slow = ImmutableSandboxedEnvironment()
+    m = {"content": "a|b ", "items": [1, 2], "tools": [3]}
+    for expr in (
+        "{{ m.content.split('|')[1] }}",
+        "{{ m.content.rstrip() }}",
+        "{{ m['content'] }}",
+        "{{ m.tools | length }}",
+        "{{ m.items is callable }}",  # a dict method wins over the key, as in jinja
+        "{{ m.missing is defined }}",
+        "{{ m.__class__ }}",
+        "{{ m.content.__class__ }}",
+        "{{ m.content.format.__globals__ }}",
+    ):
+        assert fast.from_string(expr).render(m=m) == slow.from_string(expr).render(m=m), expr
+    for unsafe in ("{{ m.tools.append(1) }}", "{{ m.tools.clear() }}"):
+        with pytest.raises(SecurityError):
+            slow.from_string(unsafe).render(m=m)
+        with pytest.raises(SecurityError):
+            fast.from_string(unsafe).render(m=m)
