@@ -717,8 +717,7 @@ def _fast_sandbox_class(base: type) -> type:
     Chat templates spend most of their time in the sandbox's attribute lookup, which for a plain
     ``dict`` first tries a Python attribute, checks it against the sandbox rules, then falls back to
     the item. For a ``dict`` whose key is not also a ``dict`` attribute name the result is always
-    the
-    item, a plain data value, so it is returned at once. A public ``str`` method other than
+    the item, a plain data value, so it is returned at once. A public ``str`` method other than
     ``format``/``format_map`` is what the sandbox would return too. Everything else (other types,
     private names, missing keys) goes through the sandbox unchanged.
     """
