@@ -131,7 +131,7 @@ def wrap(module: LossModule, info: DistInfo, parallel: str) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [info.device.index] if info.device.type == "cuda" else None
-        return DDP(module, device_ids=ids, broadcast_buffers=False)
+        return DDP(module, device_ids=ids)
     from torch.distributed.fsdp import fully_shard
 
     for layer in decoder_layers(module.lm):

@@ -327,7 +327,10 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     lm.to(dev)
     lm.train()
     if cfg.activation_checkpointing:
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(lm, "activation_checkpointing_enable"):  # transformers >= 5.x
+            lm.activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     prec, autocast = _precision(cfg, dev)
     loss_kw: dict[str, Any] = {"loss": cfg.loss, "attn": None, "chunk": cfg.chunk}
     if cfg.loss != "sft":

@@ -1,0 +1,209 @@
+"""``treeprep train``: train a causal LM on a build, tree (or linear) layout, one or many processes.
+
+One process::
+
+    treeprep train OUT --model tiny-qwen3 --steps 20 --out runs/tiny
+
+Many (DDP, or FSDP2 with ``--parallel fsdp``), ranks taking the plan's balanced assignment::
+
+    treeprep pack OUT --budget 16384 --world-size 8 --steps-of 4
+    torchrun --nproc-per-node 8 -m treeprep.cli train OUT --model DIR \\
+        --plan OUT/plans/b16384-w8-n4-s0 --out runs/big
+
+The command builds a :class:`~treeprep.trainer.loop.TrainConfig`, calls
+:func:`~treeprep.trainer.loop.train` and renders: a rich progress bar on stderr (rank 0 only), a
+summary table on stdout (or ``--json``). torch and the trainer are imported inside the command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+
+
+def train_cmd(
+    data: Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")],
+    model: Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="The run folder (metrics, checkpoints).")
+    ] = Path("runs/treeprep"),
+    plan: Annotated[
+        Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
+    ] = None,
+    loss: Annotated[str, typer.Option(help="sft, ppo, grpo or gspo.")] = "sft",
+    norm: Annotated[str, typer.Option(help="sum, sequence-mean or token-mean.")] = "token-mean",
+    layout: Annotated[str, typer.Option(help="tree, or linear (the baseline).")] = "tree",
+    attn: Annotated[str, typer.Option(help="auto, dense, nodes, flex or flash.")] = "auto",
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
+    budget: Annotated[int, typer.Option(help="Tokens per micro-batch (without --plan).")] = 4096,
+    steps_of: Annotated[
+        int, typer.Option(help="Micro-batches per rank per step (without --plan).")
+    ] = 1,
+    optimizer: Annotated[str, typer.Option(help="adamw or sgd.")] = "adamw",
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
+    min_lr_ratio: Annotated[float, typer.Option(help="Final lr / peak lr (cosine).")] = 0.1,
+    warmup: Annotated[int, typer.Option(help="Linear warmup steps.")] = 0,
+    weight_decay: Annotated[float, typer.Option(help="Weight decay.")] = 0.0,
+    momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.0,
+    grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
+    precision: Annotated[
+        str, typer.Option(help="auto (bf16 autocast on GPU, fp32 on CPU), float32, bfloat16.")
+    ] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    activation_checkpointing: Annotated[
+        bool, typer.Option(help="Recompute decoder layers in backward (saves memory).")
+    ] = False,
+    parallel: Annotated[str, typer.Option(help="ddp or fsdp (under torchrun).")] = "ddp",
+    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
+    keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
+    resume: Annotated[
+        Path | None, typer.Option(help="A checkpoint folder, or a run folder (its newest).")
+    ] = None,
+    tensorboard: Annotated[bool, typer.Option(help="Write TensorBoard events (if installed).")] = (
+        False
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    main = int(os.environ.get("RANK", "0")) == 0
+    import transformers
+
+    from treeprep.trainer.loop import TrainConfig, train
+
+    transformers.utils.logging.disable_progress_bar()  # our own bar; no tqdm lines on save
+    cfg = TrainConfig(
+        data=str(data),
+        model=model,
+        run_dir=str(out),
+        plan=str(plan) if plan else None,
+        loss=loss,
+        norm=norm,
+        layout=layout,
+        attn=attn,
+        steps=steps,
+        epochs=epochs,
+        budget=budget,
+        steps_of=steps_of,
+        optimizer=optimizer,
+        lr=lr,
+        min_lr_ratio=min_lr_ratio,
+        warmup_steps=warmup,
+        weight_decay=weight_decay,
+        momentum=momentum,
+        grad_clip=grad_clip or None,
+        seed=seed,
+        precision=precision,
+        device=device,
+        activation_checkpointing=activation_checkpointing,
+        parallel=parallel,
+        save_every=save_every,
+        keep=keep or None,
+        resume=str(resume) if resume else None,
+        tensorboard=tensorboard,
+    )
+    progress, cb = _progress(err) if main else (None, None)
+    try:
+        if progress is not None:
+            progress.start()
+        res = train(cfg, callback=cb)
+    finally:
+        if progress is not None:
+            progress.stop()
+    if not main:
+        return
+    hist = res.history
+    tot_t = sum(m.seconds for m in hist)
+    summary: dict[str, Any] = {
+        "run_dir": res.run_dir,
+        "steps": res.steps,
+        "steps_this_run": len(hist),
+        "world_size": res.world_size,
+        "plan": res.plan_source,
+        "layout": layout,
+        "first_loss": hist[0].loss if hist else None,
+        "last_loss": hist[-1].loss if hist else None,
+        "tokens": sum(m.tokens for m in hist),
+        "tokens_linear": sum(m.tokens_linear for m in hist),
+        "seconds": tot_t,
+        "tokens_per_s": sum(m.tokens for m in hist) / tot_t if tot_t else 0.0,
+        "linear_tokens_per_s": sum(m.tokens_linear for m in hist) / tot_t if tot_t else 0.0,
+        "checkpoint": res.checkpoint,
+        "metrics": os.path.join(res.run_dir, "metrics.jsonl"),
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"treeprep train -> {res.run_dir}", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in summary.items():
+        if isinstance(v, float):
+            v = f"{v:,.4g}" if "loss" in k else f"{v:,.1f}"
+        elif isinstance(v, int):
+            v = f"{v:,}"
+        t.add_row(k, str(v))
+    Console().print(t)
+
+
+def _progress(err: Any) -> tuple[Any, Any]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    prog = Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    )
+    task: list[Any] = []
+
+    def cb(event: str, d: dict[str, Any]) -> None:
+        if event == "start":
+            task.append(
+                prog.add_task(
+                    "train", total=d["total_steps"], completed=d["start_step"], info="loading"
+                )
+            )
+            prog.console.print(
+                f"{d['params']:,} parameters on {d['device']} ({d['precision']}), "
+                f"{d['world_size']} process(es), plan {d['plan']} "
+                f"for {d['plan_world_size']} rank(s)"
+            )
+        elif event == "step" and task:
+            prog.update(
+                task[0],
+                completed=d["step"],
+                info=(
+                    f"loss {d['loss']:.4f} lr {d['lr']:.2e} gnorm {d['grad_norm']:.3f} "
+                    f"{d['tokens_per_s']:,.0f} tok/s ({d['linear_tokens_per_s']:,.0f} linear-eq)"
+                ),
+            )
+        elif event == "checkpoint":
+            prog.console.print(f"checkpoint {d['path']}")
+
+    return prog, cb
