@@ -120,6 +120,8 @@ class TrainConfig:
     entropy_coef: float = 0.0
     #: LM-head chunk (rows) in the loss
     chunk: int = 4096
+    #: a preset's vocabulary (None: the build tokenizer's); ignored for model folders
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> TrainingError:
@@ -317,7 +319,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     resume = ckpt_mod.open_checkpoint(cfg.resume) if cfg.resume else None
     vocab = None
     if cfg.model in PRESETS:
-        vocab = max(reader.manifest.tokenizer.vocab_size, reader.max_token_id() + 1)
+        vocab = cfg.vocab_size or reader.manifest.tokenizer.vocab_size
+        vocab = max(vocab, reader.max_token_id() + 1)
     lm = load_model(cfg.model, dtype=torch.float32, device="cpu", attn=cfg.attn, seed=cfg.seed,
                     vocab_size=vocab)  # fmt: skip
     check_compatible(reader, cfg.model, int(lm.config.vocab_size))

@@ -1,0 +1,301 @@
+"""bench/train: measured tree-training speedup against the FLOP-model estimate, same run.
+
+For each workload the same shards, model, budget and optimizer steps are trained twice with
+:func:`treeprep.trainer.loop.train`: once on the packed tries (``layout="tree"``) and once with
+every sequence on its own (``layout="linear"``, first-fit into micro-batches of the same budget:
+what a linearizing trainer runs). Both train exactly the same sequences with the same loss, so the
+measured speedup is the ratio of their wall times. The estimate is the FLOP model of
+:mod:`treeprep.flops` on the tokens and attention pairs each layout feeds: for a whole epoch it is
+``treeprep stats --budget``'s ``packing.model_speedup`` (printed too), for fewer steps the same
+formula over those steps. The first step of each layout is a warm-up and is not timed.
+
+Workloads:
+
+* ``sample``: the project's ``sample_data/`` built with the built-in tokenizer (POR about 0.66);
+* ``agent``: generated agent sessions (token rollouts: each call's prompt extends the previous
+  call's prompt, completion and tool result; one call in five is retried, a branch), POR about
+  0.75.
+
+Configurations:
+
+* ``cpu``: ``small-qwen3`` (hidden 512, 8 layers, 25M non-embedding parameters, a 32k vocabulary:
+  58M in all), float32, budget 4096, attention ``nodes`` (each node attends its ancestors only, so
+  both layouts compute exactly the (query, key) pairs the FLOP model counts; ``dense`` computes
+  budget^2 pairs per micro-batch whatever the layout, which flatters the tree layout);
+* ``gpu``: ``qwen3-0.6b`` and ``qwen3-1.7b`` shapes (random weights, full 151,936 vocabulary), bf16
+  autocast, budgets 16k and 32k, attention ``auto`` (FlexAttention), a longer agent workload.
+
+    python bench/train.py                       # cpu, both workloads
+    python bench/train.py --workload agent --steps 6
+    python bench/train.py --config gpu          # needs CUDA
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------------------------
+# workloads
+# --------------------------------------------------------------------------------------------
+
+
+def agent_rollouts(
+    path: Path,
+    *,
+    sessions: int,
+    calls: tuple[int, int],
+    system: tuple[int, int],
+    turn: tuple[int, int],
+    seed: int = 0,
+) -> None:
+    """Token rollouts of agent sessions (ids are bytes of the built-in tokenizer)."""
+    rng = np.random.default_rng(seed)
+
+    def ids(lo_hi: tuple[int, int]) -> list[int]:
+        return rng.integers(32, 127, int(rng.integers(*lo_hi))).tolist()
+
+    with open(path, "w", encoding="utf-8") as f:
+        for s in range(sessions):
+            prompt = [257] + ids(system) + [258]
+            n_calls = int(rng.integers(*calls))
+            for c in range(n_calls):
+                tries = 2 if rng.random() < 0.2 else 1
+                for t in range(tries):
+                    gen = ids((turn[0] // 3, turn[1] // 3)) + [258]
+                    rec = {
+                        "group_id": f"session-{s}",
+                        "call_id": f"session-{s}/{c}/{t}",
+                        "prompt_token_ids": prompt,
+                        "generation_token_ids": gen,
+                    }
+                    f.write(json.dumps(rec) + "\n")
+                prompt = prompt + gen + [257] + ids((2 * turn[0] // 3, 2 * turn[1] // 3)) + [258]
+
+
+def ensure_build(name: str, work: Path, scale: str) -> Path:
+    from treeprep.build import BuildConfig, build
+
+    out = work / f"build-{name}-{scale}"
+    if (out / "manifest.json").exists():
+        return out
+    if name == "sample":
+        inputs = [str(ROOT / "sample_data")]
+    else:
+        src = work / f"agent-{scale}.jsonl"
+        if scale == "cpu":
+            agent_rollouts(src, sessions=16, calls=(5, 9), system=(250, 400), turn=(80, 200))
+        else:
+            agent_rollouts(src, sessions=64, calls=(6, 10), system=(1500, 3000), turn=(800, 1600))
+        inputs = [str(src)]
+    build(BuildConfig(inputs=inputs, out=str(out)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the estimate
+# --------------------------------------------------------------------------------------------
+
+
+def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
+    """FLOPs each layout feeds over the first ``steps`` steps of the in-memory plan."""
+    from treeprep.trainer.plan_batches import BuildReader, make_plan
+
+    reader = BuildReader(str(data))
+    plan = make_plan(reader, budget=budget, cost_model=shape)
+    run = plan.steps[: steps or len(plan.steps)]
+    tt = tp = lt = lp = 0
+    for st in run:
+        for p in st.parts:
+            tree = reader.tree(p.shard, p.row)
+            nodes = list(p.prefix_nodes) + list(p.nodes)
+            depth = np.asarray(tree["node_depth"])[nodes]
+            ln = np.asarray(tree["node_length"])[nodes]
+            tt += int(ln.sum())
+            tp += int((ln * depth + ln * (ln + 1) // 2).sum())
+            sn = np.asarray(tree["seq_node"], dtype=np.int64)
+            seq_len = np.asarray(tree["node_depth"])[sn] + np.asarray(tree["node_length"])[sn]
+            cnt = np.asarray(tree["seq_count"], dtype=np.int64)
+            sel = np.asarray(p.seqs, dtype=np.int64)
+            L, c = seq_len[sel], cnt[sel]
+            lt += int((L * c).sum())
+            lp += int((L * (L + 1) // 2 * c).sum())
+    f_tree, f_lin = shape.flops(tt, tp), shape.flops(lt, lp)
+    return {
+        "steps": len(run),
+        "plan_steps": len(plan.steps),
+        "tokens_tree_fed": tt,
+        "tokens_linear": lt,
+        "pairs_tree": tp,
+        "pairs_linear": lp,
+        "estimate": f_lin / f_tree,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the runs
+# --------------------------------------------------------------------------------------------
+
+
+def run_layout(data: Path, work: Path, layout: str, spec: dict, steps: int | None) -> dict:
+    from treeprep.trainer.loop import TrainConfig, train
+
+    cfg = TrainConfig(
+        data=str(data),
+        model=spec["model"],
+        run_dir=str(work / f"run-{layout}"),
+        layout=layout,
+        budget=spec["budget"],
+        steps=steps,
+        epochs=None if steps else 1,
+        vocab_size=spec["vocab"],
+        precision=spec["precision"],
+        device=spec["device"],
+        attn=spec.get("attn", "auto"),
+        save_final=False,
+        lr=1e-4,
+    )
+    res = train(cfg)
+    h = res.history[1:] if len(res.history) > 1 else res.history
+    secs = sum(m.seconds for m in h)
+    return {
+        "layout": layout,
+        "steps": len(res.history),
+        "timed_steps": len(h),
+        "seconds": secs,
+        "tokens_fed": sum(m.tokens for m in h),
+        "tokens_linear": sum(m.tokens_linear for m in h),
+        "linear_tokens_per_s": sum(m.tokens_linear for m in h) / secs,
+        "fed_tokens_per_s": sum(m.tokens for m in h) / secs,
+        "losses": [m.loss for m in res.history],
+    }
+
+
+def bench_one(workload: str, spec: dict, steps: int | None, work: Path) -> dict:
+    from treeprep.flops import from_config
+    from treeprep.stats import compute_stats
+    from treeprep.trainer import PRESETS
+
+    data = ensure_build(workload, work, spec["scale"])
+    shape = from_config(
+        PRESETS[spec["model"]].hf_config(spec["vocab"]).to_dict(), name=spec["model"]
+    )
+    stats = compute_stats(str(data), model=shape, budget=spec["budget"])
+    est = flop_estimate(data, shape, spec["budget"], steps)
+    sub = work / f"{workload}-{spec['model']}-{spec['budget']}"
+    runs = {lay: run_layout(data, sub, lay, spec, steps) for lay in ("tree", "linear")}
+    t, lin = runs["tree"], runs["linear"]
+    assert t["tokens_linear"] == lin["tokens_linear"], "layouts trained different sequences"
+    measured = lin["seconds"] / t["seconds"]
+    loss_gap = max(abs(a - b) / abs(b) for a, b in zip(t["losses"], lin["losses"], strict=True))
+    return {
+        "workload": workload,
+        "model": spec["model"],
+        "params": shape.params_total,
+        "budget": spec["budget"],
+        "precision": spec["precision"],
+        "por": stats["por"],
+        "err": stats["packing"].get("err"),
+        "stats_model_speedup": stats["packing"].get("model_speedup"),
+        "estimate": est["estimate"],
+        "estimate_detail": est,
+        "tree": {k: v for k, v in t.items() if k != "losses"},
+        "linear": {k: v for k, v in lin.items() if k != "losses"},
+        "measured_speedup": measured,
+        "ratio": measured / est["estimate"],
+        "max_rel_loss_gap": loss_gap,
+    }
+
+
+CONFIGS = {
+    "cpu": [
+        {
+            "model": "small-qwen3",
+            "vocab": 32768,
+            "budget": 4096,
+            "precision": "float32",
+            "device": "cpu",
+            "attn": "nodes",
+            "scale": "cpu",
+        },  # fmt: skip
+    ],
+    "gpu": [
+        {
+            "model": m,
+            "vocab": 151936,
+            "budget": b,
+            "precision": "bfloat16",
+            "device": "cuda",
+            "scale": "gpu",
+        }  # fmt: skip
+        for m in ("qwen3-0.6b", "qwen3-1.7b")
+        for b in (16384, 32768)
+    ],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
+    ap.add_argument("--workload", choices=["sample", "agent", "both"], default="both")
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 1 epoch)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--work", default=str(ROOT / "bench" / "_work" / "train"))
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    import torch
+
+    if a.config == "gpu" and not torch.cuda.is_available():
+        sys.exit("bench/train --config gpu needs a CUDA device")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    loads = ["sample", "agent"] if a.workload == "both" else [a.workload]
+    results = []
+    for spec in CONFIGS[a.config]:
+        for w in loads:
+            t0 = time.perf_counter()
+            r = bench_one(w, spec, a.steps, work)
+            r["wall_s"] = time.perf_counter() - t0
+            results.append(r)
+            if not a.json:
+                print(_line(r), flush=True)
+    machine = {
+        "device": torch.cuda.get_device_name() if a.config == "gpu" else "cpu",
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+    }
+    if a.json:
+        print(json.dumps({"machine": machine, "results": results}, indent=2))
+    else:
+        print(f"machine: {machine}")
+
+
+def _line(r: dict) -> str:
+    t, lin = r["tree"], r["linear"]
+    return (
+        f"{r['workload']:>6} {r['model']} ({r['params'] / 1e6:.0f}M) budget {r['budget']}: "
+        f"POR {r['por']:.3f} | tree {t['linear_tokens_per_s']:,.0f} linear-eq tok/s "
+        f"({t['fed_tokens_per_s']:,.0f} fed), linear {lin['linear_tokens_per_s']:,.0f} tok/s | "
+        f"measured {r['measured_speedup']:.2f}x, estimate {r['estimate']:.2f}x "
+        f"(stats, whole epoch: {r['stats_model_speedup']:.2f}x), ratio {r['ratio']:.2f} | "
+        f"{t['timed_steps']} timed steps, losses agree to {r['max_rel_loss_gap']:.1e}"
+    )
+
+
+if __name__ == "__main__":
+    main()
