@@ -82,7 +82,13 @@ def _text(blocks: Any) -> str:
     return ""
 
 
-def _assistant(content: Any) -> dict[str, Any]:
+def assistant_message(content: Any) -> dict[str, Any]:
+    """An Anthropic assistant ``content`` (a string or blocks) as one OpenAI-style message.
+
+    ``text`` blocks are joined, ``thinking`` blocks become ``reasoning_content``, ``tool_use``
+    blocks become ``tool_calls`` with their ``input`` object as the arguments. Claude Code
+    transcripts use it too (their lines carry Messages API content blocks).
+    """
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
     texts: list[str] = []
@@ -155,10 +161,10 @@ def to_call_fields(
         if role == "user":
             msgs.extend(_user(m.get("content")))
         elif role == "assistant":
-            msgs.append(_assistant(m.get("content")))
+            msgs.append(assistant_message(m.get("content")))
         else:
             return None, f"request.messages[{i}]: role {role!r}, expected 'user' or 'assistant'"
-    completion = _assistant(resp.get("content"))
+    completion = assistant_message(resp.get("content"))
     if (
         not completion.get("content")
         and not completion.get("tool_calls")

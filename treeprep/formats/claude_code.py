@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
+from treeprep.formats.anthropic import assistant_message
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -167,36 +168,14 @@ def _tool_result_content(b: dict[str, Any]) -> str | list[dict[str, Any]]:
 
 def _assistant_message(lines: list[_Line]) -> dict[str, Any]:
     """Merge the content blocks of one API response (its lines in file order)."""
-    texts: list[str] = []
-    thinking: list[str] = []
-    calls: list[dict[str, Any]] = []
+    blocks: list[Any] = []
     for ln in lines:
         content = ln.rec["message"].get("content")
         if isinstance(content, str):
-            texts.append(content)
-            continue
-        for b in content or []:
-            if not isinstance(b, dict):
-                continue
-            t = b.get("type")
-            if t == "text":
-                texts.append(b.get("text", ""))
-            elif t == "thinking":
-                thinking.append(b.get("thinking", ""))
-            elif t == "tool_use":
-                calls.append(
-                    {
-                        "id": b.get("id"),
-                        "type": "function",
-                        "function": {"name": b.get("name", ""), "arguments": b.get("input") or {}},
-                    }
-                )
-    m: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if thinking:
-        m["reasoning_content"] = "\n\n".join(thinking)
-    if calls:
-        m["tool_calls"] = calls
-    return m
+            blocks.append({"type": "text", "text": content})
+        else:
+            blocks.extend(content or [])
+    return assistant_message(blocks)
 
 
 def _user_messages(ln: _Line) -> list[dict[str, Any]]:
