@@ -87,6 +87,8 @@ class BuildConfig:
     system_prompt: str | None = None
     #: a JSON file with a list of tool (function) schemas, for formats whose logs hold none
     tools: str | None = None
+    #: render with a verified Python port of the chat template where there is one (False: jinja)
+    native_templates: bool = True
     #: a shard is closed once it holds this many tree tokens
     shard_tokens: int = 32 * 1024 * 1024
     extra: dict = field(default_factory=dict)
@@ -133,7 +135,11 @@ _worker_state: dict = {}
 def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer=None) -> None:
     from treeprep.render import Renderer
 
-    _worker_state["renderer"] = renderer if renderer is not None else Renderer.load(tokenizer)
+    _worker_state["renderer"] = (
+        renderer
+        if renderer is not None
+        else Renderer.load(tokenizer, native_templates=cfg_dict.get("native_templates", True))
+    )
     _worker_state["cfg"] = cfg_dict
 
 
@@ -377,6 +383,7 @@ def _run_stage1(
         "group_by": cfg.group_by,
         "system_prompt": cfg.system_prompt,
         "tools": cfg.tools,
+        "native_templates": cfg.native_templates,
     }
     n = done_before
     if cfg.workers > 1 and len(todo) > 1:
@@ -406,7 +413,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     from treeprep.io import expand_inputs, file_sha256
     from treeprep.render import Renderer
 
-    renderer = Renderer.load(cfg.tokenizer)
+    renderer = Renderer.load(cfg.tokenizer, native_templates=cfg.native_templates)
     identity = renderer.identity
     out = cfg.out
     work_root = os.path.join(out, ".work")
@@ -520,6 +527,12 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     del tables
     for src in sources:
         src.close()
+
+    # work of inputs that are no longer part of this build is dropped; the rest stays for reruns
+    keep = {os.path.basename(j.work_dir) for j in jobs}
+    for name in os.listdir(work_root):
+        if name not in keep:
+            shutil.rmtree(os.path.join(work_root, name), ignore_errors=True)
 
     # ---- rejects, then the manifest
     rej_path = os.path.join(out, "rejects.jsonl")

@@ -240,3 +240,14 @@ def test_done_when_command_of_issue_2(tmp_path: Path) -> None:
     assert len(lines) == stats["sequences"]
     assert m.tokenizer.name == "qwen3"
     assert os.path.basename(m.shards[0].path).startswith("shard-")
+
+
+def test_work_of_dropped_inputs_is_pruned(tmp_path: Path) -> None:
+    a = str(_write_jsonl(tmp_path / "a.jsonl", [_rollout("g", [1], [2])]))
+    b = str(_write_jsonl(tmp_path / "b.jsonl", [_rollout("h", [3], [4])]))
+    out = tmp_path / "o"
+    build(BuildConfig(inputs=[a, b], out=str(out)))
+    assert len(list((out / ".work").iterdir())) == 2
+    m = build(BuildConfig(inputs=[a], out=str(out)))
+    assert len(list((out / ".work").iterdir())) == 1
+    assert m.counts.trees == 1
