@@ -36,13 +36,28 @@ def build_cmd(
     tools: Annotated[
         Path | None, typer.Option(help="JSON file of tool schemas, for logs that hold none.")
     ] = None,
+    native_templates: Annotated[
+        bool,
+        typer.Option(
+            "--native-templates/--no-native-templates",
+            help="Render known chat templates with their verified Python port (faster, checked "
+            "against jinja); --no-native-templates renders every call with jinja.",
+        ),
+    ] = True,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,
 ) -> None:
     """Render logs with the model's chat template, deduplicate them into tries, write shards."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from treeprep.build import BuildConfig, build
 
@@ -56,6 +71,7 @@ def build_cmd(
         max_errors=max_errors,
         system_prompt=str(system_prompt) if system_prompt else None,
         tools=str(tools) if tools else None,
+        native_templates=native_templates,
     )
     err = Console(stderr=True)
     with Progress(
@@ -66,7 +82,7 @@ def build_cmd(
         console=err,
         transient=True,
     ) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def on_progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:

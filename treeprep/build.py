@@ -176,7 +176,7 @@ def _process_file(job: _FileJob) -> _FileResult:
 
     Writes ``sequences.arrow``, ``rejects.jsonl`` and, last, ``done.json`` under ``job.work_dir``.
     """
-    from treeprep.formats import detect_format, get_format
+    from treeprep.formats import FormatSpec, detect_format, get_format
     from treeprep.io import read_head
     from treeprep.render import RenderError
 
@@ -187,6 +187,7 @@ def _process_file(job: _FileJob) -> _FileResult:
     n_read = 0
     n_seq = 0
 
+    spec: FormatSpec | None
     if cfg.get("format"):
         spec = get_format(cfg["format"])
     else:
@@ -536,12 +537,12 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
 
     # ---- rejects, then the manifest
     rej_path = os.path.join(out, "rejects.jsonl")
-    with open(rej_path + ".tmp", "wb") as f:
+    with open(rej_path + ".tmp", "wb") as rej_out:
         for job in jobs:
             p = os.path.join(job.work_dir, "rejects.jsonl")
             if os.path.exists(p):
-                with open(p, "rb") as r:
-                    shutil.copyfileobj(r, f)
+                with open(p, "rb") as rej_in:
+                    shutil.copyfileobj(rej_in, rej_out)
     os.replace(rej_path + ".tmp", rej_path)
 
     inputs: list[InputEntry] = []

@@ -42,7 +42,7 @@ class Sequence:
                 raise ValueError(f"{len(self.logprobs)} log-probs for {k} trained tokens")
 
     def key(self) -> tuple:
-        """Identity for merging exact duplicates (same tokens, spans, reward, advantage, logprobs)."""
+        """Identity for merging exact duplicates: tokens, spans, reward, advantage, log-probs."""
         lp = None if self.logprobs is None else self.logprobs.tobytes()
         return (
             self.tokens.tobytes(),

@@ -68,7 +68,7 @@ def _manifest(out: str) -> dict[str, Any]:
 
 def list_groups(out: str) -> list[dict[str, Any]]:
     """Every tree of a build: group id, format, sequences, nodes, tokens (largest first)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t in iter_trees(out):
         rows.append(
             {
@@ -153,7 +153,7 @@ def tree_view(
             nodes.append(cur)
         ids = np.concatenate([tree.node_tokens(v) for v in nodes]) if nodes else np.zeros(0)
         text = decode(ids) if decode is not None else None
-        seg = {
+        seg: dict[str, Any] = {
             "node": start,
             "last_node": cur,
             "nodes": len(nodes),

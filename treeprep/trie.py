@@ -166,6 +166,10 @@ class Tree:
                 yield rec
 
 
+def _logprobs_list(s: Sequence) -> list[float] | None:
+    return None if s.logprobs is None else s.logprobs.tolist()
+
+
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:
     m = min(len(a), len(b))
     diff = np.flatnonzero(a[:m] != b[:m])
@@ -329,10 +333,7 @@ def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
         seq_length=np.array([len(entries[r[2]].tokens) for r in rows], dtype=np.int32),
         seq_count=np.array([counts[r[2]] for r in rows], dtype=np.int32),
         seq_loss_spans=[[x for sp in entries[r[2]].loss_spans for x in sp] for r in rows],
-        seq_logprobs=[
-            None if entries[r[2]].logprobs is None else entries[r[2]].logprobs.tolist()
-            for r in rows
-        ],
+        seq_logprobs=[_logprobs_list(entries[r[2]]) for r in rows],
         seq_reward=[entries[r[2]].reward for r in rows],
         seq_advantage=[entries[r[2]].advantage for r in rows],
         seq_agent_id=[entries[r[2]].agent_id for r in rows],

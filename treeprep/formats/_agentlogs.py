@@ -15,7 +15,6 @@ transcript formats share three needs that live here:
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -29,23 +28,10 @@ from treeprep.schemas import ChatCall, Reject
 
 def read_bytes(path: str) -> bytes:
     """The whole file, decompressed (``.gz``, ``.zst``). Raises InputError when unreadable."""
-    try:
-        from treeprep.io import open_binary  # type: ignore[attr-defined]
-    except ImportError:
-        open_binary = None
-    try:
-        if open_binary is not None:
-            with open_binary(path) as f:
-                return f.read()
-        if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                return f.read()
-        if path.endswith(".zst"):
-            import zstandard
+    from treeprep.io import open_binary
 
-            with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as f:
-                return f.read()
-        with open(path, "rb") as f:
+    try:
+        with open_binary(path) as f:
             return f.read()
     except InputError:
         raise

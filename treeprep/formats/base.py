@@ -1,28 +1,29 @@
 """The adapter interface: every input format turns a file into canonical records or rejects.
 
-An adapter is a :class:`FormatSpec`: a ``sniff`` that looks at a file's path and first bytes (already
-decompressed) and says whether the file is in its format, and a ``read`` that yields, in file order,
-:class:`~treeprep.schemas.ChatCall` / :class:`~treeprep.schemas.TokenRollout` records or
-:class:`~treeprep.schemas.Reject` entries (file, line, reason). ``read`` never raises on bad records:
-one bad line is one reject and reading goes on. It raises :class:`~treeprep.errors.InputError` only
-when the whole file is unusable and says so (then the builder records one reject for the file).
+An adapter is a :class:`FormatSpec`: a ``sniff`` that looks at a file's path and first bytes
+(already decompressed) and says whether the file is in its format, and a ``read`` that yields, in
+file order, :class:`~treeprep.schemas.ChatCall` / :class:`~treeprep.schemas.TokenRollout` records or
+:class:`~treeprep.schemas.Reject` entries (file, line, reason). ``read`` never raises on bad
+records: one bad line is one reject and reading goes on. It raises
+:class:`~treeprep.errors.InputError` only when the whole file is unusable and says so (then the
+builder records one reject for the file).
 
-Every record carries ``source_file`` (the path as given), ``source_line`` (1-based line of the record,
-or of the record's start in a one-document JSON file) and ``source_format``. ``group_id`` is set when the
-format knows the task; when it is None the builder groups by file (or by folder for one-call-per-file
-JSON, see ``FormatSpec.group_by_folder``).
+Every record carries ``source_file`` (the path as given), ``source_line`` (1-based line of the
+record, or of the record's start in a one-document JSON file) and ``source_format``. ``group_id`` is
+set when the format knows the task; when it is None the builder groups by file (or by folder for
+one-call-per-file JSON, see ``FormatSpec.group_by_folder``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
-Record = ChatCall | TokenRollout
-Item = ChatCall | TokenRollout | Reject
+Record: TypeAlias = ChatCall | TokenRollout
+Item: TypeAlias = ChatCall | TokenRollout | Reject
 
 
 @dataclass(frozen=True)

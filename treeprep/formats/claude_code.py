@@ -320,7 +320,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     sidechain = bool(agent_ids) and all(
         ln.rec.get("isSidechain") for ln in own if ln.rec.get("type") in ("user", "assistant")
     )
-    agent_id = str(sorted(agent_ids)[0]) if sidechain else "main"
+    agent_id = str(sorted(str(a) for a in agent_ids)[0]) if sidechain else "main"
     is_compact = sidechain and agent_id.startswith("acompact")
 
     sess = _Session(path)
