@@ -67,6 +67,7 @@ import numpy as np
 import orjson
 
 from treeprep.errors import TreeprepError
+from treeprep.native_templates import FALLBACK_ERRORS, find_port
 from treeprep.schemas import ChatCall, Message, TokenizerIdentity, TokenRollout
 from treeprep.sequence import Sequence
 
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CachedEncoder",
+    "NativeTemplateMismatch",
     "RenderError",
     "Renderer",
     "TokenizerError",
@@ -97,6 +99,9 @@ TOKENIZER_FILES: tuple[str, ...] = (
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 #: default size of the piece cache (characters of cached text; ids cost 4 bytes per token on top)
 DEFAULT_CACHE_CHARS = 16 << 20
+#: the native port's renders compared with the jinja template: the first ones, then every n-th
+CHECK_FIRST = 16
+CHECK_EVERY = 64
 _TEMPLATE_ERRORS: tuple[type[Exception], ...] = (
     TypeError,
     ValueError,
@@ -116,6 +121,11 @@ class RenderError(TreeprepError):
 
 class TokenizerError(TreeprepError):
     """A tokenizer folder that cannot be loaded (missing files, no chat template)."""
+
+
+class NativeTemplateMismatch(TreeprepError):
+    """A native template port rendered a record differently from the jinja template: a bug in the
+    port (:mod:`treeprep.native_templates`), never a bad record, so the build stops."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -364,7 +374,40 @@ def _probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
         {"role": "user", "content": "Again."},
         {"role": "assistant", "content": "Sure."},
     ]
-    return [(conv, tools), (conv, None), (conv[1:3], tools), (conv[1:2], None)]
+    # the corners a template port must get right: reasoning inside the content, a wrapped tool
+    # response as a user turn (Qwen3's last-query search), a later system turn, no system at all,
+    # consecutive tool results at the end, content with leading/trailing newlines, an assistant
+    # turn with tool calls and text, and a turn that is neither reasoning nor text
+    corners: list[dict[str, Any]] = [
+        {"role": "user", "content": "  Hi \n"},
+        {"role": "assistant", "content": "<think>\n  a \n</think>\n\nOk\n"},
+        {"role": "user", "content": "<tool_response>\nx\n</tool_response>"},
+        {"role": "system", "content": "Later."},
+        {
+            "role": "assistant",
+            "content": "\nCalling.",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "run", "arguments": {"é": [1, 2.5]}}}
+            ],
+        },
+        {"role": "tool", "content": "<think>r</think>"},
+        {"role": "assistant", "content": "", "reasoning_content": ""},
+        {"role": "user", "content": "ü 🙂"},
+        {"role": "assistant", "content": "x</think>y", "reasoning_content": "\nr\n"},
+        {"role": "tool", "content": "a"},
+        {"role": "tool", "content": "b"},
+    ]
+    return [
+        (conv, tools),
+        (conv, None),
+        (conv[1:3], tools),
+        (conv[1:2], None),
+        (corners, tools),
+        (corners, None),
+        (corners[:2], None),
+        (corners[:3], tools),
+        (corners[:5], None),
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -431,6 +474,7 @@ class Renderer:
         *,
         cache_chars: int = DEFAULT_CACHE_CHARS,
         probe: bool = True,
+        native_templates: bool = True,
     ) -> None:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is None:
@@ -451,19 +495,32 @@ class Renderer:
         # recent full renders: fingerprint of (messages, tools) -> ids
         self._recent: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._recent_max = 8
+        #: the name of the native template port in use (None: jinja renders every call)
+        self.native_template: str | None = None
+        self._native: Callable[[list[dict], list[dict] | None, bool], str] | None = None
+        #: renders done by the port so far (the cross-check schedule counts them)
+        self.native_renders = 0
         self._direct: Callable[[list[dict], list[dict] | None, bool], str] | None = None
         self._direct = self._make_direct()
+        if native_templates:
+            self._native = self._make_native()
 
     # -- construction ----------------------------------------------------------------------------
 
     @classmethod
     def load(
-        cls, tokenizer_dir: str | os.PathLike[str] | None, *, cache_chars: int = DEFAULT_CACHE_CHARS
+        cls,
+        tokenizer_dir: str | os.PathLike[str] | None,
+        *,
+        cache_chars: int = DEFAULT_CACHE_CHARS,
+        native_templates: bool = True,
     ) -> Renderer:
         """A renderer for a Hugging Face tokenizer folder, or the built-in byte tokenizer (None).
 
         The folder needs ``tokenizer.json`` and a chat template (``chat_template`` in
         ``tokenizer_config.json`` or a ``chat_template.jinja``). Only local files are read.
+        ``native_templates=False`` renders every call with jinja even when the template has a
+        verified Python port (:mod:`treeprep.native_templates`).
         """
         tok: Any
         if tokenizer_dir is None:
@@ -477,7 +534,7 @@ class Renderer:
                 vocab_size=bt.VOCAB_SIZE,
                 path=None,
             )
-            return cls(tok, ident, cache_chars=cache_chars)
+            return cls(tok, ident, cache_chars=cache_chars, native_templates=native_templates)
 
         folder = Path(tokenizer_dir)
         if not folder.is_dir():
@@ -507,7 +564,7 @@ class Renderer:
             vocab_size=len(tok),
             path=str(tokenizer_dir),
         )
-        return cls(tok, ident, cache_chars=cache_chars)
+        return cls(tok, ident, cache_chars=cache_chars, native_templates=native_templates)
 
     # -- text and ids ----------------------------------------------------------------------------
 
@@ -518,9 +575,66 @@ class Renderer:
         *,
         add_generation_prompt: bool = False,
         api: bool = False,
+        where: str = "",
     ) -> str:
         """``apply_chat_template(messages, tools=tools, tokenize=False, ...)``; errors become
-        :class:`RenderError`. Uses the verified direct template call unless ``api`` is set."""
+        :class:`RenderError`.
+
+        Uses the verified native port when there is one (checked against the template on a
+        deterministic sample of renders; :class:`NativeTemplateMismatch` names ``where``, the
+        record's ``file:line``, if they differ), else the verified direct template call; ``api``
+        forces the public ``apply_chat_template``.
+        """
+        if self._native is not None and not api:
+            try:
+                text = self._native(messages, tools, add_generation_prompt)
+            except FALLBACK_ERRORS:
+                pass  # outside the port's domain: the template decides (and names any error)
+            else:
+                k = self.native_renders
+                self.native_renders = k + 1
+                if k < CHECK_FIRST or k % CHECK_EVERY == 0:
+                    self._check_native(text, messages, tools, add_generation_prompt, where)
+                return text
+        return self._render_jinja(messages, tools, add_generation_prompt, api=api)
+
+    def _check_native(
+        self,
+        text: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        where: str,
+    ) -> None:
+        try:
+            ref = self._render_jinja(messages, tools, add_generation_prompt)
+        except RenderError as e:
+            ref_err: str | None = e.reason
+        else:
+            if ref == text:
+                return
+            ref_err = None
+        what = (
+            f"the template fails ({ref_err})"
+            if ref_err is not None
+            else f"they differ at character {_first_char_difference(text, ref)}"
+        )
+        raise NativeTemplateMismatch(
+            f"{where or 'a record'}: the native port {self.native_template!r} of the chat template "
+            f"of tokenizer {self.identity.name!r} renders this record differently from the jinja "
+            f"template (add_generation_prompt={add_generation_prompt}; {what}). This is a bug in "
+            "treeprep.native_templates, not in the record; build with --no-native-templates "
+            "(Renderer.load(..., native_templates=False)) to render with jinja only."
+        )
+
+    def _render_jinja(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        *,
+        api: bool = False,
+    ) -> str:
         from jinja2 import TemplateError
 
         try:
@@ -588,6 +702,30 @@ class Renderer:
                     return None
         return direct
 
+    def _make_native(self) -> Callable[[list[dict], list[dict] | None, bool], str] | None:
+        """The template's native port, if it has one that renders the probe conversations exactly
+        like ``apply_chat_template``; otherwise None (jinja renders everything)."""
+        template = self.tokenizer.chat_template
+        if not isinstance(template, str):
+            return None
+        port = find_port(_sha256_text(template))
+        if port is None:
+            return None
+        for msgs, tools in _probe_conversations():
+            for gen in (False, True):
+                try:
+                    ref = self._render_jinja(msgs, tools, gen, api=True)
+                except RenderError:
+                    continue  # the template refuses it: the port falls back to it at run time
+                try:
+                    same = port.render(msgs, tools, gen) == ref
+                except FALLBACK_ERRORS:
+                    same = False
+                if not same:
+                    return None
+        self.native_template = port.name
+        return port.render
+
     def encode(self, text: str) -> np.ndarray:
         """Token ids of rendered text (int32), through the piece cache."""
         return self.encoder.encode(text)
@@ -645,8 +783,11 @@ class Renderer:
             raise RenderError("the call has no prompt messages")
         msgs, comp, tools = self.normalize(rec)
         full_msgs = [*msgs, comp]
-        full_ids = self.encode(self.render_text(full_msgs, tools))
-        prompt_ids = self.encode(self.render_text(msgs, tools, add_generation_prompt=True))
+        where = f"{rec.source_file}:{rec.source_line}"
+        full_ids = self.encode(self.render_text(full_msgs, tools, where=where))
+        prompt_ids = self.encode(
+            self.render_text(msgs, tools, add_generation_prompt=True, where=where)
+        )
         n_p, n = len(prompt_ids), len(full_ids)
         if n_p > n or not np.array_equal(full_ids[:n_p], prompt_ids):
             raise RenderError(
@@ -658,7 +799,7 @@ class Renderer:
             raise RenderError("the completion renders to no tokens after the generation prompt")
         key = self._fingerprint(full_msgs, tools)
         branch = rec.branch_reason
-        if branch is None and self._history_rewritten(msgs, tools, full_ids):
+        if branch is None and self._history_rewritten(msgs, tools, full_ids, where):
             branch = "reasoning-dropped"
         self._remember(key, full_ids)
         return Sequence(
@@ -679,7 +820,7 @@ class Renderer:
     # -- the branch hint -------------------------------------------------------------------------
 
     def _history_rewritten(
-        self, msgs: list[dict], tools: list[dict] | None, full_ids: np.ndarray
+        self, msgs: list[dict], tools: list[dict] | None, full_ids: np.ndarray, where: str = ""
     ) -> bool:
         """Is the previous turn (history up to its last assistant message, rendered as that call's
         training sequence) not a token prefix of this call's sequence?"""
@@ -690,7 +831,7 @@ class Renderer:
         prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools))
         if prev_ids is None:
             try:
-                prev_ids = self.encode(self.render_text(prev_msgs, tools))
+                prev_ids = self.encode(self.render_text(prev_msgs, tools, where=where))
             except RenderError:
                 return False  # the history alone does not render: no hint to give
         k = len(prev_ids)
@@ -750,6 +891,11 @@ def _fast_sandbox_class(base: type) -> type:
     cls = type(f"Fast{base.__name__}", (base,), {"getattr": getattr_, "getitem": getitem})
     _FAST_SANDBOXES[base] = cls
     return cls
+
+
+def _first_char_difference(a: str, b: str) -> int:
+    m = min(len(a), len(b))
+    return next((i for i in range(m) if a[i] != b[i]), m)
 
 
 def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:

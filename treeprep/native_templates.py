@@ -1,0 +1,427 @@
+"""Native chat templates: exact Python ports of known jinja chat templates.
+
+Why
+---
+Rendering a chat template with jinja costs tens of microseconds per message (the sandbox checks
+every attribute access, every ``+`` and every filter call), and an agent session re-renders its
+whole growing history on every call, twice (the full sequence and the generation prompt). On
+per-call logs of 40-call sessions that made jinja the largest cost of ``treeprep build``. A port is
+the same template written as plain string building: a list of parts and one ``"".join``, so the
+per-message cost is a few dictionary look-ups and the copying is done in C.
+
+Contract
+--------
+A port is a function ``(messages, tools, add_generation_prompt) -> str`` that returns exactly what
+the jinja template renders through transformers' ``apply_chat_template(..., tokenize=False)`` for
+the same arguments, with transformers' environment (``trim_blocks``, ``lstrip_blocks``, its
+``tojson`` = ``json.dumps(x, ensure_ascii=False)`` with default separators, and its aliasing of
+``thinking``/``reasoning`` into ``reasoning_content``). A port is selected by the sha256 of the
+template text (:func:`find_port`), so a template that differs by one byte gets no port.
+
+A port covers the messages :func:`treeprep.render.normalize_message` produces (string
+``content``, ``tool_calls`` with ``function.name`` a string and ``function.arguments`` a string
+or an object). Outside that domain it does not guess: a missing key, a non-string where the
+template concatenates strings, or anything else unusual raises (``KeyError``, ``TypeError``,
+``AttributeError``, ``IndexError``), and the caller renders with jinja instead
+(:data:`FALLBACK_ERRORS`). Because ``"".join`` refuses non-strings, a value that jinja would have
+stringified (``{{ x }}`` of a number) never silently renders differently: it falls back.
+
+Trust, but verify: :class:`treeprep.render.Renderer` uses a port only after it renders the probe
+conversations exactly like ``apply_chat_template``, and then compares a deterministic sample of the
+real renders (the first 16 and every 64th after) with the jinja template, raising on any
+difference. The tests compare the ports with the templates on hypothesis-generated conversations
+and on the real logs.
+
+Trade-offs: a port is code to maintain per template, and only templates we know are ported (Qwen3
+with hybrid thinking, Qwen2.5, Qwen3-Instruct-2507, the built-in ChatML template); every other
+template keeps the jinja path. No per-message cache: building a block is as cheap as hashing the
+key such a cache would need.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "FALLBACK_ERRORS",
+    "NativeTemplate",
+    "PORTS",
+    "find_port",
+    "render_builtin_chatml",
+    "render_qwen2_5",
+    "render_qwen3",
+    "render_qwen3_instruct_2507",
+]
+
+#: what a port raises on input outside its domain (the caller then renders with jinja)
+FALLBACK_ERRORS: tuple[type[Exception], ...] = (
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    ValueError,
+)
+
+RenderFn = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None, bool], str]
+
+
+@dataclass(frozen=True, slots=True)
+class NativeTemplate:
+    """A port: its name (for reports) and the function."""
+
+    name: str
+    render: RenderFn
+
+
+def _tojson(x: Any) -> str:
+    # transformers' tojson filter with its defaults
+    return json.dumps(x, ensure_ascii=False)
+
+
+def _reasoning(m: dict[str, Any]) -> Any:
+    """``reasoning_content`` as transformers' ``_alias_reasoning_fields`` sets it (None: unset)."""
+    r = m.get("reasoning_content")
+    if r is None:
+        r = m.get("thinking")
+        if r is None:
+            r = m.get("reasoning")
+    return r
+
+
+# --------------------------------------------------------------------------------------------------
+# Qwen (Qwen2.5, Qwen3, Qwen3-Instruct-2507): shared pieces
+# --------------------------------------------------------------------------------------------------
+
+_QWEN_TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+_QWEN_TOOLS_TAIL = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+)
+_QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def _qwen3_header(out: list[str], messages: list[dict[str, Any]], tools: Any) -> None:
+    """The system block of the Qwen3 family (tools listed in it when present)."""
+    ap = out.append
+    first = messages[0]
+    if tools:
+        ap("<|im_start|>system\n")
+        if first["role"] == "system":
+            ap(first["content"])
+            ap("\n\n")
+        ap(_QWEN_TOOLS_HEAD)
+        for tool in tools:
+            ap("\n")
+            ap(_tojson(tool))
+        ap(_QWEN_TOOLS_TAIL)
+    elif first["role"] == "system":
+        ap("<|im_start|>system\n")
+        ap(first["content"])
+        ap("<|im_end|>\n")
+
+
+def _qwen3_tool_calls(out: list[str], tool_calls: list[dict[str, Any]], content: str) -> None:
+    """``<tool_call>`` blocks as the Qwen3 templates write them (string arguments verbatim)."""
+    ap = out.append
+    for j, tc in enumerate(tool_calls):
+        if j or content:
+            ap("\n")
+        fn = tc.get("function")
+        if fn:
+            tc = fn
+        ap('<tool_call>\n{"name": "')
+        ap(tc["name"])
+        ap('", "arguments": ')
+        args = tc["arguments"]
+        ap(args if isinstance(args, str) else _tojson(args))
+        ap("}\n</tool_call>")
+
+
+def _tool_message(
+    out: list[str], messages: list[dict[str, Any]], i: int, n: int, content: str
+) -> None:
+    """A tool result: consecutive results share one ``user`` turn (Qwen templates)."""
+    ap = out.append
+    if i == 0 or messages[i - 1]["role"] != "tool":
+        ap("<|im_start|>user")
+    ap("\n<tool_response>\n")
+    ap(content)
+    ap("\n</tool_response>")
+    if i == n - 1 or messages[i + 1]["role"] != "tool":
+        ap("<|im_end|>\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Qwen3 (hybrid thinking)
+# --------------------------------------------------------------------------------------------------
+
+
+def render_qwen3(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+) -> str:
+    """The Qwen3 template (``tokenizers/qwen3``): reasoning kept only after the last real user
+    query, the last assistant turn always with a ``<think>`` block, ``enable_thinking`` unset."""
+    out: list[str] = []
+    ap = out.append
+    n = len(messages)
+    _qwen3_header(out, messages, tools)
+    # the last user message that is not a wrapped tool response
+    last_query = n - 1
+    for i in range(n - 1, -1, -1):
+        m = messages[i]
+        if m["role"] == "user":
+            c = m["content"]
+            if not (c.startswith("<tool_response>") and c.endswith("</tool_response>")):
+                last_query = i
+                break
+    for i, m in enumerate(messages):
+        role = m["role"]
+        if role == "user" or (role == "system" and i):
+            ap("<|im_start|>")
+            ap(role)
+            ap("\n")
+            ap(m["content"])
+            ap("<|im_end|>\n")
+        elif role == "assistant":
+            content = m["content"]
+            reasoning = _reasoning(m)
+            if reasoning is None:
+                reasoning = ""
+                if "</think>" in content:
+                    halves = content.split("</think>")
+                    content = halves[-1].lstrip("\n")
+                    reasoning = halves[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+            if i > last_query and (i == n - 1 or reasoning):
+                ap("<|im_start|>assistant\n<think>\n")
+                ap(reasoning.strip("\n"))
+                ap("\n</think>\n\n")
+                ap(content.lstrip("\n"))
+            else:
+                ap("<|im_start|>assistant\n")
+                ap(content)
+            tool_calls = m.get("tool_calls")
+            if tool_calls:
+                _qwen3_tool_calls(out, tool_calls, content)
+            ap("<|im_end|>\n")
+        elif role == "tool":
+            _tool_message(out, messages, i, n, m["content"])
+    if add_generation_prompt:
+        ap("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Qwen3-Instruct-2507 (no thinking)
+# --------------------------------------------------------------------------------------------------
+
+
+def render_qwen3_instruct_2507(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+) -> str:
+    """The Qwen3-4B-Instruct-2507 template (OpenHands' copy): Qwen3's layout without reasoning;
+    a non-string ``content`` renders as ``""`` in the turns (not in the system header)."""
+    out: list[str] = []
+    ap = out.append
+    n = len(messages)
+    _qwen3_header(out, messages, tools)
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if not isinstance(content, str):
+            content = ""
+        role = m["role"]
+        if role == "user" or (role == "system" and i):
+            ap("<|im_start|>")
+            ap(role)
+            ap("\n")
+            ap(content)
+            ap("<|im_end|>\n")
+        elif role == "assistant":
+            ap("<|im_start|>assistant\n")
+            ap(content)
+            tool_calls = m.get("tool_calls")
+            if tool_calls:
+                _qwen3_tool_calls(out, tool_calls, content)
+            ap("<|im_end|>\n")
+        elif role == "tool":
+            _tool_message(out, messages, i, n, content)
+    if add_generation_prompt:
+        ap("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Qwen2.5
+# --------------------------------------------------------------------------------------------------
+
+
+def render_qwen2_5(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+) -> str:
+    """The Qwen2.5 template (``tokenizers/qwen2_5``): a default system prompt, tool-call arguments
+    always through ``tojson`` (a string argument becomes a JSON string), no reasoning."""
+    out: list[str] = []
+    ap = out.append
+    n = len(messages)
+    first = messages[0]
+    if tools:
+        ap("<|im_start|>system\n")
+        ap(first["content"] if first["role"] == "system" else _QWEN25_DEFAULT_SYSTEM)
+        ap("\n\n")
+        ap(_QWEN_TOOLS_HEAD)
+        for tool in tools:
+            ap("\n")
+            ap(_tojson(tool))
+        ap(_QWEN_TOOLS_TAIL)
+    elif first["role"] == "system":
+        ap("<|im_start|>system\n")
+        ap(first["content"])
+        ap("<|im_end|>\n")
+    else:
+        ap("<|im_start|>system\n")
+        ap(_QWEN25_DEFAULT_SYSTEM)
+        ap("<|im_end|>\n")
+    for i, m in enumerate(messages):
+        role = m["role"]
+        if (
+            role == "user"
+            or (role == "system" and i)
+            or (role == "assistant" and not m.get("tool_calls"))
+        ):
+            ap("<|im_start|>")
+            ap(role)
+            ap("\n")
+            ap(m["content"])
+            ap("<|im_end|>\n")
+        elif role == "assistant":
+            ap("<|im_start|>assistant")
+            content = m["content"]
+            if content:
+                ap("\n")
+                ap(content)
+            for tc in m["tool_calls"]:
+                if "function" in tc:
+                    tc = tc["function"]
+                ap('\n<tool_call>\n{"name": "')
+                ap(tc["name"])
+                ap('", "arguments": ')
+                ap(_tojson(tc["arguments"]))
+                ap("}\n</tool_call>")
+            ap("<|im_end|>\n")
+        elif role == "tool":
+            _tool_message(out, messages, i, n, m["content"])
+    if add_generation_prompt:
+        ap("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# The built-in ChatML template (treeprep.builtin_tokenizer.CHAT_TEMPLATE)
+# --------------------------------------------------------------------------------------------------
+
+_BUILTIN_TOOLS_HEAD = "# Tools\n\nYou may call the functions below. Their JSON schemas:\n<tools>"
+_BUILTIN_TOOLS_TAIL = (
+    "\n</tools>\n\nTo call one, write <tool_call>\n"
+    '{"name": <name>, "arguments": <json>}\n</tool_call><|im_end|>\n'
+)
+
+
+def render_builtin_chatml(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+) -> str:
+    """The built-in tokenizer's ChatML template: reasoning in a ``<think>`` block on every
+    assistant turn that has it, tool results as ``tool`` turns."""
+    out: list[str] = []
+    ap = out.append
+    first = messages[0]
+    if tools:
+        ap("<|im_start|>system\n")
+        if first["role"] == "system":
+            ap(first["content"])
+            ap("\n\n")
+        ap(_BUILTIN_TOOLS_HEAD)
+        for tool in tools:
+            ap("\n")
+            ap(_tojson(tool))
+        ap(_BUILTIN_TOOLS_TAIL)
+    elif first["role"] == "system":
+        ap("<|im_start|>system\n")
+        ap(first["content"])
+        ap("<|im_end|>\n")
+    for i, m in enumerate(messages):
+        role = m["role"]
+        if role == "system" and i == 0:
+            continue
+        if role == "assistant":
+            ap("<|im_start|>assistant\n")
+            reasoning = _reasoning(m)
+            if reasoning:
+                ap("<think>\n")
+                ap(reasoning)
+                ap("\n</think>\n\n")
+            content = m["content"]
+            if content:
+                ap(content)
+            tool_calls = m.get("tool_calls")
+            if tool_calls:
+                for j, tc in enumerate(tool_calls):
+                    if content or j:
+                        ap("\n")
+                    if "function" in tc:
+                        tc = tc["function"]
+                    ap('<tool_call>\n{"name": "')
+                    ap(tc["name"])
+                    ap('", "arguments": ')
+                    args = tc["arguments"]
+                    ap(args if isinstance(args, str) else _tojson(args))
+                    ap("}\n</tool_call>")
+            ap("<|im_end|>\n")
+        elif role == "tool":
+            ap("<|im_start|>tool\n<tool_response>\n")
+            ap(m["content"])
+            ap("\n</tool_response><|im_end|>\n")
+        else:
+            ap("<|im_start|>")
+            ap(role)
+            ap("\n")
+            ap(m["content"])
+            ap("<|im_end|>\n")
+    if add_generation_prompt:
+        ap("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------------------------------
+
+#: sha256 of the template text (UTF-8) -> its port
+PORTS: dict[str, NativeTemplate] = {
+    # tokenizers/qwen3 (Qwen3 hybrid thinking, with tools)
+    "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5": NativeTemplate(
+        "qwen3", render_qwen3
+    ),
+    # tokenizers/qwen2_5 (Qwen2.5 tool calling)
+    "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f": NativeTemplate(
+        "qwen2_5", render_qwen2_5
+    ),
+    # tokenizers/qwen3-4b-instruct-2507-config-from-openhands
+    "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326": NativeTemplate(
+        "qwen3_instruct_2507", render_qwen3_instruct_2507
+    ),
+    # treeprep.builtin_tokenizer.CHAT_TEMPLATE
+    "1da93fe193dbadec53c47e6d813de217c0975f039d60190ee04e61b2157c4d2f": NativeTemplate(
+        "builtin_chatml", render_builtin_chatml
+    ),
+}
+
+
+def find_port(template_sha256: str) -> NativeTemplate | None:
+    """The port of the template whose text has this sha256, or None."""
+    return PORTS.get(template_sha256)
