@@ -32,9 +32,11 @@ An agent session re-sends its whole history with every call, so naive per-call t
 ``<tool_call>``, ``<think>``...). Hugging Face ``tokenizers`` itself does exactly this cut first and
 then normalizes, pre-tokenizes and BPE-encodes every piece between added tokens independently, so
 encoding each piece on its own and concatenating gives the same ids as encoding the whole text. The
-ids of each piece are kept in a bounded LRU keyed by the piece's string: a message that recurs in
-every later call is BPE-encoded once. What remains per call is linear, C-speed work (the template
-render, one regex split, dictionary look-ups and a ``numpy.concatenate``).
+ids of each piece are kept in a bounded cache keyed by the piece's string (oldest pieces evicted
+first): a message that recurs in every later call is BPE-encoded once. What remains per call is
+linear, C-speed work (one regex split, a set difference, dictionary look-ups and a
+``numpy.concatenate``) plus the template render, which for known templates is a native Python port
+(:mod:`treeprep.native_templates`) costing a few microseconds per message instead of jinja's tens.
 
 The cut follows the ``tokenizers`` rules: only added tokens with ``normalized=False`` are cut (the
 others are matched after normalization, inside the piece, by the backend itself), matches are
@@ -44,11 +46,15 @@ them as text (``split_special_tokens``). Because a pre-tokenizer could still loo
 position in the whole text (Metaspace's ``prepend_scheme="first"``), :meth:`Renderer.load` checks
 the cut on probe texts and falls back to whole-text encoding (exact, just slower) if they disagree.
 
-Trade-offs: the template is still rendered once per call and once more for the generation prompt
-(jinja's cost grows with the context, not with unique text; the Qwen3 template serializes every
-tool schema on every call). The third render needed by the branch hint (the previous turn) is
-skipped when the previous call's sequence is still in a small cache keyed by a hash of its
-messages, which is the common case when a session's calls are read in order.
+Trade-offs: the template is still rendered once per call and once more for the generation prompt,
+so that cost grows with the context, not with unique text. With a native port
+(:mod:`treeprep.native_templates`, used only after it matched ``apply_chat_template`` on probe
+conversations, and compared with jinja on the first 16 renders and every 64th after, which costs
+about half of the port's own time) that is about a microsecond per message, and the third render
+needed by the branch hint (the previous turn) is simply done again. With jinja it is tens of
+microseconds per message, and the third render is skipped when the previous call's sequence is
+still in a small cache keyed by a hash of its messages, the common case when a session's calls are
+read in order.
 """
 
 from __future__ import annotations
@@ -193,6 +199,13 @@ class CachedEncoder:
             for a in added
             if a.content not in self._skip
         }
+        # the fast path's one dictionary: the added tokens and every cached piece (in the simple
+        # cut a text piece never equals a token, so they cannot collide)
+        self._lookup: dict[str, np.ndarray] = {**self._token_ids, "": _EMPTY_IDS}
+        self._max_token_len = max((len(a.content) for a in added), default=0)
+        #: the last text :meth:`_encode_simple` encoded: (text, piece char ends, piece token
+        #: ends, ids)
+        self._prev: tuple[str, np.ndarray, np.ndarray, np.ndarray] | None = None
         if added:
             # Python's leftmost-first alternation with longer strings first is leftmost-longest.
             alts = sorted((a.content for a in added), key=lambda s: (-len(s), s))
@@ -261,6 +274,8 @@ class CachedEncoder:
         """Ids of ``text`` (int32), equal to :meth:`encode_whole`, reusing cached pieces."""
         if not self.split_ok:
             return self.encode_whole(text)
+        if self._simple:
+            return self._encode_simple(text)
         try:
             pieces = self.split(text)
         except _SplitUnsafe:
@@ -284,6 +299,60 @@ class CachedEncoder:
             return np.zeros(0, dtype=np.int32)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
+    def _encode_simple(self, text: str) -> np.ndarray:
+        """:meth:`encode` for the simple cut (no lstrip/rstrip/single_word/skipped tokens).
+
+        Two things make it cheap. The per-piece work is in C: one set difference finds the new
+        pieces, one list comprehension over a single dictionary gathers the ids (hits are not moved
+        to the end of the eviction order: the cache evicts the oldest pieces, and a popular piece
+        evicted that way is encoded again once). And the previous text's cut is reused: agent
+        calls arrive as (full, prompt, next full, ...), each sharing almost all of its text with
+        the one before, so only the text after the shared prefix is split and looked up. The cut
+        is reused up to the end of an added token that ends at least the longest added token's
+        length before the shared prefix ends: every match decision before that point looked only
+        at shared characters, so splitting the whole text would cut there too.
+        """
+        assert self._pattern is not None
+        start = keep = n_ids = 0
+        prev = self._prev
+        if prev is not None:
+            p_text, p_ends, p_toks, p_ids = prev
+            limit = _common_prefix(text, p_text) - self._max_token_len
+            if limit > 0:
+                j = int(np.searchsorted(p_ends[1::2], limit, side="right")) - 1
+                if j >= 0:  # keep pieces 0 .. 2j+1 (the (j+1)-th token ends the kept prefix)
+                    keep = 2 * j + 2
+                    start = int(p_ends[keep - 1])
+                    n_ids = int(p_toks[keep - 1])
+        pieces = self._pattern.split(text[start:] if start else text)
+        lookup = self._lookup
+        new = set(pieces).difference(lookup)
+        transient: list[str] = []
+        if new:
+            order = [q for q in dict.fromkeys(pieces) if q in new]  # deterministic order
+            fresh = self._encode_missing(order)
+            for q in order:
+                if q not in lookup:  # too long to keep: only for this text
+                    lookup[q] = fresh[q]
+                    transient.append(q)
+        self.hits += (len(pieces) + 1) // 2 - pieces[::2].count("") - len(new)
+        arrs = [lookup[q] for q in pieces]
+        for q in transient:
+            del lookup[q]
+        # bookkeeping for the next text: cumulative character and token ends of every piece
+        ends = np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))
+        toks = np.cumsum(np.fromiter(map(len, arrs), dtype=np.int64, count=len(arrs)))
+        if keep:
+            assert prev is not None
+            ends = np.concatenate([prev[1][:keep], ends + start])
+            toks = np.concatenate([prev[2][:keep], toks + n_ids])
+            ids = np.concatenate([prev[3][:n_ids], *arrs])
+        else:
+            ids = np.concatenate(arrs)
+        ids.flags.writeable = False  # kept for the next call: callers get a read-only array
+        self._prev = (text, ends, toks, ids)
+        return ids
+
     def _encode_missing(self, texts: list[str]) -> dict[str, np.ndarray]:
         encs = self.backend.encode_batch_fast(texts, add_special_tokens=False)
         self.misses += len(texts)
@@ -295,9 +364,11 @@ class CachedEncoder:
             self.chars_encoded += len(t)
             if len(t) <= keep_max:
                 self._cache[t] = ids
+                self._lookup[t] = ids
                 self._cached_chars += len(t)
         while self._cached_chars > self.max_chars and self._cache:
             old, _ = self._cache.popitem(last=False)
+            del self._lookup[old]
             self._cached_chars -= len(old)
         return fresh
 
@@ -313,12 +384,37 @@ class CachedEncoder:
 
     def clear(self) -> None:
         self._cache.clear()
+        self._lookup = {**self._token_ids, "": _EMPTY_IDS}
+        self._prev = None
         self._cached_chars = 0
         self.hits = self.misses = self.chars_encoded = 0
 
 
 class _SplitUnsafe(Exception):
     pass
+
+
+_EMPTY_IDS = np.zeros(0, dtype=np.int32)
+_EMPTY_IDS.flags.writeable = False
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``, with C-speed comparisons (a
+    bisection whose compared slices halve each step: O(n) characters copied in all)."""
+    if len(b) <= len(a) and a.startswith(b):
+        return len(b)
+    if len(a) < len(b) and b.startswith(a):
+        return len(a)
+    lo, hi = 0, min(len(a), len(b))  # a[:lo] == b[:lo]; they differ before hi
+    while hi - lo > 32:
+        mid = (lo + hi) // 2
+        if a.startswith(b[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
 def _probe_texts(added: Iterable[str]) -> list[str]:
@@ -797,11 +893,11 @@ class Renderer:
             )
         if n_p == n:
             raise RenderError("the completion renders to no tokens after the generation prompt")
-        key = self._fingerprint(full_msgs, tools)
         branch = rec.branch_reason
         if branch is None and self._history_rewritten(msgs, tools, full_ids, where):
             branch = "reasoning-dropped"
-        self._remember(key, full_ids)
+        if self._native is None:
+            self._remember(self._fingerprint(full_msgs, tools), full_ids)
         return Sequence(
             group_id=group_id,
             tokens=full_ids,
@@ -823,12 +919,19 @@ class Renderer:
         self, msgs: list[dict], tools: list[dict] | None, full_ids: np.ndarray, where: str = ""
     ) -> bool:
         """Is the previous turn (history up to its last assistant message, rendered as that call's
-        training sequence) not a token prefix of this call's sequence?"""
-        last = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=-1)
+        training sequence) not a token prefix of this call's sequence?
+
+        With a native port the previous turn is simply rendered and encoded again (tens of
+        microseconds: the encoder reuses the cut of the texts before it); with jinja, its ids are
+        looked up among the last few calls' sequences by a hash of their messages first.
+        """
+        last = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i]["role"] == "assistant"), -1)
         if last < 0:
             return False
         prev_msgs = msgs[: last + 1]
-        prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools))
+        prev_ids = None
+        if self._native is None:
+            prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools))
         if prev_ids is None:
             try:
                 prev_ids = self.encode(self.render_text(prev_msgs, tools, where=where))

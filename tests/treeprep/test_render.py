@@ -386,6 +386,57 @@ def test_probe_switches_off_the_cut_when_pieces_depend_on_position() -> None:
     assert np.array_equal(enc.encode(text), enc.encode_whole(text))
 
 
+def _nested_encoder() -> CachedEncoder:
+    """Byte-level BPE with added tokens that are prefixes of each other ("<|x|>" and "<|x|>yz"):
+    a text that ends in "<|x|>" may continue into the longer token."""
+    from tokenizers import AddedToken
+
+    from treeprep.builtin_tokenizer import build_backend
+
+    tok = build_backend()
+    tok.add_tokens(
+        [AddedToken(t, normalized=False) for t in ("<|x|>", "<|x|>yz", "<|x|>yzzzzzzzzzzzz", "q")]
+    )
+    enc = CachedEncoder(tok, max_chars=400)  # small: evictions happen between the texts
+    assert enc._simple
+    return enc
+
+
+NESTED = ["<|x|>", "<|x|>yz", "<|x|>yzzzzzzzzzzzz", "<|im_start|>", "<|im_end|>", "q"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    base=_with_added(WS + ["y", "z", "zz"], NESTED),
+    edits=st.lists(
+        st.tuples(st.integers(0, 400), _with_added(["y", "z", "yz", " "], NESTED)), max_size=6
+    ),
+)
+def test_reusing_the_previous_cut_equals_whole(base: str, edits: list[tuple[int, str]]) -> None:
+    """Texts that share prefixes with the one before (cut at any point, continued with anything,
+    tokens split across the cut) encode exactly like whole texts."""
+    enc = _nested_encoder()
+    text = base
+    for cut, tail in edits + [(10**6, "")]:
+        ids = enc.encode(text)
+        assert np.array_equal(ids, enc.encode_whole(text)), text
+        assert not ids.flags.writeable
+        text = text[:cut] + tail
+    # a text that ends in a token, continued into a longer token (and back)
+    for text in ["a<|x|>", "a<|x|>yz", "a<|x|>yzzzzzzzzzzzz b", "a<|x|>yzzzzzzzzzzz", "a<|x|>y"]:
+        assert np.array_equal(enc.encode(text), enc.encode_whole(text)), text
+    # the reuse really happens: the shared prefix up to the last safe token is not split again
+    enc = CachedEncoder(enc.backend)
+    long = "<|im_start|>" + "word " * 50 + "<|im_end|>" + "a shared tail of text"
+    enc.encode(long + "a")
+    assert (enc.misses, enc.hits) == (2, 0)
+    enc.encode(long + "b c")
+    assert (enc.misses, enc.hits) == (3, 0)  # "word ..." was not looked up again
+    enc._prev = None
+    enc.encode(long + "b c")
+    assert (enc.misses, enc.hits) == (3, 2)  # without the previous cut it is
+
+
 # ------------------------------------------------------------------------------------------------
 # loading
 # ------------------------------------------------------------------------------------------------
