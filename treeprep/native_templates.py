@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 __all__ = [
     "FALLBACK_ERRORS",
     "NativeTemplate",
@@ -79,6 +81,44 @@ class NativeTemplate:
 def _tojson(x: Any) -> str:
     # transformers' tojson filter with its defaults
     return json.dumps(x, ensure_ascii=False)
+
+
+_PASSTHROUGH = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+
+
+def _refuse(x: Any) -> Any:
+    raise TypeError(type(x).__name__)
+
+
+_TOOL_JSON: dict[bytes, str] = {}
+_TOOL_JSON_MAX = 1024
+
+
+def _tool_json(tool: Any) -> str:
+    """``_tojson(tool)``, memoized: every call of a session lists the same tool schemas, and
+    ``json.dumps`` costs ten times what ``orjson.dumps`` does. The key is orjson's serialization,
+    which tells apart any two values that ``json.dumps`` serializes differently, except that it
+    writes NaN and infinities as ``null`` (a key containing ``null`` is not memoized) and that it
+    knows types ``json.dumps`` refuses (subclasses, datetimes and dataclasses are passed through to
+    a refusal here; a ``uuid.UUID`` or an ``enum.Enum`` value would still be keyed as its value:
+    JSON-parsed tools hold neither). Values orjson refuses (non-string keys, integers over 64 bits)
+    are not memoized either."""
+    try:
+        key = orjson.dumps(tool, default=_refuse, option=_PASSTHROUGH)
+    except TypeError:
+        return _tojson(tool)
+    text = _TOOL_JSON.get(key)
+    if text is None:
+        text = _tojson(tool)
+        if b"null" not in key:
+            if len(_TOOL_JSON) >= _TOOL_JSON_MAX:
+                _TOOL_JSON.clear()
+            _TOOL_JSON[key] = text
+    return text
 
 
 def _reasoning(m: dict[str, Any]) -> Any:
@@ -119,7 +159,7 @@ def _qwen3_header(out: list[str], messages: list[dict[str, Any]], tools: Any) ->
         ap(_QWEN_TOOLS_HEAD)
         for tool in tools:
             ap("\n")
-            ap(_tojson(tool))
+            ap(_tool_json(tool))
         ap(_QWEN_TOOLS_TAIL)
     elif first["role"] == "system":
         ap("<|im_start|>system\n")
@@ -277,7 +317,7 @@ def render_qwen2_5(
         ap(_QWEN_TOOLS_HEAD)
         for tool in tools:
             ap("\n")
-            ap(_tojson(tool))
+            ap(_tool_json(tool))
         ap(_QWEN_TOOLS_TAIL)
     elif first["role"] == "system":
         ap("<|im_start|>system\n")
@@ -348,7 +388,7 @@ def render_builtin_chatml(
         ap(_BUILTIN_TOOLS_HEAD)
         for tool in tools:
             ap("\n")
-            ap(_tojson(tool))
+            ap(_tool_json(tool))
         ap(_BUILTIN_TOOLS_TAIL)
     elif first["role"] == "system":
         ap("<|im_start|>system\n")

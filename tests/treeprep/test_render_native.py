@@ -498,3 +498,31 @@ def test_cli_flag_no_native_templates(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["records_in_trees"] > 0
+
+
+def test_tool_schema_memo_tells_apart_what_json_dumps_does() -> None:
+    from treeprep.native_templates import _tojson, _tool_json
+
+    class Key(str):
+        pass
+
+    values = [
+        {"a": float("nan")},
+        {"a": None},
+        {"a": float("inf")},
+        {"a": 1.0},
+        {"a": 1},
+        {"a": True},
+        {"a": "x"},
+        {"a": Key("x")},
+        {"a": [1, 2]},
+        {"a": (1, 2)},
+        {"b": 1, "a": 2},
+        {"a": 2, "b": 1},
+        {"é": "ü\n"},
+        {1: "int key"},
+        {"a": 10**30},
+    ]
+    for _ in range(2):  # the second round is served from the memo
+        for v in values:
+            assert _tool_json(v) == _tojson(v), v
