@@ -221,24 +221,29 @@ def render_qwen3(
             if not (c.startswith("<tool_response>") and c.endswith("</tool_response>")):
                 last_query = i
                 break
+    last = n - 1
     for i, m in enumerate(messages):
         role = m["role"]
-        if role == "user" or (role == "system" and i):
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
+        if role == "tool":  # inlined _tool_message (the most frequent turn in agent logs)
+            if i == 0 or messages[i - 1]["role"] != "tool":
+                ap("<|im_start|>user")
+            ap("\n<tool_response>\n")
             ap(m["content"])
-            ap("<|im_end|>\n")
+            ap("\n</tool_response>")
+            if i == last or messages[i + 1]["role"] != "tool":
+                ap("<|im_end|>\n")
         elif role == "assistant":
             content = m["content"]
-            reasoning = _reasoning(m)
+            reasoning = m.get("reasoning_content")
+            if reasoning is None:
+                reasoning = _reasoning(m)  # the other names transformers aliases
             if reasoning is None:
                 reasoning = ""
                 if "</think>" in content:
                     halves = content.split("</think>")
                     content = halves[-1].lstrip("\n")
                     reasoning = halves[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-            if i > last_query and (i == n - 1 or reasoning):
+            if i > last_query and (i == last or reasoning):
                 ap("<|im_start|>assistant\n<think>\n")
                 ap(reasoning.strip("\n"))
                 ap("\n</think>\n\n")
@@ -250,8 +255,12 @@ def render_qwen3(
             if tool_calls:
                 _qwen3_tool_calls(out, tool_calls, content)
             ap("<|im_end|>\n")
-        elif role == "tool":
-            _tool_message(out, messages, i, n, m["content"])
+        elif role == "user" or (role == "system" and i):
+            ap("<|im_start|>")
+            ap(role)
+            ap("\n")
+            ap(m["content"])
+            ap("<|im_end|>\n")
     if add_generation_prompt:
         ap("<|im_start|>assistant\n")
     return "".join(out)
