@@ -235,7 +235,7 @@ def render_qwen3(
         elif role == "assistant":
             content = m["content"]
             reasoning = m.get("reasoning_content")
-            if reasoning is None:
+            if reasoning is None and ("thinking" in m or "reasoning" in m):
                 reasoning = _reasoning(m)  # the other names transformers aliases
             if reasoning is None:
                 reasoning = ""
