@@ -388,12 +388,27 @@ def _run_stage1(
     }
     n = done_before
     if cfg.workers > 1 and len(todo) > 1:
-        ctx = mp.get_context("spawn")
-        with ctx.Pool(
-            min(cfg.workers, len(todo)),
-            initializer=_worker_init,
-            initargs=(cfg.tokenizer, cfg_dict),
-        ) as pool:
+        procs = min(cfg.workers, len(todo))
+        if "fork" in mp.get_all_start_methods():
+            # forked workers inherit the loaded renderer (importing transformers and loading a
+            # tokenizer costs seconds per process); the tokenizers library disables its own thread
+            # pool in a forked child, which it announces unless told so beforehand
+            _worker_init(cfg.tokenizer, cfg_dict, renderer)
+            pool_ctx = mp.get_context("fork")
+            saved = os.environ.get("TOKENIZERS_PARALLELISM")
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+            try:
+                pool = pool_ctx.Pool(procs)
+            finally:
+                if saved is None:
+                    del os.environ["TOKENIZERS_PARALLELISM"]
+                else:
+                    os.environ["TOKENIZERS_PARALLELISM"] = saved
+        else:
+            pool = mp.get_context("spawn").Pool(
+                procs, initializer=_worker_init, initargs=(cfg.tokenizer, cfg_dict)
+            )
+        with pool:
             for res in pool.imap_unordered(_process_file, todo):
                 n += 1
                 if on_progress:
