@@ -226,20 +226,28 @@ def _nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tm: TreeMask, scal
     v_g = v.index_select(2, seg.kv_index)
     cu_q = seg.cu_q.tolist()
     cu_k = seg.cu_k.tolist()
+    n_nodes = len(cu_q) - 1
+    lqs = [cu_q[n + 1] - cu_q[n] for n in range(n_nodes)]
+    lks = [cu_k[n + 1] - cu_k[n] for n in range(n_nodes)]
+    # split, never slice, the packed tensors per node: the backward of a slice fills a zero
+    # tensor of the whole input for every slice (quadratic in nodes), a split's backward is one cat
+    qs = q.split(lqs, dim=2)
+    ks = k_g.split(lks, dim=2)
+    vs = v_g.split(lks, dim=2)
     outs = []
-    for n in range(len(cu_q) - 1):
-        q0, q1, k0, k1 = cu_q[n], cu_q[n + 1], cu_k[n], cu_k[n + 1]
-        lq, lk = q1 - q0, k1 - k0
+    for n in range(n_nodes):
+        lq, lk = lqs[n], lks[n]
         for c0 in range(0, lq, NODE_CHUNK):
             c1 = min(lq, c0 + NODE_CHUNK)
             # rows c0..c1 of the node see keys up to (lk - lq) + row: bottom-right causal
             kend = lk - lq + c1
+            whole = c0 == 0 and c1 == lq
             mask = _bottom_right_causal(c1 - c0, kend, q.device)
             outs.append(
                 F.scaled_dot_product_attention(
-                    q[:, :, q0 + c0 : q0 + c1],
-                    k_g[:, :, k0 : k0 + kend],
-                    v_g[:, :, k0 : k0 + kend],
+                    qs[n] if whole else qs[n][:, :, c0:c1],
+                    ks[n] if whole else ks[n][:, :, :kend],
+                    vs[n] if whole else vs[n][:, :, :kend],
                     attn_mask=mask[None, None],
                     scale=scale,
                     enable_gqa=gqa,
