@@ -295,6 +295,7 @@ class CachedEncoder:
                     cache.move_to_end(p)
                     self.hits += 1
                 parts.append(ids)
+        self._evict()  # only now: a piece this text hit must not be evicted before it is gathered
         if not parts:
             return np.zeros(0, dtype=np.int32)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
@@ -339,6 +340,7 @@ class CachedEncoder:
         arrs = [lookup[q] for q in pieces]
         for q in transient:
             del lookup[q]
+        self._evict()  # only now: a piece this text hit must not be evicted before it is gathered
         # bookkeeping for the next text: cumulative character and token ends of every piece
         ends = np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))
         toks = np.cumsum(np.fromiter(map(len, arrs), dtype=np.int64, count=len(arrs)))
@@ -366,11 +368,14 @@ class CachedEncoder:
                 self._cache[t] = ids
                 self._lookup[t] = ids
                 self._cached_chars += len(t)
+        return fresh
+
+    def _evict(self) -> None:
+        """Drop the oldest pieces until the cache holds at most ``max_chars`` characters."""
         while self._cached_chars > self.max_chars and self._cache:
             old, _ = self._cache.popitem(last=False)
             del self._lookup[old]
             self._cached_chars -= len(old)
-        return fresh
 
     def probe(self, texts: Iterable[str]) -> bool:
         """Check that the cut path equals whole-text encoding on ``texts``; if not, switch the cut

@@ -508,3 +508,28 @@ def test_fast_sandbox_keeps_the_sandbox_rules() -> None:
             slow.from_string(unsafe).render(m=m)
         with pytest.raises(SecurityError):
             fast.from_string(unsafe).render(m=m)
+
+
+def test_regression_eviction_never_drops_a_piece_the_current_text_hit() -> None:
+    """A 1 GB bench build crashed with KeyError: new pieces pushed the cache over its bound and the
+    eviction dropped an old piece that the same text had just hit, before it was gathered."""
+    from treeprep.builtin_tokenizer import build_backend
+
+    enc = CachedEncoder(build_backend(), max_chars=64)
+    assert enc._simple
+    old = "shared old"  # short enough to be kept (a quarter of the budget), inserted first
+    enc.encode(f"<|im_start|>{old}<|im_end|>")
+    # the old piece again (a hit), then enough new text to force an eviction in the same call
+    text = f"<|im_start|>{old}<|im_end|>" + "".join(
+        f"<|im_start|>new piece {i:02d}<|im_end|>" for i in range(5)
+    )
+    enc._prev = None  # no reuse of the previous cut: every piece is looked up
+    assert np.array_equal(enc.encode(text), enc.encode_whole(text))
+    assert enc._cached_chars <= 64
+    # the general (non-simple) path has the same rule
+    enc._simple = False
+    enc.encode(f"<|im_start|>{old}<|im_end|>")
+    assert np.array_equal(
+        enc.encode(text + "<|im_start|>more<|im_end|>"),
+        enc.encode_whole(text + "<|im_start|>more<|im_end|>"),
+    )
