@@ -299,6 +299,56 @@ def _sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
     )
 
 
+class _WorkFiles:
+    """Stage 1's work files, memory-mapped, with the mapped pages given back now and then.
+
+    A group's rows are read as zero-copy slices of the mapped file (``Table.take`` would first
+    concatenate every chunk of the table, touching and copying the whole file for each group).
+    Pages a map has touched stay resident, and counted in the process's RSS, until the map is
+    closed, so once ``release_bytes`` of rows have been read every map is closed between two groups
+    and reopened (a footer read) when next needed. Peak memory is then bounded by
+    ``release_bytes`` plus one group, whatever the input size.
+    """
+
+    def __init__(self, release_bytes: int = 256 << 20) -> None:
+        self.paths: list[str] = []
+        self._open: dict[int, tuple[pa.MemoryMappedFile, pa.Table]] = {}
+        self._read = 0
+        self.release_bytes = release_bytes
+
+    def add(self, path: str) -> int:
+        self.paths.append(path)
+        return len(self.paths) - 1
+
+    def table(self, i: int) -> pa.Table:
+        if i not in self._open:
+            src = pa.memory_map(self.paths[i], "r")
+            self._open[i] = (src, ipc.open_file(src).read_all())
+        return self._open[i][1]
+
+    def rows(self, i: int, rows: np.ndarray) -> pa.Table:
+        """Rows ``rows`` (ascending) of work file ``i``: slices of the map, valid until release."""
+        table = self.table(i)
+        cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+        parts = [table.slice(int(r[0]), len(r)) for r in np.split(rows, cuts)]
+        out = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        self._read += 4 * sum(len(c.values) for c in out.column("tokens").chunks)
+        return out
+
+    def maybe_release(self) -> None:
+        """Close every map if enough has been read since the last release (call between groups,
+        when no slice handed out is in use any more)."""
+        if self._read >= self.release_bytes:
+            self.release()
+
+    def release(self) -> None:
+        sources = [src for src, _ in self._open.values()]
+        self._open.clear()  # drop the tables (and their buffers) before closing the maps
+        for src in sources:
+            src.close()
+        self._read = 0
+
+
 def _rows_to_sequences(table: pa.Table) -> list[Sequence]:
     out = []
     tokens = table.column("tokens")
@@ -474,26 +524,22 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         )
 
     # ---- stage 2: group rows across work files, in sorted group order
-    tables: list[pa.Table] = []
-    sources: list[pa.MemoryMappedFile] = []
+    work = _WorkFiles()
     group_rows: dict[str, list[tuple[int, np.ndarray]]] = {}
     for job in jobs:
         res = results[job.path]
         p = os.path.join(job.work_dir, "sequences.arrow")
         if res.skipped or res.sequences == 0 or not os.path.exists(p):
             continue
-        src = pa.memory_map(p, "r")
-        sources.append(src)
-        table = ipc.open_file(src).read_all()
-        ti = len(tables)
-        tables.append(table)
-        gids = table.column("group_id").to_numpy(zero_copy_only=False)
+        ti = work.add(p)
+        gids = work.table(ti).column("group_id").to_numpy(zero_copy_only=False)
         order = np.argsort(gids, kind="stable")
         sorted_g = gids[order]
         bounds = np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1
         for seg in np.split(order, bounds):
             if len(seg):
                 group_rows.setdefault(str(gids[seg[0]]), []).append((ti, np.sort(seg)))
+    work.release()
 
     for name in os.listdir(shard_dir):  # shards of an earlier build are replaced
         os.remove(os.path.join(shard_dir, name))
@@ -526,8 +572,10 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     for gi, gid in enumerate(gids_sorted):
         seqs: list[Sequence] = []
         for ti, rows in group_rows[gid]:
-            seqs.extend(_rows_to_sequences(tables[ti].take(pa.array(rows))))
+            seqs.extend(_rows_to_sequences(work.rows(ti, rows)))
         tree = build_tree(seqs, gid)
+        del seqs  # views into the maps: gone before the maps may be released
+        work.maybe_release()
         counts.trees += 1
         counts.sequences += int(tree.seq_count.sum())
         counts.nodes += tree.num_nodes
@@ -540,9 +588,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         if on_progress:
             on_progress("trees", gi + 1, len(gids_sorted))
     flush()
-    del tables
-    for src in sources:
-        src.close()
+    work.release()
 
     # work of inputs that are no longer part of this build is dropped; the rest stays for reruns
     keep = {os.path.basename(j.work_dir) for j in jobs}
