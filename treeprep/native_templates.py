@@ -147,23 +147,33 @@ _QWEN_TOOLS_TAIL = (
 _QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
-def _qwen3_header(out: list[str], messages: list[dict[str, Any]], tools: Any) -> None:
-    """The system block of the Qwen3 family (tools listed in it when present)."""
+def _system_block(
+    out: list[str],
+    messages: list[dict[str, Any]],
+    tools: Any,
+    *,
+    head: str = _QWEN_TOOLS_HEAD,
+    tail: str = _QWEN_TOOLS_TAIL,
+    default_system: str | None = None,
+) -> None:
+    """The ChatML system block these templates share: the system message (or the template's
+    default one) and, when tools are given, ``head``, one JSON line per tool and ``tail``."""
     ap = out.append
     first = messages[0]
+    system = first["content"] if first["role"] == "system" else default_system
     if tools:
         ap("<|im_start|>system\n")
-        if first["role"] == "system":
-            ap(first["content"])
+        if system is not None:
+            ap(system)
             ap("\n\n")
-        ap(_QWEN_TOOLS_HEAD)
+        ap(head)
         for tool in tools:
             ap("\n")
             ap(_tool_json(tool))
-        ap(_QWEN_TOOLS_TAIL)
-    elif first["role"] == "system":
+        ap(tail)
+    elif system is not None:
         ap("<|im_start|>system\n")
-        ap(first["content"])
+        ap(system)
         ap("<|im_end|>\n")
 
 
@@ -211,7 +221,7 @@ def render_qwen3(
     out: list[str] = []
     ap = out.append
     n = len(messages)
-    _qwen3_header(out, messages, tools)
+    _system_block(out, messages, tools)
     # the last user message that is not a wrapped tool response
     last_query = n - 1
     for i in range(n - 1, -1, -1):
@@ -279,7 +289,7 @@ def render_qwen3_instruct_2507(
     out: list[str] = []
     ap = out.append
     n = len(messages)
-    _qwen3_header(out, messages, tools)
+    _system_block(out, messages, tools)
     for i, m in enumerate(messages):
         content = m.get("content")
         if not isinstance(content, str):
@@ -318,24 +328,7 @@ def render_qwen2_5(
     out: list[str] = []
     ap = out.append
     n = len(messages)
-    first = messages[0]
-    if tools:
-        ap("<|im_start|>system\n")
-        ap(first["content"] if first["role"] == "system" else _QWEN25_DEFAULT_SYSTEM)
-        ap("\n\n")
-        ap(_QWEN_TOOLS_HEAD)
-        for tool in tools:
-            ap("\n")
-            ap(_tool_json(tool))
-        ap(_QWEN_TOOLS_TAIL)
-    elif first["role"] == "system":
-        ap("<|im_start|>system\n")
-        ap(first["content"])
-        ap("<|im_end|>\n")
-    else:
-        ap("<|im_start|>system\n")
-        ap(_QWEN25_DEFAULT_SYSTEM)
-        ap("<|im_end|>\n")
+    _system_block(out, messages, tools, default_system=_QWEN25_DEFAULT_SYSTEM)
     for i, m in enumerate(messages):
         role = m["role"]
         if (
@@ -388,21 +381,7 @@ def render_builtin_chatml(
     assistant turn that has it, tool results as ``tool`` turns."""
     out: list[str] = []
     ap = out.append
-    first = messages[0]
-    if tools:
-        ap("<|im_start|>system\n")
-        if first["role"] == "system":
-            ap(first["content"])
-            ap("\n\n")
-        ap(_BUILTIN_TOOLS_HEAD)
-        for tool in tools:
-            ap("\n")
-            ap(_tool_json(tool))
-        ap(_BUILTIN_TOOLS_TAIL)
-    elif first["role"] == "system":
-        ap("<|im_start|>system\n")
-        ap(first["content"])
-        ap("<|im_end|>\n")
+    _system_block(out, messages, tools, head=_BUILTIN_TOOLS_HEAD, tail=_BUILTIN_TOOLS_TAIL)
     for i, m in enumerate(messages):
         role = m["role"]
         if role == "system" and i == 0:
