@@ -649,17 +649,3 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         f.write("\n")
     os.replace(manifest_path + ".tmp", manifest_path)
     return manifest
-
-
-def load_manifest(out_dir: str) -> Manifest:
-    """Read ``OUT/manifest.json`` (raises ShardError when the build is missing or unfinished)."""
-    from treeprep.errors import ShardError
-
-    p = os.path.join(out_dir, "manifest.json")
-    if not os.path.exists(p):
-        raise ShardError(f"{out_dir}: no manifest.json; not a finished treeprep build")
-    try:
-        with open(p, encoding="utf-8") as f:
-            return Manifest.model_validate_json(f.read())
-    except ValueError as e:
-        raise ShardError(f"{p}: not a valid treeprep manifest: {e}") from e

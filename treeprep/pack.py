@@ -36,7 +36,6 @@ The plan is deterministic: only the seeded shuffle is random, and every sort is 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -50,6 +49,7 @@ from treeprep.errors import ShardError, TreeprepError
 from treeprep.flops import DEFAULT_MODEL, ModelShape, load_model
 from treeprep.schemas.plan import PLAN_SCHEMA, CostModel, PlanSummary, StepInfo
 from treeprep.schemas.shard import TREE_SCHEMA
+from treeprep.shards import load_manifest
 
 
 class PackError(TreeprepError):
@@ -190,13 +190,7 @@ def manifest_sha256(out_dir: str) -> str:
 
 def shard_names(out_dir: str) -> list[str]:
     """Shard paths relative to the build folder, in manifest order."""
-    path = os.path.join(out_dir, "manifest.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-        return [s["path"] for s in manifest["shards"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ShardError(f"{path}: not a treeprep manifest ({e})") from e
+    return [s.path for s in load_manifest(out_dir).shards]
 
 
 def read_table(out_dir: str, name: str, columns: list[str]) -> pa.Table:
@@ -216,7 +210,6 @@ def read_table(out_dir: str, name: str, columns: list[str]) -> pa.Table:
 def load_forest(out_dir: str, *, extra: Sequence[str] = ()) -> Forest:
     """The planning columns of every tree of a finished build; ``extra`` shard columns are kept
     as they are in ``Forest.extra`` (one ChunkedArray each, trees in forest order)."""
-    manifest_sha256(out_dir)
     names = shard_names(out_dir)
     extras: dict[str, list] = {k: [] for k in extra}
     parts: dict[str, list] = {k: [] for k in ("shard", "row", "gid", "np", "nl", "nd", "sn", "sc")}

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from treeprep.errors import ShardError
-from treeprep.schemas import SCHEMA_VERSION, TREE_SCHEMA
+from treeprep.schemas import SCHEMA_VERSION, TREE_SCHEMA, Manifest
 from treeprep.schemas.shard import read_shard, shard_paths
 from treeprep.trie import Tree
 
@@ -58,6 +58,19 @@ def check_schema(table: pa.Table, path: str) -> None:
             f"{path}: shard schema version {v.decode() if v else 'missing'}, "
             f"this treeprep reads version {SCHEMA_VERSION}; rebuild the shards"
         )
+
+
+def load_manifest(out_dir: str) -> Manifest:
+    """Read and validate ``OUT/manifest.json`` (ShardError when the build is missing or
+    unfinished, or the file is not a treeprep manifest)."""
+    p = os.path.join(out_dir, "manifest.json")
+    if not os.path.exists(p):
+        raise ShardError(f"{out_dir}: no manifest.json; not a finished treeprep build")
+    try:
+        with open(p, encoding="utf-8") as f:
+            return Manifest.model_validate_json(f.read())
+    except (OSError, ValueError) as e:
+        raise ShardError(f"{p}: not a valid treeprep manifest: {e}") from e
 
 
 def iter_trees(out_dir: str, *, groups: Iterable[str] | None = None) -> Iterator[Tree]:

@@ -20,7 +20,6 @@ one) through :meth:`treeprep.render.Renderer.decode`; when that folder is gone a
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from collections.abc import Callable
@@ -29,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from treeprep.errors import ShardError, TreeprepError
-from treeprep.shards import iter_trees
+from treeprep.errors import TreeprepError
+from treeprep.shards import iter_trees, load_manifest
 from treeprep.trie import Tree
 
 Decode = Callable[[np.ndarray], str]
@@ -56,14 +55,6 @@ class ShowConfig:
             raise TreeprepError(f"max_nodes must be >= 1, got {self.max_nodes}")
         if self.preview_chars < 1:
             raise TreeprepError(f"preview_chars must be >= 1, got {self.preview_chars}")
-
-
-def _manifest(out: str) -> dict[str, Any]:
-    p = os.path.join(out, "manifest.json")
-    if not os.path.exists(p):
-        raise ShardError(f"{out}: no manifest.json; not a finished treeprep build")
-    with open(p, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def list_groups(out: str) -> list[dict[str, Any]]:
@@ -108,10 +99,10 @@ def make_decoder(out: str, tokenizer: str | None) -> tuple[Decode | None, str]:
 
     path = tokenizer
     if path is None:
-        tok = _manifest(out).get("tokenizer") or {}
-        path = tok.get("path")
-        if path is None and tok.get("name") not in (None, "builtin-bytes", "builtin"):
-            return None, f"tokenizer {tok.get('name')!r} has no recorded path; pass --tokenizer"
+        tok = load_manifest(out).tokenizer
+        path = tok.path
+        if path is None and tok.name not in ("builtin-bytes", "builtin"):
+            return None, f"tokenizer {tok.name!r} has no recorded path; pass --tokenizer"
         if path is not None and not os.path.isdir(path):
             return None, f"tokenizer folder {path} is gone; pass --tokenizer"
     r = Renderer.load(path)

@@ -26,7 +26,6 @@ fork splits. ``branches`` counts the non-main children (the nodes with a branch 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -44,6 +43,7 @@ from treeprep.pack import (
 )
 from treeprep.pack import read_plan_summary as _read_plan_summary
 from treeprep.schemas.plan import PlanSummary
+from treeprep.shards import load_manifest
 
 #: quantiles reported for every distribution
 QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -86,14 +86,7 @@ def _num(v) -> int | float:
 
 def collect(out_dir: str) -> Collected:
     """Read a finished build's planning columns and derive every per-tree array."""
-    path = os.path.join(out_dir, "manifest.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except OSError as e:
-        raise ShardError(f"{out_dir}: no readable manifest.json; not a finished build ({e})") from e
-    except ValueError as e:
-        raise ShardError(f"{path}: not valid JSON ({e})") from e
+    manifest = load_manifest(out_dir).model_dump(mode="json")
     forest = load_forest(
         out_dir, extra=["source_format", "node_branch_reason", "node_num_sequences"]
     )

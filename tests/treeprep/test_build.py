@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from treeprep import build as build_mod
-from treeprep.build import BuildConfig, build, load_manifest
+from treeprep.build import BuildConfig, build
+from treeprep.shards import load_manifest
 from treeprep.cli.app import app
 from treeprep.errors import TooManyErrors
 from treeprep.export import export_sequences
