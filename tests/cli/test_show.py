@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from treeprep.cli.app import app
 from typer.testing import CliRunner
 
 from treeprep.build import BuildConfig, build
+from treeprep.cli.app import app
 from treeprep.show import ShowConfig, list_groups, render_view, show
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"

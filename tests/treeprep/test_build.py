@@ -17,11 +17,10 @@ from typer.testing import CliRunner
 
 from treeprep import build as build_mod
 from treeprep.build import BuildConfig, build
-from treeprep.shards import load_manifest
 from treeprep.cli.app import app
 from treeprep.errors import TooManyErrors
 from treeprep.export import export_sequences
-from treeprep.shards import iter_trees
+from treeprep.shards import iter_trees, load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"

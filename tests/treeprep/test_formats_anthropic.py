@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from treeprep.schemas import ChatCall, Reject
-
 from treeprep.formats import detect_format
 from treeprep.formats.anthropic import FORMAT, convert_tools
 from treeprep.formats.base import ReadOptions
+from treeprep.schemas import ChatCall, Reject
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "anthropic_messages.jsonl"
 

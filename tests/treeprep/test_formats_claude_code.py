@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from treeprep.schemas import ChatCall, Reject
 
 from treeprep.formats import detect_format
 from treeprep.formats.base import ReadOptions
 from treeprep.formats.claude_code import FORMAT, read
+from treeprep.schemas import ChatCall, Reject
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 CC = DATA / "logs" / "claude-code"

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from treeprep.schemas import ChatCall, Reject
 
 from treeprep.errors import InputError
 from treeprep.formats import detect_format
 from treeprep.formats.base import ReadOptions
 from treeprep.formats.mini_swe_agent import FORMAT as MINI
 from treeprep.formats.swe_agent import FORMAT as SWE
+from treeprep.schemas import ChatCall, Reject
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / ".." / "shared" / "data" / "logs"

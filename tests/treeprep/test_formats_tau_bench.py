@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from treeprep.schemas import ChatCall, Reject
 
 from treeprep.formats import detect_format
 from treeprep.formats.base import ReadOptions
 from treeprep.formats.tau_bench import FORMATS, tau2_system_prompt
+from treeprep.schemas import ChatCall, Reject
 
 TAU, TAU2 = FORMATS
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,6 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from treeprep.schemas import SCHEMA_VERSION, Manifest
-from treeprep.schemas.manifest import Counts, ShardEntry, TokenizerIdentity
-from treeprep.schemas.plan import PLAN_SCHEMA, read_plan
 
 from treeprep.pack import (
     Forest,
@@ -24,6 +21,9 @@ from treeprep.pack import (
     pack,
     plan_forest,
 )
+from treeprep.schemas import SCHEMA_VERSION, Manifest
+from treeprep.schemas.manifest import Counts, ShardEntry, TokenizerIdentity
+from treeprep.schemas.plan import PLAN_SCHEMA, read_plan
 from treeprep.sequence import Sequence
 from treeprep.shards import write_shard
 from treeprep.trie import Tree, build_tree

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from treeprep.cli.app import app
-from treeprep.schemas import SCHEMA_VERSION, Manifest
-from treeprep.schemas.manifest import Counts, ShardEntry, TokenizerIdentity
 from typer.testing import CliRunner
 
+from treeprep.cli.app import app
 from treeprep.errors import TreeprepError
 from treeprep.flops import PRESETS
 from treeprep.pack import PackConfig, load_forest, pack, plan_forest
+from treeprep.schemas import SCHEMA_VERSION, Manifest
+from treeprep.schemas.manifest import Counts, ShardEntry, TokenizerIdentity
 from treeprep.sequence import Sequence
 from treeprep.shards import iter_trees, write_shard
 from treeprep.stats import compute_stats, quantiles
