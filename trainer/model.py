@@ -26,9 +26,8 @@ from typing import Any, Literal
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention import TreeMask, hf_tree_attention
+from treeprep.trainer.attention import ATTN_NAME, TreeMask, register_attention
 
-ATTN_NAME = "treeprep"
 Family = Literal["qwen3", "llama", "qwen2", "qwen3_moe"]
 
 
@@ -128,13 +127,6 @@ PRESETS: dict[str, Preset] = {
     "qwen3-4b": Preset("qwen3", 2560, 9728, 36, 32, 8, 128, tie_word_embeddings=True),
     "qwen3-8b": Preset("qwen3", 4096, 12288, 36, 32, 8, 128),
 }
-
-
-def register_attention() -> None:
-    """Register :func:`hf_tree_attention` as transformers attention ``"treeprep"`` (idempotent)."""
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(ATTN_NAME, hf_tree_attention)
 
 
 def load_model(

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from trainer_fixtures import group_tree, rows_of  # noqa: E402
 
 from treeprep.trainer import TreeBatch, TreeMask, tree_attention  # noqa: E402
-from treeprep.trainer.attention import node_segments  # noqa: E402
+from treeprep.trainer.attention import build_chains  # noqa: E402
 
 
 def _qkv(t: int, h: int = 4, g: int = 2, d: int = 16, seed: int = 0):
@@ -46,17 +46,19 @@ def test_dense_mask_is_the_ancestor_relation() -> None:
     assert torch.equal(TreeMask.from_batch(b, "dense").dense(), _brute_mask(b))
 
 
-def test_node_segments_gather_each_nodes_root_path() -> None:
+def test_chains_cover_each_nodes_root_path() -> None:
+    """Every query's visible keys are its chain's ancestor segments plus its chain's own tokens
+    up to itself (no gather): checked against the brute-force ancestor walk."""
     b = _batch()
-    seg = node_segments(b.node_start, b.node_length, b.node_parent)
+    tm = TreeMask.from_batch(b, "dense")
+    ch = build_chains(tm.node_start, tm.node_length, tm.node_parent, tm.node_prefix)
     m = _brute_mask(b)
-    for n in range(b.num_nodes):
-        q0, q1 = int(seg.cu_q[n]), int(seg.cu_q[n + 1])
-        keys = seg.kv_index[int(seg.cu_k[n]) : int(seg.cu_k[n + 1])].tolist()
-        assert (q0, q1 - q0) == (int(b.node_start[n]), int(b.node_length[n]))
-        # the node's last query sees exactly the gathered keys, in packed order
-        assert keys == torch.nonzero(m[q1 - 1]).flatten().tolist()
-        assert keys[-(q1 - q0) :] == list(range(q0, q1))  # own tokens last: bottom-right causal
+    assert sorted(ch.start) == ch.start and ch.end[-1] == b.num_tokens
+    for c in range(len(ch.start)):
+        keys = [j for a, e in ch.segments[c] for j in range(a, e)]
+        for i in range(ch.start[c], ch.end[c]):
+            want = torch.nonzero(m[i]).flatten().tolist()
+            assert keys + list(range(ch.start[c], i + 1)) == want
 
 
 @pytest.mark.parametrize("backend", ["nodes", "flex"])
@@ -88,7 +90,7 @@ def test_nodes_backend_equals_dense_backward() -> None:
 
 
 def test_nodes_backend_chunks_long_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import treeprep.trainer.attention as att
+    import treeprep.trainer.attention.nodes as att
 
     b = _batch()
     q, k, v = _qkv(b.num_tokens, seed=2)

@@ -1,0 +1,32 @@
+"""Tree attention: one rule (:mod:`.mask`), four exact backends, one transformers glue (:mod:`.hf`).
+
+See :mod:`.backends` for the interface and the choice, :mod:`.mask` for the rule and the metadata.
+"""
+
+from treeprep.trainer.attention.backends import (
+    BACKENDS,
+    DENSE_MAX_TOKENS,
+    Backend,
+    choose_backend,
+    tree_attention,
+)
+from treeprep.trainer.attention.flash import flash_available
+from treeprep.trainer.attention.hf import ATTN_NAME, hf_tree_attention, register_attention
+from treeprep.trainer.attention.mask import Chains, TreeMask, build_chains, tree_mask_mod, visible
+
+__all__ = [
+    "ATTN_NAME",
+    "BACKENDS",
+    "DENSE_MAX_TOKENS",
+    "Backend",
+    "Chains",
+    "TreeMask",
+    "build_chains",
+    "choose_backend",
+    "flash_available",
+    "hf_tree_attention",
+    "register_attention",
+    "tree_attention",
+    "tree_mask_mod",
+    "visible",
+]

@@ -1,0 +1,90 @@
+"""Backend choice and dispatch: one interface, ``q_BHTD, k_BGTD, v_BGTD -> o_BHTD``.
+
+Shape legend: B batch (always 1: trees are packed), H query heads, G key/value heads, T the
+batch's own tokens, P handed-over prefix rows, D head dim.
+
+Every backend takes the optional prefix keys and values ``pk_BGPD`` / ``pv_BGPD`` (the hand-off
+of :mod:`treeprep.trainer.parts`) and the batch's :class:`TreeMask`, and is exact:
+
+* ``dense`` (:mod:`.dense`): the reference; a [T, P+T] mask;
+* ``nodes`` (:mod:`.nodes`): chain by chain over in-place key segments (CPU, bounded memory);
+* ``flex`` (:mod:`.flex`): FlexAttention block mask (GPU; CPU forward only in torch 2.13);
+* ``flash`` (:mod:`.flash`): flash-attn varlen over gathered node paths (optional, CUDA).
+
+:func:`choose_backend` picks ``flex`` on CUDA, ``dense`` on CPU up to ``DENSE_MAX_TOKENS`` keys
+and ``nodes`` beyond.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+
+from treeprep.errors import TreeprepError
+from treeprep.trainer.attention.dense import dense_attention
+from treeprep.trainer.attention.flash import flash_available, flash_tree_attention
+from treeprep.trainer.attention.flex import flex_tree_attention
+from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.attention.nodes import nodes_attention
+
+Backend = Literal["dense", "nodes", "flex", "flash"]
+BACKENDS: tuple[str, ...] = ("dense", "nodes", "flex", "flash")
+#: above this many packed tokens the CPU default switches from ``dense`` to ``nodes``
+DENSE_MAX_TOKENS = 4096
+
+_IMPLS: dict[str, Callable[..., torch.Tensor]] = {
+    "dense": dense_attention,
+    "nodes": nodes_attention,
+    "flex": flex_tree_attention,
+    "flash": flash_tree_attention,
+}
+
+
+def choose_backend(device: torch.device | str, num_tokens: int, attn: str = "auto") -> str:
+    """The backend for ``attn`` ("auto" or a name) on ``device`` for a batch of ``num_tokens``."""
+    dev = torch.device(device)
+    if attn != "auto":
+        if attn not in BACKENDS:
+            raise TreeprepError(
+                f"unknown attention backend {attn!r}; expected auto or one of {', '.join(BACKENDS)}"
+            )
+        if attn == "flash" and not flash_available():
+            raise TreeprepError(
+                "attention backend 'flash' needs flash-attn (pip install flash-attn)"
+            )
+        if attn == "flash" and dev.type != "cuda":
+            raise TreeprepError("attention backend 'flash' runs on CUDA only")
+        return attn
+    if dev.type == "cuda":
+        return "flex"
+    return "dense" if num_tokens <= DENSE_MAX_TOKENS else "nodes"
+
+
+def tree_attention(
+    q_BHTD: torch.Tensor,
+    k_BGTD: torch.Tensor,
+    v_BGTD: torch.Tensor,
+    tree_mask: TreeMask,
+    *,
+    scale: float | None = None,
+    backend: str | None = None,
+    prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Attention of packed trees; returns o_BHTD. ``backend`` overrides ``tree_mask.backend``;
+    ``prefix`` is the handed-over (pk_BGPD, pv_BGPD) that precede the batch's own keys."""
+    if q_BHTD.shape[0] != 1:
+        raise TreeprepError("tree attention packs trees into one row: batch size must be 1")
+    if q_BHTD.shape[2] != tree_mask.num_tokens:
+        raise TreeprepError(
+            f"tree mask is for {tree_mask.num_tokens} tokens, attention got {q_BHTD.shape[2]}"
+        )
+    pk, pv = prefix if prefix is not None else (None, None)
+    plen = 0 if pk is None else int(pk.shape[2])
+    if plen != tree_mask.prefix_len:
+        raise TreeprepError(
+            f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {plen}"
+        )
+    s = scale if scale is not None else q_BHTD.shape[-1] ** -0.5
+    return _IMPLS[backend or tree_mask.backend](q_BHTD, k_BGTD, v_BGTD, pk, pv, tree_mask, s)

@@ -1,0 +1,80 @@
+"""``flash``: flash-attn's varlen kernel over per-node key segments (optional, CUDA only).
+
+Each node's queries attend its gathered key rows: the prefix rows it sees, then the in-batch
+ancestors' tokens, its own last (flash-attn's causal mode is bottom-right aligned, which is what a
+node's queries need). The gather costs the sum over nodes of their path lengths: fine for trees
+whose nodes are whole turns, quadratic for long chains of small nodes, where ``flex`` is the GPU
+choice. flash-attn runs in fp16/bf16 only: float32 inputs are cast to bf16 and the output back.
+Imported lazily; an optional extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import torch
+
+from treeprep.trainer.attention.mask import TreeMask
+
+
+def flash_available() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def node_key_rows(tm: TreeMask) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """(cu_q, cu_k, key_rows, max_q, max_k): per node, its visible keys in [prefix; own] rows."""
+    hit = tm._cache.get("node_key_rows")
+    if hit is not None:
+        return hit
+    start, length, parent = tm.node_start, tm.node_length, tm.node_parent
+    p = tm.prefix_len
+    nn = len(start)
+    own: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
+    for n in range(nn):
+        mine = np.arange(p + start[n], p + start[n] + length[n], dtype=np.int64)
+        par = parent[n]
+        anc = own[par] if par >= 0 else np.arange(int(tm.node_prefix[n]), dtype=np.int64)
+        own.append(np.concatenate([anc, mine]))
+        rows.append(own[-1])
+    cu_q = np.concatenate([[0], np.cumsum(length)]).astype(np.int32)
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    out = (cu_q, cu_k, np.concatenate(rows), int(length.max()), int(lens.max()))
+    tm._cache["node_key_rows"] = out
+    return out
+
+
+def flash_tree_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pk: torch.Tensor | None,
+    pv: torch.Tensor | None,
+    tm: TreeMask,
+    scale: float,
+) -> torch.Tensor:
+    from flash_attn import flash_attn_varlen_func
+
+    if pk is not None and pv is not None and pk.shape[2]:
+        k = torch.cat([pk.to(k.dtype), k], dim=2)
+        v = torch.cat([pv.to(v.dtype), v], dim=2)
+    cu_q, cu_k, key_rows, max_q, max_k = node_key_rows(tm)
+    dev = q.device
+    idx = torch.as_tensor(key_rows, device=dev)
+    dtype = q.dtype
+    run = dtype if dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+    o_THD = flash_attn_varlen_func(
+        q[0].transpose(0, 1).to(run),
+        k[0].transpose(0, 1).index_select(0, idx).to(run),
+        v[0].transpose(0, 1).index_select(0, idx).to(run),
+        torch.as_tensor(cu_q, device=dev),
+        torch.as_tensor(cu_k, device=dev),
+        max_q,
+        max_k,
+        dropout_p=0.0,
+        softmax_scale=scale,
+        causal=True,
+    )
+    return o_THD.to(dtype).transpose(0, 1)[None]

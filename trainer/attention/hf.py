@@ -1,0 +1,59 @@
+"""The glue to transformers: the function registered with ``AttentionInterface``.
+
+transformers hands the attention function q/k/v as [B, H|G, T, D] after rotary embeddings and
+expects [B, T, H, D] back; extra model keywords reach it, so the batch's :class:`TreeMask` arrives
+as ``tree_mask=``. When the mask carries a hand-off (a part of a larger tree), the layer's own
+keys and values are recorded for the descendant parts and the ancestors' handed-over keys and
+values come back as the prefix (``module.layer_idx`` names the layer). Without a mask it runs plain
+causal attention, so a model loaded by treeprep still works for ordinary calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from treeprep.errors import TreeprepError
+from treeprep.trainer.attention.backends import tree_attention
+from treeprep.trainer.attention.mask import TreeMask
+
+ATTN_NAME = "treeprep"
+
+
+def hf_tree_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    tree_mask: TreeMask | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature over a tree (see the module docstring)."""
+    if dropout:
+        raise TreeprepError("tree attention does not implement attention dropout; set it to 0")
+    if sliding_window is not None and tree_mask is not None:
+        raise TreeprepError("sliding-window layers are not supported by tree attention")
+    if tree_mask is None:
+        gqa = query.shape[1] != key.shape[1]
+        out = F.scaled_dot_product_attention(
+            query, key, value, is_causal=query.shape[2] > 1, scale=scaling, enable_gqa=gqa
+        )
+        return out.transpose(1, 2).contiguous(), None
+    prefix = None
+    if tree_mask.handoff is not None:
+        prefix = tree_mask.handoff.exchange(getattr(module, "layer_idx", None), key, value)
+    out = tree_attention(query, key, value, tree_mask, scale=scaling, prefix=prefix)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_attention() -> None:
+    """Register :func:`hf_tree_attention` as transformers attention ``"treeprep"`` (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_NAME, hf_tree_attention)

@@ -1,0 +1,190 @@
+"""The one tree-attention rule, and the metadata every backend reads (:class:`TreeMask`).
+
+Shape legend: T the batch's own (query) tokens, P handed-over prefix rows, Nn nodes, C chains.
+
+The rule (NOTES section 3). Every token carries three numbers: ``node`` (its node's pre-order id),
+``last`` (the largest pre-order id in its node's subtree) and ``index`` (its position in the
+tree's depth-first token order). Token i attends key j iff
+
+    index[j] <= index[i]  and  node[j] <= node[i] <= last[j]
+
+that is, j's node is an ancestor-or-self of i's and, within one node, j comes first. The rule is
+written once, in :func:`visible`; the dense mask evaluates it on broadcast vectors and the flex
+backend hands the same function to ``create_block_mask`` / the interval classifier.
+
+Keys are the batch's own tokens, optionally preceded by P *prefix rows* handed over from earlier
+parts of the same tree (:mod:`treeprep.trainer.parts`): the keys and values of the ancestors of
+the part's first token that lie before it. Prefix rows form one root-to-node path ordered by
+depth, so every query sees a leading run of them: its chain's ``chain_prefix`` count.
+
+Chains. The ``nodes`` backend never gathers a node's whole path. Nodes in pre-order split into
+*chains*: maximal runs n, n+1, ... where each node is the first child of the one before. A chain's
+tokens are contiguous and its queries see, bottom-right causally, its own tokens; before them its
+keys are a few contiguous *segments* of the packed sequence (one per ancestor chain: the head of
+that chain up to the end of the ancestor node) plus the leading prefix rows. Attention runs over
+those segments in place and merges them with one softmax, so no key row is ever copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def visible(
+    q_node: torch.Tensor,
+    q_index: torch.Tensor,
+    k_node: torch.Tensor,
+    k_last: torch.Tensor,
+    k_index: torch.Tensor,
+) -> torch.Tensor:
+    """The tree rule on broadcastable index tensors: may a query see a key."""
+    return (k_index <= q_index) & (k_node <= q_node) & (q_node <= k_last)
+
+
+def tree_mask_mod(meta: TreeMask) -> Any:
+    """A FlexAttention ``mask_mod`` for ``meta``: query q sees key kv (prefix rows first)."""
+    qn, qi = meta.q_node, meta.q_index
+    kn, kl, ki = meta.k_node, meta.k_last, meta.k_index
+
+    def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+        return visible(qn[q_idx], qi[q_idx], kn[kv_idx], kl[kv_idx], ki[kv_idx])
+
+    return mask_mod
+
+
+@dataclass
+class Chains:
+    """The ``nodes`` backend's plan (see the module docstring); plain Python lists, built once.
+
+    Chain c owns queries ``start[c]:end[c]``; its in-batch ancestor key segments are
+    ``segments[c]`` (packed ``(start, end)`` pairs, root first) and it sees the first
+    ``prefix[c]`` prefix rows.
+    """
+
+    start: list[int]
+    end: list[int]
+    segments: list[list[tuple[int, int]]]
+    prefix: list[int]
+
+    @property
+    def segment_rows(self) -> int:
+        """Key rows read in place over all chains (own tokens included): a cost measure."""
+        return sum(
+            (e - s) + sum(b - a for a, b in seg) + p
+            for s, e, seg, p in zip(self.start, self.end, self.segments, self.prefix, strict=True)
+        )
+
+
+def build_chains(
+    node_start: np.ndarray,
+    node_length: np.ndarray,
+    node_parent: np.ndarray,
+    node_prefix: np.ndarray,
+) -> Chains:
+    """Chains of a batch's nodes (pre-order; ``node_parent`` is -1 for a batch root)."""
+    nn = len(node_start)
+    start = node_start.tolist()
+    length = node_length.tolist()
+    parent = node_parent.tolist()
+    chain_of = [0] * nn
+    heads: list[int] = []
+    for n in range(nn):
+        if n > 0 and parent[n] == n - 1:
+            chain_of[n] = chain_of[n - 1]
+        else:
+            chain_of[n] = len(heads)
+            heads.append(n)
+    ends = heads[1:] + [nn]
+    c_start = [start[h] for h in heads]
+    c_end = [start[e - 1] + length[e - 1] for e in ends]
+    segs: list[list[tuple[int, int]]] = []
+    for h in heads:
+        out: list[tuple[int, int]] = []
+        p = parent[h]
+        while p >= 0:
+            ph = heads[chain_of[p]]
+            out.append((start[ph], start[p] + length[p]))
+            p = parent[ph]
+        segs.append(out[::-1])
+    return Chains(c_start, c_end, segs, [int(node_prefix[h]) for h in heads])
+
+
+@dataclass
+class TreeMask:
+    """A batch's attention metadata, passed to every attention call as ``tree_mask=``.
+
+    Queries are the batch's T own tokens; keys are ``prefix_len`` handed-over rows followed by
+    the same T tokens. ``node_*`` describe the batch's nodes (or node pieces, for a part that
+    starts or ends inside a node) in packed coordinates, with ``node_parent`` -1 where the parent
+    is outside the batch and ``node_prefix`` the number of prefix rows a node sees.
+    """
+
+    q_node: torch.Tensor  # [T] int64
+    q_index: torch.Tensor  # [T] int64
+    k_node: torch.Tensor  # [P+T] int64
+    k_last: torch.Tensor  # [P+T] int64
+    k_index: torch.Tensor  # [P+T] int64
+    node_start: np.ndarray  # [Nn]
+    node_length: np.ndarray  # [Nn]
+    node_parent: np.ndarray  # [Nn]
+    node_prefix: np.ndarray  # [Nn]
+    backend: str
+    prefix_len: int = 0
+    #: the hand-off state of a part (:class:`treeprep.trainer.parts.state.HandOff`), or None
+    handoff: Any = None
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_batch(cls, batch: Any, attn: str = "auto") -> TreeMask:
+        """The mask of a packed :class:`~treeprep.trainer.batch.TreeBatch` (no prefix)."""
+        from treeprep.trainer.attention.backends import choose_backend
+
+        node = batch.token_node
+        last = batch.node_last[node]
+        idx = torch.arange(batch.num_tokens, device=node.device)
+        nn = batch.num_nodes
+        return cls(
+            q_node=node,
+            q_index=idx,
+            k_node=node,
+            k_last=last,
+            k_index=idx,
+            node_start=batch.node_start.cpu().numpy(),
+            node_length=batch.node_length.cpu().numpy(),
+            node_parent=batch.node_parent.cpu().numpy(),
+            node_prefix=np.zeros(nn, dtype=np.int64),
+            backend=choose_backend(batch.device, batch.num_tokens, attn),
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.q_node.shape[0])
+
+    @property
+    def num_keys(self) -> int:
+        return int(self.k_node.shape[0])
+
+    def dense(self) -> torch.Tensor:
+        """[T, P+T] bool: row i may attend key j. Built once per batch, O(T (P+T)) bytes."""
+        m = self._cache.get("dense")
+        if m is None:
+            m = visible(
+                self.q_node[:, None],
+                self.q_index[:, None],
+                self.k_node[None, :],
+                self.k_last[None, :],
+                self.k_index[None, :],
+            )
+            self._cache["dense"] = m
+        return m
+
+    def chains(self) -> Chains:
+        c = self._cache.get("chains")
+        if c is None:
+            c = build_chains(self.node_start, self.node_length, self.node_parent, self.node_prefix)
+            self._cache["chains"] = c
+        return c

@@ -1,0 +1,127 @@
+"""``nodes``: chain by chain, every key segment attended in place (no gathered paths).
+
+Shape legend: B = 1, H query heads, G key/value heads, r = H / G, q query rows of one chunk,
+L key rows of one chain (its prefix rows, ancestor segments and own tokens).
+
+A chain (see :mod:`treeprep.trainer.attention.mask`) is a run of nodes each the first child of the
+one before: its queries are one contiguous packed range and see (a) a leading run of the
+handed-over prefix rows, (b) a few contiguous ancestor segments of the packed sequence, all in
+full, and (c) its own tokens causally. Scores against each key block are computed from views of
+the packed keys (no copy), concatenated along the key axis, soft-maxed once (exact: one softmax
+over all visible keys) and split back per block for the value products. GQA groups the r query
+heads of a key head into the query rows, so keys are never repeated either.
+
+Memory: no gathered key rows at all (``gathered_rows`` is 0); the transient scores of one chunk are
+H x NODE_CHUNK x L floats, and autograd keeps the soft-maxed scores of every chunk, as SDPA's math
+path does. Chains with neither prefix nor ancestors (a whole one-path tree) use SDPA's causal
+kernel directly.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import torch
+import torch.nn.functional as F
+
+from treeprep.trainer.attention.mask import TreeMask
+
+#: query rows per step (bounds the transient scores to H x NODE_CHUNK x L floats)
+NODE_CHUNK = 1024
+
+
+def _chunk_attention(
+    q_BHqD: torch.Tensor,
+    blocks_k: list[torch.Tensor],
+    blocks_v: list[torch.Tensor],
+    own_mask_qL: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One chunk: full visibility of every block but the last, ``own_mask`` on the last."""
+    _, h, nq, d = q_BHqD.shape
+    g = blocks_k[0].shape[1]
+    r = h // g
+    qg = q_BHqD.reshape(1, g, r * nq, d)
+    scores = [torch.matmul(qg, kb.transpose(-1, -2)) for kb in blocks_k]
+    bias = torch.zeros(own_mask_qL.shape, dtype=qg.dtype, device=qg.device)
+    bias.masked_fill_(~own_mask_qL, float("-inf"))
+    scores[-1] = scores[-1] + bias.repeat(r, 1)
+    s = torch.cat(scores, dim=-1) * scale if len(scores) > 1 else scores[0] * scale
+    p = torch.softmax(s, dim=-1)
+    ps = p.split([kb.shape[2] for kb in blocks_k], dim=-1)
+    o = torch.matmul(ps[0], blocks_v[0])
+    for pb, vb in zip(ps[1:], blocks_v[1:], strict=True):
+        o = o + torch.matmul(pb, vb)
+    return o.reshape(1, h, nq, d)
+
+
+def _pieces(x: torch.Tensor, bounds: list[int]) -> dict[int, torch.Tensor]:
+    sizes = [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return dict(zip(bounds[:-1], x.split(sizes, dim=2), strict=True))
+
+
+def _starts(bounds: list[int], a: int, b: int) -> list[int]:
+    """Starts of the pieces covering packed rows [a, b) (both are piece boundaries)."""
+    return bounds[bisect.bisect_left(bounds, a) : bisect.bisect_left(bounds, b)]
+
+
+def _span(p: dict[int, torch.Tensor], bounds: list[int], a: int, b: int) -> list[torch.Tensor]:
+    return [p[x] for x in _starts(bounds, a, b)]
+
+
+def nodes_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pk: torch.Tensor | None,
+    pv: torch.Tensor | None,
+    tm: TreeMask,
+    scale: float,
+) -> torch.Tensor:
+    """q_BHTD over in-place key segments per chain; returns o_BHTD."""
+    ch = tm.chains()
+    gqa = q.shape[1] != k.shape[1]
+    # split (never slice) the packed tensors once, at every chain, chunk and segment boundary:
+    # a slice's backward zero-fills the whole input per slice, a split's backward is one cat
+    cut = {0, q.shape[2]}
+    for c in range(len(ch.start)):
+        cut.update(range(ch.start[c], ch.end[c], NODE_CHUNK))
+        cut.add(ch.end[c])
+        for a, b in ch.segments[c]:
+            cut.update((a, b))
+    bounds = sorted(cut)
+    qp, kp, vp = _pieces(q, bounds), _pieces(k, bounds), _pieces(v, bounds)
+    outs: list[torch.Tensor] = []
+    for c in range(len(ch.start)):
+        s, e = ch.start[c], ch.end[c]
+        m = ch.prefix[c]
+        seg = ch.segments[c]
+        if not m and not seg and qp[s].shape[2] == e - s:
+            outs.append(
+                F.scaled_dot_product_attention(
+                    qp[s], kp[s], vp[s], is_causal=True, scale=scale, enable_gqa=gqa
+                )
+            )
+            continue
+        bk: list[torch.Tensor] = []
+        bv: list[torch.Tensor] = []
+        if m:
+            assert pk is not None and pv is not None
+            bk.append(pk[:, :, :m].to(k.dtype))
+            bv.append(pv[:, :, :m].to(v.dtype))
+        for a, b in seg:
+            bk.extend(_span(kp, bounds, a, b))
+            bv.extend(_span(vp, bounds, a, b))
+        for c0 in _starts(bounds, s, e):
+            n = qp[c0].shape[2]
+            own_mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+            outs.append(
+                _chunk_attention(
+                    qp[c0],
+                    [*bk, *_span(kp, bounds, s, c0), kp[c0]],
+                    [*bv, *_span(vp, bounds, s, c0), vp[c0]],
+                    own_mask,
+                    scale,
+                )
+            )
+    return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
