@@ -57,13 +57,14 @@ token.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
+from treeprep.trainer.targets import Targets
 
 Norm = Literal["sum", "sequence-mean", "token-mean"]
 Layout = Literal["tree", "linear"]
@@ -212,6 +213,7 @@ class TreeBatch:
     num_trees: int
     tokens_linear: int  # what a linearizing trainer feeds for the same sequences
     old_logp_spread: float  # largest disagreement of old log-probs on a shared target
+    _cache_targets: Targets | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_tokens(self) -> int:
@@ -237,9 +239,34 @@ class TreeBatch:
         """A copy with every tensor on ``device``."""
         kw = {}
         for f in fields(self):
+            if f.name.startswith("_"):
+                continue
             v = getattr(self, f.name)
             kw[f.name] = v.to(device) if isinstance(v, torch.Tensor) else v
         return TreeBatch(**kw)
+
+    def targets(self) -> Targets:
+        """What the loss reads: predecessor rows, target tokens and the coefficients."""
+        t = self._cache_targets
+        if t is None:
+            t = Targets(
+                pred=self.prev.index_select(0, self.target_index),
+                token=self.input_ids.index_select(0, self.target_index),
+                weight=self.weight,
+                unit_target=self.unit_target,
+                unit_weight=self.unit_weight,
+                adv_pos=self.adv_pos,
+                adv_neg=self.adv_neg,
+                old_logp=self.old_logp,
+                pair_seq=self.pair_seq,
+                pair_target=self.pair_target,
+                pair_old_logp=self.pair_old_logp,
+                seq_coef=self.seq_coef,
+                seq_count=self.seq_count,
+                seq_advantage=self.seq_advantage,
+            )
+            self._cache_targets = t
+        return t
 
     @classmethod
     def from_trees(
@@ -379,6 +406,8 @@ def _assemble(
     pair_seq = np.repeat(np.arange(len(seq_targets), dtype=np.int64), n_s.astype(np.int64))
     target_index, pair_target = np.unique(pair_tok, return_inverse=True)
     K = len(target_index)
+    if K and (prev[target_index] < 0).any():
+        raise TreeprepError("a trained target has no predecessor (batch invariant broken)")
     pc = (coef * cnt)[pair_seq]
     adv = np.array(seq_adv, dtype=np.float64)
     pa_ = adv[pair_seq]

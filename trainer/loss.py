@@ -26,6 +26,11 @@ Losses, all sums over targets with the batch's restored per-target coefficients:
 
 With ``layout="linear"`` the same functions give the baseline: that is what ``treeprep verify``
 and the tests compare.
+
+Everything after the decoder reads a :class:`~treeprep.trainer.targets.Targets` (predecessor rows,
+target tokens and the restored coefficients), so a hand-off part (:mod:`treeprep.trainer.parts`)
+runs the same code on its own slice of the targets: :func:`loss_from_hidden`. Metrics are detached
+0-dim tensors (no host-device sync inside a step); the loop turns them into numbers once per step.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from torch.utils.checkpoint import checkpoint
 from treeprep.errors import TreeprepError
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.model import decoder_hidden
+from treeprep.trainer.targets import Targets
 
 LossName = Literal["sft", "ppo", "grpo", "gspo"]
 LOSSES: tuple[str, ...] = ("sft", "ppo", "grpo", "gspo")
@@ -46,11 +52,27 @@ LOSSES: tuple[str, ...] = ("sft", "ppo", "grpo", "gspo")
 
 @dataclass
 class LossOutput:
-    """A loss, the per-target log-probs it came from, and scalar metrics (python floats)."""
+    """A loss, the per-target log-probs it came from, and detached scalar metrics."""
 
     loss: torch.Tensor
     token_logp: torch.Tensor  # [K]
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The objective and its knobs (see the module docstring)."""
+
+    loss: LossName = "sft"
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    chunk: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise TreeprepError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
 
 
 def _head_logp(
@@ -66,22 +88,17 @@ def _head_logp(
     return lp, ent
 
 
-def token_logprobs(
-    model: torch.nn.Module,
-    batch: TreeBatch,
+def head_logprobs(
+    head: torch.nn.Module,
+    h_TE: torch.Tensor,
+    targets: Targets,
     *,
-    attn: str | None = None,
     entropy: bool = False,
     chunk: int = 4096,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs [K] of every trained target (and entropies [K] when ``entropy``)."""
-    h_TE = decoder_hidden(model, batch, attn)
-    pred = batch.prev.index_select(0, batch.target_index)
-    if batch.num_targets and int(pred.min()) < 0:
-        raise TreeprepError("a trained target has no predecessor (batch invariant broken)")
-    h_KE = h_TE.index_select(0, pred)
-    tgt = batch.input_ids.index_select(0, batch.target_index)
-    head = model.get_output_embeddings()
+    """Log-probs [K] (and entropies) of ``targets`` from the decoder's hidden states h_TE."""
+    h_KE = h_TE.index_select(0, targets.pred)
+    tgt = targets.token
     k = h_KE.shape[0]
     if k <= chunk or not torch.is_grad_enabled():
         parts = [
@@ -105,10 +122,117 @@ def token_logprobs(
     return lp, ent
 
 
-def sequence_logprobs(token_logp: torch.Tensor, batch: TreeBatch) -> torch.Tensor:
+def token_logprobs(
+    model: torch.nn.Module,
+    batch: TreeBatch,
+    *,
+    attn: str | None = None,
+    entropy: bool = False,
+    chunk: int = 4096,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [K] of every trained target (and entropies [K] when ``entropy``)."""
+    h_TE = decoder_hidden(model, batch, attn)
+    head = model.get_output_embeddings()
+    return head_logprobs(head, h_TE, batch.targets(), entropy=entropy, chunk=chunk)
+
+
+def sequence_logprobs(token_logp: torch.Tensor, batch: TreeBatch | Targets) -> torch.Tensor:
     """Per sequence entry, the sum of its trained targets' log-probs: [S] (differentiable)."""
-    out = token_logp.new_zeros(batch.num_sequences)
-    return out.index_add(0, batch.pair_seq, token_logp.index_select(0, batch.pair_target))
+    t = batch.targets() if isinstance(batch, TreeBatch) else batch
+    out = token_logp.new_zeros(t.num_sequences)
+    return out.index_add(0, t.pair_seq, token_logp.index_select(0, t.pair_target))
+
+
+def objective(
+    lp: torch.Tensor,
+    ent: torch.Tensor | None,
+    t: Targets,
+    cfg: LossConfig,
+    ref_logp: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss of ``cfg`` from per-target log-probs ``lp`` [K] and the restored coefficients."""
+    w = t.weight.to(lp.dtype)
+    metrics: dict[str, torch.Tensor] = {}
+    if cfg.loss == "sft":
+        total = -(w * lp).sum()
+        metrics["nll"] = total.detach()
+        return total, metrics
+    lo = 1.0 - cfg.clip_eps
+    hi = 1.0 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
+    if cfg.loss == "gspo":
+        return _gspo(lp, t, lo, hi)
+    ulp = lp.index_select(0, t.unit_target)
+    old = torch.where(torch.isnan(t.old_logp), ulp.detach(), t.old_logp.to(lp.dtype))
+    ratio = torch.exp(ulp - old)
+    clipped = ratio.clamp(lo, hi)
+    ap, an = t.adv_pos.to(lp.dtype), t.adv_neg.to(lp.dtype)
+    total = -(ap * torch.minimum(ratio, clipped) + an * torch.maximum(ratio, clipped)).sum()
+    metrics["policy"] = total.detach()
+    metrics["clip_count"] = (ratio != clipped).sum().detach().float()
+    metrics["units"] = torch.tensor(float(len(ratio)))
+    if cfg.kl_coef:
+        uw = t.unit_weight.to(lp.dtype)
+        if ref_logp is None:
+            d = old - ulp
+        else:
+            d = ref_logp.to(lp.dtype).index_select(0, t.unit_target) - ulp
+        kl = (uw * (torch.exp(d) - d - 1.0)).sum()
+        total = total + cfg.kl_coef * kl
+        metrics["kl"] = kl.detach()
+    if cfg.entropy_coef:
+        assert ent is not None
+        e = (w * ent).sum()
+        total = total - cfg.entropy_coef * e
+        metrics["entropy"] = e.detach()
+    return total, metrics
+
+
+def _gspo(
+    lp: torch.Tensor, t: Targets, lo: float, hi: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    pair_lp = lp.index_select(0, t.pair_target)
+    old_pair = torch.where(
+        torch.isnan(t.pair_old_logp), pair_lp.detach(), t.pair_old_logp.to(lp.dtype)
+    )
+    n_s = torch.bincount(t.pair_seq, minlength=t.num_sequences).to(lp.dtype)
+    d_s = lp.new_zeros(t.num_sequences).index_add(0, t.pair_seq, pair_lp - old_pair)
+    ratio = torch.exp(d_s / n_s.clamp(min=1))
+    adv = t.seq_advantage.to(lp.dtype)
+    surr = torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
+    c = (t.seq_coef * t.seq_count).to(lp.dtype) * n_s
+    total = -(c * surr).sum()
+    return total, {
+        "policy": total.detach(),
+        "clip_count": ((ratio < lo) | (ratio > hi)).sum().detach().float(),
+        "units": torch.tensor(float(len(c))),
+    }
+
+
+def check_advantages(t: Targets, loss: str) -> None:
+    """Refuse an RL loss on targets whose sequences have neither advantage nor group rewards."""
+    if loss == "gspo" and bool(torch.isnan(t.seq_advantage).any()):
+        raise TreeprepError("gspo needs an advantage (or group rewards) for every sequence")
+    if loss in ("ppo", "grpo") and (
+        bool(torch.isnan(t.adv_pos).any()) or bool(torch.isnan(t.adv_neg).any())
+    ):
+        raise TreeprepError(
+            f"{loss} needs an advantage (or group rewards) for every trained sequence; "
+            "some sequences in this batch have neither"
+        )
+
+
+def loss_from_hidden(
+    head: torch.nn.Module,
+    h_TE: torch.Tensor,
+    t: Targets,
+    cfg: LossConfig,
+    ref_logp: torch.Tensor | None = None,
+) -> LossOutput:
+    """LM head on the targets' predecessors, then :func:`objective`."""
+    lp, ent = head_logprobs(head, h_TE, t, entropy=cfg.entropy_coef != 0.0, chunk=cfg.chunk)
+    total, metrics = objective(lp, ent, t, cfg, ref_logp)
+    metrics["targets"] = torch.tensor(float(t.num_targets))
+    return LossOutput(total, lp, metrics)
 
 
 def tree_loss(
@@ -126,63 +250,9 @@ def tree_loss(
 ) -> LossOutput:
     """The chosen loss on a packed batch (see the module docstring). ``ref_logp`` ([K]) replaces
     the old log-probs in the KL term when a reference model's log-probs are at hand."""
-    if loss not in LOSSES:
-        raise TreeprepError(f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}")
-    want_ent = entropy_coef != 0.0
-    lp, ent = token_logprobs(model, batch, attn=attn, entropy=want_ent, chunk=chunk)
-    w = batch.weight.to(lp.dtype)
-    metrics: dict[str, float] = {"targets": float(batch.num_targets)}
-    if loss == "sft":
-        total = -(w * lp).sum()
-        metrics["nll"] = float(total.detach())
-        return LossOutput(total, lp, metrics)
-
-    lo, hi = 1.0 - clip_eps, 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
-    if loss == "gspo":
-        if torch.isnan(batch.seq_advantage).any():
-            raise TreeprepError("gspo needs an advantage (or group rewards) for every sequence")
-        pair_lp = lp.index_select(0, batch.pair_target)
-        old_pair = torch.where(
-            torch.isnan(batch.pair_old_logp), pair_lp.detach(), batch.pair_old_logp.to(lp.dtype)
-        )
-        n_s = torch.bincount(batch.pair_seq, minlength=batch.num_sequences).to(lp.dtype)
-        d_s = lp.new_zeros(batch.num_sequences).index_add(0, batch.pair_seq, pair_lp - old_pair)
-        ratio = torch.exp(d_s / n_s.clamp(min=1))
-        adv = batch.seq_advantage.to(lp.dtype)
-        surr = torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
-        c = (batch.seq_coef * batch.seq_count).to(lp.dtype) * n_s
-        total = -(c * surr).sum()
-        metrics["clip_frac"] = (
-            float(((ratio < lo) | (ratio > hi)).float().mean()) if len(c) else 0.0
-        )
-        metrics["policy"] = float(total.detach())
-        return LossOutput(total, lp, metrics)
-
-    if torch.isnan(batch.adv_pos).any() or torch.isnan(batch.adv_neg).any():
-        raise TreeprepError(
-            f"{loss} needs an advantage (or group rewards) for every trained sequence; "
-            "some sequences in this batch have neither"
-        )
-    ulp = lp.index_select(0, batch.unit_target)
-    old = torch.where(torch.isnan(batch.old_logp), ulp.detach(), batch.old_logp.to(lp.dtype))
-    ratio = torch.exp(ulp - old)
-    clipped = ratio.clamp(lo, hi)
-    ap, an = batch.adv_pos.to(lp.dtype), batch.adv_neg.to(lp.dtype)
-    total = -(ap * torch.minimum(ratio, clipped) + an * torch.maximum(ratio, clipped)).sum()
-    metrics["policy"] = float(total.detach())
-    metrics["clip_frac"] = float((ratio != clipped).float().mean()) if batch.num_targets else 0.0
-    if kl_coef:
-        uw = batch.unit_weight.to(lp.dtype)
-        if ref_logp is None:
-            d = old - ulp
-        else:
-            d = ref_logp.to(lp.dtype).index_select(0, batch.unit_target) - ulp
-        kl = (uw * (torch.exp(d) - d - 1.0)).sum()
-        total = total + kl_coef * kl
-        metrics["kl"] = float(kl.detach())
-    if want_ent:
-        assert ent is not None
-        e = (w * ent).sum()
-        total = total - entropy_coef * e
-        metrics["entropy"] = float(e.detach())
-    return LossOutput(total, lp, metrics)
+    cfg = LossConfig(loss, clip_eps, clip_eps_high, kl_coef, entropy_coef, chunk)
+    t = batch.targets()
+    if loss != "sft":
+        check_advantages(t, loss)
+    h_TE = decoder_hidden(model, batch, attn)
+    return loss_from_hidden(model.get_output_embeddings(), h_TE, t, cfg, ref_logp)

@@ -180,19 +180,29 @@ def preset_dict(name: str) -> dict:
     return asdict(PRESETS[name])
 
 
-def decoder_hidden(model: torch.nn.Module, batch: Any, attn: str | None = None) -> torch.Tensor:
-    """Run the decoder over the packed trees; returns the final hidden states h_TE (normed)."""
-    tm = TreeMask.from_batch(batch, attn or getattr(model, "treeprep_attn", "auto"))
+def run_decoder(
+    model: torch.nn.Module,
+    input_ids_T: torch.Tensor,
+    position_ids_T: torch.Tensor,
+    tree_mask: TreeMask,
+) -> torch.Tensor:
+    """The decoder over packed tokens under ``tree_mask``; final (normed) hidden states h_TE."""
     if model.config._attn_implementation != ATTN_NAME:
         register_attention()
         model.set_attn_implementation(ATTN_NAME)
     out = model.get_decoder()(
-        input_ids=batch.input_ids[None],
-        position_ids=batch.position_ids[None],
+        input_ids=input_ids_T[None],
+        position_ids=position_ids_T[None],
         use_cache=False,
-        tree_mask=tm,
+        tree_mask=tree_mask,
     )
     return out.last_hidden_state[0]
+
+
+def decoder_hidden(model: torch.nn.Module, batch: Any, attn: str | None = None) -> torch.Tensor:
+    """Run the decoder over the packed trees; returns the final hidden states h_TE (normed)."""
+    tm = TreeMask.from_batch(batch, attn or getattr(model, "treeprep_attn", "auto"))
+    return run_decoder(model, batch.input_ids, batch.position_ids, tm)
 
 
 def tree_logits(

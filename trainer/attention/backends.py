@@ -42,8 +42,11 @@ _IMPLS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def choose_backend(device: torch.device | str, num_tokens: int, attn: str = "auto") -> str:
-    """The backend for ``attn`` ("auto" or a name) on ``device`` for a batch of ``num_tokens``."""
+def choose_backend(
+    device: torch.device | str, num_tokens: int, attn: str = "auto", num_keys: int | None = None
+) -> str:
+    """The backend for ``attn`` ("auto" or a name) on ``device`` for a batch of ``num_tokens``
+    queries and ``num_keys`` keys (prefix rows included; default: the queries)."""
     dev = torch.device(device)
     if attn != "auto":
         if attn not in BACKENDS:
@@ -59,7 +62,8 @@ def choose_backend(device: torch.device | str, num_tokens: int, attn: str = "aut
         return attn
     if dev.type == "cuda":
         return "flex"
-    return "dense" if num_tokens <= DENSE_MAX_TOKENS else "nodes"
+    keys = num_tokens if num_keys is None else num_keys
+    return "dense" if num_tokens * keys <= DENSE_MAX_TOKENS**2 else "nodes"
 
 
 def tree_attention(

@@ -1,0 +1,140 @@
+"""A one-tree batch cut into hand-off parts: what each part feeds, sees and trains.
+
+:func:`treeprep.schemas.parts.handoff_cuts` gives the parts as contiguous ranges ``[a, b)`` of the
+tree's depth-first token order; :func:`part_layout` derives, with numpy, everything the schedule
+needs per part:
+
+* its own tokens, depth positions and the rule vectors of :class:`TreeMask` (node, subtree end,
+  token index: the tree's own numbers, so the ancestor test is unchanged);
+* its *prefix rows*: the root-to-``a`` path before ``a`` (tree token indices, by depth), grouped
+  by the earlier part that computed them (``sources``: part index and local rows);
+* its node pieces (a node cut by the part's bounds keeps only its rows inside), with the in-part
+  parent piece and the number of prefix rows each piece sees;
+* its targets: the trained targets whose predecessor lies in the part (a part's last token can
+  predict the first token of a child in another part), as a boolean selection over the batch's K
+  targets, with predecessor rows local to the part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from treeprep.schemas.parts import handoff_cuts, part_parents
+
+
+@dataclass
+class PartSpec:
+    """One part of a tree (see the module docstring). Index arrays are numpy, int64."""
+
+    index: int
+    start: int
+    end: int
+    parent: int
+    prefix_rows: np.ndarray  # [P] tree token indices, by depth
+    sources: list[tuple[int, np.ndarray]]  # (part, local rows) in prefix order
+    piece_start: np.ndarray  # [Nn] local
+    piece_length: np.ndarray
+    piece_parent: np.ndarray  # in-part parent piece or -1
+    piece_prefix: np.ndarray  # prefix rows each piece sees
+    target_select: np.ndarray  # [K] bool over the batch's targets
+    target_pred: np.ndarray  # [k] local predecessor rows of the selected targets
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class PartLayout:
+    """All parts of one tree, in execution (pre-)order, with their part-tree children."""
+
+    parts: list[PartSpec]
+    children: list[list[int]]
+
+    @property
+    def prefix_rows(self) -> int:
+        """Handed-over rows over all parts (what a recomputing cut would have fed again)."""
+        return sum(len(p.prefix_rows) for p in self.parts)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.int64, copy=False)
+
+
+def part_layout(batch: object, budget: int) -> PartLayout:
+    """Cut a one-tree :class:`~treeprep.trainer.batch.TreeBatch` (tree layout) into parts."""
+    ns = _np(batch.node_start)  # type: ignore[attr-defined]
+    nl = _np(batch.node_length)  # type: ignore[attr-defined]
+    npar = _np(batch.node_parent)  # type: ignore[attr-defined]
+    nlast = _np(batch.node_last)  # type: ignore[attr-defined]
+    tnode = _np(batch.token_node)  # type: ignore[attr-defined]
+    prev = _np(batch.prev)  # type: ignore[attr-defined]
+    tgt = _np(batch.target_index)  # type: ignore[attr-defined]
+    cuts = handoff_cuts(nl, budget)
+    parents = part_parents(cuts, ns, npar, nl)
+    starts = cuts[:-1]
+    pred = prev[tgt]
+    pred_part = np.searchsorted(starts, pred, side="right") - 1
+    nend = ns + nl
+    parts: list[PartSpec] = []
+    children: list[list[int]] = [[] for _ in range(len(starts))]
+    for c in range(len(starts)):
+        a, b = int(cuts[c]), int(cuts[c + 1])
+        if parents[c] >= 0:
+            children[int(parents[c])].append(c)
+        # prefix: the root-to-a path before a, by depth
+        na = int(tnode[a])
+        runs = [(int(ns[na]), a)]
+        p = int(npar[na])
+        while p >= 0:
+            runs.append((int(ns[p]), int(nend[p])))
+            p = int(npar[p])
+        runs.reverse()
+        rows = (
+            np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in runs])
+            if runs
+            else np.zeros(0, np.int64)
+        )
+        src_part = np.searchsorted(starts, rows, side="right") - 1
+        sources: list[tuple[int, np.ndarray]] = []
+        if len(rows):
+            brk = np.flatnonzero(np.diff(src_part)) + 1
+            for seg in np.split(np.arange(len(rows)), brk):
+                e = int(src_part[seg[0]])
+                sources.append((e, rows[seg] - int(cuts[e])))
+        # node pieces inside [a, b)
+        n0, n1 = int(tnode[a]), int(tnode[b - 1]) + 1
+        ids = np.arange(n0, n1)
+        ps = np.maximum(ns[ids], a) - a
+        pe = np.minimum(nend[ids], b) - a
+        pp = np.full(len(ids), -1, dtype=np.int64)
+        inner = (ns[ids] >= a) & (npar[ids] >= n0)
+        pp[inner] = npar[ids][inner] - n0
+        # prefix rows a piece sees: those whose node is an ancestor of the piece's node
+        if len(rows):
+            rn = tnode[rows]
+            vis = (rn[None, :] <= ids[:, None]) & (ids[:, None] <= nlast[rn][None, :])
+            pref = vis.sum(axis=1).astype(np.int64)
+        else:
+            pref = np.zeros(len(ids), dtype=np.int64)
+        sel = pred_part == c
+        parts.append(
+            PartSpec(
+                index=c,
+                start=a,
+                end=b,
+                parent=int(parents[c]),
+                prefix_rows=rows,
+                sources=sources,
+                piece_start=ps.astype(np.int64),
+                piece_length=(pe - ps).astype(np.int64),
+                piece_parent=pp,
+                piece_prefix=pref,
+                target_select=sel,
+                target_pred=pred[sel] - a,
+            )
+        )
+    return PartLayout(parts, children)

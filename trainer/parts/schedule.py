@@ -1,0 +1,298 @@
+"""Depth-first execution of a tree's hand-off parts: forward down, backward on the way up.
+
+A tree whose tokens exceed the budget runs as parts (:mod:`.plan`). The schedule walks the part
+tree depth-first, children in order:
+
+* **enter** a part: run its forward. Its queries attend the handed-over keys and values of its
+  prefix (leaf tensors gathered from the ancestors' stored states, :mod:`.state`) and its own
+  tokens under the tree rule; its own keys and values are stored, detached, for its descendants;
+* **leave** a part, once every descendant has run its backward: run its backward with its loss and
+  the gradients its descendants accumulated on its keys and values,
+  ``torch.autograd.backward([loss, k_0, v_0, ...], [1, gk_0, gv_0, ...])``, then scatter its own
+  prefix leaves' gradients into its ancestors' accumulators.
+
+A part without child parts runs forward and backward at once. Two modes for the others:
+
+* ``keep``: the forward on entering builds the graph and keeps it until the part is left. No
+  recomputation; memory holds the graphs of every part on the current depth-first stack.
+* ``recompute`` (the default): the forward on entering runs without a graph and keeps only the
+  keys and values; leaving recomputes the forward from the same inputs (tokens plus prefix
+  leaves), exactly as activation checkpointing does, then runs the backward.
+
+Memory bound (recompute): one part's activations (at most ``budget`` tokens, plus its attention
+over its prefix) + the stored keys and values of the parts on the stack and their gradient
+accumulators, i.e. O(layers x (stack parts x budget) x kv width). The stack holds the parts that
+contain the current part's root-to-node path, so for agent trees (one long main thread, short side
+branches) that is the K/V of the longest path; it never grows with the number of branches. In keep
+mode the graphs of the stack's parts add to it, which a long path cut into many parts cannot
+afford: that is why recompute is the default.
+
+Exactness. Every loss term lives in exactly one part (the part holding the target's predecessor)
+with the tree's own restored coefficients, attention sees exactly the keys the whole tree would
+show it, and the handed-over gradients are summed over every consumer before the producer's
+backward, so the gradients equal the whole tree's to float rounding. Sequence-level objectives
+(``gspo``) are not a sum over targets: a no-graph pre-pass computes every target's log-prob, the
+derivative of the exact loss with respect to each log-prob is taken there, and each part then
+back-propagates the linear surrogate ``sum_t g_t log p_t``, whose gradient is the loss's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from treeprep.trainer.attention import TreeMask, choose_backend
+from treeprep.trainer.loss import (
+    LossConfig,
+    check_advantages,
+    head_logprobs,
+    loss_from_hidden,
+    objective,
+)
+from treeprep.trainer.model import run_decoder
+from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
+from treeprep.trainer.parts.state import AttentionState, HandOff
+
+Mode = Literal["keep", "recompute"]
+MODES: tuple[str, ...] = ("recompute", "keep")
+
+
+@dataclass
+class PartsOutput:
+    """The tree's loss (detached), metrics (detached tensors) and what was fed."""
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    parts: int = 0
+    tokens_fed: int = 0
+    prefix_rows: int = 0
+
+
+def part_mask(batch: Any, spec: PartSpec, backend: str, handoff: HandOff | None) -> TreeMask:
+    """The :class:`TreeMask` of one part: its own rows after its prefix rows."""
+    dev = batch.input_ids.device
+    a, b = spec.start, spec.end
+    rows = torch.as_tensor(spec.prefix_rows, device=dev)
+    own = torch.arange(a, b, device=dev)
+    q_node = batch.token_node[a:b]
+    k_node = torch.cat([batch.token_node.index_select(0, rows), q_node])
+    return TreeMask(
+        q_node=q_node,
+        q_index=own,
+        k_node=k_node,
+        k_last=batch.node_last.index_select(0, k_node),
+        k_index=torch.cat([rows, own]),
+        node_start=spec.piece_start,
+        node_length=spec.piece_length,
+        node_parent=spec.piece_parent,
+        node_prefix=spec.piece_prefix,
+        backend=backend,
+        prefix_len=len(spec.prefix_rows),
+        handoff=handoff,
+    )
+
+
+def _walk(layout: PartLayout, enter: Callable[[int], bool], leave: Callable[[int], None]) -> None:
+    """Depth-first over the part forest; ``leave`` runs after all descendants (iterative)."""
+    roots = [p.index for p in layout.parts if p.parent < 0]
+    stack: list[tuple[int, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        c, leaving = stack.pop()
+        if leaving:
+            leave(c)
+            continue
+        if enter(c):
+            stack.append((c, True))
+            stack.extend((k, False) for k in reversed(layout.children[c]))
+
+
+class _Runner:
+    """State of one tree's schedule: stored hand-off states per part on the stack."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batch: Any,
+        layout: PartLayout,
+        cfg: LossConfig,
+        attn: str,
+        autocast: Any,
+    ) -> None:
+        self.model = model
+        self.batch = batch
+        self.layout = layout
+        self.cfg = cfg
+        self.attn = attn
+        self.autocast = autocast
+        self.head = model.get_output_embeddings()
+        self.layers = int(model.config.num_hidden_layers)
+        self.targets = batch.targets()
+        self.states: dict[int, list[AttentionState]] = {}
+        self.linear_coef: torch.Tensor | None = None  # gspo: d loss / d log p per target
+
+    def decode(self, spec: PartSpec, grad: bool) -> tuple[HandOff, torch.Tensor]:
+        """The part's decoder pass: its hand-off exchange and final hidden states h_TE."""
+        ho = HandOff.gather(self.states, spec.sources, self.layers, requires_grad=grad)
+        backend = choose_backend(
+            self.batch.device, spec.num_tokens, self.attn, len(spec.prefix_rows) + spec.num_tokens
+        )
+        tm = part_mask(self.batch, spec, backend, ho)
+        a, b = spec.start, spec.end
+        with torch.set_grad_enabled(grad), self.ctx():
+            h = run_decoder(self.model, self.batch.input_ids[a:b], self.batch.position_ids[a:b], tm)
+        return ho, h
+
+    def ctx(self) -> Any:
+        return self.autocast() if self.autocast is not None else contextlib.nullcontext()
+
+    def forward(self, spec: PartSpec, grad: bool, with_loss: bool) -> tuple[HandOff, Any]:
+        """:meth:`decode`, then the part's share of the loss (None without targets)."""
+        ho, h = self.decode(spec, grad)
+        out: Any = None
+        if with_loss and spec.target_select.any():
+            t = self.targets.select(spec.target_select, spec.target_pred)
+            with torch.set_grad_enabled(grad), self.ctx():
+                if self.linear_coef is not None:
+                    lp, _ = head_logprobs(self.head, h, t, chunk=self.cfg.chunk)
+                    sel = torch.as_tensor(spec.target_select, device=h.device)
+                    out = (self.linear_coef[sel].to(lp.dtype) * lp).sum()
+                else:
+                    out = loss_from_hidden(self.head, h, t, self.cfg)
+        return ho, out
+
+    def store(self, c: int, ho: HandOff) -> None:
+        self.states[c] = [
+            AttentionState(ho.own[li][0].detach(), ho.own[li][1].detach())
+            for li in range(self.layers)
+        ]
+
+    def backward(
+        self, spec: PartSpec, ho: HandOff, loss: torch.Tensor | None, scale: float
+    ) -> None:
+        tensors: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
+        if loss is not None and loss.requires_grad:
+            tensors.append(loss)
+            grads.append(torch.full_like(loss, scale))
+        st = self.states.get(spec.index)
+        if st is not None:
+            for li, s in enumerate(st):
+                if s.gk is None or s.gv is None:
+                    continue
+                k, v = ho.own[li]
+                tensors += [k, v]
+                grads += [s.gk.to(k.dtype), s.gv.to(v.dtype)]
+        if tensors:
+            torch.autograd.backward(tensors, grads)
+        ho.return_grads(self.states, spec.sources)
+
+
+def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The no-graph pre-pass: every target's log-prob, then d loss / d log p (see module doc)."""
+    t = run.targets
+    lp_all = torch.zeros(t.num_targets, dtype=torch.float32, device=run.batch.device)
+    parts = run.layout.parts
+
+    def enter(c: int) -> bool:
+        spec = parts[c]
+        with torch.no_grad():
+            ho, h = run.decode(spec, grad=False)
+            if spec.target_select.any():
+                ts = t.select(spec.target_select, spec.target_pred)
+                with run.ctx():
+                    lp, _ = head_logprobs(run.head, h, ts, chunk=run.cfg.chunk)
+                sel = torch.as_tensor(spec.target_select, device=lp.device)
+                lp_all[sel] = lp.float()
+        if run.layout.children[c]:
+            run.store(c, ho)
+            return True
+        return False
+
+    def leave(c: int) -> None:
+        del run.states[c]
+
+    _walk(run.layout, enter, leave)
+    leaf = lp_all.detach().requires_grad_(True)
+    with torch.enable_grad():
+        total, mets = objective(leaf, None, t, run.cfg)
+        (g,) = torch.autograd.grad(total, leaf)
+    return g, {"loss": total.detach(), **mets}
+
+
+def run_parts(
+    model: torch.nn.Module,
+    batch: Any,
+    cfg: LossConfig,
+    *,
+    budget: int,
+    mode: Mode = "recompute",
+    attn: str = "auto",
+    autocast: Any = None,
+    loss_scale: float = 1.0,
+) -> PartsOutput:
+    """Forward and backward of a one-tree batch as hand-off parts (gradients land in ``.grad``).
+
+    ``loss_scale`` multiplies the gradient (not the returned loss), as a loop's world-size factor
+    would. See the module docstring for the order, the modes and the memory bound."""
+    if mode not in MODES:
+        raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
+    layout = part_layout(batch, budget)
+    run = _Runner(model, batch, layout, cfg, attn, autocast)
+    if cfg.loss != "sft":
+        check_advantages(run.targets, cfg.loss)
+    dev = batch.input_ids.device
+    total = torch.zeros((), dtype=torch.float32, device=dev)
+    metrics: dict[str, torch.Tensor] = {}
+    if cfg.loss == "gspo":
+        run.linear_coef, pre = _gspo_coefficients(run)
+        total = pre.pop("loss").float()
+        metrics.update(pre)
+    parts = layout.parts
+    kept: dict[int, tuple[HandOff, Any]] = {}
+
+    def finish(spec: PartSpec, ho: HandOff, out: Any) -> None:
+        nonlocal total
+        loss = out if isinstance(out, torch.Tensor) or out is None else out.loss
+        if out is not None and not isinstance(out, torch.Tensor):
+            total = total + out.loss.detach().float()
+            for k, v in out.metrics.items():
+                metrics[k] = metrics.get(k, 0.0) + v
+        run.backward(spec, ho, loss, loss_scale)
+
+    def enter(c: int) -> bool:
+        spec = parts[c]
+        if not layout.children[c]:
+            if spec.target_select.any():
+                ho, out = run.forward(spec, grad=True, with_loss=True)
+                finish(spec, ho, out)
+            return False
+        if mode == "keep":
+            ho, out = run.forward(spec, grad=True, with_loss=True)
+            kept[c] = (ho, out)
+        else:
+            with torch.no_grad():
+                ho, _ = run.forward(spec, grad=False, with_loss=False)
+        run.store(c, ho)
+        return True
+
+    def leave(c: int) -> None:
+        spec = parts[c]
+        ho, out = kept.pop(c) if mode == "keep" else run.forward(spec, grad=True, with_loss=True)
+        finish(spec, ho, out)
+        del run.states[c]
+
+    _walk(layout, enter, leave)
+    return PartsOutput(
+        loss=total,
+        metrics=metrics,
+        parts=len(parts),
+        tokens_fed=int(batch.num_tokens),
+        prefix_rows=layout.prefix_rows,
+    )
+
+
+__all__ = ["MODES", "Mode", "PartsOutput", "part_mask", "run_parts"]
