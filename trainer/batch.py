@@ -245,6 +245,13 @@ class TreeBatch:
             kw[f.name] = v.to(device) if isinstance(v, torch.Tensor) else v
         return TreeBatch(**kw)
 
+    def totals(self) -> tuple[float, float]:
+        """(N, S): this batch's trained targets and trained sequences, duplicates counted (the
+        ``token-mean`` and ``sequence-mean`` normalizers it would use on its own)."""
+        n_s = torch.bincount(self.pair_seq, minlength=self.num_sequences).double()
+        cnt = self.seq_count.double()
+        return float((cnt * n_s).sum()), float(cnt[n_s > 0].sum())
+
     def targets(self) -> Targets:
         """What the loss reads: predecessor rows, target tokens and the coefficients."""
         t = self._cache_targets

@@ -166,6 +166,28 @@ def grad_sync(wrapped: torch.nn.Module, parallel: str, enabled: bool) -> Iterato
     yield
 
 
+def all_reduce_grads(params: list[torch.nn.Parameter], info: DistInfo) -> None:
+    """Average the local gradients over ranks in one flat buffer per dtype (what DDP does, after
+    a step whose micro-batches ran without its hooks: hand-off parts back-propagate several times
+    per micro-batch). Parameters without a gradient on this rank count as zeros."""
+    if not info.distributed:
+        return
+    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        by_dtype.setdefault(p.grad.dtype, []).append(p)
+    for group in by_dtype.values():
+        flat = torch.cat([p.grad.reshape(-1) for p in group])  # type: ignore[union-attr]
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= info.world_size
+        off = 0
+        for p in group:
+            n = p.numel()
+            p.grad.copy_(flat[off : off + n].view_as(p))  # type: ignore[union-attr]
+            off += n
+
+
 def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
     """Sum python floats over ranks (float64, on the CPU for gloo, on the device for NCCL)."""
     if not info.distributed:

@@ -122,6 +122,9 @@ class TrainConfig:
     chunk: int = 4096
     #: a preset's vocabulary (None: the build tokenizer's); ignored for model folders
     vocab_size: int | None = None
+    #: how a tree larger than the budget runs as hand-off parts: recompute (bounded memory,
+    #: one extra forward of the inner parts) or keep (graphs of the depth-first stack kept)
+    handoff: str = "recompute"
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> TrainingError:
@@ -149,6 +152,8 @@ class TrainConfig:
             raise bad("budget and steps_of must be >= 1")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
             raise bad("lr must be > 0, min_lr_ratio in [0, 1], warmup_steps >= 0")
+        if self.handoff not in ("recompute", "keep"):
+            raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
         if self.save_every is not None and self.save_every < 1:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
@@ -343,11 +348,15 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     params = [p for p in wrapped.parameters() if p.requires_grad]
     if cfg.optimizer == "adamw":
         opt: torch.optim.Optimizer = torch.optim.AdamW(
-            params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, foreach=False
+            params,
+            lr=cfg.lr,
+            betas=cfg.betas,
+            weight_decay=cfg.weight_decay,
+            fused=dev.type == "cuda" or None,
         )
     else:
         opt = torch.optim.SGD(
-            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, foreach=False
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         )
 
     # ---- 2. data
@@ -409,7 +418,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     # ---- 3. steps
     history: list[StepMetrics] = []
     last_ckpt: str | None = resume.path if resume is not None else None
-    world_scale = float(info.world_size)
+    world_scale = float(info.world_size) if info.distributed else 1.0
     budget = first.budget
     try:
         while step < total:
@@ -423,25 +432,16 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
             t0 = time.perf_counter()
             batches = step_batches(reader, sp, ranks=my_ranks, layout=cfg.layout, norm=cfg.norm,
                                    budget=budget, device=dev)  # fmt: skip
-            n_mb = len(batches[0])
-            loss_sum = 0.0
-            tok = tok_lin = targets = real_mb = 0
-            extra: dict[str, float] = {}
-            for rank_batches in batches:
-                for i, b in enumerate(rank_batches):
-                    sync = i == n_mb - 1
-                    with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
-                        loss, mets = wrapped(b)
-                        (loss * world_scale if info.distributed else loss).backward()
-                    loss_sum += float(loss.detach())
-                    if b.num_sequences:
-                        real_mb += 1
-                        tok += b.num_tokens
-                        tok_lin += b.tokens_linear
-                        targets += b.num_targets
-                    for k, v in mets.items():
-                        if k not in ("targets", "nll", "policy"):
-                            extra[k] = extra.get(k, 0.0) + float(v)
+            handoff = any(p.tokens > budget for p in sp.parts)
+            if handoff and cfg.parallel == "fsdp" and info.distributed:
+                raise TrainingError(
+                    f"step {step + 1}: a tree over the budget of {budget} tokens runs as hand-off "
+                    "parts, which FSDP does not run yet; use --parallel ddp or a larger --budget"
+                )
+            acc = _micro_batches(wrapped, batches, cfg, budget, world_scale, info, handoff)
+            if handoff and info.distributed:
+                dist_mod.all_reduce_grads(params, info)
+            loss_sum, tok, tok_lin, targets, real_mb, extra = acc
             red = dist_mod.all_reduce_sum(
                 [loss_sum, float(tok), float(tok_lin), float(targets), float(real_mb)], info
             )
@@ -502,6 +502,63 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         if writer is not None:
             writer.close()
     return TrainResult(cfg.run_dir, step, history, last_ckpt, first.source, info.world_size)
+
+
+def _micro_batches(
+    wrapped: torch.nn.Module,
+    batches: list[list[Any]],
+    cfg: TrainConfig,
+    budget: int,
+    world_scale: float,
+    info: dist_mod.DistInfo,
+    handoff: bool,
+) -> tuple[float, int, int, int, int, dict[str, float]]:
+    """Forward and backward of one step's micro-batches (gradients accumulate in ``.grad``).
+
+    A micro-batch over the budget is one tree run as hand-off parts (:mod:`.parts`). Such a step
+    accumulates every micro-batch locally and the caller all-reduces the gradients once (the
+    parts' several backward passes per micro-batch do not fit DDP's one-backward hook)."""
+    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.parts import run_parts
+
+    inner = dist_mod.unwrap(wrapped)
+    loss_cfg = LossConfig(
+        cfg.loss,  # type: ignore[arg-type]
+        clip_eps=cfg.clip_eps,
+        kl_coef=cfg.kl_coef,
+        entropy_coef=cfg.entropy_coef,
+        chunk=cfg.chunk,
+    )
+    n_mb = len(batches[0])
+    loss_sum: Any = 0.0
+    sums: dict[str, Any] = {}
+    tok = tok_lin = targets = real_mb = 0
+    for rank_batches in batches:
+        for i, b in enumerate(rank_batches):
+            sync = i == n_mb - 1 and not handoff
+            with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
+                if b.num_tokens > budget:
+                    mode: Any = cfg.handoff
+                    out = run_parts(inner.lm, b, loss_cfg, budget=budget, mode=mode, attn=cfg.attn,
+                                    autocast=inner.autocast, loss_scale=world_scale)  # fmt: skip
+                    loss, mets = out.loss, out.metrics
+                else:
+                    loss, mets = wrapped(b)
+                    (loss * world_scale).backward()
+            loss_sum = loss_sum + loss.detach()
+            if b.num_sequences:
+                real_mb += 1
+                tok += b.num_tokens
+                tok_lin += b.tokens_linear
+                targets += b.num_targets
+            for k, v in mets.items():
+                if k not in ("targets", "nll", "policy"):
+                    sums[k] = sums.get(k, 0.0) + v
+    extra = {k: float(v) for k, v in sums.items() if k not in ("clip_count", "units")}
+    if "units" in sums:
+        red = dist_mod.all_reduce_sum([float(sums["clip_count"]), float(sums["units"])], info)
+        extra["clip_frac"] = red[0] / red[1] if red[1] else 0.0
+    return float(loss_sum), tok, tok_lin, targets, real_mb, extra
 
 
 def save(

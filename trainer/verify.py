@@ -102,6 +102,48 @@ def _grads(model: torch.nn.Module, batch: TreeBatch, loss: str, attn: str | None
     return float(out.loss.detach()), grads
 
 
+def _grads_parts(
+    model: torch.nn.Module,
+    rows: Sequence[Any],
+    whole: TreeBatch,
+    budget: int,
+    mode: str,
+    loss: str,
+    attn: str | None,
+    **kw: Any,
+):
+    """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts,
+    with the whole batch's normalizers (so the sum is the same loss)."""
+    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.parts import run_parts
+
+    n_tok, n_seq = whole.totals()
+    dev = whole.device
+    model.zero_grad(set_to_none=True)
+    total = 0.0
+    cfg = LossConfig(loss, **kw)  # type: ignore[arg-type]
+    for row in rows:
+        b = TreeBatch.from_trees(
+            [row],
+            norm=whole.norm,
+            total_tokens=n_tok,
+            total_sequences=n_seq,
+            device=dev,  # type: ignore[arg-type]
+        )
+        if b.num_tokens > budget:
+            out = run_parts(model, b, cfg, budget=budget, mode=mode, attn=attn or "auto")  # type: ignore[arg-type]
+            total += float(out.loss)
+        else:
+            o = tree_loss(model, b, loss=loss, attn=attn, **kw)  # type: ignore[arg-type]
+            o.loss.backward()
+            total += float(o.loss.detach())
+    grads = {}
+    for n, p in model.named_parameters():
+        grads[n] = torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
+    model.zero_grad(set_to_none=True)
+    return total, grads
+
+
 def verify_gradients(
     model: torch.nn.Module,
     rows: Sequence[Any],
@@ -110,13 +152,19 @@ def verify_gradients(
     norm: str = "sum",
     attn: str | None = None,
     tol: float = 1e-5,
+    budget: int | None = None,
+    handoff: str = "recompute",
     **loss_kw: Any,
 ) -> VerifyReport:
-    """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout."""
+    """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout. With a
+    ``budget``, trees larger than it run as hand-off parts (:mod:`treeprep.trainer.parts`)."""
     dev = next(model.parameters()).device
     tree = TreeBatch.from_trees(rows, norm=norm, layout="tree", device=dev)  # type: ignore[arg-type]
     lin = TreeBatch.from_trees(rows, norm=norm, layout="linear", device=dev)  # type: ignore[arg-type]
-    lt, gt = _grads(model, tree, loss, attn, **loss_kw)
+    if budget is not None:
+        lt, gt = _grads_parts(model, rows, tree, budget, handoff, loss, attn, **loss_kw)
+    else:
+        lt, gt = _grads(model, tree, loss, attn, **loss_kw)
     ll, gl = _grads(model, lin, loss, attn, **loss_kw)
     acc: dict[str, list[float]] = {}
     for n in gt:
