@@ -39,8 +39,9 @@ from pydantic import ValidationError
 
 from treeprep.errors import InputError, TreeprepError
 from treeprep.formats import aliases
+from treeprep.formats._records import iter_records, load_document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io import head_record, iter_json_records, json_key_in, load_json_document
+from treeprep.io import head_record, json_key_in
 from treeprep.schemas import BRANCH_REASONS, ChatCall, Provenance, Reject
 
 NAME = "openai-chat"
@@ -411,7 +412,7 @@ def _convert(
 
 
 def read_jsonl(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_json_records(path):
+    for lineno, rec in iter_records(path):
         if isinstance(rec, Reject):
             rec.format = NAME
             yield rec
@@ -421,7 +422,7 @@ def read_jsonl(path: str, opts: ReadOptions) -> Iterator[Item]:
 
 def read_json(path: str, opts: ReadOptions) -> Iterator[Item]:
     try:
-        doc = load_json_document(path)
+        doc = load_document(path)
     except InputError as e:
         yield Reject(file=e.file, line=e.line, reason=e.reason, format=NAME_JSON)
         return

@@ -41,6 +41,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from treeprep.formats._records import iter_records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -53,7 +54,7 @@ from treeprep.formats.openai_chat import (
     type_name,
     validation_reason,
 )
-from treeprep.io import head_record, iter_json_records, json_key_in
+from treeprep.io import head_record, json_key_in
 from treeprep.schemas import ChatCall, Provenance, Reject, TokenRollout
 
 NAME = "openai-responses"
@@ -378,7 +379,7 @@ def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> l
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_json_records(path):
+    for lineno, rec in iter_records(path):
         if isinstance(rec, Reject):
             rec.format = NAME
             yield rec
