@@ -1,4 +1,4 @@
-"""The shared alias table: ``reasoning`` is read wherever ``reasoning_content`` is (issue 14 item 7)."""
+"""The shared alias table: ``reasoning`` is read wherever ``reasoning_content`` is (item 7)."""
 
 from __future__ import annotations
 
