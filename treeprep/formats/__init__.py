@@ -16,6 +16,7 @@ _MODULES = (
     "openai_chat",
     "tokens",
     "claude_code",
+    "codex",
     "openai_responses",
     "anthropic",
     "swe_agent",
