@@ -161,7 +161,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             )
             continue
         if t == "session_meta":
-            meta = p.get("meta") if isinstance(p.get("meta"), dict) else p
+            meta: dict[str, Any] = p["meta"] if isinstance(p.get("meta"), dict) else p
             if isinstance(meta.get("id"), str):
                 s.gid = meta["id"]
             base = meta.get("base_instructions")
