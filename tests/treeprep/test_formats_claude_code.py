@@ -222,3 +222,47 @@ def test_real_calls_render_with_qwen3():
         seq = r.render(c, group_id=c.group_id, order=i)
         assert len(seq.tokens) > 0 and seq.loss_spans
         assert r.decode(seq.tokens).startswith("<|im_start|>user\n")
+
+
+def test_regression_inline_sidechain_branched_as_unknown(tmp_path):
+    """Claude Code < 1.0.x writes a sub-agent's lines inline (``isSidechain: true``)."""
+    task = {"type": "tool_use", "id": "tu1", "name": "Task", "input": {"prompt": "find it"}}
+    p = _write(
+        tmp_path / "old.jsonl",
+        [
+            _line("u1", None, "user", "find the bug"),
+            _line("a1", "u1", "assistant", [task], "m1"),
+            _line("s1", None, "user", "find it", isSidechain=True),
+            _line("s2", "s1", "assistant", _text("looking"), "ms1", isSidechain=True),
+            _line("s3", "s2", "user", "go on", isSidechain=True),
+            _line("s4", "s3", "assistant", _text("found it"), "ms2", isSidechain=True),
+            _line(
+                "u2",
+                "a1",
+                "user",
+                [{"type": "tool_result", "tool_use_id": "tu1", "content": "found it"}],
+            ),
+            _line("a2", "u2", "assistant", _text("fixed"), "m2"),
+        ],
+    )
+    calls, rej = _split(p)
+    assert rej == []
+    by_id = {c.call_id: c for c in calls}
+    assert [by_id[k].branch_reason for k in ("m1", "ms1", "ms2", "m2")] == [
+        None,
+        "sub-agent",
+        "sub-agent",
+        None,
+    ]
+    assert by_id["ms1"].agent_id == by_id["ms2"].agent_id == "sidechain-s1"
+    assert by_id["m1"].agent_id == by_id["m2"].agent_id == "main"
+    assert [m.content for m in by_id["ms2"].messages] == ["find it", "looking", "go on"]
+    # in the tree the sidechain is its own root, hinted sub-agent rather than unknown
+    render = pytest.importorskip("treeprep.render")
+    from treeprep.trie import build_tree
+
+    r = render.Renderer.load(None)
+    seqs = [r.render(c, group_id="g", order=i) for i, c in enumerate(calls)]
+    tree = build_tree(seqs, "g")
+    assert "unknown" not in tree.node_branch_reason
+    assert "sub-agent" in tree.node_branch_reason

@@ -88,3 +88,35 @@ def test_bad_entries(tmp_path):
     assert [r.line for r in rej] == [16, 19]  # where each element starts
     assert "expected an object with 'task_id' and a 'traj' list" in rej[0].reason
     assert "[2].traj[0]" in rej[1].reason
+
+
+def test_regression_tau2_user_tool_calls_left_an_empty_user_turn(tmp_path):
+    """telecom: the user simulator runs tools on their phone; the agent never sees those turns."""
+    tc = {"id": "u1", "name": "toggle_airplane_mode", "arguments": {}, "requestor": "user"}
+    msgs = [
+        {"role": "assistant", "content": "Hi! How can I help you today?"},
+        {"role": "user", "content": "My phone has no signal.", "tool_calls": None},
+        {"role": "assistant", "content": "Please turn airplane mode off.", "usage": {"t": 1}},
+        {"role": "user", "content": None, "tool_calls": [tc]},
+        {"role": "tool", "id": "u1", "content": "Airplane mode: OFF", "requestor": "user"},
+        {"role": "user", "content": "Done, it works now.", "tool_calls": None},
+        {"role": "assistant", "content": "Great, glad it works!", "usage": {"t": 2}},
+    ]
+    doc = {
+        "info": {"environment_info": {"policy": "Be kind."}},
+        "simulations": [{"id": "sim-1", "task_id": "t1", "trial": 0, "messages": msgs}],
+    }
+    p = tmp_path / "telecom.json"
+    p.write_text(json.dumps(doc))
+    tau2 = next(s for s in FORMATS if s.name == "tau2-bench")
+    calls, rej = _split(tau2, p)
+    assert rej == []
+    last = calls[-1]
+    assert [(m.role, m.content) for m in last.messages] == [
+        ("system", tau2_system_prompt("Be kind.")),
+        ("assistant", "Hi! How can I help you today?"),
+        ("user", "My phone has no signal."),
+        ("assistant", "Please turn airplane mode off."),
+        ("user", "Done, it works now."),
+    ]
+    assert all(m.content for m in last.messages)  # no empty user turn

@@ -12,9 +12,11 @@ from treeprep.errors import TreeprepError
 from treeprep.formats.base import FormatSpec, Item, ReadOptions, Record
 
 _MODULES = (
+    "conversations",
     "openai_chat",
     "tokens",
     "claude_code",
+    "codex",
     "openai_responses",
     "anthropic",
     "swe_agent",
@@ -52,9 +54,23 @@ def get_format(name: str) -> FormatSpec:
 
 
 def detect_format(path: str, head: bytes) -> FormatSpec | None:
-    """The first format (by priority) whose sniff accepts the file, or None."""
+    """The first format (by priority) whose sniff accepts the file, or None.
+
+    ``head`` is the file's first bytes. A leading BOM is removed; when no sniffer accepts a head
+    that was cut, they get a second look at the skeleton of the whole first record (see
+    :mod:`treeprep.formats._sniff`), so detection does not depend on the first 64 KB.
+    """
+    from treeprep.formats._sniff import second_look, strip_bom
+
+    head = strip_bom(head)
     for spec in formats().values():
         if spec.sniff(path, head):
+            return spec
+    alt = second_look(path, head)
+    if alt is None:
+        return None
+    for spec in formats().values():
+        if spec.sniff(path, alt):
             return spec
     return None
 

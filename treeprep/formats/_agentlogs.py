@@ -27,12 +27,16 @@ from treeprep.schemas import ChatCall, Reject
 
 
 def read_bytes(path: str) -> bytes:
-    """The whole file, decompressed (``.gz``, ``.zst``). Raises InputError when unreadable."""
+    """The whole file, decompressed (``.gz``, ``.zst``), a leading BOM removed.
+
+    Raises InputError when unreadable.
+    """
+    from treeprep.formats._records import strip_bom
     from treeprep.io import open_binary
 
     try:
         with open_binary(path) as f:
-            return f.read()
+            return strip_bom(f.read())
     except InputError:
         raise
     except (OSError, EOFError, ValueError) as e:  # zstd/gzip errors are OSError/ValueError

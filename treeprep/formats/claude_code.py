@@ -34,9 +34,11 @@ attached where they belong:
 Cost: each call walks its own thread, O(calls x thread length) dictionary lookups: about 0.1 s for
 the 1,863-line real session. The alternative (one incremental walk) breaks on rewinds and forks.
 
-Branch hints: every call of a sub-agent file is ``sub-agent``; the summariser call and the first
-call after a compaction boundary are ``compaction``. Other divergences (a user rewinding the
-conversation) are left to the trie as ``unknown``.
+Branch hints: every call of a sub-agent file is ``sub-agent``, and so is every call whose lines
+carry ``isSidechain: true`` inside a main session file (Claude Code before 1.0.x wrote sub-agent
+sidechains inline; their agent id is ``sidechain-<first sidechain uuid>``); the summariser call and
+the first call after a compaction boundary are ``compaction``. Other divergences (a user rewinding
+the conversation) are left to the trie as ``unknown``.
 
 Bad input gives rejects, never exceptions: a malformed line; a ``parentUuid`` that points nowhere
 (broken chain) or loops (cycle) rejects each call whose prompt needs that link; a ``tool_result``
@@ -304,6 +306,13 @@ def _parent_session_path(path: str) -> str | None:
     return None
 
 
+def _inline_agent(chain: list[_Line], first: _Line) -> str:
+    """``sidechain-<uuid>`` named after the first sidechain line of an inline sub-agent thread."""
+    root = next((x for x in chain if x.rec.get("isSidechain")), first)
+    agent = root.rec.get("agentId")
+    return str(agent) if agent else f"sidechain-{str(root.rec.get('uuid', root.no))[:8]}"
+
+
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     """Every API response of the file as one ChatCall (plus rejects), in file order."""
     out: list[tuple[int, Item]] = []
@@ -453,8 +462,13 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             )
             continue
         reason: str | None = None
+        call_agent = agent_id
         if sidechain:
             reason = "compaction" if is_compact else "sub-agent"
+        elif first.rec.get("isSidechain"):
+            # Claude Code before 1.0.x: a sub-agent's lines sit inline in the session file
+            reason = "sub-agent"
+            call_agent = _inline_agent(chain, first)
         elif compacted:
             boundary = next(
                 x.rec.get("uuid", "") for x in chain if x.rec.get("subtype") == "compact_boundary"
@@ -471,7 +485,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             gid = None if v is None else str(v)
         fields: dict[str, Any] = {
             "group_id": gid,
-            "agent_id": agent_id,
+            "agent_id": call_agent,
             "call_id": mid,
             "parent_call_id": parent_call,
             "model": msg.get("model"),

@@ -8,7 +8,8 @@ as ``reconstructed``) but it is the list that was sent (``exact_messages``). The
 message is bookkeeping, not a message the model saw.
 
 The completion's reasoning, when the provider returned one, sits in
-``extra.response.choices[0].message.reasoning_content``; it is kept on the completion only, since
+``extra.response.choices[0].message.reasoning_content`` (or ``reasoning``, OpenRouter's spelling:
+see :mod:`treeprep.formats.aliases`); it is kept on the completion only, since
 the transcript (what later prompts carry) does not hold it. Tool schemas are not stored:
 ``--tools``. One group per run (``instance_id``, else the file name).
 """
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError
+from treeprep.formats import aliases
 from treeprep.formats._agentlogs import load_json, make_call
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
@@ -64,8 +66,9 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
         ]
     if m.get("tool_call_id"):
         out["tool_call_id"] = m["tool_call_id"]
-    if m.get("reasoning_content"):
-        out["reasoning_content"] = m["reasoning_content"]
+    reasoning = aliases.reasoning_of(m)
+    if reasoning:
+        out["reasoning_content"] = reasoning
     return out
 
 
@@ -99,12 +102,16 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 reason=f"messages[{i}]: unknown role {role!r}; expected system/user/assistant/tool",
             )
             continue
-        msg = _message(m)
+        try:
+            msg = _message(m)
+        except aliases.AliasError as e:
+            yield Reject(file=path, line=1, format=NAME, reason=f"messages[{i}]: {e}")
+            continue
         if msg["role"] == "assistant" and seen:
             comp = dict(msg)
             try:
                 resp_msg = m["extra"]["response"]["choices"][0]["message"]
-                rc = resp_msg.get("reasoning_content")
+                rc = aliases.reasoning_of(resp_msg) if isinstance(resp_msg, dict) else None
             except (KeyError, IndexError, TypeError):
                 rc = None
             if rc:

@@ -12,11 +12,11 @@ hold ``messages``/``tools``/``model`` instead of the top level. Two layouts:
 
 Normalization is deliberately small, because the renderer must see what the model saw: content parts
 are kept as given (the renderer joins text parts), tool-call arguments are kept as given (a JSON
-string or an object), ``reasoning_content`` is kept (``reasoning`` is accepted as its alias), role
-``developer`` becomes ``system``, and provider extras (``index`` on tool calls, ``refusal``,
-``function_call: null``, ``annotations`` ...) are dropped. Everything else that does not fit is a
-reject naming the field: an unknown role, a wrong type, a tool result with no matching call, a
-missing completion.
+string or an object), ``reasoning_content`` is kept (read through :mod:`treeprep.formats.aliases`,
+so OpenRouter's ``reasoning`` is the same field), role ``developer`` becomes ``system``, and
+provider extras (``index`` on tool calls, ``refusal``, ``function_call: null``, ``annotations``
+...) are dropped. Everything else that does not fit is a reject naming the field: an unknown role,
+a wrong type, a tool result with no matching call, a missing completion.
 
 LiteLLM's mocked function calling (``raw_messages`` and ``raw_response`` present): the model was
 sent ``messages`` with the tools described in the system prompt as text and no tool schemas, and
@@ -38,8 +38,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from treeprep.errors import InputError, TreeprepError
+from treeprep.formats import aliases
+from treeprep.formats._records import iter_records, load_document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io import head_record, iter_json_records, json_key_in, load_json_document
+from treeprep.io import head_record, json_key_in
 from treeprep.schemas import BRANCH_REASONS, ChatCall, Provenance, Reject
 
 NAME = "openai-chat"
@@ -237,9 +239,10 @@ def normalize_message(m: Any, where: str) -> dict[str, Any]:
     name = _opt_str(m, "name", where)
     if name is not None:
         out["name"] = name
-    reasoning = _opt_str(m, "reasoning_content", where)
-    if reasoning is None and isinstance(m.get("reasoning"), str):
-        reasoning = m["reasoning"]
+    try:
+        reasoning = aliases.reasoning_of(m)
+    except aliases.AliasError as e:
+        raise RecordError(f"{where}: {e}") from e
     if reasoning is not None:
         out["reasoning_content"] = reasoning
     return out
@@ -409,7 +412,7 @@ def _convert(
 
 
 def read_jsonl(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_json_records(path):
+    for lineno, rec in iter_records(path):
         if isinstance(rec, Reject):
             rec.format = NAME
             yield rec
@@ -419,7 +422,7 @@ def read_jsonl(path: str, opts: ReadOptions) -> Iterator[Item]:
 
 def read_json(path: str, opts: ReadOptions) -> Iterator[Item]:
     try:
-        doc = load_json_document(path)
+        doc = load_document(path)
     except InputError as e:
         yield Reject(file=e.file, line=e.line, reason=e.reason, format=NAME_JSON)
         return

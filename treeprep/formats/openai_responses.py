@@ -19,6 +19,10 @@ single item, is one response. Each turn in ``output`` is one call: its prompt is
 from the flat Responses form to chat function schemas. Provenance: ``exact_messages`` (the items
 are the logged request and response).
 
+NeMo-Gym's aviary agent logs ``output`` as a list of per-step agent states (each the whole input
+list after that step) instead of one flat item list; then step k's prompt is state k-1 exactly as
+stored and its completion the model's items that follow it (see :func:`_state_steps`).
+
 Token ids are used exactly when the items carry them: a turn whose items hold
 ``prompt_token_ids``/``generation_token_ids`` (``generation_log_probs`` optional) becomes a
 :class:`~treeprep.schemas.TokenRollout` per distinct id pair instead of a chat call (NeMo-Gym
@@ -41,6 +45,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from treeprep.formats._records import iter_records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -53,7 +58,7 @@ from treeprep.formats.openai_chat import (
     type_name,
     validation_reason,
 )
-from treeprep.io import head_record, iter_json_records, json_key_in
+from treeprep.io import head_record, json_key_in
 from treeprep.schemas import ChatCall, Provenance, Reject, TokenRollout
 
 NAME = "openai-responses"
@@ -244,11 +249,10 @@ def responses_items(
         prompt.extend(s.message for s in segments(inp, at("input")))
     tools_src = params.get("tools") if params.get("tools") is not None else resp.get("tools")
     tools = normalize_tools(tools_src, at("tools"))
-    segs = segments(output, rwhere)
-    if not any(s.turn for s in segs):
-        raise RecordError(
-            f"{rwhere}: no assistant output (expected a message, reasoning or function_call item)"
-        )
+    if output and all(isinstance(x, list) for x in output):
+        steps = _state_steps(output, prompt[:1] if instructions is not None else [], rwhere)
+    else:
+        steps = _flat_steps(output, prompt, rwhere)
 
     group = _group(rec, opts, file)
     reward = number_of(rec, "reward")
@@ -258,50 +262,116 @@ def responses_items(
     rid = resp.get("id")
     base_id = rid if isinstance(rid, str) else f"{os.path.basename(file)}:{line}"
     out: list[ChatCall | TokenRollout] = []
+    for turn_no, (history, seg, hint) in enumerate(steps):
+        try:
+            if seg.id_items:
+                out.extend(
+                    _rollouts(
+                        seg,
+                        base_id,
+                        turn_no,
+                        group,
+                        reward,
+                        advantage,
+                        branch or hint,
+                        file,
+                        line,
+                        fmt,
+                        rwhere,
+                    )
+                )
+            else:
+                out.append(
+                    ChatCall(
+                        group_id=group,
+                        call_id=f"{base_id}#{turn_no}",
+                        model=model,
+                        messages=list(history),  # type: ignore[arg-type]
+                        tools=tools,
+                        completion=seg.message,  # type: ignore[arg-type]
+                        reward=reward,
+                        advantage=advantage,
+                        provenance=Provenance(exact_messages=True),
+                        branch_reason=branch or hint,  # type: ignore[arg-type]
+                        source_file=file,
+                        source_line=line,
+                        source_format=fmt,
+                    )
+                )
+        except ValidationError as e:
+            raise RecordError(f"assistant turn {turn_no}: {validation_reason(e)}") from e
+    return out
+
+
+_Step = tuple[list[dict[str, Any]], _Segment, str | None]
+
+
+def _flat_steps(output: list[Any], prompt: list[dict[str, Any]], where: str) -> list[_Step]:
+    """One flat list of output items: each assistant turn follows everything before it."""
+    segs = segments(output, where)
+    if not any(s.turn for s in segs):
+        raise RecordError(
+            f"{where}: no assistant output (expected a message, reasoning or function_call item)"
+        )
+    steps: list[_Step] = []
     history = list(prompt)
-    turn_no = 0
     for seg in segs:
         if seg.turn:
-            try:
-                if seg.id_items:
-                    out.extend(
-                        _rollouts(
-                            seg,
-                            base_id,
-                            turn_no,
-                            group,
-                            reward,
-                            advantage,
-                            branch,
-                            file,
-                            line,
-                            fmt,
-                            rwhere,
-                        )
-                    )
-                else:
-                    out.append(
-                        ChatCall(
-                            group_id=group,
-                            call_id=f"{base_id}#{turn_no}",
-                            model=model,
-                            messages=list(history),  # type: ignore[arg-type]
-                            tools=tools,
-                            completion=seg.message,  # type: ignore[arg-type]
-                            reward=reward,
-                            advantage=advantage,
-                            provenance=Provenance(exact_messages=True),
-                            branch_reason=branch,  # type: ignore[arg-type]
-                            source_file=file,
-                            source_line=line,
-                            source_format=fmt,
-                        )
-                    )
-            except ValidationError as e:
-                raise RecordError(f"assistant turn {turn_no}: {validation_reason(e)}") from e
-            turn_no += 1
+            steps.append((list(history), seg, None))
         history.append(seg.message)
-    return out
+    return steps
+
+
+def _is_assistant_item(it: Any) -> bool:
+    if not isinstance(it, dict):
+        return False
+    typ = it.get("type", "message" if "role" in it else None)
+    return typ in ("reasoning", "function_call") or (
+        typ == "message" and it.get("role") == "assistant"
+    )
+
+
+def _state_steps(output: list[Any], system: list[dict[str, Any]], where: str) -> list[_Step]:
+    """``output`` as a list of per-step agent states (NeMo-Gym's aviary agent).
+
+    ``output[k]`` is the whole input list after step k: the state sent at step k (``output[k-1]``,
+    or for k = 0 the initial input, which is not stored apart) followed by the model's output items
+    and the environment's observations. So step k's prompt is ``output[k-1]`` exactly as stored
+    (the agent may have collapsed old environment states in it: then the step is hinted
+    ``elided-history``) and its completion is the run of assistant items at position
+    ``len(output[k-1])`` of ``output[k]``; for k = 0 it is the last assistant run of ``output[0]``.
+    """
+    steps: list[_Step] = []
+    prev: list[Any] | None = None
+    for k, state in enumerate(output):
+        w = f"{where}[{k}]"
+        if prev is None:
+            runs = [i for i, it in enumerate(state) if _is_assistant_item(it)]
+            if not runs:
+                raise RecordError(f"{w}: no assistant output in the first step's state")
+            a = runs[-1]
+            while a > 0 and _is_assistant_item(state[a - 1]):
+                a -= 1
+            prompt_items = state[:a]
+        else:
+            a = len(prev)
+            if a >= len(state) or not _is_assistant_item(state[a]):
+                raise RecordError(
+                    f"{w}[{a}]: expected the model's output right after the previous step's "
+                    f"{a} items"
+                )
+            prompt_items = prev
+        b = a
+        while b < len(state) and _is_assistant_item(state[b]):
+            b += 1
+        turn = segments(state[a:b], w)
+        hint = None
+        if prev is not None and k >= 2 and prev[: len(output[k - 2])] != output[k - 2]:
+            hint = "elided-history"
+        prompt = system + [sg.message for sg in segments(prompt_items, w)]
+        steps.append((prompt, turn[0], hint))
+        prev = state
+    return steps
 
 
 def _rollouts(
@@ -378,7 +448,7 @@ def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> l
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_json_records(path):
+    for lineno, rec in iter_records(path):
         if isinstance(rec, Reject):
             rec.format = NAME
             yield rec

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError
+from treeprep.formats import aliases
 from treeprep.formats._agentlogs import load_json, make_call
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
@@ -56,6 +57,9 @@ def sniff(path: str, head: bytes) -> bool:
 def _message(m: dict[str, Any]) -> dict[str, Any]:
     """A SWE-agent message in OpenAI form (its bookkeeping keys dropped)."""
     out = {k: m[k] for k in _KEEP if k in m and m[k] is not None}
+    reasoning = aliases.reasoning_of(m)
+    if reasoning is not None and m.get("role") == "assistant":
+        out["reasoning_content"] = reasoning
     if m.get("role") == "tool" and "tool_call_id" not in out:
         ids = m.get("tool_call_ids") or []
         if ids:
@@ -97,7 +101,18 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     main_agent = next((m.get("agent") for m in history if isinstance(m, dict)), None)
     hist = [m for m in history if isinstance(m, dict) and m.get("agent", main_agent) == main_agent]
 
-    # (prompt, completion, exact, where) per call
+    try:
+        calls, problems = _calls(path, steps, hist)
+    except aliases.AliasError as e:
+        raise InputError(path, 1, str(e)) from e
+    yield from problems
+    yield from _emit(path, opts, gid, stem, calls)
+
+
+def _calls(
+    path: str, steps: list[Any], hist: list[dict[str, Any]]
+) -> tuple[list[tuple[list[dict[str, Any]], dict[str, Any], bool, str]], list[Reject]]:
+    """(prompt, completion, exact, where) per call, and the steps that do not fit."""
     calls: list[tuple[list[dict[str, Any]], dict[str, Any], bool, str]] = []
     problems: list[Reject] = []
     if steps and all(isinstance(s, dict) and isinstance(s.get("query"), list) for s in steps):
@@ -135,7 +150,16 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             if m.get("role") == "assistant":
                 calls.append(([_message(x) for x in hist[:i]], _message(m), False, f"history[{i}]"))
 
-    yield from problems
+    return calls, problems
+
+
+def _emit(
+    path: str,
+    opts: ReadOptions,
+    gid: str,
+    stem: str,
+    calls: list[tuple[list[dict[str, Any]], dict[str, Any], bool, str]],
+) -> Iterator[Item]:
     prev: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
     for k, (prompt, comp, exact, where) in enumerate(calls):
         reason = None

@@ -15,7 +15,11 @@ when it carries the model's ``raw_data``/``usage``: the opening greeting is writ
 orchestrator, not generated, and stays as context. Tool calls keep their argument objects (so a call
 renders the same in its completion and in later prompts); tool results are matched by their ``id``.
 The user simulator's own calls are not emitted: its prompt (guidelines plus the task's scenario
-with the conversation seen from the other side) is not stored and would be a guess.
+with the conversation seen from the other side) is not stored and would be a guess. In domains where
+the user acts on their own device (telecom), the simulator's tool calls and their results are left
+out of the agent's prompts altogether, as tau2 builds the agent's view
+(``is_valid_agent_history_message``: a user message with ``tool_calls`` and a tool result for the
+user go to the environment and the user, never to the agent).
 
 Rewards: the trajectory's reward is set on every call of that trial.
 """
@@ -247,10 +251,11 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
                 break
             if role == "tool" and m.get("requestor", "assistant") != "assistant":
                 continue  # the user simulator's own tool results: the agent never sees them
-            mm = _tau_message(m)
-            if role == "user":
-                mm.pop("tool_calls", None)  # the user's tool calls are not shown to the agent
-            msgs.append(mm)
+            if role == "user" and m.get("tool_calls") is not None:
+                # tau2's is_valid_agent_history_message: a user message that makes tool calls
+                # goes to the environment, never to the agent (not even as an empty turn)
+                continue
+            msgs.append(_tau_message(m))
             is_call.append(
                 role == "assistant"
                 and (m.get("raw_data") is not None or m.get("usage") is not None)

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from treeprep.formats._records import iter_records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -41,7 +42,7 @@ from treeprep.formats.openai_responses import (
     looks_like_responses,
     responses_items,
 )
-from treeprep.io import head_record, iter_json_records, json_key_in
+from treeprep.io import head_record, json_key_in
 from treeprep.schemas import Reject, TokenRollout
 
 NAME = "tokens"
@@ -98,7 +99,7 @@ def convert(rec: Any, *, file: str, line: int, opts: ReadOptions) -> list[Item]:
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_json_records(path):
+    for lineno, rec in iter_records(path):
         if isinstance(rec, Reject):
             rec.format = NAME
             yield rec

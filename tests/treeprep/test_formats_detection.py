@@ -1,0 +1,113 @@
+"""Detection does not depend on the first 64 KB of a file (issue 14 item 9).
+
+Each test is a regression named after the bug: a long first record, a pretty-printed JSON array and
+a UTF-8 byte order mark used to make a file "unrecognised" (or its first record a reject).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+
+from treeprep.formats import ReadOptions, detect_format
+from treeprep.io import read_head
+from treeprep.schemas import ChatCall
+
+BOM = b"\xef\xbb\xbf"
+
+
+def _detect(p: Path) -> str | None:
+    spec = detect_format(str(p), read_head(str(p)))
+    return None if spec is None else spec.name
+
+
+def _all(p: Path) -> list:
+    spec = detect_format(str(p), read_head(str(p)))
+    assert spec is not None
+    return list(spec.read(str(p), ReadOptions()))
+
+
+def _conversation(text_len: int) -> dict:
+    return {
+        "messages": [
+            {"role": "user", "content": "x" * text_len},
+            {"role": "assistant", "content": "ok"},
+        ]
+    }
+
+
+def test_regression_70kb_first_record_was_unrecognised(tmp_path: Path) -> None:
+    p = tmp_path / "big.jsonl"
+    p.write_bytes(
+        orjson.dumps(_conversation(70_000)) + b"\n" + orjson.dumps(_conversation(3)) + b"\n"
+    )
+    assert len(read_head(str(p))) == 65536
+    assert _detect(p) == "chat-messages"
+    assert [type(x) for x in _all(p)] == [ChatCall, ChatCall]
+
+
+def test_regression_70kb_first_record_with_keys_after_the_head(tmp_path: Path) -> None:
+    """A Responses rollout whose distinguishing key comes after 70 KB of input."""
+    rec = {
+        "input": [{"role": "user", "content": "y" * 70_000}],
+        "output": [{"type": "message", "role": "assistant", "content": "done"}],
+    }
+    p = tmp_path / "rollouts.jsonl"
+    p.write_bytes(orjson.dumps(rec) + b"\n")
+    assert _detect(p) == "openai-responses"
+
+
+def test_regression_pretty_json_array_was_unrecognised(tmp_path: Path) -> None:
+    calls = [
+        {
+            "messages": [{"role": "user", "content": "z" * 40_000}],
+            "response": {"choices": [{"message": {"role": "assistant", "content": "a"}}]},
+        }
+        for _ in range(3)
+    ]
+    p = tmp_path / "calls.json"
+    p.write_text(json.dumps(calls, indent=2))
+    assert _detect(p) == "openai-chat-json"
+    assert [type(x) for x in _all(p)] == [ChatCall] * 3
+
+
+def test_regression_bom_made_jsonl_unrecognised_and_its_first_line_a_reject(tmp_path: Path) -> None:
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(
+        BOM + orjson.dumps(_conversation(5)) + b"\n" + orjson.dumps(_conversation(6)) + b"\n"
+    )
+    assert _detect(p) == "chat-messages"
+    items = _all(p)
+    assert [type(x) for x in items] == [ChatCall, ChatCall]
+    assert items[0].source_line == 1
+
+
+def test_regression_bom_per_call_log_and_json_document(tmp_path: Path) -> None:
+    rec = {
+        "messages": [{"role": "user", "content": "q"}],
+        "completion": {"role": "assistant", "content": "a"},
+    }
+    p = tmp_path / "calls.jsonl"
+    p.write_bytes(BOM + orjson.dumps(rec) + b"\n")
+    assert _detect(p) == "openai-chat"
+    assert [type(x) for x in _all(p)] == [ChatCall]
+    q = tmp_path / "share.json"
+    q.write_bytes(
+        BOM
+        + orjson.dumps(
+            [{"conversations": [{"from": "human", "value": "h"}, {"from": "gpt", "value": "g"}]}]
+        )
+    )
+    assert _detect(q) == "sharegpt"
+    assert [type(x) for x in _all(q)] == [ChatCall]
+
+
+def test_truly_unknown_long_file_stays_unrecognised(tmp_path: Path) -> None:
+    p = tmp_path / "other.jsonl"
+    p.write_bytes(orjson.dumps({"payload": "w" * 80_000}) + b"\n")
+    assert _detect(p) is None
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"{" + b"a" * 70_000)
+    assert _detect(bad) is None

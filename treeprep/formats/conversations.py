@@ -1,0 +1,411 @@
+"""Conversation datasets (the usual SFT shape): ``chat-messages`` and ``sharegpt``.
+
+One record is one whole conversation, not one LLM call. Every assistant turn is a training target
+whose prompt is the history before it, so a record becomes several :class:`ChatCall` records of one
+group and the trie merges them: training on the tree equals multi-turn SFT with an assistant mask.
+
+``chat-messages`` (``messages`` list of ``role``/``content`` messages):
+
+* OpenAI fine-tuning JSONL: several assistant turns, optional ``tools`` (and legacy ``functions``
+  is refused), and a per-assistant ``weight``: ``0`` makes that turn context, not a target
+  (``1`` or absent: a target). Any other weight is a reject.
+* Hugging Face / TRL ``messages`` datasets, JSONL or Parquet, with ``tools`` as a list or as a
+  JSON string; ms-swift's ``tool_call``/``tool_response`` roles (a JSON tool call as content) and
+  Axolotl's spellings are read through :mod:`treeprep.formats.aliases`.
+
+``sharegpt`` (``conversations`` list of ``from``/``value`` turns, as LLaMA-Factory, Axolotl and
+ms-swift read it): ``human``/``gpt``/``system`` turns, ``function_call`` turns whose value is a JSON
+call ``{"name", "arguments"}`` (or a list of them: parallel calls), ``observation`` turns (the tool
+result), a top-level ``system`` string and ``tools`` as a JSON string. ShareGPT carries no call ids,
+so tool calls and results have none (the model never saw any); LLaMA-Factory trains both ``gpt``
+and ``function_call`` turns, and so do we.
+
+Files: JSONL (one conversation per line), a JSON array (``line`` is then 1 for every record: the
+array is one document), or Parquet (``line`` is the row number, 1-based). Parquet stores lists of
+structs with the union of all keys, so a key missing from one message reads back as null; nulls
+are treated as absent everywhere, and for ``tools`` and dict ``arguments`` read from a struct
+column null-valued keys are dropped (a JSON schema with a real ``null`` default must be stored as a
+JSON string to survive; Hugging Face datasets do that).
+
+Group: ``--group-by`` or ``group_id``/``task_id``/``session_id``/``id``/``conversation_id``,
+else ``<file name>:<line>``: one tree per conversation. Rejects: a record that does not fit is one
+reject naming the field (an unknown role, a ``function_call`` value that is not JSON, a bad
+``weight``, no assistant turn to train on); a target with nothing before it is rejected alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from treeprep.errors import InputError
+from treeprep.formats import aliases
+from treeprep.formats._records import iter_records, load_document
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.formats.openai_chat import (
+    RecordError,
+    group_of,
+    normalize_message,
+    normalize_tools,
+    number_of,
+    type_name,
+    validation_reason,
+)
+from treeprep.schemas import ChatCall, Provenance, Reject
+
+MESSAGES = "chat-messages"
+SHAREGPT = "sharegpt"
+_EXTRA_GROUP_KEYS = ("id", "conversation_id")
+
+
+# --------------------------------------------------------------------------------------------
+# one record -> canonical messages with a target mask
+# --------------------------------------------------------------------------------------------
+
+
+def _drop_nulls(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _drop_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_drop_nulls(x) for x in v]
+    return v
+
+
+def _json_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    """A ShareGPT ``function_call`` / ms-swift ``tool_call`` value -> chat tool calls."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            raise RecordError(
+                f'{where}: expected a JSON tool call {{"name": ..., "arguments": ...}}, '
+                f"got text that is not JSON ({e})"
+            ) from e
+    calls = value if isinstance(value, list) else [value]
+    out: list[dict[str, Any]] = []
+    for i, c in enumerate(calls):
+        w = f"{where}[{i}]" if isinstance(value, list) else where
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise RecordError(f"{w}: expected a tool call object with a string 'name'")
+        args = c.get("arguments", c.get("parameters", {}))
+        if args is None:
+            args = {}
+        if not isinstance(args, dict | str):
+            raise RecordError(f"{w}.arguments: expected an object or a JSON string")
+        out.append(
+            {"id": None, "type": "function", "function": {"name": c["name"], "arguments": args}}
+        )
+    return out
+
+
+def _weight(m: dict[str, Any], where: str) -> bool:
+    """Is this assistant message a target? (OpenAI ``weight``: 0 context, 1 or absent target)."""
+    w = m.get("weight")
+    if w is None:
+        return True
+    if isinstance(w, bool) or w not in (0, 1):
+        raise RecordError(f"{where}.weight: expected 0 or 1, got {w!r}")
+    return w == 1
+
+
+def _tools(rec: dict[str, Any], from_struct: bool) -> list[dict[str, Any]] | None:
+    if rec.get("functions") is not None:
+        raise RecordError("functions: legacy function definitions are not supported (use tools)")
+    tools = rec.get("tools")
+    if isinstance(tools, str):
+        if not tools.strip():
+            return None
+        try:
+            tools = orjson.loads(tools)
+        except orjson.JSONDecodeError as e:
+            raise RecordError(f"tools: expected a JSON array of tool schemas ({e})") from e
+    elif from_struct and tools is not None:
+        tools = _drop_nulls(tools)
+    if isinstance(tools, dict):
+        tools = [tools]
+    return normalize_tools(tools, "tools")
+
+
+def _message(m: Any, where: str, *, sharegpt: bool) -> tuple[dict[str, Any], bool]:
+    """One turn -> (chat message, is a target)."""
+    if not isinstance(m, dict):
+        raise RecordError(f"{where}: expected a message object, got {type_name(m)}")
+    try:
+        raw_role = aliases.get(m, "role")
+        content = aliases.get(m, "content")
+    except aliases.AliasError as e:
+        raise RecordError(f"{where}: {e}") from e
+    role = aliases.canonical_role(raw_role)
+    if role is None:
+        raise RecordError(
+            f"{where}.{'from' if sharegpt else 'role'}: unknown role {raw_role!r} (expected "
+            "system, user/human, assistant/gpt, tool/observation or function_call/tool_call)"
+        )
+    if isinstance(raw_role, str) and raw_role.strip().lower() in aliases.TOOL_CALL_ROLES:
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": _json_calls(content, f"{where}.{'value' if sharegpt else 'content'}"),
+        }
+        return msg, _weight(m, where)
+    plain = {k: v for k, v in m.items() if v is not None and k not in ("from", "value", "weight")}
+    plain["role"] = role
+    plain["content"] = content
+    if isinstance(plain.get("tool_calls"), list):
+        plain["tool_calls"] = [
+            (tc if not isinstance(tc, dict) else _drop_nulls(tc)) for tc in plain["tool_calls"]
+        ]
+    msg = normalize_message(plain, where)
+    return msg, role == "assistant" and _weight(m, where)
+
+
+def conversation(
+    rec: Any, *, sharegpt: bool, from_struct: bool = False
+) -> tuple[list[dict[str, Any]], list[bool], list[str], list[dict[str, Any]] | None]:
+    """(messages, target mask, where each message came from, tools) of one record.
+
+    Raises :class:`RecordError` when the record does not fit.
+    """
+    if not isinstance(rec, dict):
+        raise RecordError(f"expected a JSON object, got {type_name(rec)}")
+    key = "conversations" if sharegpt else "messages"
+    turns = rec.get(key)
+    if not isinstance(turns, list):
+        raise RecordError(f"{key}: expected an array of turns, got {type_name(turns)}")
+    messages: list[dict[str, Any]] = []
+    targets: list[bool] = []
+    wheres: list[str] = []
+    system = rec.get("system")
+    if system is not None:
+        if not isinstance(system, str):
+            raise RecordError(f"system: expected a string, got {type_name(system)}")
+        if system:
+            messages.append({"role": "system", "content": system})
+            targets.append(False)
+            wheres.append("system")
+    for i, m in enumerate(turns):
+        msg, target = _message(m, f"{key}[{i}]", sharegpt=sharegpt)
+        messages.append(msg)
+        targets.append(target)
+        wheres.append(f"{key}[{i}]")
+    return messages, targets, wheres, _tools(rec, from_struct)
+
+
+# --------------------------------------------------------------------------------------------
+# one record -> calls
+# --------------------------------------------------------------------------------------------
+
+
+def _stem(path: str) -> str:
+    name = os.path.basename(path)
+    for ext in (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json", ".parquet"):
+        name = name.removesuffix(ext)
+    return name
+
+
+def _group(rec: dict[str, Any], opts: ReadOptions, file: str, line: int, index: int) -> str:
+    g = group_of(rec, opts)
+    if g is None and not opts.group_by:
+        for k in _EXTRA_GROUP_KEYS:
+            v = rec.get(k)
+            if isinstance(v, str | int) and not isinstance(v, bool):
+                return f"{_stem(file)}:{v}"
+    if g is not None:
+        return g
+    return f"{_stem(file)}[{index - 1}]" if index else f"{_stem(file)}:{line}"
+
+
+def convert(
+    rec: Any,
+    *,
+    file: str,
+    line: int,
+    fmt: str,
+    opts: ReadOptions,
+    index: int = 0,
+    from_struct: bool = False,
+) -> list[Item]:
+    """Every target of one conversation as a ChatCall; a record that does not fit is one Reject."""
+    try:
+        messages, targets, wheres, tools = conversation(
+            rec, sharegpt=fmt == SHAREGPT, from_struct=from_struct
+        )
+        if not any(targets):
+            raise RecordError(
+                "no assistant turn to train on (every assistant message has weight 0, or none)"
+            )
+        assert isinstance(rec, dict)
+        gid = _group(rec, opts, file, line, index)
+        reward = number_of(rec, "reward")
+    except RecordError as e:
+        where = f"[{index - 1}]: " if index else ""
+        return [Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)]
+    model = rec.get("model") if isinstance(rec.get("model"), str) else None
+    out: list[Item] = []
+    k = 0
+    for i, (msg, target) in enumerate(zip(messages, targets, strict=True)):
+        if not target:
+            continue
+        if i == 0:
+            out.append(
+                Reject(
+                    file=file,
+                    line=line,
+                    format=fmt,
+                    call_id=f"{gid}#{k}",
+                    reason=f"{wheres[i]}: an assistant turn with nothing before it to prompt it",
+                )
+            )
+            k += 1
+            continue
+        try:
+            out.append(
+                ChatCall(
+                    group_id=gid,
+                    call_id=f"{gid}#{k}",
+                    parent_call_id=f"{gid}#{k - 1}" if k else None,
+                    model=model,
+                    messages=messages[:i],  # type: ignore[arg-type]
+                    tools=tools,
+                    completion=msg,  # type: ignore[arg-type]
+                    reward=reward,
+                    provenance=Provenance(exact_messages=True, reconstructed=True),
+                    source_file=file,
+                    source_line=line,
+                    source_format=fmt,
+                )
+            )
+        except ValidationError as e:
+            out.append(
+                Reject(
+                    file=file,
+                    line=line,
+                    format=fmt,
+                    call_id=f"{gid}#{k}",
+                    reason=f"{wheres[i]}: {validation_reason(e)}",
+                )
+            )
+        k += 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# files
+# --------------------------------------------------------------------------------------------
+
+
+def _is_parquet(path: str) -> bool:
+    return path.lower().endswith(".parquet")
+
+
+def _is_json_doc(path: str) -> bool:
+    p = path.lower()
+    for ext in (".gz", ".zst", ".zstd"):
+        p = p.removesuffix(ext)
+    return p.endswith(".json")
+
+
+def _read_parquet(path: str, fmt: str, opts: ReadOptions) -> Iterator[Item]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, ValueError) as e:  # pyarrow raises ArrowInvalid (a ValueError) or OSError
+        yield Reject(file=path, line=0, reason=f"cannot read Parquet file: {e}", format=fmt)
+        return
+    row = 0
+    for batch in pf.iter_batches(batch_size=1024):
+        for rec in batch.to_pylist():
+            row += 1
+            yield from convert(rec, file=path, line=row, fmt=fmt, opts=opts, from_struct=True)
+    if row == 0:
+        yield Reject(file=path, line=0, reason="Parquet file holds no rows", format=fmt)
+
+
+def _reader(fmt: str):  # type: ignore[no-untyped-def]
+    def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+        if _is_parquet(path):
+            yield from _read_parquet(path, fmt, opts)
+            return
+        if _is_json_doc(path):
+            try:
+                doc = load_document(path)
+            except InputError as e:
+                yield Reject(file=e.file, line=e.line, reason=e.reason, format=fmt)
+                return
+            recs = doc if isinstance(doc, list) else [doc]
+            if not recs:
+                yield Reject(file=path, line=1, reason="empty JSON array", format=fmt)
+            for i, rec in enumerate(recs):
+                idx = i + 1 if isinstance(doc, list) else 0
+                yield from convert(rec, file=path, line=1, fmt=fmt, opts=opts, index=idx)
+            return
+        for lineno, rec in iter_records(path):
+            if isinstance(rec, Reject):
+                rec.format = fmt
+                yield rec
+            else:
+                yield from convert(rec, file=path, line=lineno, fmt=fmt, opts=opts)
+
+    return read
+
+
+# --------------------------------------------------------------------------------------------
+# sniffing
+# --------------------------------------------------------------------------------------------
+
+
+def _first_record(path: str, head: bytes) -> Any:
+    from treeprep.formats._sniff import first_record
+
+    return first_record(path, head)
+
+
+def _parquet_columns(path: str) -> set[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return set(pq.read_schema(path).names)
+    except (OSError, ValueError):
+        return set()
+
+
+def looks_like_conversation(rec: Any, key: str) -> bool:
+    """A record whose ``key`` is a list of turns with roles, and no logged completion."""
+    if not isinstance(rec, dict) or not isinstance(rec.get(key), list) or not rec[key]:
+        return False
+    if any(k in rec for k in ("completion", "response", "choices", "raw_response")):
+        return False  # a per-call log (openai-chat), not a dataset record
+    turns = rec[key]
+    return all(isinstance(m, dict) for m in turns) and any(
+        aliases.canonical_role(aliases.get(m, "role") if _safe(m) else None) == "assistant"
+        for m in turns
+    )
+
+
+def _safe(m: dict[str, Any]) -> bool:
+    try:
+        aliases.get(m, "role")
+    except aliases.AliasError:
+        return False
+    return True
+
+
+def _sniffer(key: str):  # type: ignore[no-untyped-def]
+    def sniff(path: str, head: bytes) -> bool:
+        if _is_parquet(path):
+            return head.startswith(b"PAR1") and key in _parquet_columns(path)
+        return looks_like_conversation(_first_record(path, head), key)
+
+    return sniff
+
+
+FORMATS = [
+    FormatSpec(name=MESSAGES, sniff=_sniffer("messages"), read=_reader(MESSAGES), priority=58),
+    FormatSpec(name=SHAREGPT, sniff=_sniffer("conversations"), read=_reader(SHAREGPT), priority=58),
+]
+FORMAT = FORMATS[0]
