@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from treeprep.render import Renderer, RenderError
+from treeprep.errors import RenderError
+from treeprep.render import Renderer
 from treeprep.schemas import ChatCall
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"

@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.errors import InputError, TreeprepError
+from treeprep.errors import InputError, RecordError
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import head_record, iter_json_records, json_key_in, load_json_document
 from treeprep.schemas import BRANCH_REASONS, ChatCall, Provenance, Reject
@@ -47,10 +47,6 @@ NAME_JSON = "openai-chat-json"
 
 GROUP_KEYS = ("group_id", "task_id", "session_id")
 _ROLES = ("system", "user", "assistant", "tool")
-
-
-class RecordError(TreeprepError):
-    """One record does not fit; the reason becomes a Reject (never escapes an adapter)."""
 
 
 # --------------------------------------------------------------------------------------------

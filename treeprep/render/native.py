@@ -364,7 +364,7 @@ def render_qwen2_5(
 
 
 # --------------------------------------------------------------------------------------------------
-# The built-in ChatML template (treeprep.builtin_tokenizer.CHAT_TEMPLATE)
+# The built-in ChatML template (treeprep.render.builtin.CHAT_TEMPLATE)
 # --------------------------------------------------------------------------------------------------
 
 _BUILTIN_TOOLS_HEAD = "# Tools\n\nYou may call the functions below. Their JSON schemas:\n<tools>"
@@ -443,7 +443,7 @@ PORTS: dict[str, NativeTemplate] = {
     "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326": NativeTemplate(
         "qwen3_instruct_2507", render_qwen3_instruct_2507
     ),
-    # treeprep.builtin_tokenizer.CHAT_TEMPLATE
+    # treeprep.render.builtin.CHAT_TEMPLATE
     "1da93fe193dbadec53c47e6d813de217c0975f039d60190ee04e61b2157c4d2f": NativeTemplate(
         "builtin_chatml", render_builtin_chatml
     ),
