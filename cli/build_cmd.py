@@ -9,10 +9,6 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    app.command("build")(build_cmd)
-
-
 def build_cmd(
     inputs: Annotated[list[str], typer.Argument(help="Log files, folders or globs (.gz/.zst ok).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")],

@@ -9,10 +9,6 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    app.command("pack")(pack_cmd)
-
-
 def pack_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
     budget: Annotated[int, typer.Option(help="Tokens per micro-batch (computed + recomputed).")],

@@ -9,10 +9,6 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    app.command("stats")(stats_cmd)
-
-
 def stats_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
     model: Annotated[

@@ -68,7 +68,9 @@ class Manifest(_Model):
 # --------------------------------------------------------------------------------------------
 
 
-def _manifest_bytes(out_dir: str) -> tuple[str, bytes]:
+def manifest_bytes(out_dir: str) -> tuple[str, bytes]:
+    """(path, bytes) of ``OUT/manifest.json``; ShardError when there is none (no finished
+    build) or it cannot be read."""
     path = os.path.join(out_dir, "manifest.json")
     try:
         with open(path, "rb") as f:
@@ -82,7 +84,7 @@ def _manifest_bytes(out_dir: str) -> tuple[str, bytes]:
 def load_manifest(out_dir: str) -> Manifest:
     """Read and validate ``OUT/manifest.json`` (ShardError when the build is missing or
     unfinished, or the file is not a treeprep manifest)."""
-    path, raw = _manifest_bytes(out_dir)
+    path, raw = manifest_bytes(out_dir)
     try:
         return Manifest.model_validate_json(raw)
     except ValueError as e:
@@ -91,4 +93,4 @@ def load_manifest(out_dir: str) -> Manifest:
 
 def manifest_sha256(out_dir: str) -> str:
     """sha256 of ``OUT/manifest.json``'s bytes: the identity of a build, which a plan records."""
-    return hashlib.sha256(_manifest_bytes(out_dir)[1]).hexdigest()
+    return hashlib.sha256(manifest_bytes(out_dir)[1]).hexdigest()

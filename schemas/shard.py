@@ -30,13 +30,14 @@ mean, GRPO's 1/(G|o_i|)) and any advantage weighting can be restored exactly per
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from treeprep.errors import ShardError
-from treeprep.schemas.manifest import load_manifest
+from treeprep.schemas.manifest import manifest_bytes
 
 SCHEMA_VERSION = 1
 
@@ -75,8 +76,13 @@ TREE_SCHEMA = pa.schema(
 
 
 def shard_paths(out_dir: str) -> list[str]:
-    """The shard files of a finished build, in manifest order (reads ``OUT/manifest.json``)."""
-    return [os.path.join(out_dir, s.path) for s in load_manifest(out_dir).shards]
+    """The shard files of a finished build, in manifest order. Only the manifest's ``shards``
+    list is read (its ``path`` entries), so it serves shards whose manifest holds just that."""
+    path, raw = manifest_bytes(out_dir)
+    try:
+        return [os.path.join(out_dir, s["path"]) for s in json.loads(raw)["shards"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ShardError(f"{path}: no list of shards with paths ({e})") from e
 
 
 def read_shard(path: str, columns: list[str] | None = None) -> pa.Table:
