@@ -122,15 +122,24 @@ def train_cmd(
             progress.stop()
     if not main:
         return
+    summary = _summary(res, layout.value)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    _print_summary(summary, res.run_dir)
+
+
+def _summary(res: Any, layout: str) -> dict[str, Any]:
+    """The run's totals, for ``--json`` and the table."""
     hist = res.history
     tot_t = sum(m.seconds for m in hist)
-    summary: dict[str, Any] = {
+    return {
         "run_dir": res.run_dir,
         "steps": res.steps,
         "steps_this_run": len(hist),
         "world_size": res.world_size,
         "plan": res.plan_source,
-        "layout": layout.value,
+        "layout": layout,
         "first_loss": hist[0].loss if hist else None,
         "last_loss": hist[-1].loss if hist else None,
         "tokens": sum(m.tokens for m in hist),
@@ -141,12 +150,13 @@ def train_cmd(
         "checkpoint": res.checkpoint,
         "metrics": os.path.join(res.run_dir, "metrics.jsonl"),
     }
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
+
+
+def _print_summary(summary: dict[str, Any], run_dir: str) -> None:
+    from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"treeprep train -> {res.run_dir}", show_header=False)
+    t = Table(title=f"treeprep train -> {run_dir}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     for k, v in summary.items():
