@@ -154,11 +154,10 @@ def _summary(res: Any, layout: str) -> dict[str, Any]:
 
 def _print_summary(summary: dict[str, Any], run_dir: str) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    t = Table(title=f"treeprep train -> {run_dir}", show_header=False)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+    from treeprep.cli.tables import metrics_table
+
+    t = metrics_table(f"treeprep train -> {run_dir}")
     for k, v in summary.items():
         if isinstance(v, float):
             v = f"{v:,.4g}" if "loss" in k else f"{v:,.1f}"

@@ -147,6 +147,15 @@ _QWEN_TOOLS_TAIL = (
 _QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
+def _turn(out: list[str], role: str, content: str) -> None:
+    """One plain ChatML turn: ``<|im_start|>role\ncontent<|im_end|>\n``."""
+    out.append("<|im_start|>")
+    out.append(role)
+    out.append("\n")
+    out.append(content)
+    out.append("<|im_end|>\n")
+
+
 def _system_block(
     out: list[str],
     messages: list[dict[str, Any]],
@@ -266,11 +275,7 @@ def render_qwen3(
                 _qwen3_tool_calls(out, tool_calls, content)
             ap("<|im_end|>\n")
         elif role == "user" or (role == "system" and i):
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(m["content"])
-            ap("<|im_end|>\n")
+            _turn(out, role, m["content"])
     if add_generation_prompt:
         ap("<|im_start|>assistant\n")
     return "".join(out)
@@ -296,11 +301,7 @@ def render_qwen3_instruct_2507(
             content = ""
         role = m["role"]
         if role == "user" or (role == "system" and i):
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(content)
-            ap("<|im_end|>\n")
+            _turn(out, role, content)
         elif role == "assistant":
             ap("<|im_start|>assistant\n")
             ap(content)
@@ -336,11 +337,7 @@ def render_qwen2_5(
             or (role == "system" and i)
             or (role == "assistant" and not m.get("tool_calls"))
         ):
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(m["content"])
-            ap("<|im_end|>\n")
+            _turn(out, role, m["content"])
         elif role == "assistant":
             ap("<|im_start|>assistant")
             content = m["content"]
@@ -415,11 +412,7 @@ def render_builtin_chatml(
             ap(m["content"])
             ap("\n</tool_response><|im_end|>\n")
         else:
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(m["content"])
-            ap("<|im_end|>\n")
+            _turn(out, role, m["content"])
     if add_generation_prompt:
         ap("<|im_start|>assistant\n")
     return "".join(out)

@@ -338,20 +338,8 @@ class Renderer:
         n_p, n = len(prompt), len(tokens)
         spans = [(n_p, n)] if n > n_p else []
         lp = rec.generation_log_probs
-        return Sequence(
-            group_id=group_id,
-            tokens=tokens,
-            loss_spans=spans,
-            logprobs=None if lp is None else np.asarray(lp, dtype=np.float32),
-            reward=rec.reward,
-            advantage=rec.advantage,
-            agent_id=rec.agent_id,
-            call_id=rec.call_id,
-            source=f"{rec.source_file}:{rec.source_line}",
-            source_format=rec.source_format,
-            branch_reason=rec.branch_reason,
-            order=order,
-        )
+        logprobs = None if lp is None else np.asarray(lp, dtype=np.float32)
+        return _sequence(rec, group_id, order, tokens, spans, logprobs, rec.branch_reason)
 
     def _render_chat(self, rec: ChatCall, *, group_id: str, order: int) -> Sequence:
         if not rec.messages:
@@ -377,20 +365,7 @@ class Renderer:
             branch = "reasoning-dropped"
         if self._native is None:
             self._remember(self._fingerprint(full_msgs, tools), full_ids)
-        return Sequence(
-            group_id=group_id,
-            tokens=full_ids,
-            loss_spans=[(n_p, n)],
-            logprobs=None,
-            reward=rec.reward,
-            advantage=rec.advantage,
-            agent_id=rec.agent_id,
-            call_id=rec.call_id,
-            source=f"{rec.source_file}:{rec.source_line}",
-            source_format=rec.source_format,
-            branch_reason=branch,
-            order=order,
-        )
+        return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     # -- the branch hint -------------------------------------------------------------------------
 
@@ -438,3 +413,29 @@ def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:
         i = int(diff[0])
         return f"they differ at token {i}: {int(prompt[i])} vs {int(full[i])}"
     return f"the prompt has {len(prompt)} tokens, the full sequence {len(full)}"
+
+
+def _sequence(
+    rec: ChatCall | TokenRollout,
+    group_id: str,
+    order: int,
+    tokens: np.ndarray,
+    spans: list[tuple[int, int]],
+    logprobs: np.ndarray | None,
+    branch: str | None,
+) -> Sequence:
+    """A rendered record's sequence, carrying the record's reward, ids and origin."""
+    return Sequence(
+        group_id=group_id,
+        tokens=tokens,
+        loss_spans=spans,
+        logprobs=logprobs,
+        reward=rec.reward,
+        advantage=rec.advantage,
+        agent_id=rec.agent_id,
+        call_id=rec.call_id,
+        source=f"{rec.source_file}:{rec.source_line}",
+        source_format=rec.source_format,
+        branch_reason=branch,
+        order=order,
+    )
