@@ -35,12 +35,12 @@ from treeprep.render.native import FALLBACK_ERRORS, PORTS, find_port
 from treeprep.schemas import ChatCall
 from treeprep.schemas.tokenizer import sha256_text as _sha256_text
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 TOKENIZERS = DATA / "tokenizers"
 LOGS = DATA / "logs"
 HAVE_DATA = (TOKENIZERS / "qwen3" / "tokenizer.json").is_file()
 needs_data = pytest.mark.skipif(not HAVE_DATA, reason="../shared/data is absent")
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"
 
 TEMPLATES = ["builtin", "qwen3", "qwen2_5", "qwen3_instruct_2507"]
 _RENDERERS: dict[str, Renderer] = {}

@@ -20,7 +20,7 @@ from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.schemas import ChatCall
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 TOKENIZERS = DATA / "tokenizers"
 LLM_DATA = DATA / "logs" / "openhands" / "tests" / "fixtures" / "llm_data"
 TAU2 = DATA / "logs" / "tau2-bench"
