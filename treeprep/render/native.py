@@ -156,6 +156,13 @@ def _turn(out: list[str], role: str, content: str) -> None:
     out.append("<|im_end|>\n")
 
 
+def _finish(out: list[str], add_generation_prompt: bool) -> str:
+    """The rendered text, with the assistant header appended when a generation prompt is asked."""
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
 def _system_block(
     out: list[str],
     messages: list[dict[str, Any]],
@@ -276,9 +283,7 @@ def render_qwen3(
             ap("<|im_end|>\n")
         elif role == "user" or (role == "system" and i):
             _turn(out, role, m["content"])
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -311,9 +316,7 @@ def render_qwen3_instruct_2507(
             ap("<|im_end|>\n")
         elif role == "tool":
             _tool_message(out, messages, i, n, content)
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -355,9 +358,7 @@ def render_qwen2_5(
             ap("<|im_end|>\n")
         elif role == "tool":
             _tool_message(out, messages, i, n, m["content"])
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -413,9 +414,7 @@ def render_builtin_chatml(
             ap("\n</tool_response><|im_end|>\n")
         else:
             _turn(out, role, m["content"])
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
