@@ -1,18 +1,26 @@
 """The ``treeprep`` command line: one thin function per command, each in its own module.
 
-Each command module defines ``register(app)``. Every command builds a config, calls one library
-function and renders the result: rich tables for people on stdout, ``--json`` for scripts,
-progress and logs on stderr. A :class:`~treeprep.errors.TreeprepError` is caught here once and
-becomes a clean message and exit code 1.
+Commands are registered here, explicitly, one line each (a missing module is an import error, not
+a command that silently disappears). Every command builds a config, calls one library function and
+renders the result: rich tables for people on stdout, ``--json`` for scripts, progress and logs on
+stderr. A :class:`~treeprep.errors.TreeprepError` is caught here once and becomes a clean message
+and exit code 1. Mode options are Enums (:mod:`treeprep.cli.options`) so typer lists and checks
+their choices. The trainer and torch are imported inside the commands that train, never here.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import typer
 
+from treeprep.cli.build_cmd import build_cmd
+from treeprep.cli.export_cmd import export_cmd
+from treeprep.cli.pack_cmd import pack_cmd
+from treeprep.cli.show_cmd import show_cmd
+from treeprep.cli.stats_cmd import stats_cmd
+from treeprep.cli.train_cmd import train_cmd
+from treeprep.cli.verify_cmd import verify_cmd
 from treeprep.errors import TreeprepError
 
 app = typer.Typer(
@@ -23,15 +31,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMANDS = ("build", "stats", "export", "show", "pack", "verify", "train")
-for _name in _COMMANDS:
-    try:
-        _mod = importlib.import_module(f"treeprep.cli.{_name}_cmd")
-    except ModuleNotFoundError as _e:
-        if _e.name == f"treeprep.cli.{_name}_cmd":
-            continue
-        raise
-    _mod.register(app)
+app.command("build")(build_cmd)
+app.command("stats")(stats_cmd)
+app.command("export")(export_cmd)
+app.command("show")(show_cmd)
+app.command("pack")(pack_cmd)
+app.command("verify")(verify_cmd)
+app.command("train")(train_cmd)
 
 
 def main() -> None:

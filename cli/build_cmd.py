@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-
-
-def register(app: typer.Typer) -> None:
-    app.command("build")(build_cmd)
 
 
 def build_cmd(
@@ -50,16 +46,8 @@ def build_cmd(
 ) -> None:
     """Render logs with the model's chat template, deduplicate them into tries, write shards."""
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TaskID,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
-    from treeprep.build import BuildConfig, build
+    from treeprep.build import BuildConfig
 
     cfg = BuildConfig(
         inputs=inputs,
@@ -74,23 +62,7 @@ def build_cmd(
         native_templates=native_templates,
     )
     err = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def on_progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                label = {"render": "rendering files", "trees": "building trees"}.get(stage, stage)
-                tasks[stage] = bar.add_task(label, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
-        manifest = build(cfg, on_progress=on_progress)
+    manifest = _build_with_progress(cfg, err)
     c = manifest.counts
     if as_json:
         typer.echo(json.dumps(c.model_dump(), indent=2))
@@ -107,3 +79,35 @@ def build_cmd(
     Console().print(t)
     if c.records_rejected:
         err.print(f"[yellow]{c.records_rejected} records rejected: see {out / 'rejects.jsonl'}[/]")
+
+
+def _build_with_progress(cfg: Any, err: Any) -> Any:
+    """Run the build with a progress bar per stage on stderr."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from treeprep.build import build
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = {"render": "rendering files", "trees": "building trees"}.get(stage, stage)
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        return build(cfg, on_progress=on_progress)

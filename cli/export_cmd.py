@@ -8,10 +8,6 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    app.command("export")(export_cmd)
-
-
 def export_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
     dest: Annotated[Path, typer.Option("-o", "--output", help="JSONL file to write.")],

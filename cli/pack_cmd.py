@@ -9,10 +9,6 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    app.command("pack")(pack_cmd)
-
-
 def pack_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
     budget: Annotated[int, typer.Option(help="Tokens per micro-batch (computed + recomputed).")],
@@ -50,11 +46,9 @@ def pack_cmd(
         d["plan_dir"] = plan_dir
         typer.echo(json.dumps(d, indent=2))
         return
-    from rich.table import Table
+    from treeprep.cli.tables import metrics_table
 
-    t = Table(title=f"treeprep pack -> {plan_dir}", show_header=False)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+    t = metrics_table(f"treeprep pack -> {plan_dir}")
     for k in ("trees", "split_trees", "parts", "sequences", "steps", "micro_batches"):
         t.add_row(k, f"{getattr(s, k):,}")
     t.add_row("empty micro-batch slots", f"{s.empty_micro_batches:,}")

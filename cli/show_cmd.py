@@ -9,10 +9,6 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    app.command("show")(show_cmd)
-
-
 def show_cmd(
     out: Annotated[Path, typer.Argument(help="A build folder (treeprep build -o OUT).")],
     group: Annotated[

@@ -9,10 +9,6 @@ from typing import Annotated
 import typer
 
 
-def register(app: typer.Typer) -> None:
-    app.command("stats")(stats_cmd)
-
-
 def stats_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
     model: Annotated[
@@ -64,10 +60,10 @@ def _render(s: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from treeprep.cli.tables import metrics_table
+
     con = Console()
-    t = Table(title=f"treeprep stats {out}", show_header=False)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+    t = metrics_table(f"treeprep stats {out}")
     for k in ("records_read", "records_rejected", "trees", "sequences", "nodes", "branch_points"):
         t.add_row(k, f"{s[k]:,}")
     t.add_row("tokens_linear (N_flat)", f"{s['tokens_linear']:,}")

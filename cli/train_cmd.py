@@ -24,9 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
-
-def register(app: typer.Typer) -> None:
-    app.command("train")(train_cmd)
+from treeprep.cli.options import Attn, Layout, Loss, Norm, Optimizer, Parallel, Precision
 
 
 def train_cmd(
@@ -38,17 +36,17 @@ def train_cmd(
     plan: Annotated[
         Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
     ] = None,
-    loss: Annotated[str, typer.Option(help="sft, ppo, grpo or gspo.")] = "sft",
-    norm: Annotated[str, typer.Option(help="sum, sequence-mean or token-mean.")] = "token-mean",
-    layout: Annotated[str, typer.Option(help="tree, or linear (the baseline).")] = "tree",
-    attn: Annotated[str, typer.Option(help="auto, dense, nodes, flex or flash.")] = "auto",
+    loss: Annotated[Loss, typer.Option(help="The loss.")] = Loss.sft,
+    norm: Annotated[Norm, typer.Option(help="Loss normalization.")] = Norm.token_mean,
+    layout: Annotated[Layout, typer.Option(help="tree, or linear (the baseline).")] = Layout.tree,
+    attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
     budget: Annotated[int, typer.Option(help="Tokens per micro-batch (without --plan).")] = 4096,
     steps_of: Annotated[
         int, typer.Option(help="Micro-batches per rank per step (without --plan).")
     ] = 1,
-    optimizer: Annotated[str, typer.Option(help="adamw or sgd.")] = "adamw",
+    optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
     min_lr_ratio: Annotated[float, typer.Option(help="Final lr / peak lr (cosine).")] = 0.1,
     warmup: Annotated[int, typer.Option(help="Linear warmup steps.")] = 0,
@@ -57,13 +55,13 @@ def train_cmd(
     grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
     precision: Annotated[
-        str, typer.Option(help="auto (bf16 autocast on GPU, fp32 on CPU), float32, bfloat16.")
-    ] = "auto",
+        Precision, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")
+    ] = Precision.auto,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     activation_checkpointing: Annotated[
         bool, typer.Option(help="Recompute decoder layers in backward (saves memory).")
     ] = False,
-    parallel: Annotated[str, typer.Option(help="ddp or fsdp (under torchrun).")] = "ddp",
+    parallel: Annotated[Parallel, typer.Option(help="Under torchrun.")] = Parallel.ddp,
     save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
     resume: Annotated[
@@ -89,15 +87,15 @@ def train_cmd(
         model=model,
         run_dir=str(out),
         plan=str(plan) if plan else None,
-        loss=loss,
-        norm=norm,
-        layout=layout,
-        attn=attn,
+        loss=loss.value,
+        norm=norm.value,
+        layout=layout.value,
+        attn=attn.value,
         steps=steps,
         epochs=epochs,
         budget=budget,
         steps_of=steps_of,
-        optimizer=optimizer,
+        optimizer=optimizer.value,
         lr=lr,
         min_lr_ratio=min_lr_ratio,
         warmup_steps=warmup,
@@ -105,10 +103,10 @@ def train_cmd(
         momentum=momentum,
         grad_clip=grad_clip or None,
         seed=seed,
-        precision=precision,
+        precision=precision.value,
         device=device,
         activation_checkpointing=activation_checkpointing,
-        parallel=parallel,
+        parallel=parallel.value,
         save_every=save_every,
         keep=keep or None,
         resume=str(resume) if resume else None,
@@ -124,9 +122,18 @@ def train_cmd(
             progress.stop()
     if not main:
         return
+    summary = _summary(res, layout.value)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    _print_summary(summary, res.run_dir)
+
+
+def _summary(res: Any, layout: str) -> dict[str, Any]:
+    """The run's totals, for ``--json`` and the table."""
     hist = res.history
     tot_t = sum(m.seconds for m in hist)
-    summary: dict[str, Any] = {
+    return {
         "run_dir": res.run_dir,
         "steps": res.steps,
         "steps_this_run": len(hist),
@@ -143,14 +150,14 @@ def train_cmd(
         "checkpoint": res.checkpoint,
         "metrics": os.path.join(res.run_dir, "metrics.jsonl"),
     }
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
-    from rich.table import Table
 
-    t = Table(title=f"treeprep train -> {res.run_dir}", show_header=False)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+
+def _print_summary(summary: dict[str, Any], run_dir: str) -> None:
+    from rich.console import Console
+
+    from treeprep.cli.tables import metrics_table
+
+    t = metrics_table(f"treeprep train -> {run_dir}")
     for k, v in summary.items():
         if isinstance(v, float):
             v = f"{v:,.4g}" if "loss" in k else f"{v:,.1f}"

@@ -11,32 +11,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from treeprep.errors import ShardError, TreeprepError
-
-
-def register(app: typer.Typer) -> None:
-    app.command("verify")(verify_cmd)
+from treeprep.cli.options import Attn, Loss, Norm
+from treeprep.errors import TreeprepError
 
 
 def _select_rows(out: Path, groups: int, max_tokens: int) -> tuple[list[dict], list[str]]:
-    from treeprep.schemas.shard import read_shard, shard_paths
+    from treeprep.schemas.shard import open_shard, shard_paths
 
-    if not (out / "manifest.json").exists():
-        raise ShardError(f"{out}: no manifest.json (run `treeprep build` first)")
     rows: list[dict] = []
     skipped: list[str] = []
     for path in shard_paths(str(out)):
-        table = read_shard(path)
-        meta = table.schema.metadata or {}
-        from treeprep.schemas import SCHEMA_VERSION
-
-        v = meta.get(b"treeprep.schema_version")
-        if v is None or int(v) != SCHEMA_VERSION:
-            raise ShardError(f"{path}: shard schema version {v!r}, expected {SCHEMA_VERSION}")
+        table = open_shard(path)
         lin = table.column("tokens_linear").to_pylist()
         for i, n in enumerate(lin):
             if len(rows) >= groups:
@@ -53,9 +42,9 @@ def verify_cmd(
     out: Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")],
     model: Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")],
     groups: Annotated[int, typer.Option(help="Trees to check, in shard order.")] = 4,
-    loss: Annotated[str, typer.Option(help="sft, ppo, grpo or gspo.")] = "sft",
-    norm: Annotated[str, typer.Option(help="sum, sequence-mean or token-mean.")] = "sequence-mean",
-    attn: Annotated[str, typer.Option(help="auto, dense, nodes, flex or flash.")] = "auto",
+    loss: Annotated[Loss, typer.Option(help="The loss.")] = Loss.sft,
+    norm: Annotated[Norm, typer.Option(help="Loss normalization.")] = Norm.sequence_mean,
+    attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
     tol: Annotated[float, typer.Option(help="Largest relative L2 difference allowed.")] = 1e-5,
     max_tokens: Annotated[
         int, typer.Option(help="Skip trees whose linear layout has more tokens than this.")
@@ -86,7 +75,7 @@ def verify_cmd(
         vocab = max(PRESETS[model].vocab_size, top)
     err.print(f"loading {model} ...")
     m = load_model(
-        model, dtype=torch.float32, device=device, attn=attn, seed=seed, vocab_size=vocab
+        model, dtype=torch.float32, device=device, attn=attn.value, seed=seed, vocab_size=vocab
     )
     if model not in PRESETS:
         top = max(max(r["input_ids"]) for r in rows)
@@ -95,8 +84,10 @@ def verify_cmd(
                 f"{out}: token id {top} is outside the model's vocabulary "
                 f"({m.config.vocab_size}); were the shards built with another tokenizer?"
             )
-    err.print(f"verifying {len(rows)} trees: {loss}, {norm}, attention {attn} ...")
-    rep = verify_gradients(m, rows, loss=loss, norm=norm, attn=attn, tol=tol)
+    err.print(
+        f"verifying {len(rows)} trees: {loss.value}, {norm.value}, attention {attn.value} ..."
+    )
+    rep = verify_gradients(m, rows, loss=loss.value, norm=norm.value, attn=attn.value, tol=tol)
     if as_json:
         d = rep.to_dict()
         d["model"] = model
@@ -104,30 +95,36 @@ def verify_cmd(
         d["skipped"] = skipped
         typer.echo(json.dumps(d, indent=2))
     else:
-        from rich.table import Table
-
-        con = Console()
-        con.print(
-            f"loss tree {rep.loss_tree:.8g}  linear {rep.loss_linear:.8g}  "
-            f"(rel {rep.loss_rel:.2e}); tokens tree {rep.tokens_tree:,} linear "
-            f"{rep.tokens_linear:,}; targets tree {rep.targets_tree:,} linear "
-            f"{rep.targets_linear:,}"
-        )
-        t = Table(title=f"treeprep verify: gradients tree vs linear (tol {tol:g} relative)")
-        for c in ("group", "params", "grad norm", "max abs diff", "rel diff", ""):
-            t.add_column(c, justify="left" if c == "group" else "right")
-        for g in rep.groups:
-            ok = g.rel <= tol
-            t.add_row(
-                g.name,
-                f"{g.numel:,}",
-                f"{g.grad_norm:.3e}",
-                f"{g.max_abs:.2e}",
-                f"{g.rel:.2e}",
-                "[green]ok[/]" if ok else "[bold red]FAIL[/]",
-            )
-        con.print(t)
-        verdict = "[green]PASS[/]" if rep.ok else "[bold red]FAIL[/]"
-        con.print(f"{verdict}: worst rel {rep.worst_rel:.2e}, worst abs {rep.worst_abs:.2e}")
+        _print_report(rep, tol)
     if not rep.ok:
         raise typer.Exit(1)
+
+
+def _print_report(rep: Any, tol: float) -> None:
+    """The verify report for people: the losses, a table per parameter group, a verdict."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(
+        f"loss tree {rep.loss_tree:.8g}  linear {rep.loss_linear:.8g}  "
+        f"(rel {rep.loss_rel:.2e}); tokens tree {rep.tokens_tree:,} linear "
+        f"{rep.tokens_linear:,}; targets tree {rep.targets_tree:,} linear "
+        f"{rep.targets_linear:,}"
+    )
+    t = Table(title=f"treeprep verify: gradients tree vs linear (tol {tol:g} relative)")
+    for c in ("group", "params", "grad norm", "max abs diff", "rel diff", ""):
+        t.add_column(c, justify="left" if c == "group" else "right")
+    for g in rep.groups:
+        ok = g.rel <= tol
+        t.add_row(
+            g.name,
+            f"{g.numel:,}",
+            f"{g.grad_norm:.3e}",
+            f"{g.max_abs:.2e}",
+            f"{g.rel:.2e}",
+            "[green]ok[/]" if ok else "[bold red]FAIL[/]",
+        )
+    con.print(t)
+    verdict = "[green]PASS[/]" if rep.ok else "[bold red]FAIL[/]"
+    con.print(f"{verdict}: worst rel {rep.worst_rel:.2e}, worst abs {rep.worst_abs:.2e}")

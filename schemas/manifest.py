@@ -6,22 +6,17 @@ It holds no timestamps and no absolute machine state, so the same inputs give th
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from treeprep.errors import ShardError
+from treeprep.schemas.tokenizer import TokenizerIdentity
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class TokenizerIdentity(_Model):
-    #: "builtin-bytes" or the folder name of the Hugging Face tokenizer.
-    name: str
-    #: sha256 over the tokenizer files (tokenizer.json, tokenizer_config.json, ...) and template.
-    sha256: str
-    chat_template_sha256: str
-    vocab_size: int
-    #: the tokenizer folder as given on the command line (None for the built-in tokenizer)
-    path: str | None = None
 
 
 class InputEntry(_Model):
@@ -66,3 +61,36 @@ class Manifest(_Model):
     formats: dict[str, int] = Field(default_factory=dict)
     #: files found inside a folder or glob whose format was not recognised (README, LICENSE, ...)
     skipped_files: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# reading: the one manifest reader both halves use
+# --------------------------------------------------------------------------------------------
+
+
+def manifest_bytes(out_dir: str) -> tuple[str, bytes]:
+    """(path, bytes) of ``OUT/manifest.json``; ShardError when there is none (no finished
+    build) or it cannot be read."""
+    path = os.path.join(out_dir, "manifest.json")
+    try:
+        with open(path, "rb") as f:
+            return path, f.read()
+    except FileNotFoundError as e:
+        raise ShardError(f"{out_dir}: no manifest.json; not a finished treeprep build") from e
+    except OSError as e:
+        raise ShardError(f"{path}: unreadable manifest ({e})") from e
+
+
+def load_manifest(out_dir: str) -> Manifest:
+    """Read and validate ``OUT/manifest.json`` (ShardError when the build is missing or
+    unfinished, or the file is not a treeprep manifest)."""
+    path, raw = manifest_bytes(out_dir)
+    try:
+        return Manifest.model_validate_json(raw)
+    except ValueError as e:
+        raise ShardError(f"{path}: not a valid treeprep manifest: {e}") from e
+
+
+def manifest_sha256(out_dir: str) -> str:
+    """sha256 of ``OUT/manifest.json``'s bytes: the identity of a build, which a plan records."""
+    return hashlib.sha256(manifest_bytes(out_dir)[1]).hexdigest()

@@ -16,7 +16,7 @@ to the branch point where the call's sequence diverges.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -33,17 +33,7 @@ BranchReason = Literal[
     "sampling",
     "unknown",
 ]
-BRANCH_REASONS: tuple[str, ...] = (
-    "sub-agent",
-    "compaction",
-    "reasoning-dropped",
-    "elided-history",
-    "retry",
-    "new-trial",
-    "parallel-tools",
-    "sampling",
-    "unknown",
-)
+BRANCH_REASONS: tuple[str, ...] = get_args(BranchReason)
 
 
 class _Model(BaseModel):

@@ -30,7 +30,14 @@ mean, GRPO's 1/(G|o_i|)) and any advantage weighting can be restored exactly per
 
 from __future__ import annotations
 
+import json
+import os
+
 import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from treeprep.errors import ShardError
+from treeprep.schemas.manifest import manifest_bytes
 
 SCHEMA_VERSION = 1
 
@@ -69,19 +76,39 @@ TREE_SCHEMA = pa.schema(
 
 
 def shard_paths(out_dir: str) -> list[str]:
-    """The shard files of a finished build, in manifest order (reads ``OUT/manifest.json``)."""
-    import json
-    import os
-
-    with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    return [os.path.join(out_dir, s["path"]) for s in manifest["shards"]]
+    """The shard files of a finished build, in manifest order. Only the manifest's ``shards``
+    list is read (its ``path`` entries), so it serves shards whose manifest holds just that."""
+    path, raw = manifest_bytes(out_dir)
+    try:
+        return [os.path.join(out_dir, s["path"]) for s in json.loads(raw)["shards"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ShardError(f"{path}: no list of shards with paths ({e})") from e
 
 
 def read_shard(path: str, columns: list[str] | None = None) -> pa.Table:
-    """Read one tree shard (zstd Arrow IPC file) with pyarrow, memory-mapped."""
-    import pyarrow.ipc as ipc
-
+    """Read one tree shard (zstd Arrow IPC file) with pyarrow, memory-mapped, as it is."""
     with pa.memory_map(path, "r") as src:
         table = ipc.open_file(src).read_all()
+    return table.select(columns) if columns else table
+
+
+def check_shard_schema(table: pa.Table, path: str) -> None:
+    """ShardError unless ``table`` (read from ``path``) is a shard of :data:`SCHEMA_VERSION`."""
+    meta = table.schema.metadata or {}
+    v = meta.get(b"treeprep.schema_version")
+    if v is None or int(v) != SCHEMA_VERSION:
+        raise ShardError(
+            f"{path}: shard schema version {v.decode() if v else 'missing'}, "
+            f"this treeprep reads version {SCHEMA_VERSION}; rebuild the shards"
+        )
+
+
+def open_shard(path: str, columns: list[str] | None = None) -> pa.Table:
+    """:func:`read_shard`, checked: ShardError when the file is unreadable or of another schema
+    version (the reader the pipeline and the CLI use)."""
+    try:
+        table = read_shard(path)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise ShardError(f"{path}: unreadable shard ({e})") from e
+    check_shard_schema(table, path)
     return table.select(columns) if columns else table

@@ -1,11 +1,16 @@
-"""The dependency rule of STYLE.md, checked in fresh interpreters by inspecting ``sys.modules``.
+"""The dependency rule of STYLE.md, checked two ways.
 
 schemas <- treeprep (never torch); schemas <- trainer (never polars); the cli imports the trainer
-lazily.
+lazily. First in fresh interpreters by inspecting ``sys.modules`` (what importing really loads),
+then statically: every source file is parsed with ``ast`` and every import statement is checked,
+including the lazy ones inside functions (which the import-time check cannot see) and imports of
+private ``_names`` across packages. ``treeprep.errors`` is the one module every package may use:
+it is a leaf that imports nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -74,3 +79,140 @@ def test_package_dirs_map_under_one_namespace() -> None:
     assert Path(treeprep.schemas.__file__).parent == ROOT / "schemas"
     assert Path(treeprep.trainer.__file__).parent == ROOT / "trainer"
     assert Path(treeprep.cli.__file__).parent == ROOT / "cli"
+
+
+# --------------------------------------------------------------------------------------------
+# static: every import statement, top-level or inside a function
+# --------------------------------------------------------------------------------------------
+
+#: source folder -> the package it installs as
+PACKAGES = {
+    "schemas": "treeprep.schemas",
+    "treeprep": "treeprep",
+    "trainer": "treeprep.trainer",
+    "cli": "treeprep.cli",
+}
+
+
+def _package_of(module: str) -> str:
+    """The room a module belongs to: schemas, trainer, cli or (the rest of) treeprep."""
+    for room in ("treeprep.schemas", "treeprep.trainer", "treeprep.cli"):
+        if module == room or module.startswith(room + "."):
+            return room
+    return "treeprep" if module.split(".")[0] == "treeprep" else module.split(".")[0]
+
+
+def _imports(folder: str, root: Path = ROOT) -> list[tuple[str, int, str, list[str], bool]]:
+    """(file, line, imported module, imported names, inside a function?) for every import."""
+    out = []
+    pkg = PACKAGES[folder]
+    for path in sorted((root / folder).rglob("*.py")):
+        rel = path.relative_to(root / folder).with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        this = ".".join([pkg, *parts])
+        is_pkg = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        func_lines: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Import | ast.ImportFrom):
+                        func_lines.add(sub.lineno)
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    out.append((where, node.lineno, a.name, [], node.lineno in func_lines))
+            elif isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                if node.level:
+                    base = this.split(".") if is_pkg else this.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    mod = ".".join([*base, mod] if mod else base)
+                names = [a.name for a in node.names]
+                out.append((where, node.lineno, mod, names, node.lineno in func_lines))
+    return out
+
+
+def _violations(folder: str, rule, root: Path = ROOT) -> list[str]:
+    bad = []
+    for where, _, mod, names, lazy in _imports(folder, root):
+        why = rule(mod, names, lazy)
+        if why:
+            bad.append(f"{where}: {mod} {names}: {why}")
+    return bad
+
+
+def _top(mod: str) -> str:
+    return mod.split(".")[0]
+
+
+def test_static_schemas_import_nothing_of_the_other_rooms() -> None:
+    def rule(mod: str, names: list[str], lazy: bool) -> str | None:
+        if _top(mod) in {"torch", "polars", "transformers", "typer"}:
+            return "schemas use pydantic and pyarrow only"
+        if _top(mod) == "treeprep" and mod != "treeprep.errors":
+            if _package_of(mod) != "treeprep.schemas":
+                return "schemas import nothing from treeprep, trainer or cli"
+        return None
+
+    assert _violations("schemas", rule) == []
+
+
+def test_static_pipeline_never_imports_torch_or_the_trainer() -> None:
+    def rule(mod: str, names: list[str], lazy: bool) -> str | None:
+        if _top(mod) == "torch" or _package_of(mod) == "treeprep.trainer":
+            return "the pipeline never imports torch or the trainer"
+        if mod == "treeprep" and "trainer" in names:
+            return "the pipeline never imports the trainer"
+        return None
+
+    assert _violations("treeprep", rule) == []
+
+
+def _trainer_rule(mod: str, names: list[str], lazy: bool) -> str | None:
+    if _top(mod) == "polars":
+        return "the trainer never imports polars"
+    room = _package_of(mod)
+    if room == "treeprep.cli":
+        return "the trainer never imports the cli"
+    if room in {"treeprep", "treeprep.schemas"}:
+        private = [n for n in names if n.startswith("_")]
+        if private or any(p.startswith("_") for p in mod.split(".")):
+            return f"private names of another package: {private or mod}"
+    return None
+
+
+def test_static_trainer_imports_no_polars_no_cli_and_no_private_names() -> None:
+    assert _violations("trainer", _trainer_rule) == []
+
+
+def test_static_cli_imports_the_trainer_only_inside_commands() -> None:
+    def rule(mod: str, names: list[str], lazy: bool) -> str | None:
+        heavy = _top(mod) in {"torch", "transformers"} or _package_of(mod) == "treeprep.trainer"
+        if heavy and not lazy:
+            return "the cli imports the trainer (and torch) only inside the commands that train"
+        return None
+
+    assert _violations("cli", rule) == []
+
+
+def test_static_errors_is_a_leaf() -> None:
+    tree = ast.parse((ROOT / "treeprep" / "errors.py").read_text(encoding="utf-8"))
+    mods = [
+        getattr(n, "module", None) or [a.name for a in n.names]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+    ]
+    assert mods == ["__future__"]
+
+
+def test_static_check_sees_lazy_and_private_imports(tmp_path: Path) -> None:
+    """The checker itself: a private name imported inside a function is reported (the import-
+    time check misses it: the function never runs)."""
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "x.py").write_text(
+        "import os\n\n\ndef f():\n    from treeprep.render import _folder_sha256\n"
+    )
+    (bad,) = _violations("trainer", _trainer_rule, tmp_path)
+    assert bad.startswith("trainer/x.py:5: treeprep.render ['_folder_sha256']: private")

@@ -158,7 +158,7 @@ def save_main(
             except (AttributeError, ValueError):
                 pass
     if tokenizer_dir is not None:
-        from treeprep.render import TOKENIZER_FILES
+        from treeprep.schemas.tokenizer import TOKENIZER_FILES
 
         for name in TOKENIZER_FILES:
             src = os.path.join(tokenizer_dir, name)

@@ -214,7 +214,7 @@ def tokenizer_sha256(folder: str) -> str | None:
 
     from transformers import AutoTokenizer
 
-    from treeprep.render import _folder_sha256
+    from treeprep.schemas.tokenizer import folder_sha256 as _folder_sha256
 
     try:
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)

@@ -10,59 +10,62 @@ input in memory:
    per-file rejects list. A file's work is keyed by the hash of its bytes, the format, the options
    and the tokenizer identity, and its ``done.json`` is written last: a build killed half-way and
    run again skips every file that finished and redoes only the rest.
+   The work files and their ``done.json`` markers are :mod:`treeprep.workfiles`.
 2. **Group, build tries, write shards** (in the main process). The work files are memory-mapped;
    only their ``group_id`` columns are read up front. Groups are processed in sorted order, one at a
    time: their rows are gathered, inserted into a trie (:func:`treeprep.trie.build_tree`) and
-   appended to the current shard, which is written (temporary name, then rename) once it holds
-   ``shard_tokens`` tokens. Memory is bounded by the largest group plus one shard's buffer.
+   appended to the current shard (:class:`~treeprep.shards.ShardWriter`), which is written
+   (temporary name, then rename) once it holds ``shard_tokens`` tokens. Memory is bounded by the
+   largest group plus one shard's buffer.
 
 Finally ``rejects.jsonl`` and ``manifest.json`` are written, the manifest last: its presence means
 the build is whole. No timestamps or absolute paths are recorded, so the same inputs give the same
 bytes. Counts reconcile: ``records_read == records_in_trees + records_rejected``.
+
+:func:`build` reads as these stages, one function each: plan the jobs, render the files, write
+the trees, drop stale work, write the rejects, write the manifest.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import multiprocessing as mp
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from treeprep import __version__
-from treeprep.errors import InputError, TooManyErrors, TreeprepError
-from treeprep.schemas import SCHEMA_VERSION, Manifest, Reject
+from treeprep.errors import InputError, RenderError, TooManyErrors, TreeprepError
+from treeprep.schemas import SCHEMA_VERSION, Manifest, Reject, TokenizerIdentity
 from treeprep.schemas.manifest import Counts, InputEntry, ShardEntry
 from treeprep.sequence import Sequence
-from treeprep.shards import write_shard
-from treeprep.trie import Tree, build_tree
+from treeprep.shards import ShardWriter
+from treeprep.trie import build_tree
+from treeprep.workfiles import (
+    WORK_BATCH,
+    WORK_SCHEMA,
+    FileJob,
+    FileResult,
+    WorkFiles,
+    finish_file,
+    group_rows,
+    group_sequences,
+    read_result,
+    sequences_to_batch,
+)
+
+if TYPE_CHECKING:
+    from treeprep.formats import FormatSpec, ReadOptions
+    from treeprep.render import Renderer
 
 #: Progress callback: (stage, done, total). Stages: "render" (files), "trees" (groups).
 Progress = Callable[[str, int, int], None]
-
-WORK_SCHEMA = pa.schema(
-    [
-        ("group_id", pa.string()),
-        ("tokens", pa.list_(pa.int32())),
-        ("loss_spans", pa.list_(pa.int32())),
-        ("logprobs", pa.list_(pa.float32())),
-        ("reward", pa.float64()),
-        ("advantage", pa.float64()),
-        ("agent_id", pa.string()),
-        ("call_id", pa.string()),
-        ("source", pa.string()),
-        ("source_format", pa.string()),
-        ("branch_reason", pa.string()),
-    ]
-)
-_WORK_BATCH = 512
 
 
 @dataclass
@@ -105,34 +108,13 @@ class BuildConfig:
 
 
 # --------------------------------------------------------------------------------------------
-# stage 1: one input file -> work file of sequences + rejects
+# stage 1: one input file -> work file of sequences + rejects (in a worker)
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _FileJob:
-    path: str
-    explicit: bool
-    key: str
-    work_dir: str
-    sha256: str
-    size: int
-
-
-@dataclass
-class _FileResult:
-    path: str
-    format: str
-    records_read: int
-    records_rejected: int
-    sequences: int
-    skipped: bool = False
-
 
 _worker_state: dict = {}
 
 
-def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer=None) -> None:
+def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer: Renderer | None = None) -> None:
     from treeprep.render import Renderer
 
     _worker_state["renderer"] = (
@@ -143,7 +125,7 @@ def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer=None) -> None:
     _worker_state["cfg"] = cfg_dict
 
 
-def _read_options(cfg: dict):
+def _read_options(cfg: dict) -> ReadOptions:
     from treeprep.formats import ReadOptions
 
     system_prompt = None
@@ -171,227 +153,97 @@ def _default_group(path: str, group_by_folder: bool) -> str:
     return (os.path.dirname(path) or ".") if group_by_folder else path
 
 
-def _process_file(job: _FileJob) -> _FileResult:
+def _reject(**kw: Any) -> dict:
+    return Reject(**kw).model_dump(exclude_none=True)
+
+
+def _process_file(job: FileJob) -> FileResult:
     """Stage 1 for one file, in a worker.
 
     Writes ``sequences.arrow``, ``rejects.jsonl`` and, last, ``done.json`` under ``job.work_dir``.
     """
-    from treeprep.formats import FormatSpec, detect_format, get_format
+    from treeprep.formats import detect_format, get_format
     from treeprep.io import read_head
-    from treeprep.render import RenderError
 
-    renderer = _worker_state["renderer"]
     cfg = _worker_state["cfg"]
     os.makedirs(job.work_dir, exist_ok=True)
-    rejects: list[dict] = []
-    n_read = 0
-    n_seq = 0
-
-    spec: FormatSpec | None
-    if cfg.get("format"):
-        spec = get_format(cfg["format"])
-    else:
-        spec = detect_format(job.path, read_head(job.path))
+    spec = (
+        get_format(cfg["format"])
+        if cfg.get("format")
+        else detect_format(job.path, read_head(job.path))
+    )
     if spec is None:
-        if not job.explicit:
-            result = _FileResult(job.path, "", 0, 0, 0, skipped=True)
-            _finish_file(job, result, [])
-            return result
-        rejects.append(
-            Reject(
-                file=job.path,
-                line=0,
-                reason="unrecognised input format (pass --format to force one)",
-            ).model_dump(exclude_none=True)
-        )
-        result = _FileResult(job.path, "unknown", 1, 1, 0)
-        _finish_file(job, result, rejects)
-        return result
-
-    seq_path = os.path.join(job.work_dir, "sequences.arrow")
+        return _unrecognised(job)
+    rejects: list[dict] = []
+    seq_path = job.sequences_path()
     tmp = seq_path + ".tmp"
-    buf: list[Sequence] = []
-    opts = _read_options(cfg)
     with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
-
-        def flush() -> None:
-            if buf:
-                writer.write_batch(_sequences_to_batch(buf))
-                buf.clear()
-
-        items = spec.read(job.path, opts)
-        while True:
-            try:
-                item = next(items)
-            except StopIteration:
-                break
-            except InputError as e:  # the rest of the file is unusable
-                n_read += 1
-                rejects.append(
-                    Reject(file=e.file, line=e.line, reason=e.reason, format=spec.name).model_dump(
-                        exclude_none=True
-                    )
-                )
-                break
-            n_read += 1
-            if isinstance(item, Reject):
-                if item.format is None:
-                    item.format = spec.name
-                rejects.append(item.model_dump(exclude_none=True))
-                continue
-            gid = item.group_id or _default_group(job.path, spec.group_by_folder)
-            if not item.source_file:
-                item.source_file = job.path
-            if not item.source_format:
-                item.source_format = spec.name
-            try:
-                seq = renderer.render(item, group_id=gid, order=n_seq)
-            except RenderError as e:
-                rejects.append(
-                    Reject(
-                        file=item.source_file,
-                        line=item.source_line,
-                        reason=str(e),
-                        format=spec.name,
-                        call_id=item.call_id,
-                    ).model_dump(exclude_none=True)
-                )
-                continue
-            buf.append(seq)
-            n_seq += 1
-            if len(buf) >= _WORK_BATCH:
-                flush()
-        flush()
+        n_read, n_seq = _render_records(job, spec, _read_options(cfg), writer, rejects)
     os.replace(tmp, seq_path)
-    result = _FileResult(job.path, spec.name, n_read, len(rejects), n_seq)
-    _finish_file(job, result, rejects)
+    result = FileResult(job.path, spec.name, n_read, len(rejects), n_seq)
+    finish_file(job, result, rejects)
     return result
 
 
-def _finish_file(job: _FileJob, result: _FileResult, rejects: list[dict]) -> None:
-    rej_path = os.path.join(job.work_dir, "rejects.jsonl")
-    with open(rej_path + ".tmp", "wb") as f:
-        for r in rejects:
-            f.write(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n")
-    os.replace(rej_path + ".tmp", rej_path)
-    done = os.path.join(job.work_dir, "done.json")
-    with open(done + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(asdict(result), f)
-    os.replace(done + ".tmp", done)
+def _unrecognised(job: FileJob) -> FileResult:
+    """A file of no known format: skipped when a folder or glob found it, rejected when named."""
+    if not job.explicit:
+        result = FileResult(job.path, "", 0, 0, 0, skipped=True)
+        finish_file(job, result, [])
+        return result
+    reason = "unrecognised input format (pass --format to force one)"
+    result = FileResult(job.path, "unknown", 1, 1, 0)
+    finish_file(job, result, [_reject(file=job.path, line=0, reason=reason)])
+    return result
 
 
-def _sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(
-        {
-            "group_id": [s.group_id for s in seqs],
-            "tokens": [s.tokens for s in seqs],
-            "loss_spans": [np.asarray(s.loss_spans, dtype=np.int32).reshape(-1) for s in seqs],
-            "logprobs": [s.logprobs for s in seqs],
-            "reward": [s.reward for s in seqs],
-            "advantage": [s.advantage for s in seqs],
-            "agent_id": [s.agent_id for s in seqs],
-            "call_id": [s.call_id for s in seqs],
-            "source": [s.source for s in seqs],
-            "source_format": [s.source_format for s in seqs],
-            "branch_reason": [s.branch_reason for s in seqs],
-        },
-        schema=WORK_SCHEMA,
-    )
-
-
-class _WorkFiles:
-    """Stage 1's work files, memory-mapped, with the mapped pages given back now and then.
-
-    A group's rows are read as zero-copy slices of the mapped file (``Table.take`` would first
-    concatenate every chunk of the table, touching and copying the whole file for each group).
-    Pages a map has touched stay resident, and counted in the process's RSS, until the map is
-    closed, so once ``release_bytes`` of rows have been read every map is closed between two groups
-    and reopened (a footer read) when next needed. Peak memory is then bounded by
-    ``release_bytes`` plus one group, whatever the input size.
-    """
-
-    def __init__(self, release_bytes: int = 256 << 20) -> None:
-        self.paths: list[str] = []
-        self._open: dict[int, tuple[pa.MemoryMappedFile, pa.Table]] = {}
-        self._read = 0
-        self.release_bytes = release_bytes
-
-    def add(self, path: str) -> int:
-        self.paths.append(path)
-        return len(self.paths) - 1
-
-    def table(self, i: int) -> pa.Table:
-        if i not in self._open:
-            src = pa.memory_map(self.paths[i], "r")
-            self._open[i] = (src, ipc.open_file(src).read_all())
-        return self._open[i][1]
-
-    def rows(self, i: int, rows: np.ndarray) -> pa.Table:
-        """Rows ``rows`` (ascending) of work file ``i``: slices of the map, valid until release."""
-        table = self.table(i)
-        cuts = np.flatnonzero(np.diff(rows) != 1) + 1
-        parts = [table.slice(int(r[0]), len(r)) for r in np.split(rows, cuts)]
-        out = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-        self._read += 4 * sum(len(c.values) for c in out.column("tokens").chunks)
-        return out
-
-    def maybe_release(self) -> None:
-        """Close every map if enough has been read since the last release (call between groups,
-        when no slice handed out is in use any more)."""
-        if self._read >= self.release_bytes:
-            self.release()
-
-    def release(self) -> None:
-        sources = [src for src, _ in self._open.values()]
-        self._open.clear()  # drop the tables (and their buffers) before closing the maps
-        for src in sources:
-            src.close()
-        self._read = 0
-
-
-def _rows_to_sequences(table: pa.Table) -> list[Sequence]:
-    out = []
-    tokens = table.column("tokens")
-    spans = table.column("loss_spans").to_pylist()
-    lps = table.column("logprobs")
-    cols = {
-        k: table.column(k).to_pylist()
-        for k in (
-            "group_id",
-            "reward",
-            "advantage",
-            "agent_id",
-            "call_id",
-            "source",
-            "source_format",
-            "branch_reason",
-        )
-    }
-    for i in range(table.num_rows):
-        t = tokens[i].values.to_numpy(zero_copy_only=False)
-        lp = lps[i]
-        sp = spans[i]
-        out.append(
-            Sequence(
-                group_id=cols["group_id"][i],
-                tokens=t,
-                loss_spans=list(zip(sp[0::2], sp[1::2], strict=True)),
-                logprobs=None if not lp.is_valid else lp.values.to_numpy(zero_copy_only=False),
-                reward=cols["reward"][i],
-                advantage=cols["advantage"][i],
-                agent_id=cols["agent_id"][i],
-                call_id=cols["call_id"][i],
-                source=cols["source"][i],
-                source_format=cols["source_format"][i],
-                branch_reason=cols["branch_reason"][i],
-            )
-        )
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# the build
-# --------------------------------------------------------------------------------------------
+def _render_records(
+    job: FileJob,
+    spec: FormatSpec,
+    opts: ReadOptions,
+    writer: ipc.RecordBatchFileWriter,
+    rejects: list[dict],
+) -> tuple[int, int]:
+    """Read the file's records, render them and write the sequences in batches; unusable records
+    go to ``rejects``. Returns (records read, sequences written)."""
+    renderer = _worker_state["renderer"]
+    n_read = n_seq = 0
+    buf: list[Sequence] = []
+    items = spec.read(job.path, opts)
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            break
+        except InputError as e:  # the rest of the file is unusable
+            n_read += 1
+            rejects.append(_reject(file=e.file, line=e.line, reason=e.reason, format=spec.name))
+            break
+        n_read += 1
+        if isinstance(item, Reject):
+            if item.format is None:
+                item.format = spec.name
+            rejects.append(item.model_dump(exclude_none=True))
+            continue
+        gid = item.group_id or _default_group(job.path, spec.group_by_folder)
+        if not item.source_file:
+            item.source_file = job.path
+        if not item.source_format:
+            item.source_format = spec.name
+        try:
+            seq = renderer.render(item, group_id=gid, order=n_seq)
+        except RenderError as e:
+            where = {"file": item.source_file, "line": item.source_line, "call_id": item.call_id}
+            rejects.append(_reject(**where, reason=str(e), format=spec.name))
+            continue
+        buf.append(seq)
+        n_seq += 1
+        if len(buf) >= WORK_BATCH:
+            writer.write_batch(sequences_to_batch(buf))
+            buf.clear()
+    if buf:
+        writer.write_batch(sequences_to_batch(buf))
+    return n_read, n_seq
 
 
 def _job_key(sha: str, cfg: BuildConfig, tok_sha: str, explicit: bool) -> str:
@@ -423,9 +275,9 @@ def _file_digest(path: str | None) -> str:
 
 
 def _run_stage1(
-    jobs: list[_FileJob], cfg: BuildConfig, on_progress: Progress | None, renderer
-) -> Iterator[_FileResult]:
-    todo = [j for j in jobs if not os.path.exists(os.path.join(j.work_dir, "done.json"))]
+    jobs: list[FileJob], cfg: BuildConfig, on_progress: Progress | None, renderer: Renderer
+) -> Iterator[FileResult]:
+    todo = [j for j in jobs if not j.is_done()]
     done_before = len(jobs) - len(todo)
     if on_progress:
         on_progress("render", done_before, len(jobs))
@@ -474,36 +326,58 @@ def _run_stage1(
             yield res
 
 
+# --------------------------------------------------------------------------------------------
+# the build, stage by stage
+# --------------------------------------------------------------------------------------------
+
+
 def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     """Run a whole build (see the module docstring). Returns the manifest it wrote."""
-    from treeprep.io import expand_inputs, file_sha256
     from treeprep.render import Renderer
 
     renderer = Renderer.load(cfg.tokenizer, native_templates=cfg.native_templates)
-    identity = renderer.identity
-    out = cfg.out
-    work_root = os.path.join(out, ".work")
-    shard_dir = os.path.join(out, "shards")
+    work_root = os.path.join(cfg.out, ".work")
     os.makedirs(work_root, exist_ok=True)
-    os.makedirs(shard_dir, exist_ok=True)
     # an older manifest must not describe shards this build is about to replace
-    manifest_path = os.path.join(out, "manifest.json")
+    manifest_path = os.path.join(cfg.out, "manifest.json")
     if os.path.exists(manifest_path):
         os.remove(manifest_path)
 
-    files = expand_inputs(cfg.inputs)
-    jobs: list[_FileJob] = []
-    for path, explicit in files:
+    jobs = _plan_jobs(cfg, renderer.identity.sha256, work_root)
+    results = _render_files(jobs, cfg, on_progress, renderer, work_root)
+    counts = Counts()
+    shards = _write_trees(jobs, results, cfg.shard_tokens, counts, cfg.out, on_progress)
+    _drop_stale_work(jobs, work_root)
+    _write_rejects(jobs, cfg.out)
+    return _write_manifest(cfg, renderer.identity, jobs, results, counts, shards)
+
+
+def _plan_jobs(cfg: BuildConfig, tokenizer_sha: str, work_root: str) -> list[FileJob]:
+    """Every input file, hashed, with the work folder its key names."""
+    from treeprep.io import expand_inputs, file_sha256
+
+    jobs: list[FileJob] = []
+    for path, explicit in expand_inputs(cfg.inputs):
         try:
             sha = file_sha256(path)
             size = os.path.getsize(path)
         except OSError as e:
             raise InputError(path, 0, f"cannot read: {e}") from e
-        key = _job_key(sha, cfg, identity.sha256, explicit)
-        jobs.append(_FileJob(path, explicit, key, os.path.join(work_root, key), sha, size))
+        key = _job_key(sha, cfg, tokenizer_sha, explicit)
+        jobs.append(FileJob(path, explicit, key, os.path.join(work_root, key), sha, size))
+    return jobs
 
-    # ---- stage 1
-    results: dict[str, _FileResult] = {}
+
+def _render_files(
+    jobs: list[FileJob],
+    cfg: BuildConfig,
+    on_progress: Progress | None,
+    renderer: Renderer,
+    work_root: str,
+) -> dict[str, FileResult]:
+    """Stage 1 for every file not finished before; the results of all files, by path. Stops
+    with :class:`TooManyErrors` once more than ``max_errors`` records are rejected."""
+    results: dict[str, FileResult] = {}
     n_rejected = 0
     for res in _run_stage1(jobs, cfg, on_progress, renderer):
         results[res.path] = res
@@ -515,64 +389,36 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
             )
     for job in jobs:
         if job.path not in results:
-            with open(os.path.join(job.work_dir, "done.json"), encoding="utf-8") as f:
-                results[job.path] = _FileResult(**json.load(f))
+            results[job.path] = read_result(job)
     n_rejected = sum(r.records_rejected for r in results.values())
     if cfg.max_errors is not None and n_rejected > cfg.max_errors:
         raise TooManyErrors(
             f"{n_rejected} records rejected, more than --max-errors {cfg.max_errors}"
         )
+    return results
 
-    # ---- stage 2: group rows across work files, in sorted group order
-    work = _WorkFiles()
-    group_rows: dict[str, list[tuple[int, np.ndarray]]] = {}
+
+def _write_trees(
+    jobs: list[FileJob],
+    results: dict[str, FileResult],
+    shard_tokens: int,
+    counts: Counts,
+    out: str,
+    on_progress: Progress | None,
+) -> list[ShardEntry]:
+    """Stage 2: group rows across work files, one trie per group in sorted group order, shards."""
+    work = WorkFiles()
+    paths = []
     for job in jobs:
         res = results[job.path]
-        p = os.path.join(job.work_dir, "sequences.arrow")
-        if res.skipped or res.sequences == 0 or not os.path.exists(p):
-            continue
-        ti = work.add(p)
-        gids = work.table(ti).column("group_id").to_numpy(zero_copy_only=False)
-        order = np.argsort(gids, kind="stable")
-        sorted_g = gids[order]
-        bounds = np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1
-        for seg in np.split(order, bounds):
-            if len(seg):
-                group_rows.setdefault(str(gids[seg[0]]), []).append((ti, np.sort(seg)))
-    work.release()
-
-    for name in os.listdir(shard_dir):  # shards of an earlier build are replaced
-        os.remove(os.path.join(shard_dir, name))
-
-    counts = Counts()
-    shards: list[ShardEntry] = []
-    pending: list[Tree] = []
-    pending_tokens = 0
-
-    def flush() -> None:
-        nonlocal pending, pending_tokens
-        if not pending:
-            return
-        name = f"shard-{len(shards):05d}.arrow"
-        size, sha = write_shard(pending, os.path.join(shard_dir, name))
-        shards.append(
-            ShardEntry(
-                path=f"shards/{name}",
-                bytes=size,
-                sha256=sha,
-                trees=len(pending),
-                tokens_tree=sum(t.tokens_tree for t in pending),
-                tokens_linear=sum(t.tokens_linear for t in pending),
-            )
-        )
-        pending = []
-        pending_tokens = 0
-
-    gids_sorted = sorted(group_rows)
+        p = job.sequences_path()
+        if not res.skipped and res.sequences and os.path.exists(p):
+            paths.append(p)
+    groups = group_rows(work, paths)
+    writer = ShardWriter(out, shard_tokens)  # shards of an earlier build are replaced
+    gids_sorted = sorted(groups)
     for gi, gid in enumerate(gids_sorted):
-        seqs: list[Sequence] = []
-        for ti, rows in group_rows[gid]:
-            seqs.extend(_rows_to_sequences(work.rows(ti, rows)))
+        seqs = group_sequences(work, groups[gid])
         tree = build_tree(seqs, gid)
         del seqs  # views into the maps: gone before the maps may be released
         work.maybe_release()
@@ -581,31 +427,44 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         counts.nodes += tree.num_nodes
         counts.tokens_linear += tree.tokens_linear
         counts.tokens_tree += tree.tokens_tree
-        pending.append(tree)
-        pending_tokens += tree.tokens_tree
-        if pending_tokens >= cfg.shard_tokens:
-            flush()
+        writer.add(tree)
         if on_progress:
             on_progress("trees", gi + 1, len(gids_sorted))
-    flush()
+    writer.close()
     work.release()
+    return writer.entries
 
-    # work of inputs that are no longer part of this build is dropped; the rest stays for reruns
+
+def _drop_stale_work(jobs: list[FileJob], work_root: str) -> None:
+    """Work of inputs that are no longer part of this build is dropped; the rest stays for
+    reruns."""
     keep = {os.path.basename(j.work_dir) for j in jobs}
     for name in os.listdir(work_root):
         if name not in keep:
             shutil.rmtree(os.path.join(work_root, name), ignore_errors=True)
 
-    # ---- rejects, then the manifest
+
+def _write_rejects(jobs: list[FileJob], out: str) -> None:
+    """``OUT/rejects.jsonl``: every file's rejects, in input order, atomically."""
     rej_path = os.path.join(out, "rejects.jsonl")
     with open(rej_path + ".tmp", "wb") as rej_out:
         for job in jobs:
-            p = os.path.join(job.work_dir, "rejects.jsonl")
+            p = job.rejects_path()
             if os.path.exists(p):
                 with open(p, "rb") as rej_in:
                     shutil.copyfileobj(rej_in, rej_out)
     os.replace(rej_path + ".tmp", rej_path)
 
+
+def _write_manifest(
+    cfg: BuildConfig,
+    identity: TokenizerIdentity,
+    jobs: list[FileJob],
+    results: dict[str, FileResult],
+    counts: Counts,
+    shards: list[ShardEntry],
+) -> Manifest:
+    """Reconcile the counts and write ``OUT/manifest.json`` (last, atomically)."""
     inputs: list[InputEntry] = []
     formats: dict[str, int] = {}
     skipped: list[str] = []
@@ -644,6 +503,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         formats=dict(sorted(formats.items())),
         skipped_files=skipped,
     )
+    manifest_path = os.path.join(cfg.out, "manifest.json")
     with open(manifest_path + ".tmp", "w", encoding="utf-8") as f:
         f.write(manifest.model_dump_json(indent=2))
         f.write("\n")

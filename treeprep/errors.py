@@ -1,4 +1,9 @@
-"""The one error family of treeprep. The CLI catches :class:`TreeprepError` once and exits 1."""
+"""The one error family of treeprep. The CLI catches :class:`TreeprepError` once and exits 1.
+
+Every public error class of the pipeline lives here, so that a caller catches by name without
+importing the module that raises it. This module imports nothing: the schemas (the readers of the
+contract) and the trainer raise these errors too, and depending on this leaf drags nothing along.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +22,34 @@ class InputError(TreeprepError):
         super().__init__(f"{file}:{line}: {reason}")
 
 
+class RecordError(TreeprepError):
+    """One record does not fit; the reason becomes a Reject (never escapes an adapter)."""
+
+
 class TooManyErrors(TreeprepError):
     """More rejects than ``--max-errors`` allows."""
 
 
 class ShardError(TreeprepError):
     """A shard or manifest that cannot be used (missing, corrupt, other schema version)."""
+
+
+class RenderError(TreeprepError):
+    """A call that cannot be rendered into a training sequence; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class TokenizerError(TreeprepError):
+    """A tokenizer folder that cannot be loaded (missing files, no chat template)."""
+
+
+class NativeTemplateMismatch(TreeprepError):
+    """A native template port rendered a record differently from the jinja template: a bug in the
+    port (:mod:`treeprep.render.native`), never a bad record, so the build stops."""
+
+
+class PackError(TreeprepError):
+    """The trees cannot be packed under the given settings (a path longer than the budget)."""

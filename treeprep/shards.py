@@ -8,6 +8,9 @@ polars (``pl.read_ipc``), pyarrow (``pa.ipc.open_file``) and Hugging Face datase
 read speeds side by side.
 
 Writes are atomic: a shard is written to ``NAME.tmp`` and renamed; readers never see half a file.
+:class:`ShardWriter` cuts a stream of trees into shards of about ``shard_tokens`` tokens. Reading
+(manifest, shard paths, the schema-version check) is the contract's, in :mod:`treeprep.schemas`;
+:func:`iter_trees` turns shard rows back into :class:`~treeprep.trie.Tree` objects.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from treeprep.errors import ShardError
-from treeprep.schemas import SCHEMA_VERSION, TREE_SCHEMA, Manifest
-from treeprep.schemas.shard import read_shard, shard_paths
+from treeprep.schemas import TREE_SCHEMA
+from treeprep.schemas.manifest import ShardEntry
+from treeprep.schemas.shard import open_shard, shard_paths
 from treeprep.trie import Tree
 
 #: trees per Arrow record batch; a tree never spans two batches
@@ -50,37 +53,58 @@ def write_shard(trees: list[Tree], path: str) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def check_schema(table: pa.Table, path: str) -> None:
-    meta = table.schema.metadata or {}
-    v = meta.get(b"treeprep.schema_version")
-    if v is None or int(v) != SCHEMA_VERSION:
-        raise ShardError(
-            f"{path}: shard schema version {v.decode() if v else 'missing'}, "
-            f"this treeprep reads version {SCHEMA_VERSION}; rebuild the shards"
+class ShardWriter:
+    """Trees in, shards out: appends trees to the current shard and writes it (atomically) once it
+    holds ``shard_tokens`` tree tokens; :meth:`close` writes the rest. ``entries`` lists the
+    written shards for the manifest, named ``shards/shard-00000.arrow`` and on under ``out``.
+
+    Shards an earlier build left in ``OUT/shards/`` are removed when the writer is made.
+    """
+
+    def __init__(self, out: str, shard_tokens: int) -> None:
+        self.shard_dir = os.path.join(out, "shards")
+        os.makedirs(self.shard_dir, exist_ok=True)
+        for name in os.listdir(self.shard_dir):
+            os.remove(os.path.join(self.shard_dir, name))
+        self.shard_tokens = shard_tokens
+        self.entries: list[ShardEntry] = []
+        self._pending: list[Tree] = []
+        self._pending_tokens = 0
+
+    def add(self, tree: Tree) -> None:
+        """Append one tree; writes the shard once it is full."""
+        self._pending.append(tree)
+        self._pending_tokens += tree.tokens_tree
+        if self._pending_tokens >= self.shard_tokens:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending trees as one shard (nothing when none are pending)."""
+        if not self._pending:
+            return
+        name = f"shard-{len(self.entries):05d}.arrow"
+        size, sha = write_shard(self._pending, os.path.join(self.shard_dir, name))
+        self.entries.append(
+            ShardEntry(
+                path=f"shards/{name}",
+                bytes=size,
+                sha256=sha,
+                trees=len(self._pending),
+                tokens_tree=sum(t.tokens_tree for t in self._pending),
+                tokens_linear=sum(t.tokens_linear for t in self._pending),
+            )
         )
+        self._pending = []
+        self._pending_tokens = 0
 
-
-def load_manifest(out_dir: str) -> Manifest:
-    """Read and validate ``OUT/manifest.json`` (ShardError when the build is missing or
-    unfinished, or the file is not a treeprep manifest)."""
-    p = os.path.join(out_dir, "manifest.json")
-    if not os.path.exists(p):
-        raise ShardError(f"{out_dir}: no manifest.json; not a finished treeprep build")
-    try:
-        with open(p, encoding="utf-8") as f:
-            return Manifest.model_validate_json(f.read())
-    except (OSError, ValueError) as e:
-        raise ShardError(f"{p}: not a valid treeprep manifest: {e}") from e
+    close = flush
 
 
 def iter_trees(out_dir: str, *, groups: Iterable[str] | None = None) -> Iterator[Tree]:
     """Every tree of a finished build, in shard order (optionally only some group ids)."""
-    if not os.path.exists(os.path.join(out_dir, "manifest.json")):
-        raise ShardError(f"{out_dir}: no manifest.json; not a finished treeprep build")
     wanted = set(groups) if groups is not None else None
     for path in shard_paths(out_dir):
-        table = read_shard(path)
-        check_schema(table, path)
+        table = open_shard(path)
         for batch in table.to_batches():
             if wanted is not None:
                 gids = batch.column("group_id").to_pylist()

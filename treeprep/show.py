@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from treeprep.errors import TreeprepError
-from treeprep.shards import iter_trees, load_manifest
+from treeprep.schemas.manifest import load_manifest
+from treeprep.shards import iter_trees
 from treeprep.trie import Tree
 
 Decode = Callable[[np.ndarray], str]

@@ -42,8 +42,8 @@ from treeprep.pack import (
     plan_forest,
 )
 from treeprep.pack import read_plan_summary as _read_plan_summary
+from treeprep.schemas.manifest import load_manifest
 from treeprep.schemas.plan import PlanSummary
-from treeprep.shards import load_manifest
 
 #: quantiles reported for every distribution
 QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -121,7 +121,7 @@ def collect(out_dir: str) -> Collected:
         source_format=fmt,
         tokens_tree=forest.tokens_tree(),
         tokens_linear=forest.tokens_linear(),
-        sequences=forest._segsum(forest.seq_count, forest.seq_off),
+        sequences=forest.sequences(),
         depth=forest.longest_path(),
         branching=branching,
         branch_reason=reasons,

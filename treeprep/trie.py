@@ -21,11 +21,12 @@ the adapter's hint on the earliest sequence that took it (``unknown`` when there
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from treeprep.sequence import Sequence
+from treeprep.treeindex import path_to_root
 
 
 @dataclass
@@ -131,11 +132,7 @@ class Tree:
 
     def path_nodes(self, node: int) -> list[int]:
         """Pre-order indices from the root down to ``node``."""
-        path = []
-        while node >= 0:
-            path.append(node)
-            node = int(self.node_parent[node])
-        return path[::-1]
+        return path_to_root(self.node_parent, node).tolist()
 
     def sequence_tokens(self, s: int) -> np.ndarray:
         nodes = self.path_nodes(int(self.seq_node[s]))
@@ -176,31 +173,86 @@ def _lcp(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if diff.size else m
 
 
+@dataclass
+class _Entries:
+    """A group's sequences with exact duplicates merged, in input order of first occurrence."""
+
+    entries: list[Sequence]
+    counts: list[int]
+    #: input index of each entry's first occurrence
+    orders: list[int]
+
+
+@dataclass
+class _Trie:
+    """The trie under construction: nodes hold a slice ``[start, end)`` of a distinct sequence."""
+
+    src: list[int] = field(default_factory=list)  # which distinct sequence holds the tokens
+    start: list[int] = field(default_factory=list)
+    end: list[int] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)
+    children: list[list[int]] = field(default_factory=list)
+    ends: list[list[int]] = field(default_factory=list)  # distinct sequences ending here
+    roots: list[int] = field(default_factory=list)
+
+    def new_node(self, src: int, start: int, end: int, parent: int) -> int:
+        self.src.append(src)
+        self.start.append(start)
+        self.end.append(end)
+        self.parent.append(parent)
+        self.children.append([])
+        self.ends.append([])
+        return len(self.src) - 1
+
+    def split(self, top: int, depth: int) -> None:
+        """Split node ``top`` at ``depth``: its tail becomes its only child."""
+        y = self.new_node(self.src[top], depth, self.end[top], top)
+        self.children[y] = self.children[top]
+        for c in self.children[y]:
+            self.parent[c] = y
+        self.ends[y] = self.ends[top]
+        self.children[top] = [y]
+        self.ends[top] = []
+        self.end[top] = depth
+
+
 def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
     """Insert every sequence of one group into a trie. ``seqs`` are in input order."""
     if not seqs:
         raise ValueError("build_tree needs at least one sequence")
     gid = group_id if group_id is not None else seqs[0].group_id
+    ent = _merge_duplicates(seqs, gid)
+    uniq, uniq_entries = _distinct(ent.entries)
+    trie = _insert_sorted(uniq)
+    preorder, pre = _preorder(trie)
+    uniq_count = [sum(ent.counts[e] for e in es) for es in uniq_entries]
+    uniq_first = [min(ent.orders[e] for e in es) for es in uniq_entries]
+    last, nseq, first = _subtree_aggregates(trie, preorder, pre, uniq_count, uniq_first)
+    reason = _branch_reasons(trie, first, seqs)
+    return _to_tree(gid, trie, preorder, pre, uniq, uniq_entries, ent, last, nseq, reason)
 
-    # 1. merge exact duplicates; entries keep input order of their first occurrence
+
+def _merge_duplicates(seqs: list[Sequence], gid: str) -> _Entries:
+    """1. Merge exact duplicates; entries keep input order of their first occurrence."""
     entry_index: dict[tuple, int] = {}
-    entries: list[Sequence] = []
-    counts: list[int] = []
-    orders: list[int] = []
+    out = _Entries([], [], [])
     for i, s in enumerate(seqs):
         if len(s.tokens) == 0:
             raise ValueError(f"empty sequence in group {gid!r} ({s.source})")
         k = s.key()
         j = entry_index.get(k)
         if j is None:
-            entry_index[k] = len(entries)
-            entries.append(s)
-            counts.append(1)
-            orders.append(i)
+            entry_index[k] = len(out.entries)
+            out.entries.append(s)
+            out.counts.append(1)
+            out.orders.append(i)
         else:
-            counts[j] += 1
+            out.counts[j] += 1
+    return out
 
-    # 2. distinct token sequences, sorted lexicographically (big-endian uint32 bytes sort like ints)
+
+def _distinct(entries: list[Sequence]) -> tuple[list[np.ndarray], list[list[int]]]:
+    """2. Distinct token sequences, and the entries holding each."""
     by_tokens: dict[bytes, int] = {}
     uniq: list[np.ndarray] = []
     uniq_entries: list[list[int]] = []
@@ -213,82 +265,78 @@ def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
             uniq_entries.append([e])
         else:
             uniq_entries[u].append(e)
+    return uniq, uniq_entries
+
+
+def _insert_sorted(uniq: list[np.ndarray]) -> _Trie:
+    """3. Stack construction over the distinct sequences sorted lexicographically (big-endian
+    uint32 bytes sort like the ids)."""
     sort_keys = [t.astype(">u4").tobytes() for t in uniq]
     order = sorted(range(len(uniq)), key=sort_keys.__getitem__)
-
-    # 3. stack construction over the sorted sequences
-    n_src: list[int] = []  # which uniq sequence holds the node's tokens
-    n_start: list[int] = []
-    n_end: list[int] = []
-    n_parent: list[int] = []
-    n_children: list[list[int]] = []
-    n_ends: list[list[int]] = []  # uniq indices ending at the node
-    roots: list[int] = []
-
-    def new_node(src: int, start: int, end: int, parent: int) -> int:
-        n_src.append(src)
-        n_start.append(start)
-        n_end.append(end)
-        n_parent.append(parent)
-        n_children.append([])
-        n_ends.append([])
-        return len(n_src) - 1
-
+    trie = _Trie()
     stack: list[int] = []
     prev: np.ndarray | None = None
     for u in order:
         toks = uniq[u]
-        length = len(toks)
         lcp = 0 if prev is None else _lcp(prev, toks)
-        while stack and n_start[stack[-1]] >= lcp:
+        while stack and trie.start[stack[-1]] >= lcp:
             stack.pop()
         parent = -1
         if stack:
             top = stack[-1]
-            if n_end[top] > lcp:  # split `top` at depth lcp
-                y = new_node(n_src[top], lcp, n_end[top], top)
-                n_children[y] = n_children[top]
-                for c in n_children[y]:
-                    n_parent[c] = y
-                n_ends[y] = n_ends[top]
-                n_children[top] = [y]
-                n_ends[top] = []
-                n_end[top] = lcp
+            if trie.end[top] > lcp:
+                trie.split(top, lcp)
             parent = top
-        x = new_node(u, lcp, length, parent)
+        x = trie.new_node(u, lcp, len(toks), parent)
         if parent >= 0:
-            n_children[parent].append(x)
+            trie.children[parent].append(x)
         else:
-            roots.append(x)
-        n_ends[x].append(u)
+            trie.roots.append(x)
+        trie.ends[x].append(u)
         stack.append(x)
         prev = toks
+    return trie
 
-    # 4. pre-order layout
-    nn = len(n_src)
-    pre = np.empty(nn, dtype=np.int64)
+
+def _preorder(trie: _Trie) -> tuple[list[int], np.ndarray]:
+    """4. Pre-order layout: the nodes in pre-order, and each node's pre-order index."""
+    pre = np.empty(len(trie.src), dtype=np.int64)
     preorder: list[int] = []
-    todo = list(reversed(roots))
+    todo = list(reversed(trie.roots))
     while todo:
         v = todo.pop()
         pre[v] = len(preorder)
         preorder.append(v)
-        todo.extend(reversed(n_children[v]))
+        todo.extend(reversed(trie.children[v]))
+    return preorder, pre
 
-    # subtree aggregates in reverse pre-order: last index, sequence counts, earliest entry
-    uniq_count = [sum(counts[e] for e in es) for es in uniq_entries]
-    uniq_first = [min(orders[e] for e in es) for es in uniq_entries]
+
+def _subtree_aggregates(
+    trie: _Trie,
+    preorder: list[int],
+    pre: np.ndarray,
+    uniq_count: list[int],
+    uniq_first: list[int],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, in reverse pre-order: last pre-order index of its subtree, sequences through it,
+    earliest input index below it."""
+    nn = len(trie.src)
     last = np.empty(nn, dtype=np.int64)
     nseq = np.zeros(nn, dtype=np.int64)
     first = np.full(nn, np.iinfo(np.int64).max, dtype=np.int64)
     for v in reversed(preorder):
-        last[v] = max([pre[v]] + [last[c] for c in n_children[v]])
-        nseq[v] = sum(uniq_count[u] for u in n_ends[v]) + sum(nseq[c] for c in n_children[v])
-        cands = [uniq_first[u] for u in n_ends[v]] + [first[c] for c in n_children[v]]
-        first[v] = min(cands)
+        kids = trie.children[v]
+        last[v] = max([pre[v]] + [last[c] for c in kids])
+        nseq[v] = sum(uniq_count[u] for u in trie.ends[v]) + sum(nseq[c] for c in kids)
+        first[v] = min([uniq_first[u] for u in trie.ends[v]] + [first[c] for c in kids])
+    return last, nseq, first
 
-    reason = [""] * nn
-    for sibs in [roots] + [n_children[v] for v in range(nn)]:
+
+def _branch_reasons(trie: _Trie, first: np.ndarray, seqs: list[Sequence]) -> list[str]:
+    """The child holding the earliest input is the main continuation; every other child gets
+    the hint of the earliest sequence that took it (``unknown`` when there is none)."""
+    reason = [""] * len(trie.src)
+    for sibs in [trie.roots] + trie.children:
         if len(sibs) < 2:
             continue
         main = min(sibs, key=lambda c: first[c])
@@ -296,28 +344,42 @@ def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
             if c != main:
                 hint = seqs[int(first[c])].branch_reason
                 reason[c] = hint or "unknown"
+    return reason
 
-    # 5. arrays in pre-order
-    new_of = pre  # old id -> pre-order index
-    lengths = np.array([n_end[v] - n_start[v] for v in preorder], dtype=np.int32)
+
+def _to_tree(
+    gid: str,
+    trie: _Trie,
+    preorder: list[int],
+    pre: np.ndarray,
+    uniq: list[np.ndarray],
+    uniq_entries: list[list[int]],
+    ent: _Entries,
+    last: np.ndarray,
+    nseq: np.ndarray,
+    reason: list[str],
+) -> Tree:
+    """5-6. The shard layout: node arrays in pre-order, sequence entries by end node then input
+    order."""
+    nn = len(preorder)
+    lengths = np.array([trie.end[v] - trie.start[v] for v in preorder], dtype=np.int32)
     offsets = np.zeros(nn, dtype=np.int32)
     if nn > 1:
         np.cumsum(lengths[:-1], out=offsets[1:])
-    input_ids = np.concatenate([uniq[n_src[v]][n_start[v] : n_end[v]] for v in preorder]).astype(
-        np.int32
-    )
+    input_ids = np.concatenate(
+        [uniq[trie.src[v]][trie.start[v] : trie.end[v]] for v in preorder]
+    ).astype(np.int32)
     parent_arr = np.array(
-        [-1 if n_parent[v] < 0 else int(new_of[n_parent[v]]) for v in preorder], dtype=np.int32
+        [-1 if trie.parent[v] < 0 else int(pre[trie.parent[v]]) for v in preorder], dtype=np.int32
     )
-
-    # 6. sequence entries, by end node then input order
-    rows = []
-    for v in preorder:
-        for u in n_ends[v]:
-            for e in uniq_entries[u]:
-                rows.append((int(new_of[v]), orders[e], e))
-    rows.sort()
-    formats = sorted({s.source_format for s in entries})
+    rows = sorted(
+        (int(pre[v]), ent.orders[e], e)
+        for v in preorder
+        for u in trie.ends[v]
+        for e in uniq_entries[u]
+    )
+    entries = [ent.entries[r[2]] for r in rows]
+    formats = sorted({s.source_format for s in ent.entries})
     return Tree(
         group_id=gid,
         source_format=formats[0] if len(formats) == 1 else "mixed",
@@ -325,18 +387,18 @@ def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
         node_parent=parent_arr,
         node_offset=offsets,
         node_length=lengths,
-        node_depth=np.array([n_start[v] for v in preorder], dtype=np.int32),
+        node_depth=np.array([trie.start[v] for v in preorder], dtype=np.int32),
         node_last=np.array([last[v] for v in preorder], dtype=np.int32),
         node_branch_reason=[reason[v] for v in preorder],
         node_num_sequences=np.array([nseq[v] for v in preorder], dtype=np.int32),
         seq_node=np.array([r[0] for r in rows], dtype=np.int32),
-        seq_length=np.array([len(entries[r[2]].tokens) for r in rows], dtype=np.int32),
-        seq_count=np.array([counts[r[2]] for r in rows], dtype=np.int32),
-        seq_loss_spans=[[x for sp in entries[r[2]].loss_spans for x in sp] for r in rows],
-        seq_logprobs=[_logprobs_list(entries[r[2]]) for r in rows],
-        seq_reward=[entries[r[2]].reward for r in rows],
-        seq_advantage=[entries[r[2]].advantage for r in rows],
-        seq_agent_id=[entries[r[2]].agent_id for r in rows],
-        seq_call_id=[entries[r[2]].call_id for r in rows],
-        seq_source=[entries[r[2]].source for r in rows],
+        seq_length=np.array([len(s.tokens) for s in entries], dtype=np.int32),
+        seq_count=np.array([ent.counts[r[2]] for r in rows], dtype=np.int32),
+        seq_loss_spans=[[x for sp in s.loss_spans for x in sp] for s in entries],
+        seq_logprobs=[_logprobs_list(s) for s in entries],
+        seq_reward=[s.reward for s in entries],
+        seq_advantage=[s.advantage for s in entries],
+        seq_agent_id=[s.agent_id for s in entries],
+        seq_call_id=[s.call_id for s in entries],
+        seq_source=[s.source for s in entries],
     )

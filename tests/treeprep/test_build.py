@@ -20,7 +20,8 @@ from treeprep.build import BuildConfig, build
 from treeprep.cli.app import app
 from treeprep.errors import TooManyErrors
 from treeprep.export import export_sequences
-from treeprep.shards import iter_trees, load_manifest
+from treeprep.schemas.manifest import load_manifest
+from treeprep.shards import iter_trees
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"

@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.errors import InputError, TreeprepError
+from treeprep.errors import InputError, RecordError
 from treeprep.formats import aliases
 from treeprep.formats._records import iter_records, load_document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -49,10 +49,6 @@ NAME_JSON = "openai-chat-json"
 
 GROUP_KEYS = ("group_id", "task_id", "session_id")
 _ROLES = ("system", "user", "assistant", "tool")
-
-
-class RecordError(TreeprepError):
-    """One record does not fit; the reason becomes a Reject (never escapes an adapter)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from treeprep import builtin_tokenizer as bt
-from treeprep.errors import TreeprepError
-from treeprep.render import CachedEncoder, Renderer, RenderError, TokenizerError
+from treeprep.errors import RenderError, TokenizerError, TreeprepError
+from treeprep.render import CachedEncoder, Renderer
+from treeprep.render import builtin as bt
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 
 ADDED = list(bt.SPECIAL_TOKENS + bt.MARKUP_TOKENS)
@@ -110,7 +110,7 @@ def test_builtin_cached_path_equals_whole(x: str) -> None:
 
 
 def test_cache_hits_and_bound() -> None:
-    from treeprep.builtin_tokenizer import build_backend
+    from treeprep.render.builtin import build_backend
 
     enc = CachedEncoder(build_backend(), max_chars=100)
     text = "<|im_start|>user\nhello there<|im_end|>\n"
@@ -391,7 +391,7 @@ def _nested_encoder() -> CachedEncoder:
     a text that ends in "<|x|>" may continue into the longer token."""
     from tokenizers import AddedToken
 
-    from treeprep.builtin_tokenizer import build_backend
+    from treeprep.render.builtin import build_backend
 
     tok = build_backend()
     tok.add_tokens(
@@ -485,7 +485,7 @@ def test_fast_sandbox_keeps_the_sandbox_rules() -> None:
     from jinja2.exceptions import SecurityError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from treeprep.render import _fast_sandbox_class
+    from treeprep.render.template import fast_sandbox_class as _fast_sandbox_class
 
     fast = ImmutableSandboxedEnvironment()
     fast.__class__ = _fast_sandbox_class(ImmutableSandboxedEnvironment)
@@ -513,7 +513,7 @@ def test_fast_sandbox_keeps_the_sandbox_rules() -> None:
 def test_regression_eviction_never_drops_a_piece_the_current_text_hit() -> None:
     """A 1 GB bench build crashed with KeyError: new pieces pushed the cache over its bound and the
     eviction dropped an old piece that the same text had just hit, before it was gathered."""
-    from treeprep.builtin_tokenizer import build_backend
+    from treeprep.render.builtin import build_backend
 
     enc = CachedEncoder(build_backend(), max_chars=64)
     assert enc._simple

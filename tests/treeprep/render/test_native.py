@@ -24,22 +24,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from treeprep import builtin_tokenizer as bt
 from treeprep.build import BuildConfig, build
-from treeprep.errors import TreeprepError
+from treeprep.errors import NativeTemplateMismatch, RenderError, TreeprepError
 from treeprep.formats import detect_format
 from treeprep.formats.base import ReadOptions
 from treeprep.io import read_head
-from treeprep.native_templates import FALLBACK_ERRORS, PORTS, find_port
-from treeprep.render import NativeTemplateMismatch, Renderer, RenderError, _sha256_text
+from treeprep.render import Renderer
+from treeprep.render import builtin as bt
+from treeprep.render.native import FALLBACK_ERRORS, PORTS, find_port
 from treeprep.schemas import ChatCall
+from treeprep.schemas.tokenizer import sha256_text as _sha256_text
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 TOKENIZERS = DATA / "tokenizers"
 LOGS = DATA / "logs"
 HAVE_DATA = (TOKENIZERS / "qwen3" / "tokenizer.json").is_file()
 needs_data = pytest.mark.skipif(not HAVE_DATA, reason="../shared/data is absent")
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"
 
 TEMPLATES = ["builtin", "qwen3", "qwen2_5", "qwen3_instruct_2507"]
 _RENDERERS: dict[str, Renderer] = {}
@@ -146,7 +147,7 @@ def test_a_template_one_byte_off_gets_no_port() -> None:
 
 
 def test_a_port_that_disagrees_on_the_probes_is_not_used(monkeypatch) -> None:
-    from treeprep import native_templates as nt
+    from treeprep.render import native as nt
 
     sha = _sha256_text(bt.CHAT_TEMPLATE)
     bad = nt.NativeTemplate("bad", lambda m, t, g: nt.render_builtin_chatml(m, t, g) + "\n")
@@ -501,7 +502,7 @@ def test_cli_flag_no_native_templates(tmp_path: Path) -> None:
 
 
 def test_tool_schema_memo_tells_apart_what_json_dumps_does() -> None:
-    from treeprep.native_templates import _tojson, _tool_json
+    from treeprep.render.native import _tojson, _tool_json
 
     class Key(str):
         pass

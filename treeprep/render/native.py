@@ -147,6 +147,22 @@ _QWEN_TOOLS_TAIL = (
 _QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
+def _turn(out: list[str], role: str, content: str) -> None:
+    """One plain ChatML turn: ``<|im_start|>role\ncontent<|im_end|>\n``."""
+    out.append("<|im_start|>")
+    out.append(role)
+    out.append("\n")
+    out.append(content)
+    out.append("<|im_end|>\n")
+
+
+def _finish(out: list[str], add_generation_prompt: bool) -> str:
+    """The rendered text, with the assistant header appended when a generation prompt is asked."""
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
 def _system_block(
     out: list[str],
     messages: list[dict[str, Any]],
@@ -266,14 +282,8 @@ def render_qwen3(
                 _qwen3_tool_calls(out, tool_calls, content)
             ap("<|im_end|>\n")
         elif role == "user" or (role == "system" and i):
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(m["content"])
-            ap("<|im_end|>\n")
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+            _turn(out, role, m["content"])
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -296,11 +306,7 @@ def render_qwen3_instruct_2507(
             content = ""
         role = m["role"]
         if role == "user" or (role == "system" and i):
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(content)
-            ap("<|im_end|>\n")
+            _turn(out, role, content)
         elif role == "assistant":
             ap("<|im_start|>assistant\n")
             ap(content)
@@ -310,9 +316,7 @@ def render_qwen3_instruct_2507(
             ap("<|im_end|>\n")
         elif role == "tool":
             _tool_message(out, messages, i, n, content)
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -336,11 +340,7 @@ def render_qwen2_5(
             or (role == "system" and i)
             or (role == "assistant" and not m.get("tool_calls"))
         ):
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(m["content"])
-            ap("<|im_end|>\n")
+            _turn(out, role, m["content"])
         elif role == "assistant":
             ap("<|im_start|>assistant")
             content = m["content"]
@@ -358,13 +358,11 @@ def render_qwen2_5(
             ap("<|im_end|>\n")
         elif role == "tool":
             _tool_message(out, messages, i, n, m["content"])
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
-# The built-in ChatML template (treeprep.builtin_tokenizer.CHAT_TEMPLATE)
+# The built-in ChatML template (treeprep.render.builtin.CHAT_TEMPLATE)
 # --------------------------------------------------------------------------------------------------
 
 _BUILTIN_TOOLS_HEAD = "# Tools\n\nYou may call the functions below. Their JSON schemas:\n<tools>"
@@ -415,14 +413,8 @@ def render_builtin_chatml(
             ap(m["content"])
             ap("\n</tool_response><|im_end|>\n")
         else:
-            ap("<|im_start|>")
-            ap(role)
-            ap("\n")
-            ap(m["content"])
-            ap("<|im_end|>\n")
-    if add_generation_prompt:
-        ap("<|im_start|>assistant\n")
-    return "".join(out)
+            _turn(out, role, m["content"])
+    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -443,7 +435,7 @@ PORTS: dict[str, NativeTemplate] = {
     "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326": NativeTemplate(
         "qwen3_instruct_2507", render_qwen3_instruct_2507
     ),
-    # treeprep.builtin_tokenizer.CHAT_TEMPLATE
+    # treeprep.render.builtin.CHAT_TEMPLATE
     "1da93fe193dbadec53c47e6d813de217c0975f039d60190ee04e61b2157c4d2f": NativeTemplate(
         "builtin_chatml", render_builtin_chatml
     ),

@@ -16,10 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from treeprep.render import Renderer, RenderError
+from treeprep.errors import RenderError
+from treeprep.render import Renderer
 from treeprep.schemas import ChatCall
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 TOKENIZERS = DATA / "tokenizers"
 LLM_DATA = DATA / "logs" / "openhands" / "tests" / "fixtures" / "llm_data"
 TAU2 = DATA / "logs" / "tau2-bench"

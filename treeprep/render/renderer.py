@@ -1,0 +1,441 @@
+"""Rendering: a canonical record (chat call or token rollout) becomes a token :class:`Sequence`.
+
+Contract (exactness first)
+--------------------------
+For a :class:`~treeprep.schemas.ChatCall` the messages are normalized (text parts joined into one
+string, ``content: null`` made ``""``, tool-call arguments kept exactly as logged,
+``reasoning_content`` passed through, unset fields dropped), and then
+
+- ``tokens == tokenizer.apply_chat_template(messages + [completion], tools=tools, tokenize=True)``,
+- the loss span is exactly the tokens after
+  ``apply_chat_template(messages, tools=tools, add_generation_prompt=True)``; where that prompt is
+  not a token prefix of the full sequence the call is rejected (:class:`RenderError`) with that
+  reason.
+
+The renderer never invents, strips or "fixes" text: what the template does to earlier reasoning
+(Qwen3 keeps it only after the last user query) is what ends up in the tokens. It only *notices* it:
+when the record has no ``branch_reason`` and the previous turn of the same conversation (the
+history up to its last assistant message, rendered as that call's own training sequence) is not a
+token prefix of this call, the template rewrote history (dropped reasoning, or rendered the last
+completion differently in history, like Qwen3's empty ``<think>\\n\\n</think>\\n\\n`` block), and
+the sequence gets ``branch_reason = "reasoning-dropped"`` so the trie can say why it branches there.
+
+A :class:`~treeprep.schemas.TokenRollout` is taken as is: prompt ids + generation ids, the loss
+span over the generation, the sampler's log-probs passed through. Ids outside the vocabulary are
+rejected.
+
+How: the chat template renders the call to text (:mod:`treeprep.render.template`: jinja, or a
+verified native port from :mod:`treeprep.render.native`), and the piece cache
+(:mod:`treeprep.render.encoder`) turns the text into ids, tokenizing each unique piece once. The
+built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import OrderedDict
+from collections.abc import Sequence as _Seq
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from treeprep.errors import NativeTemplateMismatch, RenderError, TokenizerError
+from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
+from treeprep.render.native import FALLBACK_ERRORS
+from treeprep.render.template import (
+    CHECK_EVERY,
+    CHECK_FIRST,
+    RenderFn,
+    find_verified_port,
+    first_char_difference,
+    make_direct,
+    render_jinja,
+)
+from treeprep.schemas import ChatCall, Message, TokenizerIdentity, TokenRollout
+from treeprep.schemas.tokenizer import chat_template_of, folder_sha256, sha256_text
+from treeprep.sequence import Sequence
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def normalize_message(m: Message, where: str = "message") -> dict[str, Any]:
+    """A message as the chat template sees it.
+
+    Text parts are joined into one string (nothing between them), ``None`` content becomes ``""``,
+    tool-call arguments are kept exactly as logged (a JSON string or an object),
+    ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
+    image) cannot be rendered by a text-only template: :class:`RenderError`.
+    """
+    if m.content is None:
+        content = ""
+    elif isinstance(m.content, str):
+        content = m.content
+    else:
+        texts = []
+        for j, p in enumerate(m.content):
+            if p.type not in TEXT_PART_TYPES:
+                raise RenderError(
+                    f"{where} content part {j} has type {p.type!r}; only text parts can be rendered"
+                )
+            texts.append(p.text or "")
+        content = "".join(texts)
+    d: dict[str, Any] = {"role": m.role, "content": content}
+    if m.tool_calls:
+        d["tool_calls"] = [
+            {
+                **({"id": tc.id} if tc.id is not None else {}),
+                "type": tc.type,
+                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+            }
+            for tc in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        d["name"] = m.name
+    if m.reasoning_content is not None:
+        d["reasoning_content"] = m.reasoning_content
+    return d
+
+
+# --------------------------------------------------------------------------------------------------
+# The renderer
+# --------------------------------------------------------------------------------------------------
+
+
+class Renderer:
+    """Turns records into token sequences with one tokenizer and its chat template.
+
+    Build it with :meth:`load`. It keeps per-process caches (the piece cache, the last few rendered
+    calls), so use one per worker process.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        identity: TokenizerIdentity,
+        *,
+        cache_chars: int = DEFAULT_CACHE_CHARS,
+        probe: bool = True,
+        native_templates: bool = True,
+    ) -> None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise TokenizerError(
+                f"{identity.name}: not a fast tokenizer (tokenizer.json is needed for rendering)"
+            )
+        self.tokenizer = tokenizer
+        self.identity = identity
+        self.vocab_size = identity.vocab_size
+        # apply_chat_template(tokenize=True) sets this on the backend before encoding; so do we.
+        backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+        backend.no_truncation()
+        backend.no_padding()
+        self.backend = backend
+        self.encoder = CachedEncoder(backend, max_chars=cache_chars)
+        if probe:
+            self.encoder.probe(probe_texts(self.encoder._by_content))
+        # recent full renders: fingerprint of (messages, tools) -> ids
+        self._recent: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._recent_max = 8
+        #: the name of the native template port in use (None: jinja renders every call)
+        self.native_template: str | None = None
+        self._native: RenderFn | None = None
+        #: renders done by the port so far (the cross-check schedule counts them)
+        self.native_renders = 0
+        self._direct: RenderFn | None = None
+        self._direct = self._make_direct()
+        if native_templates:
+            self._native = self._make_native()
+
+    # -- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        tokenizer_dir: str | os.PathLike[str] | None,
+        *,
+        cache_chars: int = DEFAULT_CACHE_CHARS,
+        native_templates: bool = True,
+    ) -> Renderer:
+        """A renderer for a Hugging Face tokenizer folder, or the built-in byte tokenizer (None).
+
+        The folder needs ``tokenizer.json`` and a chat template (``chat_template`` in
+        ``tokenizer_config.json`` or a ``chat_template.jinja``). Only local files are read.
+        ``native_templates=False`` renders every call with jinja even when the template has a
+        verified Python port (:mod:`treeprep.render.native`).
+        """
+        tok: Any
+        if tokenizer_dir is None:
+            from treeprep.render import builtin as bt
+
+            tok = bt.load_builtin()
+            ident = TokenizerIdentity(
+                name=bt.NAME,
+                sha256=bt.builtin_sha256(),
+                chat_template_sha256=sha256_text(bt.CHAT_TEMPLATE),
+                vocab_size=bt.VOCAB_SIZE,
+                path=None,
+            )
+            return cls(tok, ident, cache_chars=cache_chars, native_templates=native_templates)
+
+        folder = Path(tokenizer_dir)
+        if not folder.is_dir():
+            raise TokenizerError(f"{tokenizer_dir}: not a tokenizer folder (no such directory)")
+        if not (folder / "tokenizer.json").is_file():
+            raise TokenizerError(
+                f"{tokenizer_dir}: expected a Hugging Face tokenizer folder with tokenizer.json"
+            )
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise TokenizerError(f"{tokenizer_dir}: cannot load the tokenizer: {e}") from e
+        template = chat_template_of(tok)
+        if template is None:
+            raise TokenizerError(
+                f"{tokenizer_dir}: the tokenizer has no chat template (expected chat_template in "
+                "tokenizer_config.json or a chat_template.jinja file)"
+            )
+        ident = TokenizerIdentity(
+            name=folder.resolve().name,
+            sha256=folder_sha256(folder, template),
+            chat_template_sha256=sha256_text(template),
+            vocab_size=len(tok),
+            path=str(tokenizer_dir),
+        )
+        return cls(tok, ident, cache_chars=cache_chars, native_templates=native_templates)
+
+    # -- text and ids ----------------------------------------------------------------------------
+
+    def render_text(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        add_generation_prompt: bool = False,
+        api: bool = False,
+        where: str = "",
+    ) -> str:
+        """``apply_chat_template(messages, tools=tools, tokenize=False, ...)``; errors become
+        :class:`RenderError`.
+
+        Uses the verified native port when there is one (checked against the template on a
+        deterministic sample of renders; :class:`NativeTemplateMismatch` names ``where``, the
+        record's ``file:line``, if they differ), else the verified direct template call; ``api``
+        forces the public ``apply_chat_template``.
+        """
+        if self._native is not None and not api:
+            try:
+                text = self._native(messages, tools, add_generation_prompt)
+            except FALLBACK_ERRORS:
+                pass  # outside the port's domain: the template decides (and names any error)
+            else:
+                k = self.native_renders
+                self.native_renders = k + 1
+                if k < CHECK_FIRST or k % CHECK_EVERY == 0:
+                    self._check_native(text, messages, tools, add_generation_prompt, where)
+                return text
+        return self._render_jinja(messages, tools, add_generation_prompt, api=api)
+
+    def _check_native(
+        self,
+        text: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        where: str,
+    ) -> None:
+        try:
+            ref = self._render_jinja(messages, tools, add_generation_prompt)
+        except RenderError as e:
+            ref_err: str | None = e.reason
+        else:
+            if ref == text:
+                return
+            ref_err = None
+        what = (
+            f"the template fails ({ref_err})"
+            if ref_err is not None
+            else f"they differ at character {first_char_difference(text, ref)}"
+        )
+        raise NativeTemplateMismatch(
+            f"{where or 'a record'}: the native port {self.native_template!r} of the chat template "
+            f"of tokenizer {self.identity.name!r} renders this record differently from the jinja "
+            f"template (add_generation_prompt={add_generation_prompt}; {what}). This is a bug in "
+            "treeprep.render.native, not in the record; build with --no-native-templates "
+            "(Renderer.load(..., native_templates=False)) to render with jinja only."
+        )
+
+    def _render_jinja(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        *,
+        api: bool = False,
+    ) -> str:
+        direct = None if api else self._direct
+        return render_jinja(self.tokenizer, direct, messages, tools, add_generation_prompt)
+
+    def _make_direct(self) -> RenderFn | None:
+        def reference(msgs: list[dict], tools: list[dict] | None, gen: bool) -> str:
+            return self.render_text(msgs, tools, add_generation_prompt=gen, api=True)
+
+        return make_direct(self.tokenizer, reference)
+
+    def _make_native(self) -> RenderFn | None:
+        def reference(msgs: list[dict], tools: list[dict] | None, gen: bool) -> str:
+            return self._render_jinja(msgs, tools, gen, api=True)
+
+        port = find_verified_port(self.tokenizer.chat_template, reference)
+        if port is None:
+            return None
+        self.native_template = port.name
+        return port.render
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of rendered text (int32), through the piece cache."""
+        return self.encoder.encode(text)
+
+    def decode(self, ids: _Seq[int] | np.ndarray) -> str:
+        """Text of ``ids`` (special tokens kept), for previews."""
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    # -- records ---------------------------------------------------------------------------------
+
+    def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
+        """(messages, completion, tools) as passed to the chat template."""
+        msgs = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(rec.messages)]
+        comp = normalize_message(rec.completion, "completion")
+        return msgs, comp, (rec.tools or None)
+
+    def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
+        """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
+        if isinstance(rec, TokenRollout):
+            return self._render_rollout(rec, group_id=group_id, order=order)
+        return self._render_chat(rec, group_id=group_id, order=order)
+
+    def _render_rollout(self, rec: TokenRollout, *, group_id: str, order: int) -> Sequence:
+        prompt = np.asarray(rec.prompt_token_ids, dtype=np.int64)
+        gen = np.asarray(rec.generation_token_ids, dtype=np.int64)
+        for name, arr in (("prompt_token_ids", prompt), ("generation_token_ids", gen)):
+            if arr.size and int(arr.max()) >= self.vocab_size:
+                pos = int(np.argmax(arr >= self.vocab_size))
+                raise RenderError(
+                    f"{name}[{pos}] = {int(arr[pos])} is outside the vocabulary of tokenizer "
+                    f"{self.identity.name!r} ({self.vocab_size} ids); build with the tokenizer "
+                    "that produced these ids (--tokenizer)"
+                )
+        tokens = np.concatenate([prompt, gen]).astype(np.int32)
+        n_p, n = len(prompt), len(tokens)
+        spans = [(n_p, n)] if n > n_p else []
+        lp = rec.generation_log_probs
+        logprobs = None if lp is None else np.asarray(lp, dtype=np.float32)
+        return _sequence(rec, group_id, order, tokens, spans, logprobs, rec.branch_reason)
+
+    def _render_chat(self, rec: ChatCall, *, group_id: str, order: int) -> Sequence:
+        if not rec.messages:
+            raise RenderError("the call has no prompt messages")
+        msgs, comp, tools = self.normalize(rec)
+        full_msgs = [*msgs, comp]
+        where = f"{rec.source_file}:{rec.source_line}"
+        full_ids = self.encode(self.render_text(full_msgs, tools, where=where))
+        prompt_ids = self.encode(
+            self.render_text(msgs, tools, add_generation_prompt=True, where=where)
+        )
+        n_p, n = len(prompt_ids), len(full_ids)
+        if n_p > n or not np.array_equal(full_ids[:n_p], prompt_ids):
+            raise RenderError(
+                "the generation prompt apply_chat_template(messages, add_generation_prompt=True) "
+                "is not a token prefix of apply_chat_template(messages + [completion]) "
+                f"({_first_difference(prompt_ids, full_ids)})"
+            )
+        if n_p == n:
+            raise RenderError("the completion renders to no tokens after the generation prompt")
+        branch = rec.branch_reason
+        if branch is None and self._history_rewritten(msgs, tools, full_ids, where):
+            branch = "reasoning-dropped"
+        if self._native is None:
+            self._remember(self._fingerprint(full_msgs, tools), full_ids)
+        return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
+
+    # -- the branch hint -------------------------------------------------------------------------
+
+    def _history_rewritten(
+        self, msgs: list[dict], tools: list[dict] | None, full_ids: np.ndarray, where: str = ""
+    ) -> bool:
+        """Is the previous turn (history up to its last assistant message, rendered as that call's
+        training sequence) not a token prefix of this call's sequence?
+
+        With a native port the previous turn is simply rendered and encoded again (tens of
+        microseconds: the encoder reuses the cut of the texts before it); with jinja, its ids are
+        looked up among the last few calls' sequences by a hash of their messages first.
+        """
+        last = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i]["role"] == "assistant"), -1)
+        if last < 0:
+            return False
+        prev_msgs = msgs[: last + 1]
+        prev_ids = None
+        if self._native is None:
+            prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools))
+        if prev_ids is None:
+            try:
+                prev_ids = self.encode(self.render_text(prev_msgs, tools, where=where))
+            except RenderError:
+                return False  # the history alone does not render: no hint to give
+        k = len(prev_ids)
+        return k > len(full_ids) or not np.array_equal(full_ids[:k], prev_ids)
+
+    @staticmethod
+    def _fingerprint(msgs: list[dict], tools: list[dict] | None) -> bytes:
+        blob = orjson.dumps([msgs, tools], option=orjson.OPT_SORT_KEYS)
+        return hashlib.blake2b(blob, digest_size=16).digest()
+
+    def _remember(self, key: bytes, ids: np.ndarray) -> None:
+        self._recent[key] = ids
+        self._recent.move_to_end(key)
+        while len(self._recent) > self._recent_max:
+            self._recent.popitem(last=False)
+
+
+def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:
+    m = min(len(prompt), len(full))
+    diff = np.nonzero(prompt[:m] != full[:m])[0]
+    if len(diff):
+        i = int(diff[0])
+        return f"they differ at token {i}: {int(prompt[i])} vs {int(full[i])}"
+    return f"the prompt has {len(prompt)} tokens, the full sequence {len(full)}"
+
+
+def _sequence(
+    rec: ChatCall | TokenRollout,
+    group_id: str,
+    order: int,
+    tokens: np.ndarray,
+    spans: list[tuple[int, int]],
+    logprobs: np.ndarray | None,
+    branch: str | None,
+) -> Sequence:
+    """A rendered record's sequence, carrying the record's reward, ids and origin."""
+    return Sequence(
+        group_id=group_id,
+        tokens=tokens,
+        loss_spans=spans,
+        logprobs=logprobs,
+        reward=rec.reward,
+        advantage=rec.advantage,
+        agent_id=rec.agent_id,
+        call_id=rec.call_id,
+        source=f"{rec.source_file}:{rec.source_line}",
+        source_format=rec.source_format,
+        branch_reason=branch,
+        order=order,
+    )
