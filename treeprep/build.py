@@ -23,7 +23,10 @@ the build is whole. No timestamps or absolute paths are recorded, so the same in
 bytes. Counts reconcile: ``records_read == records_in_trees + records_rejected``.
 
 :func:`build` reads as these stages, one function each: plan the jobs, render the files, write
-the trees, drop stale work, write the rejects, write the manifest.
+the trees, drop stale work, write the rejects, write the manifest. The two heavy stages are run by
+an :class:`Engine`: :class:`LocalEngine` (this process and its pool) or, with ``engine="ray"``,
+Ray Data (:mod:`treeprep.build_ray`), which calls the same per-file, per-group and per-shard
+functions and so writes the same bytes.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ import multiprocessing as mp
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 import pyarrow as pa
@@ -94,6 +98,11 @@ class BuildConfig:
     native_templates: bool = True
     #: a shard is closed once it holds this many tree tokens
     shard_tokens: int = 32 * 1024 * 1024
+    #: who runs the stages: this process and its pool, or Ray Data (:mod:`treeprep.build_ray`);
+    #: the bytes written are the same
+    engine: Literal["local", "ray"] = "local"
+    #: the Ray cluster to join (``ray.init(address=...)``); None starts a local Ray
+    ray_address: str | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -105,6 +114,8 @@ class BuildConfig:
             raise TreeprepError(f"max_errors must be >= 0, got {self.max_errors}")
         if self.shard_tokens < 1:
             raise TreeprepError(f"shard_tokens must be >= 1, got {self.shard_tokens}")
+        if self.engine not in ("local", "ray"):
+            raise TreeprepError(f"engine must be 'local' or 'ray', got {self.engine!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,6 +285,17 @@ def _file_digest(path: str | None) -> str:
         raise TreeprepError(f"{path}: cannot read: {e}") from e
 
 
+def worker_options(cfg: BuildConfig) -> dict:
+    """The options a stage-1 worker needs (what :func:`_worker_init` takes), picklable."""
+    return {
+        "format": cfg.format,
+        "group_by": cfg.group_by,
+        "system_prompt": cfg.system_prompt,
+        "tools": cfg.tools,
+        "native_templates": cfg.native_templates,
+    }
+
+
 def _run_stage1(
     jobs: list[FileJob], cfg: BuildConfig, on_progress: Progress | None, renderer: Renderer
 ) -> Iterator[FileResult]:
@@ -281,13 +303,7 @@ def _run_stage1(
     done_before = len(jobs) - len(todo)
     if on_progress:
         on_progress("render", done_before, len(jobs))
-    cfg_dict = {
-        "format": cfg.format,
-        "group_by": cfg.group_by,
-        "system_prompt": cfg.system_prompt,
-        "tools": cfg.tools,
-        "native_templates": cfg.native_templates,
-    }
+    cfg_dict = worker_options(cfg)
     n = done_before
     if cfg.workers > 1 and len(todo) > 1:
         procs = min(cfg.workers, len(todo))
@@ -331,10 +347,76 @@ def _run_stage1(
 # --------------------------------------------------------------------------------------------
 
 
+class Engine(Protocol):
+    """Who runs the two heavy stages. Planning, rejects and the manifest stay in this process, so
+    every engine shares the ``done.json`` markers and writes the same bytes."""
+
+    def render(
+        self,
+        jobs: list[FileJob],
+        cfg: BuildConfig,
+        on_progress: Progress | None,
+        renderer: Renderer,
+    ) -> Iterator[FileResult]:
+        """Stage 1 for every job without a ``done.json``; one result per file, as they finish."""
+        ...
+
+    def write_trees(
+        self,
+        jobs: list[FileJob],
+        results: dict[str, FileResult],
+        shard_tokens: int,
+        counts: Counts,
+        out: str,
+        on_progress: Progress | None,
+    ) -> list[ShardEntry]:
+        """Stage 2: one trie per group in sorted group order, cut into shards; the shard entries."""
+        ...
+
+
+class LocalEngine:
+    """This process, with a pool of ``workers`` processes for stage 1."""
+
+    def render(
+        self,
+        jobs: list[FileJob],
+        cfg: BuildConfig,
+        on_progress: Progress | None,
+        renderer: Renderer,
+    ) -> Iterator[FileResult]:
+        return _run_stage1(jobs, cfg, on_progress, renderer)
+
+    def write_trees(
+        self,
+        jobs: list[FileJob],
+        results: dict[str, FileResult],
+        shard_tokens: int,
+        counts: Counts,
+        out: str,
+        on_progress: Progress | None,
+    ) -> list[ShardEntry]:
+        return _write_trees(jobs, results, shard_tokens, counts, out, on_progress)
+
+
+@contextmanager
+def _engine(cfg: BuildConfig) -> Iterator[Engine]:
+    if cfg.engine == "ray":
+        from treeprep.build_ray import ray_engine
+
+        with ray_engine(cfg) as engine:
+            yield engine
+    else:
+        yield LocalEngine()
+
+
 def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     """Run a whole build (see the module docstring). Returns the manifest it wrote."""
     from treeprep.render import Renderer
 
+    if cfg.engine == "ray":
+        from treeprep.build_ray import resolve_paths
+
+        cfg = resolve_paths(cfg)  # file:// URLs
     renderer = Renderer.load(cfg.tokenizer, native_templates=cfg.native_templates)
     work_root = os.path.join(cfg.out, ".work")
     os.makedirs(work_root, exist_ok=True)
@@ -344,9 +426,10 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         os.remove(manifest_path)
 
     jobs = _plan_jobs(cfg, renderer.identity.sha256, work_root)
-    results = _render_files(jobs, cfg, on_progress, renderer, work_root)
     counts = Counts()
-    shards = _write_trees(jobs, results, cfg.shard_tokens, counts, cfg.out, on_progress)
+    with _engine(cfg) as engine:
+        results = _render_files(jobs, cfg, on_progress, renderer, work_root, engine.render)
+        shards = engine.write_trees(jobs, results, cfg.shard_tokens, counts, cfg.out, on_progress)
     _drop_stale_work(jobs, work_root)
     _write_rejects(jobs, cfg.out)
     return _write_manifest(cfg, renderer.identity, jobs, results, counts, shards)
@@ -374,12 +457,14 @@ def _render_files(
     on_progress: Progress | None,
     renderer: Renderer,
     work_root: str,
+    run_stage1: Callable[..., Iterator[FileResult]] = _run_stage1,
 ) -> dict[str, FileResult]:
-    """Stage 1 for every file not finished before; the results of all files, by path. Stops
-    with :class:`TooManyErrors` once more than ``max_errors`` records are rejected."""
+    """Stage 1 for every file not finished before (``run_stage1``: the engine's); the results of
+    all files, by path. Stops with :class:`TooManyErrors` once more than ``max_errors`` records
+    are rejected."""
     results: dict[str, FileResult] = {}
     n_rejected = 0
-    for res in _run_stage1(jobs, cfg, on_progress, renderer):
+    for res in run_stage1(jobs, cfg, on_progress, renderer):
         results[res.path] = res
         n_rejected += res.records_rejected
         if cfg.max_errors is not None and n_rejected > cfg.max_errors:
@@ -408,13 +493,7 @@ def _write_trees(
 ) -> list[ShardEntry]:
     """Stage 2: group rows across work files, one trie per group in sorted group order, shards."""
     work = WorkFiles()
-    paths = []
-    for job in jobs:
-        res = results[job.path]
-        p = job.sequences_path()
-        if not res.skipped and res.sequences and os.path.exists(p):
-            paths.append(p)
-    groups = group_rows(work, paths)
+    groups = group_rows(work, work_paths(jobs, results))
     writer = ShardWriter(out, shard_tokens)  # shards of an earlier build are replaced
     gids_sorted = sorted(groups)
     for gi, gid in enumerate(gids_sorted):
@@ -433,6 +512,17 @@ def _write_trees(
     writer.close()
     work.release()
     return writer.entries
+
+
+def work_paths(jobs: list[FileJob], results: dict[str, FileResult]) -> list[str]:
+    """The work files stage 2 reads, in input order (a group's rows keep this order)."""
+    paths = []
+    for job in jobs:
+        res = results[job.path]
+        p = job.sequences_path()
+        if not res.skipped and res.sequences and os.path.exists(p):
+            paths.append(p)
+    return paths
 
 
 def _drop_stale_work(jobs: list[FileJob], work_root: str) -> None:
