@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 
+class BuildEngine(StrEnum):
+    """Who runs a build."""
+
+    local = "local"
+    ray = "ray"
+
+
 def build_cmd(
     inputs: Annotated[list[str], typer.Argument(help="Log files, folders or globs (.gz/.zst ok).")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")],
+    out: Annotated[str, typer.Option("-o", "--out", help="Output folder (path or file:// URL).")],
     tokenizer: Annotated[
         Path | None,
         typer.Option(help="Hugging Face tokenizer folder (default: built-in byte-level ChatML)."),
@@ -40,6 +48,17 @@ def build_cmd(
             "against jinja); --no-native-templates renders every call with jinja.",
         ),
     ] = True,
+    engine: Annotated[
+        BuildEngine,
+        typer.Option(
+            help="Who runs the build: this machine's process pool, or Ray Data (pip install "
+            "'treeprep[ray]'); both write the same bytes."
+        ),
+    ] = BuildEngine.local,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster to join with --engine ray (default: start a local Ray)."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,
@@ -51,7 +70,7 @@ def build_cmd(
 
     cfg = BuildConfig(
         inputs=inputs,
-        out=str(out),
+        out=out,
         tokenizer=str(tokenizer) if tokenizer else None,
         format=fmt,
         group_by=group_by,
@@ -60,7 +79,13 @@ def build_cmd(
         system_prompt=str(system_prompt) if system_prompt else None,
         tools=str(tools) if tools else None,
         native_templates=native_templates,
+        engine=engine.value,
+        ray_address=ray_address,
     )
+    if engine is BuildEngine.ray:
+        import logging
+
+        logging.getLogger("ray").setLevel(logging.WARNING)  # Ray Data logs each execution
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)
     c = manifest.counts
@@ -78,7 +103,7 @@ def build_cmd(
     t.add_row("shards", str(len(manifest.shards)))
     Console().print(t)
     if c.records_rejected:
-        err.print(f"[yellow]{c.records_rejected} records rejected: see {out / 'rejects.jsonl'}[/]")
+        err.print(f"[yellow]{c.records_rejected} records rejected: see {out}/rejects.jsonl[/]")
 
 
 def _build_with_progress(cfg: Any, err: Any) -> Any:
@@ -106,7 +131,11 @@ def _build_with_progress(cfg: Any, err: Any) -> Any:
 
         def on_progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                label = {"render": "rendering files", "trees": "building trees"}.get(stage, stage)
+                label = {
+                    "render": "rendering files",
+                    "trees": "building trees",
+                    "shards": "writing shards",
+                }.get(stage, stage)
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 

@@ -37,7 +37,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
@@ -411,12 +411,10 @@ def _engine(cfg: BuildConfig) -> Iterator[Engine]:
 
 def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     """Run a whole build (see the module docstring). Returns the manifest it wrote."""
+    from treeprep.paths import local_path, local_paths
     from treeprep.render import Renderer
 
-    if cfg.engine == "ray":
-        from treeprep.build_ray import resolve_paths
-
-        cfg = resolve_paths(cfg)  # file:// URLs
+    cfg = replace(cfg, inputs=local_paths(cfg.inputs), out=local_path(cfg.out))  # file:// URLs
     renderer = Renderer.load(cfg.tokenizer, native_templates=cfg.native_templates)
     work_root = os.path.join(cfg.out, ".work")
     os.makedirs(work_root, exist_ok=True)

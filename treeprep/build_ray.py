@@ -14,20 +14,19 @@ byte identity follows from shared code rather than from a second implementation:
    names: its rows replace the half-written ones instead of adding to them.
 2. **Trees and shards** (:meth:`RayEngine.write_trees`). The work files are read back as a dataset
    of work rows tagged with their file's index and row number, shuffled by ``group_id``
-   (``groupby().map_groups``: Ray Data's sort-based shuffle, which spills to disk through the
-   object store), and each group is put back in input order (file index, then row) and built with
-   :func:`treeprep.trie.build_tree`. Shard boundaries cannot be decided by whichever group finishes
-   first, so the driver collects only each tree's group id and sizes, sorts them as the local
-   engine does, and cuts shards with :class:`~treeprep.shards.ShardWriter`'s rule
+   (``groupby().map_groups`` with Ray Data's sort-based shuffle, which spills to disk through
+   the object store); each group is put back in input order (file index, then row) and built
+   with :func:`treeprep.trie.build_tree`. Shard boundaries cannot be decided by whichever group
+   finishes first, so the driver collects only each tree's group id and sizes, sorts them as the
+   local engine does, and cuts shards with :class:`~treeprep.shards.ShardWriter`'s rule
    (:func:`plan_shards`). Each tree is tagged with its shard, a second shuffle brings a shard's
    trees together, and a worker writes the shard with :func:`treeprep.shards.write_shard` (whole
    trees per record batch, temporary name then rename).
 
-Paths: inputs and the output may be local paths or ``file://`` URLs (resolved through pyarrow's
-filesystems, :func:`local_path`); other schemes are refused with a clear error, since stage 1 reads
-files through :mod:`treeprep.io`. On a multi-node cluster the output folder must be shared by the
-nodes (the work files and shards are written by workers), and treeprep must be installed on
-them. Ray is imported only here, and only when this engine is chosen.
+Paths: inputs and the output may be local paths or ``file://`` URLs (:mod:`treeprep.paths`). On
+a multi-node cluster the output folder must be shared by the nodes (the work files and shards are
+written by workers), and treeprep must be installed on them. Ray is imported only here, and only
+when this engine is chosen.
 
 Trade-offs: the trees are materialized in Ray's object store between the two shuffles (spilled to
 disk when large), and the group ids of all trees, not their tokens, pass through the driver.
@@ -85,36 +84,6 @@ def _import_ray() -> Any:
     return ray
 
 
-def local_path(path: str) -> str:
-    """A local path, or a URL that names one (``file:///data/logs``), as a local path.
-
-    >>> local_path("file:///tmp/logs")
-    '/tmp/logs'
-    >>> local_path("sample_data")
-    'sample_data'
-    """
-    if "://" not in path:
-        return path
-    import pyarrow.fs as pafs
-
-    try:
-        fs, inner = pafs.FileSystem.from_uri(path)
-    except (pa.ArrowInvalid, ValueError, OSError) as e:
-        raise TreeprepError(f"{path}: not a path or URL pyarrow can open: {e}") from e
-    if not isinstance(fs, pafs.LocalFileSystem):
-        raise TreeprepError(
-            f"{path}: only local paths and file:// URLs are supported ({fs.type_name} is not yet)"
-        )
-    return inner
-
-
-def resolve_paths(cfg: BuildConfig) -> BuildConfig:
-    """``cfg`` with its inputs and output as local paths (see :func:`local_path`)."""
-    from dataclasses import replace
-
-    return replace(cfg, inputs=[local_path(p) for p in cfg.inputs], out=local_path(cfg.out))
-
-
 @contextmanager
 def ray_engine(cfg: BuildConfig) -> Iterator[RayEngine]:
     """Join the Ray cluster at ``cfg.ray_address``, or start a local Ray with ``cfg.workers`` CPUs
@@ -127,8 +96,14 @@ def ray_engine(cfg: BuildConfig) -> Iterator[RayEngine]:
         else:
             ray.init(num_cpus=cfg.workers, include_dashboard=False, logging_level="warning")
         started = True
+    from ray.data.context import ShuffleStrategy
+
     ctx = ray.data.DataContext.get_current()
+    saved = (ctx.enable_progress_bars, ctx.shuffle_strategy)
     ctx.enable_progress_bars = False  # progress goes through on_progress, like the local engine
+    # sort-based shuffles run as tasks; the hash shuffle starts aggregator actors, which costs
+    # more than the whole shuffle at small inputs (about 15 s against 2 s for the shard step)
+    ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     try:
         yield RayEngine(cfg.workers)
     except Exception as e:
@@ -137,6 +112,7 @@ def ray_engine(cfg: BuildConfig) -> Iterator[RayEngine]:
             raise
         raise cause from e
     finally:
+        ctx.enable_progress_bars, ctx.shuffle_strategy = saved
         if started:
             ray.shutdown()
 
@@ -192,11 +168,17 @@ class RayEngine:
             compute=ray.data.ActorPoolStrategy(size=min(self.workers, len(todo))),
             num_cpus=1,
         )
-        for row in ds.iter_rows():
-            n += 1
-            if on_progress:
-                on_progress("render", n, len(jobs))
-            yield FileResult(**row)
+        rows = iter(ds.iter_rows())
+        try:
+            for row in rows:
+                n += 1
+                if on_progress:
+                    on_progress("render", n, len(jobs))
+                yield FileResult(**row)
+        finally:  # stopped early (an error, --max-errors): Ray stops the actors now, not at GC
+            close = getattr(rows, "close", None)
+            if close is not None:
+                close()
 
     # ---------------------------------------------------------------------------------------
     # stage 2: shuffle by group, one trie per group, shards cut in sorted group order
