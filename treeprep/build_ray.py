@@ -38,10 +38,11 @@ import bisect
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -174,6 +175,9 @@ class RayEngine:
                 n += 1
                 if on_progress:
                     on_progress("render", n, len(jobs))
+                error = row.pop("error")
+                if error:
+                    _raise_error(error)
                 yield FileResult(**row)
         finally:  # stopped early (an error, --max-errors): Ray stops the actors now, not at GC
             close = getattr(rows, "close", None)
@@ -290,8 +294,30 @@ class _RenderActor:
         _worker_init(tokenizer, options)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        done = [asdict(_process_file(FileJob(**job))) for job in batch.to_pylist()]
+        done = []
+        for job in batch.to_pylist():
+            try:
+                done.append({**asdict(_process_file(FileJob(**job))), "error": None})
+            except TreeprepError as e:  # Ray would hand the driver its text only, not the error
+                empty = dict.fromkeys(f.name for f in fields(FileResult))
+                done.append({**empty, "error": orjson.dumps(_error_fields(e)).decode()})
         return pa.Table.from_pylist(done)
+
+
+def _error_fields(e: TreeprepError) -> dict:
+    attrs = {k: v for k, v in vars(e).items() if isinstance(v, str | int)}
+    return {"class": type(e).__name__, "message": str(e), "fields": attrs}
+
+
+def _raise_error(text: str) -> None:
+    """Raise again, in the driver, the TreeprepError a worker sent back as data."""
+    from treeprep import errors
+
+    err = orjson.loads(text)
+    cls = getattr(errors, err["class"], None)
+    if not (isinstance(cls, type) and issubclass(cls, TreeprepError)):
+        raise TreeprepError(err["message"])
+    raise cls(**err["fields"]) if err["fields"] else cls(err["message"])
 
 
 def _read_work_rows(batch: pa.Table) -> Iterator[pa.Table]:
