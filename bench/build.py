@@ -12,6 +12,14 @@ of the workload (``--naive-mb``) because it is slow, and its throughput is a rat
 fair. Each pipeline runs in its own subprocess so that peak RSS is its own.
 
     python bench/build.py --tokenizer ../shared/data/tokenizers/qwen3 --mb 200 --workers 2
+
+With ``--engine ray`` it compares the engines instead: ``--engine local`` and ``--engine ray`` on
+the same workload with 1 and ``--workers`` workers, run interleaved, each in its own subprocess
+(the Ray runs start their own local Ray, as ``treeprep build --engine ray`` does, and that start
+is part of their time), then both engines on a small input (``--small-mb``) for Ray's fixed
+overhead. It also checks that the two engines wrote the same shards.
+
+    python bench/build.py --engine ray --tokenizer ../shared/data/tokenizers/qwen3 --mb 50
 """
 
 from __future__ import annotations
@@ -118,14 +126,23 @@ def _peak_rss_mb() -> float:
     return max(own, kids) / 1024
 
 
-def run_treeprep(paths: list[str], out: str, tokenizer: str | None, workers: int) -> dict:
+def run_treeprep(
+    paths: list[str], out: str, tokenizer: str | None, workers: int, engine: str = "local"
+) -> dict:
     from treeprep.build import BuildConfig, build
 
+    if os.path.exists(out):  # a fresh build each time, not a resume
+        import shutil
+
+        shutil.rmtree(out)
     t0 = time.perf_counter()
-    m = build(BuildConfig(inputs=paths, out=out, tokenizer=tokenizer, workers=workers))
+    m = build(
+        BuildConfig(inputs=paths, out=out, tokenizer=tokenizer, workers=workers, engine=engine)
+    )
     dt = time.perf_counter() - t0
     return {
         "seconds": dt,
+        "shards_sha256": [e.sha256 for e in m.shards],
         "bytes": sum(i.bytes for i in m.inputs),
         "calls": m.counts.records_in_trees,
         "tokens_tree": m.counts.tokens_tree,
@@ -192,14 +209,21 @@ def main() -> None:
     ap.add_argument("--naive-mb", type=float, default=20.0, help="prefix the naive run processes")
     ap.add_argument("--work", default="bench/_work/build")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--engine", choices=["local", "ray"], default="local", help="ray: compare the engines"
+    )
+    ap.add_argument("--small-mb", type=float, default=0.5, help="--engine ray: the small input")
+    ap.add_argument("--repeats", type=int, default=1, help="--engine ray: rounds (best is kept)")
     ap.add_argument("--_child", choices=["treeprep", "naive", "naive-full"], help=argparse.SUPPRESS)
+    ap.add_argument("--_data", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    data = os.path.join(args.work, "data")
+    data = args._data or os.path.join(args.work, "data")
     paths = sorted(os.path.join(data, p) for p in os.listdir(data)) if args._child else None
 
     if args._child == "treeprep":
-        out = os.path.join(args.work, f"out-w{args.workers}")
-        print(json.dumps(run_treeprep(paths, out, args.tokenizer, args.workers)))
+        tag = f"{os.path.basename(data)}-{args.engine}-w{args.workers}"
+        out = os.path.join(args.work, f"out-{tag}")
+        print(json.dumps(run_treeprep(paths, out, args.tokenizer, args.workers, args.engine)))
         return
     if args._child in ("naive", "naive-full"):
         lim = int(args.naive_mb * 1e6)
@@ -223,6 +247,10 @@ def main() -> None:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
+    if args.engine == "ray":
+        small = generate(os.path.join(args.work, "small"), args.small_mb, 2, seed=1)
+        compare_engines(args, total_mb, os.path.dirname(small[0]))
+        return
     naive = child("naive", 1)
     naive_full = child("naive-full", 1)
     tp1 = child("treeprep", 1)
@@ -279,6 +307,66 @@ def main() -> None:
         f"{summary['speedup_vs_naive_workers']}x ({args.workers} workers); "
         f"vs naive full render only: {summary['speedup_vs_naive_full_only_1core']}x (1 core)"
     )
+
+
+def compare_engines(args: argparse.Namespace, total_mb: float, small: str) -> None:
+    """--engine ray: local against ray, interleaved, on the workload and on a small input."""
+
+    def child(engine: str, workers: int, data: str | None = None) -> dict:
+        cmd = [sys.executable, __file__, "--_child", "treeprep", "--work", args.work]
+        cmd += ["--workers", str(workers), "--engine", engine]
+        if data:
+            cmd += ["--_data", data]
+        if args.tokenizer:
+            cmd += ["--tokenizer", args.tokenizer]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    runs = [
+        ("workload", None, 1),
+        ("workload", None, args.workers),
+        ("small", small, args.workers),
+    ]
+    best: dict[tuple, dict] = {}
+    for _ in range(args.repeats):
+        for label, data, workers in runs:
+            for engine in ("local", "ray"):  # interleaved: both see the same machine load
+                r = child(engine, workers, data)
+                key = (label, engine, workers)
+                if key not in best or r["seconds"] < best[key]["seconds"]:
+                    best[key] = r
+    rows = []
+    for label, _, workers in runs:
+        loc, ray = best[(label, "local", workers)], best[(label, "ray", workers)]
+        if loc["shards_sha256"] != ray["shards_sha256"]:
+            raise SystemExit(f"{label}: the engines wrote different shards")
+        rows.append(
+            {
+                "input": label,
+                "input_mb": round(loc["bytes"] / 1e6, 1),
+                "workers": workers,
+                "local_s": round(loc["seconds"], 2),
+                "ray_s": round(ray["seconds"], 2),
+                "local_mb_per_s": round(loc["bytes"] / 1e6 / loc["seconds"], 2),
+                "ray_mb_per_s": round(ray["bytes"] / 1e6 / ray["seconds"], 2),
+                "ray_over_local": round(ray["seconds"] / loc["seconds"], 2),
+                "ray_minus_local_s": round(ray["seconds"] - loc["seconds"], 2),
+                "same_shards": True,
+            }
+        )
+    if args.json:
+        print(json.dumps({"workload_mb": round(total_mb, 1), "rows": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"bench/build --engine ray: {total_mb:.0f} MB workload, {args.small_mb} MB small"
+    t = Table(title=title)
+    for k in rows[0]:
+        t.add_column(k)
+    for r in rows:
+        t.add_row(*(str(v) for v in r.values()))
+    Console().print(t)
 
 
 if __name__ == "__main__":

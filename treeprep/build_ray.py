@@ -208,9 +208,9 @@ class RayEngine:
             return []
         files = ray.data.from_items(
             [{"file_index": i, "path": p} for i, p in enumerate(paths)],
-            override_num_blocks=len(paths),
+            override_num_blocks=min(len(paths), 4 * self.workers),  # a few read tasks per worker
         )
-        rows = files.map_batches(_read_work_rows, batch_size=1, batch_format="pyarrow")
+        rows = files.map_batches(_read_work_rows, batch_size=None, batch_format="pyarrow")
         work_bytes = sum(os.path.getsize(p) for p in paths)
         parts = max(self.workers, min(_MAX_PARTITIONS, -(-work_bytes // _PARTITION_BYTES)))
         trees = (
