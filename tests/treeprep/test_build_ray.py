@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 from treeprep.build import BuildConfig, build
 from treeprep.build_ray import plan_shards
+from treeprep.cli.app import app
 from treeprep.errors import TooManyErrors, TreeprepError
 from treeprep.shards import ShardWriter
 from treeprep.trie import build_tree
@@ -176,6 +181,70 @@ def _done(work_dir: Path) -> bool:
     return (work_dir / "done.json").exists()
 
 
+def _render_actor_pids() -> list[int]:
+    """Render actors: Ray titles their processes ``ray::MapWorker(MapBatches(_RenderActor))``."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"_RenderActor" in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds Ray's actor processes in /proc")
+def test_killed_render_workers_are_retried_without_duplicate_rows(
+    tmp_path: Path, local_ray
+) -> None:
+    files = []
+    for i in range(4):
+        path = tmp_path / f"f{i}.jsonl"
+        rows = (
+            {
+                "group_id": f"g{k % 7}",
+                "prompt_token_ids": list(range(1, 40 + i)),
+                "generation_token_ids": [k, i],
+            }
+            for k in range(2000)
+        )
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        files.append(str(path))
+    clean = build(BuildConfig(inputs=files, out=str(tmp_path / "clean")))
+
+    progress: list[tuple[int, int]] = []
+    result: list = []
+    cfg = BuildConfig(inputs=files, out=str(tmp_path / "out"), engine="ray", workers=2)
+
+    def run() -> None:
+        try:
+            result.append(
+                build(
+                    cfg, on_progress=lambda s, d, n: progress.append((d, n)) if s == "render" else 0
+                )
+            )
+        except BaseException as e:  # noqa: B036 - handed to the test thread
+            result.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    killed: list[int] = []
+    while thread.is_alive() and not killed:
+        pids = _render_actor_pids()
+        if pids and progress and 1 <= progress[-1][0] < progress[-1][1]:
+            for pid in pids:  # every render actor, each in the middle of a file
+                os.kill(pid, signal.SIGKILL)
+            killed = pids
+        time.sleep(0.02)
+    thread.join()
+    assert killed, "rendering finished before a worker could be killed"
+    assert not isinstance(result[0], BaseException), result[0]
+    assert result[0].counts == clean.counts
+    _assert_same_bytes(tmp_path / "clean", tmp_path / "out")
+
+
 @pytest.mark.ray
 def test_errors_come_back_as_treeprep_errors(tmp_path: Path, local_ray) -> None:
     # rejects past --max-errors stop the build in the driver, as locally
@@ -183,18 +252,15 @@ def test_errors_come_back_as_treeprep_errors(tmp_path: Path, local_ray) -> None:
     bad.write_bytes((SAMPLE / "tokens.jsonl").read_bytes().splitlines()[0] + b"\n{nope\n" * 3)
     with pytest.raises(TooManyErrors, match="more than --max-errors 1"):
         build(BuildConfig(inputs=[str(bad)], out=str(tmp_path / "o1"), engine="ray", max_errors=1))
-    # an error raised inside a Ray worker reaches the caller as itself, naming the file
+    # an error raised inside a Ray worker reaches the caller as itself, naming the file (the
+    # command's main() prints TreeprepErrors and exits 1)
     tools = tmp_path / "tools.json"
     tools.write_text('{"not": "a list"}')
-    with pytest.raises(TreeprepError, match="tools.json:1: expected a JSON list"):
-        build(
-            BuildConfig(
-                inputs=[str(SAMPLE / "openai_chat.jsonl")],
-                out=str(tmp_path / "o2"),
-                engine="ray",
-                tools=str(tools),
-            )
-        )
+    args = [str(SAMPLE / "openai_chat.jsonl"), "-o", str(tmp_path / "o2"), "--tools", str(tools)]
+    res = CliRunner().invoke(app, ["build", *args, "--engine", "ray"])
+    assert res.exit_code == 1
+    assert type(res.exception) is TreeprepError
+    assert "tools.json:1: expected a JSON list of tool schemas" in str(res.exception)
     assert not os.path.exists(tmp_path / "o2" / "manifest.json")
 
 
