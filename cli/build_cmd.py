@@ -51,8 +51,8 @@ def build_cmd(
     engine: Annotated[
         BuildEngine,
         typer.Option(
-            help="Who runs the build: this machine's process pool, or Ray Data (pip install "
-            "'treeprep[ray]'); both write the same bytes."
+            help="Who runs the build: this machine's process pool, or Ray Data (the ray extra); "
+            "both write the same bytes."
         ),
     ] = BuildEngine.local,
     ray_address: Annotated[

@@ -107,27 +107,10 @@ def ray_engine(cfg: BuildConfig) -> Iterator[RayEngine]:
     ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     try:
         yield RayEngine(cfg.workers)
-    except Exception as e:
-        cause = _unwrap(e)
-        if cause is e:
-            raise
-        raise cause from e
     finally:
         ctx.enable_progress_bars, ctx.shuffle_strategy = saved
         if started:
             ray.shutdown()
-
-
-def _unwrap(e: BaseException) -> BaseException:
-    """The TreeprepError a Ray task raised, out of Ray's wrappers (the error itself otherwise)."""
-    seen: set[int] = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, TreeprepError):
-            return cur
-        seen.add(id(cur))
-        cur = getattr(cur, "cause", None) or cur.__cause__
-    return e
 
 
 class RayEngine:

@@ -262,8 +262,3 @@ def test_errors_come_back_as_treeprep_errors(tmp_path: Path, local_ray) -> None:
     assert type(res.exception) is TreeprepError
     assert "tools.json:1: expected a JSON list of tool schemas" in str(res.exception)
     assert not os.path.exists(tmp_path / "o2" / "manifest.json")
-
-
-def test_remote_filesystems_are_refused_clearly(tmp_path: Path) -> None:
-    with pytest.raises(TreeprepError, match="s3://bucket/logs: only local paths and file:// URLs"):
-        build(BuildConfig(inputs=["s3://bucket/logs"], out=str(tmp_path / "o")))
