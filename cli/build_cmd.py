@@ -83,9 +83,7 @@ def build_cmd(
         ray_address=ray_address,
     )
     if engine is BuildEngine.ray:
-        import logging
-
-        logging.getLogger("ray").setLevel(logging.WARNING)  # Ray Data logs each execution
+        _quiet_ray()
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)
     c = manifest.counts
@@ -104,6 +102,19 @@ def build_cmd(
     Console().print(t)
     if c.records_rejected:
         err.print(f"[yellow]{c.records_rejected} records rejected: see {out}/rejects.jsonl[/]")
+
+
+def _quiet_ray() -> None:
+    """Ray Data logs every dataset execution at INFO on stderr, over the progress bars; it sets
+    its loggers' levels when imported, so they are lowered after importing it."""
+    import logging
+
+    try:
+        import ray.data  # noqa: F401
+    except ImportError:
+        return  # the build says what to install
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _build_with_progress(cfg: Any, err: Any) -> Any:
