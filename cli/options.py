@@ -52,3 +52,17 @@ class Precision(StrEnum):
 class Parallel(StrEnum):
     ddp = "ddp"
     fsdp = "fsdp"
+
+
+class Cut(StrEnum):
+    """How ``pack`` runs a tree larger than the budget."""
+
+    handoff = "handoff"
+    recompute = "recompute"
+
+
+class Handoff(StrEnum):
+    """How ``train``/``verify`` run hand-off parts (see treeprep.trainer.parts.schedule)."""
+
+    recompute = "recompute"
+    keep = "keep"

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from treeprep.cli.options import Cut
+
 
 def stats_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
@@ -15,6 +17,9 @@ def stats_cmd(
         str | None,
         typer.Option(help="Model for the FLOP estimate: a preset (qwen3-8b, ...) or config.json."),
     ] = None,
+    cut: Annotated[
+        Cut, typer.Option(help="With --budget: trees over it run as handoff parts or recompute.")
+    ] = Cut.handoff,
     budget: Annotated[
         int | None, typer.Option(help="Plan packing in memory with this token budget.")
     ] = None,
@@ -33,7 +38,9 @@ def stats_cmd(
     shape = load_model(model) if model else None
     summary = read_plan_summary(str(out), str(plan)) if plan else None
     collected = collect(str(out))
-    stats = summarize(collected, model=shape, budget=budget, plan=summary, out_dir=str(out))
+    stats = summarize(
+        collected, model=shape, budget=budget, plan=summary, out_dir=str(out), cut=cut.value
+    )
     if plot is not None:
         write_plot(collected, stats, str(plot))
     if as_json:

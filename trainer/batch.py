@@ -214,6 +214,8 @@ class TreeBatch:
     tokens_linear: int  # what a linearizing trainer feeds for the same sequences
     old_logp_spread: float  # largest disagreement of old log-probs on a shared target
     _cache_targets: Targets | None = field(default=None, repr=False, compare=False)
+    #: a one-tree batch that runs as hand-off parts: (part boundaries, part parents) from the plan
+    handoff: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False)
 
     @property
     def num_tokens(self) -> int:

@@ -42,10 +42,17 @@ import torch
 from treeprep.errors import ShardError, TreeprepError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
-from treeprep.trainer.batch import LAYOUTS, NORMS
+from treeprep.trainer.batch import LAYOUTS, NORMS, TreeBatch
 from treeprep.trainer.loss import LOSSES
 from treeprep.trainer.model import PRESETS, load_model
-from treeprep.trainer.plan_batches import BuildReader, EpochPlan, load_plan, make_plan, step_batches
+from treeprep.trainer.plan_batches import (
+    NULL_ROW,
+    BuildReader,
+    EpochPlan,
+    load_plan,
+    make_plan,
+    step_batches,
+)
 
 
 class TrainingError(TreeprepError):
@@ -125,6 +132,9 @@ class TrainConfig:
     #: how a tree larger than the budget runs as hand-off parts: recompute (bounded memory,
     #: one extra forward of the inner parts) or keep (graphs of the depth-first stack kept)
     handoff: str = "recompute"
+    #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut with
+    #: recomputed prefixes (recompute; every path must fit the budget)
+    cut: str = "handoff"
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> TrainingError:
@@ -152,6 +162,8 @@ class TrainConfig:
             raise bad("budget and steps_of must be >= 1")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
             raise bad("lr must be > 0, min_lr_ratio in [0, 1], warmup_steps >= 0")
+        if self.cut not in ("handoff", "recompute"):
+            raise bad(f"cut {self.cut!r}; expected handoff or recompute")
         if self.handoff not in ("recompute", "keep"):
             raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
         if self.save_every is not None and self.save_every < 1:
@@ -289,6 +301,7 @@ class _Epochs:
                     steps_of=self.cfg.steps_of,
                     seed=self.cfg.seed + epoch,
                     cost_model=self.cost,
+                    cut=self.cfg.cut,
                 )
             self._cache[epoch] = p
         return p
@@ -432,15 +445,15 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
             t0 = time.perf_counter()
             batches = step_batches(reader, sp, ranks=my_ranks, layout=cfg.layout, norm=cfg.norm,
                                    budget=budget, device=dev)  # fmt: skip
-            handoff = any(p.tokens > budget for p in sp.parts)
+            handoff = any(p.handoff_cuts for p in sp.parts)
             if handoff and cfg.parallel == "fsdp" and info.distributed:
-                raise TrainingError(
-                    f"step {step + 1}: a tree over the budget of {budget} tokens runs as hand-off "
-                    "parts, which FSDP does not run yet; use --parallel ddp or a larger --budget"
-                )
-            acc = _micro_batches(wrapped, batches, cfg, budget, world_scale, info, handoff)
-            if handoff and info.distributed:
-                dist_mod.all_reduce_grads(params, info)
+                null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=dev)
+                with dist_mod.fsdp_local(wrapped, null):
+                    acc = _micro_batches(wrapped, batches, cfg, budget, world_scale, info, True)
+            else:
+                acc = _micro_batches(wrapped, batches, cfg, budget, world_scale, info, handoff)
+                if handoff and info.distributed:
+                    dist_mod.all_reduce_grads(params, info)
             loss_sum, tok, tok_lin, targets, real_mb, extra = acc
             red = dist_mod.all_reduce_sum(
                 [loss_sum, float(tok), float(tok_lin), float(targets), float(real_mb)], info
@@ -536,14 +549,17 @@ def _micro_batches(
     for rank_batches in batches:
         for i, b in enumerate(rank_batches):
             sync = i == n_mb - 1 and not handoff
+            # a hand-off step bypasses the wrapper (its forward and hooks expect one backward per
+            # forward) and all-reduces once at the end
+            fwd = inner if handoff else wrapped
             with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
-                if b.num_tokens > budget:
+                if b.handoff is not None:
                     mode: Any = cfg.handoff
                     out = run_parts(inner.lm, b, loss_cfg, budget=budget, mode=mode, attn=cfg.attn,
                                     autocast=inner.autocast, loss_scale=world_scale)  # fmt: skip
                     loss, mets = out.loss, out.metrics
                 else:
-                    loss, mets = wrapped(b)
+                    loss, mets = fwd(b)
                     (loss * world_scale).backward()
             loss_sum = loss_sum + loss.detach()
             if b.num_sequences:

@@ -188,6 +188,9 @@ class PartRef:
     seqs: tuple[int, ...]
     tokens: int
     prefix_tokens: int
+    #: a hand-off row: part boundaries and part parents (empty for an ordinary part)
+    handoff_cuts: tuple[int, ...] = ()
+    handoff_parents: tuple[int, ...] = ()
 
 
 @dataclass
@@ -240,6 +243,8 @@ def _epoch_from_table(table: pa.Table, summary: PlanSummary, source: str) -> Epo
                 seqs=tuple(cols["seqs"][i]),
                 tokens=int(cols["tokens"][i]),
                 prefix_tokens=int(cols["prefix_tokens"][i]),
+                handoff_cuts=tuple(cols["handoff_cuts"][i]),
+                handoff_parents=tuple(cols["handoff_parents"][i]),
             )
         )
     return EpochPlan(w, summary.budget, steps, summary, source)
@@ -283,13 +288,14 @@ def make_plan(
     steps_of: int = 1,
     seed: int = 0,
     cost_model: Any = None,
+    cut: str = "handoff",
 ) -> EpochPlan:
     """Plan in memory with :mod:`treeprep.pack` (what ``treeprep pack`` would write).
 
     ``cost_model`` is a :class:`treeprep.flops.ModelShape` (default: the packer's default)."""
     from treeprep.pack import PackConfig, load_forest, plan_forest
 
-    cfg = PackConfig(budget=budget, world_size=world_size, steps_of=steps_of, seed=seed)
+    cfg = PackConfig(budget=budget, world_size=world_size, steps_of=steps_of, seed=seed, cut=cut)
     plan = plan_forest(
         load_forest(reader.out_dir), cfg, manifest_sha=reader.manifest_sha256, model=cost_model
     )
@@ -494,11 +500,22 @@ def step_batches(
         "total_sequences": totals.sequences,
         "device": device,
     }
+    handoff: dict[tuple[int, int], PartRef] = {}
     if layout == "tree":
         per_rank: list[list[list[dict]]] = [
             [[part_row(reader.tree(p.shard, p.row), p) for p in mb] for mb in step.slots[r]]
             for r in range(world)
         ]
+        for r in range(world):
+            for m, mb in enumerate(step.slots[r]):
+                h = [p for p in mb if p.handoff_cuts]
+                if h and len(mb) > 1:
+                    raise ShardError(
+                        f"plan step {step.index}, rank {r}, micro-batch {m}: a hand-off row "
+                        "shares its micro-batch; the plan is damaged"
+                    )
+                if h:
+                    handoff[(r, m)] = h[0]
     elif layout == "linear":
         per_rank = _linear_slots(reader, step, world, budget)
     else:
@@ -508,12 +525,18 @@ def step_batches(
     out: list[list[TreeBatch]] = []
     for r in ranks:
         mbs = per_rank[r] + [[] for _ in range(slots - len(per_rank[r]))]
-        out.append(
-            [
-                TreeBatch.from_trees(rows, **kw)
-                if rows
-                else TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"})
-                for rows in mbs
-            ]
-        )
+        row_batches = []
+        for m, rows in enumerate(mbs):
+            if not rows:
+                row_batches.append(TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"}))
+                continue
+            b = TreeBatch.from_trees(rows, **kw)
+            h = handoff.get((r, m))
+            if h is not None:
+                b.handoff = (
+                    np.asarray(h.handoff_cuts, dtype=np.int64),
+                    np.asarray(h.handoff_parents, dtype=np.int64),
+                )
+            row_batches.append(b)
+        out.append(row_batches)
     return out

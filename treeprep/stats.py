@@ -138,8 +138,10 @@ def summarize(
     budget: int | None = None,
     plan: PlanSummary | None = None,
     out_dir: str | None = None,
+    cut: str = "handoff",
 ) -> dict:
-    """The stats dict from collected arrays (see the module docstring for the keys)."""
+    """The stats dict from collected arrays (see the module docstring for the keys); ``cut``
+    is how an in-memory plan runs trees over the budget (``handoff``: ERR == POR)."""
     counts = c.manifest.get("counts", {})
     tl = int(c.tokens_linear.sum())
     tt = int(c.tokens_tree.sum())
@@ -183,7 +185,7 @@ def summarize(
     if plan is None and budget is not None:
         if out_dir is None:
             raise ValueError("summarize(budget=...) needs out_dir")
-        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL)
+        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL, cut=cut)
         sha = manifest_sha256(out_dir)
         try:
             plan = plan_forest(c.forest, cfg, manifest_sha=sha, model=shape).summary
@@ -217,6 +219,9 @@ def _packing_block(p: PlanSummary, m: ModelShape, tl: int, pl: int) -> dict:
         "steps_of": p.steps_of,
         "tokens_pack": p.tokens_pack,
         "tokens_recomputed": p.tokens_recomputed,
+        "cut": p.cut,
+        "handoff_trees": p.handoff_trees,
+        "handoff_parts": p.handoff_parts,
         "err": p.err,
         "padding_waste": p.padding_waste,
         "split_trees": p.split_trees,
@@ -269,6 +274,7 @@ def compute_stats(
     model: str | ModelShape | None = None,
     budget: int | None = None,
     plan: str | None = None,
+    cut: str = "handoff",
 ) -> dict:
     """Stats of a finished build as a JSON-able dict.
 
@@ -278,7 +284,9 @@ def compute_stats(
     """
     shape = load_model(model) if isinstance(model, str) else model
     summary = read_plan_summary(out_dir, plan) if plan else None
-    return summarize(collect(out_dir), model=shape, budget=budget, plan=summary, out_dir=out_dir)
+    return summarize(
+        collect(out_dir), model=shape, budget=budget, plan=summary, out_dir=out_dir, cut=cut
+    )
 
 
 def read_plan_summary(out_dir: str, plan_dir: str) -> PlanSummary:

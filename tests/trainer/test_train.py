@@ -95,15 +95,20 @@ def cfg(data: Path, run: Path, **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
-def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path) -> None:
+@pytest.mark.parametrize("cut", ["handoff", "recompute"])
+def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path, cut: str) -> None:
     reader = BuildReader(str(data))
-    plan = make_plan(reader, budget=BUDGET, steps_of=2)
-    assert plan.summary.split_trees >= 1  # parts with a recomputed prefix are exercised
+    plan = make_plan(reader, budget=BUDGET, steps_of=2, cut=cut)
+    assert plan.summary.split_trees >= 1  # hand-off rows / recomputed prefixes are exercised
     seen: dict[str, list[int]] = {}
     for st in plan.steps:
         for p in st.parts:
             seen.setdefault(p.group_id, []).extend(p.seqs)
-            assert p.tokens + p.prefix_tokens <= BUDGET
+            if p.handoff_cuts:
+                assert cut == "handoff" and p.prefix_tokens == 0
+                assert max(np.diff(p.handoff_cuts)) <= BUDGET < p.tokens
+            else:
+                assert p.tokens + p.prefix_tokens <= BUDGET
     for shard in reader.shard_names:
         t = reader.table(shard)
         for r in range(t.num_rows):
@@ -111,9 +116,11 @@ def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path) -> None:
             assert sorted(seen[tree["group_id"]]) == list(range(len(tree["seq_node"])))
 
 
-def test_tree_layout_trains_like_linear_layout(data: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", ["handoff", "recompute"])
+def test_tree_layout_trains_like_linear_layout(data: Path, tmp_path: Path, cut: str) -> None:
     """Every step's loss and the weights after 3 SGD steps equal the linear baseline's: the
-    restored weights and the step-global normalization hold across cut trees and micro-batches."""
+    restored weights and the step-global normalization hold across hand-off parts (or cut trees
+    with recomputed prefixes) and micro-batches."""
     runs = {}
     for layout in ("tree", "linear"):
         runs[layout] = train(
@@ -121,6 +128,7 @@ def test_tree_layout_trains_like_linear_layout(data: Path, tmp_path: Path) -> No
                 data,
                 tmp_path / layout,
                 layout=layout,
+                cut=cut,
                 steps=3,
                 optimizer="sgd",
                 lr=0.5,

@@ -5,6 +5,10 @@ that moving code between modules changes no byte of the shards, the manifest, th
 plan. The build runs from the repository root with relative input paths (the paths go into the
 manifest, and determinism across absolute paths is another issue). A change that is meant to
 change the bytes (a schema version, a new column) re-records them, and says so in its commit.
+
+Re-recorded since: the sample data gained the conversation, Codex and aviary samples (issue 14:
+sample manifest, rejects and shard change; the real logs' shards and manifest do not), and plans
+became version 2 (hand-off rows and columns, issue 11: both plans change).
 """
 
 from __future__ import annotations
@@ -21,24 +25,24 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "6719c486dc6d2a571e894f3456fecbf6b096b6f70a7102e32c5a38cf4e35800b",
+    "manifest.json": "0400867349ab04c9af6f8067663bd56a447bb7cc209396084f4520d3a84b93b0",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "20cbe51598383a617774ff095e0dcd606a04835b8b204d5847fa78af3d3da06a"
+        "23eea12323f0eebaf9cdd4a599d94166a5c4257d8f76cc6917519b58ff4b7ea9"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "914ec70e28a703eb81b8437ecd1d4e73e5d6daabe043dc7b93c4b8bf6e69e262"
+        "6d5ea746cd14eefefff0b4af45a00a36c82b6603330ee233f7be0e611e1fd23f"
     ),
-    "rejects.jsonl": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-    "shards/shard-00000.arrow": "0e4c64901ac6ae5c30ece06c21fcbeae59b573d9878762ef1a39747cc7c42c22",
+    "rejects.jsonl": "9c64ed8e009d90008b432627dc7b6efda95d5bd66d20920b300ee57f7bb3da2d",
+    "shards/shard-00000.arrow": "1d29ca23d2e768cd977fd9d675cf6ce3880bdd2f9139804ee24b96e78e8d1b81",
 }
 
 REAL_GOLDEN = {
     "manifest.json": "5c09c02fefbe819922dfd3308da52a3ece3ff927216a7a78fbf555032e4784d7",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "4ff0105f9e7b1928a01230dd93d4d8c06b5fc63968203e7532b1586dba0298d7"
+        "8b21204997b80acac324a09971f6907f3473594ae998320bdd141c779305b36d"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "1cb93ff5882b17da4c49c20f8ddcea232a14432b799179dbb3b30b0889f44203"
+        "de4af6b73c76784a472c077c535766ec6599d65d312a955334df065d0f8ebb43"
     ),
     "rejects.jsonl": "8d5cc5bf06455658aa1838f48cbca67c3f558c769da39a7471e1b07eb4d9bbfe",
     "shards/shard-00000.arrow": "0f9ab4e792050253e6bb7c833663935fa322617f6d275e58f09cc984b0c1fb98",

@@ -113,6 +113,23 @@ def build_chains(
     return Chains(c_start, c_end, segs, [int(node_prefix[h]) for h in heads])
 
 
+class Memo:
+    """What backends build once per batch (mask, block mask, chains). Not a dict on purpose:
+    wrappers that rebuild containers in a module's inputs (FSDP2 walks dataclasses and dicts to
+    move or cast tensors) leave it alone, so every layer still shares one cache."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self) -> None:
+        self._d: dict[str, Any] = {}
+
+    def get(self, key: str) -> Any:
+        return self._d.get(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._d[key] = value
+
+
 @dataclass
 class TreeMask:
     """A batch's attention metadata, passed to every attention call as ``tree_mask=``.
@@ -136,7 +153,7 @@ class TreeMask:
     prefix_len: int = 0
     #: the hand-off state of a part (:class:`treeprep.trainer.parts.state.HandOff`), or None
     handoff: Any = None
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _cache: Memo = field(default_factory=Memo, repr=False)
 
     @classmethod
     def from_batch(cls, batch: Any, attn: str = "auto") -> TreeMask:

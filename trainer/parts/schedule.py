@@ -240,7 +240,7 @@ def run_parts(
     would. See the module docstring for the order, the modes and the memory bound."""
     if mode not in MODES:
         raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
-    layout = part_layout(batch, budget)
+    layout = part_layout(batch, budget, getattr(batch, "handoff", None))
     run = _Runner(model, batch, layout, cfg, attn, autocast)
     if cfg.loss != "sft":
         check_advantages(run.targets, cfg.loss)

@@ -18,7 +18,7 @@ leaves' gradients are scattered back into the producers' accumulators
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -46,14 +46,19 @@ class AttentionState:
         self.gv.index_add_(2, idx, gv.float())
 
 
-@dataclass
 class HandOff:
-    """One part's exchange: prefix leaves in, own keys and values recorded (see module doc)."""
+    """One part's exchange: prefix leaves in, own keys and values recorded (see module doc).
 
-    #: per layer, the part's prefix (leaf tensors), or None for a part without prefix
-    prefix: dict[int, tuple[torch.Tensor, torch.Tensor]]
-    #: per layer, the part's own keys and values as computed (graph tensors)
-    own: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    A plain class, not a dataclass: wrappers that rebuild dataclasses and dicts in a module's
+    inputs (FSDP2) must hand every layer this very object, or the records would go to copies."""
+
+    __slots__ = ("own", "prefix")
+
+    def __init__(self, prefix: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        #: per layer, the part's prefix (leaf tensors); empty for a part without prefix
+        self.prefix = prefix
+        #: per layer, the part's own keys and values as computed (graph tensors)
+        self.own: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def exchange(
         self, layer: int | None, key: torch.Tensor, value: torch.Tensor
