@@ -17,7 +17,7 @@ The block mask (:func:`block_mask`). ``create_block_mask`` evaluates the mask_mo
 which is the rule of :func:`~treeprep.trainer.attention.mask.visible` solved for i (three
 ``searchsorted`` calls over the K keys). Key j then touches query blocks ``lo_j // 128 ..
 (hi_j - 1) // 128`` and covers in full the blocks wholly inside ``[lo_j, hi_j)``. Two difference
-arrays over [KB, QB + 1], filled with two scatter-adds per key and summed along the query blocks,
+arrays over [KB, QB + 1], filled with two bin counts per key and summed along the query blocks,
 count per block the keys that touch it and the keys that cover it: a block is *empty* when no key
 touches it, *full* when all 128 of its keys cover it (a block holding padding is never full), and
 *partial* otherwise. The classification is exact (it equals ``create_block_mask``'s, which the
@@ -116,16 +116,17 @@ def block_classes(tm: TreeMask) -> tuple[torch.Tensor, torch.Tensor]:
     cover_b = hi // BLOCK  # blocks ending at or before hi (hi <= t, so never a padded block)
     cover_b = torch.where(seen & (cover_b > cover_a), cover_b, cover_a)
     kb = torch.arange(k, device=dev) // BLOCK
-    one = torch.ones(k, dtype=torch.int32, device=dev)
-    touch = torch.zeros(nkb, nqb + 1, dtype=torch.int32, device=dev)
-    cover = torch.zeros(nkb, nqb + 1, dtype=torch.int32, device=dev)
-    w = touch.shape[1]
-    touch.view(-1).index_put_((kb * w + touch_a,), one, accumulate=True)
-    touch.view(-1).index_put_((kb * w + touch_b,), -one, accumulate=True)
-    cover.view(-1).index_put_((kb * w + cover_a,), one, accumulate=True)
-    cover.view(-1).index_put_((kb * w + cover_b,), -one, accumulate=True)
-    touched = touch.cumsum(1)[:, :nqb] > 0
-    full = cover.cumsum(1)[:, :nqb] == BLOCK
+    w = nqb + 1
+
+    def count(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Per (key block, query block): keys whose run [a, b) of query blocks holds it."""
+        diff = torch.bincount(kb * w + a, minlength=nkb * w) - torch.bincount(
+            kb * w + b, minlength=nkb * w
+        )
+        return diff.view(nkb, w).cumsum(1)[:, :nqb]
+
+    touched = count(touch_a, touch_b) > 0
+    full = count(cover_a, cover_b) == BLOCK
     return (touched & ~full).T.contiguous(), full.T.contiguous()
 
 
