@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+
+class Head(StrEnum):
+    """Where the FLOP estimate runs the LM head."""
+
+    targets = "targets"
+    all = "all"
 
 
 def register(app: typer.Typer) -> None:
@@ -25,6 +33,13 @@ def stats_cmd(
     plan: Annotated[
         Path | None, typer.Option(help="Report an existing plan folder (OUT/plans/NAME).")
     ] = None,
+    head: Annotated[
+        Head,
+        typer.Option(
+            help="LM head in the estimate: on the trained targets (treeprep's trainer) or on "
+            "every fed token (trainers that compute full logits)."
+        ),
+    ] = Head.targets,
     as_json: Annotated[bool, typer.Option("--json", help="Print the stats as JSON.")] = False,
     plot: Annotated[
         Path | None, typer.Option(help="Write distributions and speedups to a .png or .html file.")
@@ -37,7 +52,9 @@ def stats_cmd(
     shape = load_model(model) if model else None
     summary = read_plan_summary(str(out), str(plan)) if plan else None
     collected = collect(str(out))
-    stats = summarize(collected, model=shape, budget=budget, plan=summary, out_dir=str(out))
+    stats = summarize(
+        collected, model=shape, budget=budget, plan=summary, out_dir=str(out), head=head.value
+    )
     if plot is not None:
         write_plot(collected, stats, str(plot))
     if as_json:
@@ -77,8 +94,9 @@ def _render(s: dict, out: Path) -> None:
     a = s["attention"]
     t.add_row("attention pairs linear / tree", f"{a['pairs_linear']:,} / {a['pairs_tree']:,}")
     t.add_row("attention ratio", f"{a['ratio']:.2f}x")
+    t.add_row("trained targets linear / tree", f"{s['targets_linear']:,} / {s['targets_tree']:,}")
     m = s["model"]
-    t.add_row(f"estimated speedup ({m['name']})", f"{m['speedup']:.2f}x")
+    t.add_row(f"estimated speedup ({m['name']}, LM head on {s['head']})", f"{m['speedup']:.2f}x")
     if "packing" in s and "error" in s["packing"]:
         Console(stderr=True).print(f"[yellow]no packing figures:[/] {s['packing']['error']}")
     elif "packing" in s:
