@@ -33,7 +33,7 @@ Configurations:
 * ``gpu``: ``qwen3-0.6b`` and ``qwen3-1.7b`` shapes (random weights, full 151,936 vocabulary), bf16
   autocast, budgets 16k and 32k, attention ``auto`` (FlexAttention), a longer agent workload.
 
-    python bench/train.py                       # cpu, both workloads
+    python bench/train.py                       # cpu, both workloads, 4 steps x 2 rounds
     python bench/train.py --workload agent --steps 6
     python bench/train.py --config gpu          # needs CUDA
 """
@@ -115,12 +115,13 @@ def ensure_build(name: str, work: Path, scale: str) -> Path:
 
 
 def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
-    """FLOPs each layout feeds over the first ``steps`` steps of the in-memory plan."""
+    """FLOPs each layout feeds over the timed steps (2 .. ``steps``) of the in-memory plan."""
     from treeprep.trainer.plan_batches import BuildReader, make_plan
 
     reader = BuildReader(str(data))
     plan = make_plan(reader, budget=budget, cost_model=shape)
-    run = plan.steps[: steps or len(plan.steps)]
+    n = steps or len(plan.steps)
+    run = plan.steps[1 if n > 1 else 0 : n]  # step 1 is the untimed warm-up
     tt = tp = lt = lp = 0
     for st in run:
         for p in st.parts:
@@ -187,8 +188,8 @@ def run_layout(
         "linear_tokens_per_s": sum(m.tokens_linear for m in h) / secs,
         "fed_tokens_per_s": sum(m.tokens for m in h) / secs,
         "losses": [m.loss for m in res.history],
-        # over every step (the estimates count every step, the warm-up included)
-        "targets_all": sum(m.targets for m in res.history),
+        # over the timed steps, as the estimate
+        "targets_timed": sum(m.targets for m in h),
     }
 
 
@@ -213,8 +214,8 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
     t, lin = runs["tree"], runs["linear"]
     assert t["tokens_linear"] == lin["tokens_linear"], "layouts trained different sequences"
     measured = secs["linear"] / secs["tree"]
-    f_t = shape.flops(est["tokens_tree_fed"], est["pairs_tree"], head_tokens=t["targets_all"])
-    f_l = shape.flops(est["tokens_linear"], est["pairs_linear"], head_tokens=lin["targets_all"])
+    f_t = shape.flops(est["tokens_tree_fed"], est["pairs_tree"], head_tokens=t["targets_timed"])
+    f_l = shape.flops(est["tokens_linear"], est["pairs_linear"], head_tokens=lin["targets_timed"])
     estimated = f_l / f_t
     loss_gap = max(abs(a - b) / abs(b) for a, b in zip(t["losses"], lin["losses"], strict=True))
     return {
@@ -250,6 +251,7 @@ CONFIGS = {
             "device": "cpu",
             "attn": "nodes",
             "scale": "cpu",
+            "steps": 4,
         },  # fmt: skip
     ],
     "gpu": [
@@ -271,7 +273,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
     ap.add_argument("--workload", choices=["sample", "agent", "both"], default="both")
-    ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: 1 epoch)")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="optimizer steps (default: cpu 4, gpu 1 epoch)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of both layouts")
     ap.add_argument("--work", default=str(ROOT / "bench" / "_work" / "train"))
@@ -293,7 +297,7 @@ def main() -> None:
     for spec in CONFIGS[a.config]:
         for w in loads:
             t0 = time.perf_counter()
-            r = bench_one(w, spec, a.steps, work, a.rounds)
+            r = bench_one(w, spec, a.steps or spec.get("steps"), work, a.rounds)
             r["wall_s"] = time.perf_counter() - t0
             results.append(r)
             if not a.json:
