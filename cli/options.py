@@ -66,3 +66,10 @@ class Handoff(StrEnum):
 
     recompute = "recompute"
     keep = "keep"
+
+
+class Head(StrEnum):
+    """Where the FLOP estimate runs the LM head."""
+
+    targets = "targets"
+    all = "all"

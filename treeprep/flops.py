@@ -12,11 +12,13 @@ ignored: they are a few percent of the total and scale like the linear term):
   ``4 * layers * heads * head_dim`` per pair forward and three times that forward + backward:
   ``12 * layers * heads * head_dim`` per pair. (NOTES.md writes ``hidden`` for ``heads * head_dim``;
   the two differ for Qwen3-0.6B/1.7B/30B-A3B, and we use the exact product.)
-* **LM head**: ``6 * hidden * vocab`` FLOPs per token fed (logits are computed for every token;
-  tied embeddings do not change the compute).
+* **LM head**: ``6 * hidden * vocab`` FLOPs per token it runs on (tied embeddings do not change
+  the compute). treeprep's trainer runs it on the predecessors of the trained targets only, ``K``
+  of them (the unique trained tokens in a tree; every copy, duplicates counted, in the linear
+  layout); a trainer that computes full logits runs it on every fed token (``K = T``).
 
-A layout that feeds ``T`` tokens with ``A`` attention pairs costs
-``T * (6 P + 6 hidden vocab) + A * 12 layers heads head_dim``. The estimated speedup of tree
+A layout that feeds ``T`` tokens with ``A`` attention pairs and ``K`` head tokens costs
+``T * 6 P + K * 6 hidden vocab + A * 12 layers heads head_dim``. The estimated speedup of tree
 training over linear training is the ratio of the two costs, with ``T = tokens_linear`` and
 ``A = sum_s L_s (L_s + 1) / 2`` for the linear trainer and ``T = tokens_tree`` (or the packed
 token count) and ``A = sum over fed tokens of (depth + 1)`` for the tree.
@@ -105,14 +107,26 @@ class ModelShape:
         """Forward + backward FLOPs per (query, key) attention pair, all layers."""
         return 12 * self.layers * self.heads * self.head_dim
 
-    def flops(self, tokens: int, pairs: int) -> int:
-        """Training FLOPs of a layout feeding ``tokens`` tokens with ``pairs`` attention pairs."""
-        return tokens * self.flops_per_token + pairs * self.flops_per_pair
+    @property
+    def flops_per_body_token(self) -> int:
+        """Forward + backward FLOPs per token fed through the layers (projections, MLP)."""
+        return 6 * self.params_nonembedding_active
 
-    def breakdown(self, tokens: int, pairs: int) -> dict[str, int]:
+    @property
+    def flops_per_head_token(self) -> int:
+        """Forward + backward FLOPs per token the LM head runs on."""
+        return 6 * self.hidden * self.vocab
+
+    def flops(self, tokens: int, pairs: int, head_tokens: int | None = None) -> int:
+        """Training FLOPs of a layout feeding ``tokens`` tokens with ``pairs`` attention pairs
+        and running the LM head on ``head_tokens`` of them (default: all ``tokens``)."""
+        return sum(self.breakdown(tokens, pairs, head_tokens).values())
+
+    def breakdown(self, tokens: int, pairs: int, head_tokens: int | None = None) -> dict[str, int]:
+        head = tokens if head_tokens is None else head_tokens
         return {
-            "linear": tokens * 6 * self.params_nonembedding_active,
-            "lm_head": tokens * 6 * self.hidden * self.vocab,
+            "linear": tokens * self.flops_per_body_token,
+            "lm_head": head * self.flops_per_head_token,
             "attention": pairs * self.flops_per_pair,
         }
 

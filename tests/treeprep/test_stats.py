@@ -161,10 +161,48 @@ def test_counts_and_attention_pairs_match_brute_force(build) -> None:
     json.dumps(s)  # JSON-able
 
 
+def _brute_targets(trees: list[Tree]) -> tuple[int, int]:
+    """Trained targets (loss mask on, depth >= 1): every copy, and distinct tree tokens (a tree
+    token is the token prefix that ends at it)."""
+    linear, distinct = 0, set()
+    for t in trees:
+        for rec in t.iter_sequences():
+            ids, mask = rec["input_ids"], rec["loss_mask"]
+            for d in range(1, len(ids)):
+                if mask[d]:
+                    linear += 1
+                    distinct.add((t.group_id, tuple(ids[: d + 1])))
+    return linear, len(distinct)
+
+
+def test_targets_and_head_choice(build) -> None:
+    """The LM head is counted on the trained targets by default, on every fed token with
+    ``head="all"``; both layouts' targets match a brute-force count."""
+    out, trees = build
+    b = _brute(trees)
+    hl, ht = _brute_targets(trees)
+    assert hl > ht  # the duplicate and the shared chain are trained once in the tree
+    m = PRESETS["qwen3-32b"]
+    s = compute_stats(str(out), model="qwen3-32b")
+    assert (s["targets_linear"], s["targets_tree"], s["head"]) == (hl, ht, "targets")
+    expect = m.flops(b["tl"], b["pl"], hl) / m.flops(b["tt"], b["pt"], ht)
+    assert s["model"]["speedup"] == pytest.approx(expect, rel=1e-12)
+    s_all = compute_stats(str(out), model="qwen3-32b", head="all")
+    assert s_all["head"] == "all"
+    assert s_all["model"]["speedup"] == pytest.approx(
+        m.flops(b["tl"], b["pl"]) / m.flops(b["tt"], b["pt"]), rel=1e-12
+    )
+    assert s_all["model"]["speedup"] != pytest.approx(s["model"]["speedup"], rel=1e-6)
+    args = ["stats", str(out), "--model", "qwen3-32b", "--head", "all", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["model"]["speedup"] == pytest.approx(s_all["model"]["speedup"])
+
+
 def test_model_speedup_is_the_flop_ratio(build) -> None:
     out, trees = build
     b = _brute(trees)
-    s = compute_stats(str(out), model="qwen3-32b")
+    s = compute_stats(str(out), model="qwen3-32b", head="all")
     m = PRESETS["qwen3-32b"]
     expect = m.flops(b["tl"], b["pl"]) / m.flops(b["tt"], b["pt"])
     assert s["model"]["name"] == "qwen3-32b"

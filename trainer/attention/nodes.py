@@ -13,8 +13,11 @@ heads of a key head into the query rows, so keys are never repeated either.
 
 Memory: no gathered key rows at all (``gathered_rows`` is 0); the transient scores of one chunk are
 H x NODE_CHUNK x L floats, and autograd keeps the soft-maxed scores of every chunk, as SDPA's math
-path does. Chains with neither prefix nor ancestors (a whole one-path tree) use SDPA's causal
-kernel directly.
+path does. Chains with neither prefix nor ancestors whose tokens no other chain's segment cuts
+(a whole one-path tree, so every sequence of the linear layout) run as one ``is_causal`` SDPA
+call, whatever their length: the padding-free
+packed causal baseline a good linear trainer runs (SDPA's flash kernel on CPU keeps no T x T
+scores).
 """
 
 from __future__ import annotations
@@ -85,10 +88,18 @@ def nodes_attention(
     # a slice's backward zero-fills the whole input per slice, a split's backward is one cat
     cut = {0, q.shape[2]}
     for c in range(len(ch.start)):
-        cut.update(range(ch.start[c], ch.end[c], NODE_CHUNK))
-        cut.add(ch.end[c])
+        cut.update((ch.start[c], ch.end[c]))
         for a, b in ch.segments[c]:
             cut.update((a, b))
+    # a chain that is a whole root path and that no segment cuts runs as one causal call
+    inner = sorted(cut)
+    whole = set()
+    for c in range(len(ch.start)):
+        s, e = ch.start[c], ch.end[c]
+        if not ch.prefix[c] and not ch.segments[c] and _starts(inner, s, e) == [s]:
+            whole.add(c)
+        else:
+            cut.update(range(s, e, NODE_CHUNK))
     bounds = sorted(cut)
     qp, kp, vp = _pieces(q, bounds), _pieces(k, bounds), _pieces(v, bounds)
     outs: list[torch.Tensor] = []
@@ -96,7 +107,7 @@ def nodes_attention(
         s, e = ch.start[c], ch.end[c]
         m = ch.prefix[c]
         seg = ch.segments[c]
-        if not m and not seg and qp[s].shape[2] == e - s:
+        if c in whole:
             outs.append(
                 F.scaled_dot_product_attention(
                     qp[s], kp[s], vp[s], is_causal=True, scale=scale, enable_gqa=gqa
