@@ -129,6 +129,7 @@ def child(spec: dict) -> dict:
         out = tree_loss(model, batch, loss="sft")
         out.loss.backward()
         loss = float(out.loss.detach())
+        del out
     else:
         res = run_parts(model, batch, LossConfig("sft"), budget=spec["budget"], mode=spec["mode"])
         loss = float(res.loss)
@@ -153,6 +154,15 @@ def child(spec: dict) -> dict:
 
 
 def run_config(spec: dict) -> dict:
+    if spec["device"] == "cuda":
+        # CUDA peaks reset per configuration, so one process serves them all (and compiles once)
+        import torch
+
+        torch.cuda.empty_cache()
+        try:
+            return child(spec)
+        except torch.OutOfMemoryError as e:
+            return {**spec, "error": f"out of memory: {str(e).splitlines()[0]}"}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(spec)],

@@ -119,9 +119,18 @@ def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
     from treeprep.trainer.plan_batches import BuildReader, make_plan
 
     reader = BuildReader(str(data))
-    plan = make_plan(reader, budget=budget, cost_model=shape)
-    n = steps or len(plan.steps)
-    run = plan.steps[1 if n > 1 else 0 : n]  # step 1 is the untimed warm-up
+    plans: dict[int, object] = {}
+
+    def plan_of(epoch: int):  # the loop plans each epoch with seed + epoch
+        if epoch not in plans:
+            plans[epoch] = make_plan(reader, budget=budget, cost_model=shape, seed=epoch)
+        return plans[epoch]
+
+    per = len(plan_of(0).steps)
+    n = steps or per
+    # global step i of the run is step i % per of epoch i // per; step 0 is the untimed warm-up
+    run = [plan_of(i // per).steps[i % per] for i in range(1 if n > 1 else 0, n)]
+    plan = plan_of(0)
     tt = tp = lt = lp = 0
     for st in run:
         for p in st.parts:
