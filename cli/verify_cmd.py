@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from treeprep.cli.options import Attn, Loss, Norm
+from treeprep.cli.options import Attn, Handoff, Loss, Norm
 from treeprep.errors import TreeprepError
 
 
@@ -51,9 +51,19 @@ def verify_cmd(
     ] = 65536,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of a preset's random weights.")] = 0,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            help="Run every tree over this many tokens as hand-off parts (the tree side)."
+        ),
+    ] = None,
+    handoff: Annotated[
+        Handoff, typer.Option(help="Hand-off mode with --budget.")
+    ] = Handoff.recompute,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Check that the tree loss restores the linearized gradients exactly."""
+    """Check that the tree loss restores the linearized gradients exactly (with --budget: that
+    trees executed as hand-off parts do)."""
     from rich.console import Console
 
     err = Console(stderr=True)
@@ -84,15 +94,28 @@ def verify_cmd(
                 f"{out}: token id {top} is outside the model's vocabulary "
                 f"({m.config.vocab_size}); were the shards built with another tokenizer?"
             )
+    if budget is not None and budget < 1:
+        raise TreeprepError(f"--budget must be >= 1, got {budget}")
+    split = "" if budget is None else f", hand-off parts of <= {budget:,} tokens ({handoff.value})"
     err.print(
-        f"verifying {len(rows)} trees: {loss.value}, {norm.value}, attention {attn.value} ..."
+        f"verifying {len(rows)} trees: {loss.value}, {norm.value}, attention {attn.value}{split} ..."
     )
-    rep = verify_gradients(m, rows, loss=loss.value, norm=norm.value, attn=attn.value, tol=tol)
+    rep = verify_gradients(
+        m,
+        rows,
+        loss=loss.value,
+        norm=norm.value,
+        attn=attn.value,
+        tol=tol,
+        budget=budget,
+        handoff=handoff.value,
+    )
     if as_json:
         d = rep.to_dict()
         d["model"] = model
         d["trees"] = [r["group_id"] for r in rows]
         d["skipped"] = skipped
+        d["budget"] = budget
         typer.echo(json.dumps(d, indent=2))
     else:
         _print_report(rep, tol)
