@@ -163,7 +163,11 @@ def test_truncated_compressed_file_keeps_good_records(tmp_path: Path, codec: str
     assert last.reason.startswith(f"truncated or corrupt {kind} stream: ")
 
 
-def test_single_50mb_line_parses(tmp_path: Path) -> None:
+def test_single_50mb_line_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default limit per record is 16 MiB (issue 15 item 21, --max-record-mb); raised here
+    import treeprep.io
+
+    monkeypatch.setitem(treeprep.io._limits, "record_bytes", 64 << 20)
     big = "y" * (50 * 1024 * 1024)
     rec = _call(2)
     rec["messages"].append(
