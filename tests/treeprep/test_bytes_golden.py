@@ -1,9 +1,11 @@
 """Golden bytes: a build and a plan of known inputs hash to values recorded from earlier code.
 
-The hashes were recorded from ``main`` before issue 19's restructuring (commit fdd2b9b) and guard
-that moving code between modules changes no byte of the shards, the manifest, the rejects or the
-plan. The build runs from the repository root with relative input paths (the paths go into the
-manifest, and determinism across absolute paths is another issue). A change that is meant to
+The hashes were recorded from ``main`` before issue 19's restructuring (commit fdd2b9b) and
+re-recorded for issue 15 item 22: inputs are now named by their path relative to the input root
+(group ids, ``seq_source``, rejects, manifest), and the manifest gained ``duplicate_inputs``. They
+guard that moving code between modules changes no byte of the shards, the manifest, the rejects
+or the plan. The build runs from the repository root (the adversarial suite checks that the
+bytes do not depend on where the inputs lie). A change that is meant to
 change the bytes (a schema version, a new column) re-records them, and says so in its commit.
 """
 
@@ -21,27 +23,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "6719c486dc6d2a571e894f3456fecbf6b096b6f70a7102e32c5a38cf4e35800b",
+    "manifest.json": "818d86d8899f830fcd4ed1047aff69b713e90630e86cac41d21fd070b9232ef8",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "20cbe51598383a617774ff095e0dcd606a04835b8b204d5847fa78af3d3da06a"
+        "a287ceee9aa6b397edf44611f38e1acb7b5e95aa917fd5b449214f77046af642"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "914ec70e28a703eb81b8437ecd1d4e73e5d6daabe043dc7b93c4b8bf6e69e262"
+        "c433817d8de25a2c146990ea13471c91346262eb8bfa47f2eac3f8fb6af1b3fa"
     ),
-    "rejects.jsonl": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-    "shards/shard-00000.arrow": "0e4c64901ac6ae5c30ece06c21fcbeae59b573d9878762ef1a39747cc7c42c22",
+    "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
+    "shards/shard-00000.arrow": "29cef92739d49cf9e6c51f5692c1ccc532729aa0c0fc63820c599b506a9974de",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "5c09c02fefbe819922dfd3308da52a3ece3ff927216a7a78fbf555032e4784d7",
+    "manifest.json": "a0aa137587918c7627857d98790e179e67683d362030a91d05cdeeffc151a0e4",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "4ff0105f9e7b1928a01230dd93d4d8c06b5fc63968203e7532b1586dba0298d7"
+        "18104b5803a4023540023a5f106641b6f605534f8065e5c9c7875566f851c504"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "1cb93ff5882b17da4c49c20f8ddcea232a14432b799179dbb3b30b0889f44203"
+        "e86ebe53a3d1744d48317c22ca728070b2d644af7c8a9285127c53326f4f0862"
     ),
-    "rejects.jsonl": "8d5cc5bf06455658aa1838f48cbca67c3f558c769da39a7471e1b07eb4d9bbfe",
-    "shards/shard-00000.arrow": "0f9ab4e792050253e6bb7c833663935fa322617f6d275e58f09cc984b0c1fb98",
+    "rejects.jsonl": "fd995d33f6185292c925634451519eb15afa68d02fff79feed13a7941fcb84a7",
+    "shards/shard-00000.arrow": "fc96b23356c3bf62415659dea817ed5673efff6333709f70063420963e560a7f",
 }
 
 
