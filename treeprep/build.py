@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import multiprocessing as mp
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -53,8 +52,9 @@ import pyarrow.ipc as ipc
 
 from treeprep import __version__
 from treeprep.errors import InputError, RenderError, TooManyErrors, TreeprepError
-from treeprep.schemas import SCHEMA_VERSION, Manifest, Reject, TokenizerIdentity
-from treeprep.schemas.manifest import Counts, DuplicateInput, InputEntry, ShardEntry
+from treeprep.outputs import forget_manifest, make_manifest, write_manifest, write_rejects
+from treeprep.schemas import SCHEMA_VERSION, Manifest, Reject
+from treeprep.schemas.manifest import Counts, ShardEntry
 from treeprep.sequence import Sequence
 from treeprep.shards import ShardWriter
 from treeprep.trie import build_tree
@@ -73,7 +73,6 @@ from treeprep.workfiles import (
     lock_out,
     read_result,
     sequences_to_batch,
-    write_atomic,
 )
 
 if TYPE_CHECKING:
@@ -473,7 +472,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     work_root = os.path.join(cfg.out, ".work")
     with lock_out(cfg.out):
         index = OutIndex.load(cfg.out)
-        index.shards |= _forget_manifest(cfg.out)
+        index.shards |= forget_manifest(cfg.out)
         jobs = _plan_jobs(cfg, inputs, renderer.identity.sha256, work_root)
         index.work |= {j.key for j in jobs}
         index.save()
@@ -483,8 +482,10 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
             jobs, results, cfg.shard_tokens, counts, cfg.out, on_progress, index.add_shard
         )
         index.drop_unused(cfg.out, {j.key for j in jobs}, {e.path for e in shards})
-        _write_rejects(jobs, cfg.out)
-        manifest = _make_manifest(cfg, renderer.identity, jobs, results, counts, shards, inputs)
+        write_rejects(jobs, cfg.out)
+        manifest = make_manifest(
+            cfg.group_by, renderer.identity, jobs, results, counts, shards, inputs
+        )
         if counts.records_in_trees == 0:
             raise EmptyBuildError(
                 f"no record reached a tree ({counts.records_read} read, "
@@ -493,30 +494,8 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
                 f"{os.path.join(cfg.out, 'rejects.jsonl')}"
             )
         crash_point("before-manifest")
-        _write_manifest(cfg.out, manifest)
+        write_manifest(cfg.out, manifest)
     return manifest
-
-
-def _forget_manifest(out: str) -> set[str]:
-    """Remove an earlier build's manifest (it must not describe shards this build is about to
-    replace); returns the shard paths it listed, which this build may then delete."""
-    from treeprep.schemas.manifest import check_relative_path
-
-    path = os.path.join(out, "manifest.json")
-    if not os.path.exists(path):
-        return set()
-    shards: set[str] = set()
-    try:
-        with open(path, "rb") as f:
-            for s in orjson.loads(f.read()).get("shards", []):
-                try:
-                    shards.add(check_relative_path(s["path"]))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    continue  # a path outside OUT is never deleted
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        pass
-    os.remove(path)
-    return shards
 
 
 def _plan_jobs(
@@ -609,72 +588,3 @@ def _write_trees(
     writer.close()
     work.release()
     return writer.entries
-
-
-def _write_rejects(jobs: list[FileJob], out: str) -> None:
-    """``OUT/rejects.jsonl``: every file's rejects, in input order, atomically."""
-    rej_path = os.path.join(out, "rejects.jsonl")
-    with open(rej_path + ".tmp", "wb") as rej_out:
-        for job in jobs:
-            p = job.rejects_path()
-            if os.path.exists(p):
-                with open(p, "rb") as rej_in:
-                    shutil.copyfileobj(rej_in, rej_out)
-    commit(rej_path + ".tmp", rej_path)
-
-
-def _make_manifest(
-    cfg: BuildConfig,
-    identity: TokenizerIdentity,
-    jobs: list[FileJob],
-    results: dict[str, FileResult],
-    counts: Counts,
-    shards: list[ShardEntry],
-    inputs: InputSet,
-) -> Manifest:
-    """The manifest, with the counts reconciled."""
-    entries: list[InputEntry] = []
-    formats: dict[str, int] = {}
-    skipped: list[str] = []
-    for job in jobs:
-        res = results[job.name]
-        if res.skipped:
-            skipped.append(job.name)
-            continue
-        entries.append(
-            InputEntry(
-                path=job.name,
-                bytes=job.size,
-                sha256=job.sha256,
-                format=res.format,
-                records_read=res.records_read,
-                records_rejected=res.records_rejected,
-            )
-        )
-        counts.records_read += res.records_read
-        counts.records_rejected += res.records_rejected
-        formats[res.format] = formats.get(res.format, 0) + res.records_read
-    counts.records_in_trees = counts.sequences
-    if counts.records_read != counts.records_in_trees + counts.records_rejected:
-        raise TreeprepError(
-            f"internal error: counts do not reconcile: read {counts.records_read}, "
-            f"in trees {counts.records_in_trees}, rejected {counts.records_rejected}"
-        )
-    return Manifest(
-        schema_version=SCHEMA_VERSION,
-        treeprep_version=__version__,
-        tokenizer=identity,
-        group_by=cfg.group_by or "group_id",
-        inputs=entries,
-        counts=counts,
-        shards=shards,
-        formats=dict(sorted(formats.items())),
-        skipped_files=skipped,
-        duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
-    )
-
-
-def _write_manifest(out: str, manifest: Manifest) -> None:
-    """``OUT/manifest.json``, last, atomically and durably."""
-    data = (manifest.model_dump_json(indent=2) + "\n").encode()
-    write_atomic(os.path.join(out, "manifest.json"), data)

@@ -241,7 +241,7 @@ def discover_inputs(specs: list[str]) -> InputSet:
     for path, reason in bad:
         name = name_of(path)
         by_name.setdefault(name, InputFile(path, name, False, reason))
-    files: list[InputFile] = []
+    unique: list[InputFile] = []
     duplicates: list[tuple[str, str]] = []
     first: dict[tuple[int, int], InputFile] = {}
     for name in sorted(by_name):
@@ -254,8 +254,8 @@ def discover_inputs(specs: list[str]) -> InputSet:
                 duplicates.append((name, same.name))
                 continue
             first[(st.st_dev, st.st_ino)] = f
-        files.append(f)
-    return InputSet(files, duplicates)
+        unique.append(f)
+    return InputSet(unique, duplicates)
 
 
 def expand_inputs(specs: list[str]) -> list[tuple[str, bool]]:
@@ -471,6 +471,11 @@ MAX_RECORD_BYTES = 16 << 20
 _limits = {"record_bytes": MAX_RECORD_BYTES}
 
 
+def record_limit() -> int:
+    """The per-record limit in bytes now in force (:func:`set_max_record_bytes`)."""
+    return _limits["record_bytes"]
+
+
 def set_max_record_bytes(n: int) -> None:
     """Change the per-record limit of :func:`iter_json_records` (a build sets it per process)."""
     if n < 1:
@@ -478,7 +483,9 @@ def set_max_record_bytes(n: int) -> None:
     _limits["record_bytes"] = n
 
 
-def iter_lines(path: str, max_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_lines(
+    path: str, max_bytes: int | None = None
+) -> Iterator[tuple[int, bytes | LineTooLong]]:
     """Yield ``(line_number, line)`` for every non-blank line; numbers are 1-based.
 
     The newline (``\\n`` or ``\\r\\n``) is removed. Blank lines are counted but not yielded. On a

@@ -159,9 +159,11 @@ def test_tau_bench_nan_rejects_only_the_calls_that_hold_it(tmp_path: Path) -> No
     text = text.replace('"reward": 1.0', '"reward": NaN', 2).replace(
         '"reward": NaN', '"reward": 1.0', 1
     )
-    text = text[: text.rindex('"info": {}')] + '"info": {"cost": NaN}' + text[
-        text.rindex('"info": {}') + len('"info": {}') :
-    ]
+    text = (
+        text[: text.rindex('"info": {}')]
+        + '"info": {"cost": NaN}'
+        + text[text.rindex('"info": {}') + len('"info": {}') :]
+    )
     p = tmp_path / "tau.json"
     p.write_text(text)
     code, out = build_cli(tmp_path / "o", p, extra=("--format", "tau-bench"))
