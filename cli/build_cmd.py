@@ -40,6 +40,13 @@ def build_cmd(
             "against jinja); --no-native-templates renders every call with jinja.",
         ),
     ] = True,
+    max_record_mb: Annotated[
+        float,
+        typer.Option(
+            help="Reject a JSONL record (line) longer than this many MiB without reading it "
+            "into memory (rendering costs about 150x a record's size)."
+        ),
+    ] = 16.0,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,
@@ -60,6 +67,7 @@ def build_cmd(
         system_prompt=str(system_prompt) if system_prompt else None,
         tools=str(tools) if tools else None,
         native_templates=native_templates,
+        max_record_bytes=max(1, int(max_record_mb * (1 << 20))),
     )
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)
@@ -79,6 +87,12 @@ def build_cmd(
     Console().print(t)
     if c.records_rejected:
         err.print(f"[yellow]{c.records_rejected} records rejected: see {out / 'rejects.jsonl'}[/]")
+    if manifest.duplicate_inputs:
+        err.print(
+            f"[yellow]{len(manifest.duplicate_inputs)} input paths lead to files already read "
+            "(links, repeated arguments): each file was read once; see duplicate_inputs in "
+            f"{out / 'manifest.json'}[/]"
+        )
 
 
 def _build_with_progress(cfg: Any, err: Any) -> Any:

@@ -381,6 +381,11 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         plan_world = cfg.plan_world_size
     epochs = _Epochs(cfg, reader, plan_world, cost)
     first = epochs.get(0)
+    if not first.steps:  # else the loop would look for a first step forever
+        raise TrainingError(
+            f"{cfg.data}: the build has no trainable target (its plan has no step: "
+            f"{reader.manifest.counts.sequences} sequences); nothing to train"
+        )
     if info.distributed and first.world_size != info.world_size:
         raise TrainingError(
             f"the plan {first.source} is for {first.world_size} ranks, this run has "

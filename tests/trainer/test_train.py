@@ -258,6 +258,14 @@ def test_refuses_other_schema_version(data: Path, tmp_path: Path) -> None:
     t = t.replace_schema_metadata({b"treeprep.schema_version": b"2"})
     with pa.OSFile(str(shard), "wb") as sink, ipc.new_file(sink, t.schema) as w:
         w.write_table(t)
+    # the manifest vouches for the rewritten shard (else its sha256 check refuses it first)
+    import hashlib
+
+    m2 = json.loads((bad2 / "manifest.json").read_text())
+    m2["shards"][0].update(
+        bytes=shard.stat().st_size, sha256=hashlib.sha256(shard.read_bytes()).hexdigest()
+    )
+    (bad2 / "manifest.json").write_text(json.dumps(m2))
     with pytest.raises(ShardError, match="shard schema version 2"):
         train(cfg(bad2, tmp_path / "run2", steps=1))
 

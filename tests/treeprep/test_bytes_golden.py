@@ -1,14 +1,12 @@
 """Golden bytes: a build and a plan of known inputs hash to values recorded from earlier code.
 
-The hashes were recorded from ``main`` before issue 19's restructuring (commit fdd2b9b) and guard
-that moving code between modules changes no byte of the shards, the manifest, the rejects or the
-plan. The build runs from the repository root with relative input paths (the paths go into the
-manifest, and determinism across absolute paths is another issue). A change that is meant to
+The hashes were recorded from ``main`` before issue 19's restructuring (commit fdd2b9b) and
+re-recorded for issue 15 item 22: inputs are now named by their path relative to the input root
+(group ids, ``seq_source``, rejects, manifest), and the manifest gained ``duplicate_inputs``. They
+guard that moving code between modules changes no byte of the shards, the manifest, the rejects
+or the plan. The build runs from the repository root (the adversarial suite checks that the
+bytes do not depend on where the inputs lie). A change that is meant to
 change the bytes (a schema version, a new column) re-records them, and says so in its commit.
-
-Re-recorded since: the sample data gained the conversation, Codex and aviary samples (issue 14:
-sample manifest, rejects and shard change; the real logs' shards and manifest do not), and plans
-became version 2 (hand-off rows and columns, issue 11: both plans change).
 """
 
 from __future__ import annotations
@@ -25,27 +23,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "0400867349ab04c9af6f8067663bd56a447bb7cc209396084f4520d3a84b93b0",
+    "manifest.json": "818d86d8899f830fcd4ed1047aff69b713e90630e86cac41d21fd070b9232ef8",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "23eea12323f0eebaf9cdd4a599d94166a5c4257d8f76cc6917519b58ff4b7ea9"
+        "a287ceee9aa6b397edf44611f38e1acb7b5e95aa917fd5b449214f77046af642"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "6d5ea746cd14eefefff0b4af45a00a36c82b6603330ee233f7be0e611e1fd23f"
+        "c433817d8de25a2c146990ea13471c91346262eb8bfa47f2eac3f8fb6af1b3fa"
     ),
-    "rejects.jsonl": "9c64ed8e009d90008b432627dc7b6efda95d5bd66d20920b300ee57f7bb3da2d",
-    "shards/shard-00000.arrow": "1d29ca23d2e768cd977fd9d675cf6ce3880bdd2f9139804ee24b96e78e8d1b81",
+    "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
+    "shards/shard-00000.arrow": "29cef92739d49cf9e6c51f5692c1ccc532729aa0c0fc63820c599b506a9974de",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "5c09c02fefbe819922dfd3308da52a3ece3ff927216a7a78fbf555032e4784d7",
+    "manifest.json": "a0aa137587918c7627857d98790e179e67683d362030a91d05cdeeffc151a0e4",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "8b21204997b80acac324a09971f6907f3473594ae998320bdd141c779305b36d"
+        "18104b5803a4023540023a5f106641b6f605534f8065e5c9c7875566f851c504"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "de4af6b73c76784a472c077c535766ec6599d65d312a955334df065d0f8ebb43"
+        "e86ebe53a3d1744d48317c22ca728070b2d644af7c8a9285127c53326f4f0862"
     ),
-    "rejects.jsonl": "8d5cc5bf06455658aa1838f48cbca67c3f558c769da39a7471e1b07eb4d9bbfe",
-    "shards/shard-00000.arrow": "0f9ab4e792050253e6bb7c833663935fa322617f6d275e58f09cc984b0c1fb98",
+    "rejects.jsonl": "fd995d33f6185292c925634451519eb15afa68d02fff79feed13a7941fcb84a7",
+    "shards/shard-00000.arrow": "fc96b23356c3bf62415659dea817ed5673efff6333709f70063420963e560a7f",
 }
 
 

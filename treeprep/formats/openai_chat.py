@@ -30,6 +30,7 @@ The group id is ``--group-by FIELD`` (dotted paths allowed) when given, else the
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -127,6 +128,9 @@ def group_of(rec: dict[str, Any], opts: ReadOptions) -> str | None:
     return None
 
 
+_FLOAT_MAX = 1.7976931348623157e308
+
+
 def number_of(rec: dict[str, Any], key: str) -> float | None:
     """A numeric field (reward, advantage); booleans count as 1.0/0.0."""
     v = rec.get(key)
@@ -136,7 +140,10 @@ def number_of(rec: dict[str, Any], key: str) -> float | None:
         return float(v)
     if not isinstance(v, int | float):
         raise RecordError(f"{key}: expected a number, got {type_name(v)}")
-    return float(v)
+    f = float(v) if abs(v) <= _FLOAT_MAX else math.inf  # a huge int would overflow float()
+    if not math.isfinite(f):
+        raise RecordError(f"{key}: expected a finite number, got {v!r}")
+    return f
 
 
 def branch_reason_of(rec: dict[str, Any]) -> str | None:

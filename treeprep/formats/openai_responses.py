@@ -417,6 +417,12 @@ def _rollouts(
     return out
 
 
+#: the largest token id a shard holds (int32)
+MAX_TOKEN_ID = 2**31 - 1
+#: the largest finite float32: log-probs are stored as float32
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_ids(v: Any, where: str) -> list[int]:
     """A list of non-negative ints (booleans are not ids)."""
     if v is None:
@@ -426,6 +432,8 @@ def check_ids(v: Any, where: str) -> list[int]:
     for i, t in enumerate(v):
         if type(t) is not int or t < 0:
             raise RecordError(f"{where}[{i}]: expected a non-negative integer, got {t!r}")
+        if t > MAX_TOKEN_ID:  # shards hold int32 ids
+            raise RecordError(f"{where}[{i}]: token id {t} is out of range (max {MAX_TOKEN_ID})")
     return v
 
 
@@ -437,6 +445,8 @@ def check_logprobs(v: Any, where: str) -> list[float] | None:
     for i, x in enumerate(v):
         if isinstance(x, bool) or not isinstance(x, int | float):
             raise RecordError(f"{where}[{i}]: expected a number, got {x!r}")
+        if not abs(x) <= FLOAT32_MAX:  # NaN, infinities and what float32 would turn into them
+            raise RecordError(f"{where}[{i}]: {x!r} is not a finite float32 number")
     return [float(x) for x in v]
 
 
