@@ -97,9 +97,8 @@ def verify_cmd(
     if budget is not None and budget < 1:
         raise TreeprepError(f"--budget must be >= 1, got {budget}")
     split = "" if budget is None else f", hand-off parts of <= {budget:,} tokens ({handoff.value})"
-    err.print(
-        f"verifying {len(rows)} trees: {loss.value}, {norm.value}, attention {attn.value}{split} ..."
-    )
+    what = f"{loss.value}, {norm.value}, attention {attn.value}{split}"
+    err.print(f"verifying {len(rows)} trees: {what} ...")
     rep = verify_gradients(
         m,
         rows,

@@ -5,8 +5,10 @@ re-recorded for issue 15 item 22: inputs are now named by their path relative to
 (group ids, ``seq_source``, rejects, manifest), and the manifest gained ``duplicate_inputs``. They
 guard that moving code between modules changes no byte of the shards, the manifest, the rejects
 or the plan. The build runs from the repository root (the adversarial suite checks that the
-bytes do not depend on where the inputs lie). A change that is meant to
-change the bytes (a schema version, a new column) re-records them, and says so in its commit.
+bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
+(issue 11: hand-off rows and their columns), the sample files for the new formats (issue 14).
+A change that is meant to change the bytes (a schema version, a new column) re-records them,
+and says so in its commit.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ SHARED = ROOT / ".." / "shared" / "data"
 SAMPLE_GOLDEN = {
     "manifest.json": "818d86d8899f830fcd4ed1047aff69b713e90630e86cac41d21fd070b9232ef8",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "a287ceee9aa6b397edf44611f38e1acb7b5e95aa917fd5b449214f77046af642"
+        "c4999f9822d76d093581dbf9bdb223eea50c2226f0243f61e5ab7a535df1276e"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "c433817d8de25a2c146990ea13471c91346262eb8bfa47f2eac3f8fb6af1b3fa"
+        "587735c29c956d18de5b0dcec947edea5bf251232ef1909d32abc34d55bce01d"
     ),
     "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
     "shards/shard-00000.arrow": "29cef92739d49cf9e6c51f5692c1ccc532729aa0c0fc63820c599b506a9974de",
@@ -37,10 +39,10 @@ SAMPLE_GOLDEN = {
 REAL_GOLDEN = {
     "manifest.json": "a0aa137587918c7627857d98790e179e67683d362030a91d05cdeeffc151a0e4",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "18104b5803a4023540023a5f106641b6f605534f8065e5c9c7875566f851c504"
+        "e1e582ee711f2b40cbab322a214b2631cd9c3c543fb0a10d1e660760983b2416"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "e86ebe53a3d1744d48317c22ca728070b2d644af7c8a9285127c53326f4f0862"
+        "65cae8608fc2dda427216820c3aa5d2f3af03803ec15516513fe018a1eec168c"
     ),
     "rejects.jsonl": "fd995d33f6185292c925634451519eb15afa68d02fff79feed13a7941fcb84a7",
     "shards/shard-00000.arrow": "fc96b23356c3bf62415659dea817ed5673efff6333709f70063420963e560a7f",
