@@ -43,14 +43,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeprep.errors import TreeprepError
+from treeprep.errors import CheckpointError
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "state.json"
-
-
-class CheckpointError(TreeprepError):
-    """A checkpoint that cannot be used (missing, half written, for another configuration)."""
 
 
 def step_dir_name(step: int) -> str:

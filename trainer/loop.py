@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeprep.errors import ShardError, TreeprepError
+from treeprep.errors import ShardError, TrainingError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.batch import LAYOUTS, NORMS, TreeBatch
@@ -53,10 +53,6 @@ from treeprep.trainer.plan_batches import (
     make_plan,
     step_batches,
 )
-
-
-class TrainingError(TreeprepError):
-    """Training cannot go on (non-finite loss or gradient, bad configuration)."""
 
 
 @dataclass
@@ -226,18 +222,16 @@ def tokenizer_sha256(folder: str) -> str | None:
 
     from transformers import AutoTokenizer
 
-    from treeprep.schemas.tokenizer import folder_sha256 as _folder_sha256
+    from treeprep.schemas.tokenizer import chat_template_of, folder_sha256
 
     try:
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TrainingError(f"{folder}: cannot load the model's tokenizer: {e}") from e
-    template = tok.chat_template
-    if isinstance(template, dict):
-        template = template.get("default")
-    if not isinstance(template, str) or not template:
+    template = chat_template_of(tok)
+    if template is None:
         return None  # no chat template: the builds' identity cannot be compared; ids are checked
-    return _folder_sha256(Path(folder), template)
+    return folder_sha256(Path(folder), template)
 
 
 def check_compatible(reader: BuildReader, model_spec: str, vocab_size: int) -> None:

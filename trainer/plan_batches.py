@@ -41,11 +41,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from treeprep.binpack import first_fit_decreasing, longest_processing_time
 from treeprep.errors import ShardError, TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest
 from treeprep.schemas.plan import PLAN_VERSION, PlanSummary
 from treeprep.schemas.shard import read_shard
 from treeprep.trainer.batch import TreeBatch
+from treeprep.treeindex import path_to_root
 
 #: a micro-batch for an empty slot: one token, no sequence, so no target and a zero loss
 NULL_ROW: dict[str, Any] = {
@@ -375,14 +377,6 @@ def part_row(tree: dict, part: PartRef) -> dict:
     }
 
 
-def _path_nodes(parent: np.ndarray, node: int) -> list[int]:
-    out = []
-    while node >= 0:
-        out.append(node)
-        node = int(parent[node])
-    return out[::-1]
-
-
 def sequence_rows(tree: dict, seqs: Sequence[int]) -> list[dict]:
     """Every copy of the given sequences as its own one-node tree (the linear layout's items)."""
     parent = _arr(tree["node_parent"])
@@ -390,7 +384,7 @@ def sequence_rows(tree: dict, seqs: Sequence[int]) -> list[dict]:
     ids = np.asarray(tree["input_ids"], dtype=np.int64)
     out = []
     for s in seqs:
-        path = _path_nodes(parent, int(tree["seq_node"][s]))
+        path = path_to_root(parent, int(tree["seq_node"][s])).tolist()
         toks = np.concatenate([ids[offset[v] : offset[v] + length[v]] for v in path])
         row = {
             "group_id": tree["group_id"],
@@ -455,27 +449,18 @@ def _linear_slots(
             f"group {items[i]['group_id']!r}: a sequence of {sizes[i]} tokens is over the budget "
             f"of {budget}; the linear layout cannot train it"
         )
-    order = np.lexsort((np.arange(len(sizes)), -sizes))
-    free: list[int] = []
-    bins: list[list[int]] = []
-    for i in order.tolist():
-        s = int(sizes[i])
-        for b, f in enumerate(free):
-            if s <= f:
-                free[b] -= s
-                bins[b].append(i)
-                break
-        else:
-            free.append(budget - s)
-            bins.append([i])
+    bins = first_fit_decreasing(sizes, budget)
     # longest-processing-time first over ranks; cost = tokens + attention pairs / budget-ish
-    cost = [sum(int(sizes[i]) * (1 + int(sizes[i]) / max(budget, 1)) for i in b) for b in bins]
-    ranks: list[list[list[dict]]] = [[] for _ in range(world)]
-    load = [0.0] * world
-    for b in sorted(range(len(bins)), key=lambda j: (-cost[j], j)):
-        r = min(range(world), key=lambda k: (len(ranks[k]), load[k]))
-        ranks[r].append([items[i] for i in sorted(bins[b])])
-        load[r] += cost[b]
+    cost = np.array(
+        [sum(int(sizes[i]) * (1 + int(sizes[i]) / max(budget, 1)) for i in b) for b in bins]
+    )
+    per_rank = -(-len(bins) // world) if bins else 0
+    rank, slot = longest_processing_time(cost, world, per_rank)
+    ranks: list[list[list[dict]]] = [
+        [[] for _ in range(int((rank == r).sum()))] for r in range(world)
+    ]
+    for b in range(len(bins)):
+        ranks[int(rank[b])][int(slot[b])] = [items[i] for i in sorted(bins[b])]
     return ranks
 
 
