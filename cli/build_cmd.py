@@ -40,6 +40,20 @@ def build_cmd(
             "against jinja); --no-native-templates renders every call with jinja.",
         ),
     ] = True,
+    chat_template: Annotated[
+        Path | None,
+        typer.Option(
+            help="Jinja chat template file to render with instead of the tokenizer's (e.g. one "
+            "that keeps tool calls the tokenizer's template drops).",
+        ),
+    ] = None,
+    date: Annotated[
+        str | None,
+        typer.Option(
+            help="Date (ISO 8601) a template's strftime_now reports for records without a "
+            "timestamp (default 2025-01-01), so builds are the same on any day.",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,
@@ -60,6 +74,8 @@ def build_cmd(
         system_prompt=str(system_prompt) if system_prompt else None,
         tools=str(tools) if tools else None,
         native_templates=native_templates,
+        chat_template=str(chat_template) if chat_template else None,
+        date=date,
     )
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)

@@ -92,6 +92,10 @@ class BuildConfig:
     tools: str | None = None
     #: render with a verified Python port of the chat template where there is one (False: jinja)
     native_templates: bool = True
+    #: a jinja file to render with instead of the tokenizer's chat template
+    chat_template: str | None = None
+    #: the date (ISO 8601) a template's strftime_now reports for records without a timestamp
+    date: str | None = None
     #: a shard is closed once it holds this many tree tokens
     shard_tokens: int = 32 * 1024 * 1024
     extra: dict = field(default_factory=dict)
@@ -120,7 +124,12 @@ def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer: Renderer | Non
     _worker_state["renderer"] = (
         renderer
         if renderer is not None
-        else Renderer.load(tokenizer, native_templates=cfg_dict.get("native_templates", True))
+        else Renderer.load(
+            tokenizer,
+            native_templates=cfg_dict.get("native_templates", True),
+            chat_template=cfg_dict.get("chat_template"),
+            date=cfg_dict.get("date"),
+        )
     )
     _worker_state["cfg"] = cfg_dict
 
@@ -287,6 +296,8 @@ def _run_stage1(
         "system_prompt": cfg.system_prompt,
         "tools": cfg.tools,
         "native_templates": cfg.native_templates,
+        "chat_template": cfg.chat_template,
+        "date": cfg.date,
     }
     n = done_before
     if cfg.workers > 1 and len(todo) > 1:
@@ -335,7 +346,12 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     """Run a whole build (see the module docstring). Returns the manifest it wrote."""
     from treeprep.render import Renderer
 
-    renderer = Renderer.load(cfg.tokenizer, native_templates=cfg.native_templates)
+    renderer = Renderer.load(
+        cfg.tokenizer,
+        native_templates=cfg.native_templates,
+        chat_template=cfg.chat_template,
+        date=cfg.date,
+    )
     work_root = os.path.join(cfg.out, ".work")
     os.makedirs(work_root, exist_ok=True)
     # an older manifest must not describe shards this build is about to replace
@@ -343,7 +359,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     if os.path.exists(manifest_path):
         os.remove(manifest_path)
 
-    jobs = _plan_jobs(cfg, renderer.identity.sha256, work_root)
+    jobs = _plan_jobs(cfg, renderer.cache_key, work_root)
     results = _render_files(jobs, cfg, on_progress, renderer, work_root)
     counts = Counts()
     shards = _write_trees(jobs, results, cfg.shard_tokens, counts, cfg.out, on_progress)
