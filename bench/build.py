@@ -140,9 +140,14 @@ def run_naive(paths: list[str], tokenizer: str | None, limit_bytes: int, with_pr
     With ``with_prompt`` it also renders the generation prompt, as a pipeline that produces the same
     output as treeprep (ids and the loss mask) must.
     """
-    from treeprep.render import Renderer
+    if tokenizer is None:
+        from treeprep.render.builtin import load_builtin
 
-    tok = Renderer.load(tokenizer).tokenizer  # the same transformers tokenizer object
+        tok = load_builtin()  # the built-in tokenizer wrapped for transformers
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer, local_files_only=True)
     t0 = time.perf_counter()
     n_bytes = 0
     calls = 0

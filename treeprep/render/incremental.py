@@ -16,15 +16,17 @@ renders, keyed by a hash of (messages, tools, date). For a call whose messages s
 history ``M[:p]`` (usually the previous call's prompt and completion), the new text is found by
 rendering a small *window* instead of the whole conversation:
 
-- the window is the head of the conversation (up to the first user message) plus a few *blocks*
-  of the history (a message and the tool results after it): the last two, and the last block of
-  every distinct shape (role; with or without text, reasoning, tool calls, several calls, tool
-  results), so that whatever an append does to a kind of earlier message it does to one in the
-  window too;
+- the window is the head of the conversation (up to the first user message) plus some *blocks*
+  of the history (a message and the tool results after it): the first block of every distinct
+  shape (role; with or without text, reasoning, tool calls, several calls, tool results), so
+  that whatever an append does to a kind of earlier message it does to one in the window too,
+  and every block since a checkpoint that moves every :data:`STEP` blocks (at least two), so
+  that a call's window is the previous call's window plus what that call appended: its text is
+  already cached, and each call costs two small renders (the prompt and the full sequence);
 - ``A = render(window)`` and ``B = render(window + new)``; the append is prefix-stable on the
   window when ``B`` starts with ``A``, and then ``B[len(A):]`` is the new text;
-- the window must render the history's last two blocks exactly as the full history did (the cached
-  text ends with them) and its head as the full history starts;
+- the window must render the blocks since the checkpoint exactly as the full history did (the
+  cached text ends with them) and its head as the full history starts;
 - the result is ``cached text + new text``.
 
 Any check that fails, or a window the template refuses, means a full render, so the fast path
@@ -59,6 +61,8 @@ CHECK_EVERY = 64
 CACHE_CHARS = 64 << 20
 #: histories shorter than this many blocks are rendered in full (the window would be the same)
 MIN_BLOCKS = 6
+#: the window's tail starts at a block index that moves in steps of this many blocks
+STEP = 8
 
 
 def _key(msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> bytes:
@@ -185,13 +189,16 @@ class IncrementalRenderer:
         if len(blocks) < MIN_BLOCKS:
             self.fallbacks += 1
             return None
+        # the tail: the blocks since a checkpoint that moves every STEP blocks (at least two), so
+        # that this call's window is the last call's window plus what it appended (cached)
+        cp = ((len(blocks) - 2) // STEP) * STEP
         chosen: dict[tuple, tuple[int, int]] = {}
-        for b in blocks[:-2]:
-            chosen[_shape(msgs, b)] = b  # the last block of each shape
-        early = sorted(set(chosen.values()))
+        for b in blocks[:cp]:
+            chosen.setdefault(_shape(msgs, b), b)  # the first block of each shape
+        early = sorted(chosen.values())
         head = msgs[:head_end]
         body = [m for b in early for m in msgs[b[0] : b[1]]]
-        last = msgs[blocks[-2][0] : p]
+        last = msgs[blocks[cp][0] : p]
         new = msgs[p:]
         try:
             a2 = self._plain(head + body, tools, now)

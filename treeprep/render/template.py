@@ -76,6 +76,10 @@ class RenderLimits:
     max_power: int = 4096
 
 
+#: how often the watchdog looks at the running renders (a render may overrun its limit by this)
+_POLL_S = 0.05
+
+
 class _Timeout(BaseException):
     """Raised asynchronously in a thread whose render ran past its deadline (a BaseException, so
     that nothing inside jinja catches it)."""
@@ -100,6 +104,7 @@ class _Watchdog:
         self._active: dict[int, list[Any]] = {}  # thread id -> [deadline, fired]
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._idle = False
 
     def arm(self, seconds: float) -> int:
         tid = threading.get_ident()
@@ -110,7 +115,9 @@ class _Watchdog:
                     target=self._run, name="treeprep-render-watchdog", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()
+            idle = self._idle
+        if idle:  # only a sleeping watchdog is woken: waking it per render would cost the GIL
+            self._wake.set()
         return tid
 
     def disarm(self, tid: int) -> None:
@@ -121,25 +128,26 @@ class _Watchdog:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
 
     def _run(self) -> None:
+        quiet = 0
         while True:
-            self._wake.wait()
             with self._lock:
-                if not self._active:
-                    self._wake.clear()
-                    continue
                 now = time.monotonic()
-                nearest = now + 1.0
                 for tid, state in self._active.items():
-                    if state[1]:
-                        continue
-                    if now >= state[0]:
+                    if not state[1] and now >= state[0]:
                         state[1] = True
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(
                             ctypes.c_ulong(tid), ctypes.py_object(_Timeout)
                         )
-                    else:
-                        nearest = min(nearest, state[0])
-            time.sleep(min(max(nearest - now, 0.001), 0.05))
+                quiet = 0 if self._active else quiet + 1
+                if quiet > 20:  # nothing rendered for a while: sleep until the next render
+                    self._idle = True
+                    self._wake.clear()
+            if self._idle:
+                self._wake.wait()
+                self._idle = False
+                quiet = 0
+            else:
+                time.sleep(_POLL_S)
 
 
 _WATCHDOG: _Watchdog | None = None
@@ -185,6 +193,9 @@ def _environment(limits: RenderLimits) -> Any:
     from jinja2.runtime import LoopContext
 
     dict_attrs = frozenset(dir(dict))
+    # read-only dict methods (what the immutable sandbox returns for them anyway)
+    dict_reads = frozenset(("items", "keys", "values", "get"))
+    builtin_method = type("".strip)
     # the loop variable's public properties (what the sandbox allows for it anyway)
     loop_attrs = frozenset(
         ("index", "index0", "first", "last", "length", "revindex", "revindex0", "depth", "depth0")
@@ -203,10 +214,17 @@ def _environment(limits: RenderLimits) -> Any:
                     return obj[attribute]
                 except (KeyError, TypeError):
                     pass
-            elif (t is str and attribute in str_attrs) or (
-                t is LoopContext and attribute in loop_attrs
+            elif (
+                (t is str and attribute in str_attrs)
+                or (t is LoopContext and attribute in loop_attrs)
+                or (t is dict and attribute in dict_reads)
             ):
                 return getattr(obj, attribute)
+            elif t is namespace_cls and attribute[:1] != "_":
+                try:
+                    return getattr(obj, attribute)
+                except AttributeError:
+                    pass
             return super().getattr(obj, attribute)
 
         def getitem(self, obj: Any, argument: Any) -> Any:
@@ -233,8 +251,19 @@ def _environment(limits: RenderLimits) -> Any:
             for a in args:
                 if type(a) is str and len(a) > max_chars:
                     raise _TooBig(f"a string of {len(a)} characters")
-            out = super().call(__context, __obj, *args, **kwargs)
-            if isinstance(out, str | list) and len(out) > max_chars:
+            if (
+                type(__obj) is builtin_method
+                and type(__obj.__self__) in (str, dict)
+                and __obj.__name__ in fast_methods
+            ):
+                # a read-only str/dict method: nothing to check (jinja's own bookkeeping
+                # arguments are dropped, as Context.call drops them)
+                kwargs.pop("_loop_vars", None)
+                kwargs.pop("_block_vars", None)
+                out = __obj(*args, **kwargs)
+            else:
+                out = super().call(__context, __obj, *args, **kwargs)
+            if type(out) in (str, list) and len(out) > max_chars:
                 raise _TooBig(f"a call returned {len(out)} items")
             return out
 
@@ -251,6 +280,8 @@ def _environment(limits: RenderLimits) -> Any:
         return json.dumps(
             x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
         )
+
+    fast_methods = (str_attrs | dict_reads) - {"format", "format_map"}
 
     class TemplateDict:
         def __call__(self, *args: Any, **kwargs: Any) -> dict:
@@ -281,6 +312,7 @@ def _environment(limits: RenderLimits) -> Any:
             if isinstance(value, str | list) and len(value) > max_chars:
                 raise _TooBig(f"a namespace value of {len(value)} items")
 
+    namespace_cls = TemplateNamespace
     env = Env(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
