@@ -79,6 +79,7 @@ def build_cmd(
     )
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)
+    _report_skipped(manifest.skipped_files, err)
     c = manifest.counts
     if as_json:
         typer.echo(json.dumps(c.model_dump(), indent=2))
@@ -95,6 +96,21 @@ def build_cmd(
     Console().print(t)
     if c.records_rejected:
         err.print(f"[yellow]{c.records_rejected} records rejected: see {out / 'rejects.jsonl'}[/]")
+
+
+def _report_skipped(skipped: list[str], err: Any) -> None:
+    """Files of no known format, on stderr (they are in ``manifest.skipped_files`` too)."""
+    if not skipped:
+        return
+    shown = skipped[:20]
+    more = f" (and {len(skipped) - len(shown)} more)" if len(skipped) > len(shown) else ""
+    err.print(
+        f"[yellow]{len(skipped)} files of no known format were skipped{more}; name one with "
+        "--format to read it as that format:[/]",
+        highlight=False,
+    )
+    for path in shown:
+        err.print(f"  {path}", highlight=False, markup=False)
 
 
 def _build_with_progress(cfg: Any, err: Any) -> Any:
