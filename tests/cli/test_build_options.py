@@ -9,7 +9,10 @@ from typer.testing import CliRunner
 
 from treeprep.cli.app import app
 
-REC = {"messages": [{"role": "user", "content": "hi"}], "completion": {"role": "assistant", "content": "yo"}}
+REC = {
+    "messages": [{"role": "user", "content": "hi"}],
+    "completion": {"role": "assistant", "content": "yo"},
+}
 
 
 def _run(*args: str):  # type: ignore[no-untyped-def]

@@ -25,8 +25,18 @@ SAMPLE = ROOT / "sample_data"
 GEMINI = sorted((SAMPLE / "gemini_cli").iterdir())
 OPENHANDS = SAMPLE / "openhands" / "events.jsonl"
 REAL_OH = (
-    ROOT / ".." / "shared" / "data" / "logs" / "openhands" / "tests" / "sdk" / "conversation"
-    / "goal" / "fixtures" / "events.jsonl"
+    ROOT
+    / ".."
+    / "shared"
+    / "data"
+    / "logs"
+    / "openhands"
+    / "tests"
+    / "sdk"
+    / "conversation"
+    / "goal"
+    / "fixtures"
+    / "events.jsonl"
 )
 
 
@@ -129,15 +139,15 @@ def test_openhands_real_fixture_with_system_prompt_still_needs_a_user_message() 
 
 def test_samples_build_and_reconcile(tmp_path: Path) -> None:
     m = build(
-        BuildConfig(
-            inputs=[str(SAMPLE / "gemini_cli"), str(OPENHANDS)], out=str(tmp_path / "o")
-        )
+        BuildConfig(inputs=[str(SAMPLE / "gemini_cli"), str(OPENHANDS)], out=str(tmp_path / "o"))
     )
     assert m.formats == {"gemini-cli": 8, "openhands-events": 4}
     assert m.counts.records_rejected == 0 and m.counts.records_in_trees == 12
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     st.lists(
         st.sampled_from(["user", "gemini", "gemini-tools", "info", "rewind", "version"]),
@@ -165,8 +175,13 @@ def test_gemini_random_sessions_every_call_is_a_record_or_reject(tmp_path: Path,
         if op == "gemini-tools":
             resp = {"functionResponse": {"id": f"c{k}", "name": "ls", "response": {"output": "x"}}}
             rec["toolCalls"] = [
-                {"id": f"c{k}", "name": "ls", "args": {"k": k}, "status": "success",
-                 "result": [resp]}
+                {
+                    "id": f"c{k}",
+                    "name": "ls",
+                    "args": {"k": k},
+                    "status": "success",
+                    "result": [resp],
+                }
             ]
         n_gemini += kind == "gemini"
         ids.append(mid)

@@ -157,8 +157,10 @@ class _Stream:
     def why_not(self, opts: ReadOptions) -> str | None:
         why = list(self.problems)
         if self.system is None and not opts.system_prompt:
-            why.append("no SystemPromptEvent before this call (the agent's system prompt and "
-                       "tools; pass --system-prompt and --tools to supply them)")
+            why.append(
+                "no SystemPromptEvent before this call (the agent's system prompt and "
+                "tools; pass --system-prompt and --tools to supply them)"
+            )
         if not any(m["role"] == "user" for _, m in self.items):
             why.append("no user message before this call (the stream starts mid-conversation)")
         if not why:
@@ -172,8 +174,12 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         if isinstance(obj, Reject):
             yield obj
         elif not _is_event(obj):
-            yield Reject(file=path, line=line, reason="expected an OpenHands event object "
-                         "(id, timestamp, source, kind)", format=NAME)
+            yield Reject(
+                file=path,
+                line=line,
+                reason="expected an OpenHands event object (id, timestamp, source, kind)",
+                format=NAME,
+            )
         else:
             events.append((line, obj))
     s = _Stream()
@@ -227,8 +233,10 @@ def _call(
     why = s.why_not(opts)
     if why is not None:
         return Reject(file=path, line=line, reason=why, format=NAME, call_id=call_id)
-    system = [s.system] if s.system is not None else (
-        [{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []
+    system = (
+        [s.system]
+        if s.system is not None
+        else ([{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else [])
     )
     fields = {
         "call_id": call_id,

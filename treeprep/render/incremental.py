@@ -62,7 +62,7 @@ CACHE_CHARS = 64 << 20
 #: histories shorter than this many blocks are rendered in full (the window would be the same)
 MIN_BLOCKS = 6
 #: the window's tail starts at a block index that moves in steps of this many blocks
-STEP = 8
+STEP = 4
 
 
 def _key(msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> bytes:
@@ -131,9 +131,7 @@ class IncrementalRenderer:
         self._texts.clear()
         self._chars = 0
 
-    def _plain(
-        self, msgs: list[dict], tools: list[dict] | None, now: datetime | None
-    ) -> str:
+    def _plain(self, msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> str:
         """A cached or full non-generation render."""
         key = _key(msgs, tools, now)
         text = self._get(key)
@@ -203,7 +201,11 @@ class IncrementalRenderer:
         try:
             a2 = self._plain(head + body, tools, now)
             a = self._plain(head + body + last, tools, now)
-            b_text = self.full(head + body + last + new, tools, gen, now)
+            window = head + body + last + new
+            if gen:
+                b_text = self.full(window, tools, True, now)
+            else:  # cached: the next call's window is this one (see STEP)
+                b_text = self._plain(window, tools, now)
             h = self._plain(head, tools, now) if head else ""
         except RenderError:
             self.fallbacks += 1
@@ -258,7 +260,9 @@ class IncrementalRenderer:
                         return False
                 if msgs[i - 1].get("role") == "assistant":  # a history later calls start from
                     try:
-                        self._put(_key(msgs[:i], tools, None), self.full(msgs[:i], tools, False, None))
+                        self._put(
+                            _key(msgs[:i], tools, None), self.full(msgs[:i], tools, False, None)
+                        )
                     except RenderError:
                         pass
         self.clear()
@@ -292,7 +296,7 @@ def probe_sessions() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | 
                 {
                     "id": f"c{i}_{k}",
                     "type": "function",
-                    "function": {"name": "run", "arguments": '{"cmd": "ls %d"}' % i},
+                    "function": {"name": "run", "arguments": f'{{"cmd": "ls {i}"}}'},
                 }
                 for k in range(n)
             ],

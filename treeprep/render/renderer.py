@@ -161,7 +161,9 @@ class Renderer:
         if native_templates:
             self._native = self._make_native()
             if self._native is None:
-                inc = IncrementalRenderer(self._render_jinja, name=f"the chat template of {identity.name!r}")
+                inc = IncrementalRenderer(
+                    self._render_jinja, name=f"the chat template of {identity.name!r}"
+                )
                 self.incremental = inc if inc.verify(probe_sessions()) else None
 
     # -- construction ----------------------------------------------------------------------------
@@ -193,18 +195,18 @@ class Renderer:
         if tokenizer_dir is None:
             from treeprep.render import builtin as bt
 
-            source = override or bt.CHAT_TEMPLATE
+            builtin_source = override or bt.CHAT_TEMPLATE
             sha = bt.builtin_sha256()
             if override is not None:
                 sha = sha256_text(sha + "\0" + override)
             ident = TokenizerIdentity(
                 name=bt.NAME,
                 sha256=sha,
-                chat_template_sha256=sha256_text(source),
+                chat_template_sha256=sha256_text(builtin_source),
                 vocab_size=bt.VOCAB_SIZE,
                 path=None,
             )
-            template = ChatTemplate(source, bt.SPECIAL_TOKENS_MAP, limits=limits)
+            template = ChatTemplate(builtin_source, bt.SPECIAL_TOKENS_MAP, limits=limits)
             return cls(
                 bt.build_backend(),
                 template,
@@ -214,7 +216,7 @@ class Renderer:
                 date=fixed,
             )
 
-        folder = load_folder(tokenizer_dir)
+        folder = load_folder(Path(tokenizer_dir))
         own = folder.chat_template
         source = override or own
         if source is None:
@@ -246,9 +248,7 @@ class Renderer:
         """What a rendered sequence depends on besides the record: the tokenizer, the template
         used and the fixed date (a build's work files are keyed by it)."""
         date = self.date.isoformat() if self.date else ""
-        return sha256_text(
-            f"{self.identity.sha256}\0{self.identity.chat_template_sha256}\0{date}"
-        )
+        return sha256_text(f"{self.identity.sha256}\0{self.identity.chat_template_sha256}\0{date}")
 
     # -- text and ids ----------------------------------------------------------------------------
 
@@ -283,9 +283,7 @@ class Renderer:
                     self._check_native(text, messages, tools, add_generation_prompt, where, now)
                 return text
         if self.incremental is not None:
-            return self.incremental.render(
-                messages, tools, add_generation_prompt, now, where=where
-            )
+            return self.incremental.render(messages, tools, add_generation_prompt, now, where=where)
         return self._render_jinja(messages, tools, add_generation_prompt, now)
 
     def _check_native(

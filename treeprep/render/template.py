@@ -1,4 +1,4 @@
-"""The chat template: jinja in a sandbox with limits, rendering exactly like ``apply_chat_template``.
+"""The chat template: jinja in a sandbox with limits, rendering like ``apply_chat_template``.
 
 What it replaces
 ----------------
@@ -195,7 +195,7 @@ def _environment(limits: RenderLimits) -> Any:
     dict_attrs = frozenset(dir(dict))
     # read-only dict methods (what the immutable sandbox returns for them anyway)
     dict_reads = frozenset(("items", "keys", "values", "get"))
-    builtin_method = type("".strip)
+    builtin_method: Any = type("".strip)
     # the loop variable's public properties (what the sandbox allows for it anyway)
     loop_attrs = frozenset(
         ("index", "index0", "first", "last", "length", "revindex", "revindex0", "depth", "depth0")

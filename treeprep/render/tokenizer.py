@@ -90,7 +90,9 @@ def load_folder(folder: str | Path) -> TokenizerFolder:
         raise TokenizerError(f"{folder}: not a tokenizer folder (no such directory)")
     tj = folder / "tokenizer.json"
     if not tj.is_file():
-        raise TokenizerError(f"{folder}: expected a Hugging Face tokenizer folder with tokenizer.json")
+        raise TokenizerError(
+            f"{folder}: expected a Hugging Face tokenizer folder with tokenizer.json"
+        )
     try:
         backend = Tokenizer.from_file(str(tj))
     except Exception as e:  # the Rust side raises its own exception type

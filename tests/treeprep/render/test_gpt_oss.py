@@ -252,7 +252,10 @@ def test_incremental_falls_back_when_an_append_rewrites_history(r: Renderer) -> 
 def test_a_template_that_fools_the_window_is_never_incremental() -> None:
     """A template that prints a mark only past 24 messages renders the small window without it:
     the window checks cannot see that, the probe sessions do, and the template is rendered whole."""
-    src = "{% for m in messages %}{{ m.content }};{% endfor %}{% if messages|length > 24 %}!{% endif %}"
+    src = (
+        "{% for m in messages %}{{ m.content }};{% endfor %}"
+        "{% if messages|length > 24 %}!{% endif %}"
+    )
     t = ChatTemplate(src)
     inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
     assert not inc.verify(probe_sessions())

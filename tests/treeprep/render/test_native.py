@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hf_reference import hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from hf_reference import hf_tokenizer
 
 from treeprep.build import BuildConfig, build
 from treeprep.errors import NativeTemplateMismatch, RenderError, TreeprepError

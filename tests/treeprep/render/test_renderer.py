@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hf_reference import hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from hf_reference import hf_tokenizer
 
 from treeprep.errors import RenderError, TokenizerError, TreeprepError
 from treeprep.render import CachedEncoder, Renderer
@@ -29,7 +28,9 @@ def r() -> Renderer:
 
 def _ref_ids(r: Renderer, msgs, tools=None, **kw) -> list[int]:
     return list(
-        hf_tokenizer(r).apply_chat_template(msgs, tools=tools, tokenize=True, return_dict=False, **kw)
+        hf_tokenizer(r).apply_chat_template(
+            msgs, tools=tools, tokenize=True, return_dict=False, **kw
+        )
     )
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hf_reference import hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from hf_reference import hf_tokenizer
 
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
@@ -99,7 +98,9 @@ def _record_message(m: dict) -> dict:
 
 
 def _ids(r: Renderer, msgs, tools=None, **kw) -> list[int]:
-    out = hf_tokenizer(r).apply_chat_template(msgs, tools=tools, tokenize=True, return_dict=False, **kw)
+    out = hf_tokenizer(r).apply_chat_template(
+        msgs, tools=tools, tokenize=True, return_dict=False, **kw
+    )
     return list(out)
 
 

@@ -88,7 +88,9 @@ def test_a_hostile_template_rejects_records_and_the_build_finishes(
     logs.write_bytes(orjson.dumps(rec) + b"\n" + orjson.dumps(rec) + b"\n")
     m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "out"), chat_template=str(tpl)))
     assert m.counts.records_read == 2 and m.counts.records_rejected == 2
-    rejects = [orjson.loads(x) for x in (tmp_path / "out" / "rejects.jsonl").read_bytes().splitlines()]
+    rejects = [
+        orjson.loads(x) for x in (tmp_path / "out" / "rejects.jsonl").read_bytes().splitlines()
+    ]
     assert all("chat template" in r["reason"] for r in rejects)
 
 
