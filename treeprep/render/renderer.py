@@ -20,12 +20,20 @@ token prefix of this call, the template rewrote history (dropped reasoning, or r
 completion differently in history, like Qwen3's empty ``<think>\\n\\n</think>\\n\\n`` block), and
 the sequence gets ``branch_reason = "reasoning-dropped"`` so the trie can say why it branches there.
 
+Nothing the model said is silently lost: when the text of the loss span lacks the completion's
+text or one of its tool calls (name and arguments), the call is rejected with that reason
+(:mod:`treeprep.render.coverage`); ``--chat-template`` renders with a template that keeps them.
+
 A :class:`~treeprep.schemas.TokenRollout` is taken as is: prompt ids + generation ids, the loss
 span over the generation, the sampler's log-probs passed through. Ids outside the vocabulary are
-rejected.
+rejected; without ``--tokenizer`` (the built-in byte tokenizer) such ids stop the build at once
+with what to pass, rather than rejecting every rollout.
 
-How: the chat template renders the call to text (:mod:`treeprep.render.template`: jinja, or a
-verified native port from :mod:`treeprep.render.native`), and the piece cache
+How: the tokenizer folder is read with ``tokenizers`` and JSON (:mod:`treeprep.render.tokenizer`,
+no transformers); the chat template renders the call to text (:mod:`treeprep.render.template`:
+jinja in a limited sandbox with a fixed date; a verified native port from
+:mod:`treeprep.render.native`; or, for other templates, incremental jinja rendering of the
+appended messages, :mod:`treeprep.render.incremental`), and the piece cache
 (:mod:`treeprep.render.encoder`) turns the text into ids, tokenizing each unique piece once. The
 built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
 """

@@ -133,7 +133,9 @@ class _Watchdog:
             with self._lock:
                 now = time.monotonic()
                 for tid, state in self._active.items():
-                    if not state[1] and now >= state[0]:
+                    # raised again at every poll until the render ends: an asynchronous
+                    # exception delivered inside a callback (a gc hook) is swallowed there
+                    if now >= state[0]:
                         state[1] = True
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(
                             ctypes.c_ulong(tid), ctypes.py_object(_Timeout)
@@ -165,19 +167,13 @@ def _watchdog() -> _Watchdog:
 # --------------------------------------------------------------------------------------------
 
 
-def _environment(limits: RenderLimits) -> Any:
-    """transformers' chat template environment, with a fast path for plain data and the limits."""
+def _generation_tag() -> type:
+    """``{% generation %}...{% endgeneration %}`` renders its body (the assistant-mask marks
+    transformers tracks with it are not needed here)."""
     import jinja2
-    from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    max_chars = limits.max_chars
-    deadline = _deadline
+    from jinja2.ext import Extension
 
     class GenerationTag(Extension):
-        """``{% generation %}...{% endgeneration %}`` renders its body (the assistant-mask marks
-        transformers tracks with it are not needed here)."""
-
         tags = {"generation"}
 
         def parse(self, parser: Any) -> Any:
@@ -190,17 +186,56 @@ def _environment(limits: RenderLimits) -> Any:
         def _body(self, caller: Any) -> str:
             return str(caller())
 
-    from jinja2.runtime import LoopContext
+    return GenerationTag
 
+
+def _namespace_class(max_chars: int) -> type:
+    """transformers' namespace (no names starting with ``_``) that also refuses huge values."""
+    import jinja2
+
+    class TemplateNamespace(jinja2.utils.Namespace):  # type: ignore[misc]
+        def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name, value in attrs.items():
+                TemplateNamespace._check(name, value)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name: Any, value: Any) -> None:
+            TemplateNamespace._check(name, value)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name: Any, value: Any) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"Chat templates cannot store underscore-prefixed attributes on a namespace, "
+                    f"but got {name!r}. Please rename the attribute."
+                )
+            if isinstance(value, str | list) and len(value) > max_chars:
+                raise _TooBig(f"a namespace value of {len(value)} items")
+
+    return TemplateNamespace
+
+
+def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
+    """The immutable sandbox with the limits' checks and fast paths for plain data: for a dict
+    key that is not a dict attribute, a public str method (not ``format``), a read-only dict
+    method, the loop variable's properties or a namespace value, the result is what the sandbox
+    returns, without its checks; everything else goes through the sandbox."""
+    from jinja2.runtime import LoopContext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    max_chars = limits.max_chars
+    deadline = _deadline
     dict_attrs = frozenset(dir(dict))
-    # read-only dict methods (what the immutable sandbox returns for them anyway)
     dict_reads = frozenset(("items", "keys", "values", "get"))
     builtin_method: Any = type("".strip)
-    # the loop variable's public properties (what the sandbox allows for it anyway)
     loop_attrs = frozenset(
         ("index", "index0", "first", "last", "length", "revindex", "revindex0", "depth", "depth0")
     )
     str_attrs = frozenset(a for a in dir(str) if not a.startswith("_")) - {"format", "format_map"}
+    fast_methods = (str_attrs | dict_reads) - {"format", "format_map"}
 
     class Env(ImmutableSandboxedEnvironment):  # type: ignore[misc]
         intercepted_binops = frozenset({"*", "**"})
@@ -267,6 +302,17 @@ def _environment(limits: RenderLimits) -> Any:
                 raise _TooBig(f"a call returned {len(out)} items")
             return out
 
+    return Env
+
+
+def _environment(limits: RenderLimits) -> Any:
+    """transformers' chat template environment, with the limits (see the module docstring)."""
+    import jinja2
+    from jinja2.ext import loopcontrols
+
+    namespace_cls = _namespace_class(limits.max_chars)
+    env_cls = _sandbox_class(limits, namespace_cls)
+
     def raise_exception(message: Any) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
@@ -281,8 +327,6 @@ def _environment(limits: RenderLimits) -> Any:
             x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
         )
 
-    fast_methods = (str_attrs | dict_reads) - {"format", "format_map"}
-
     class TemplateDict:
         def __call__(self, *args: Any, **kwargs: Any) -> dict:
             return dict(*args, **kwargs)
@@ -290,35 +334,14 @@ def _environment(limits: RenderLimits) -> Any:
         def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
             return dict.fromkeys(*args, **kwargs)
 
-    class TemplateNamespace(jinja2.utils.Namespace):  # type: ignore[misc]
-        def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805
-            self, args = args[0], args[1:]
-            attrs = dict(*args, **kwargs)
-            for name, value in attrs.items():
-                TemplateNamespace._check(name, value)
-            jinja2.utils.Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name: Any, value: Any) -> None:
-            TemplateNamespace._check(name, value)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-        @staticmethod
-        def _check(name: Any, value: Any) -> None:
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(
-                    f"Chat templates cannot store underscore-prefixed attributes on a namespace, "
-                    f"but got {name!r}. Please rename the attribute."
-                )
-            if isinstance(value, str | list) and len(value) > max_chars:
-                raise _TooBig(f"a namespace value of {len(value)} items")
-
-    namespace_cls = TemplateNamespace
-    env = Env(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
+    env = env_cls(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_generation_tag(), loopcontrols]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = _strftime_factory(DEFAULT_DATE)
     env.globals["dict"] = TemplateDict()
-    env.globals["namespace"] = TemplateNamespace
+    env.globals["namespace"] = namespace_cls
     return env
 
 
@@ -397,37 +420,60 @@ class ChatTemplate:
             "strftime_now": strftime_now,
         }
         limits = self.limits
-        template = self._template
         watchdog = _watchdog()
         _deadline[0] = time.monotonic() + limits.timeout_s
         try:
             tid = watchdog.arm(limits.timeout_s)
             try:
-                parts = []
-                n = 0
-                for chunk in template.root_render_func(template.new_context(variables)):
-                    n += len(chunk)
-                    if n > limits.max_chars:
-                        raise _TooBig(f"the output passed {limits.max_chars} characters")
-                    parts.append(chunk)
-                return "".join(parts)
+                text, why = self._render_once(variables)
             finally:
-                watchdog.disarm(tid)
-        except _Timeout:
-            watchdog.disarm(threading.get_ident())
-            raise RenderError(
-                f"the chat template ran past its time limit ({limits.timeout_s:g} s per render)"
-            ) from None
-        except _TooBig as e:
-            raise RenderError(f"the chat template's output is too large: {e}") from None
-        except MemoryError:
-            raise RenderError("the chat template ran out of memory") from None
-        except RecursionError:
-            raise RenderError("the chat template recursed too deeply (RecursionError)") from None
-        except Exception as e:
-            raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from e
+                _disarm(watchdog, tid)
+        except _Timeout:  # delivered after _render_once returned, before the watchdog stopped
+            text, why = None, self._timeout_reason()
         finally:
             _deadline[0] = float("inf")
+        if why is not None:
+            raise RenderError(why)
+        assert text is not None
+        return text
+
+    def _timeout_reason(self) -> str:
+        return f"the chat template ran past its time limit ({self.limits.timeout_s:g} s per render)"
+
+    def _render_once(self, variables: dict[str, Any]) -> tuple[str | None, str | None]:
+        """(text, None), or (None, why the render failed)."""
+        template = self._template
+        max_chars = self.limits.max_chars
+        try:
+            parts = []
+            n = 0
+            for chunk in template.root_render_func(template.new_context(variables)):
+                n += len(chunk)
+                if n > max_chars:
+                    raise _TooBig(f"the output passed {max_chars} characters")
+                parts.append(chunk)
+            return "".join(parts), None
+        except _Timeout:
+            return None, self._timeout_reason()
+        except _TooBig as e:
+            return None, f"the chat template's output is too large: {e}"
+        except MemoryError:
+            return None, "the chat template ran out of memory"
+        except RecursionError:
+            return None, "the chat template recursed too deeply (RecursionError)"
+        except Exception as e:
+            return None, f"the chat template failed: {type(e).__name__}: {e}"
+
+
+def _disarm(watchdog: _Watchdog, tid: int) -> None:
+    """Stop the watchdog for this thread, even if a last timeout is delivered meanwhile (once
+    disarmed, none is pending and none can come)."""
+    while True:
+        try:
+            watchdog.disarm(tid)
+            return
+        except _Timeout:
+            continue
 
 
 def parse_date(value: str | None) -> datetime | None:
