@@ -51,3 +51,27 @@ def test_chat_template_and_date_options(tmp_path: Path) -> None:
     assert ma["shards"][0]["sha256"] != mb["shards"][0]["sha256"]  # the date is in the tokens
     res = _run(*common, "-o", str(a), "--date", "someday")
     assert res.exit_code != 0 and "--date 'someday'" in res.output + str(res.exception)
+
+
+ROLLOUTS = (
+    Path(__file__).resolve().parents[2]
+    / ".."
+    / "shared"
+    / "data"
+    / "logs"
+    / "openai-responses"
+    / "competitive_coding_challenges__example_rollouts.jsonl"
+)
+
+
+def test_token_rollouts_without_tokenizer_fail_up_front(tmp_path: Path) -> None:
+    """Issue 14 item 9: real (Qwen) token ids without --tokenizer stop the build with what to
+    pass; they used to be rejected one by one while the build exited 0."""
+    import pytest
+
+    if not ROLLOUTS.is_file():
+        pytest.skip("../shared/data is absent")
+    res = _run(str(ROLLOUTS), "-o", str(tmp_path / "out"), "--format", "tokens")
+    assert res.exit_code != 0
+    msg = res.output + str(res.exception)
+    assert "Pass --tokenizer" in msg and ROLLOUTS.name in msg
