@@ -5,6 +5,9 @@ that moving code between modules changes no byte of the shards, the manifest, th
 plan. The build runs from the repository root with relative input paths (the paths go into the
 manifest, and determinism across absolute paths is another issue). A change that is meant to
 change the bytes (a schema version, a new column) re-records them, and says so in its commit.
+Re-recorded for issue 14 (formats2): the sample data gained files (conversations, aviary, Codex,
+Gemini CLI, OpenHands) and the real logs' OpenHands event stream is now read (two rejects); the
+real logs' shard and plan bytes are unchanged.
 """
 
 from __future__ import annotations
@@ -21,26 +24,26 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "6719c486dc6d2a571e894f3456fecbf6b096b6f70a7102e32c5a38cf4e35800b",
+    "manifest.json": "d119b0c91923dc74d21e8c01ed8bb5e1b65bc7cc713b1c05ab0ef85dc93b80ff",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "20cbe51598383a617774ff095e0dcd606a04835b8b204d5847fa78af3d3da06a"
+        "6cdf8269946871503a9d5c31b91ad45f1d30a207a1acc5d5a0e1ba77bb7c9649"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "914ec70e28a703eb81b8437ecd1d4e73e5d6daabe043dc7b93c4b8bf6e69e262"
+        "97ba0ad5786313292051ae505c4d1037d0d088e4fb9eeac2d9c084f4d96c67fb"
     ),
-    "rejects.jsonl": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-    "shards/shard-00000.arrow": "0e4c64901ac6ae5c30ece06c21fcbeae59b573d9878762ef1a39747cc7c42c22",
+    "rejects.jsonl": "9c64ed8e009d90008b432627dc7b6efda95d5bd66d20920b300ee57f7bb3da2d",
+    "shards/shard-00000.arrow": "c0f7ca60e83fc97f0353671171ef23e225d493a2dae39dd45b5037fc0361ee46",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "5c09c02fefbe819922dfd3308da52a3ece3ff927216a7a78fbf555032e4784d7",
+    "manifest.json": "3d0f4ebfdce1eaa694b512fe1260224f4834fca00e6c507eebeae5929fd8f531",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "4ff0105f9e7b1928a01230dd93d4d8c06b5fc63968203e7532b1586dba0298d7"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "1cb93ff5882b17da4c49c20f8ddcea232a14432b799179dbb3b30b0889f44203"
+        "99189752938175a47bf5832e8b58341757a9dbb4422a5ca4521c8f06ef98dbb4"
     ),
-    "rejects.jsonl": "8d5cc5bf06455658aa1838f48cbca67c3f558c769da39a7471e1b07eb4d9bbfe",
+    "rejects.jsonl": "bc306fe018fed803850715d2feb8ea1e57a4c5140e922adfe86b93d66c7ff48a",
     "shards/shard-00000.arrow": "0f9ab4e792050253e6bb7c833663935fa322617f6d275e58f09cc984b0c1fb98",
 }
 
