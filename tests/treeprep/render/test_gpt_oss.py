@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 from hf_reference import hf_tokenizer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
@@ -272,3 +274,63 @@ def test_window_checks_refuse_a_length_dependent_template() -> None:
     for k in range(1, len(msgs) + 1):
         assert inc.render(msgs[:k], None, False) == t.render(msgs[:k], None, False)
     assert inc.incremental == 0 and inc.fallbacks > 0
+
+
+_TURN = st.sampled_from(["call", "call-text", "call-think", "calls-2", "final", "user"])
+
+
+def _random_session(turns: list[str]) -> list[dict]:
+    msgs: list[dict] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+    ]
+    for i, t in enumerate(turns):
+        if t == "user":
+            msgs.append({"role": "user", "content": f"more {i}"})
+            continue
+        if t == "final":
+            msgs.append({"role": "assistant", "content": f"answer {i}"})
+            continue
+        n = 2 if t == "calls-2" else 1
+        m: dict = {
+            "role": "assistant",
+            "content": f"text {i}" if t == "call-text" else "",
+            "tool_calls": [
+                {"id": f"{i}.{k}", "function": {"name": "bash", "arguments": f'{{"arg": "{i}"}}'}}
+                for k in range(n)
+            ],
+        }
+        if t == "call-think":
+            m["reasoning_content"] = f"think {i}"
+        msgs.append(m)
+        msgs += [
+            {"role": "tool", "tool_call_id": f"{i}.{k}", "content": f"out {i}"} for k in range(n)
+        ]
+    return msgs
+
+
+def _sources() -> list[str]:
+    from treeprep.render import builtin as bt
+
+    out = [bt.CHAT_TEMPLATE]
+    if (GPT_OSS / "chat_template.jinja").is_file():
+        out.append((GPT_OSS / "chat_template.jinja").read_text())
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=st.lists(_TURN, min_size=1, max_size=24), which=st.integers(0, 1))
+def test_incremental_equals_whole_on_random_sessions(turns: list[str], which: int) -> None:
+    """Item 12: whatever the session's shape, every incremental render equals the whole render
+    (prefix-stable appends use the window, others fall back)."""
+    sources = _sources()
+    t = ChatTemplate(sources[which % len(sources)])
+    inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
+    msgs = _random_session(turns)
+    for k in range(2, len(msgs) + 1):
+        for gen in (False, True):
+            try:
+                ref = t.render(msgs[:k], None, gen)
+            except RenderError:
+                continue
+            assert inc.render(msgs[:k], None, gen) == ref
