@@ -179,9 +179,7 @@ def test_sharegpt_calls_match_apply_chat_template() -> None:
     for call, i in zip(calls, targets, strict=True):
         seq = r.render(call, group_id="g")
         full = list(
-            hf.apply_chat_template(
-                ref[: i + 1], tools=tools, tokenize=True, return_dict=False
-            )
+            hf.apply_chat_template(ref[: i + 1], tools=tools, tokenize=True, return_dict=False)
         )
         prompt = list(
             hf.apply_chat_template(
