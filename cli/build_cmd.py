@@ -47,6 +47,20 @@ def build_cmd(
             "into memory (rendering costs about 150x a record's size)."
         ),
     ] = 16.0,
+    chat_template: Annotated[
+        Path | None,
+        typer.Option(
+            help="Jinja chat template file to render with instead of the tokenizer's (e.g. one "
+            "that keeps tool calls the tokenizer's template drops).",
+        ),
+    ] = None,
+    date: Annotated[
+        str | None,
+        typer.Option(
+            help="Date (ISO 8601) a template's strftime_now reports for records without a "
+            "timestamp (default 2025-01-01), so builds are the same on any day.",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,
@@ -68,9 +82,12 @@ def build_cmd(
         tools=str(tools) if tools else None,
         native_templates=native_templates,
         max_record_bytes=max(1, int(max_record_mb * (1 << 20))),
+        chat_template=str(chat_template) if chat_template else None,
+        date=date,
     )
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)
+    _report_skipped(manifest.skipped_files, err)
     c = manifest.counts
     if as_json:
         typer.echo(json.dumps(c.model_dump(), indent=2))
@@ -93,6 +110,21 @@ def build_cmd(
             "(links, repeated arguments): each file was read once; see duplicate_inputs in "
             f"{out / 'manifest.json'}[/]"
         )
+
+
+def _report_skipped(skipped: list[str], err: Any) -> None:
+    """Files of no known format, on stderr (they are in ``manifest.skipped_files`` too)."""
+    if not skipped:
+        return
+    shown = skipped[:20]
+    more = f" (and {len(skipped) - len(shown)} more)" if len(skipped) > len(shown) else ""
+    err.print(
+        f"[yellow]{len(skipped)} files of no known format were skipped{more}; name one with "
+        "--format to read it as that format:[/]",
+        highlight=False,
+    )
+    for path in shown:
+        err.print(f"  {path}", highlight=False, markup=False)
 
 
 def _build_with_progress(cfg: Any, err: Any) -> Any:

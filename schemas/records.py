@@ -103,6 +103,8 @@ class ChatCall(_Model):
     advantage: float | None = None
     provenance: Provenance = Field(default_factory=Provenance)
     branch_reason: BranchReason | None = None
+    #: when the call was made (ISO 8601, as logged); a template that prints the date gets this one
+    timestamp: str | None = None
     source_file: str = ""
     source_line: int = 0
     source_format: str = ""

@@ -121,6 +121,10 @@ class BuildConfig:
     tools: str | None = None
     #: render with a verified Python port of the chat template where there is one (False: jinja)
     native_templates: bool = True
+    #: a jinja file to render with instead of the tokenizer's chat template
+    chat_template: str | None = None
+    #: the date (ISO 8601) a template's strftime_now reports for records without a timestamp
+    date: str | None = None
     #: a shard is closed once it holds this many tree tokens
     shard_tokens: int = 32 * 1024 * 1024
     #: a JSONL record longer than this many bytes is rejected without being held in memory
@@ -155,7 +159,12 @@ def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer: Renderer | Non
     _worker_state["renderer"] = (
         renderer
         if renderer is not None
-        else Renderer.load(tokenizer, native_templates=cfg_dict.get("native_templates", True))
+        else Renderer.load(
+            tokenizer,
+            native_templates=cfg_dict.get("native_templates", True),
+            chat_template=cfg_dict.get("chat_template"),
+            date=cfg_dict.get("date"),
+        )
     )
     _worker_state["cfg"] = cfg_dict
 
@@ -377,6 +386,8 @@ def _stage1_config(cfg: BuildConfig) -> dict:
         "tools": cfg.tools,
         "native_templates": cfg.native_templates,
         "max_record_bytes": cfg.max_record_bytes,
+        "chat_template": cfg.chat_template,
+        "date": cfg.date,
     }
 
 
@@ -467,13 +478,18 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     from treeprep.io import discover_inputs
     from treeprep.render import Renderer
 
-    renderer = Renderer.load(cfg.tokenizer, native_templates=cfg.native_templates)
+    renderer = Renderer.load(
+        cfg.tokenizer,
+        native_templates=cfg.native_templates,
+        chat_template=cfg.chat_template,
+        date=cfg.date,
+    )
     inputs = discover_inputs(cfg.inputs)
     work_root = os.path.join(cfg.out, ".work")
     with lock_out(cfg.out):
         index = OutIndex.load(cfg.out)
         index.shards |= forget_manifest(cfg.out)
-        jobs = _plan_jobs(cfg, inputs, renderer.identity.sha256, work_root)
+        jobs = _plan_jobs(cfg, inputs, renderer.cache_key, work_root)
         index.work |= {j.key for j in jobs}
         index.save()
         results = _render_files(jobs, cfg, on_progress, renderer, work_root)

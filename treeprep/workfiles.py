@@ -33,6 +33,7 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import orjson
@@ -210,13 +211,25 @@ def read_result(job: FileJob) -> FileResult:
 
 def sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
     """Rendered sequences as one record batch of :data:`WORK_SCHEMA`."""
-    cols: dict[str, list] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
-    cols["tokens"] = [s.tokens for s in seqs]
-    cols["loss_spans"] = [np.asarray(s.loss_spans, dtype=np.int32).reshape(-1) for s in seqs]
-    cols["logprobs"] = [s.logprobs for s in seqs]
+    cols: dict[str, Any] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
+    # list columns from one flat array and offsets (a list of per-row arrays converts row by row)
+    cols["tokens"] = _list_array([s.tokens for s in seqs], np.int32)
+    cols["loss_spans"] = _list_array([np.asarray(s.loss_spans).reshape(-1) for s in seqs], np.int32)
+    lps = [s.logprobs for s in seqs]
+    if any(lp is None for lp in lps):
+        cols["logprobs"] = pa.array(lps, type=pa.list_(pa.float32()))
+    else:
+        cols["logprobs"] = _list_array(lps, np.float32)
     return pa.RecordBatch.from_pydict(
         {name: cols[name] for name in WORK_SCHEMA.names}, schema=WORK_SCHEMA
     )
+
+
+def _list_array(rows: list[Any], dtype: Any) -> pa.ListArray:
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    flat = np.concatenate(rows).astype(dtype, copy=False) if rows else np.zeros(0, dtype)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
 def rows_to_sequences(table: pa.Table) -> list[Sequence]:
