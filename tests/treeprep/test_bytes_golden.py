@@ -6,7 +6,8 @@ re-recorded for issue 15 item 22: inputs are now named by their path relative to
 guard that moving code between modules changes no byte of the shards, the manifest, the rejects
 or the plan. The build runs from the repository root (the adversarial suite checks that the
 bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
-(issue 11: hand-off rows and their columns), the sample files for the new formats (issue 14).
+(issue 11: hand-off rows and their columns), the sample files for the new formats and the
+OpenHands V1 event stream, now read (issue 14: real-log shards unchanged).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -25,26 +26,26 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "818d86d8899f830fcd4ed1047aff69b713e90630e86cac41d21fd070b9232ef8",
+    "manifest.json": "a17d212d4fdd76ea6b4320198677f2f60dee3fbc3406d44e206f5766c2b98d76",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "c4999f9822d76d093581dbf9bdb223eea50c2226f0243f61e5ab7a535df1276e"
+        "fb559583f06c6b65da9a59a2863e59ea234f82af5cde7a886d2d03f0ac99086a"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "587735c29c956d18de5b0dcec947edea5bf251232ef1909d32abc34d55bce01d"
+        "e0bc8ab9f367c88eb4dfde1a630bc929abbb85fa3a4d847966941493e36ed406"
     ),
     "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
-    "shards/shard-00000.arrow": "29cef92739d49cf9e6c51f5692c1ccc532729aa0c0fc63820c599b506a9974de",
+    "shards/shard-00000.arrow": "01dc467209faea98308b39f79153516b9674c197704d92124e2410ac9aeb5d35",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "a0aa137587918c7627857d98790e179e67683d362030a91d05cdeeffc151a0e4",
+    "manifest.json": "b61f611681dae508b4c8f15e71e1439a5c521521b4fd4816b526f76ffc667005",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "e1e582ee711f2b40cbab322a214b2631cd9c3c543fb0a10d1e660760983b2416"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "65cae8608fc2dda427216820c3aa5d2f3af03803ec15516513fe018a1eec168c"
+        "d322e78cd0e044b0469f584a86b95977074a644f9e4a4ac9303abd2c5fb685fa"
     ),
-    "rejects.jsonl": "fd995d33f6185292c925634451519eb15afa68d02fff79feed13a7941fcb84a7",
+    "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
     "shards/shard-00000.arrow": "fc96b23356c3bf62415659dea817ed5673efff6333709f70063420963e560a7f",
 }
 
