@@ -289,6 +289,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of both layouts")
     ap.add_argument("--work", default=str(ROOT / "bench" / "_work" / "train"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--models", default=None, help="comma list: only these models of the config")
+    ap.add_argument("--budgets", default=None, help="comma list: only these budgets")
     a = ap.parse_args()
     import torch
 
@@ -303,14 +305,19 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     loads = ["sample", "agent"] if a.workload == "both" else [a.workload]
     results = []
-    for spec in CONFIGS[a.config]:
+    specs = [
+        s
+        for s in CONFIGS[a.config]
+        if (a.models is None or s["model"] in a.models.split(","))
+        and (a.budgets is None or str(s["budget"]) in a.budgets.split(","))
+    ]
+    for spec in specs:
         for w in loads:
             t0 = time.perf_counter()
             r = bench_one(w, spec, a.steps or spec.get("steps"), work, a.rounds)
             r["wall_s"] = time.perf_counter() - t0
             results.append(r)
-            if not a.json:
-                print(_line(r), flush=True)
+            print(_line(r), file=sys.stderr if a.json else sys.stdout, flush=True)
     machine = {
         "device": torch.cuda.get_device_name() if a.config == "gpu" else "cpu",
         "threads": torch.get_num_threads(),
