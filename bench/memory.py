@@ -196,20 +196,23 @@ def main() -> None:
     for path in paths:
         base = {"workload": a.workload, "path": path, "model": a.model, "device": a.device,
                 "data": a.data}  # fmt: skip
+        specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]
+        specs += [
+            {**base, "budget": int(b), "mode": m}
+            for b in a.budgets.split(",")
+            for m in a.modes.split(",")
+        ]
         group = []
-        if not a.no_whole:
-            group.append(run_config({**base, "budget": None, "mode": "whole"}))
-        for b in [int(x) for x in a.budgets.split(",")]:
-            for m in a.modes.split(","):
-                group.append(run_config({**base, "budget": b, "mode": m}))
-        ref = next((r for r in group if r["mode"] == "whole" and "error" not in r), None)
-        for r in group:
+        ref = None
+        for spec in specs:
+            r = run_config(spec)
+            if r["mode"] == "whole" and "error" not in r:
+                ref = r
             if "error" not in r and ref is not None:
                 r["time_vs_whole"] = round(r["seconds"] / ref["seconds"], 3)
+            group.append(r)
+            print(_line(r), file=sys.stderr if a.json else sys.stdout, flush=True)
         results.extend(group)
-        if not a.json:
-            for r in group:
-                print(_line(r), flush=True)
     if a.json:
         print(json.dumps(results, indent=2))
 

@@ -72,11 +72,12 @@ def test_parts_equal_whole_tree_on_gpu(budget: int, attn: str) -> None:
 
 
 def test_bf16_loss_within_bf16_rounding() -> None:
-    """bf16 weights and activations against float32 on the same random weights (a 64-wide head:
-    inductor has no bf16 flex kernel for tiny-qwen3's 16-wide heads)."""
+    """bf16 weights and activations (flex) against float32 (dense) on the same random weights
+    (a 64-wide head: inductor finds no flex kernel for tiny-qwen3's 16-wide heads in bf16, nor
+    for this model in float32 under dynamic shapes, torch 2.11)."""
     b = _batch(5)
     kw = {"vocab_size": VOCAB, "device": "cuda", "seed": 1}
-    l32 = float(tree_loss(load_model("small-qwen3", **kw), b, loss="sft", attn="flex").loss)
+    l32 = float(tree_loss(load_model("small-qwen3", **kw), b, loss="sft", attn="dense").loss)
     m16 = load_model("small-qwen3", dtype=torch.bfloat16, **kw)
     l16 = float(tree_loss(m16, b, loss="sft", attn="flex").loss)
     assert abs(l16 - l32) <= 2e-2 * abs(l32)
