@@ -44,7 +44,7 @@ from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.batch import LAYOUTS, NORMS
 from treeprep.trainer.loss import LOSSES
-from treeprep.trainer.model import PRESETS, load_model
+from treeprep.trainer.models import PRESETS, load_model
 from treeprep.trainer.plan_batches import BuildReader, EpochPlan, load_plan, make_plan, step_batches
 
 

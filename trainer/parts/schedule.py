@@ -53,7 +53,7 @@ from treeprep.trainer.loss import (
     loss_from_hidden,
     objective,
 )
-from treeprep.trainer.model import run_decoder
+from treeprep.trainer.models import output_head, run_decoder
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
 from treeprep.trainer.parts.state import AttentionState, HandOff
 
@@ -128,7 +128,7 @@ class _Runner:
         self.cfg = cfg
         self.attn = attn
         self.autocast = autocast
-        self.head = model.get_output_embeddings()
+        self.head = output_head(model)
         self.layers = int(model.config.num_hidden_layers)
         self.targets = batch.targets()
         self.states: dict[int, list[AttentionState]] = {}
