@@ -5,7 +5,9 @@ per layer and part: O(P), against the O(T P) attention work that reads it). The 
 from :func:`~treeprep.trainer.attention.mask.tree_mask_mod` and is built once per batch (the first
 layer) and cached on the :class:`TreeMask`. ``flex_attention`` is compiled once with dynamic
 shapes on CUDA. On CPU (torch 2.13) only the forward runs: its backward raises
-NotImplementedError, so CPU tests check its forward against ``dense``.
+NotImplementedError, so CPU tests check its forward against ``dense``. Layer extras: a window is
+one more term of the mask_mod (one block mask per window), soft-capping a ``score_mod``, and sinks
+rescale the output by ``sigmoid(lse - sink)`` (the sink column's share of the softmax).
 """
 
 from __future__ import annotations
@@ -15,20 +17,27 @@ from typing import Any
 import torch
 
 from treeprep.trainer.attention.mask import TreeMask, tree_mask_mod
+from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 _compiled: Any = None
 
 
-def block_mask(tm: TreeMask) -> Any:
-    """The batch's FlexAttention block mask (cached on ``tm``)."""
-    bm = tm._cache.get("block_mask")
+def block_mask(tm: TreeMask, window: int | None = None) -> Any:
+    """The batch's FlexAttention block mask for ``window`` (cached on ``tm``)."""
+    key = "block_mask" if window is None else f"block_mask:{window}"
+    bm = tm._cache.get(key)
     if bm is None:
         from torch.nn.attention.flex_attention import create_block_mask
 
         bm = create_block_mask(
-            tree_mask_mod(tm), None, None, tm.num_tokens, tm.num_keys, device=tm.q_node.device
+            tree_mask_mod(tm, window),
+            None,
+            None,
+            tm.num_tokens,
+            tm.num_keys,
+            device=tm.q_node.device,
         )
-        tm._cache["block_mask"] = bm
+        tm._cache[key] = bm
     return bm
 
 
@@ -40,6 +49,7 @@ def flex_tree_attention(
     pv: torch.Tensor | None,
     tm: TreeMask,
     scale: float,
+    opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """q_BHTD against [prefix; own] keys with the tree block mask; returns o_BHTD."""
     from torch.nn.attention.flex_attention import flex_attention
@@ -54,4 +64,18 @@ def flex_tree_attention(
             _compiled = torch.compile(flex_attention, dynamic=True)
         fn = _compiled
     gqa = q.shape[1] != k.shape[1]
-    return fn(q, k, v, block_mask=block_mask(tm), scale=scale, enable_gqa=gqa)
+    bm = block_mask(tm, opts.window)
+    score_mod = None
+    if opts.softcap is not None:
+        cap = float(opts.softcap)
+
+        def score_mod(score, b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+            return torch.tanh(score / cap) * cap
+
+    if opts.sinks is None:
+        return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa)
+    o, lse = fn(
+        q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa, return_lse=True
+    )
+    keep = torch.sigmoid(lse.float() - opts.sinks.float().reshape(1, -1, 1))
+    return o * keep[..., None].to(o.dtype)

@@ -93,6 +93,8 @@ def part_mask(batch: Any, spec: PartSpec, backend: str, handoff: HandOff | None)
         backend=backend,
         prefix_len=len(spec.prefix_rows),
         handoff=handoff,
+        q_depth=batch.position_ids[a:b],
+        k_depth=torch.cat([batch.position_ids.index_select(0, rows), batch.position_ids[a:b]]),
     )
 
 
