@@ -9,8 +9,8 @@ tree's depth-first token order). Token i attends key j iff
     index[j] <= index[i]  and  node[j] <= node[i] <= last[j]
 
 that is, j's node is an ancestor-or-self of i's and, within one node, j comes first. A sliding
-window layer adds one term: a window is a distance in depth (the token's position along its root-to-leaf
-path, which is what the position ids are), so with ``window`` w it also needs
+window layer adds one term: a window is a distance in depth (the token's position along its
+root-to-leaf path, which is what the position ids are), so with ``window`` w it also needs
 
     depth[i] - depth[j] < w
 
