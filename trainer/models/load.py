@@ -2,7 +2,8 @@
 
 No model code is copied. treeprep registers one attention function
 (:func:`~treeprep.trainer.attention.hf_tree_attention`) with transformers' ``AttentionInterface``
-under the name ``"treeprep"`` and sets the model's ``attn_implementation`` to it. A folder is
+under the name ``"treeprep"`` and sets the model's ``attn_implementation`` to it; linear-attention
+layers of hybrid families run node by node from their parent's state (:mod:`.hybrid`). A folder is
 loaded with ``local_files_only=True``: nothing is ever downloaded.
 """
 
@@ -14,6 +15,7 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.trainer.attention import ATTN_NAME, register_attention
+from treeprep.trainer.models.hybrid import install_linear_attention
 from treeprep.trainer.models.presets import PRESETS
 
 
@@ -46,6 +48,7 @@ def load_model(
             )
         except (OSError, ValueError, KeyError) as e:
             raise TreeprepError(f"{spec}: cannot load the model: {e}") from e
+        install_linear_attention(model)
     else:
         raise TreeprepError(
             f"unknown model {spec!r}: expected a model folder or one of {', '.join(PRESETS)}"
@@ -69,4 +72,5 @@ def model_from_config(
         model = tf.AutoModelForCausalLM.from_config(
             config, attn_implementation=ATTN_NAME, dtype=dtype
         )
+    install_linear_attention(model)
     return model
