@@ -23,3 +23,7 @@ class TooManyErrors(TreeprepError):
 
 class ShardError(TreeprepError):
     """A shard or manifest that cannot be used (missing, corrupt, other schema version)."""
+
+
+class ModelRefused(TreeprepError):
+    """A model treeprep cannot train exactly on trees (unhandled token mixer, or failed probe)."""
