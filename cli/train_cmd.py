@@ -71,6 +71,14 @@ def train_cmd(
         False
     ),
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    no_probe: Annotated[
+        bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
+    ] = False,
+    lora_r: Annotated[int, typer.Option(help="LoRA rank (0: train all weights).")] = 0,
+    lora_alpha: Annotated[float | None, typer.Option(help="LoRA alpha (default 2 r).")] = None,
+    lora_targets: Annotated[
+        list[str] | None, typer.Option(help="LoRA target modules (default all linear).")
+    ] = None,
 ) -> None:
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
     from rich.console import Console
@@ -111,7 +119,13 @@ def train_cmd(
         keep=keep or None,
         resume=str(resume) if resume else None,
         tensorboard=tensorboard,
+        probe=not no_probe,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_targets=lora_targets or None,
     )
+    if no_probe and main:
+        err.print("[yellow]warning: --no-probe: the model is not checked for exactness on trees[/]")
     progress, cb = _progress(err) if main else (None, None)
     try:
         if progress is not None:

@@ -3,7 +3,9 @@
 Layout of ``RUN/checkpoints/step-00000042/``::
 
     model/              save_pretrained: config.json, model.safetensors (+ the model folder's
-                        tokenizer files when it had some): AutoModelForCausalLM loads it as is
+                        tokenizer files when it had some): AutoModelForCausalLM loads it as is;
+                        for a LoRA run the peft adapter folder (adapter_config.json,
+                        adapter_model.safetensors) that PeftModel.from_pretrained loads
     optimizer.pt        the optimizer state (unsharded), torch.save of tensors and numbers
     scheduler.pt        the learning-rate scheduler state
     rng-rank<R>.pt      each rank's random state (python, numpy, torch CPU, torch CUDA) as tensors
@@ -46,6 +48,8 @@ import torch
 from treeprep.errors import CheckpointError
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+#: the weights file of a peft adapter folder (LoRA runs save the adapter, not the base model)
+ADAPTER_FILE = "adapter_model.safetensors"
 STATE_FILE = "state.json"
 
 
@@ -293,7 +297,9 @@ class Checkpoint:
         mdir = self.model_dir
         index = os.path.join(mdir, "model.safetensors.index.json")
         files: list[str]
-        if os.path.isfile(index):
+        if os.path.isfile(os.path.join(mdir, ADAPTER_FILE)):
+            files = [ADAPTER_FILE]  # a LoRA run: the peft adapter folder
+        elif os.path.isfile(index):
             with open(index, encoding="utf-8") as f:
                 files = sorted(set(json.load(f)["weight_map"].values()))
         else:
@@ -340,6 +346,9 @@ def open_checkpoint(path: str) -> Checkpoint:
 def load_model_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
     """Copy a checkpoint's weights into ``model`` (strict: every key must match)."""
     sd = ckpt.model_state()
+    if os.path.isfile(os.path.join(ckpt.model_dir, ADAPTER_FILE)):
+        _load_adapter(model, sd, ckpt)
+        return
     own = model.state_dict()
     missing = [k for k in own if k not in sd]
     tied = getattr(model.config, "tie_word_embeddings", False)
@@ -359,3 +368,20 @@ def load_model_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
                     f"{tuple(own[k].shape)}"
                 )
             own[k].copy_(v)
+
+
+def _load_adapter(model: torch.nn.Module, sd: dict[str, torch.Tensor], ckpt: Checkpoint) -> None:
+    """A LoRA checkpoint's adapter weights into a peft-wrapped ``model`` (every adapter key)."""
+    try:
+        from peft import set_peft_model_state_dict
+    except ImportError as e:  # pragma: no cover
+        raise CheckpointError(f"{ckpt.model_dir}: a LoRA checkpoint needs peft") from e
+    if not hasattr(model, "peft_config"):
+        raise CheckpointError(f"{ckpt.model_dir}: a LoRA checkpoint; resume it with --lora-r")
+    res = set_peft_model_state_dict(model, sd)
+    missing = [k for k in res.missing_keys if "lora_" in k]
+    if missing or res.unexpected_keys:
+        raise CheckpointError(
+            f"{ckpt.model_dir}: adapter weights do not match the model (missing {missing[:3]}, "
+            f"unexpected {list(res.unexpected_keys)[:3]})"
+        )

@@ -1,6 +1,6 @@
 """Data parallelism applied from outside the model: process groups, DDP, FSDP2, collectives.
 
-The model code (``model.py``, ``loss.py``) is written for one device; this module is the only
+The model code (``models/``, ``loss.py``) is written for one device; this module is the only
 place that knows about ranks (torchtitan's split). The loop wraps one :class:`LossModule` (the
 Hugging Face model plus the loss, so that the wrapper's ``forward`` is the whole forward pass) in
 either

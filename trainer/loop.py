@@ -44,7 +44,7 @@ from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.batch import LAYOUTS, NORMS, TreeBatch
 from treeprep.trainer.loss import LOSSES
-from treeprep.trainer.model import PRESETS, load_model
+from treeprep.trainer.models import PRESETS, apply_lora, guard_model, load_model
 from treeprep.trainer.plan_batches import (
     NULL_ROW,
     BuildReader,
@@ -131,6 +131,14 @@ class TrainConfig:
     #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut with
     #: recomputed prefixes (recompute; every path must fit the budget)
     cut: str = "handoff"
+    #: run the probe before training (tree vs linear layout on a small tree); the structural
+    #: check of the token mixers always runs (:mod:`treeprep.trainer.models.guard`)
+    probe: bool = True
+    #: LoRA rank (0: train all weights); alpha (default 2 r) and target modules (default all
+    #: linear layers) through peft; checkpoints then hold the adapter folder
+    lora_r: int = 0
+    lora_alpha: float | None = None
+    lora_targets: list[str] | None = None
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> TrainingError:
@@ -336,10 +344,13 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     lm = load_model(cfg.model, dtype=torch.float32, device="cpu", attn=cfg.attn, seed=cfg.seed,
                     vocab_size=vocab)  # fmt: skip
     check_compatible(reader, cfg.model, int(lm.config.vocab_size))
+    if cfg.lora_r:
+        lm = apply_lora(lm, r=cfg.lora_r, alpha=cfg.lora_alpha, targets=cfg.lora_targets)
     if resume is not None:
         _check_resume(resume, cfg, info)
         ckpt_mod.load_model_weights(lm, resume)
     lm.to(dev)
+    guard_model(lm, run_probe=cfg.probe, seed=cfg.seed)  # refuses what is not exact on trees
     lm.train()
     if cfg.activation_checkpointing:
         if hasattr(lm, "activation_checkpointing_enable"):  # transformers >= 5.x

@@ -43,7 +43,7 @@ from torch.utils.checkpoint import checkpoint
 
 from treeprep.errors import TreeprepError
 from treeprep.trainer.batch import TreeBatch
-from treeprep.trainer.model import decoder_hidden
+from treeprep.trainer.models import decoder_hidden, output_head
 from treeprep.trainer.targets import Targets
 
 LossName = Literal["sft", "ppo", "grpo", "gspo"]
@@ -132,7 +132,7 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [K] of every trained target (and entropies [K] when ``entropy``)."""
     h_TE = decoder_hidden(model, batch, attn)
-    head = model.get_output_embeddings()
+    head = output_head(model)
     return head_logprobs(head, h_TE, batch.targets(), entropy=entropy, chunk=chunk)
 
 
@@ -255,4 +255,4 @@ def tree_loss(
     if loss != "sft":
         check_advantages(t, loss)
     h_TE = decoder_hidden(model, batch, attn)
-    return loss_from_hidden(model.get_output_embeddings(), h_TE, t, cfg, ref_logp)
+    return loss_from_hidden(output_head(model), h_TE, t, cfg, ref_logp)

@@ -62,3 +62,7 @@ class TrainingError(TreeprepError):
 class CheckpointError(TreeprepError):
     """A checkpoint that cannot be used (missing, half written, damaged, for another
     configuration)."""
+
+
+class ModelRefused(TreeprepError):
+    """A model treeprep cannot train exactly on trees (unhandled token mixer, or failed probe)."""

@@ -37,6 +37,12 @@ micro-batch). ``flex_attention`` is compiled once per process with ``dynamic=Tru
 (:func:`compiled_flex`), so micro-batches of different lengths reuse one compiled kernel. On CPU
 (torch 2.13) only the forward runs: its backward raises NotImplementedError, so CPU tests check
 the forward against ``dense``.
+
+Layer extras (:mod:`.options`). A sliding window is one more term of the mask_mod (one block mask
+per window): the interval classes above ignore it, so with a window every non-empty block is
+*partial* (the window only removes pairs: an empty block stays empty, a full one may not be).
+Soft-capping is a ``score_mod``; sinks rescale the output by ``sigmoid(lse - sink)`` (the sink
+column's share of the softmax).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.trainer.attention.mask import TreeMask, tree_mask_mod
+from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 #: FlexAttention's block size, for queries and keys alike
 BLOCK = 128
@@ -76,6 +83,8 @@ def padded(tm: TreeMask) -> TreeMask:
         k_node=pad(tm.k_node, pk, big),
         k_last=pad(tm.k_last, pk, -1),
         k_index=pad(tm.k_index, pk, big),
+        q_depth=None if tm.q_depth is None else pad(tm.q_depth, pq, 0),
+        k_depth=None if tm.k_depth is None else pad(tm.k_depth, pk, big),
         node_start=tm.node_start,
         node_length=tm.node_length,
         node_parent=tm.node_parent,
@@ -137,17 +146,21 @@ def _ordered(m_QB_KB: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return num[None, None], idx.to(torch.int32)[None, None]
 
 
-def block_mask(tm: TreeMask) -> Any:
-    """The batch's FlexAttention ``BlockMask``, built from node intervals and cached on ``tm``.
+def block_mask(tm: TreeMask, window: int | None = None) -> Any:
+    """The batch's FlexAttention ``BlockMask`` for ``window``, built from node intervals and
+    cached on ``tm``.
 
     Call it where the micro-batch is prepared (a data-loader worker) to keep it off the step;
     it runs on the device of ``tm``'s vectors (``BlockMask.to`` moves it).
     """
-    bm = tm._cache.get("block_mask")
+    key = "block_mask" if window is None else f"block_mask:{window}"
+    bm = tm._cache.get(key)
     if bm is None:
         from torch.nn.attention.flex_attention import BlockMask
 
         partial, full = block_classes(tm)
+        if window is not None:  # the window may cut into a full block: resolve it per pair
+            partial, full = partial | full, torch.zeros_like(full)
         kv_num, kv_idx = _ordered(partial)
         full_num, full_idx = _ordered(full)
         bm = BlockMask.from_kv_blocks(
@@ -156,10 +169,10 @@ def block_mask(tm: TreeMask) -> Any:
             full_num,
             full_idx,
             BLOCK_SIZE=BLOCK,
-            mask_mod=tree_mask_mod(padded(tm)),
+            mask_mod=tree_mask_mod(padded(tm), window),
             seq_lengths=(tm.num_tokens, tm.num_keys),
         )
-        tm._cache["block_mask"] = bm
+        tm._cache[key] = bm
     return bm
 
 
@@ -214,13 +227,33 @@ def mark_dynamic(bm: Any, *xs: torch.Tensor) -> None:
 
 
 def flex_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tm: TreeMask, scale: float, fn: Any
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tm: TreeMask,
+    scale: float,
+    fn: Any,
+    opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """``fn`` (``flex_attention`` or a compiled copy) on q_BHTD and [prefix; own] k, v."""
-    bm = block_mask(tm)
+    bm = block_mask(tm, opts.window)
     if fn is not _eager():
         mark_dynamic(bm, q, k, v)
-    return fn(q, k, v, block_mask=bm, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    gqa = q.shape[1] != k.shape[1]
+    score_mod = None
+    if opts.softcap is not None:
+        cap = float(opts.softcap)
+
+        def score_mod(score, b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+            return torch.tanh(score / cap) * cap
+
+    if opts.sinks is None:
+        return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa)
+    o, lse = fn(
+        q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa, return_lse=True
+    )
+    keep = torch.sigmoid(lse.float() - opts.sinks.float().reshape(1, -1, 1))
+    return o * keep[..., None].to(o.dtype)
 
 
 def _eager() -> Any:
@@ -237,10 +270,11 @@ def flex_tree_attention(
     pv: torch.Tensor | None,
     tm: TreeMask,
     scale: float,
+    opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """q_BHTD against [prefix; own] keys with the tree block mask; returns o_BHTD."""
     if pk is not None and pv is not None and pk.shape[2]:
         k = torch.cat([pk.to(k.dtype), k], dim=2)
         v = torch.cat([pv.to(v.dtype), v], dim=2)
     fn = compiled_flex() if q.device.type == "cuda" else _eager()
-    return flex_forward(q, k, v, tm, scale, fn)
+    return flex_forward(q, k, v, tm, scale, fn, opts)

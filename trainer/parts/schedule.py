@@ -53,9 +53,9 @@ from treeprep.trainer.loss import (
     loss_from_hidden,
     objective,
 )
-from treeprep.trainer.model import run_decoder
+from treeprep.trainer.models import output_head, run_decoder
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
-from treeprep.trainer.parts.state import AttentionState, HandOff
+from treeprep.trainer.parts.state import AttentionState, HandOff, LayerState, LinearState
 
 Mode = Literal["keep", "recompute"]
 MODES: tuple[str, ...] = ("recompute", "keep")
@@ -93,6 +93,8 @@ def part_mask(batch: Any, spec: PartSpec, backend: str, handoff: HandOff | None)
         backend=backend,
         prefix_len=len(spec.prefix_rows),
         handoff=handoff,
+        q_depth=batch.position_ids[a:b],
+        k_depth=torch.cat([batch.position_ids.index_select(0, rows), batch.position_ids[a:b]]),
     )
 
 
@@ -128,10 +130,10 @@ class _Runner:
         self.cfg = cfg
         self.attn = attn
         self.autocast = autocast
-        self.head = model.get_output_embeddings()
+        self.head = output_head(model)
         self.layers = int(model.config.num_hidden_layers)
         self.targets = batch.targets()
-        self.states: dict[int, list[AttentionState]] = {}
+        self.states: dict[int, list[LayerState]] = {}
         self.linear_coef: torch.Tensor | None = None  # gspo: d loss / d log p per target
 
     def decode(self, spec: PartSpec, grad: bool) -> tuple[HandOff, torch.Tensor]:
@@ -165,10 +167,14 @@ class _Runner:
         return ho, out
 
     def store(self, c: int, ho: HandOff) -> None:
-        self.states[c] = [
-            AttentionState(ho.own[li][0].detach(), ho.own[li][1].detach())
-            for li in range(self.layers)
-        ]
+        st: list[LayerState] = []
+        for li in range(self.layers):
+            if li in ho.own:
+                st.append(AttentionState(ho.own[li][0].detach(), ho.own[li][1].detach()))
+            else:
+                own = ho.linear_own.get(li, {})
+                st.append(LinearState({k: (c_.detach(), r.detach()) for k, (c_, r) in own.items()}))
+        self.states[c] = st
 
     def backward(
         self, spec: PartSpec, ho: HandOff, loss: torch.Tensor | None, scale: float
@@ -181,11 +187,9 @@ class _Runner:
         st = self.states.get(spec.index)
         if st is not None:
             for li, s in enumerate(st):
-                if s.gk is None or s.gv is None:
-                    continue
-                k, v = ho.own[li]
-                tensors += [k, v]
-                grads += [s.gk.to(k.dtype), s.gv.to(v.dtype)]
+                for t, g in s.backward_pairs(ho, li):
+                    tensors.append(t)
+                    grads.append(g)
         if tensors:
             torch.autograd.backward(tensors, grads)
         ho.return_grads(self.states, spec.sources)
