@@ -47,6 +47,7 @@ def write_rollouts(path: Path, seed: int = 0) -> None:
                 {
                     "group_id": f"grpo-{g}",
                     "call_id": f"grpo-{g}/{k}",
+                    "trajectory_id": f"grpo-{g}/{k}",
                     "prompt_token_ids": prompt,
                     "generation_token_ids": _ids(rng, n),
                     "generation_log_probs": (-rng.random(n)).round(3).tolist(),
@@ -255,10 +256,10 @@ def test_refuses_other_schema_version(data: Path, tmp_path: Path) -> None:
     shard = bad2 / json.loads((bad2 / "manifest.json").read_text())["shards"][0]["path"]
     with pa.memory_map(str(shard), "r") as src:
         t = ipc.open_file(src).read_all()
-    t = t.replace_schema_metadata({b"treeprep.schema_version": b"2"})
+    t = t.replace_schema_metadata({b"treeprep.schema_version": b"1"})
     with pa.OSFile(str(shard), "wb") as sink, ipc.new_file(sink, t.schema) as w:
         w.write_table(t)
-    with pytest.raises(ShardError, match="shard schema version 2"):
+    with pytest.raises(ShardError, match="shard schema version 1"):
         train(cfg(bad2, tmp_path / "run2", steps=1))
 
 

@@ -8,7 +8,10 @@ change the bytes (a schema version, a new column) re-records them, and says so i
 
 Re-recorded since: the sample data gained the conversation, Codex and aviary samples (issue 14:
 sample manifest, rejects and shard change; the real logs' shards and manifest do not), and plans
-became version 2 (hand-off rows and columns, issue 11: both plans change).
+became version 2 (hand-off rows and columns, issue 11: both plans change), and shards became
+schema version 2 (issue 16: ``seq_trajectory_id`` and ``seq_ref_logprobs``; the sample tokens
+file names its GRPO samples' trajectories and reference log-probs; every shard, manifest and
+plan summary changes, the real logs' plan rows do not).
 """
 
 from __future__ import annotations
@@ -25,27 +28,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "0400867349ab04c9af6f8067663bd56a447bb7cc209396084f4520d3a84b93b0",
+    "manifest.json": "24102f57c9c57a5a7149b3b76f4ecdc6510726e23825c96a8bb37718a4e64477",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "23eea12323f0eebaf9cdd4a599d94166a5c4257d8f76cc6917519b58ff4b7ea9"
+        "76f6f7a8fff677f81a2386cea2040ee1c46c023bb907d337fc8508cbddd4a731"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "6d5ea746cd14eefefff0b4af45a00a36c82b6603330ee233f7be0e611e1fd23f"
+        "5f772e074410b974c244471ac66bfa18fa4263dce1abb43c84b66f2f68e5ed65"
     ),
     "rejects.jsonl": "9c64ed8e009d90008b432627dc7b6efda95d5bd66d20920b300ee57f7bb3da2d",
-    "shards/shard-00000.arrow": "1d29ca23d2e768cd977fd9d675cf6ce3880bdd2f9139804ee24b96e78e8d1b81",
+    "shards/shard-00000.arrow": "2652db20f3cebfb49bb5975bef08a0e5826bb0e355b0fe91520561f72ddd7758",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "5c09c02fefbe819922dfd3308da52a3ece3ff927216a7a78fbf555032e4784d7",
+    "manifest.json": "bc4a3f4da4404947b2c0128e0615df3939e227f90f9fc36a4abc573e6c9be4af",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "8b21204997b80acac324a09971f6907f3473594ae998320bdd141c779305b36d"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "de4af6b73c76784a472c077c535766ec6599d65d312a955334df065d0f8ebb43"
+        "48dd6319fbd650176b824142e15444831000068384a724cdd1ab4965c2c1dea5"
     ),
     "rejects.jsonl": "8d5cc5bf06455658aa1838f48cbca67c3f558c769da39a7471e1b07eb4d9bbfe",
-    "shards/shard-00000.arrow": "0f9ab4e792050253e6bb7c833663935fa322617f6d275e58f09cc984b0c1fb98",
+    "shards/shard-00000.arrow": "52263a9ef5f0bb3b1b6cb903afe542534f7711dbc18e3a7f99130794de97be99",
 }
 
 
