@@ -24,7 +24,28 @@ from typing import Annotated, Any
 
 import typer
 
-from treeprep.cli.options import Attn, Layout, Loss, Norm, Optimizer, Parallel, Precision
+from treeprep.cli.options import (
+    DEFAULT_ADV_NORM,
+    DEFAULT_CHUNK,
+    DEFAULT_CLIP_EPS,
+    DEFAULT_KL_ESTIMATOR,
+    DEFAULT_LOSS,
+    DEFAULT_NORM,
+    AdvNormOpt,
+    Attn,
+    ChunkOpt,
+    ClipEpsHighOpt,
+    ClipEpsOpt,
+    EntropyCoefOpt,
+    KlCoefOpt,
+    KlEstimatorOpt,
+    Layout,
+    LossOpt,
+    NormOpt,
+    Optimizer,
+    Parallel,
+    Precision,
+)
 
 
 def train_cmd(
@@ -36,8 +57,15 @@ def train_cmd(
     plan: Annotated[
         Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
     ] = None,
-    loss: Annotated[Loss, typer.Option(help="The loss.")] = Loss.sft,
-    norm: Annotated[Norm, typer.Option(help="Loss normalization.")] = Norm.token_mean,
+    loss: LossOpt = DEFAULT_LOSS,
+    norm: NormOpt = DEFAULT_NORM,
+    adv_norm: AdvNormOpt = DEFAULT_ADV_NORM,
+    clip_eps: ClipEpsOpt = DEFAULT_CLIP_EPS,
+    clip_eps_high: ClipEpsHighOpt = None,
+    kl_coef: KlCoefOpt = 0.0,
+    kl_estimator: KlEstimatorOpt = DEFAULT_KL_ESTIMATOR,
+    entropy_coef: EntropyCoefOpt = 0.0,
+    chunk: ChunkOpt = DEFAULT_CHUNK,
     layout: Annotated[Layout, typer.Option(help="tree, or linear (the baseline).")] = Layout.tree,
     attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
@@ -55,7 +83,8 @@ def train_cmd(
     grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
     precision: Annotated[
-        Precision, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")
+        Precision,
+        typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU; float64 for verification."),
     ] = Precision.auto,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     activation_checkpointing: Annotated[
@@ -97,6 +126,13 @@ def train_cmd(
         plan=str(plan) if plan else None,
         loss=loss.value,
         norm=norm.value,
+        adv_norm=adv_norm.value,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        kl_coef=kl_coef,
+        kl_estimator=kl_estimator.value,
+        entropy_coef=entropy_coef,
+        chunk=chunk,
         layout=layout.value,
         attn=attn.value,
         steps=steps,

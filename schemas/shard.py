@@ -23,6 +23,12 @@ Layout of a row (all ``node_*`` lists have ``num_nodes`` entries, all ``seq_*`` 
   tokens, in depth coordinates (0 = the path's first token).
 * ``seq_logprobs[s]``: the sampler's log-probs of the trained tokens in order, or null.
 * ``seq_reward[s]``, ``seq_advantage[s]``: nullable floats.
+* ``seq_trajectory_id[s]``: the sample (one agent run: its main thread and sub-agents) the
+  sequence belongs to; a tree (a group) holds one or several (a GRPO group of k samples). RL
+  advantages from rewards are normalized over the tree's trajectories, not its sequences, and
+  ``trajectory-mean`` averages the loss per trajectory.
+* ``seq_ref_logprobs[s]``: a reference policy's log-probs of the trained tokens in order (what a
+  KL penalty compares against), or null.
 
 With these, any normalization of the linearized loss (token sum, per-sequence mean, batch token
 mean, GRPO's 1/(G|o_i|)) and any advantage weighting can be restored exactly per token.
@@ -46,7 +52,9 @@ import pyarrow.ipc as ipc
 from treeprep.errors import ShardError
 from treeprep.schemas.manifest import check_relative_path, manifest_bytes
 
-SCHEMA_VERSION = 1
+#: 2: ``seq_trajectory_id`` and ``seq_ref_logprobs`` (version 1 shards cannot tell a
+#: trajectory's calls apart, so their group advantages would be per sequence: they are refused)
+SCHEMA_VERSION = 2
 
 _i32 = pa.int32()
 _l32 = pa.list_(pa.int32())
@@ -77,6 +85,8 @@ TREE_SCHEMA = pa.schema(
         pa.field("seq_agent_id", pa.list_(pa.string()), nullable=False),
         pa.field("seq_call_id", pa.list_(pa.string()), nullable=False),
         pa.field("seq_source", pa.list_(pa.string()), nullable=False),
+        pa.field("seq_trajectory_id", pa.list_(pa.string()), nullable=False),
+        pa.field("seq_ref_logprobs", pa.list_(pa.list_(pa.float32())), nullable=False),
     ],
     metadata={b"treeprep.schema_version": str(SCHEMA_VERSION).encode()},
 )

@@ -111,7 +111,8 @@ class LossModule(torch.nn.Module):
         ctx = self.autocast() if self.autocast is not None else contextlib.nullcontext()
         with ctx:
             out = tree_loss(self.lm, batch, **self.loss_kw)
-        return out.loss.float(), out.metrics
+        loss = out.loss if out.loss.dtype == torch.float64 else out.loss.float()
+        return loss, out.metrics
 
 
 def decoder_layers(lm: torch.nn.Module) -> list[torch.nn.Module]:

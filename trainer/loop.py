@@ -4,7 +4,8 @@ It reads top to bottom like nanochat's training script, in sections:
 
 1. **Set-up.** Join the process group (torchrun) or run alone; open the build; refuse shards of
    another schema version or built with another tokenizer than the model folder's own; load the
-   model (float32 master weights; bf16 autocast on CUDA, plain float32 on the CPU), optionally with
+   model (float32 master weights; bf16 autocast on CUDA, plain float32 on the CPU; float64 weights,
+   coefficients and loss with ``precision="float64"`` for verification runs), optionally with
    activation checkpointing; wrap it for DDP or FSDP2 (:mod:`treeprep.trainer.distributed`); build
    AdamW or SGD and a warmup + cosine schedule.
 2. **Data.** An epoch is a plan (:mod:`treeprep.trainer.plan_batches`): the one given with
@@ -14,7 +15,12 @@ It reads top to bottom like nanochat's training script, in sections:
 3. **Steps.** Every rank runs its micro-batches (only the last synchronises gradients), the
    gradient is clipped, a non-finite loss or gradient norm stops the run with a clear error before
    the update, then the optimizer and the schedule step. Metrics go to a JSONL file, an optional
-   TensorBoard folder and the caller's callback (the CLI draws a progress bar from it).
+   TensorBoard folder and the caller's callback (the CLI draws a progress bar from it). Per step,
+   beside the loss: ``clip_frac`` (clipped RL units over all units of the step, all micro-batches
+   and ranks), ``approx_kl`` (k3 of the current against the old log-probs, per unit),
+   ``entropy`` (per target), ``ref_kl`` (against the reference log-probs, per unit, when the
+   rollouts carry them) and ``adv_mean`` / ``adv_std`` / ``adv_min`` / ``adv_max`` over the step's
+   trained sequences (duplicates counted).
 4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps and at the end,
    atomically; ``resume`` restores weights, optimizer, schedule, data position and random state,
    so that the losses after resuming equal those of an uninterrupted run (tested exactly on CPU).
@@ -39,11 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeprep.errors import ShardError, TrainingError
+from treeprep.errors import ShardError, TrainingError, TreeprepError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
+from treeprep.trainer.advantages import ADV_NORMS
 from treeprep.trainer.batch import LAYOUTS, NORMS, TreeBatch
-from treeprep.trainer.loss import LOSSES
+from treeprep.trainer.loss import KL_ESTIMATORS, LOSSES, LossConfig
 from treeprep.trainer.models import PRESETS, apply_lora, guard_model, load_model
 from treeprep.trainer.plan_batches import (
     NULL_ROW,
@@ -69,8 +76,10 @@ class TrainConfig:
     plan: str | None = None
     #: sft, ppo, grpo or gspo
     loss: str = "sft"
-    #: sum, sequence-mean or token-mean (over the step's global batch)
+    #: sum, token-mean, sequence-mean or trajectory-mean (over the step's global batch)
     norm: str = "token-mean"
+    #: advantages from rewards, over each group's trajectories: grpo, dr-grpo, rloo or none
+    adv_norm: str = "grpo"
     #: tree (packed tries) or linear (every sequence on its own: the baseline)
     layout: str = "tree"
     #: attention backend: auto, dense, nodes, flex, flash
@@ -99,7 +108,8 @@ class TrainConfig:
     #: clip the global gradient norm to this (None or 0: no clipping, the norm is still logged)
     grad_clip: float | None = 1.0
     seed: int = 0
-    #: auto (bf16 autocast on CUDA, float32 on CPU), float32 or bfloat16 (autocast)
+    #: auto (bf16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast) or float64
+    #: (weights, coefficients and loss: verification runs)
     precision: str = "auto"
     #: auto, cpu, cuda
     device: str = "auto"
@@ -117,9 +127,13 @@ class TrainConfig:
     resume: str | None = None
     #: TensorBoard event files under RUN/tensorboard (skipped when tensorboard is absent)
     tensorboard: bool = False
-    #: RL loss settings (passed to tree_loss)
+    #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range
+    #: [1 - clip_eps, 1 + clip_eps_high] (clip_eps_high None: clip_eps), the KL penalty against the
+    #: rollouts' reference log-probs and its estimator (k3 or k1), the entropy bonus
     clip_eps: float = 0.2
+    clip_eps_high: float | None = None
     kl_coef: float = 0.0
+    kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     #: LM-head chunk (rows) in the loss
     chunk: int = 4096
@@ -152,8 +166,15 @@ class TrainConfig:
             raise bad(f"layout {self.layout!r}; expected one of {', '.join(LAYOUTS)}")
         if self.optimizer not in ("adamw", "sgd"):
             raise bad(f"optimizer {self.optimizer!r}; expected adamw or sgd")
-        if self.precision not in ("auto", "float32", "bfloat16"):
-            raise bad(f"precision {self.precision!r}; expected auto, float32 or bfloat16")
+        if self.precision not in ("auto", "float32", "bfloat16", "float64"):
+            raise bad(f"precision {self.precision!r}; expected auto, float32, bfloat16 or float64")
+        if self.adv_norm not in ADV_NORMS:
+            raise bad(f"adv_norm {self.adv_norm!r}; expected one of {', '.join(ADV_NORMS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise bad(
+                f"kl_estimator {self.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}"
+            )
+        self.loss_config()  # validates the clip range and the chunk
         if self.parallel not in dist_mod.PARALLEL:
             raise bad(f"parallel {self.parallel!r}; expected ddp or fsdp")
         if self.steps is not None and self.epochs is not None:
@@ -173,6 +194,21 @@ class TrainConfig:
         if self.save_every is not None and self.save_every < 1:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
+
+    def loss_config(self) -> LossConfig:
+        """The objective of this run."""
+        try:
+            return LossConfig(
+                self.loss,  # type: ignore[arg-type]
+                clip_eps=self.clip_eps,
+                clip_eps_high=self.clip_eps_high,
+                kl_coef=self.kl_coef,
+                entropy_coef=self.entropy_coef,
+                chunk=self.chunk,
+                kl_estimator=self.kl_estimator,  # type: ignore[arg-type]
+            )
+        except TreeprepError as e:
+            raise TrainingError(f"train config: {e}") from e
 
 
 @dataclass
@@ -341,7 +377,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     if cfg.model in PRESETS:
         vocab = cfg.vocab_size or reader.manifest.tokenizer.vocab_size
         vocab = max(vocab, reader.max_token_id() + 1)
-    lm = load_model(cfg.model, dtype=torch.float32, device="cpu", attn=cfg.attn, seed=cfg.seed,
+    wdtype = torch.float64 if cfg.precision == "float64" else torch.float32
+    lm = load_model(cfg.model, dtype=wdtype, device="cpu", attn=cfg.attn, seed=cfg.seed,
                     vocab_size=vocab)  # fmt: skip
     check_compatible(reader, cfg.model, int(lm.config.vocab_size))
     if cfg.lora_r:
@@ -358,9 +395,17 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         else:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     prec, autocast = _precision(cfg, dev)
-    loss_kw: dict[str, Any] = {"loss": cfg.loss, "attn": None, "chunk": cfg.chunk}
-    if cfg.loss != "sft":
-        loss_kw.update(clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef)
+    lc = cfg.loss_config()
+    loss_kw: dict[str, Any] = {
+        "loss": lc.loss,
+        "attn": None,
+        "chunk": lc.chunk,
+        "clip_eps": lc.clip_eps,
+        "clip_eps_high": lc.clip_eps_high,
+        "kl_coef": lc.kl_coef,
+        "kl_estimator": lc.kl_estimator,
+        "entropy_coef": lc.entropy_coef,
+    }
     module = dist_mod.LossModule(lm, loss_kw, autocast)
     wrapped = dist_mod.wrap(module, info, cfg.parallel)
     params = [p for p in wrapped.parameters() if p.requires_grad]
@@ -454,7 +499,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
             sp = plan.steps[epoch_step]
             t0 = time.perf_counter()
             batches = step_batches(reader, sp, ranks=my_ranks, layout=cfg.layout, norm=cfg.norm,
-                                   budget=budget, device=dev)  # fmt: skip
+                                   adv_norm=cfg.adv_norm, budget=budget, device=dev)  # fmt: skip
             handoff = any(p.handoff_cuts for p in sp.parts)
             if handoff and cfg.parallel == "fsdp" and info.distributed:
                 null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=dev)
@@ -541,20 +586,14 @@ def _micro_batches(
     A micro-batch over the budget is one tree run as hand-off parts (:mod:`.parts`). Such a step
     accumulates every micro-batch locally and the caller all-reduces the gradients once (the
     parts' several backward passes per micro-batch do not fit DDP's one-backward hook)."""
-    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.metrics import StepSums
     from treeprep.trainer.parts import run_parts
 
     inner = dist_mod.unwrap(wrapped)
-    loss_cfg = LossConfig(
-        cfg.loss,  # type: ignore[arg-type]
-        clip_eps=cfg.clip_eps,
-        kl_coef=cfg.kl_coef,
-        entropy_coef=cfg.entropy_coef,
-        chunk=cfg.chunk,
-    )
+    loss_cfg = cfg.loss_config()
     n_mb = len(batches[0])
     loss_sum: Any = 0.0
-    sums: dict[str, Any] = {}
+    sums = StepSums()
     tok = tok_lin = targets = real_mb = 0
     for rank_batches in batches:
         for i, b in enumerate(rank_batches):
@@ -577,14 +616,9 @@ def _micro_batches(
                 tok += b.num_tokens
                 tok_lin += b.tokens_linear
                 targets += b.num_targets
-            for k, v in mets.items():
-                if k not in ("targets", "nll", "policy"):
-                    sums[k] = sums.get(k, 0.0) + v
-    extra = {k: float(v) for k, v in sums.items() if k not in ("clip_count", "units")}
-    if "units" in sums:
-        red = dist_mod.all_reduce_sum([float(sums["clip_count"]), float(sums["units"])], info)
-        extra["clip_frac"] = red[0] / red[1] if red[1] else 0.0
-    return float(loss_sum), tok, tok_lin, targets, real_mb, extra
+                sums.add(mets)
+                sums.add_batch(b)
+    return float(loss_sum), tok, tok_lin, targets, real_mb, sums.finish(info)
 
 
 def save(
@@ -642,7 +676,7 @@ def _check_resume(ck: ckpt_mod.Checkpoint, cfg: TrainConfig, info: dist_mod.Dist
             "resume with the same parallelism"
         )
     then = st.get("config", {})
-    for k in ("data", "loss", "norm", "layout", "optimizer"):
+    for k in ("data", "loss", "norm", "adv_norm", "layout", "optimizer"):
         if k in then and then[k] != getattr(cfg, k):
             raise ckpt_mod.CheckpointError(
                 f"{ck.path}: checkpoint was made with {k}={then[k]!r}, this run has "

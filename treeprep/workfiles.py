@@ -56,6 +56,8 @@ WORK_SCHEMA = pa.schema(
         ("source", pa.string()),
         ("source_format", pa.string()),
         ("branch_reason", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("ref_logprobs", pa.list_(pa.float32())),
     ]
 )
 #: sequences per record batch of a work file
@@ -75,6 +77,7 @@ _SCALARS = (
     "source",
     "source_format",
     "branch_reason",
+    "trajectory_id",
 )
 
 
@@ -220,6 +223,11 @@ def sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
         cols["logprobs"] = pa.array(lps, type=pa.list_(pa.float32()))
     else:
         cols["logprobs"] = _list_array(lps, np.float32)
+    refs = [s.ref_logprobs for s in seqs]
+    if any(r is None for r in refs):
+        cols["ref_logprobs"] = pa.array(refs, type=pa.list_(pa.float32()))
+    else:
+        cols["ref_logprobs"] = _list_array(refs, np.float32)
     return pa.RecordBatch.from_pydict(
         {name: cols[name] for name in WORK_SCHEMA.names}, schema=WORK_SCHEMA
     )
@@ -238,15 +246,20 @@ def rows_to_sequences(table: pa.Table) -> list[Sequence]:
     tokens = table.column("tokens")
     spans = table.column("loss_spans").to_pylist()
     lps = table.column("logprobs")
+    refs = table.column("ref_logprobs")
     cols = {k: table.column(k).to_pylist() for k in _SCALARS}
     for i in range(table.num_rows):
         lp = lps[i]
+        ref = refs[i]
         sp = spans[i]
         out.append(
             Sequence(
                 tokens=tokens[i].values.to_numpy(zero_copy_only=False),
                 loss_spans=list(zip(sp[0::2], sp[1::2], strict=True)),
                 logprobs=None if not lp.is_valid else lp.values.to_numpy(zero_copy_only=False),
+                ref_logprobs=(
+                    None if not ref.is_valid else ref.values.to_numpy(zero_copy_only=False)
+                ),
                 **{k: v[i] for k, v in cols.items()},
             )
         )

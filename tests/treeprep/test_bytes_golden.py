@@ -7,7 +7,8 @@ guard that moving code between modules changes no byte of the shards, the manife
 or the plan. The build runs from the repository root (the adversarial suite checks that the
 bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
 (issue 11: hand-off rows and their columns), the sample files for the new formats and the
-OpenHands V1 event stream, now read (issue 14: real-log shards unchanged).
+OpenHands V1 event stream, now read (issue 14: real-log shards unchanged), and shard schema
+version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -26,27 +27,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "a17d212d4fdd76ea6b4320198677f2f60dee3fbc3406d44e206f5766c2b98d76",
+    "manifest.json": "b443d5dfb80c992e6e353c81b586328b8f7837f2868547008b21e8d29723a7a0",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "fb559583f06c6b65da9a59a2863e59ea234f82af5cde7a886d2d03f0ac99086a"
+        "6983f8e80699f0c260c7930014fc301b2d921567f7634e4ceac7ade59d30573f"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "e0bc8ab9f367c88eb4dfde1a630bc929abbb85fa3a4d847966941493e36ed406"
+        "3404dbc82bf2a2a87694f41745452ecc7e932fa3dfe4019bfedf93613c23db0b"
     ),
     "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
-    "shards/shard-00000.arrow": "01dc467209faea98308b39f79153516b9674c197704d92124e2410ac9aeb5d35",
+    "shards/shard-00000.arrow": "cc2fc7d2b9c137456064f4a717e444071b7d58ae6149f7e499af3fe56c7888bc",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "b61f611681dae508b4c8f15e71e1439a5c521521b4fd4816b526f76ffc667005",
+    "manifest.json": "ef0a5c028782e83ccf8951e2f828022f0752b9e8f33af920ac766c026c1a4c49",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "e1e582ee711f2b40cbab322a214b2631cd9c3c543fb0a10d1e660760983b2416"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "d322e78cd0e044b0469f584a86b95977074a644f9e4a4ac9303abd2c5fb685fa"
+        "e7c4cf014c33d98f3b0ecee9e36a24eb641ef586595f99d11e7bc96941237f03"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "fc96b23356c3bf62415659dea817ed5673efff6333709f70063420963e560a7f",
+    "shards/shard-00000.arrow": "a82776810595f39e2c9e8905c91dbb7b02364645ac426595d4cac9b21ab3dbda",
 }
 
 

@@ -33,7 +33,7 @@ class AttentionState:
 
     k: torch.Tensor  # [1, G, T, D]
     v: torch.Tensor
-    gk: torch.Tensor | None = None  # float32, accumulated from descendants
+    gk: torch.Tensor | None = None  # float32 (float64 for float64 k), from descendants
     gv: torch.Tensor | None = None
 
     def rows(self, local: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,11 +42,12 @@ class AttentionState:
 
     def accumulate(self, local: np.ndarray, gk: torch.Tensor, gv: torch.Tensor) -> None:
         idx = torch.as_tensor(local, device=self.k.device)
+        acc = torch.float64 if self.k.dtype == torch.float64 else torch.float32
         if self.gk is None or self.gv is None:
-            self.gk = torch.zeros(self.k.shape, dtype=torch.float32, device=self.k.device)
-            self.gv = torch.zeros(self.v.shape, dtype=torch.float32, device=self.v.device)
-        self.gk.index_add_(2, idx, gk.float())
-        self.gv.index_add_(2, idx, gv.float())
+            self.gk = torch.zeros(self.k.shape, dtype=acc, device=self.k.device)
+            self.gv = torch.zeros(self.v.shape, dtype=acc, device=self.v.device)
+        self.gk.index_add_(2, idx, gk.to(acc))
+        self.gv.index_add_(2, idx, gv.to(acc))
 
     def backward_pairs(self, ho: HandOff, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         if self.gk is None or self.gv is None:

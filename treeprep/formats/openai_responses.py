@@ -32,7 +32,9 @@ file lands here and the ids are still used.
 
 Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under ``metadata``),
 else NeMo-Gym's ``_ng_task_index`` scoped by the file's name (``NAME:task-N``): the rollouts of one
-task (GRPO samples) share one tree. Reward and advantage come from the record.
+task (GRPO samples) share one tree. Reward and advantage come from the record. One record is one
+rollout: its turns share a trajectory id (``trajectory_id`` and the other keys of
+:func:`~treeprep.formats.openai_chat.trajectory_of`, else ``FILE:LINE``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from treeprep.formats.openai_chat import (
     normalize_tools,
     number_of,
     obj_at,
+    trajectory_of,
     type_name,
     validation_reason,
 )
@@ -300,6 +303,9 @@ def responses_items(
                 )
         except ValidationError as e:
             raise RecordError(f"assistant turn {turn_no}: {validation_reason(e)}") from e
+    traj = trajectory_of(rec) or f"{os.path.basename(file)}:{line}"
+    for call in out:
+        call.trajectory_id = traj
     return out
 
 

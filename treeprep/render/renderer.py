@@ -390,7 +390,10 @@ class Renderer:
         spans = [(n_p, n)] if n > n_p else []
         lp = rec.generation_log_probs
         logprobs = None if lp is None else np.asarray(lp, dtype=np.float32)
-        return _sequence(rec, group_id, order, tokens, spans, logprobs, rec.branch_reason)
+        seq = _sequence(rec, group_id, order, tokens, spans, logprobs, rec.branch_reason)
+        if rec.ref_log_probs is not None and spans:
+            seq.ref_logprobs = np.asarray(rec.ref_log_probs, dtype=np.float32)
+        return seq
 
     def _render_chat(self, rec: ChatCall, *, group_id: str, order: int) -> Sequence:
         if not rec.messages:
@@ -517,6 +520,7 @@ def _sequence(
         advantage=rec.advantage,
         agent_id=rec.agent_id,
         call_id=rec.call_id,
+        trajectory_id=rec.trajectory_id if rec.trajectory_id is not None else group_id,
         source=f"{rec.source_file}:{rec.source_line}",
         source_format=rec.source_format,
         branch_reason=branch,
