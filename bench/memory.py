@@ -112,6 +112,9 @@ def child(spec: dict) -> dict:
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
     model = load_model(spec["model"], dtype=dtype, device=dev, attn="auto", vocab_size=vocab)
+    if spec.get("checkpointing"):
+        model.train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     batch = TreeBatch.from_trees([row], norm="token-mean", device=dev)
     depth = int((batch.position_ids.max() + 1).item())
     if dev == "cuda":
@@ -184,6 +187,9 @@ def main() -> None:
     ap.add_argument("--no-whole", action="store_true", help="skip the whole-tree run")
     ap.add_argument("--model", default="tiny-qwen3")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--checkpointing", action="store_true", help="activation checkpointing per decoder layer"
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -195,7 +201,7 @@ def main() -> None:
     results = []
     for path in paths:
         base = {"workload": a.workload, "path": path, "model": a.model, "device": a.device,
-                "data": a.data}  # fmt: skip
+                "data": a.data, "checkpointing": a.checkpointing}  # fmt: skip
         specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]
         specs += [
             {**base, "budget": int(b), "mode": m}

@@ -115,3 +115,21 @@ def test_parts_property(seed: int, budget: int, norm: str, loss: str) -> None:
     lp, gp = _parts(model, b, loss, budget, "recompute", "dense")
     assert abs(lp - lw) <= TOL * max(abs(lw), 1e-6)
     assert _rel(gp, gw) < TOL
+
+
+def test_parts_compose_with_activation_checkpointing() -> None:
+    """Per-layer activation checkpointing (what keeps a part's activations small on a GPU)
+    recomputes layers inside a part's backward; the hand-off gradients stay exact."""
+    from trainer_fixtures import VOCAB
+
+    from treeprep.trainer import load_model
+
+    model = load_model("tiny-qwen3", vocab_size=VOCAB, attn="dense", seed=2)
+    model.train()
+    b = TreeBatch.from_trees(rows_of(group_tree(7, n_seq=8)), norm="token-mean")
+    lw, gw = _whole(model, b, "sft")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for mode in ("recompute", "keep"):
+        lp, gp = _parts(model, b, "sft", 9, mode, "dense")
+        assert abs(lp - lw) <= TOL * abs(lw)
+        assert _rel(gp, gw) < TOL
