@@ -37,11 +37,18 @@ def good_rows(n: int, gid: str = "g") -> list[dict[str, Any]]:
 
 
 def cli(*args: str) -> tuple[int, str]:
-    """Run the CLI in-process; (exit code, output). A traceback is never a clean error."""
+    """Run the CLI in-process; (exit code, output: stdout and stderr). A traceback is never a
+    clean error."""
+    code, out, _ = cli_streams(*args)
+    return code, out
+
+
+def cli_streams(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process; (exit code, output, stdout alone: where ``--json`` goes)."""
     res = CliRunner().invoke(app, list(args))
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         raise res.exception
-    return res.exit_code, res.output
+    return res.exit_code, res.output, res.stdout
 
 
 def build_cli(out: Path, *inputs: str | Path, extra: tuple[str, ...] = ()) -> tuple[int, str]:

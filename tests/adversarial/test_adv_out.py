@@ -17,6 +17,7 @@ from hostile import (
     assert_reconciles,
     build_cli,
     cli,
+    cli_streams,
     good_rows,
     manifest,
     output_hashes,
@@ -231,13 +232,14 @@ def test_mixed_hostile_folder_reconciles(tmp_path: Path) -> None:
     (logs / "link.jsonl").symlink_to(logs / "good.jsonl")
     (logs / "gone.jsonl").symlink_to(tmp_path / "nowhere")
     (logs / "README.md").write_text("# not a log\n")
-    code, out = build_cli(tmp_path / "o", logs)
+    code, out, stdout = cli_streams("build", str(logs), "-o", str(tmp_path / "o"), "--json")
     assert code == 0, out
     m = assert_reconciles(tmp_path / "o")
     assert m["counts"]["records_in_trees"] == 6 and m["counts"]["records_rejected"] == 3
     assert m["skipped_files"] == ["README.md"]
     assert m["duplicate_inputs"] == [{"path": "link.jsonl", "same_as": "good.jsonl"}]
-    assert json.loads(out)["records_read"] == 9
+    assert json.loads(stdout)["records_read"] == 9
+    assert "README.md" in out  # the unrecognised file is listed on stderr too
 
 
 def test_cli_prints_clean_errors(tmp_path: Path) -> None:
