@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from hostile import (
     assert_reconciles,
-    build_cli,
     cli,
     cli_streams,
     good_rows,
