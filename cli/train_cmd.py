@@ -36,7 +36,9 @@ from treeprep.cli.options import (
     ChunkOpt,
     ClipEpsHighOpt,
     ClipEpsOpt,
+    Cut,
     EntropyCoefOpt,
+    Handoff,
     KlCoefOpt,
     KlEstimatorOpt,
     Layout,
@@ -70,7 +72,20 @@ def train_cmd(
     attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
-    budget: Annotated[int, typer.Option(help="Tokens per micro-batch (without --plan).")] = 4096,
+    budget: Annotated[
+        int,
+        typer.Option(
+            help="Tokens computed at once per micro-batch (without --plan); a tree over it runs "
+            "as hand-off parts."
+        ),
+    ] = 4096,
+    cut: Annotated[
+        Cut, typer.Option(help="Trees over the budget (without --plan): handoff or recompute.")
+    ] = Cut.handoff,
+    handoff: Annotated[
+        Handoff,
+        typer.Option(help="Hand-off parts: recompute a part for its backward, or keep its graph."),
+    ] = Handoff.recompute,
     steps_of: Annotated[
         int, typer.Option(help="Micro-batches per rank per step (without --plan).")
     ] = 1,
@@ -138,6 +153,8 @@ def train_cmd(
         steps=steps,
         epochs=epochs,
         budget=budget,
+        cut=cut.value,
+        handoff=handoff.value,
         steps_of=steps_of,
         optimizer=optimizer.value,
         lr=lr,
