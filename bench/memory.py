@@ -112,6 +112,9 @@ def child(spec: dict) -> dict:
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
     model = load_model(spec["model"], dtype=dtype, device=dev, attn="auto", vocab_size=vocab)
+    if spec.get("checkpointing"):
+        model.train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     batch = TreeBatch.from_trees([row], norm="token-mean", device=dev)
     depth = int((batch.position_ids.max() + 1).item())
     if dev == "cuda":
@@ -129,6 +132,7 @@ def child(spec: dict) -> dict:
         out = tree_loss(model, batch, loss="sft")
         out.loss.backward()
         loss = float(out.loss.detach())
+        del out
     else:
         res = run_parts(model, batch, LossConfig("sft"), budget=spec["budget"], mode=spec["mode"])
         loss = float(res.loss)
@@ -153,6 +157,15 @@ def child(spec: dict) -> dict:
 
 
 def run_config(spec: dict) -> dict:
+    if spec["device"] == "cuda":
+        # CUDA peaks reset per configuration, so one process serves them all (and compiles once)
+        import torch
+
+        torch.cuda.empty_cache()
+        try:
+            return child(spec)
+        except torch.OutOfMemoryError as e:
+            return {**spec, "error": f"out of memory: {str(e).splitlines()[0]}"}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(spec)],
@@ -174,6 +187,9 @@ def main() -> None:
     ap.add_argument("--no-whole", action="store_true", help="skip the whole-tree run")
     ap.add_argument("--model", default="tiny-qwen3")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--checkpointing", action="store_true", help="activation checkpointing per decoder layer"
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -185,21 +201,24 @@ def main() -> None:
     results = []
     for path in paths:
         base = {"workload": a.workload, "path": path, "model": a.model, "device": a.device,
-                "data": a.data}  # fmt: skip
+                "data": a.data, "checkpointing": a.checkpointing}  # fmt: skip
+        specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]
+        specs += [
+            {**base, "budget": int(b), "mode": m}
+            for b in a.budgets.split(",")
+            for m in a.modes.split(",")
+        ]
         group = []
-        if not a.no_whole:
-            group.append(run_config({**base, "budget": None, "mode": "whole"}))
-        for b in [int(x) for x in a.budgets.split(",")]:
-            for m in a.modes.split(","):
-                group.append(run_config({**base, "budget": b, "mode": m}))
-        ref = next((r for r in group if r["mode"] == "whole" and "error" not in r), None)
-        for r in group:
+        ref = None
+        for spec in specs:
+            r = run_config(spec)
+            if r["mode"] == "whole" and "error" not in r:
+                ref = r
             if "error" not in r and ref is not None:
                 r["time_vs_whole"] = round(r["seconds"] / ref["seconds"], 3)
+            group.append(r)
+            print(_line(r), file=sys.stderr if a.json else sys.stdout, flush=True)
         results.extend(group)
-        if not a.json:
-            for r in group:
-                print(_line(r), flush=True)
     if a.json:
         print(json.dumps(results, indent=2))
 

@@ -48,6 +48,27 @@ def build_cmd(
             "against jinja); --no-native-templates renders every call with jinja.",
         ),
     ] = True,
+    max_record_mb: Annotated[
+        float,
+        typer.Option(
+            help="Reject a JSONL record (line) longer than this many MiB without reading it "
+            "into memory (rendering costs about 150x a record's size)."
+        ),
+    ] = 16.0,
+    chat_template: Annotated[
+        Path | None,
+        typer.Option(
+            help="Jinja chat template file to render with instead of the tokenizer's (e.g. one "
+            "that keeps tool calls the tokenizer's template drops).",
+        ),
+    ] = None,
+    date: Annotated[
+        str | None,
+        typer.Option(
+            help="Date (ISO 8601) a template's strftime_now reports for records without a "
+            "timestamp (default 2025-01-01), so builds are the same on any day.",
+        ),
+    ] = None,
     engine: Annotated[
         BuildEngine,
         typer.Option(
@@ -79,6 +100,9 @@ def build_cmd(
         system_prompt=str(system_prompt) if system_prompt else None,
         tools=str(tools) if tools else None,
         native_templates=native_templates,
+        max_record_bytes=max(1, int(max_record_mb * (1 << 20))),
+        chat_template=str(chat_template) if chat_template else None,
+        date=date,
         engine=engine.value,
         ray_address=ray_address,
     )
@@ -86,6 +110,7 @@ def build_cmd(
         _quiet_ray()
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)
+    _report_skipped(manifest.skipped_files, err)
     c = manifest.counts
     if as_json:
         typer.echo(json.dumps(c.model_dump(), indent=2))
@@ -102,6 +127,27 @@ def build_cmd(
     Console().print(t)
     if c.records_rejected:
         err.print(f"[yellow]{c.records_rejected} records rejected: see {out}/rejects.jsonl[/]")
+    if manifest.duplicate_inputs:
+        err.print(
+            f"[yellow]{len(manifest.duplicate_inputs)} input paths lead to files already read "
+            "(links, repeated arguments): each file was read once; see duplicate_inputs in "
+            f"{out}/manifest.json[/]"
+        )
+
+
+def _report_skipped(skipped: list[str], err: Any) -> None:
+    """Files of no known format, on stderr (they are in ``manifest.skipped_files`` too)."""
+    if not skipped:
+        return
+    shown = skipped[:20]
+    more = f" (and {len(skipped) - len(shown)} more)" if len(skipped) > len(shown) else ""
+    err.print(
+        f"[yellow]{len(skipped)} files of no known format were skipped{more}; name one with "
+        "--format to read it as that format:[/]",
+        highlight=False,
+    )
+    for path in shown:
+        err.print(f"  {path}", highlight=False, markup=False)
 
 
 def _quiet_ray() -> None:

@@ -8,10 +8,21 @@ from typing import Annotated
 
 import typer
 
+from treeprep.cli.options import Cut
+
 
 def pack_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
-    budget: Annotated[int, typer.Option(help="Tokens per micro-batch (computed + recomputed).")],
+    budget: Annotated[
+        int, typer.Option(help="Tokens computed at once per micro-batch (recomputed included).")
+    ],
+    cut: Annotated[
+        Cut,
+        typer.Option(
+            help="Trees over the budget: handoff (parts hand keys/values over, nothing "
+            "recomputed, no path limit) or recompute (prefixes recomputed; paths must fit)."
+        ),
+    ] = Cut.handoff,
     world_size: Annotated[int, typer.Option(help="Data-parallel ranks.")] = 1,
     steps_of: Annotated[
         int, typer.Option(help="Micro-batches per rank per optimizer step (accumulation).")
@@ -25,7 +36,8 @@ def pack_cmd(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Cut large trees, bin-pack parts into micro-batches and balance them across ranks."""
+    """Bin-pack trees into micro-batches (a tree over the budget runs as hand-off parts, or is cut
+    with recomputed prefixes) and balance them across ranks."""
     from rich.console import Console
 
     from treeprep.flops import DEFAULT_MODEL
@@ -38,6 +50,7 @@ def pack_cmd(
         seed=seed,
         model=model or DEFAULT_MODEL,
         name=name,
+        cut=cut.value,
     )
     plan_dir, plan = pack(str(out), cfg)
     s = plan.summary
@@ -56,6 +69,7 @@ def pack_cmd(
     t.add_row("tokens_tree (N_tree)", f"{s.tokens_tree:,}")
     t.add_row("tokens_pack (N_pack)", f"{s.tokens_pack:,}")
     t.add_row("recomputed prefix tokens", f"{s.tokens_recomputed:,}")
+    t.add_row(f"hand-off trees / parts (cut {s.cut})", f"{s.handoff_trees:,} / {s.handoff_parts:,}")
     t.add_row("POR / ERR", f"{s.por:.3f} / {s.err:.3f}")
     t.add_row("padding waste", f"{s.padding_waste:.3f}")
     t.add_row(

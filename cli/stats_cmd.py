@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from treeprep.cli.options import Cut, Head
+
 
 def stats_cmd(
     out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
@@ -15,12 +17,22 @@ def stats_cmd(
         str | None,
         typer.Option(help="Model for the FLOP estimate: a preset (qwen3-8b, ...) or config.json."),
     ] = None,
+    cut: Annotated[
+        Cut, typer.Option(help="With --budget: trees over it run as handoff parts or recompute.")
+    ] = Cut.handoff,
     budget: Annotated[
         int | None, typer.Option(help="Plan packing in memory with this token budget.")
     ] = None,
     plan: Annotated[
         Path | None, typer.Option(help="Report an existing plan folder (OUT/plans/NAME).")
     ] = None,
+    head: Annotated[
+        Head,
+        typer.Option(
+            help="LM head in the estimate: on the trained targets (treeprep's trainer) or on "
+            "every fed token (trainers that compute full logits)."
+        ),
+    ] = Head.targets,
     as_json: Annotated[bool, typer.Option("--json", help="Print the stats as JSON.")] = False,
     plot: Annotated[
         Path | None, typer.Option(help="Write distributions and speedups to a .png or .html file.")
@@ -33,7 +45,15 @@ def stats_cmd(
     shape = load_model(model) if model else None
     summary = read_plan_summary(str(out), str(plan)) if plan else None
     collected = collect(str(out))
-    stats = summarize(collected, model=shape, budget=budget, plan=summary, out_dir=str(out))
+    stats = summarize(
+        collected,
+        model=shape,
+        budget=budget,
+        plan=summary,
+        out_dir=str(out),
+        cut=cut.value,
+        head=head.value,
+    )
     if plot is not None:
         write_plot(collected, stats, str(plot))
     if as_json:
@@ -73,8 +93,9 @@ def _render(s: dict, out: Path) -> None:
     a = s["attention"]
     t.add_row("attention pairs linear / tree", f"{a['pairs_linear']:,} / {a['pairs_tree']:,}")
     t.add_row("attention ratio", f"{a['ratio']:.2f}x")
+    t.add_row("trained targets linear / tree", f"{s['targets_linear']:,} / {s['targets_tree']:,}")
     m = s["model"]
-    t.add_row(f"estimated speedup ({m['name']})", f"{m['speedup']:.2f}x")
+    t.add_row(f"estimated speedup ({m['name']}, LM head on {s['head']})", f"{m['speedup']:.2f}x")
     if "packing" in s and "error" in s["packing"]:
         Console(stderr=True).print(f"[yellow]no packing figures:[/] {s['packing']['error']}")
     elif "packing" in s:

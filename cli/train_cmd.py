@@ -24,7 +24,30 @@ from typing import Annotated, Any
 
 import typer
 
-from treeprep.cli.options import Attn, Layout, Loss, Norm, Optimizer, Parallel, Precision
+from treeprep.cli.options import (
+    DEFAULT_ADV_NORM,
+    DEFAULT_CHUNK,
+    DEFAULT_CLIP_EPS,
+    DEFAULT_KL_ESTIMATOR,
+    DEFAULT_LOSS,
+    DEFAULT_NORM,
+    AdvNormOpt,
+    Attn,
+    ChunkOpt,
+    ClipEpsHighOpt,
+    ClipEpsOpt,
+    Cut,
+    EntropyCoefOpt,
+    Handoff,
+    KlCoefOpt,
+    KlEstimatorOpt,
+    Layout,
+    LossOpt,
+    NormOpt,
+    Optimizer,
+    Parallel,
+    Precision,
+)
 
 
 def train_cmd(
@@ -36,13 +59,33 @@ def train_cmd(
     plan: Annotated[
         Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
     ] = None,
-    loss: Annotated[Loss, typer.Option(help="The loss.")] = Loss.sft,
-    norm: Annotated[Norm, typer.Option(help="Loss normalization.")] = Norm.token_mean,
+    loss: LossOpt = DEFAULT_LOSS,
+    norm: NormOpt = DEFAULT_NORM,
+    adv_norm: AdvNormOpt = DEFAULT_ADV_NORM,
+    clip_eps: ClipEpsOpt = DEFAULT_CLIP_EPS,
+    clip_eps_high: ClipEpsHighOpt = None,
+    kl_coef: KlCoefOpt = 0.0,
+    kl_estimator: KlEstimatorOpt = DEFAULT_KL_ESTIMATOR,
+    entropy_coef: EntropyCoefOpt = 0.0,
+    chunk: ChunkOpt = DEFAULT_CHUNK,
     layout: Annotated[Layout, typer.Option(help="tree, or linear (the baseline).")] = Layout.tree,
     attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
-    budget: Annotated[int, typer.Option(help="Tokens per micro-batch (without --plan).")] = 4096,
+    budget: Annotated[
+        int,
+        typer.Option(
+            help="Tokens computed at once per micro-batch (without --plan); a tree over it runs "
+            "as hand-off parts."
+        ),
+    ] = 4096,
+    cut: Annotated[
+        Cut, typer.Option(help="Trees over the budget (without --plan): handoff or recompute.")
+    ] = Cut.handoff,
+    handoff: Annotated[
+        Handoff,
+        typer.Option(help="Hand-off parts: recompute a part for its backward, or keep its graph."),
+    ] = Handoff.recompute,
     steps_of: Annotated[
         int, typer.Option(help="Micro-batches per rank per step (without --plan).")
     ] = 1,
@@ -55,7 +98,8 @@ def train_cmd(
     grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
     precision: Annotated[
-        Precision, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")
+        Precision,
+        typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU; float64 for verification."),
     ] = Precision.auto,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     activation_checkpointing: Annotated[
@@ -71,6 +115,14 @@ def train_cmd(
         False
     ),
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    no_probe: Annotated[
+        bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
+    ] = False,
+    lora_r: Annotated[int, typer.Option(help="LoRA rank (0: train all weights).")] = 0,
+    lora_alpha: Annotated[float | None, typer.Option(help="LoRA alpha (default 2 r).")] = None,
+    lora_targets: Annotated[
+        list[str] | None, typer.Option(help="LoRA target modules (default all linear).")
+    ] = None,
 ) -> None:
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
     from rich.console import Console
@@ -89,11 +141,20 @@ def train_cmd(
         plan=str(plan) if plan else None,
         loss=loss.value,
         norm=norm.value,
+        adv_norm=adv_norm.value,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        kl_coef=kl_coef,
+        kl_estimator=kl_estimator.value,
+        entropy_coef=entropy_coef,
+        chunk=chunk,
         layout=layout.value,
         attn=attn.value,
         steps=steps,
         epochs=epochs,
         budget=budget,
+        cut=cut.value,
+        handoff=handoff.value,
         steps_of=steps_of,
         optimizer=optimizer.value,
         lr=lr,
@@ -111,7 +172,13 @@ def train_cmd(
         keep=keep or None,
         resume=str(resume) if resume else None,
         tensorboard=tensorboard,
+        probe=not no_probe,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_targets=lora_targets or None,
     )
+    if no_probe and main:
+        err.print("[yellow]warning: --no-probe: the model is not checked for exactness on trees[/]")
     progress, cb = _progress(err) if main else (None, None)
     try:
         if progress is not None:

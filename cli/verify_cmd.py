@@ -15,7 +15,25 @@ from typing import Annotated, Any
 
 import typer
 
-from treeprep.cli.options import Attn, Loss, Norm
+from treeprep.cli.options import (
+    DEFAULT_ADV_NORM,
+    DEFAULT_CHUNK,
+    DEFAULT_CLIP_EPS,
+    DEFAULT_KL_ESTIMATOR,
+    DEFAULT_LOSS,
+    DEFAULT_NORM,
+    AdvNormOpt,
+    Attn,
+    ChunkOpt,
+    ClipEpsHighOpt,
+    ClipEpsOpt,
+    EntropyCoefOpt,
+    Handoff,
+    KlCoefOpt,
+    KlEstimatorOpt,
+    LossOpt,
+    NormOpt,
+)
 from treeprep.errors import TreeprepError
 
 
@@ -42,8 +60,18 @@ def verify_cmd(
     out: Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")],
     model: Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")],
     groups: Annotated[int, typer.Option(help="Trees to check, in shard order.")] = 4,
-    loss: Annotated[Loss, typer.Option(help="The loss.")] = Loss.sft,
-    norm: Annotated[Norm, typer.Option(help="Loss normalization.")] = Norm.sequence_mean,
+    loss: LossOpt = DEFAULT_LOSS,
+    norm: NormOpt = DEFAULT_NORM,
+    adv_norm: AdvNormOpt = DEFAULT_ADV_NORM,
+    clip_eps: ClipEpsOpt = DEFAULT_CLIP_EPS,
+    clip_eps_high: ClipEpsHighOpt = None,
+    kl_coef: KlCoefOpt = 0.0,
+    kl_estimator: KlEstimatorOpt = DEFAULT_KL_ESTIMATOR,
+    entropy_coef: EntropyCoefOpt = 0.0,
+    chunk: ChunkOpt = DEFAULT_CHUNK,
+    precision: Annotated[
+        str, typer.Option(help="float32, or float64 (weights, coefficients and loss).")
+    ] = "float32",
     attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
     tol: Annotated[float, typer.Option(help="Largest relative L2 difference allowed.")] = 1e-5,
     max_tokens: Annotated[
@@ -51,9 +79,19 @@ def verify_cmd(
     ] = 65536,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of a preset's random weights.")] = 0,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            help="Run every tree over this many tokens as hand-off parts (the tree side)."
+        ),
+    ] = None,
+    handoff: Annotated[
+        Handoff, typer.Option(help="Hand-off mode with --budget.")
+    ] = Handoff.recompute,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Check that the tree loss restores the linearized gradients exactly."""
+    """Check that the tree loss restores the linearized gradients exactly (with --budget: that
+    trees executed as hand-off parts do)."""
     from rich.console import Console
 
     err = Console(stderr=True)
@@ -69,14 +107,16 @@ def verify_cmd(
 
     from treeprep.trainer import PRESETS, load_model, verify_gradients
 
+    if precision not in ("float32", "float64"):
+        raise TreeprepError(f"--precision {precision!r}: expected float32 or float64")
+    dtype = torch.float64 if precision == "float64" else torch.float32
+
     vocab = None
     if model in PRESETS:
         top = max(max(r["input_ids"]) for r in rows) + 1
         vocab = max(PRESETS[model].vocab_size, top)
     err.print(f"loading {model} ...")
-    m = load_model(
-        model, dtype=torch.float32, device=device, attn=attn.value, seed=seed, vocab_size=vocab
-    )
+    m = load_model(model, dtype=dtype, device=device, attn=attn.value, seed=seed, vocab_size=vocab)
     if model not in PRESETS:
         top = max(max(r["input_ids"]) for r in rows)
         if top >= m.config.vocab_size:
@@ -84,15 +124,34 @@ def verify_cmd(
                 f"{out}: token id {top} is outside the model's vocabulary "
                 f"({m.config.vocab_size}); were the shards built with another tokenizer?"
             )
-    err.print(
-        f"verifying {len(rows)} trees: {loss.value}, {norm.value}, attention {attn.value} ..."
+    if budget is not None and budget < 1:
+        raise TreeprepError(f"--budget must be >= 1, got {budget}")
+    split = "" if budget is None else f", hand-off parts of <= {budget:,} tokens ({handoff.value})"
+    what = f"{loss.value}, {norm.value}, attention {attn.value}{split}"
+    err.print(f"verifying {len(rows)} trees: {what} ...")
+    rep = verify_gradients(
+        m,
+        rows,
+        loss=loss.value,
+        norm=norm.value,
+        adv_norm=adv_norm.value,
+        attn=attn.value,
+        tol=tol,
+        budget=budget,
+        handoff=handoff.value,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        kl_coef=kl_coef,
+        kl_estimator=kl_estimator.value,
+        entropy_coef=entropy_coef,
+        chunk=chunk,
     )
-    rep = verify_gradients(m, rows, loss=loss.value, norm=norm.value, attn=attn.value, tol=tol)
     if as_json:
         d = rep.to_dict()
         d["model"] = model
         d["trees"] = [r["group_id"] for r in rows]
         d["skipped"] = skipped
+        d["budget"] = budget
         typer.echo(json.dumps(d, indent=2))
     else:
         _print_report(rep, tol)

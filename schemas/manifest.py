@@ -1,7 +1,12 @@
 """The build manifest, ``OUT/manifest.json``: written last, so its presence means the build is
 whole.
 
-It holds no timestamps and no absolute machine state, so the same inputs give the same bytes.
+It holds no timestamps and no absolute machine state, so the same inputs give the same bytes:
+input paths are relative to the input root.
+
+A manifest is also untrusted input (it may be edited or come from elsewhere): a shard path must be
+a plain relative path inside the build folder (no ``..``, no absolute path), checked when the
+manifest is read, and :func:`treeprep.schemas.shard.shard_paths` checks that links do not lead out.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from treeprep.errors import ShardError
 from treeprep.schemas.tokenizer import TokenizerIdentity
@@ -28,6 +33,22 @@ class InputEntry(_Model):
     records_rejected: int
 
 
+def check_relative_path(path: str) -> str:
+    """``path`` unchanged when it is a plain ``/``-separated path inside the build folder;
+    ValueError otherwise (absolute, ``..``, backslashes, empty parts, NUL)."""
+    parts = path.split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or "\0" in path
+        or (len(path) > 1 and path[1] == ":")
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise ValueError(f"{path!r} is not a relative path inside the build folder")
+    return path
+
+
 class ShardEntry(_Model):
     path: str
     bytes: int
@@ -35,6 +56,18 @@ class ShardEntry(_Model):
     trees: int
     tokens_tree: int
     tokens_linear: int
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        return check_relative_path(v)
+
+
+class DuplicateInput(_Model):
+    """A second path to an input file already read (a link, a repeated argument): not read."""
+
+    path: str
+    same_as: str
 
 
 class Counts(_Model):
@@ -61,6 +94,8 @@ class Manifest(_Model):
     formats: dict[str, int] = Field(default_factory=dict)
     #: files found inside a folder or glob whose format was not recognised (README, LICENSE, ...)
     skipped_files: list[str] = Field(default_factory=list)
+    #: second paths to input files already read, each read once
+    duplicate_inputs: list[DuplicateInput] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,7 +17,13 @@ Vocabulary:
   a zero-loss forward where the framework needs every rank to call backward the same number of
   times.
 * **part**: a connected piece of one tree. A tree that fits in the budget is one part (every node,
-  no prefix). A larger tree is cut at node boundaries: a part *computes* ``nodes`` and *recomputes*
+  no prefix). A larger tree is, by default (``cut="handoff"``), one **hand-off** row: the whole
+  tree in one micro-batch slot, executed as the depth-first parts of
+  :func:`treeprep.schemas.parts.handoff_cuts` (``handoff_cuts``: part boundaries in the tree's
+  token order; ``handoff_parents``: each part's parent part, -1 for a root part; parts run in that
+  order, each handing its keys and values to its descendants, so nothing is recomputed and at most
+  ``budget`` tokens are computed at once). With ``cut="recompute"`` a larger tree is instead cut
+  at node boundaries: a part *computes* ``nodes`` and *recomputes*
   ``prefix_nodes``, the root-to-``p`` path above it; every node of ``nodes`` has its parent in
   ``nodes`` or equal to ``p`` (the last prefix node), or is a root when the prefix is empty. The
   part is fed as the small tree ``prefix_nodes + nodes`` (pre-order ids ascending, parents before
@@ -43,8 +49,12 @@ Row columns (one row per part):
   recomputation, counted in ERR); ``attn_pairs``: sum over the part's fed tokens of (depth + 1);
   ``cost``: the cost model's FLOPs for the part, used to balance ranks.
 
+* ``handoff_cuts``, ``handoff_parents``: empty for an ordinary part; for a hand-off row, the part
+  boundaries ``[0, b1, ..., tokens]`` and the parent of each part (see **part**).
+
 Sum over rows of ``tokens`` is ``tokens_tree``; plus ``prefix_tokens`` it is ``tokens_pack``
-(N_pack), and ``err = 1 - tokens_pack / tokens_linear`` (NOTES.md section 2).
+(N_pack), and ``err = 1 - tokens_pack / tokens_linear`` (NOTES.md section 2). In hand-off plans
+no prefix is recomputed, so ``err == por`` at any budget.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 _i32 = pa.int32()
 _l32 = pa.list_(pa.int32())
@@ -74,6 +84,8 @@ PLAN_SCHEMA = pa.schema(
         pa.field("prefix_tokens", pa.int64(), nullable=False),
         pa.field("attn_pairs", pa.int64(), nullable=False),
         pa.field("cost", pa.float64(), nullable=False),
+        pa.field("handoff_cuts", pa.list_(pa.int64()), nullable=False),
+        pa.field("handoff_parents", _l32, nullable=False),
     ],
     metadata={b"treeprep.plan_version": str(PLAN_VERSION).encode()},
 )
@@ -109,9 +121,14 @@ class PlanSummary(_Model):
     seed: int
     cost_model: CostModel
     trees: int
-    #: trees cut into more than one part, and the number of parts in all
+    #: how trees over the budget run: handoff (parts hand K/V over) or recompute (prefixes)
+    cut: str = "handoff"
+    #: trees cut into more than one part, and the number of plan rows in all
     split_trees: int
     parts: int
+    #: hand-off rows and the parts they execute as
+    handoff_trees: int = 0
+    handoff_parts: int = 0
     sequences: int
     micro_batches: int
     empty_micro_batches: int
@@ -123,7 +140,8 @@ class PlanSummary(_Model):
     tokens_recomputed: int
     por: float
     err: float
-    #: 1 - tokens_pack / (slots * budget), over all micro-batch slots (empty ones included)
+    #: 1 - (tokens of the slots, a hand-off row counting as a full slot) / (slots * budget),
+    #: over all micro-batch slots (empty ones included)
     padding_waste: float
     attn_pairs_linear: int
     attn_pairs_pack: int

@@ -12,6 +12,12 @@ and every sequence in a tree can be traced back to the input line it came from, 
 Adapters may give a ``branch_reason`` hint: why this call's context stops being a prefix
 continuation of the agent's previous call (see :data:`BRANCH_REASONS`). The trie attaches the hint
 to the branch point where the call's sequence diverges.
+
+``trajectory_id`` names the *sample* a call belongs to: one run of the agent on the task, its main
+thread and its sub-agents together. A group (``group_id``, one tree) may hold several trajectories
+(a GRPO group of k samples); RL advantages from rewards are normalized over a group's trajectories,
+and every call of a trajectory carries its trajectory's advantage. Adapters fill it when the format
+names the sample; when it is None the builder uses the group id (the group is one run).
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ class ChatCall(_Model):
     group_id: str | None = None
     agent_id: str = "main"
     call_id: str
+    trajectory_id: str | None = None
     parent_call_id: str | None = None
     model: str | None = None
     messages: list[Message]
@@ -103,6 +110,8 @@ class ChatCall(_Model):
     advantage: float | None = None
     provenance: Provenance = Field(default_factory=Provenance)
     branch_reason: BranchReason | None = None
+    #: when the call was made (ISO 8601, as logged); a template that prints the date gets this one
+    timestamp: str | None = None
     source_file: str = ""
     source_line: int = 0
     source_format: str = ""
@@ -134,9 +143,13 @@ class TokenRollout(_Model):
     group_id: str | None = None
     agent_id: str = "main"
     call_id: str
+    trajectory_id: str | None = None
     prompt_token_ids: list[int]
     generation_token_ids: list[int]
     generation_log_probs: list[float] | None = None
+    #: the reference policy's log-probs of the generated tokens (one per generation token, in
+    #: order), for a KL penalty against it (``--kl-coef``)
+    ref_log_probs: list[float] | None = None
     reward: float | None = None
     advantage: float | None = None
     branch_reason: BranchReason | None = None
@@ -157,6 +170,13 @@ class TokenRollout(_Model):
         ):
             raise ValueError(
                 f"generation_log_probs has {len(self.generation_log_probs)} entries, "
+                f"generation_token_ids has {len(self.generation_token_ids)}"
+            )
+        if self.ref_log_probs is not None and len(self.ref_log_probs) != len(
+            self.generation_token_ids
+        ):
+            raise ValueError(
+                f"ref_log_probs has {len(self.ref_log_probs)} entries, "
                 f"generation_token_ids has {len(self.generation_token_ids)}"
             )
         return self

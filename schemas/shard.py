@@ -23,13 +23,26 @@ Layout of a row (all ``node_*`` lists have ``num_nodes`` entries, all ``seq_*`` 
   tokens, in depth coordinates (0 = the path's first token).
 * ``seq_logprobs[s]``: the sampler's log-probs of the trained tokens in order, or null.
 * ``seq_reward[s]``, ``seq_advantage[s]``: nullable floats.
+* ``seq_trajectory_id[s]``: the sample (one agent run: its main thread and sub-agents) the
+  sequence belongs to; a tree (a group) holds one or several (a GRPO group of k samples). RL
+  advantages from rewards are normalized over the tree's trajectories, not its sequences, and
+  ``trajectory-mean`` averages the loss per trajectory.
+* ``seq_ref_logprobs[s]``: a reference policy's log-probs of the trained tokens in order (what a
+  KL penalty compares against), or null.
 
 With these, any normalization of the linearized loss (token sum, per-sequence mean, batch token
 mean, GRPO's 1/(G|o_i|)) and any advantage weighting can be restored exactly per token.
+
+Reading is checked: a shard of a build is only handed to Arrow after its size and sha256 match
+its manifest entry (:func:`read_shard`), so a flipped bit stops the reader with a
+:class:`~treeprep.errors.ShardError` naming the shard instead of changing tokens silently or
+crashing inside Arrow's decoder. Hashing reads the file once per process (about 1 GB/s); a shard
+already verified and unchanged since (same size and modification time) is not hashed again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -37,9 +50,11 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from treeprep.errors import ShardError
-from treeprep.schemas.manifest import manifest_bytes
+from treeprep.schemas.manifest import check_relative_path, manifest_bytes
 
-SCHEMA_VERSION = 1
+#: 2: ``seq_trajectory_id`` and ``seq_ref_logprobs`` (version 1 shards cannot tell a
+#: trajectory's calls apart, so their group advantages would be per sequence: they are refused)
+SCHEMA_VERSION = 2
 
 _i32 = pa.int32()
 _l32 = pa.list_(pa.int32())
@@ -70,25 +85,94 @@ TREE_SCHEMA = pa.schema(
         pa.field("seq_agent_id", pa.list_(pa.string()), nullable=False),
         pa.field("seq_call_id", pa.list_(pa.string()), nullable=False),
         pa.field("seq_source", pa.list_(pa.string()), nullable=False),
+        pa.field("seq_trajectory_id", pa.list_(pa.string()), nullable=False),
+        pa.field("seq_ref_logprobs", pa.list_(pa.list_(pa.float32())), nullable=False),
     ],
     metadata={b"treeprep.schema_version": str(SCHEMA_VERSION).encode()},
 )
 
 
-def shard_paths(out_dir: str) -> list[str]:
-    """The shard files of a finished build, in manifest order. Only the manifest's ``shards``
-    list is read (its ``path`` entries), so it serves shards whose manifest holds just that."""
+def _shard_list(out_dir: str) -> list[dict]:
     path, raw = manifest_bytes(out_dir)
     try:
-        return [os.path.join(out_dir, s["path"]) for s in json.loads(raw)["shards"]]
+        shards = json.loads(raw)["shards"]
+        if not isinstance(shards, list) or not all(isinstance(s["path"], str) for s in shards):
+            raise TypeError("'shards' is not a list of entries with a string 'path'")
     except (ValueError, KeyError, TypeError) as e:
         raise ShardError(f"{path}: no list of shards with paths ({e})") from e
+    return shards
+
+
+def shard_path(out_dir: str, rel: str) -> str:
+    """``OUT/rel`` for a shard path a manifest or plan names; ShardError unless it stays inside
+    ``OUT`` (no ``..``, no absolute path, no link leading out)."""
+    try:
+        check_relative_path(rel)
+    except ValueError as e:
+        raise ShardError(f"{out_dir}: shard {e}") from e
+    full = os.path.join(out_dir, *rel.split("/"))
+    root = os.path.realpath(out_dir)
+    if os.path.commonpath([root, os.path.realpath(full)]) != root:
+        raise ShardError(f"{full}: the shard path leads out of the build folder {out_dir}")
+    return full
+
+
+def shard_paths(out_dir: str) -> list[str]:
+    """The shard files of a finished build, in manifest order, each checked to lie inside
+    ``out_dir``. Only the manifest's ``shards`` list is read (its ``path`` entries), so it
+    serves shards whose manifest holds just that."""
+    return [shard_path(out_dir, s["path"]) for s in _shard_list(out_dir)]
+
+
+#: (realpath, size, mtime_ns) of shards whose sha256 matched their manifest in this process
+_verified: set[tuple[str, int, int]] = set()
+
+
+def verify_shard(path: str) -> None:
+    """ShardError unless ``path`` matches the size and sha256 its build's manifest records.
+
+    The build is the folder above ``shards/``; a file no manifest lists (a loose shard written
+    by a test or a tool) is not checked."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        raise ShardError(f"{path}: unreadable shard ({e})") from e
+    key = (real, st.st_size, st.st_mtime_ns)
+    if key in _verified:
+        return
+    out_dir = os.path.dirname(os.path.dirname(path)) or "."
+    rel = f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)}"
+    try:
+        entries = _shard_list(out_dir)
+    except ShardError:
+        return  # not part of a build with a readable manifest
+    entry = next((e for e in entries if e.get("path") == rel), None)
+    if entry is None:
+        return
+    if st.st_size != entry.get("bytes"):
+        raise ShardError(
+            f"{path}: shard is {st.st_size} bytes, the manifest records {entry.get('bytes')} "
+            "(truncated, replaced or corrupted); rebuild it"
+        )
+    with open(real, "rb") as f:
+        sha = hashlib.file_digest(f, "sha256").hexdigest()
+    if sha != entry.get("sha256"):
+        raise ShardError(
+            f"{path}: shard does not match its sha256 in the manifest (corrupted); rebuild it"
+        )
+    _verified.add(key)
 
 
 def read_shard(path: str, columns: list[str] | None = None) -> pa.Table:
-    """Read one tree shard (zstd Arrow IPC file) with pyarrow, memory-mapped, as it is."""
-    with pa.memory_map(path, "r") as src:
-        table = ipc.open_file(src).read_all()
+    """Read one tree shard (zstd Arrow IPC file) with pyarrow, memory-mapped, after checking it
+    against its build's manifest (:func:`verify_shard`)."""
+    verify_shard(path)
+    try:
+        with pa.memory_map(path, "r") as src:
+            table = ipc.open_file(src).read_all()
+    except (OSError, pa.ArrowInvalid) as e:
+        raise ShardError(f"{path}: unreadable shard ({e})") from e
     return table.select(columns) if columns else table
 
 
@@ -106,9 +190,6 @@ def check_shard_schema(table: pa.Table, path: str) -> None:
 def open_shard(path: str, columns: list[str] | None = None) -> pa.Table:
     """:func:`read_shard`, checked: ShardError when the file is unreadable or of another schema
     version (the reader the pipeline and the CLI use)."""
-    try:
-        table = read_shard(path)
-    except (OSError, pa.ArrowInvalid) as e:
-        raise ShardError(f"{path}: unreadable shard ({e})") from e
+    table = read_shard(path)
     check_shard_schema(table, path)
     return table.select(columns) if columns else table

@@ -13,7 +13,7 @@ A tree must train exactly like its linearized sequences. The public API, small o
   and subtree ends, predecessors of the trained targets, restored loss weights (``sum``,
   ``sequence-mean``, ``token-mean``), RL coefficients and old log-probs. ``layout="linear"`` is the
   baseline (every sequence on its own) through the same code.
-* :func:`load_model` (``model.py``): a local Hugging Face folder (Llama, Qwen2, Qwen3, Qwen3-MoE)
+* :func:`load_model` (``models/``): a local Hugging Face folder (Llama, Qwen2, Qwen3, Qwen3-MoE)
   or a preset from :data:`PRESETS` (``tiny-qwen3``, ``tiny-llama``, ``tiny-qwen2``,
   ``tiny-qwen3-moe``, ``small-qwen3``, ``qwen3-0.6b``, ``qwen3-1.7b``, ...), running tree attention
   through transformers' attention interface. Never downloads.
@@ -27,7 +27,7 @@ A tree must train exactly like its linearized sequences. The public API, small o
 from treeprep.trainer.attention import BACKENDS, TreeMask, choose_backend, tree_attention
 from treeprep.trainer.batch import LAYOUTS, NORMS, TreeBatch
 from treeprep.trainer.loss import LOSSES, LossOutput, sequence_logprobs, token_logprobs, tree_loss
-from treeprep.trainer.model import PRESETS, Preset, decoder_hidden, load_model, tree_logits
+from treeprep.trainer.models import PRESETS, Preset, decoder_hidden, load_model, tree_logits
 from treeprep.trainer.verify import VerifyReport, verify_gradients
 
 __all__ = [

@@ -21,18 +21,28 @@ c_s from ``norm``:
 * ``sum``: c_s = 1;
 * ``token-mean``: c_s = 1 / N, N the trained targets of all sequences (duplicates counted);
 * ``sequence-mean``: c_s = 1 / (S n_s), n_s the trained targets of s and S the sequences with at
-  least one (duplicates counted); with one group per micro-batch this is GRPO's 1 / (G |o_i|).
+  least one (duplicates counted); with one group per micro-batch this is GRPO's 1 / (G |o_i|);
+* ``trajectory-mean``: c_s = 1 / (Tr n_traj(s)), n_traj(s) the trained targets of the whole
+  trajectory s belongs to (all its calls, duplicates counted) and Tr the trajectories with at least
+  one: every sample's token mean, averaged over samples (a long trajectory weighs as much as a
+  short one, and one call does not weigh more because the trajectory made fewer calls).
 
-``total_tokens`` / ``total_sequences`` override N and S, so that a training loop can normalise by a
-whole optimizer step's counts while it feeds several micro-batches. The restored weight of target t
-is ``w_t = sum_s count_s c_s m_s(t)``; the RL coefficients split the same sum by the sign of the
-sequence advantage: ``adv_pos_t = sum_{A_s > 0} count_s c_s m_s(t) A_s`` and ``adv_neg_t`` likewise
-for A_s < 0, which restores the PPO/GRPO clipped loss exactly because the ratio r_t is shared by all
-sequences through t.
+``total_tokens`` / ``total_sequences`` / ``total_trajectories`` override N, S and Tr, so that a
+training loop can normalise by a whole optimizer step's counts while it feeds several micro-batches;
+rows prepared by :func:`treeprep.trainer.advantages.prepare_row` carry their trajectories' token
+counts from the whole tree, so a part of a tree keeps the tree's n_traj. The restored weight of
+target t is ``w_t = sum_s count_s c_s m_s(t)``; the RL coefficients split the same sum by the sign
+of the sequence advantage: ``adv_pos_t = sum_{A_s > 0} count_s c_s m_s(t) A_s`` and ``adv_neg_t``
+likewise for A_s < 0, which restores the PPO/GRPO clipped loss exactly because the ratio r_t is
+shared by all sequences through t.
 
-Advantages come from ``seq_advantage``; where a tree has none but every sequence has a reward, the
-GRPO group advantage (r - mean) / (std + 1e-6) over the tree's sequences (duplicates counted,
-population std) is used. Sequences with neither leave NaN, and the RL losses refuse them.
+Advantages come from ``seq_advantage``; where a tree has none but every trajectory has a reward,
+the group advantage over the tree's *trajectories* (``adv_norm``: grpo, dr-grpo, rloo or none; see
+:mod:`treeprep.trainer.advantages`) is used, and every call of a trajectory carries it. Sequences
+with neither leave NaN, and the RL losses refuse them.
+
+Coefficients are stored in float64 (the loss casts them to its own dtype): a float64 run is
+float64 end to end.
 
 Old log-probs (``seq_logprobs``, one per trained token of a sequence) are scattered to targets.
 Sequences sharing a target normally agree on its old log-prob, but a sampler is not
@@ -40,7 +50,8 @@ bit-deterministic across batches, so they may not. The clipped loss is exact eit
 coefficients live on *units*, one per (target, distinct old log-prob) pair, so each disagreeing
 value keeps its own ratio (U == K when all agree; :attr:`TreeBatch.old_logp_spread` reports the
 largest disagreement seen). A unit with no stored value is NaN and the loss uses the current,
-detached log-prob there (ratio 1).
+detached log-prob there (ratio 1). Reference log-probs (``seq_ref_logprobs``, for the KL penalty)
+take part in the same key: a unit is a (target, old log-prob, reference log-prob) triple.
 
 Pairs. For sequence-level objectives the batch also lists every (sequence, target) incidence:
 ``pair_seq[p]`` and ``pair_target[p]`` (indices into the K targets). That is N_flat-trained small
@@ -64,11 +75,17 @@ import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
+from treeprep.trainer.advantages import (
+    ADV_NORMS,
+    group_advantages,
+    trajectory_index,
+    trajectory_tokens,
+)
 from treeprep.trainer.targets import Targets
 
-Norm = Literal["sum", "sequence-mean", "token-mean"]
+Norm = Literal["sum", "sequence-mean", "token-mean", "trajectory-mean"]
 Layout = Literal["tree", "linear"]
-NORMS: tuple[str, ...] = ("sum", "sequence-mean", "token-mean")
+NORMS: tuple[str, ...] = ("sum", "sequence-mean", "token-mean", "trajectory-mean")
 LAYOUTS: tuple[str, ...] = ("tree", "linear")
 
 
@@ -76,6 +93,30 @@ def _get(row: Any, key: str) -> Any:
     if isinstance(row, Mapping):
         return row[key]
     return getattr(row, key)
+
+
+def _opt(row: Any, key: str) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(key)
+    return getattr(row, key, None)
+
+
+def _per_token(raw: Any, spans: list[np.ndarray], name: str, what: str) -> list[np.ndarray | None]:
+    """Per sequence, a float64 array of one value per trained token (or None)."""
+    out: list[np.ndarray | None] = []
+    for s, sp in enumerate(spans):
+        v = None if raw is None else raw[s]
+        if v is None:
+            out.append(None)
+            continue
+        arr = np.asarray(v, dtype=np.float64)
+        n_tr = int((sp[1::2] - sp[0::2]).sum()) if len(sp) else 0
+        if len(arr) != n_tr:
+            raise TreeprepError(
+                f"{name}: sequence {s} has {len(arr)} {what} for {n_tr} trained tokens"
+            )
+        out.append(arr)
+    return out
 
 
 @dataclass
@@ -93,7 +134,11 @@ class _Tree:
     seq_count: np.ndarray
     seq_spans: list[np.ndarray]
     seq_logprobs: list[np.ndarray | None]
+    seq_ref: list[np.ndarray | None]
     seq_advantage: np.ndarray  # float64, NaN where unknown
+    seq_traj: np.ndarray  # int64, trajectory index within the tree
+    seq_traj_tokens: np.ndarray  # float64, trained targets of the whole trajectory
+    advantage_error: str | None  # why advantages from rewards could not be computed
 
     def path_index(self, node: int, cache: dict[int, np.ndarray]) -> np.ndarray:
         """Offsets (into this tree's ``input_ids``) of the root-to-``node`` path, by depth."""
@@ -115,7 +160,7 @@ class _Tree:
         return out
 
 
-def _read_tree(row: Any, index: int) -> _Tree:
+def _read_tree(row: Any, index: int, adv_norm: str = "grpo") -> _Tree:
     name = f"tree {index} ({_get(row, 'group_id')!r})"
 
     def i32(k: str) -> np.ndarray:
@@ -146,36 +191,36 @@ def _read_tree(row: Any, index: int) -> _Tree:
     counts = i32("seq_count")
     spans_raw = _get(row, "seq_loss_spans")
     lps_raw = _get(row, "seq_logprobs")
+    refs_raw = _opt(row, "seq_ref_logprobs")
     adv_raw = _get(row, "seq_advantage")
-    rew_raw = _get(row, "seq_reward")
     if not (len(counts) == len(spans_raw) == len(lps_raw) == len(adv_raw) == ns):
         raise TreeprepError(f"{name}: seq_* columns disagree in length")
+    if refs_raw is not None and len(refs_raw) != ns:
+        raise TreeprepError(f"{name}: seq_ref_logprobs disagrees in length")
     if ((seq_node < 0) | (seq_node >= nn)).any():
         raise TreeprepError(f"{name}: seq_node out of range")
     spans = [np.asarray(s if s is not None else [], dtype=np.int64) for s in spans_raw]
-    lps: list[np.ndarray | None] = []
-    for s, (sp, lp) in enumerate(zip(spans, lps_raw, strict=True)):
+    for s, sp in enumerate(spans):
         if len(sp) % 2:
             raise TreeprepError(f"{name}: sequence {s} has an odd number of loss span bounds")
-        n_tr = int((sp[1::2] - sp[0::2]).sum()) if len(sp) else 0
-        if lp is None:
-            lps.append(None)
-        else:
-            arr = np.asarray(lp, dtype=np.float64)
-            if len(arr) != n_tr:
-                raise TreeprepError(
-                    f"{name}: sequence {s} has {len(arr)} log-probs for {n_tr} trained tokens"
-                )
-            lps.append(arr)
-    adv = np.array([np.nan if a is None else float(a) for a in adv_raw], dtype=np.float64)
-    rew = np.array([np.nan if r is None else float(r) for r in rew_raw], dtype=np.float64)
-    if np.isnan(adv).all() and ns and not np.isnan(rew).any():
-        # GRPO group advantage over the tree's sequences, duplicates counted
-        w = counts.astype(np.float64)
-        mean = float((w * rew).sum() / w.sum())
-        std = float(np.sqrt((w * (rew - mean) ** 2).sum() / w.sum()))
-        adv = (rew - mean) / (std + 1e-6)
-    return _Tree(name, ids, parent, offset, length, depth, last, seq_node, counts, spans, lps, adv)
+    lps = _per_token(lps_raw, spans, name, "log-probs")
+    refs = _per_token(refs_raw, spans, name, "reference log-probs")
+    traj = trajectory_index(row)
+    prepared = _opt(row, "seq_trajectory_tokens")
+    error = _opt(row, "advantage_error")
+    if prepared is not None:  # a part of a prepared tree: the whole tree's numbers
+        adv = np.array([np.nan if a is None else float(a) for a in adv_raw], dtype=np.float64)
+        traj_tok = np.asarray(prepared, dtype=np.float64)
+    else:
+        try:
+            adv = group_advantages(row, adv_norm, name)
+        except TreeprepError as e:  # refused by the RL losses only (advantages module doc)
+            adv, error = np.full(ns, np.nan), str(e)
+        traj_tok = trajectory_tokens(row, traj)
+    return _Tree(
+        name, ids, parent, offset, length, depth, last, seq_node, counts, spans, lps, refs, adv,
+        traj, traj_tok, error,
+    )  # fmt: skip
 
 
 @dataclass
@@ -195,25 +240,32 @@ class TreeBatch:
     node_last: torch.Tensor  # [Nn] int64, global subtree end
     prev: torch.Tensor  # [T] int64, predecessor index or -1
     target_index: torch.Tensor  # [K] int64, sorted packed indices of trained targets
-    weight: torch.Tensor  # [K] float32, w_t
+    weight: torch.Tensor  # [K] float64, w_t
     unit_target: torch.Tensor  # [U] int64, index into the K targets of each RL unit
-    unit_weight: torch.Tensor  # [U] float32, w_t restricted to the unit's sequences
-    adv_pos: torch.Tensor  # [U] float32, sum of positive c_s A_s over the unit's sequences
-    adv_neg: torch.Tensor  # [U] float32, sum of negative c_s A_s
-    old_logp: torch.Tensor  # [U] float32, the unit's old log-prob, NaN where none is stored
+    unit_weight: torch.Tensor  # [U] float64, w_t restricted to the unit's sequences
+    adv_pos: torch.Tensor  # [U] float64, sum of positive c_s A_s over the unit's sequences
+    adv_neg: torch.Tensor  # [U] float64, sum of negative c_s A_s
+    old_logp: torch.Tensor  # [U] float64, the unit's old log-prob, NaN where none is stored
+    ref_logp: torch.Tensor  # [U] float64, the unit's reference log-prob, NaN where none
     pair_seq: torch.Tensor  # [P] int64
     pair_target: torch.Tensor  # [P] int64, index into the K targets
-    pair_old_logp: torch.Tensor  # [P] float32, NaN where absent
+    pair_old_logp: torch.Tensor  # [P] float64, NaN where absent
     seq_coef: torch.Tensor  # [S] float64, c_s
     seq_count: torch.Tensor  # [S] int64, multiplicity
     seq_advantage: torch.Tensor  # [S] float64, NaN where unknown
     seq_tree: torch.Tensor  # [S] int64, which input tree the entry comes from
+    seq_trained: torch.Tensor  # [S] int64, n_s: the entry's trained targets
     layout: str
     norm: str
     num_trees: int
     tokens_linear: int  # what a linearizing trainer feeds for the same sequences
     old_logp_spread: float  # largest disagreement of old log-probs on a shared target
+    #: why some tree's advantages from rewards are unknown (an RL loss refuses with it)
+    advantage_errors: tuple[str, ...] = ()
+    _totals: tuple[float, float, float] = (0.0, 0.0, 0.0)
     _cache_targets: Targets | None = field(default=None, repr=False, compare=False)
+    #: a one-tree batch that runs as hand-off parts: (part boundaries, part parents) from the plan
+    handoff: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False)
 
     @property
     def num_tokens(self) -> int:
@@ -239,18 +291,16 @@ class TreeBatch:
         """A copy with every tensor on ``device``."""
         kw = {}
         for f in fields(self):
-            if f.name.startswith("_"):
+            if f.name.startswith("_cache"):
                 continue
             v = getattr(self, f.name)
             kw[f.name] = v.to(device) if isinstance(v, torch.Tensor) else v
         return TreeBatch(**kw)
 
-    def totals(self) -> tuple[float, float]:
-        """(N, S): this batch's trained targets and trained sequences, duplicates counted (the
-        ``token-mean`` and ``sequence-mean`` normalizers it would use on its own)."""
-        n_s = torch.bincount(self.pair_seq, minlength=self.num_sequences).double()
-        cnt = self.seq_count.double()
-        return float((cnt * n_s).sum()), float(cnt[n_s > 0].sum())
+    def totals(self) -> tuple[float, float, float]:
+        """(N, S, Tr): this batch's trained targets, trained sequences (duplicates counted) and
+        trained trajectories (the normalizers it would use on its own)."""
+        return self._totals
 
     def targets(self) -> Targets:
         """What the loss reads: predecessor rows, target tokens and the coefficients."""
@@ -265,6 +315,7 @@ class TreeBatch:
                 adv_pos=self.adv_pos,
                 adv_neg=self.adv_neg,
                 old_logp=self.old_logp,
+                ref_logp=self.ref_logp,
                 pair_seq=self.pair_seq,
                 pair_target=self.pair_target,
                 pair_old_logp=self.pair_old_logp,
@@ -284,21 +335,30 @@ class TreeBatch:
         layout: Layout = "tree",
         total_tokens: float | None = None,
         total_sequences: float | None = None,
+        total_trajectories: float | None = None,
+        adv_norm: str = "grpo",
         device: str | torch.device = "cpu",
     ) -> TreeBatch:
         """Pack tree rows (shard rows as dicts, or :class:`treeprep.trie.Tree`-like objects).
 
-        ``norm`` picks c_s (module docstring); ``total_tokens`` / ``total_sequences`` override the
-        batch's own N and S. ``layout="linear"`` lays every sequence copy out on its own.
+        ``norm`` picks c_s (module docstring); ``total_tokens`` / ``total_sequences`` /
+        ``total_trajectories`` override the batch's own N, S and Tr. ``adv_norm`` normalizes
+        rewards into advantages over each tree's trajectories where a tree has no advantages.
+        ``layout="linear"`` lays every sequence copy out on its own.
         """
         if norm not in NORMS:
             raise TreeprepError(f"unknown norm {norm!r}; expected one of {', '.join(NORMS)}")
         if layout not in LAYOUTS:
             raise TreeprepError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
-        trees = [_read_tree(r, i) for i, r in enumerate(rows)]
+        if adv_norm not in ADV_NORMS:
+            raise TreeprepError(
+                f"unknown adv_norm {adv_norm!r}; expected one of {', '.join(ADV_NORMS)}"
+            )
+        trees = [_read_tree(r, i, adv_norm) for i, r in enumerate(rows)]
         if not trees:
             raise TreeprepError("a batch needs at least one tree")
-        return _assemble(trees, norm, layout, total_tokens, total_sequences, device)
+        totals = (total_tokens, total_sequences, total_trajectories)
+        return _assemble(trees, norm, layout, totals, device)
 
     @classmethod
     def from_table(cls, table: Any, **kw: Any) -> TreeBatch:
@@ -317,8 +377,7 @@ def _assemble(
     trees: list[_Tree],
     norm: str,
     layout: str,
-    total_tokens: float | None,
-    total_sequences: float | None,
+    totals: tuple[float | None, float | None, float | None],
     device: str | torch.device,
 ) -> TreeBatch:
     ids_parts: list[np.ndarray] = []
@@ -330,7 +389,10 @@ def _assemble(
     # per sequence entry: packed indices of its trained targets, their old log-probs, count, A_s
     seq_targets: list[np.ndarray] = []
     seq_lp: list[np.ndarray | None] = []
+    seq_ref: list[np.ndarray | None] = []
     seq_cnt: list[int] = []
+    seq_traj: list[tuple[int, int]] = []
+    seq_traj_tok: list[float] = []
     seq_adv: list[float] = []
     seq_tree: list[int] = []
     tok_base = 0
@@ -346,6 +408,7 @@ def _assemble(
             if len(depths) and (depths[-1] > len(path) or (depths >= len(path)).any()):
                 raise TreeprepError(f"{t.name}: sequence {s} has a loss span past its length")
             lp = t.seq_logprobs[s]
+            ref = t.seq_ref[s]
             keep = depths > 0  # a path's first token has no predecessor: never a target
             copies = int(t.seq_count[s]) if layout == "linear" else 1
             for _ in range(copies):
@@ -364,6 +427,9 @@ def _assemble(
                     node_base += 1
                 seq_targets.append(tgt)
                 seq_lp.append(None if lp is None else lp[keep])
+                seq_ref.append(None if ref is None else ref[keep])
+                seq_traj.append((ti, int(t.seq_traj[s])))
+                seq_traj_tok.append(float(t.seq_traj_tokens[s]))
                 seq_cnt.append(int(t.seq_count[s]) if layout == "tree" else 1)
                 seq_adv.append(float(t.seq_advantage[s]))
                 seq_tree.append(ti)
@@ -398,15 +464,14 @@ def _assemble(
     # normalizers
     n_s = np.array([len(x) for x in seq_targets], dtype=np.float64)
     cnt = np.array(seq_cnt, dtype=np.float64)
-    if norm == "sum":
-        coef = np.ones(len(n_s))
-    elif norm == "token-mean":
-        big_n = float((cnt * n_s).sum()) if total_tokens is None else float(total_tokens)
-        coef = np.full(len(n_s), 1.0 / big_n if big_n > 0 else 0.0)
-    else:
-        big_s = float(cnt[n_s > 0].sum()) if total_sequences is None else float(total_sequences)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            coef = np.where(n_s > 0, 1.0 / (n_s * big_s), 0.0)
+    n_traj = np.array(seq_traj_tok, dtype=np.float64)
+    own = (
+        float((cnt * n_s).sum()),
+        float(cnt[n_s > 0].sum()),
+        float(len({k for k, n in zip(seq_traj, n_traj, strict=True) if n > 0})),
+    )
+    big_n, big_s, big_tr = (o if g is None else float(g) for o, g in zip(own, totals, strict=True))
+    coef = _coefficients(norm, n_s, n_traj, big_n, big_s, big_tr)
 
     # pairs and per-target sums
     pair_tok = np.concatenate(seq_targets) if seq_targets else np.zeros(0, dtype=np.int64)
@@ -422,30 +487,24 @@ def _assemble(
     finite = np.nan_to_num(pa_, nan=0.0)
     bad_adv = np.isnan(pa_)
 
-    # RL units: (target, old log-prob) pairs, so that sequences disagreeing on a shared target's
-    # old log-prob keep their own ratio; U == K when they agree (the usual case)
-    pair_lp = (
-        np.concatenate(
-            [
-                np.full(len(x), np.nan) if lp is None else lp
-                for x, lp in zip(seq_targets, seq_lp, strict=True)
-            ]
-        )
-        if seq_targets
-        else np.zeros(0)
-    )
+    # RL units: (target, old log-prob, reference log-prob) triples, so that sequences disagreeing
+    # on a shared target's old (or reference) log-prob keep their own ratio; U == K when they
+    # agree (the usual case)
+    pair_lp = _flat(seq_targets, seq_lp)
+    pair_ref = _flat(seq_targets, seq_ref)
     key = np.where(np.isnan(pair_lp), np.inf, pair_lp)  # log-probs are <= 0: inf is free
-    order = np.lexsort((key, pair_target))
-    ks, ts = key[order], pair_target[order]
+    rkey = np.where(np.isnan(pair_ref), np.inf, pair_ref)
+    order = np.lexsort((rkey, key, pair_target))
+    ks, rs, ts = key[order], rkey[order], pair_target[order]
     new = np.ones(len(ts), dtype=bool)
     if len(ts) > 1:
-        new[1:] = (ts[1:] != ts[:-1]) | (ks[1:] != ks[:-1])
+        new[1:] = (ts[1:] != ts[:-1]) | (ks[1:] != ks[:-1]) | (rs[1:] != rs[:-1])
     pair_unit = np.empty(len(ts), dtype=np.int64)
     pair_unit[order] = np.cumsum(new) - 1
     U = int(new.sum())
     unit_target = ts[new]
-    unit_old = ks[new]
-    unit_old = np.where(np.isinf(unit_old), np.nan, unit_old)
+    unit_old = np.where(np.isinf(ks[new]), np.nan, ks[new])
+    unit_ref = np.where(np.isinf(rs[new]), np.nan, rs[new])
     unit_weight = np.bincount(pair_unit, weights=pc, minlength=U)
     adv_pos = np.bincount(pair_unit, weights=pc * np.maximum(finite, 0.0), minlength=U)
     adv_neg = np.bincount(pair_unit, weights=pc * np.minimum(finite, 0.0), minlength=U)
@@ -466,9 +525,6 @@ def _assemble(
     def t64(x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(x, dtype=np.int64), device=device)
 
-    def f32(x: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=device)
-
     def f64(x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(x, dtype=np.float64), device=device)
 
@@ -482,22 +538,52 @@ def _assemble(
         node_last=t64(node_last),
         prev=t64(prev),
         target_index=t64(target_index),
-        weight=f32(weight),
+        weight=f64(weight),
         unit_target=t64(unit_target),
-        unit_weight=f32(unit_weight),
-        adv_pos=f32(adv_pos),
-        adv_neg=f32(adv_neg),
-        old_logp=f32(unit_old),
+        unit_weight=f64(unit_weight),
+        adv_pos=f64(adv_pos),
+        adv_neg=f64(adv_neg),
+        old_logp=f64(unit_old),
+        ref_logp=f64(unit_ref),
         pair_seq=t64(pair_seq),
         pair_target=t64(pair_target),
-        pair_old_logp=f32(pair_lp),
+        pair_old_logp=f64(pair_lp),
         seq_coef=f64(coef),
         seq_count=t64(cnt),
         seq_advantage=f64(adv),
         seq_tree=t64(np.array(seq_tree, dtype=np.int64)),
+        seq_trained=t64(n_s),
         layout=layout,
         norm=norm,
         num_trees=len(trees),
         tokens_linear=tokens_linear,
         old_logp_spread=spread,
+        advantage_errors=tuple(t.advantage_error for t in trees if t.advantage_error),
+        _totals=own,
     )
+
+
+def _flat(seq_targets: list[np.ndarray], per_seq: list[np.ndarray | None]) -> np.ndarray:
+    """Per (sequence, target) pair, the sequence's value for it (NaN where it has none)."""
+    if not seq_targets:
+        return np.zeros(0)
+    return np.concatenate(
+        [
+            np.full(len(x), np.nan) if v is None else v
+            for x, v in zip(seq_targets, per_seq, strict=True)
+        ]
+    )
+
+
+def _coefficients(
+    norm: str, n_s: np.ndarray, n_traj: np.ndarray, big_n: float, big_s: float, big_tr: float
+) -> np.ndarray:
+    """c_s per sequence entry for ``norm`` (module docstring)."""
+    if norm == "sum":
+        return np.ones(len(n_s))
+    if norm == "token-mean":
+        return np.full(len(n_s), 1.0 / big_n if big_n > 0 else 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if norm == "sequence-mean":
+            return np.where(n_s > 0, 1.0 / (n_s * big_s), 0.0)
+        return np.where((n_s > 0) & (n_traj > 0), 1.0 / (n_traj * big_tr), 0.0)

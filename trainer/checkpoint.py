@@ -3,11 +3,22 @@
 Layout of ``RUN/checkpoints/step-00000042/``::
 
     model/              save_pretrained: config.json, model.safetensors (+ the model folder's
-                        tokenizer files when it had some): AutoModelForCausalLM loads it as is
-    optimizer.pt        the optimizer state (unsharded), torch.save
+                        tokenizer files when it had some): AutoModelForCausalLM loads it as is;
+                        for a LoRA run the peft adapter folder (adapter_config.json,
+                        adapter_model.safetensors) that PeftModel.from_pretrained loads
+    optimizer.pt        the optimizer state (unsharded), torch.save of tensors and numbers
     scheduler.pt        the learning-rate scheduler state
-    rng-rank<R>.pt      each rank's random state (python, numpy, torch CPU, torch CUDA)
-    state.json          step, epoch, position in the epoch, config, last metrics: written last
+    rng-rank<R>.pt      each rank's random state (python, numpy, torch CPU, torch CUDA) as tensors
+    state.json          step, epoch, position in the epoch, config, last metrics, and the sha256
+                        of every other file: written last
+
+Untrusted files never execute code: every ``.pt`` file holds only tensors, numbers, strings and
+containers, and is read with ``torch.load(weights_only=True)``, which refuses a pickle that would
+build any other object (the random states are stored as tensors and plain lists for this reason).
+A checkpoint is also checked before it is used: ``state.json`` records the size and sha256 of
+every file of the checkpoint, and :func:`open_checkpoint` verifies them, so a truncated file or a
+flipped bit stops a resume with a :class:`CheckpointError` naming the file instead of a raw
+traceback, an abort inside a native reader, or a silently different model.
 
 Atomicity (nanochat's rule: write to a temporary name, rename, the marker last). Everything is
 written into ``checkpoints/.tmp-step-00000042/``; ``state.json`` is written last inside it, files
@@ -22,6 +33,7 @@ system that every rank sees, as with any multi-node trainer).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -33,14 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeprep.errors import TreeprepError
+from treeprep.errors import CheckpointError
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+#: the weights file of a peft adapter folder (LoRA runs save the adapter, not the base model)
+ADAPTER_FILE = "adapter_model.safetensors"
 STATE_FILE = "state.json"
-
-
-class CheckpointError(TreeprepError):
-    """A checkpoint that cannot be used (missing, half written, for another configuration)."""
 
 
 def step_dir_name(step: int) -> str:
@@ -71,20 +81,29 @@ def _fsync_dir(path: str) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    """This process's random state: python, numpy, torch CPU and (when present) CUDA."""
+    """This process's random state: python, numpy, torch CPU and (when present) CUDA, as
+    tensors, ints and lists only (what ``torch.load(weights_only=True)`` reads back)."""
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
     st: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": {"version": version, "state": torch.tensor(mt, dtype=torch.int64),
+                   "gauss": gauss},
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
+                  "has_gauss": has_gauss, "cached_gaussian": cached},
         "torch": torch.get_rng_state(),
-    }
+    }  # fmt: skip
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         st["cuda"] = torch.cuda.get_rng_state_all()
     return st
 
 
 def set_rng_state(st: dict[str, Any]) -> None:
-    random.setstate(st["python"])
-    np.random.set_state(st["numpy"])
+    py, npy = st["python"], st["numpy"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
+    keys = npy["keys"].numpy().astype(np.uint32)
+    np.random.set_state(
+        (npy["kind"], keys, int(npy["pos"]), int(npy["has_gauss"]), float(npy["cached_gaussian"]))
+    )
     torch.set_rng_state(st["torch"])
     if "cuda" in st and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(st["cuda"])
@@ -166,8 +185,50 @@ def save_main(
                 shutil.copy2(src, os.path.join(mdir, name))
     torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
     torch.save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
+    state = {**state, "files": checksum_files(tmp)}
     with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
         json.dump(state, f, indent=2)
+
+
+def checksum_files(folder: str) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", "sha256"}}`` for every file under ``folder`` but state.json."""
+    out: dict[str, dict[str, Any]] = {}
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            if rel == STATE_FILE:
+                continue
+            with open(path, "rb") as f:
+                sha = hashlib.file_digest(f, "sha256").hexdigest()
+            out[rel] = {"bytes": os.path.getsize(path), "sha256": sha}
+    return out
+
+
+def verify_files(path: str, files: dict[str, Any]) -> None:
+    """CheckpointError unless every file ``state.json`` lists is there, whole and unchanged."""
+    if not isinstance(files, dict):
+        raise CheckpointError(f"{path}/{STATE_FILE}: 'files' is not a table of checksums")
+    for rel, want in sorted(files.items()):
+        full = os.path.normpath(os.path.join(path, rel))
+        if os.path.isabs(rel) or ".." in rel.split("/") or not isinstance(want, dict):
+            raise CheckpointError(f"{path}/{STATE_FILE}: bad file entry {rel!r}")
+        try:
+            size = os.path.getsize(full)
+            with open(full, "rb") as f:
+                sha = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as e:
+            raise CheckpointError(f"{full}: checkpoint file missing or unreadable ({e})") from e
+        if size != want.get("bytes"):
+            raise CheckpointError(
+                f"{full}: checkpoint file is {size} bytes, state.json recorded "
+                f"{want.get('bytes')} (truncated or replaced)"
+            )
+        if sha != want.get("sha256"):
+            raise CheckpointError(
+                f"{full}: checkpoint file does not match its sha256 in state.json (corrupted)"
+            )
 
 
 def finish_save(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
@@ -206,21 +267,28 @@ class Checkpoint:
     def model_dir(self) -> str:
         return os.path.join(self.path, "model")
 
+    def _load(self, name: str) -> Any:
+        """A ``.pt`` file of the checkpoint, read without running any code it may hold."""
+        p = os.path.join(self.path, name)
+        try:
+            return torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as e:  # an unpickling refusal, a truncated zip, a bad record
+            raise CheckpointError(
+                f"{p}: cannot be loaded safely (only tensors and plain values are accepted): "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            ) from e
+
     def optimizer_state(self) -> dict:
-        return torch.load(
-            os.path.join(self.path, "optimizer.pt"), map_location="cpu", weights_only=False
-        )
+        return self._load("optimizer.pt")  # type: ignore[no-any-return]
 
     def scheduler_state(self) -> dict:
-        return torch.load(
-            os.path.join(self.path, "scheduler.pt"), map_location="cpu", weights_only=False
-        )
+        return self._load("scheduler.pt")  # type: ignore[no-any-return]
 
     def rng(self, rank: int) -> dict | None:
-        p = os.path.join(self.path, f"rng-rank{rank}.pt")
-        if not os.path.isfile(p):
+        name = f"rng-rank{rank}.pt"
+        if not os.path.isfile(os.path.join(self.path, name)):
             return None
-        return torch.load(p, map_location="cpu", weights_only=False)
+        return self._load(name)  # type: ignore[no-any-return]
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The saved weights (safetensors), as a state dict on the CPU."""
@@ -229,14 +297,20 @@ class Checkpoint:
         mdir = self.model_dir
         index = os.path.join(mdir, "model.safetensors.index.json")
         files: list[str]
-        if os.path.isfile(index):
+        if os.path.isfile(os.path.join(mdir, ADAPTER_FILE)):
+            files = [ADAPTER_FILE]  # a LoRA run: the peft adapter folder
+        elif os.path.isfile(index):
             with open(index, encoding="utf-8") as f:
                 files = sorted(set(json.load(f)["weight_map"].values()))
         else:
             files = ["model.safetensors"]
         sd: dict[str, torch.Tensor] = {}
         for name in files:
-            sd.update(load_file(os.path.join(mdir, name), device="cpu"))
+            p = os.path.join(mdir, name)
+            try:
+                sd.update(load_file(p, device="cpu"))
+            except Exception as e:  # safetensors raises its own error types
+                raise CheckpointError(f"{p}: unreadable weights ({e})") from e
         return sd
 
 
@@ -257,15 +331,24 @@ def open_checkpoint(path: str) -> Checkpoint:
             state = json.load(f)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{sp}: unreadable checkpoint state ({e})") from e
-    for k in ("step", "epoch", "epoch_step"):
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{sp}: checkpoint state is not a JSON object")
+    for k in ("step", "epoch", "epoch_step", "files"):
         if k not in state:
-            raise CheckpointError(f"{sp}: checkpoint state has no {k!r}")
+            raise CheckpointError(
+                f"{sp}: checkpoint state has no {k!r}"
+                + (" (made by an older treeprep without checksums)" if k == "files" else "")
+            )
+    verify_files(path, state["files"])
     return Checkpoint(path, state)
 
 
 def load_model_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
     """Copy a checkpoint's weights into ``model`` (strict: every key must match)."""
     sd = ckpt.model_state()
+    if os.path.isfile(os.path.join(ckpt.model_dir, ADAPTER_FILE)):
+        _load_adapter(model, sd, ckpt)
+        return
     own = model.state_dict()
     missing = [k for k in own if k not in sd]
     tied = getattr(model.config, "tie_word_embeddings", False)
@@ -285,3 +368,20 @@ def load_model_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
                     f"{tuple(own[k].shape)}"
                 )
             own[k].copy_(v)
+
+
+def _load_adapter(model: torch.nn.Module, sd: dict[str, torch.Tensor], ckpt: Checkpoint) -> None:
+    """A LoRA checkpoint's adapter weights into a peft-wrapped ``model`` (every adapter key)."""
+    try:
+        from peft import set_peft_model_state_dict
+    except ImportError as e:  # pragma: no cover
+        raise CheckpointError(f"{ckpt.model_dir}: a LoRA checkpoint needs peft") from e
+    if not hasattr(model, "peft_config"):
+        raise CheckpointError(f"{ckpt.model_dir}: a LoRA checkpoint; resume it with --lora-r")
+    res = set_peft_model_state_dict(model, sd)
+    missing = [k for k in res.missing_keys if "lora_" in k]
+    if missing or res.unexpected_keys:
+        raise CheckpointError(
+            f"{ckpt.model_dir}: adapter weights do not match the model (missing {missing[:3]}, "
+            f"unexpected {list(res.unexpected_keys)[:3]})"
+        )

@@ -1,6 +1,6 @@
 """Data parallelism applied from outside the model: process groups, DDP, FSDP2, collectives.
 
-The model code (``model.py``, ``loss.py``) is written for one device; this module is the only
+The model code (``models/``, ``loss.py``) is written for one device; this module is the only
 place that knows about ranks (torchtitan's split). The loop wraps one :class:`LossModule` (the
 Hugging Face model plus the loss, so that the wrapper's ``forward`` is the whole forward pass) in
 either
@@ -111,7 +111,8 @@ class LossModule(torch.nn.Module):
         ctx = self.autocast() if self.autocast is not None else contextlib.nullcontext()
         with ctx:
             out = tree_loss(self.lm, batch, **self.loss_kw)
-        return out.loss.float(), out.metrics
+        loss = out.loss if out.loss.dtype == torch.float64 else out.loss.float()
+        return loss, out.metrics
 
 
 def decoder_layers(lm: torch.nn.Module) -> list[torch.nn.Module]:
@@ -164,6 +165,38 @@ def grad_sync(wrapped: torch.nn.Module, parallel: str, enabled: bool) -> Iterato
         yield
         return
     yield
+
+
+@contextlib.contextmanager
+def fsdp_local(wrapped: torch.nn.Module, null_batch: Any) -> Iterator[None]:
+    """FSDP2 for a step with hand-off parts (they run the decoder several times per micro-batch,
+    a different number of times on each rank, so no collective may happen inside the step).
+
+    A null forward through the root first (FSDP2's lazy initialisation belongs to the root), then
+    every group unshards once and stays unsharded and unsynced while the step runs; afterwards
+    resharding and gradient sync are turned back on and one synced null pass on every rank
+    reduce-scatters the gradients accumulated meanwhile. Parameters are whole on each rank during
+    such a step: the memory of DDP, not of FSDP."""
+    from torch.distributed.fsdp import FSDPModule
+
+    with torch.no_grad():
+        wrapped(null_batch)
+    mods = [m for m in wrapped.modules() if isinstance(m, FSDPModule)]
+    for m in mods:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.set_reshard_after_backward(False, recurse=False)
+        m.set_requires_gradient_sync(False, recurse=False)
+    for m in mods:
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.set_reshard_after_forward(True, recurse=False)
+            m.set_reshard_after_backward(True, recurse=False)
+            m.set_requires_gradient_sync(True, recurse=False)
+    loss, _ = wrapped(null_batch)
+    (loss * 0.0).backward()
 
 
 def all_reduce_grads(params: list[torch.nn.Parameter], info: DistInfo) -> None:

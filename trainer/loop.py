@@ -4,7 +4,8 @@ It reads top to bottom like nanochat's training script, in sections:
 
 1. **Set-up.** Join the process group (torchrun) or run alone; open the build; refuse shards of
    another schema version or built with another tokenizer than the model folder's own; load the
-   model (float32 master weights; bf16 autocast on CUDA, plain float32 on the CPU), optionally with
+   model (float32 master weights; bf16 autocast on CUDA, plain float32 on the CPU; float64 weights,
+   coefficients and loss with ``precision="float64"`` for verification runs), optionally with
    activation checkpointing; wrap it for DDP or FSDP2 (:mod:`treeprep.trainer.distributed`); build
    AdamW or SGD and a warmup + cosine schedule.
 2. **Data.** An epoch is a plan (:mod:`treeprep.trainer.plan_batches`): the one given with
@@ -14,7 +15,12 @@ It reads top to bottom like nanochat's training script, in sections:
 3. **Steps.** Every rank runs its micro-batches (only the last synchronises gradients), the
    gradient is clipped, a non-finite loss or gradient norm stops the run with a clear error before
    the update, then the optimizer and the schedule step. Metrics go to a JSONL file, an optional
-   TensorBoard folder and the caller's callback (the CLI draws a progress bar from it).
+   TensorBoard folder and the caller's callback (the CLI draws a progress bar from it). Per step,
+   beside the loss: ``clip_frac`` (clipped RL units over all units of the step, all micro-batches
+   and ranks), ``approx_kl`` (k3 of the current against the old log-probs, per unit),
+   ``entropy`` (per target), ``ref_kl`` (against the reference log-probs, per unit, when the
+   rollouts carry them) and ``adv_mean`` / ``adv_std`` / ``adv_min`` / ``adv_max`` over the step's
+   trained sequences (duplicates counted).
 4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps and at the end,
    atomically; ``resume`` restores weights, optimizer, schedule, data position and random state,
    so that the losses after resuming equal those of an uninterrupted run (tested exactly on CPU).
@@ -39,17 +45,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeprep.errors import ShardError, TreeprepError
+from treeprep.errors import ShardError, TrainingError, TreeprepError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
-from treeprep.trainer.batch import LAYOUTS, NORMS
-from treeprep.trainer.loss import LOSSES
-from treeprep.trainer.model import PRESETS, load_model
-from treeprep.trainer.plan_batches import BuildReader, EpochPlan, load_plan, make_plan, step_batches
-
-
-class TrainingError(TreeprepError):
-    """Training cannot go on (non-finite loss or gradient, bad configuration)."""
+from treeprep.trainer.advantages import ADV_NORMS
+from treeprep.trainer.batch import LAYOUTS, NORMS, TreeBatch
+from treeprep.trainer.loss import KL_ESTIMATORS, LOSSES, LossConfig
+from treeprep.trainer.models import PRESETS, apply_lora, guard_model, load_model
+from treeprep.trainer.plan_batches import (
+    NULL_ROW,
+    BuildReader,
+    EpochPlan,
+    load_plan,
+    make_plan,
+    step_batches,
+)
 
 
 @dataclass
@@ -66,8 +76,10 @@ class TrainConfig:
     plan: str | None = None
     #: sft, ppo, grpo or gspo
     loss: str = "sft"
-    #: sum, sequence-mean or token-mean (over the step's global batch)
+    #: sum, token-mean, sequence-mean or trajectory-mean (over the step's global batch)
     norm: str = "token-mean"
+    #: advantages from rewards, over each group's trajectories: grpo, dr-grpo, rloo or none
+    adv_norm: str = "grpo"
     #: tree (packed tries) or linear (every sequence on its own: the baseline)
     layout: str = "tree"
     #: attention backend: auto, dense, nodes, flex, flash
@@ -96,7 +108,8 @@ class TrainConfig:
     #: clip the global gradient norm to this (None or 0: no clipping, the norm is still logged)
     grad_clip: float | None = 1.0
     seed: int = 0
-    #: auto (bf16 autocast on CUDA, float32 on CPU), float32 or bfloat16 (autocast)
+    #: auto (bf16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast) or float64
+    #: (weights, coefficients and loss: verification runs)
     precision: str = "auto"
     #: auto, cpu, cuda
     device: str = "auto"
@@ -114,9 +127,13 @@ class TrainConfig:
     resume: str | None = None
     #: TensorBoard event files under RUN/tensorboard (skipped when tensorboard is absent)
     tensorboard: bool = False
-    #: RL loss settings (passed to tree_loss)
+    #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range
+    #: [1 - clip_eps, 1 + clip_eps_high] (clip_eps_high None: clip_eps), the KL penalty against the
+    #: rollouts' reference log-probs and its estimator (k3 or k1), the entropy bonus
     clip_eps: float = 0.2
+    clip_eps_high: float | None = None
     kl_coef: float = 0.0
+    kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     #: LM-head chunk (rows) in the loss
     chunk: int = 4096
@@ -125,6 +142,17 @@ class TrainConfig:
     #: how a tree larger than the budget runs as hand-off parts: recompute (bounded memory,
     #: one extra forward of the inner parts) or keep (graphs of the depth-first stack kept)
     handoff: str = "recompute"
+    #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut with
+    #: recomputed prefixes (recompute; every path must fit the budget)
+    cut: str = "handoff"
+    #: run the probe before training (tree vs linear layout on a small tree); the structural
+    #: check of the token mixers always runs (:mod:`treeprep.trainer.models.guard`)
+    probe: bool = True
+    #: LoRA rank (0: train all weights); alpha (default 2 r) and target modules (default all
+    #: linear layers) through peft; checkpoints then hold the adapter folder
+    lora_r: int = 0
+    lora_alpha: float | None = None
+    lora_targets: list[str] | None = None
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> TrainingError:
@@ -138,8 +166,15 @@ class TrainConfig:
             raise bad(f"layout {self.layout!r}; expected one of {', '.join(LAYOUTS)}")
         if self.optimizer not in ("adamw", "sgd"):
             raise bad(f"optimizer {self.optimizer!r}; expected adamw or sgd")
-        if self.precision not in ("auto", "float32", "bfloat16"):
-            raise bad(f"precision {self.precision!r}; expected auto, float32 or bfloat16")
+        if self.precision not in ("auto", "float32", "bfloat16", "float64"):
+            raise bad(f"precision {self.precision!r}; expected auto, float32, bfloat16 or float64")
+        if self.adv_norm not in ADV_NORMS:
+            raise bad(f"adv_norm {self.adv_norm!r}; expected one of {', '.join(ADV_NORMS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise bad(
+                f"kl_estimator {self.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}"
+            )
+        self.loss_config()  # validates the clip range and the chunk
         if self.parallel not in dist_mod.PARALLEL:
             raise bad(f"parallel {self.parallel!r}; expected ddp or fsdp")
         if self.steps is not None and self.epochs is not None:
@@ -152,11 +187,28 @@ class TrainConfig:
             raise bad("budget and steps_of must be >= 1")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
             raise bad("lr must be > 0, min_lr_ratio in [0, 1], warmup_steps >= 0")
+        if self.cut not in ("handoff", "recompute"):
+            raise bad(f"cut {self.cut!r}; expected handoff or recompute")
         if self.handoff not in ("recompute", "keep"):
             raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
         if self.save_every is not None and self.save_every < 1:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
+
+    def loss_config(self) -> LossConfig:
+        """The objective of this run."""
+        try:
+            return LossConfig(
+                self.loss,  # type: ignore[arg-type]
+                clip_eps=self.clip_eps,
+                clip_eps_high=self.clip_eps_high,
+                kl_coef=self.kl_coef,
+                entropy_coef=self.entropy_coef,
+                chunk=self.chunk,
+                kl_estimator=self.kl_estimator,  # type: ignore[arg-type]
+            )
+        except TreeprepError as e:
+            raise TrainingError(f"train config: {e}") from e
 
 
 @dataclass
@@ -214,18 +266,16 @@ def tokenizer_sha256(folder: str) -> str | None:
 
     from transformers import AutoTokenizer
 
-    from treeprep.schemas.tokenizer import folder_sha256 as _folder_sha256
+    from treeprep.schemas.tokenizer import chat_template_of, folder_sha256
 
     try:
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TrainingError(f"{folder}: cannot load the model's tokenizer: {e}") from e
-    template = tok.chat_template
-    if isinstance(template, dict):
-        template = template.get("default")
-    if not isinstance(template, str) or not template:
+    template = chat_template_of(tok)
+    if template is None:
         return None  # no chat template: the builds' identity cannot be compared; ids are checked
-    return _folder_sha256(Path(folder), template)
+    return folder_sha256(Path(folder), template)
 
 
 def check_compatible(reader: BuildReader, model_spec: str, vocab_size: int) -> None:
@@ -289,6 +339,7 @@ class _Epochs:
                     steps_of=self.cfg.steps_of,
                     seed=self.cfg.seed + epoch,
                     cost_model=self.cost,
+                    cut=self.cfg.cut,
                 )
             self._cache[epoch] = p
         return p
@@ -326,13 +377,17 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     if cfg.model in PRESETS:
         vocab = cfg.vocab_size or reader.manifest.tokenizer.vocab_size
         vocab = max(vocab, reader.max_token_id() + 1)
-    lm = load_model(cfg.model, dtype=torch.float32, device="cpu", attn=cfg.attn, seed=cfg.seed,
+    wdtype = torch.float64 if cfg.precision == "float64" else torch.float32
+    lm = load_model(cfg.model, dtype=wdtype, device="cpu", attn=cfg.attn, seed=cfg.seed,
                     vocab_size=vocab)  # fmt: skip
     check_compatible(reader, cfg.model, int(lm.config.vocab_size))
+    if cfg.lora_r:
+        lm = apply_lora(lm, r=cfg.lora_r, alpha=cfg.lora_alpha, targets=cfg.lora_targets)
     if resume is not None:
         _check_resume(resume, cfg, info)
         ckpt_mod.load_model_weights(lm, resume)
     lm.to(dev)
+    guard_model(lm, run_probe=cfg.probe, seed=cfg.seed)  # refuses what is not exact on trees
     lm.train()
     if cfg.activation_checkpointing:
         if hasattr(lm, "activation_checkpointing_enable"):  # transformers >= 5.x
@@ -340,9 +395,17 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         else:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     prec, autocast = _precision(cfg, dev)
-    loss_kw: dict[str, Any] = {"loss": cfg.loss, "attn": None, "chunk": cfg.chunk}
-    if cfg.loss != "sft":
-        loss_kw.update(clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef)
+    lc = cfg.loss_config()
+    loss_kw: dict[str, Any] = {
+        "loss": lc.loss,
+        "attn": None,
+        "chunk": lc.chunk,
+        "clip_eps": lc.clip_eps,
+        "clip_eps_high": lc.clip_eps_high,
+        "kl_coef": lc.kl_coef,
+        "kl_estimator": lc.kl_estimator,
+        "entropy_coef": lc.entropy_coef,
+    }
     module = dist_mod.LossModule(lm, loss_kw, autocast)
     wrapped = dist_mod.wrap(module, info, cfg.parallel)
     params = [p for p in wrapped.parameters() if p.requires_grad]
@@ -368,6 +431,11 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         plan_world = cfg.plan_world_size
     epochs = _Epochs(cfg, reader, plan_world, cost)
     first = epochs.get(0)
+    if not first.steps:  # else the loop would look for a first step forever
+        raise TrainingError(
+            f"{cfg.data}: the build has no trainable target (its plan has no step: "
+            f"{reader.manifest.counts.sequences} sequences); nothing to train"
+        )
     if info.distributed and first.world_size != info.world_size:
         raise TrainingError(
             f"the plan {first.source} is for {first.world_size} ranks, this run has "
@@ -431,16 +499,16 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
             sp = plan.steps[epoch_step]
             t0 = time.perf_counter()
             batches = step_batches(reader, sp, ranks=my_ranks, layout=cfg.layout, norm=cfg.norm,
-                                   budget=budget, device=dev)  # fmt: skip
-            handoff = any(p.tokens > budget for p in sp.parts)
+                                   adv_norm=cfg.adv_norm, budget=budget, device=dev)  # fmt: skip
+            handoff = any(p.handoff_cuts for p in sp.parts)
             if handoff and cfg.parallel == "fsdp" and info.distributed:
-                raise TrainingError(
-                    f"step {step + 1}: a tree over the budget of {budget} tokens runs as hand-off "
-                    "parts, which FSDP does not run yet; use --parallel ddp or a larger --budget"
-                )
-            acc = _micro_batches(wrapped, batches, cfg, budget, world_scale, info, handoff)
-            if handoff and info.distributed:
-                dist_mod.all_reduce_grads(params, info)
+                null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=dev)
+                with dist_mod.fsdp_local(wrapped, null):
+                    acc = _micro_batches(wrapped, batches, cfg, budget, world_scale, info, True)
+            else:
+                acc = _micro_batches(wrapped, batches, cfg, budget, world_scale, info, handoff)
+                if handoff and info.distributed:
+                    dist_mod.all_reduce_grads(params, info)
             loss_sum, tok, tok_lin, targets, real_mb, extra = acc
             red = dist_mod.all_reduce_sum(
                 [loss_sum, float(tok), float(tok_lin), float(targets), float(real_mb)], info
@@ -518,32 +586,29 @@ def _micro_batches(
     A micro-batch over the budget is one tree run as hand-off parts (:mod:`.parts`). Such a step
     accumulates every micro-batch locally and the caller all-reduces the gradients once (the
     parts' several backward passes per micro-batch do not fit DDP's one-backward hook)."""
-    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.metrics import StepSums
     from treeprep.trainer.parts import run_parts
 
     inner = dist_mod.unwrap(wrapped)
-    loss_cfg = LossConfig(
-        cfg.loss,  # type: ignore[arg-type]
-        clip_eps=cfg.clip_eps,
-        kl_coef=cfg.kl_coef,
-        entropy_coef=cfg.entropy_coef,
-        chunk=cfg.chunk,
-    )
+    loss_cfg = cfg.loss_config()
     n_mb = len(batches[0])
     loss_sum: Any = 0.0
-    sums: dict[str, Any] = {}
+    sums = StepSums()
     tok = tok_lin = targets = real_mb = 0
     for rank_batches in batches:
         for i, b in enumerate(rank_batches):
             sync = i == n_mb - 1 and not handoff
+            # a hand-off step bypasses the wrapper (its forward and hooks expect one backward per
+            # forward) and all-reduces once at the end
+            fwd = inner if handoff else wrapped
             with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
-                if b.num_tokens > budget:
+                if b.handoff is not None:
                     mode: Any = cfg.handoff
                     out = run_parts(inner.lm, b, loss_cfg, budget=budget, mode=mode, attn=cfg.attn,
                                     autocast=inner.autocast, loss_scale=world_scale)  # fmt: skip
                     loss, mets = out.loss, out.metrics
                 else:
-                    loss, mets = wrapped(b)
+                    loss, mets = fwd(b)
                     (loss * world_scale).backward()
             loss_sum = loss_sum + loss.detach()
             if b.num_sequences:
@@ -551,14 +616,9 @@ def _micro_batches(
                 tok += b.num_tokens
                 tok_lin += b.tokens_linear
                 targets += b.num_targets
-            for k, v in mets.items():
-                if k not in ("targets", "nll", "policy"):
-                    sums[k] = sums.get(k, 0.0) + v
-    extra = {k: float(v) for k, v in sums.items() if k not in ("clip_count", "units")}
-    if "units" in sums:
-        red = dist_mod.all_reduce_sum([float(sums["clip_count"]), float(sums["units"])], info)
-        extra["clip_frac"] = red[0] / red[1] if red[1] else 0.0
-    return float(loss_sum), tok, tok_lin, targets, real_mb, extra
+                sums.add(mets)
+                sums.add_batch(b)
+    return float(loss_sum), tok, tok_lin, targets, real_mb, sums.finish(info)
 
 
 def save(
@@ -616,7 +676,7 @@ def _check_resume(ck: ckpt_mod.Checkpoint, cfg: TrainConfig, info: dist_mod.Dist
             "resume with the same parallelism"
         )
     then = st.get("config", {})
-    for k in ("data", "loss", "norm", "layout", "optimizer"):
+    for k in ("data", "loss", "norm", "adv_norm", "layout", "optimizer"):
         if k in then and then[k] != getattr(cfg, k):
             raise ckpt_mod.CheckpointError(
                 f"{ck.path}: checkpoint was made with {k}={then[k]!r}, this run has "

@@ -5,24 +5,42 @@ hidden states of the K predecessors ``prev(j)`` of the trained targets j are gat
 shift across the packed sequence, which would pair a node's last token with its next sibling's
 first), and only those K rows go through the LM head and the log-softmax. The head is applied in
 chunks of ``chunk`` rows under activation checkpointing when K is large, so the K x V float32
-logits never exist at once (a 16k-target batch with a 152k vocabulary would need 10 GB).
+logits never exist at once (a 16k-target batch with a 152k vocabulary would need 10 GB). Logits
+are computed in float32 at least (float64 stays float64: ``--precision float64`` is float64 end to
+end), and the batch's float64 coefficients are cast to the log-probs' dtype.
 
-Losses, all sums over targets with the batch's restored per-target coefficients:
+The linearized objective, per sequence s with normalizer c_s (``norm``: sum, token-mean,
+sequence-mean, trajectory-mean; :mod:`treeprep.trainer.batch`), advantage A_s (per trajectory,
+:mod:`treeprep.trainer.advantages`), trained mask m_s and multiplicity count_s, is
+``L = sum_s count_s c_s sum_t m_s(t) l_s(t)``; the tree restores it with per-target sums of
+``count_s c_s`` (and of ``count_s c_s A_s`` split by sign). Per-token terms l_s(t):
 
-* ``sft``: ``-sum_t w_t log p_t``;
-* ``ppo`` / ``grpo``: the clipped surrogate
+* ``sft``: ``l = -log p_t``, restored as ``-sum_t w_t log p_t``;
+* ``ppo`` / ``grpo``: the clipped surrogate ``l = -min(r_t A_s, clip(r_t, 1 - eps_low,
+  1 + eps_high) A_s)`` with ``r_t = exp(log p_t - old_t)``, restored as
   ``-sum_u [adv_pos_u min(r_u, clip(r_u)) + adv_neg_u max(r_u, clip(r_u))]`` over the batch's RL
-  units u (a target and one old log-prob value; one unit per target unless sequences disagree),
-  ``r_u = exp(log p_t(u) - old_u)``; ``old_t`` is the shards' sampler log-prob, or the current
-  detached log-prob where none is stored (ratio 1: the plain policy gradient). The two differ only
-  in where advantages come from (the batch falls back to GRPO group advantages from rewards) and
-  in what a training loop defaults to; the formula is the same. Optional terms:
-  ``kl_coef * sum_u w_u k3(old_u or ref_t, log p_t)`` (Schulman's k3 estimator, non-negative) and
-  ``-entropy_coef * sum_t w_t H_t`` (full-vocabulary entropy of the predicting distribution);
+  units u (a target and one old/reference log-prob value; one unit per target unless sequences
+  disagree). ``eps_low = clip_eps``, ``eps_high = clip_eps_high`` (DAPO's decoupled clip; default
+  ``clip_eps``). ``old_t`` is the rollouts' sampler log-prob, or the current detached log-prob
+  where none is stored (ratio 1: the plain policy gradient). The two names share the formula;
+  they differ in what a loop defaults to;
 * ``gspo``: a sequence-level objective. Each sequence's log-prob is gathered from the tree
   (:func:`sequence_logprobs`), its length-normalised ratio ``s = exp((log p_s - old_s) / n_s)``
   is clipped, and the unmodified per-sequence loss ``-count_s c_s n_s min(s A_s, clip(s) A_s)``
   is summed; autograd's fan-out through the gather restores the gradient of shared tokens.
+
+Optional terms, added to any of them with the same per-token weights:
+
+* ``kl_coef * sum_u w_u k(ref_u, log p_t)`` against the rollouts' reference log-probs
+  (``seq_ref_logprobs``; refused when a trained token has none), with ``kl_estimator`` ``k1``
+  (``log p - ref``: its expectation under the sampling policy is KL(pi || ref)) or ``k3``
+  (``exp(ref - log p) - (ref - log p) - 1``: Schulman's non-negative, lower-variance estimator);
+* ``-entropy_coef * sum_t w_t H_t``: the full-vocabulary entropy of the predicting distribution.
+
+Metrics (detached sums, so that micro-batches, parts and ranks add up): ``clip_count`` over
+``units``, ``approx_kl_sum`` (k3 of the current against the old log-probs, per unit) over
+``token_units``, ``ref_kl_sum`` over ``ref_units``, ``entropy_sum`` over ``targets``. The loop
+divides them once per step.
 
 With ``layout="linear"`` the same functions give the baseline: that is what ``treeprep verify``
 and the tests compare.
@@ -43,11 +61,13 @@ from torch.utils.checkpoint import checkpoint
 
 from treeprep.errors import TreeprepError
 from treeprep.trainer.batch import TreeBatch
-from treeprep.trainer.model import decoder_hidden
+from treeprep.trainer.models import decoder_hidden, output_head
 from treeprep.trainer.targets import Targets
 
 LossName = Literal["sft", "ppo", "grpo", "gspo"]
 LOSSES: tuple[str, ...] = ("sft", "ppo", "grpo", "gspo")
+KlEstimator = Literal["k1", "k3"]
+KL_ESTIMATORS: tuple[str, ...] = ("k3", "k1")
 
 
 @dataclass
@@ -64,27 +84,47 @@ class LossConfig:
     """The objective and its knobs (see the module docstring)."""
 
     loss: LossName = "sft"
+    #: eps_low of the clip range [1 - clip_eps, 1 + clip_eps_high]
     clip_eps: float = 0.2
+    #: eps_high (DAPO's decoupled clip); None: clip_eps
     clip_eps_high: float | None = None
+    #: weight of the KL penalty against the rollouts' reference log-probs
     kl_coef: float = 0.0
+    #: weight of the entropy bonus
     entropy_coef: float = 0.0
+    #: LM-head rows per chunk
     chunk: int = 4096
+    #: k3 or k1 (module docstring)
+    kl_estimator: KlEstimator = "k3"
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise TreeprepError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise TreeprepError(
+                f"unknown kl_estimator {self.kl_estimator!r}; expected one of "
+                f"{', '.join(KL_ESTIMATORS)}"
+            )
+        if not 0.0 <= self.clip_eps < 1.0:
+            raise TreeprepError(f"clip_eps must be in [0, 1), got {self.clip_eps}")
+        if self.clip_eps_high is not None and self.clip_eps_high < 0.0:
+            raise TreeprepError(f"clip_eps_high must be >= 0, got {self.clip_eps_high}")
+        if self.chunk < 1:
+            raise TreeprepError(f"chunk must be >= 1, got {self.chunk}")
 
 
 def _head_logp(
     head: torch.nn.Module, h_KE: torch.Tensor, tgt_K: torch.Tensor, want_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits_KV = head(h_KE).float()
+    """Log-probs of the targets and the entropies (detached unless ``want_entropy``: the metric
+    is always there, the graph only when the loss has an entropy term)."""
+    logits_KV = head(h_KE)
+    if logits_KV.dtype != torch.float64:
+        logits_KV = logits_KV.float()
     logp_KV = torch.log_softmax(logits_KV, dim=-1)
     lp = logp_KV.gather(1, tgt_K[:, None])[:, 0]
-    if want_entropy:
-        ent = -(logp_KV.exp() * logp_KV).sum(-1)
-    else:
-        ent = torch.zeros_like(lp)
+    src = logp_KV if want_entropy else logp_KV.detach()
+    ent = -(src.exp() * src).sum(-1)
     return lp, ent
 
 
@@ -95,8 +135,9 @@ def head_logprobs(
     *,
     entropy: bool = False,
     chunk: int = 4096,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs [K] (and entropies) of ``targets`` from the decoder's hidden states h_TE."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs [K] and entropies [K] of ``targets`` from the decoder's hidden states h_TE
+    (the entropies carry a graph only when ``entropy``)."""
     h_KE = h_TE.index_select(0, targets.pred)
     tgt = targets.token
     k = h_KE.shape[0]
@@ -117,9 +158,7 @@ def head_logprobs(
             )
             for i in range(0, k, chunk)
         ]
-    lp = torch.cat([p[0] for p in parts])
-    ent = torch.cat([p[1] for p in parts]) if entropy else None
-    return lp, ent
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 def token_logprobs(
@@ -129,10 +168,11 @@ def token_logprobs(
     attn: str | None = None,
     entropy: bool = False,
     chunk: int = 4096,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs [K] of every trained target (and entropies [K] when ``entropy``)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs [K] and entropies [K] of every trained target (entropies differentiable when
+    ``entropy``)."""
     h_TE = decoder_hidden(model, batch, attn)
-    head = model.get_output_embeddings()
+    head = output_head(model)
     return head_logprobs(head, h_TE, batch.targets(), entropy=entropy, chunk=chunk)
 
 
@@ -148,43 +188,71 @@ def objective(
     ent: torch.Tensor | None,
     t: Targets,
     cfg: LossConfig,
-    ref_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The loss of ``cfg`` from per-target log-probs ``lp`` [K] and the restored coefficients."""
+    """The loss of ``cfg`` from per-target log-probs ``lp`` [K] (and entropies [K], needed when
+    ``cfg.entropy_coef``) and the restored coefficients."""
     w = t.weight.to(lp.dtype)
-    metrics: dict[str, torch.Tensor] = {}
+    metrics: dict[str, torch.Tensor]
     if cfg.loss == "sft":
         total = -(w * lp).sum()
-        metrics["nll"] = total.detach()
-        return total, metrics
-    lo = 1.0 - cfg.clip_eps
-    hi = 1.0 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
-    if cfg.loss == "gspo":
-        return _gspo(lp, t, lo, hi)
+        metrics = {"nll": total.detach()}
+    else:
+        lo = 1.0 - cfg.clip_eps
+        hi = 1.0 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
+        if cfg.loss == "gspo":
+            total, metrics = _gspo(lp, t, lo, hi)
+        else:
+            total, metrics = _clipped(lp, t, lo, hi)
+    ulp = lp.index_select(0, t.unit_target)
+    has_old = ~torch.isnan(t.old_logp)
+    d_old = torch.where(has_old, t.old_logp.to(lp.dtype) - ulp.detach(), torch.zeros_like(ulp))
+    metrics["approx_kl_sum"] = (torch.exp(d_old) - d_old - 1.0).sum().detach()
+    metrics["token_units"] = torch.tensor(float(len(ulp)))
+    has_ref = ~torch.isnan(t.ref_logp)
+    if cfg.kl_coef:
+        kl_u = _kl(ulp, t.ref_logp.to(lp.dtype), cfg.kl_estimator)
+        kl = (t.unit_weight.to(lp.dtype) * kl_u).sum()
+        total = total + cfg.kl_coef * kl
+        metrics["kl"] = kl.detach()
+        metrics["ref_kl_sum"] = kl_u.detach().sum()
+        metrics["ref_units"] = torch.tensor(float(len(ulp)))
+    elif bool(has_ref.any()):
+        kl_u = _kl(ulp.detach()[has_ref], t.ref_logp[has_ref].to(lp.dtype), cfg.kl_estimator)
+        metrics["ref_kl_sum"] = kl_u.sum()
+        metrics["ref_units"] = torch.tensor(float(has_ref.sum()))
+    if ent is not None:
+        metrics["entropy_sum"] = ent.detach().sum()
+    if cfg.entropy_coef:
+        if ent is None:
+            raise TreeprepError("an entropy term needs the entropies of the targets")
+        e = (w * ent).sum()
+        total = total - cfg.entropy_coef * e
+        metrics["entropy"] = e.detach()
+    return total, metrics
+
+
+def _kl(ulp: torch.Tensor, ref: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per unit KL estimate of the policy against the reference (module docstring)."""
+    if estimator == "k1":
+        return ulp - ref
+    d = ref - ulp
+    return torch.exp(d) - d - 1.0
+
+
+def _clipped(
+    lp: torch.Tensor, t: Targets, lo: float, hi: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     ulp = lp.index_select(0, t.unit_target)
     old = torch.where(torch.isnan(t.old_logp), ulp.detach(), t.old_logp.to(lp.dtype))
     ratio = torch.exp(ulp - old)
     clipped = ratio.clamp(lo, hi)
     ap, an = t.adv_pos.to(lp.dtype), t.adv_neg.to(lp.dtype)
     total = -(ap * torch.minimum(ratio, clipped) + an * torch.maximum(ratio, clipped)).sum()
-    metrics["policy"] = total.detach()
-    metrics["clip_count"] = (ratio != clipped).sum().detach().float()
-    metrics["units"] = torch.tensor(float(len(ratio)))
-    if cfg.kl_coef:
-        uw = t.unit_weight.to(lp.dtype)
-        if ref_logp is None:
-            d = old - ulp
-        else:
-            d = ref_logp.to(lp.dtype).index_select(0, t.unit_target) - ulp
-        kl = (uw * (torch.exp(d) - d - 1.0)).sum()
-        total = total + cfg.kl_coef * kl
-        metrics["kl"] = kl.detach()
-    if cfg.entropy_coef:
-        assert ent is not None
-        e = (w * ent).sum()
-        total = total - cfg.entropy_coef * e
-        metrics["entropy"] = e.detach()
-    return total, metrics
+    return total, {
+        "policy": total.detach(),
+        "clip_count": (ratio != clipped).sum().detach().float(),
+        "units": torch.tensor(float(len(ratio))),
+    }
 
 
 def _gspo(
@@ -208,6 +276,20 @@ def _gspo(
     }
 
 
+def check_inputs(t: Targets, cfg: LossConfig, errors: tuple[str, ...] = ()) -> None:
+    """Refuse what the objective cannot compute exactly: an RL loss without advantages (with the
+    batch's reason when it has one, ``errors``), a KL penalty without reference log-probs."""
+    if cfg.loss != "sft":
+        if errors:
+            raise TreeprepError(f"{cfg.loss}: {errors[0]}")
+        check_advantages(t, cfg.loss)
+    if cfg.kl_coef and bool(torch.isnan(t.ref_logp).any()):
+        raise TreeprepError(
+            "kl_coef needs the reference log-probs of every trained token (ref_log_probs in "
+            "the rollouts, seq_ref_logprobs in the shards); some are missing"
+        )
+
+
 def check_advantages(t: Targets, loss: str) -> None:
     """Refuse an RL loss on targets whose sequences have neither advantage nor group rewards."""
     if loss == "gspo" and bool(torch.isnan(t.seq_advantage).any()):
@@ -226,11 +308,10 @@ def loss_from_hidden(
     h_TE: torch.Tensor,
     t: Targets,
     cfg: LossConfig,
-    ref_logp: torch.Tensor | None = None,
 ) -> LossOutput:
     """LM head on the targets' predecessors, then :func:`objective`."""
     lp, ent = head_logprobs(head, h_TE, t, entropy=cfg.entropy_coef != 0.0, chunk=cfg.chunk)
-    total, metrics = objective(lp, ent, t, cfg, ref_logp)
+    total, metrics = objective(lp, ent, t, cfg)
     metrics["targets"] = torch.tensor(float(t.num_targets))
     return LossOutput(total, lp, metrics)
 
@@ -245,14 +326,28 @@ def tree_loss(
     clip_eps_high: float | None = None,
     kl_coef: float = 0.0,
     entropy_coef: float = 0.0,
-    ref_logp: torch.Tensor | None = None,
+    kl_estimator: KlEstimator = "k3",
     chunk: int = 4096,
 ) -> LossOutput:
-    """The chosen loss on a packed batch (see the module docstring). ``ref_logp`` ([K]) replaces
-    the old log-probs in the KL term when a reference model's log-probs are at hand."""
-    cfg = LossConfig(loss, clip_eps, clip_eps_high, kl_coef, entropy_coef, chunk)
+    """The chosen loss on a packed batch (see the module docstring); the KL term reads the
+    batch's reference log-probs."""
+    cfg = LossConfig(
+        loss,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        kl_coef=kl_coef,
+        entropy_coef=entropy_coef,
+        chunk=chunk,
+        kl_estimator=kl_estimator,
+    )
+    return loss_with_config(model, batch, cfg, attn=attn)
+
+
+def loss_with_config(
+    model: torch.nn.Module, batch: TreeBatch, cfg: LossConfig, *, attn: str | None = None
+) -> LossOutput:
+    """:func:`tree_loss` with a :class:`LossConfig`."""
     t = batch.targets()
-    if loss != "sft":
-        check_advantages(t, loss)
+    check_inputs(t, cfg, batch.advantage_errors)
     h_TE = decoder_hidden(model, batch, attn)
-    return loss_from_hidden(model.get_output_embeddings(), h_TE, t, cfg, ref_logp)
+    return loss_from_hidden(output_head(model), h_TE, t, cfg)

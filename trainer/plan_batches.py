@@ -15,12 +15,15 @@ objects, with pyarrow and numpy only (never polars):
   node ids renumbered, ``node_last`` recomputed, and only the part's ``seqs``. Depths are kept, so
   positions are those of the whole tree.
 * :func:`step_batches` builds one optimizer step for some ranks. The normalizers of the loss are
-  *global*: ``token-mean``'s N and ``sequence-mean``'s S are counted over every sequence of the
-  step on every rank (each rank reads the plan, so it can count without communicating), and
-  passed as ``total_tokens`` / ``total_sequences`` to every micro-batch. The sum of all
+  *global*: ``token-mean``'s N, ``sequence-mean``'s S and ``trajectory-mean``'s Tr are counted over
+  every sequence of the step on every rank (each rank reads the plan, so it can count without
+  communicating), and passed as ``total_tokens`` / ``total_sequences`` / ``total_trajectories`` to
+  every micro-batch. Each tree is prepared whole first
+  (:func:`treeprep.trainer.advantages.prepare_row`): advantages from rewards over its trajectories,
+  and each trajectory's trained targets, so a part keeps its tree's numbers. The sum of all
   micro-batch losses of all ranks is then exactly the linearized loss of the step's global batch,
-  however it is split. Empty slots get a null micro-batch (one token, no target, zero loss) so
-  every rank runs the same number of forward/backward passes, which DDP and FSDP need.
+  however it is split. Empty slots get a null micro-batch (one token, no target, zero loss) so every
+  rank runs the same number of forward/backward passes, which DDP and FSDP need.
 
 The linear layout (the baseline) trains the same steps: the step's sequences, every copy on its
 own, first-fit-decreasing into micro-batches of the plan's budget, spread over the ranks
@@ -41,11 +44,25 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from treeprep.binpack import first_fit_decreasing, longest_processing_time
 from treeprep.errors import ShardError, TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest
 from treeprep.schemas.plan import PLAN_VERSION, PlanSummary
 from treeprep.schemas.shard import read_shard
+from treeprep.trainer.advantages import prepare_row, trained_targets
 from treeprep.trainer.batch import TreeBatch
+from treeprep.treeindex import path_to_root
+
+#: per-sequence columns a part or a single sequence carries over from its tree
+_SEQ_LISTS = (
+    "seq_loss_spans",
+    "seq_logprobs",
+    "seq_advantage",
+    "seq_reward",
+    "seq_trajectory_id",
+    "seq_ref_logprobs",
+    "seq_trajectory_tokens",
+)
 
 #: a micro-batch for an empty slot: one token, no sequence, so no target and a zero loss
 NULL_ROW: dict[str, Any] = {
@@ -62,6 +79,8 @@ NULL_ROW: dict[str, Any] = {
     "seq_logprobs": [],
     "seq_advantage": [],
     "seq_reward": [],
+    "seq_trajectory_id": [],
+    "seq_ref_logprobs": [],
 }
 
 _ROW_COLUMNS = [
@@ -78,6 +97,8 @@ _ROW_COLUMNS = [
     "seq_logprobs",
     "seq_advantage",
     "seq_reward",
+    "seq_trajectory_id",
+    "seq_ref_logprobs",
 ]
 
 
@@ -188,6 +209,9 @@ class PartRef:
     seqs: tuple[int, ...]
     tokens: int
     prefix_tokens: int
+    #: a hand-off row: part boundaries and part parents (empty for an ordinary part)
+    handoff_cuts: tuple[int, ...] = ()
+    handoff_parents: tuple[int, ...] = ()
 
 
 @dataclass
@@ -240,6 +264,8 @@ def _epoch_from_table(table: pa.Table, summary: PlanSummary, source: str) -> Epo
                 seqs=tuple(cols["seqs"][i]),
                 tokens=int(cols["tokens"][i]),
                 prefix_tokens=int(cols["prefix_tokens"][i]),
+                handoff_cuts=tuple(cols["handoff_cuts"][i]),
+                handoff_parents=tuple(cols["handoff_parents"][i]),
             )
         )
     return EpochPlan(w, summary.budget, steps, summary, source)
@@ -283,13 +309,14 @@ def make_plan(
     steps_of: int = 1,
     seed: int = 0,
     cost_model: Any = None,
+    cut: str = "handoff",
 ) -> EpochPlan:
     """Plan in memory with :mod:`treeprep.pack` (what ``treeprep pack`` would write).
 
     ``cost_model`` is a :class:`treeprep.flops.ModelShape` (default: the packer's default)."""
     from treeprep.pack import PackConfig, load_forest, plan_forest
 
-    cfg = PackConfig(budget=budget, world_size=world_size, steps_of=steps_of, seed=seed)
+    cfg = PackConfig(budget=budget, world_size=world_size, steps_of=steps_of, seed=seed, cut=cut)
     plan = plan_forest(
         load_forest(reader.out_dir), cfg, manifest_sha=reader.manifest_sha256, model=cost_model
     )
@@ -362,19 +389,9 @@ def part_row(tree: dict, part: PartRef) -> dict:
         "node_last": np.asarray(ll, dtype=np.int64),
         "seq_node": seq_node,
         "seq_count": _arr(tree["seq_count"])[seqs] if len(seqs) else np.zeros(0, np.int64),
-        "seq_loss_spans": [tree["seq_loss_spans"][s] for s in sl],
-        "seq_logprobs": [tree["seq_logprobs"][s] for s in sl],
-        "seq_advantage": [tree["seq_advantage"][s] for s in sl],
-        "seq_reward": [tree["seq_reward"][s] for s in sl],
+        **{k: [tree[k][s] for s in sl] for k in _SEQ_LISTS if k in tree},
+        **({"advantage_error": tree["advantage_error"]} if "advantage_error" in tree else {}),
     }
-
-
-def _path_nodes(parent: np.ndarray, node: int) -> list[int]:
-    out = []
-    while node >= 0:
-        out.append(node)
-        node = int(parent[node])
-    return out[::-1]
 
 
 def sequence_rows(tree: dict, seqs: Sequence[int]) -> list[dict]:
@@ -384,7 +401,7 @@ def sequence_rows(tree: dict, seqs: Sequence[int]) -> list[dict]:
     ids = np.asarray(tree["input_ids"], dtype=np.int64)
     out = []
     for s in seqs:
-        path = _path_nodes(parent, int(tree["seq_node"][s]))
+        path = path_to_root(parent, int(tree["seq_node"][s])).tolist()
         toks = np.concatenate([ids[offset[v] : offset[v] + length[v]] for v in path])
         row = {
             "group_id": tree["group_id"],
@@ -396,52 +413,46 @@ def sequence_rows(tree: dict, seqs: Sequence[int]) -> list[dict]:
             "node_last": [0],
             "seq_node": [0],
             "seq_count": [1],
-            "seq_loss_spans": [tree["seq_loss_spans"][s]],
-            "seq_logprobs": [tree["seq_logprobs"][s]],
-            "seq_advantage": [tree["seq_advantage"][s]],
-            "seq_reward": [tree["seq_reward"][s]],
+            **{k: [tree[k][s]] for k in _SEQ_LISTS if k in tree},
+            **({"advantage_error": tree["advantage_error"]} if "advantage_error" in tree else {}),
         }
         out.extend([row] * int(tree["seq_count"][s]))
     return out
 
 
-def _trained_targets(spans: Any) -> int:
-    """Trained targets of one sequence: trained depths except depth 0 (no predecessor)."""
-    if not spans:
-        return 0
-    sp = np.asarray(spans, dtype=np.int64)
-    a, b = sp[0::2], sp[1::2]
-    return int((b - np.maximum(a, 1)).clip(min=0).sum())
-
-
 @dataclass
 class StepTotals:
-    """The global normalizers of a step, duplicates counted: N trained targets, S sequences."""
+    """The global normalizers of a step, duplicates counted: N trained targets, S sequences,
+    Tr trajectories with a trained target."""
 
     tokens: float
     sequences: float
+    trajectories: float = 0.0
 
 
 def step_totals(reader: BuildReader, step: StepPlan) -> StepTotals:
     n_tok = 0
     n_seq = 0
+    trajs: set[tuple[str, int, str]] = set()
     for p in step.parts:
         tree = reader.tree(p.shard, p.row)
+        tids = tree.get("seq_trajectory_id")
         for s in p.seqs:
-            n = _trained_targets(tree["seq_loss_spans"][s])
+            n = trained_targets(tree["seq_loss_spans"][s])
             c = int(tree["seq_count"][s])
             n_tok += c * n
             n_seq += c if n > 0 else 0
-    return StepTotals(float(n_tok), float(n_seq))
+            if n > 0:
+                trajs.add((p.shard, p.row, str(tids[s]) if tids is not None else str(s)))
+    return StepTotals(float(n_tok), float(n_seq), float(len(trajs)))
 
 
-def _linear_slots(
-    reader: BuildReader, step: StepPlan, world: int, budget: int
-) -> list[list[list[dict]]]:
-    """The step's sequence copies packed into micro-batches of ``budget`` tokens, per rank."""
+def _linear_slots(whole: Any, step: StepPlan, world: int, budget: int) -> list[list[list[dict]]]:
+    """The step's sequence copies packed into micro-batches of ``budget`` tokens, per rank
+    (``whole(part)`` gives the part's prepared tree)."""
     items: list[dict] = []
     for p in step.parts:
-        items.extend(sequence_rows(reader.tree(p.shard, p.row), p.seqs))
+        items.extend(sequence_rows(whole(p), p.seqs))
     sizes = np.array([len(r["input_ids"]) for r in items], dtype=np.int64)
     if len(sizes) and sizes.max() > budget:
         i = int(sizes.argmax())
@@ -449,27 +460,18 @@ def _linear_slots(
             f"group {items[i]['group_id']!r}: a sequence of {sizes[i]} tokens is over the budget "
             f"of {budget}; the linear layout cannot train it"
         )
-    order = np.lexsort((np.arange(len(sizes)), -sizes))
-    free: list[int] = []
-    bins: list[list[int]] = []
-    for i in order.tolist():
-        s = int(sizes[i])
-        for b, f in enumerate(free):
-            if s <= f:
-                free[b] -= s
-                bins[b].append(i)
-                break
-        else:
-            free.append(budget - s)
-            bins.append([i])
+    bins = first_fit_decreasing(sizes, budget)
     # longest-processing-time first over ranks; cost = tokens + attention pairs / budget-ish
-    cost = [sum(int(sizes[i]) * (1 + int(sizes[i]) / max(budget, 1)) for i in b) for b in bins]
-    ranks: list[list[list[dict]]] = [[] for _ in range(world)]
-    load = [0.0] * world
-    for b in sorted(range(len(bins)), key=lambda j: (-cost[j], j)):
-        r = min(range(world), key=lambda k: (len(ranks[k]), load[k]))
-        ranks[r].append([items[i] for i in sorted(bins[b])])
-        load[r] += cost[b]
+    cost = np.array(
+        [sum(int(sizes[i]) * (1 + int(sizes[i]) / max(budget, 1)) for i in b) for b in bins]
+    )
+    per_rank = -(-len(bins) // world) if bins else 0
+    rank, slot = longest_processing_time(cost, world, per_rank)
+    ranks: list[list[list[dict]]] = [
+        [[] for _ in range(int((rank == r).sum()))] for r in range(world)
+    ]
+    for b in range(len(bins)):
+        ranks[int(rank[b])][int(slot[b])] = [items[i] for i in sorted(bins[b])]
     return ranks
 
 
@@ -480,11 +482,13 @@ def step_batches(
     ranks: Sequence[int],
     layout: str = "tree",
     norm: str = "token-mean",
+    adv_norm: str = "grpo",
     budget: int,
     device: str | torch.device = "cpu",
 ) -> list[list[TreeBatch]]:
     """The micro-batches of ``step`` for each rank in ``ranks`` (every rank the same count;
-    empty slots hold a null micro-batch). Normalizers are the step's global totals."""
+    empty slots hold a null micro-batch). Normalizers are the step's global totals; advantages
+    from rewards are normalized by ``adv_norm`` over each whole tree's trajectories."""
     totals = step_totals(reader, step)
     world = len(step.slots)
     kw: dict[str, Any] = {
@@ -492,15 +496,35 @@ def step_batches(
         "layout": layout,
         "total_tokens": totals.tokens,
         "total_sequences": totals.sequences,
+        "total_trajectories": totals.trajectories,
+        "adv_norm": adv_norm,
         "device": device,
     }
+    prepared: dict[tuple[str, int], dict] = {}
+
+    def whole(p: PartRef) -> dict:
+        key = (p.shard, p.row)
+        if key not in prepared:
+            prepared[key] = prepare_row(reader.tree(p.shard, p.row), adv_norm)
+        return prepared[key]
+
+    handoff: dict[tuple[int, int], PartRef] = {}
     if layout == "tree":
         per_rank: list[list[list[dict]]] = [
-            [[part_row(reader.tree(p.shard, p.row), p) for p in mb] for mb in step.slots[r]]
-            for r in range(world)
+            [[part_row(whole(p), p) for p in mb] for mb in step.slots[r]] for r in range(world)
         ]
+        for r in range(world):
+            for m, mb in enumerate(step.slots[r]):
+                h = [p for p in mb if p.handoff_cuts]
+                if h and len(mb) > 1:
+                    raise ShardError(
+                        f"plan step {step.index}, rank {r}, micro-batch {m}: a hand-off row "
+                        "shares its micro-batch; the plan is damaged"
+                    )
+                if h:
+                    handoff[(r, m)] = h[0]
     elif layout == "linear":
-        per_rank = _linear_slots(reader, step, world, budget)
+        per_rank = _linear_slots(whole, step, world, budget)
     else:
         raise TreeprepError(f"unknown layout {layout!r}; expected tree or linear")
     slots = max((len(x) for x in per_rank), default=0)
@@ -508,12 +532,18 @@ def step_batches(
     out: list[list[TreeBatch]] = []
     for r in ranks:
         mbs = per_rank[r] + [[] for _ in range(slots - len(per_rank[r]))]
-        out.append(
-            [
-                TreeBatch.from_trees(rows, **kw)
-                if rows
-                else TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"})
-                for rows in mbs
-            ]
-        )
+        row_batches = []
+        for m, rows in enumerate(mbs):
+            if not rows:
+                row_batches.append(TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"}))
+                continue
+            b = TreeBatch.from_trees(rows, **kw)
+            h = handoff.get((r, m))
+            if h is not None:
+                b.handoff = (
+                    np.asarray(h.handoff_cuts, dtype=np.int64),
+                    np.asarray(h.handoff_parents, dtype=np.int64),
+                )
+            row_batches.append(b)
+        out.append(row_batches)
     return out

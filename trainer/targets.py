@@ -23,15 +23,16 @@ import torch
 class Targets:
     pred: torch.Tensor  # [K] int64, row of the hidden states that predicts the target
     token: torch.Tensor  # [K] int64
-    weight: torch.Tensor  # [K] float32, w_t
+    weight: torch.Tensor  # [K] float64, w_t
     unit_target: torch.Tensor  # [U] int64, index into the K targets
-    unit_weight: torch.Tensor  # [U] float32
-    adv_pos: torch.Tensor  # [U] float32
-    adv_neg: torch.Tensor  # [U] float32
-    old_logp: torch.Tensor  # [U] float32, NaN where none is stored
+    unit_weight: torch.Tensor  # [U] float64
+    adv_pos: torch.Tensor  # [U] float64
+    adv_neg: torch.Tensor  # [U] float64
+    old_logp: torch.Tensor  # [U] float64, NaN where none is stored
+    ref_logp: torch.Tensor  # [U] float64, NaN where none is stored
     pair_seq: torch.Tensor  # [P] int64
     pair_target: torch.Tensor  # [P] int64, index into the K targets
-    pair_old_logp: torch.Tensor  # [P] float32
+    pair_old_logp: torch.Tensor  # [P] float64
     seq_coef: torch.Tensor  # [S] float64
     seq_count: torch.Tensor  # [S] int64
     seq_advantage: torch.Tensor  # [S] float64
@@ -64,6 +65,7 @@ class Targets:
             adv_pos=self.adv_pos[u_keep],
             adv_neg=self.adv_neg[u_keep],
             old_logp=self.old_logp[u_keep],
+            ref_logp=self.ref_logp[u_keep],
             pair_seq=self.pair_seq[p_keep],
             pair_target=new_id.index_select(0, self.pair_target)[p_keep],
             pair_old_logp=self.pair_old_logp[p_keep],

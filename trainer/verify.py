@@ -110,6 +110,7 @@ def _grads_parts(
     mode: str,
     loss: str,
     attn: str | None,
+    adv_norm: str,
     **kw: Any,
 ):
     """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts,
@@ -117,7 +118,7 @@ def _grads_parts(
     from treeprep.trainer.loss import LossConfig
     from treeprep.trainer.parts import run_parts
 
-    n_tok, n_seq = whole.totals()
+    n_tok, n_seq, n_traj = whole.totals()
     dev = whole.device
     model.zero_grad(set_to_none=True)
     total = 0.0
@@ -125,10 +126,12 @@ def _grads_parts(
     for row in rows:
         b = TreeBatch.from_trees(
             [row],
-            norm=whole.norm,
+            norm=whole.norm,  # type: ignore[arg-type]
             total_tokens=n_tok,
             total_sequences=n_seq,
-            device=dev,  # type: ignore[arg-type]
+            total_trajectories=n_traj,
+            adv_norm=adv_norm,
+            device=dev,
         )
         if b.num_tokens > budget:
             out = run_parts(model, b, cfg, budget=budget, mode=mode, attn=attn or "auto")  # type: ignore[arg-type]
@@ -149,7 +152,8 @@ def verify_gradients(
     rows: Sequence[Any],
     *,
     loss: str = "sft",
-    norm: str = "sum",
+    norm: str = "token-mean",
+    adv_norm: str = "grpo",
     attn: str | None = None,
     tol: float = 1e-5,
     budget: int | None = None,
@@ -157,12 +161,15 @@ def verify_gradients(
     **loss_kw: Any,
 ) -> VerifyReport:
     """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout. With a
-    ``budget``, trees larger than it run as hand-off parts (:mod:`treeprep.trainer.parts`)."""
+    ``budget``, trees larger than it run as hand-off parts (:mod:`treeprep.trainer.parts`).
+    ``loss_kw`` are :func:`~treeprep.trainer.loss.tree_loss`'s objective knobs (clip range, KL,
+    entropy). Differences are measured in float64 whatever the model's dtype."""
     dev = next(model.parameters()).device
-    tree = TreeBatch.from_trees(rows, norm=norm, layout="tree", device=dev)  # type: ignore[arg-type]
-    lin = TreeBatch.from_trees(rows, norm=norm, layout="linear", device=dev)  # type: ignore[arg-type]
+    kw: dict[str, Any] = {"norm": norm, "adv_norm": adv_norm, "device": dev}
+    tree = TreeBatch.from_trees(rows, layout="tree", **kw)
+    lin = TreeBatch.from_trees(rows, layout="linear", **kw)
     if budget is not None:
-        lt, gt = _grads_parts(model, rows, tree, budget, handoff, loss, attn, **loss_kw)
+        lt, gt = _grads_parts(model, rows, tree, budget, handoff, loss, attn, adv_norm, **loss_kw)
     else:
         lt, gt = _grads(model, tree, loss, attn, **loss_kw)
     ll, gl = _grads(model, lin, loss, attn, **loss_kw)

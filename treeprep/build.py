@@ -20,7 +20,16 @@ input in memory:
 
 Finally ``rejects.jsonl`` and ``manifest.json`` are written, the manifest last: its presence means
 the build is whole. No timestamps or absolute paths are recorded, so the same inputs give the same
-bytes. Counts reconcile: ``records_read == records_in_trees + records_rejected``.
+bytes: every input is named by its path relative to the input root (:func:`treeprep.io.
+discover_inputs`) in group ids, ``seq_source``, rejects and the manifest. Counts reconcile:
+``records_read == records_in_trees + records_rejected``.
+
+What the build withstands (the README's "Guarantees" lists it for users): a file that cannot be
+read (dangling link, permissions, a non-UTF-8 name) is a reject, not a crash; a second path to one
+file is read once and listed in the manifest; a worker killed mid-file stops the build with an
+error (the files it finished are kept for the rerun) instead of hanging it; ``OUT`` is locked for
+the build; only files builds wrote are deleted; a build where no record reaches a tree stops
+with :class:`EmptyBuildError` after writing ``rejects.jsonl`` and no manifest.
 
 :func:`build` reads as these stages, one function each: plan the jobs, render the files, write
 the trees, drop stale work, write the rejects, write the manifest. The two heavy stages are run by
@@ -34,8 +43,9 @@ from __future__ import annotations
 import hashlib
 import multiprocessing as mp
 import os
-import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -46,8 +56,9 @@ import pyarrow.ipc as ipc
 
 from treeprep import __version__
 from treeprep.errors import InputError, RenderError, TooManyErrors, TreeprepError
-from treeprep.schemas import SCHEMA_VERSION, Manifest, Reject, TokenizerIdentity
-from treeprep.schemas.manifest import Counts, InputEntry, ShardEntry
+from treeprep.outputs import forget_manifest, make_manifest, write_manifest, write_rejects
+from treeprep.schemas import SCHEMA_VERSION, Manifest, Reject
+from treeprep.schemas.manifest import Counts, ShardEntry
 from treeprep.sequence import Sequence
 from treeprep.shards import ShardWriter
 from treeprep.trie import build_tree
@@ -56,17 +67,35 @@ from treeprep.workfiles import (
     WORK_SCHEMA,
     FileJob,
     FileResult,
+    OutIndex,
     WorkFiles,
+    commit,
+    crash_point,
     finish_file,
     group_rows,
     group_sequences,
+    lock_out,
     read_result,
     sequences_to_batch,
 )
 
 if TYPE_CHECKING:
     from treeprep.formats import FormatSpec, ReadOptions
+    from treeprep.io import InputSet
     from treeprep.render import Renderer
+
+#: the deepest nesting of JSON objects and arrays accepted in a call's tools and tool-call
+#: arguments (real schemas nest about ten deep; a JSON encoder recurses once per level)
+MAX_JSON_DEPTH = 100
+
+
+class EmptyBuildError(TreeprepError):
+    """No record reached a tree: there is nothing to train on (the rejects say why)."""
+
+
+class WorkerDied(TreeprepError):
+    """A stage-1 worker process died (killed, out of memory) while rendering a file."""
+
 
 #: Progress callback: (stage, done, total). Stages: "render" (files), "trees" (groups).
 Progress = Callable[[str, int, int], None]
@@ -96,8 +125,14 @@ class BuildConfig:
     tools: str | None = None
     #: render with a verified Python port of the chat template where there is one (False: jinja)
     native_templates: bool = True
+    #: a jinja file to render with instead of the tokenizer's chat template
+    chat_template: str | None = None
+    #: the date (ISO 8601) a template's strftime_now reports for records without a timestamp
+    date: str | None = None
     #: a shard is closed once it holds this many tree tokens
     shard_tokens: int = 32 * 1024 * 1024
+    #: a JSONL record longer than this many bytes is rejected without being held in memory
+    max_record_bytes: int = 16 << 20
     #: who runs the stages: this process and its pool, or Ray Data (:mod:`treeprep.build_ray`);
     #: the bytes written are the same
     engine: Literal["local", "ray"] = "local"
@@ -114,6 +149,8 @@ class BuildConfig:
             raise TreeprepError(f"max_errors must be >= 0, got {self.max_errors}")
         if self.shard_tokens < 1:
             raise TreeprepError(f"shard_tokens must be >= 1, got {self.shard_tokens}")
+        if self.max_record_bytes < 1:
+            raise TreeprepError(f"max_record_bytes must be >= 1, got {self.max_record_bytes}")
         if self.engine not in ("local", "ray"):
             raise TreeprepError(f"engine must be 'local' or 'ray', got {self.engine!r}")
 
@@ -126,12 +163,19 @@ _worker_state: dict = {}
 
 
 def _worker_init(tokenizer: str | None, cfg_dict: dict, renderer: Renderer | None = None) -> None:
+    from treeprep.io import set_max_record_bytes
     from treeprep.render import Renderer
 
+    set_max_record_bytes(cfg_dict.get("max_record_bytes", 16 << 20))
     _worker_state["renderer"] = (
         renderer
         if renderer is not None
-        else Renderer.load(tokenizer, native_templates=cfg_dict.get("native_templates", True))
+        else Renderer.load(
+            tokenizer,
+            native_templates=cfg_dict.get("native_templates", True),
+            chat_template=cfg_dict.get("chat_template"),
+            date=cfg_dict.get("date"),
+        )
     )
     _worker_state["cfg"] = cfg_dict
 
@@ -160,8 +204,8 @@ def _read_options(cfg: dict) -> ReadOptions:
     return ReadOptions(system_prompt=system_prompt, tools=tools, group_by=cfg.get("group_by"))
 
 
-def _default_group(path: str, group_by_folder: bool) -> str:
-    return (os.path.dirname(path) or ".") if group_by_folder else path
+def _default_group(name: str, group_by_folder: bool) -> str:
+    return (os.path.dirname(name) or ".") if group_by_folder else name
 
 
 def _reject(**kw: Any) -> dict:
@@ -172,12 +216,17 @@ def _process_file(job: FileJob) -> FileResult:
     """Stage 1 for one file, in a worker.
 
     Writes ``sequences.arrow``, ``rejects.jsonl`` and, last, ``done.json`` under ``job.work_dir``.
+    A file that cannot be read (``job.error``) is one reject.
     """
     from treeprep.formats import detect_format, get_format
     from treeprep.io import read_head
 
     cfg = _worker_state["cfg"]
     os.makedirs(job.work_dir, exist_ok=True)
+    if job.error is not None:
+        result = FileResult(job.name, "unknown", 1, 1, 0)
+        finish_file(job, result, [_reject(file=job.name, line=0, reason=job.error)])
+        return result
     spec = (
         get_format(cfg["format"])
         if cfg.get("format")
@@ -190,8 +239,9 @@ def _process_file(job: FileJob) -> FileResult:
     tmp = seq_path + ".tmp"
     with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
         n_read, n_seq = _render_records(job, spec, _read_options(cfg), writer, rejects)
-    os.replace(tmp, seq_path)
-    result = FileResult(job.path, spec.name, n_read, len(rejects), n_seq)
+    commit(tmp, seq_path)
+    crash_point("after-work-file")
+    result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
     finish_file(job, result, rejects)
     return result
 
@@ -199,13 +249,50 @@ def _process_file(job: FileJob) -> FileResult:
 def _unrecognised(job: FileJob) -> FileResult:
     """A file of no known format: skipped when a folder or glob found it, rejected when named."""
     if not job.explicit:
-        result = FileResult(job.path, "", 0, 0, 0, skipped=True)
+        result = FileResult(job.name, "", 0, 0, 0, skipped=True)
         finish_file(job, result, [])
         return result
     reason = "unrecognised input format (pass --format to force one)"
-    result = FileResult(job.path, "unknown", 1, 1, 0)
-    finish_file(job, result, [_reject(file=job.path, line=0, reason=reason)])
+    result = FileResult(job.name, "unknown", 1, 1, 0)
+    finish_file(job, result, [_reject(file=job.name, line=0, reason=reason)])
     return result
+
+
+def _json_depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            if d > limit:
+                return True
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def _too_deep(item: Any) -> str | None:
+    """Why a call's tools or tool-call arguments nest too deep to render, or None."""
+    tools = getattr(item, "tools", None)
+    if tools and _json_depth_over(tools, MAX_JSON_DEPTH):
+        return f"tools: nested deeper than {MAX_JSON_DEPTH} levels"
+    msgs = [*getattr(item, "messages", []), getattr(item, "completion", None)]
+    for i, m in enumerate(msgs):
+        for tc in getattr(m, "tool_calls", None) or []:
+            if _json_depth_over(tc.function.arguments, MAX_JSON_DEPTH):
+                return f"messages[{i}]: tool call arguments nested deeper than {MAX_JSON_DEPTH}"
+    return None
+
+
+class _Names:
+    """Puts a file's name (relative to the input root) where an adapter put the path it opened."""
+
+    def __init__(self, job: FileJob) -> None:
+        self.path, self.name = job.path, job.name
+
+    def __call__(self, text: str | None) -> str:
+        if not text or self.path == self.name:
+            return text or ""
+        return self.name if text == self.path else text.replace(self.path, self.name)
 
 
 def _render_records(
@@ -218,6 +305,7 @@ def _render_records(
     """Read the file's records, render them and write the sequences in batches; unusable records
     go to ``rejects``. Returns (records read, sequences written)."""
     renderer = _worker_state["renderer"]
+    named = _Names(job)
     n_read = n_seq = 0
     buf: list[Sequence] = []
     items = spec.read(job.path, opts)
@@ -226,26 +314,34 @@ def _render_records(
             item = next(items)
         except StopIteration:
             break
-        except InputError as e:  # the rest of the file is unusable
+        except (InputError, RecursionError) as e:  # the rest of the file is unusable
             n_read += 1
-            rejects.append(_reject(file=e.file, line=e.line, reason=e.reason, format=spec.name))
+            line, why = (e.line, e.reason) if isinstance(e, InputError) else (0, "nested too deep")
+            rejects.append(_reject(file=job.name, line=line, reason=named(why), format=spec.name))
             break
         n_read += 1
         if isinstance(item, Reject):
+            item.file, item.reason = named(item.file), named(item.reason)
             if item.format is None:
                 item.format = spec.name
             rejects.append(item.model_dump(exclude_none=True))
             continue
-        gid = item.group_id or _default_group(job.path, spec.group_by_folder)
-        if not item.source_file:
-            item.source_file = job.path
+        item.source_file = named(item.source_file) or job.name
         if not item.source_format:
             item.source_format = spec.name
+        gid = item.group_id or _default_group(job.name, spec.group_by_folder)
+        where = {"file": item.source_file, "line": item.source_line, "call_id": item.call_id}
+        deep = _too_deep(item)
+        if deep is not None:
+            rejects.append(_reject(**where, reason=deep, format=spec.name))
+            continue
         try:
             seq = renderer.render(item, group_id=gid, order=n_seq)
         except RenderError as e:
-            where = {"file": item.source_file, "line": item.source_line, "call_id": item.call_id}
             rejects.append(_reject(**where, reason=str(e), format=spec.name))
+            continue
+        except RecursionError:
+            rejects.append(_reject(**where, reason="nested too deep to render", format=spec.name))
             continue
         buf.append(seq)
         n_seq += 1
@@ -257,19 +353,27 @@ def _render_records(
     return n_read, n_seq
 
 
-def _job_key(sha: str, cfg: BuildConfig, tok_sha: str, explicit: bool) -> str:
+def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
+    """What every file's work depends on besides the file itself: format, options, tokenizer."""
     h = hashlib.sha256()
     for part in (
-        sha,
         cfg.format or "",
         cfg.group_by or "",
         tok_sha,
         _file_digest(cfg.system_prompt),
         _file_digest(cfg.tools),
-        str(explicit),
+        str(cfg.max_record_bytes),
         str(SCHEMA_VERSION),
         __version__,
     ):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def _job_key(sha: str, options: str, name: str, explicit: bool, error: str | None) -> str:
+    """A file's work folder: its bytes, the options, and the name that goes into its records."""
+    h = hashlib.sha256()
+    for part in (sha, options, name, str(explicit), error or ""):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:32]
 
@@ -293,6 +397,9 @@ def worker_options(cfg: BuildConfig) -> dict:
         "system_prompt": cfg.system_prompt,
         "tools": cfg.tools,
         "native_templates": cfg.native_templates,
+        "max_record_bytes": cfg.max_record_bytes,
+        "chat_template": cfg.chat_template,
+        "date": cfg.date,
     }
 
 
@@ -300,46 +407,77 @@ def _run_stage1(
     jobs: list[FileJob], cfg: BuildConfig, on_progress: Progress | None, renderer: Renderer
 ) -> Iterator[FileResult]:
     todo = [j for j in jobs if not j.is_done()]
-    done_before = len(jobs) - len(todo)
+    n = len(jobs) - len(todo)
     if on_progress:
-        on_progress("render", done_before, len(jobs))
+        on_progress("render", n, len(jobs))
     cfg_dict = worker_options(cfg)
-    n = done_before
-    if cfg.workers > 1 and len(todo) > 1:
-        procs = min(cfg.workers, len(todo))
-        if "fork" in mp.get_all_start_methods():
-            # forked workers inherit the loaded renderer (importing transformers and loading a
-            # tokenizer costs seconds per process); the tokenizers library disables its own thread
-            # pool in a forked child, which it announces unless told so beforehand
-            _worker_init(cfg.tokenizer, cfg_dict, renderer)
-            pool_ctx = mp.get_context("fork")
-            saved = os.environ.get("TOKENIZERS_PARALLELISM")
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"
-            try:
-                pool = pool_ctx.Pool(procs)
-            finally:
-                if saved is None:
-                    del os.environ["TOKENIZERS_PARALLELISM"]
-                else:
-                    os.environ["TOKENIZERS_PARALLELISM"] = saved
-        else:
-            pool = mp.get_context("spawn").Pool(
-                procs, initializer=_worker_init, initargs=(cfg.tokenizer, cfg_dict)
-            )
-        with pool:
-            for res in pool.imap_unordered(_process_file, todo):
-                n += 1
-                if on_progress:
-                    on_progress("render", n, len(jobs))
-                yield res
-    else:
+    results = (
+        _run_pool(todo, cfg, cfg_dict, renderer)
+        if cfg.workers > 1 and len(todo) > 1
+        else _run_inline(todo, cfg, cfg_dict, renderer)
+    )
+    for res in results:
+        n += 1
+        if on_progress:
+            on_progress("render", n, len(jobs))
+        yield res
+
+
+def _run_inline(
+    todo: list[FileJob], cfg: BuildConfig, cfg_dict: dict, renderer: Renderer
+) -> Iterator[FileResult]:
+    _worker_init(cfg.tokenizer, cfg_dict, renderer)
+    for job in todo:
+        yield _process_file(job)
+
+
+def _run_pool(
+    todo: list[FileJob], cfg: BuildConfig, cfg_dict: dict, renderer: Renderer
+) -> Iterator[FileResult]:
+    """Stage 1 in ``cfg.workers`` processes, at most one file per process in flight, so that a
+    worker that dies (kill -9, out of memory) is noticed at once and named: the build stops
+    with :class:`WorkerDied`; the files finished so far are kept for the rerun."""
+    procs = min(cfg.workers, len(todo))
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    if "fork" in mp.get_all_start_methods():
+        # forked workers inherit the loaded renderer (importing transformers and loading a
+        # tokenizer costs seconds per process); the tokenizers library disables its own thread
+        # pool in a forked child, which it announces unless told so beforehand
         _worker_init(cfg.tokenizer, cfg_dict, renderer)
-        for job in todo:
-            res = _process_file(job)
-            n += 1
-            if on_progress:
-                on_progress("render", n, len(jobs))
-            yield res
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        pool = ProcessPoolExecutor(procs, mp_context=mp.get_context("fork"))
+    else:
+        pool = ProcessPoolExecutor(
+            procs,
+            mp_context=mp.get_context("spawn"),
+            initializer=_worker_init,
+            initargs=(cfg.tokenizer, cfg_dict),
+        )
+    queue = list(reversed(todo))
+    running: dict[Future, FileJob] = {}
+    try:
+        with pool:
+            while queue or running:
+                while queue and len(running) < procs:
+                    job = queue.pop()
+                    running[pool.submit(_process_file, job)] = job
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    job = running.pop(fut)
+                    try:
+                        yield fut.result()
+                    except BrokenProcessPool as e:
+                        names = sorted({job.name, *(j.name for j in running.values())})
+                        raise WorkerDied(
+                            "a worker process died (killed or out of memory) while rendering "
+                            f"{' or '.join(names)}; the files finished so far are kept: run the "
+                            "same build again to resume"
+                        ) from e
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,8 +507,10 @@ class Engine(Protocol):
         counts: Counts,
         out: str,
         on_progress: Progress | None,
+        before_write: Callable[[str], None] | None = None,
     ) -> list[ShardEntry]:
-        """Stage 2: one trie per group in sorted group order, cut into shards; the shard entries."""
+        """Stage 2: one trie per group in sorted group order, cut into shards; the shard entries
+        (``before_write`` is told each shard's manifest path before it is written)."""
         ...
 
 
@@ -394,8 +534,9 @@ class LocalEngine:
         counts: Counts,
         out: str,
         on_progress: Progress | None,
+        before_write: Callable[[str], None] | None = None,
     ) -> list[ShardEntry]:
-        return _write_trees(jobs, results, shard_tokens, counts, out, on_progress)
+        return _write_trees(jobs, results, shard_tokens, counts, out, on_progress, before_write)
 
 
 @contextmanager
@@ -411,41 +552,69 @@ def _engine(cfg: BuildConfig) -> Iterator[Engine]:
 
 def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     """Run a whole build (see the module docstring). Returns the manifest it wrote."""
+    from treeprep.io import discover_inputs
     from treeprep.paths import local_path, local_paths
     from treeprep.render import Renderer
 
     cfg = replace(cfg, inputs=local_paths(cfg.inputs), out=local_path(cfg.out))  # file:// URLs
-    renderer = Renderer.load(cfg.tokenizer, native_templates=cfg.native_templates)
+    renderer = Renderer.load(
+        cfg.tokenizer,
+        native_templates=cfg.native_templates,
+        chat_template=cfg.chat_template,
+        date=cfg.date,
+    )
+    inputs = discover_inputs(cfg.inputs)
     work_root = os.path.join(cfg.out, ".work")
-    os.makedirs(work_root, exist_ok=True)
-    # an older manifest must not describe shards this build is about to replace
-    manifest_path = os.path.join(cfg.out, "manifest.json")
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)
+    with lock_out(cfg.out):
+        index = OutIndex.load(cfg.out)
+        index.shards |= forget_manifest(cfg.out)
+        jobs = _plan_jobs(cfg, inputs, renderer.cache_key, work_root)
+        index.work |= {j.key for j in jobs}
+        index.save()
+        counts = Counts()
+        with _engine(cfg) as engine:
+            results = _render_files(jobs, cfg, on_progress, renderer, work_root, engine.render)
+            shards = engine.write_trees(
+                jobs, results, cfg.shard_tokens, counts, cfg.out, on_progress, index.add_shard
+            )
+        index.drop_unused(cfg.out, {j.key for j in jobs}, {e.path for e in shards})
+        write_rejects(jobs, cfg.out)
+        manifest = make_manifest(
+            cfg.group_by, renderer.identity, jobs, results, counts, shards, inputs
+        )
+        if counts.records_in_trees == 0:
+            raise EmptyBuildError(
+                f"no record reached a tree ({counts.records_read} read, "
+                f"{counts.records_rejected} rejected, {len(manifest.skipped_files)} files "
+                f"skipped): nothing to train on, no manifest written; see "
+                f"{os.path.join(cfg.out, 'rejects.jsonl')}"
+            )
+        crash_point("before-manifest")
+        write_manifest(cfg.out, manifest)
+    return manifest
 
-    jobs = _plan_jobs(cfg, renderer.identity.sha256, work_root)
-    counts = Counts()
-    with _engine(cfg) as engine:
-        results = _render_files(jobs, cfg, on_progress, renderer, work_root, engine.render)
-        shards = engine.write_trees(jobs, results, cfg.shard_tokens, counts, cfg.out, on_progress)
-    _drop_stale_work(jobs, work_root)
-    _write_rejects(jobs, cfg.out)
-    return _write_manifest(cfg, renderer.identity, jobs, results, counts, shards)
 
+def _plan_jobs(
+    cfg: BuildConfig, inputs: InputSet, tokenizer_sha: str, work_root: str
+) -> list[FileJob]:
+    """Every input file, hashed, with the work folder its key names. A file that cannot be read
+    keeps its error (it becomes a reject)."""
+    from treeprep.io import file_sha256
 
-def _plan_jobs(cfg: BuildConfig, tokenizer_sha: str, work_root: str) -> list[FileJob]:
-    """Every input file, hashed, with the work folder its key names."""
-    from treeprep.io import expand_inputs, file_sha256
-
+    options = _options_digest(cfg, tokenizer_sha)
     jobs: list[FileJob] = []
-    for path, explicit in expand_inputs(cfg.inputs):
-        try:
-            sha = file_sha256(path)
-            size = os.path.getsize(path)
-        except OSError as e:
-            raise InputError(path, 0, f"cannot read: {e}") from e
-        key = _job_key(sha, cfg, tokenizer_sha, explicit)
-        jobs.append(FileJob(path, explicit, key, os.path.join(work_root, key), sha, size))
+    for f in inputs.files:
+        sha, size, error = "", 0, f.error
+        if error is None:
+            try:
+                sha = file_sha256(f.path)
+                size = os.path.getsize(f.path)
+            except OSError as e:
+                error = f"cannot read: {e.strerror or e}"
+        key = _job_key(sha, options, f.name, f.explicit, error)
+        job = FileJob(f.path, f.explicit, key, os.path.join(work_root, key), sha, size, f.name)
+        job.error = error
+        jobs.append(job)
     return jobs
 
 
@@ -458,7 +627,7 @@ def _render_files(
     run_stage1: Callable[..., Iterator[FileResult]] = _run_stage1,
 ) -> dict[str, FileResult]:
     """Stage 1 for every file not finished before (``run_stage1``: the engine's); the results of
-    all files, by path. Stops with :class:`TooManyErrors` once more than ``max_errors`` records
+    all files, by name. Stops with :class:`TooManyErrors` once more than ``max_errors`` records
     are rejected."""
     results: dict[str, FileResult] = {}
     n_rejected = 0
@@ -471,14 +640,25 @@ def _render_files(
                 f"last file: {res.path} (see {os.path.join(work_root, '*', 'rejects.jsonl')})"
             )
     for job in jobs:
-        if job.path not in results:
-            results[job.path] = read_result(job)
+        if job.name not in results:
+            results[job.name] = read_result(job)
     n_rejected = sum(r.records_rejected for r in results.values())
     if cfg.max_errors is not None and n_rejected > cfg.max_errors:
         raise TooManyErrors(
             f"{n_rejected} records rejected, more than --max-errors {cfg.max_errors}"
         )
     return results
+
+
+def work_paths(jobs: list[FileJob], results: dict[str, FileResult]) -> list[str]:
+    """The work files stage 2 reads, in job order (files with sequences only)."""
+    paths = []
+    for job in jobs:
+        res = results[job.name]
+        p = job.sequences_path()
+        if not res.skipped and res.sequences and os.path.exists(p):
+            paths.append(p)
+    return paths
 
 
 def _write_trees(
@@ -488,11 +668,12 @@ def _write_trees(
     counts: Counts,
     out: str,
     on_progress: Progress | None,
+    before_write: Callable[[str], None] | None = None,
 ) -> list[ShardEntry]:
     """Stage 2: group rows across work files, one trie per group in sorted group order, shards."""
     work = WorkFiles()
     groups = group_rows(work, work_paths(jobs, results))
-    writer = ShardWriter(out, shard_tokens)  # shards of an earlier build are replaced
+    writer = ShardWriter(out, shard_tokens, before_write)
     gids_sorted = sorted(groups)
     for gi, gid in enumerate(gids_sorted):
         seqs = group_sequences(work, groups[gid])
@@ -510,90 +691,3 @@ def _write_trees(
     writer.close()
     work.release()
     return writer.entries
-
-
-def work_paths(jobs: list[FileJob], results: dict[str, FileResult]) -> list[str]:
-    """The work files stage 2 reads, in input order (a group's rows keep this order)."""
-    paths = []
-    for job in jobs:
-        res = results[job.path]
-        p = job.sequences_path()
-        if not res.skipped and res.sequences and os.path.exists(p):
-            paths.append(p)
-    return paths
-
-
-def _drop_stale_work(jobs: list[FileJob], work_root: str) -> None:
-    """Work of inputs that are no longer part of this build is dropped; the rest stays for
-    reruns."""
-    keep = {os.path.basename(j.work_dir) for j in jobs}
-    for name in os.listdir(work_root):
-        if name not in keep:
-            shutil.rmtree(os.path.join(work_root, name), ignore_errors=True)
-
-
-def _write_rejects(jobs: list[FileJob], out: str) -> None:
-    """``OUT/rejects.jsonl``: every file's rejects, in input order, atomically."""
-    rej_path = os.path.join(out, "rejects.jsonl")
-    with open(rej_path + ".tmp", "wb") as rej_out:
-        for job in jobs:
-            p = job.rejects_path()
-            if os.path.exists(p):
-                with open(p, "rb") as rej_in:
-                    shutil.copyfileobj(rej_in, rej_out)
-    os.replace(rej_path + ".tmp", rej_path)
-
-
-def _write_manifest(
-    cfg: BuildConfig,
-    identity: TokenizerIdentity,
-    jobs: list[FileJob],
-    results: dict[str, FileResult],
-    counts: Counts,
-    shards: list[ShardEntry],
-) -> Manifest:
-    """Reconcile the counts and write ``OUT/manifest.json`` (last, atomically)."""
-    inputs: list[InputEntry] = []
-    formats: dict[str, int] = {}
-    skipped: list[str] = []
-    for job in jobs:
-        res = results[job.path]
-        if res.skipped:
-            skipped.append(job.path)
-            continue
-        inputs.append(
-            InputEntry(
-                path=job.path,
-                bytes=job.size,
-                sha256=job.sha256,
-                format=res.format,
-                records_read=res.records_read,
-                records_rejected=res.records_rejected,
-            )
-        )
-        counts.records_read += res.records_read
-        counts.records_rejected += res.records_rejected
-        formats[res.format] = formats.get(res.format, 0) + res.records_read
-    counts.records_in_trees = counts.sequences
-    if counts.records_read != counts.records_in_trees + counts.records_rejected:
-        raise TreeprepError(
-            f"internal error: counts do not reconcile: read {counts.records_read}, "
-            f"in trees {counts.records_in_trees}, rejected {counts.records_rejected}"
-        )
-    manifest = Manifest(
-        schema_version=SCHEMA_VERSION,
-        treeprep_version=__version__,
-        tokenizer=identity,
-        group_by=cfg.group_by or "group_id",
-        inputs=inputs,
-        counts=counts,
-        shards=shards,
-        formats=dict(sorted(formats.items())),
-        skipped_files=skipped,
-    )
-    manifest_path = os.path.join(cfg.out, "manifest.json")
-    with open(manifest_path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(manifest.model_dump_json(indent=2))
-        f.write("\n")
-    os.replace(manifest_path + ".tmp", manifest_path)
-    return manifest

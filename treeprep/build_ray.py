@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
@@ -179,13 +179,12 @@ class RayEngine:
         counts: Counts,
         out: str,
         on_progress: Progress | None,
+        before_write: Callable[[str], None] | None = None,
     ) -> list[ShardEntry]:
         import ray.data
 
         shard_dir = os.path.abspath(os.path.join(out, "shards"))
         os.makedirs(shard_dir, exist_ok=True)
-        for name in os.listdir(shard_dir):  # shards of an earlier build are replaced
-            os.remove(os.path.join(shard_dir, name))
         paths = [os.path.abspath(p) for p in work_paths(jobs, results)]
         if not paths:
             return []
@@ -203,6 +202,9 @@ class RayEngine:
         )
 
         starts = self._plan(trees, shard_tokens, counts, on_progress)
+        if before_write is not None:  # the build's index of what it wrote (never delete others)
+            for i in range(len(starts)):
+                before_write(f"shards/shard-{i:05d}.arrow")  # ShardWriter's names
         tagged = trees.map_batches(_tag_shard, fn_kwargs={"starts": starts}, batch_format="pyarrow")
         written = tagged.groupby("shard", num_partitions=len(starts)).map_groups(
             _write_shard_group, fn_kwargs={"shard_dir": shard_dir}, batch_format="pyarrow"

@@ -53,3 +53,16 @@ class NativeTemplateMismatch(TreeprepError):
 
 class PackError(TreeprepError):
     """The trees cannot be packed under the given settings (a path longer than the budget)."""
+
+
+class TrainingError(TreeprepError):
+    """Training cannot go on (non-finite loss or gradient, bad configuration)."""
+
+
+class CheckpointError(TreeprepError):
+    """A checkpoint that cannot be used (missing, half written, damaged, for another
+    configuration)."""
+
+
+class ModelRefused(TreeprepError):
+    """A model treeprep cannot train exactly on trees (unhandled token mixer, or failed probe)."""

@@ -12,7 +12,9 @@ class Sequence:
     """Token ids of one call (prompt + completion) and what is trained in it.
 
     ``loss_spans`` are half-open ``(start, end)`` spans of trained tokens (offsets in ``tokens``).
-    ``logprobs`` are the sampler's log-probs of the trained tokens, in order, or None.
+    ``logprobs`` are the sampler's log-probs of the trained tokens, in order, or None;
+    ``ref_logprobs`` likewise the reference policy's. ``trajectory_id`` names the sample (one
+    agent run) the call belongs to, within its group.
     """
 
     group_id: str
@@ -26,6 +28,8 @@ class Sequence:
     source: str = ""  # "file:line"
     source_format: str = ""
     branch_reason: str | None = None
+    trajectory_id: str = ""
+    ref_logprobs: np.ndarray | None = None  # float32, one per trained token
     order: int = 0  # input order within the group (set by the builder)
     extra: dict = field(default_factory=dict)
 
@@ -40,14 +44,24 @@ class Sequence:
             k = sum(b - a for a, b in self.loss_spans)
             if len(self.logprobs) != k:
                 raise ValueError(f"{len(self.logprobs)} log-probs for {k} trained tokens")
+        if self.ref_logprobs is not None:
+            self.ref_logprobs = np.ascontiguousarray(self.ref_logprobs, dtype=np.float32)
+            k = sum(b - a for a, b in self.loss_spans)
+            if len(self.ref_logprobs) != k:
+                raise ValueError(f"{len(self.ref_logprobs)} reference log-probs for {k} tokens")
 
     def key(self) -> tuple:
-        """Identity for merging exact duplicates: tokens, spans, reward, advantage, log-probs."""
+        """Identity for merging exact duplicates: tokens, spans, reward, advantage, log-probs,
+        reference log-probs and trajectory (copies from two samples stay two entries, so each
+        sample keeps its share of a group's advantage normalization)."""
         lp = None if self.logprobs is None else self.logprobs.tobytes()
+        ref = None if self.ref_logprobs is None else self.ref_logprobs.tobytes()
         return (
             self.tokens.tobytes(),
             tuple(self.loss_spans),
             self.reward,
             self.advantage,
             lp,
+            ref,
+            self.trajectory_id,
         )

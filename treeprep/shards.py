@@ -7,7 +7,9 @@ polars (``pl.read_ipc``), pyarrow (``pa.ipc.open_file``) and Hugging Face datase
 (``Dataset.from_file`` / the ``arrow`` builder) all read them. ``bench/build`` prints both sizes and
 read speeds side by side.
 
-Writes are atomic: a shard is written to ``NAME.tmp`` and renamed; readers never see half a file.
+Writes are atomic and durable: a shard is written to ``NAME.tmp``, fsynced and renamed; readers
+never see half a file. The writer deletes nothing: replacing an earlier build's shards is the
+build's job, and it deletes only the files a build wrote (:class:`treeprep.workfiles.OutIndex`).
 :class:`ShardWriter` cuts a stream of trees into shards of about ``shard_tokens`` tokens. Reading
 (manifest, shard paths, the schema-version check) is the contract's, in :mod:`treeprep.schemas`;
 :func:`iter_trees` turns shard rows back into :class:`~treeprep.trie.Tree` objects.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -26,6 +28,7 @@ from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry
 from treeprep.schemas.shard import open_shard, shard_paths
 from treeprep.trie import Tree
+from treeprep.workfiles import commit
 
 #: trees per Arrow record batch; a tree never spans two batches
 BATCH_TREES = 64
@@ -49,7 +52,7 @@ def write_shard(trees: list[Tree], path: str) -> tuple[int, str]:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     size = os.path.getsize(tmp)
-    os.replace(tmp, path)
+    commit(tmp, path)
     return size, h.hexdigest()
 
 
@@ -58,14 +61,19 @@ class ShardWriter:
     holds ``shard_tokens`` tree tokens; :meth:`close` writes the rest. ``entries`` lists the
     written shards for the manifest, named ``shards/shard-00000.arrow`` and on under ``out``.
 
-    Shards an earlier build left in ``OUT/shards/`` are removed when the writer is made.
+    ``before_write`` is called with a shard's manifest path (``shards/shard-00000.arrow``) before
+    the shard is written (a build records it in its index there). Nothing is deleted.
     """
 
-    def __init__(self, out: str, shard_tokens: int) -> None:
+    def __init__(
+        self,
+        out: str,
+        shard_tokens: int,
+        before_write: Callable[[str], None] | None = None,
+    ) -> None:
         self.shard_dir = os.path.join(out, "shards")
         os.makedirs(self.shard_dir, exist_ok=True)
-        for name in os.listdir(self.shard_dir):
-            os.remove(os.path.join(self.shard_dir, name))
+        self.before_write = before_write
         self.shard_tokens = shard_tokens
         self.entries: list[ShardEntry] = []
         self._pending: list[Tree] = []
@@ -83,6 +91,8 @@ class ShardWriter:
         if not self._pending:
             return
         name = f"shard-{len(self.entries):05d}.arrow"
+        if self.before_write is not None:
+            self.before_write(f"shards/{name}")
         size, sha = write_shard(self._pending, os.path.join(self.shard_dir, name))
         self.entries.append(
             ShardEntry(

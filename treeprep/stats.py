@@ -12,7 +12,13 @@ The metrics follow ``NOTES.md`` section 2:
 * attention pairs: linear ``sum_s L_s (L_s + 1) / 2 * count_s``, tree ``sum over unique tokens of
   (depth + 1)``, and their ratio;
 * an estimated end-to-end speedup for a model from :mod:`treeprep.flops` (the FLOP model is
-  documented there), for the chosen model and for every preset (``speedup_by_model``);
+  documented there), for the chosen model and for every preset (``speedup_by_model``). It
+  estimates what treeprep's trainer runs: the layers per fed token, attention per (query, key)
+  pair, and the LM head on the trained targets (``head="targets"``: ``targets_linear``, every
+  copy's trained tokens bar a root's first, against ``targets_tree``, the distinct trained tokens
+  of the trie); ``head="all"`` counts the head on every fed token, for trainers that compute
+  full logits. The distinct targets come from one pass over the loss spans (a Python loop per
+  span and per node a span touches, usually a completion's few nodes);
 * with a budget (planned in memory with :mod:`treeprep.pack`) or an existing plan: ``tokens_pack``,
   ``err = 1 - N_pack / N_flat``, the padding waste and the speedup after packing.
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -44,6 +51,10 @@ from treeprep.pack import (
 from treeprep.pack import read_plan_summary as _read_plan_summary
 from treeprep.schemas.manifest import load_manifest
 from treeprep.schemas.plan import PlanSummary
+
+Head = Literal["all", "targets"]
+#: where the FLOP estimate runs the LM head: every fed token, or the trained targets only
+HEADS: tuple[str, ...] = ("all", "targets")
 
 #: quantiles reported for every distribution
 QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -65,6 +76,8 @@ class Collected:
     node_num_sequences: np.ndarray
     pairs_tree: np.ndarray  # per tree
     pairs_linear: np.ndarray  # per tree
+    targets_linear: int  # trained targets, every copy of every sequence
+    targets_tree: int  # distinct trained target tokens of the tries
 
 
 def quantiles(x: np.ndarray) -> dict[str, float]:
@@ -88,7 +101,8 @@ def collect(out_dir: str) -> Collected:
     """Read a finished build's planning columns and derive every per-tree array."""
     manifest = load_manifest(out_dir).model_dump(mode="json")
     forest = load_forest(
-        out_dir, extra=["source_format", "node_branch_reason", "node_num_sequences"]
+        out_dir,
+        extra=["source_format", "node_branch_reason", "node_num_sequences", "seq_loss_spans"],
     )
     nt = forest.num_trees
     fmt = np.array(forest.extra["source_format"].to_pylist(), dtype=object)
@@ -128,7 +142,44 @@ def collect(out_dir: str) -> Collected:
         node_num_sequences=nns,
         pairs_tree=forest.pairs_tree(),
         pairs_linear=forest.pairs_linear(),
+        **_targets(forest),
     )
+
+
+def _targets(f: Forest) -> dict[str, int]:
+    """Trained targets (a token trained by a sequence, bar depth 0: it has no predecessor) in
+    the linear layout (every copy) and in the tries (each distinct token once)."""
+    col = f.extra["seq_loss_spans"]
+    per_seq = [c.flatten() for c in col.chunks]  # one list of flat spans per sequence
+    vals = [np.asarray(c.flatten().to_numpy(), dtype=np.int64) for c in per_seq]
+    offs = [np.asarray(c.offsets.to_numpy(), dtype=np.int64) for c in per_seq]
+    flat = np.concatenate(vals) if vals else np.zeros(0, dtype=np.int64)
+    cnt = np.concatenate([np.diff(o) // 2 for o in offs]) if offs else np.zeros(0, np.int64)
+    a, b = np.maximum(flat[0::2], 1), flat[1::2]
+    span_seq = np.repeat(np.arange(len(cnt)), cnt)
+    n = (b - a).clip(min=0)
+    linear = int((n * f.seq_count[span_seq]).sum())
+    # distinct: mark each span's tokens on the nodes of its path (walk up from the sequence's
+    # node while the node still reaches the span), then count the marked tokens
+    tree_of_seq = np.repeat(np.arange(f.num_trees), np.diff(f.seq_off))
+    gnode = f.seq_node + f.node_off[:-1][tree_of_seq]
+    tok_off = np.concatenate([[0], np.cumsum(f.node_length)])
+    diff = np.zeros(int(tok_off[-1]) + 1, dtype=np.int64)
+    depth, length, parent = f.node_depth, f.node_length, f.node_parent
+    base = f.node_off[:-1][tree_of_seq]
+    for i in np.flatnonzero(n > 0).tolist():
+        s = int(span_seq[i])
+        lo, hi = int(a[i]), int(b[i])
+        v = int(gnode[s])
+        while v >= 0 and depth[v] + length[v] > lo:
+            x, y = max(lo, int(depth[v])), min(hi, int(depth[v] + length[v]))
+            if x < y:
+                diff[tok_off[v] + x - depth[v]] += 1
+                diff[tok_off[v] + y - depth[v]] -= 1
+            p = int(parent[v])
+            v = p + int(base[s]) if p >= 0 else -1
+    tree = int((np.cumsum(diff)[:-1] > 0).sum())
+    return {"targets_linear": linear, "targets_tree": tree}
 
 
 def summarize(
@@ -138,14 +189,20 @@ def summarize(
     budget: int | None = None,
     plan: PlanSummary | None = None,
     out_dir: str | None = None,
+    cut: str = "handoff",
+    head: Head = "targets",
 ) -> dict:
-    """The stats dict from collected arrays (see the module docstring for the keys)."""
+    """The stats dict from collected arrays (see the module docstring for the keys); ``cut``
+    is how an in-memory plan runs trees over the budget (``handoff``: ERR == POR)."""
+    if head not in HEADS:
+        raise ValueError(f"head must be one of {', '.join(HEADS)}, got {head!r}")
     counts = c.manifest.get("counts", {})
     tl = int(c.tokens_linear.sum())
     tt = int(c.tokens_tree.sum())
     pl = int(c.pairs_linear.sum())
     pt = int(c.pairs_tree.sum())
     shape = model or load_model(DEFAULT_MODEL)
+    hl, ht = (c.targets_linear, c.targets_tree) if head == "targets" else (tl, tt)
     out: dict = {
         "trees": int(c.forest.num_trees),
         "sequences": int(c.sequences.sum()),
@@ -155,6 +212,9 @@ def summarize(
         "ideal_speedup": tl / tt if tt else 1.0,
         "records_read": int(counts.get("records_read", 0)),
         "records_rejected": int(counts.get("records_rejected", 0)),
+        "targets_linear": c.targets_linear,
+        "targets_tree": c.targets_tree,
+        "head": head,
         "records_in_trees": int(counts.get("records_in_trees", 0)),
         "sequence_entries": int(len(c.forest.seq_node)),
         "nodes": int(len(c.forest.node_parent)),
@@ -175,28 +235,31 @@ def summarize(
         },
         "by_format": _by_format(c),
         "by_branch_reason": _by_reason(c),
-        "model": _model_block(shape, tl, tt, pl, pt),
+        "model": _model_block(shape, (tl, pl, hl), (tt, pt, ht)),
         "speedup_by_model": {
-            name: _model_block(m, tl, tt, pl, pt)["speedup"] for name, m in PRESETS.items()
+            name: _model_block(m, (tl, pl, hl), (tt, pt, ht))["speedup"]
+            for name, m in PRESETS.items()
         },
     }
     if plan is None and budget is not None:
         if out_dir is None:
             raise ValueError("summarize(budget=...) needs out_dir")
-        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL)
+        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL, cut=cut)
         sha = manifest_sha256(out_dir)
         try:
             plan = plan_forest(c.forest, cfg, manifest_sha=sha, model=shape).summary
         except PackError as e:  # the counts stand; the packing figures name the problem
             out["packing"] = {"budget": budget, "error": str(e)}
     if plan is not None:
-        out["packing"] = _packing_block(plan, shape, tl, pl)
+        hp = ht if head == "targets" else plan.tokens_pack
+        out["packing"] = _packing_block(plan, shape, (tl, pl, hl), hp)
     return out
 
 
-def _model_block(m: ModelShape, tl: int, tt: int, pl: int, pt: int) -> dict:
-    fl, ft = m.flops(tl, pl), m.flops(tt, pt)
-    bl = m.breakdown(tl, pl)
+def _model_block(m: ModelShape, linear: tuple[int, int, int], tree: tuple[int, int, int]) -> dict:
+    """Each layout as (tokens fed, attention pairs, LM-head tokens)."""
+    fl, ft = m.flops(*linear), m.flops(*tree)
+    bl = m.breakdown(*linear)
     return {
         "name": m.name,
         "params_total": m.params_total,
@@ -208,15 +271,21 @@ def _model_block(m: ModelShape, tl: int, tt: int, pl: int, pt: int) -> dict:
     }
 
 
-def _packing_block(p: PlanSummary, m: ModelShape, tl: int, pl: int) -> dict:
-    fl = m.flops(tl, pl)
-    fp = m.flops(p.tokens_pack, p.attn_pairs_pack)
+def _packing_block(p: PlanSummary, m: ModelShape, linear: tuple[int, int, int], head: int) -> dict:
+    """``head``: LM-head tokens after packing (a recomputed prefix's targets are trained in one
+    part only, so with ``head="targets"`` they stay the tries' distinct targets)."""
+    tl = linear[0]
+    fl = m.flops(*linear)
+    fp = m.flops(p.tokens_pack, p.attn_pairs_pack, head)
     return {
         "budget": p.budget,
         "world_size": p.world_size,
         "steps_of": p.steps_of,
         "tokens_pack": p.tokens_pack,
         "tokens_recomputed": p.tokens_recomputed,
+        "cut": p.cut,
+        "handoff_trees": p.handoff_trees,
+        "handoff_parts": p.handoff_parts,
         "err": p.err,
         "padding_waste": p.padding_waste,
         "split_trees": p.split_trees,
@@ -269,16 +338,26 @@ def compute_stats(
     model: str | ModelShape | None = None,
     budget: int | None = None,
     plan: str | None = None,
+    cut: str = "handoff",
+    head: Head = "targets",
 ) -> dict:
     """Stats of a finished build as a JSON-able dict.
 
     ``model``: a preset name or a ``config.json`` path (default: the packer's default model);
     ``budget``: plan in memory with that token budget; ``plan``: a plan folder written by
-    ``treeprep pack`` (wins over ``budget``).
+    ``treeprep pack`` (wins over ``budget``); ``head``: where the LM head runs (module docstring).
     """
     shape = load_model(model) if isinstance(model, str) else model
     summary = read_plan_summary(out_dir, plan) if plan else None
-    return summarize(collect(out_dir), model=shape, budget=budget, plan=summary, out_dir=out_dir)
+    return summarize(
+        collect(out_dir),
+        model=shape,
+        budget=budget,
+        plan=summary,
+        out_dir=out_dir,
+        cut=cut,
+        head=head,
+    )
 
 
 def read_plan_summary(out_dir: str, plan_dir: str) -> PlanSummary:

@@ -9,7 +9,8 @@ token twice in Python.
 
 Nodes are laid out in DFS pre-order with children in ascending first-token order, so a tree's bytes
 depend only on its set of sequences (and, for branch reasons, their input order), never on hash
-order. Exact duplicates (same tokens, loss spans, reward, advantage, log-probs) merge into one
+order. Exact duplicates (same tokens, loss spans, reward, advantage, log-probs, reference
+log-probs, trajectory) merge into one
 sequence entry with a count; sequences with the same tokens but other loss spans or advantages stay
 separate entries ending at the same node, so every normalization can be restored.
 
@@ -53,6 +54,8 @@ class Tree:
     seq_agent_id: list[str]
     seq_call_id: list[str]
     seq_source: list[str]
+    seq_trajectory_id: list[str]
+    seq_ref_logprobs: list[list[float] | None]
 
     @property
     def num_nodes(self) -> int:
@@ -96,6 +99,8 @@ class Tree:
             "seq_agent_id": self.seq_agent_id,
             "seq_call_id": self.seq_call_id,
             "seq_source": self.seq_source,
+            "seq_trajectory_id": self.seq_trajectory_id,
+            "seq_ref_logprobs": self.seq_ref_logprobs,
         }
 
     @classmethod
@@ -124,6 +129,8 @@ class Tree:
             seq_agent_id=list(row["seq_agent_id"]),
             seq_call_id=list(row["seq_call_id"]),
             seq_source=list(row["seq_source"]),
+            seq_trajectory_id=list(row["seq_trajectory_id"]),
+            seq_ref_logprobs=[None if x is None else list(x) for x in row["seq_ref_logprobs"]],
         )
 
     def node_tokens(self, i: int) -> np.ndarray:
@@ -150,11 +157,14 @@ class Tree:
                 "group_id": self.group_id,
                 "agent_id": self.seq_agent_id[s],
                 "call_id": self.seq_call_id[s],
+                "trajectory_id": self.seq_trajectory_id[s],
                 "input_ids": ids.tolist(),
                 "loss_mask": mask.tolist(),
             }
             if self.seq_logprobs[s] is not None:
                 rec["logprobs"] = self.seq_logprobs[s]
+            if self.seq_ref_logprobs[s] is not None:
+                rec["ref_logprobs"] = self.seq_ref_logprobs[s]
             if self.seq_reward[s] is not None:
                 rec["reward"] = self.seq_reward[s]
             if self.seq_advantage[s] is not None:
@@ -163,8 +173,8 @@ class Tree:
                 yield rec
 
 
-def _logprobs_list(s: Sequence) -> list[float] | None:
-    return None if s.logprobs is None else s.logprobs.tolist()
+def _logprobs_list(lp: np.ndarray | None) -> list[float] | None:
+    return None if lp is None else lp.tolist()
 
 
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:
@@ -395,10 +405,12 @@ def _to_tree(
         seq_length=np.array([len(s.tokens) for s in entries], dtype=np.int32),
         seq_count=np.array([ent.counts[r[2]] for r in rows], dtype=np.int32),
         seq_loss_spans=[[x for sp in s.loss_spans for x in sp] for s in entries],
-        seq_logprobs=[_logprobs_list(s) for s in entries],
+        seq_logprobs=[_logprobs_list(s.logprobs) for s in entries],
         seq_reward=[s.reward for s in entries],
         seq_advantage=[s.advantage for s in entries],
         seq_agent_id=[s.agent_id for s in entries],
         seq_call_id=[s.call_id for s in entries],
         seq_source=[s.source for s in entries],
+        seq_trajectory_id=[s.trajectory_id or gid for s in entries],
+        seq_ref_logprobs=[_logprobs_list(s.ref_logprobs) for s in entries],
     )

@@ -9,21 +9,38 @@ those makes a new folder instead of reusing a stale one.
 Stage 2 reads the folders back: :func:`group_rows` finds every group's rows across the work files
 from their ``group_id`` columns alone, and :class:`WorkFiles` hands out a group's rows as zero-copy
 slices of the memory-mapped files, giving mapped pages back now and then so that memory stays
-bounded whatever the input size.
+bounded whatever the input size, and keeping at most ``max_open`` files mapped at once (20,000
+inputs must not run out of file descriptors).
+
+Crash safety. Every file is written to a temporary name, fsynced and renamed, so after a crash a
+name holds either nothing or a whole file. ``done.json`` records the size and sha256 of the work
+files it vouches for, and :meth:`FileJob.is_done` checks them, so a work file that a crash, a full
+disk or a stray edit left short is redone rather than trusted.
+
+What a build owns in ``OUT``. :class:`OutIndex` (``OUT/.work/index.json``) lists the work folders
+and shard files builds into this folder wrote; a later build deletes only those (and the shards
+of the earlier manifest) when it no longer needs them, never a file it did not write.
+:func:`lock_out` takes an exclusive lock on ``OUT/.work/build.lock`` for the whole build, so two
+builds into one folder cannot interleave their temporary files: the second stops with an error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from treeprep.errors import TreeprepError
 from treeprep.sequence import Sequence
 
 WORK_SCHEMA = pa.schema(
@@ -39,6 +56,8 @@ WORK_SCHEMA = pa.schema(
         ("source", pa.string()),
         ("source_format", pa.string()),
         ("branch_reason", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("ref_logprobs", pa.list_(pa.float32())),
     ]
 )
 #: sequences per record batch of a work file
@@ -46,6 +65,8 @@ WORK_BATCH = 512
 SEQUENCES = "sequences.arrow"
 REJECTS = "rejects.jsonl"
 DONE = "done.json"
+INDEX = "index.json"
+LOCK = "build.lock"
 #: the plain (non-list) columns of a work file, besides tokens, loss spans and log-probs
 _SCALARS = (
     "group_id",
@@ -56,23 +77,96 @@ _SCALARS = (
     "source",
     "source_format",
     "branch_reason",
+    "trajectory_id",
 )
+
+
+# --------------------------------------------------------------------------------------------
+# writing files that survive a crash
+# --------------------------------------------------------------------------------------------
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file (or a folder's entries) to disk; a no-op where the OS refuses folders."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: str, path: str) -> None:
+    """fsync ``tmp``, rename it to ``path``, fsync the folder: the rename is durable and the
+    file whole, or the old state stays."""
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    fsync_path(os.path.dirname(path) or ".")
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    commit(path + ".tmp", path)
+
+
+def sha256_of(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def crash_point(name: str) -> None:
+    """Test hook: ``TREEPREP_CRASH_AT=name`` kills this process here, as kill -9 would (the
+    crash tests in ``tests/adversarial`` stop builds at named points and compare the bytes of
+    the rerun). Costs one environment lookup."""
+    if os.environ.get("TREEPREP_CRASH_AT") == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------------------------
+# one input file's work
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass
 class FileJob:
     """One input file of a build and the work folder its stage-1 output goes to."""
 
+    #: the path to open
     path: str
     explicit: bool
     key: str
     work_dir: str
     sha256: str
     size: int
+    #: the name that stands for the file in every output (relative to the input root)
+    name: str = ""
+    #: why the file cannot be read: stage 1 turns it into a reject
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.path
 
     def is_done(self) -> bool:
-        """Whether an earlier run finished this file (its ``done.json`` exists)."""
-        return os.path.exists(os.path.join(self.work_dir, DONE))
+        """Whether an earlier run finished this file: its ``done.json`` is readable and every
+        work file it vouches for has the recorded size and sha256."""
+        try:
+            result = read_result(self)
+        except (OSError, ValueError, TypeError):
+            return False
+        checks = [(self.rejects_path(), result.rejects_bytes, result.rejects_sha256)]
+        if result.sequences:
+            checks.append((self.sequences_path(), result.sequences_bytes, result.sequences_sha256))
+        for path, size, sha in checks:
+            try:
+                if os.path.getsize(path) != size or sha256_of(path) != sha:
+                    return False
+            except OSError:
+                return False
+        return True
 
     def sequences_path(self) -> str:
         return os.path.join(self.work_dir, SEQUENCES)
@@ -85,25 +179,31 @@ class FileJob:
 class FileResult:
     """What stage 1 made of one file; stored as its ``done.json``."""
 
+    #: the file's name (relative to the input root)
     path: str
     format: str
     records_read: int
     records_rejected: int
     sequences: int
     skipped: bool = False
+    sequences_bytes: int = 0
+    sequences_sha256: str = ""
+    rejects_bytes: int = 0
+    rejects_sha256: str = ""
 
 
 def finish_file(job: FileJob, result: FileResult, rejects: list[dict]) -> None:
-    """Write the file's rejects, then its ``done.json`` marker, each atomically."""
-    rej_path = job.rejects_path()
-    with open(rej_path + ".tmp", "wb") as f:
-        for r in rejects:
-            f.write(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n")
-    os.replace(rej_path + ".tmp", rej_path)
-    done = os.path.join(job.work_dir, DONE)
-    with open(done + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(asdict(result), f)
-    os.replace(done + ".tmp", done)
+    """Write the file's rejects, then its ``done.json`` marker (with the size and sha256 of the
+    work files), each atomically and durably."""
+    data = b"".join(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n" for r in rejects)
+    write_atomic(job.rejects_path(), data)
+    result.rejects_bytes = len(data)
+    result.rejects_sha256 = hashlib.sha256(data).hexdigest()
+    if result.sequences:
+        result.sequences_bytes = os.path.getsize(job.sequences_path())
+        result.sequences_sha256 = sha256_of(job.sequences_path())
+    crash_point("before-done")
+    write_atomic(os.path.join(job.work_dir, DONE), json.dumps(asdict(result)).encode())
 
 
 def read_result(job: FileJob) -> FileResult:
@@ -114,13 +214,30 @@ def read_result(job: FileJob) -> FileResult:
 
 def sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
     """Rendered sequences as one record batch of :data:`WORK_SCHEMA`."""
-    cols: dict[str, list] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
-    cols["tokens"] = [s.tokens for s in seqs]
-    cols["loss_spans"] = [np.asarray(s.loss_spans, dtype=np.int32).reshape(-1) for s in seqs]
-    cols["logprobs"] = [s.logprobs for s in seqs]
+    cols: dict[str, Any] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
+    # list columns from one flat array and offsets (a list of per-row arrays converts row by row)
+    cols["tokens"] = _list_array([s.tokens for s in seqs], np.int32)
+    cols["loss_spans"] = _list_array([np.asarray(s.loss_spans).reshape(-1) for s in seqs], np.int32)
+    lps = [s.logprobs for s in seqs]
+    if any(lp is None for lp in lps):
+        cols["logprobs"] = pa.array(lps, type=pa.list_(pa.float32()))
+    else:
+        cols["logprobs"] = _list_array(lps, np.float32)
+    refs = [s.ref_logprobs for s in seqs]
+    if any(r is None for r in refs):
+        cols["ref_logprobs"] = pa.array(refs, type=pa.list_(pa.float32()))
+    else:
+        cols["ref_logprobs"] = _list_array(refs, np.float32)
     return pa.RecordBatch.from_pydict(
         {name: cols[name] for name in WORK_SCHEMA.names}, schema=WORK_SCHEMA
     )
+
+
+def _list_array(rows: list[Any], dtype: Any) -> pa.ListArray:
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    flat = np.concatenate(rows).astype(dtype, copy=False) if rows else np.zeros(0, dtype)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
 def rows_to_sequences(table: pa.Table) -> list[Sequence]:
@@ -129,15 +246,20 @@ def rows_to_sequences(table: pa.Table) -> list[Sequence]:
     tokens = table.column("tokens")
     spans = table.column("loss_spans").to_pylist()
     lps = table.column("logprobs")
+    refs = table.column("ref_logprobs")
     cols = {k: table.column(k).to_pylist() for k in _SCALARS}
     for i in range(table.num_rows):
         lp = lps[i]
+        ref = refs[i]
         sp = spans[i]
         out.append(
             Sequence(
                 tokens=tokens[i].values.to_numpy(zero_copy_only=False),
                 loss_spans=list(zip(sp[0::2], sp[1::2], strict=True)),
                 logprobs=None if not lp.is_valid else lp.values.to_numpy(zero_copy_only=False),
+                ref_logprobs=(
+                    None if not ref.is_valid else ref.values.to_numpy(zero_copy_only=False)
+                ),
                 **{k: v[i] for k, v in cols.items()},
             )
         )
@@ -155,21 +277,48 @@ class WorkFiles:
     ``release_bytes`` plus one group, whatever the input size.
     """
 
-    def __init__(self, release_bytes: int = 256 << 20) -> None:
+    def __init__(self, release_bytes: int = 256 << 20, max_open: int = 64) -> None:
         self.paths: list[str] = []
-        self._open: dict[int, tuple[pa.MemoryMappedFile, pa.Table]] = {}
+        self._open: dict[int, tuple[pa.MemoryMappedFile | None, pa.Table]] = {}
+        self._pinned: set[int] = set()  # maps whose slices the current group may still use
         self._read = 0
         self.release_bytes = release_bytes
+        self.max_open = max_open
 
     def add(self, path: str) -> int:
         self.paths.append(path)
         return len(self.paths) - 1
 
     def table(self, i: int) -> pa.Table:
+        """Work file ``i`` as a table (mapped; pinned until the next :meth:`maybe_release`).
+
+        At most ``max_open`` files stay mapped: past that, maps no slice of the current group uses
+        are closed, and if every one is in use the file is read into memory instead (its
+        descriptor closed at once)."""
         if i not in self._open:
-            src = pa.memory_map(self.paths[i], "r")
-            self._open[i] = (src, ipc.open_file(src).read_all())
+            if len(self._open) >= self.max_open:
+                for j in [j for j in self._open if j not in self._pinned]:
+                    self._close(j)
+            if len(self._open) >= self.max_open:
+                with pa.OSFile(self.paths[i], "rb") as f:
+                    self._open[i] = (None, ipc.open_file(f).read_all())
+            else:
+                src = pa.memory_map(self.paths[i], "r")
+                self._open[i] = (src, ipc.open_file(src).read_all())
+        self._pinned.add(i)
         return self._open[i][1]
+
+    def _close(self, i: int) -> None:
+        src, _table = self._open.pop(i)
+        del _table
+        if src is not None:
+            src.close()
+
+    def group_ids(self, i: int) -> np.ndarray:
+        """The ``group_id`` column of work file ``i``, read through a map closed at once."""
+        with pa.memory_map(self.paths[i], "r") as src:
+            col = ipc.open_file(src).read_all().column("group_id")
+            return col.to_numpy(zero_copy_only=False)
 
     def rows(self, i: int, rows: np.ndarray) -> pa.Table:
         """Rows ``rows`` (ascending) of work file ``i``: slices of the map, valid until release."""
@@ -183,6 +332,7 @@ class WorkFiles:
     def maybe_release(self) -> None:
         """Close every map if enough has been read since the last release (call between groups,
         when no slice handed out is in use any more)."""
+        self._pinned.clear()
         if self._read >= self.release_bytes:
             self.release()
 
@@ -190,8 +340,10 @@ class WorkFiles:
         """Close every map now."""
         sources = [src for src, _ in self._open.values()]
         self._open.clear()  # drop the tables (and their buffers) before closing the maps
+        self._pinned.clear()
         for src in sources:
-            src.close()
+            if src is not None:
+                src.close()
         self._read = 0
 
 
@@ -204,7 +356,7 @@ def group_rows(work: WorkFiles, paths: Iterable[str]) -> GroupRows:
     groups: GroupRows = {}
     for p in paths:
         ti = work.add(p)
-        gids = work.table(ti).column("group_id").to_numpy(zero_copy_only=False)
+        gids = work.group_ids(ti)
         order = np.argsort(gids, kind="stable")
         sorted_g = gids[order]
         bounds = np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1
@@ -222,3 +374,79 @@ def group_sequences(work: WorkFiles, rows: list[tuple[int, np.ndarray]]) -> list
     for ti, r in rows:
         seqs.extend(rows_to_sequences(work.rows(ti, r)))
     return seqs
+
+
+# --------------------------------------------------------------------------------------------
+# what builds own in OUT, and the lock
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OutIndex:
+    """``OUT/.work/index.json``: the work folders (keys) and shard files builds into this OUT
+    wrote. Only these, and the shards of an earlier manifest, are ever deleted."""
+
+    path: str
+    work: set[str] = field(default_factory=set)
+    shards: set[str] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, out: str) -> OutIndex:
+        path = os.path.join(out, ".work", INDEX)
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+            return cls(path, set(d.get("work", [])), set(d.get("shards", [])))
+        except (OSError, ValueError, AttributeError, TypeError):
+            return cls(path)  # no index (first build, or made before indexes): nothing owned
+
+    def save(self) -> None:
+        d = {"work": sorted(self.work), "shards": sorted(self.shards)}
+        write_atomic(self.path, json.dumps(d, indent=1).encode())
+
+    def add_shard(self, name: str) -> None:
+        """Record a shard before it is written, so a crash never leaves an unlisted one."""
+        if name not in self.shards:
+            self.shards.add(name)
+            self.save()
+
+    def drop_unused(self, out: str, work: set[str], shards: set[str]) -> None:
+        """Delete the owned work folders and shards this build did not use; keep the rest."""
+        for key in sorted(self.work - work):
+            if os.sep not in key and "/" not in key and key not in (".", ".."):
+                shutil.rmtree(os.path.join(out, ".work", key), ignore_errors=True)
+        for name in sorted(self.shards - shards):
+            if _is_shard_name(name):
+                for p in (os.path.join(out, name), os.path.join(out, name) + ".tmp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(p)
+        self.work, self.shards = set(work), set(shards)
+        self.save()
+
+
+def _is_shard_name(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and parts[0] == "shards" and parts[1] not in ("", ".", "..")
+
+
+@contextlib.contextmanager
+def lock_out(out: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``OUT`` for a build; TreeprepError at once when another build
+    (in this or another process) holds it. The OS drops the lock when the holder dies."""
+    import fcntl
+
+    work = os.path.join(out, ".work")
+    os.makedirs(work, exist_ok=True)
+    path = os.path.join(work, LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            raise TreeprepError(
+                f"{out}: another treeprep build is writing this folder (lock {path} is held); "
+                "wait for it to finish or build into another --out"
+            ) from e
+        yield
+    finally:
+        os.close(fd)

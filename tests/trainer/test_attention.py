@@ -113,3 +113,21 @@ def test_auto_choice_and_overrides() -> None:
         choose_backend("cpu", 100, "paged")
     with pytest.raises(TreeprepError, match="flash"):
         choose_backend("cpu", 100, "flash")
+
+
+def test_nodes_runs_whole_root_paths_as_one_causal_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The linear layout (every sequence a one-node tree) is padding-free causal attention: one
+    ``is_causal`` SDPA call per sequence, however long, never the chunked masked path."""
+    import treeprep.trainer.attention.nodes as att
+
+    b = TreeBatch.from_trees(rows_of(group_tree(3, n_seq=7, roots=2)), layout="linear")
+    assert int((b.node_parent < 0).sum()) == b.num_nodes  # every node a root: one per sequence
+    q, k, v = _qkv(b.num_tokens, seed=3)
+    tm = TreeMask.from_batch(b, "dense")
+    ref = tree_attention(q, k, v, tm, backend="dense")
+    monkeypatch.setattr(att, "NODE_CHUNK", 3)
+    calls = []
+    monkeypatch.setattr(att, "_chunk_attention", lambda *a: calls.append(a))
+    out = tree_attention(q, k, v, tm, backend="nodes")
+    assert not calls
+    assert (out - ref).abs().max().item() < 1e-12

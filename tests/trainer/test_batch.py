@@ -86,8 +86,8 @@ def test_disagreeing_old_logprobs_become_separate_units() -> None:
 
 
 def test_grpo_advantages_from_rewards() -> None:
-    s1 = Sequence("g", np.array([1, 2, 3]), [(1, 3)], reward=1.0)
-    s2 = Sequence("g", np.array([1, 2, 4]), [(2, 3)], reward=0.0)
+    s1 = Sequence("g", np.array([1, 2, 3]), [(1, 3)], reward=1.0, trajectory_id="a")
+    s2 = Sequence("g", np.array([1, 2, 4]), [(2, 3)], reward=0.0, trajectory_id="b")
     b = TreeBatch.from_trees([build_tree([s1, s2]).to_row()])
     assert np.allclose(b.seq_advantage.numpy(), [1.0, -1.0], atol=1e-5)
 

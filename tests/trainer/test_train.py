@@ -47,6 +47,7 @@ def write_rollouts(path: Path, seed: int = 0) -> None:
                 {
                     "group_id": f"grpo-{g}",
                     "call_id": f"grpo-{g}/{k}",
+                    "trajectory_id": f"grpo-{g}/{k}",
                     "prompt_token_ids": prompt,
                     "generation_token_ids": _ids(rng, n),
                     "generation_log_probs": (-rng.random(n)).round(3).tolist(),
@@ -95,15 +96,20 @@ def cfg(data: Path, run: Path, **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
-def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path) -> None:
+@pytest.mark.parametrize("cut", ["handoff", "recompute"])
+def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path, cut: str) -> None:
     reader = BuildReader(str(data))
-    plan = make_plan(reader, budget=BUDGET, steps_of=2)
-    assert plan.summary.split_trees >= 1  # parts with a recomputed prefix are exercised
+    plan = make_plan(reader, budget=BUDGET, steps_of=2, cut=cut)
+    assert plan.summary.split_trees >= 1  # hand-off rows / recomputed prefixes are exercised
     seen: dict[str, list[int]] = {}
     for st in plan.steps:
         for p in st.parts:
             seen.setdefault(p.group_id, []).extend(p.seqs)
-            assert p.tokens + p.prefix_tokens <= BUDGET
+            if p.handoff_cuts:
+                assert cut == "handoff" and p.prefix_tokens == 0
+                assert max(np.diff(p.handoff_cuts)) <= BUDGET < p.tokens
+            else:
+                assert p.tokens + p.prefix_tokens <= BUDGET
     for shard in reader.shard_names:
         t = reader.table(shard)
         for r in range(t.num_rows):
@@ -111,9 +117,11 @@ def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path) -> None:
             assert sorted(seen[tree["group_id"]]) == list(range(len(tree["seq_node"])))
 
 
-def test_tree_layout_trains_like_linear_layout(data: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", ["handoff", "recompute"])
+def test_tree_layout_trains_like_linear_layout(data: Path, tmp_path: Path, cut: str) -> None:
     """Every step's loss and the weights after 3 SGD steps equal the linear baseline's: the
-    restored weights and the step-global normalization hold across cut trees and micro-batches."""
+    restored weights and the step-global normalization hold across hand-off parts (or cut trees
+    with recomputed prefixes) and micro-batches."""
     runs = {}
     for layout in ("tree", "linear"):
         runs[layout] = train(
@@ -121,6 +129,7 @@ def test_tree_layout_trains_like_linear_layout(data: Path, tmp_path: Path) -> No
                 data,
                 tmp_path / layout,
                 layout=layout,
+                cut=cut,
                 steps=3,
                 optimizer="sgd",
                 lr=0.5,
@@ -247,10 +256,18 @@ def test_refuses_other_schema_version(data: Path, tmp_path: Path) -> None:
     shard = bad2 / json.loads((bad2 / "manifest.json").read_text())["shards"][0]["path"]
     with pa.memory_map(str(shard), "r") as src:
         t = ipc.open_file(src).read_all()
-    t = t.replace_schema_metadata({b"treeprep.schema_version": b"2"})
+    t = t.replace_schema_metadata({b"treeprep.schema_version": b"1"})
     with pa.OSFile(str(shard), "wb") as sink, ipc.new_file(sink, t.schema) as w:
         w.write_table(t)
-    with pytest.raises(ShardError, match="shard schema version 2"):
+    # the manifest vouches for the rewritten shard (else its sha256 check refuses it first)
+    import hashlib
+
+    m2 = json.loads((bad2 / "manifest.json").read_text())
+    m2["shards"][0].update(
+        bytes=shard.stat().st_size, sha256=hashlib.sha256(shard.read_bytes()).hexdigest()
+    )
+    (bad2 / "manifest.json").write_text(json.dumps(m2))
+    with pytest.raises(ShardError, match="shard schema version 1"):
         train(cfg(bad2, tmp_path / "run2", steps=1))
 
 
@@ -319,3 +336,60 @@ def test_cli_train_json_and_activation_checkpointing(data: Path, tmp_path: Path)
     np.testing.assert_allclose(got, ref.losses, rtol=1e-6)  # recomputation changes nothing
     bad = CliRunner().invoke(app, ["train", str(tmp_path / "nope"), "--model", "tiny-qwen3"])
     assert bad.exit_code != 0
+
+
+def test_rl_step_metrics_in_float64(tmp_path: Path) -> None:
+    """Issue 16: per-step RL metrics in metrics.jsonl; --precision float64 trains in float64.
+    Agent groups hold two sampled chains each, the reward on a chain's last call only."""
+    rng = np.random.default_rng(4)
+    lines = []
+    for g in range(4):
+        prompt = _ids(rng, 20)
+        for k in range(2):
+            p = prompt
+            for c in range(3):
+                gen = _ids(rng, int(rng.integers(6, 12)))
+                rec = {
+                    "group_id": f"agent-{g}",
+                    "trajectory_id": f"agent-{g}/{k}",
+                    "call_id": f"agent-{g}/{k}/{c}",
+                    "prompt_token_ids": p,
+                    "generation_token_ids": gen,
+                    "generation_log_probs": (-rng.random(len(gen))).round(3).tolist(),
+                }
+                if c == 2:
+                    rec["reward"] = float(k)
+                lines.append(rec)
+                p = p + gen + _ids(rng, 4)
+    src = tmp_path / "agents.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    data = tmp_path / "build"
+    build(BuildConfig(inputs=[str(src)], out=str(data)))
+    run = tmp_path / "rl"
+    res = train(
+        cfg(
+            data,
+            run,
+            steps=2,
+            loss="grpo",
+            norm="trajectory-mean",
+            adv_norm="rloo",
+            clip_eps=0.1,
+            clip_eps_high=0.3,
+            entropy_coef=0.01,
+            precision="float64",
+            save_final=False,
+        )  # fmt: skip
+    )
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and len(res.history) == 2
+    for m in lines:
+        for k in ("clip_frac", "approx_kl", "entropy", "entropy_term", "adv_mean", "adv_std"):
+            assert k in m and np.isfinite(m[k]), k
+        assert 0.0 <= m["clip_frac"] <= 1.0
+        assert m["adv_min"] <= m["adv_mean"] <= m["adv_max"]
+        assert m["entropy"] > 0
+        # rloo over two trajectories per group, rewards 0 and 1: every call carries +-1
+        assert m["adv_min"] == pytest.approx(-1.0) and m["adv_max"] == pytest.approx(1.0)
+    cfgd = json.loads((run / "config.json").read_text())
+    assert cfgd["precision"] == "float64" and cfgd["adv_norm"] == "rloo"

@@ -36,22 +36,38 @@ def random_group(
     logprobs: bool = True,
     advantages: bool = True,
     dup: bool = True,
+    ref: bool = False,
 ) -> list[Sequence]:
-    """Sequences that branch from earlier ones at random cuts (several roots, duplicates)."""
+    """Sequences that branch from earlier ones at random cuts (several roots, duplicates).
+
+    Sequences belong to trajectories: a root starts one, a continuation stays in its source's
+    trajectory or starts a new one (a resampled call); every call of a trajectory carries the
+    trajectory's reward. ``ref`` adds reference log-probs."""
     seqs: list[Sequence] = []
+    rewards: dict[str, float] = {}
+
+    def traj(name: str) -> str:
+        rewards.setdefault(name, float(rng.integers(0, 3)))
+        return name
+
     for r in range(roots):
-        seqs.append(_seq(rng, rng.integers(0, VOCAB, root_len), logprobs, advantages, r))
+        t = traj(f"t{r}")
+        seqs.append(_seq(rng, rng.integers(0, VOCAB, root_len), logprobs, advantages, ref, t))
     while len(seqs) < n_seq:
-        src = seqs[int(rng.integers(0, len(seqs)))].tokens
-        cut = int(rng.integers(1, len(src) + 1))
+        src = seqs[int(rng.integers(0, len(seqs)))]
+        cut = int(rng.integers(1, len(src.tokens) + 1))
         suffix = rng.integers(0, VOCAB, int(rng.integers(1, max_suffix + 1)))
-        seqs.append(_seq(rng, np.concatenate([src[:cut], suffix]), logprobs, advantages, 0))
+        t = src.trajectory_id if rng.random() < 0.5 else traj(f"t{len(rewards)}")
+        toks = np.concatenate([src.tokens[:cut], suffix])
+        seqs.append(_seq(rng, toks, logprobs, advantages, ref, t))
     if dup:
         seqs.append(seqs[int(rng.integers(0, len(seqs)))])
+    for s in seqs:
+        s.reward = rewards[s.trajectory_id]
     return seqs
 
 
-def _seq(rng, toks, logprobs: bool, advantages: bool, salt: int) -> Sequence:
+def _seq(rng, toks, logprobs: bool, advantages: bool, ref: bool, traj: str) -> Sequence:
     n = len(toks)
     a = int(rng.integers(0, n))
     b = int(rng.integers(a, n + 1))
@@ -60,8 +76,12 @@ def _seq(rng, toks, logprobs: bool, advantages: bool, salt: int) -> Sequence:
         spans.append((b + 1, n))
     k = sum(e - s for s, e in spans)
     lp = -rng.random(k).astype(np.float32) * 3 if logprobs and rng.random() < 0.7 else None
+    rlp = -rng.random(k).astype(np.float32) * 3 if ref else None
     adv = float(rng.normal()) if advantages else None
-    return Sequence("g", np.asarray(toks), spans, logprobs=lp, advantage=adv, reward=float(salt))
+    return Sequence(
+        "g", np.asarray(toks), spans, logprobs=lp, advantage=adv, trajectory_id=traj,
+        ref_logprobs=rlp,
+    )  # fmt: skip
 
 
 def rows_of(*trees: Tree) -> list[dict]:

@@ -1,10 +1,16 @@
 """Golden bytes: a build and a plan of known inputs hash to values recorded from earlier code.
 
-The hashes were recorded from ``main`` before issue 19's restructuring (commit fdd2b9b) and guard
-that moving code between modules changes no byte of the shards, the manifest, the rejects or the
-plan. The build runs from the repository root with relative input paths (the paths go into the
-manifest, and determinism across absolute paths is another issue). A change that is meant to
-change the bytes (a schema version, a new column) re-records them, and says so in its commit.
+The hashes were recorded from ``main`` before issue 19's restructuring (commit fdd2b9b) and
+re-recorded for issue 15 item 22: inputs are now named by their path relative to the input root
+(group ids, ``seq_source``, rejects, manifest), and the manifest gained ``duplicate_inputs``. They
+guard that moving code between modules changes no byte of the shards, the manifest, the rejects
+or the plan. The build runs from the repository root (the adversarial suite checks that the
+bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
+(issue 11: hand-off rows and their columns), the sample files for the new formats and the
+OpenHands V1 event stream, now read (issue 14: real-log shards unchanged), and shard schema
+version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns).
+A change that is meant to change the bytes (a schema version, a new column) re-records them,
+and says so in its commit.
 """
 
 from __future__ import annotations
@@ -21,27 +27,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "6719c486dc6d2a571e894f3456fecbf6b096b6f70a7102e32c5a38cf4e35800b",
+    "manifest.json": "b443d5dfb80c992e6e353c81b586328b8f7837f2868547008b21e8d29723a7a0",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "20cbe51598383a617774ff095e0dcd606a04835b8b204d5847fa78af3d3da06a"
+        "6983f8e80699f0c260c7930014fc301b2d921567f7634e4ceac7ade59d30573f"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "914ec70e28a703eb81b8437ecd1d4e73e5d6daabe043dc7b93c4b8bf6e69e262"
+        "3404dbc82bf2a2a87694f41745452ecc7e932fa3dfe4019bfedf93613c23db0b"
     ),
-    "rejects.jsonl": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-    "shards/shard-00000.arrow": "0e4c64901ac6ae5c30ece06c21fcbeae59b573d9878762ef1a39747cc7c42c22",
+    "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
+    "shards/shard-00000.arrow": "cc2fc7d2b9c137456064f4a717e444071b7d58ae6149f7e499af3fe56c7888bc",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "5c09c02fefbe819922dfd3308da52a3ece3ff927216a7a78fbf555032e4784d7",
+    "manifest.json": "ef0a5c028782e83ccf8951e2f828022f0752b9e8f33af920ac766c026c1a4c49",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "4ff0105f9e7b1928a01230dd93d4d8c06b5fc63968203e7532b1586dba0298d7"
+        "e1e582ee711f2b40cbab322a214b2631cd9c3c543fb0a10d1e660760983b2416"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "1cb93ff5882b17da4c49c20f8ddcea232a14432b799179dbb3b30b0889f44203"
+        "e7c4cf014c33d98f3b0ecee9e36a24eb641ef586595f99d11e7bc96941237f03"
     ),
-    "rejects.jsonl": "8d5cc5bf06455658aa1838f48cbca67c3f558c769da39a7471e1b07eb4d9bbfe",
-    "shards/shard-00000.arrow": "0f9ab4e792050253e6bb7c833663935fa322617f6d275e58f09cc984b0c1fb98",
+    "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
+    "shards/shard-00000.arrow": "a82776810595f39e2c9e8905c91dbb7b02364645ac426595d4cac9b21ab3dbda",
 }
 
 

@@ -88,3 +88,33 @@ def test_bad_model_specs_are_clear_errors(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(TreeprepError, match=r"config.json: model config has none of"):
         load_model(str(bad))
+
+
+def test_family_presets_window_linear_attention_and_moe() -> None:
+    oss = PRESETS["gpt-oss-120b"]
+    assert 110e9 < oss.params_total < 125e9 and oss.params_nonembedding_active < 6e9
+    q35 = PRESETS["qwen3.5-35b-a3b"]
+    assert 33e9 < q35.params_total < 36e9 and q35.params_nonembedding_active < 3e9
+    tokens, pairs = 10_000, 40_000_000  # long paths: most pairs lie beyond a 128-token window
+    # windowed layers read at most `window` keys per query; exact window pairs override the bound
+    assert oss.attention_flops(tokens, pairs) < 0.6 * oss.attention_flops(tokens, pairs, pairs)
+    assert oss.attention_flops(tokens, pairs, 1_000) < oss.attention_flops(tokens, pairs)
+    # a hybrid pays attention pairs on a quarter of its layers and a per-token state cost instead
+    hyb = PRESETS["qwen3.5-hybrid-9b"]
+    assert hyb.full_layers == 8 and hyb.linear_state_flops_per_token > 0
+    assert hyb.flops(tokens, pairs) - tokens * hyb.flops_per_token == pairs * hyb.flops_per_pair
+
+
+def test_from_config_reads_layer_types() -> None:
+    cfg = {
+        "num_hidden_layers": 4, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8,
+    }  # fmt: skip
+    m = from_config(cfg)
+    assert (m.linear_layers, m.full_layers, m.window_layers) == (3, 1, 0)
+    oss = dict(cfg, layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=8)
+    m = from_config(oss)
+    assert (m.linear_layers, m.window_layers, m.window) == (0, 2, 8)

@@ -162,9 +162,12 @@ def _ref_sharegpt(rec: dict) -> list[dict]:
 
 @needs_qwen
 def test_sharegpt_calls_match_apply_chat_template() -> None:
+    from transformers import AutoTokenizer  # the reference only; rendering never imports it
+
     from treeprep.render import Renderer
 
     r = Renderer.load(str(TOKENIZERS / "qwen2_5"))
+    hf = AutoTokenizer.from_pretrained(str(TOKENIZERS / "qwen2_5"), local_files_only=True)
     raw = json.loads((SAMPLES / "sharegpt_tools.json").read_text())[0]
     ref = _ref_sharegpt(raw)
     tools = json.loads(raw["tools"])
@@ -176,12 +179,10 @@ def test_sharegpt_calls_match_apply_chat_template() -> None:
     for call, i in zip(calls, targets, strict=True):
         seq = r.render(call, group_id="g")
         full = list(
-            r.tokenizer.apply_chat_template(
-                ref[: i + 1], tools=tools, tokenize=True, return_dict=False
-            )
+            hf.apply_chat_template(ref[: i + 1], tools=tools, tokenize=True, return_dict=False)
         )
         prompt = list(
-            r.tokenizer.apply_chat_template(
+            hf.apply_chat_template(
                 ref[:i], tools=tools, tokenize=True, return_dict=False, add_generation_prompt=True
             )
         )

@@ -144,13 +144,16 @@ def test_truncated_compressed_file_keeps_good_records(tmp_path: Path, codec: str
     data = b"".join(orjson.dumps(r) + b"\n" for r in recs)
     if codec == "gz":
         blob = gzip.compress(data)
-    else:
-        blob = zstandard.ZstdCompressor().compress(data)
+        cut = blob[: len(blob) // 2]
+    else:  # only whole, checksummed zstd frames are read (issue 15 item 5): cut the second one
+        c = zstandard.ZstdCompressor()
+        first = c.compress(b"".join(orjson.dumps(r) + b"\n" for r in recs[:1000]))
+        cut = first + c.compress(b"".join(orjson.dumps(r) + b"\n" for r in recs[1000:]))[:5000]
     p = tmp_path / f"t.jsonl.{codec}"
-    p.write_bytes(blob[: len(blob) // 2])
+    p.write_bytes(cut)
     items = _read("tokens", p)
     good = [x for x in items if isinstance(x, TokenRollout)]
-    assert len(good) > 100
+    assert len(good) > 100 and (codec == "gz" or len(good) == 1000)
     assert [x.source_line for x in good] == list(range(1, len(good) + 1))
     assert [x.prompt_token_ids for x in good] == [r["prompt_token_ids"] for r in recs[: len(good)]]
     last = items[-1]
@@ -160,7 +163,11 @@ def test_truncated_compressed_file_keeps_good_records(tmp_path: Path, codec: str
     assert last.reason.startswith(f"truncated or corrupt {kind} stream: ")
 
 
-def test_single_50mb_line_parses(tmp_path: Path) -> None:
+def test_single_50mb_line_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default limit per record is 16 MiB (issue 15 item 21, --max-record-mb); raised here
+    import treeprep.io
+
+    monkeypatch.setitem(treeprep.io._limits, "record_bytes", 64 << 20)
     big = "y" * (50 * 1024 * 1024)
     rec = _call(2)
     rec["messages"].append(

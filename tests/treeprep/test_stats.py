@@ -161,10 +161,48 @@ def test_counts_and_attention_pairs_match_brute_force(build) -> None:
     json.dumps(s)  # JSON-able
 
 
+def _brute_targets(trees: list[Tree]) -> tuple[int, int]:
+    """Trained targets (loss mask on, depth >= 1): every copy, and distinct tree tokens (a tree
+    token is the token prefix that ends at it)."""
+    linear, distinct = 0, set()
+    for t in trees:
+        for rec in t.iter_sequences():
+            ids, mask = rec["input_ids"], rec["loss_mask"]
+            for d in range(1, len(ids)):
+                if mask[d]:
+                    linear += 1
+                    distinct.add((t.group_id, tuple(ids[: d + 1])))
+    return linear, len(distinct)
+
+
+def test_targets_and_head_choice(build) -> None:
+    """The LM head is counted on the trained targets by default, on every fed token with
+    ``head="all"``; both layouts' targets match a brute-force count."""
+    out, trees = build
+    b = _brute(trees)
+    hl, ht = _brute_targets(trees)
+    assert hl > ht  # the duplicate and the shared chain are trained once in the tree
+    m = PRESETS["qwen3-32b"]
+    s = compute_stats(str(out), model="qwen3-32b")
+    assert (s["targets_linear"], s["targets_tree"], s["head"]) == (hl, ht, "targets")
+    expect = m.flops(b["tl"], b["pl"], hl) / m.flops(b["tt"], b["pt"], ht)
+    assert s["model"]["speedup"] == pytest.approx(expect, rel=1e-12)
+    s_all = compute_stats(str(out), model="qwen3-32b", head="all")
+    assert s_all["head"] == "all"
+    assert s_all["model"]["speedup"] == pytest.approx(
+        m.flops(b["tl"], b["pl"]) / m.flops(b["tt"], b["pt"]), rel=1e-12
+    )
+    assert s_all["model"]["speedup"] != pytest.approx(s["model"]["speedup"], rel=1e-6)
+    args = ["stats", str(out), "--model", "qwen3-32b", "--head", "all", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["model"]["speedup"] == pytest.approx(s_all["model"]["speedup"])
+
+
 def test_model_speedup_is_the_flop_ratio(build) -> None:
     out, trees = build
     b = _brute(trees)
-    s = compute_stats(str(out), model="qwen3-32b")
+    s = compute_stats(str(out), model="qwen3-32b", head="all")
     m = PRESETS["qwen3-32b"]
     expect = m.flops(b["tl"], b["pl"]) / m.flops(b["tt"], b["pt"])
     assert s["model"]["name"] == "qwen3-32b"
@@ -175,10 +213,23 @@ def test_model_speedup_is_the_flop_ratio(build) -> None:
     assert sum(s["model"]["linear_flops_share"].values()) == pytest.approx(1.0)
 
 
+def test_budget_with_handoff_gives_err_equal_to_por(build) -> None:
+    """The default (hand-off parts): nothing recomputed at any budget, even under the longest
+    path (13 tokens), so ERR is POR exactly and the packed speedup is the ideal one."""
+    out, _ = build
+    for budget in (14, 12, 3):
+        s = compute_stats(str(out), budget=budget)
+        pk = s["packing"]
+        assert "error" not in pk and pk["cut"] == "handoff"
+        assert pk["tokens_pack"] == s["tokens_tree"] and pk["tokens_recomputed"] == 0
+        assert pk["err"] == pytest.approx(s["por"], abs=1e-15)
+        assert pk["handoff_trees"] >= 1
+
+
 def test_budget_and_plan_give_the_packing_figures(build) -> None:
     out, trees = build
-    s = compute_stats(str(out), budget=14)
-    p = plan_forest(load_forest(str(out)), PackConfig(budget=14)).summary
+    s = compute_stats(str(out), budget=14, cut="recompute")
+    p = plan_forest(load_forest(str(out)), PackConfig(budget=14, cut="recompute")).summary
     pk = s["packing"]
     assert (pk["tokens_pack"], pk["err"], pk["padding_waste"]) == (
         p.tokens_pack,
@@ -190,10 +241,10 @@ def test_budget_and_plan_give_the_packing_figures(build) -> None:
     assert pk["linear_speedup"] == pytest.approx(s["tokens_linear"] / pk["tokens_pack"])
     assert pk["model_speedup"] < s["model"]["speedup"]
     # a budget below the longest path (13 tokens) keeps the counts and names the problem
-    bad = compute_stats(str(out), budget=12)
+    bad = compute_stats(str(out), budget=12, cut="recompute")
     assert bad["tokens_tree"] == s["tokens_tree"]
     assert "13 tokens, over the budget of 12" in bad["packing"]["error"]
-    plan_dir, _ = pack(str(out), PackConfig(budget=14, world_size=2))
+    plan_dir, _ = pack(str(out), PackConfig(budget=14, world_size=2, cut="recompute"))
     s2 = compute_stats(str(out), plan=plan_dir)
     assert s2["packing"]["world_size"] == 2 and s2["packing"]["tokens_pack"] == pk["tokens_pack"]
     # a plan belongs to one build: another manifest is refused
@@ -239,7 +290,12 @@ def test_cli_pack_writes_plan_and_reports(build) -> None:
     d = json.loads(r.stdout)
     assert Path(d["plan_dir"], "plan.arrow").is_file() and d["world_size"] == 2
     assert d["err"] <= d["por"]
-    r = CliRunner().invoke(app, ["pack", str(out), "--budget", "4"])
+    # a budget under the longest path: hand-off parts by default, refused when recomputing
+    r = CliRunner().invoke(app, ["pack", str(out), "--budget", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["err"] == d["por"] and d["handoff_trees"] > 0
+    r = CliRunner().invoke(app, ["pack", str(out), "--budget", "4", "--cut", "recompute"])
     assert r.exit_code != 0
 
 
@@ -270,7 +326,12 @@ def _check_build_stats_and_plan(out: Path) -> dict:
     load: dict = {}
     for r in rows:
         key = (r["step"], r["rank"], r["micro_batch"])
-        load[key] = load.get(key, 0) + r["tokens"] + r["prefix_tokens"]
+        cuts = r["handoff_cuts"]
+        if cuts:  # a hand-off row: alone in its slot, each part within the budget
+            assert max(b - a for a, b in zip(cuts[:-1], cuts[1:], strict=True)) <= budget
+            load[key] = load.get(key, 0) + budget
+        else:
+            load[key] = load.get(key, 0) + r["tokens"] + r["prefix_tokens"]
     assert max(load.values()) <= budget
     seen = sorted((r["group_id"], q) for r in rows for q in r["seqs"])
     assert seen == sorted((t.group_id, q) for t in trees for q in range(t.num_sequences))

@@ -1,4 +1,5 @@
-"""Tree attention: one rule (:mod:`.mask`), four exact backends, one transformers glue (:mod:`.hf`).
+"""Tree attention: one rule (:mod:`.mask`), four exact backends, one transformers glue (:mod:`.hf`),
+per-layer extras (:mod:`.options`: windows, soft-capping, sinks).
 
 See :mod:`.backends` for the interface and the choice, :mod:`.mask` for the rule and the metadata.
 """
@@ -13,12 +14,15 @@ from treeprep.trainer.attention.backends import (
 from treeprep.trainer.attention.flash import flash_available
 from treeprep.trainer.attention.hf import ATTN_NAME, hf_tree_attention, register_attention
 from treeprep.trainer.attention.mask import Chains, TreeMask, build_chains, tree_mask_mod, visible
+from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 __all__ = [
     "ATTN_NAME",
     "BACKENDS",
     "DENSE_MAX_TOKENS",
     "Backend",
+    "LayerOptions",
+    "PLAIN",
     "Chains",
     "TreeMask",
     "build_chains",

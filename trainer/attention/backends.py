@@ -28,6 +28,7 @@ from treeprep.trainer.attention.flash import flash_available, flash_tree_attenti
 from treeprep.trainer.attention.flex import flex_tree_attention
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.nodes import nodes_attention
+from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 Backend = Literal["dense", "nodes", "flex", "flash"]
 BACKENDS: tuple[str, ...] = ("dense", "nodes", "flex", "flash")
@@ -75,9 +76,11 @@ def tree_attention(
     scale: float | None = None,
     backend: str | None = None,
     prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
+    opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """Attention of packed trees; returns o_BHTD. ``backend`` overrides ``tree_mask.backend``;
-    ``prefix`` is the handed-over (pk_BGPD, pv_BGPD) that precede the batch's own keys."""
+    ``prefix`` is the handed-over (pk_BGPD, pv_BGPD) that precede the batch's own keys; ``opts``
+    the layer's window, soft-capping and sinks (:mod:`.options`)."""
     if q_BHTD.shape[0] != 1:
         raise TreeprepError("tree attention packs trees into one row: batch size must be 1")
     if q_BHTD.shape[2] != tree_mask.num_tokens:
@@ -91,4 +94,4 @@ def tree_attention(
             f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {plen}"
         )
     s = scale if scale is not None else q_BHTD.shape[-1] ** -0.5
-    return _IMPLS[backend or tree_mask.backend](q_BHTD, k_BGTD, v_BGTD, pk, pv, tree_mask, s)
+    return _IMPLS[backend or tree_mask.backend](q_BHTD, k_BGTD, v_BGTD, pk, pv, tree_mask, s, opts)

@@ -1,7 +1,9 @@
-"""``dense``: the exact reference. One [T, P+T] boolean mask per batch, handed to SDPA.
+"""``dense``: the exact reference. One [T, P+T] boolean mask per batch (and window), handed to SDPA.
 
 Memory: T (P+T) bytes for the mask plus, on SDPA's math path (CPU, float32), H T (P+T) floats per
-layer. Use it for small batches and as the oracle the other backends are tested against.
+layer. Use it for small batches and as the oracle the other backends are tested against. Layers
+with soft-capping or sinks (:mod:`.options`), which SDPA does not take, run the same product
+written out: scores, cap, mask, softmax with the sink column, values.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.attention.options import PLAIN, LayerOptions, cap_scores, softmax_rows
 
 
 def dense_attention(
@@ -20,12 +23,22 @@ def dense_attention(
     pv: torch.Tensor | None,
     tm: TreeMask,
     scale: float,
+    opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """q_BHTD against [prefix; own] keys under the tree rule; returns o_BHTD."""
     if pk is not None and pv is not None and pk.shape[2]:
         k = torch.cat([pk.to(k.dtype), k], dim=2)
         v = torch.cat([pv.to(v.dtype), v], dim=2)
+    mask = tm.dense(opts.window)
     gqa = q.shape[1] != k.shape[1]
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=tm.dense()[None, None], scale=scale, enable_gqa=gqa
-    )
+    if opts.softcap is None and opts.sinks is None:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask[None, None], scale=scale, enable_gqa=gqa
+        )
+    r = q.shape[1] // k.shape[1]
+    if r > 1:
+        k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
+    s = cap_scores(torch.matmul(q, k.transpose(-1, -2)) * scale, opts.softcap)
+    s = s.masked_fill(~mask[None, None], float("-inf"))
+    sinks = None if opts.sinks is None else opts.sinks.reshape(1, -1, 1, 1)
+    return torch.matmul(softmax_rows(s, sinks).to(v.dtype), v)

@@ -5,7 +5,9 @@ ancestors' tokens, its own last (flash-attn's causal mode is bottom-right aligne
 node's queries need). The gather costs the sum over nodes of their path lengths: fine for trees
 whose nodes are whole turns, quadratic for long chains of small nodes, where ``flex`` is the GPU
 choice. flash-attn runs in fp16/bf16 only: float32 inputs are cast to bf16 and the output back.
-Imported lazily; an optional extra.
+Imported lazily; an optional extra. A node's gathered keys are its whole root-to-node path, one
+row per depth, so a depth window is flash-attn's own left window (``window - 1``); soft-capping is
+its ``softcap``; sinks are not supported (refused: use ``flex`` or ``nodes``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import importlib.util
 import numpy as np
 import torch
 
+from treeprep.errors import TreeprepError
 from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 
 def flash_available() -> bool:
@@ -54,8 +58,12 @@ def flash_tree_attention(
     pv: torch.Tensor | None,
     tm: TreeMask,
     scale: float,
+    opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     from flash_attn import flash_attn_varlen_func
+
+    if opts.sinks is not None:
+        raise TreeprepError("attention sinks are not supported by the flash backend; use flex")
 
     if pk is not None and pv is not None and pk.shape[2]:
         k = torch.cat([pk.to(k.dtype), k], dim=2)
@@ -76,5 +84,7 @@ def flash_tree_attention(
         dropout_p=0.0,
         softmax_scale=scale,
         causal=True,
+        window_size=(-1, -1) if opts.window is None else (opts.window - 1, 0),
+        softcap=opts.softcap or 0.0,
     )
     return o_THD.to(dtype).transpose(0, 1)[None]

@@ -6,6 +6,10 @@ as ``tree_mask=``. When the mask carries a hand-off (a part of a larger tree), t
 keys and values are recorded for the descendant parts and the ancestors' handed-over keys and
 values come back as the prefix (``module.layer_idx`` names the layer). Without a mask it runs plain
 causal attention, so a model loaded by treeprep still works for ordinary calls.
+
+The layer's extras arrive as transformers' keywords and become :class:`LayerOptions`:
+``sliding_window`` (the layer's window; transformers passes None on full-attention layers),
+``s_aux`` (gpt-oss's per-head sink logits) and ``softcap`` (attention logit soft-capping).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch.nn.functional as F
 from treeprep.errors import TreeprepError
 from treeprep.trainer.attention.backends import tree_attention
 from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.attention.options import LayerOptions
 
 ATTN_NAME = "treeprep"
 
@@ -32,13 +37,19 @@ def hf_tree_attention(
     scaling: float | None = None,
     sliding_window: int | None = None,
     tree_mask: TreeMask | None = None,
+    s_aux: torch.Tensor | None = None,
+    softcap: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention signature over a tree (see the module docstring)."""
     if dropout:
         raise TreeprepError("tree attention does not implement attention dropout; set it to 0")
-    if sliding_window is not None and tree_mask is not None:
-        raise TreeprepError("sliding-window layers are not supported by tree attention")
+    opts = LayerOptions(window=sliding_window, softcap=softcap, sinks=s_aux)
+    if tree_mask is None and not opts.plain:
+        raise TreeprepError(
+            "treeprep's attention runs windows, sinks and soft-capping on trees only; "
+            "call the model with tree_mask= (or load it with another attn_implementation)"
+        )
     if tree_mask is None:
         gqa = query.shape[1] != key.shape[1]
         out = F.scaled_dot_product_attention(
@@ -48,7 +59,7 @@ def hf_tree_attention(
     prefix = None
     if tree_mask.handoff is not None:
         prefix = tree_mask.handoff.exchange(getattr(module, "layer_idx", None), key, value)
-    out = tree_attention(query, key, value, tree_mask, scale=scaling, prefix=prefix)
+    out = tree_attention(query, key, value, tree_mask, scale=scaling, prefix=prefix, opts=opts)
     return out.transpose(1, 2).contiguous(), None
 
 

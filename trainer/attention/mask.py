@@ -8,9 +8,15 @@ tree's depth-first token order). Token i attends key j iff
 
     index[j] <= index[i]  and  node[j] <= node[i] <= last[j]
 
-that is, j's node is an ancestor-or-self of i's and, within one node, j comes first. The rule is
-written once, in :func:`visible`; the dense mask evaluates it on broadcast vectors and the flex
-backend hands the same function to ``create_block_mask`` / the interval classifier.
+that is, j's node is an ancestor-or-self of i's and, within one node, j comes first. A sliding
+window layer adds one term: a window is a distance in depth (the token's position along its
+root-to-leaf path, which is what the position ids are), so with ``window`` w it also needs
+
+    depth[i] - depth[j] < w
+
+exactly what the same layer computes on each path alone. The rule is written once, in
+:func:`visible`; the dense mask evaluates it on broadcast vectors and the flex backend hands the
+same function to ``create_block_mask`` / the interval classifier.
 
 Keys are the batch's own tokens, optionally preceded by P *prefix rows* handed over from earlier
 parts of the same tree (:mod:`treeprep.trainer.parts`): the keys and values of the ancestors of
@@ -40,20 +46,37 @@ def visible(
     k_node: torch.Tensor,
     k_last: torch.Tensor,
     k_index: torch.Tensor,
+    q_depth: torch.Tensor | None = None,
+    k_depth: torch.Tensor | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """The tree rule on broadcastable index tensors: may a query see a key."""
-    return (k_index <= q_index) & (k_node <= q_node) & (q_node <= k_last)
+    """The tree rule on broadcastable index tensors: may a query see a key (within ``window``
+    depths when given)."""
+    ok = (k_index <= q_index) & (k_node <= q_node) & (q_node <= k_last)
+    if window is not None:
+        assert q_depth is not None and k_depth is not None, "a window needs depths"
+        ok = ok & (q_depth - k_depth < window)
+    return ok
 
 
-def tree_mask_mod(meta: TreeMask) -> Any:
+def tree_mask_mod(meta: TreeMask, window: int | None = None) -> Any:
     """A FlexAttention ``mask_mod`` for ``meta``: query q sees key kv (prefix rows first)."""
-    qn, qi = meta.q_node, meta.q_index
-    kn, kl, ki = meta.k_node, meta.k_last, meta.k_index
+    qn, qi, qd = meta.q_node, meta.q_index, meta.q_depth
+    kn, kl, ki, kd = meta.k_node, meta.k_last, meta.k_index, meta.k_depth
+    if window is None:
 
-    def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
-        return visible(qn[q_idx], qi[q_idx], kn[kv_idx], kl[kv_idx], ki[kv_idx])
+        def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+            return visible(qn[q_idx], qi[q_idx], kn[kv_idx], kl[kv_idx], ki[kv_idx])
 
-    return mask_mod
+        return mask_mod
+    meta.need_depths()
+
+    def window_mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+        return visible(
+            qn[q_idx], qi[q_idx], kn[kv_idx], kl[kv_idx], ki[kv_idx], qd[q_idx], kd[kv_idx], window
+        )
+
+    return window_mask_mod
 
 
 @dataclass
@@ -113,6 +136,23 @@ def build_chains(
     return Chains(c_start, c_end, segs, [int(node_prefix[h]) for h in heads])
 
 
+class Memo:
+    """What backends build once per batch (mask, block mask, chains). Not a dict on purpose:
+    wrappers that rebuild containers in a module's inputs (FSDP2 walks dataclasses and dicts to
+    move or cast tensors) leave it alone, so every layer still shares one cache."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self) -> None:
+        self._d: dict[str, Any] = {}
+
+    def get(self, key: str) -> Any:
+        return self._d.get(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._d[key] = value
+
+
 @dataclass
 class TreeMask:
     """A batch's attention metadata, passed to every attention call as ``tree_mask=``.
@@ -134,9 +174,12 @@ class TreeMask:
     node_prefix: np.ndarray  # [Nn]
     backend: str
     prefix_len: int = 0
+    #: depths (position ids) of queries and keys: what a sliding window measures
+    q_depth: torch.Tensor | None = None  # [T] int64
+    k_depth: torch.Tensor | None = None  # [P+T] int64
     #: the hand-off state of a part (:class:`treeprep.trainer.parts.state.HandOff`), or None
     handoff: Any = None
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _cache: Memo = field(default_factory=Memo, repr=False)
 
     @classmethod
     def from_batch(cls, batch: Any, attn: str = "auto") -> TreeMask:
@@ -158,7 +201,23 @@ class TreeMask:
             node_parent=batch.node_parent.cpu().numpy(),
             node_prefix=np.zeros(nn, dtype=np.int64),
             backend=choose_backend(batch.device, batch.num_tokens, attn),
+            q_depth=batch.position_ids,
+            k_depth=batch.position_ids,
         )
+
+    def need_depths(self) -> None:
+        if self.q_depth is None or self.k_depth is None:
+            raise ValueError("a sliding window needs the tree mask's q_depth and k_depth")
+
+    def k_depth_np(self) -> np.ndarray:
+        """Key depths as a host array (cached): what the nodes backend prunes blocks with."""
+        d = self._cache.get("k_depth_np")
+        if d is None:
+            self.need_depths()
+            assert self.k_depth is not None
+            d = self.k_depth.detach().cpu().numpy().astype(np.int64)
+            self._cache["k_depth_np"] = d
+        return d
 
     @property
     def num_tokens(self) -> int:
@@ -168,18 +227,25 @@ class TreeMask:
     def num_keys(self) -> int:
         return int(self.k_node.shape[0])
 
-    def dense(self) -> torch.Tensor:
-        """[T, P+T] bool: row i may attend key j. Built once per batch, O(T (P+T)) bytes."""
-        m = self._cache.get("dense")
+    def dense(self, window: int | None = None) -> torch.Tensor:
+        """[T, P+T] bool: row i may attend key j. Built once per batch and window, O(T (P+T))."""
+        key = f"dense:{window}"
+        m = self._cache.get(key)
         if m is None:
+            if window is not None:
+                self.need_depths()
+                assert self.q_depth is not None and self.k_depth is not None
             m = visible(
                 self.q_node[:, None],
                 self.q_index[:, None],
                 self.k_node[None, :],
                 self.k_last[None, :],
                 self.k_index[None, :],
+                None if window is None else self.q_depth[:, None],
+                None if window is None else self.k_depth[None, :],
+                window,
             )
-            self._cache["dense"] = m
+            self._cache[key] = m
         return m
 
     def chains(self) -> Chains:

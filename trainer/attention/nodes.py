@@ -13,8 +13,15 @@ heads of a key head into the query rows, so keys are never repeated either.
 
 Memory: no gathered key rows at all (``gathered_rows`` is 0); the transient scores of one chunk are
 H x NODE_CHUNK x L floats, and autograd keeps the soft-maxed scores of every chunk, as SDPA's math
-path does. Chains with neither prefix nor ancestors (a whole one-path tree) use SDPA's causal
-kernel directly.
+path does. Chains with neither prefix nor ancestors whose tokens no other chain's segment cuts
+(a whole one-path tree, so every sequence of the linear layout) run as one ``is_causal`` SDPA
+call, whatever their length (plain layers only): the padding-free packed causal baseline a good
+linear trainer runs (SDPA's flash kernel on CPU keeps no T x T scores).
+
+Layer extras (:mod:`.options`). A sliding window adds a depth mask per key block; blocks that lie
+wholly beyond the window of every query of a chunk are not read at all (ancestor segments are
+ordered by depth, so a long path costs a window's worth of keys per query). Soft-capping applies
+to the scaled scores before the masks; sinks add one logit column per query row to the softmax.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.attention.options import PLAIN, LayerOptions, cap_scores, softmax_rows
 
 #: query rows per step (bounds the transient scores to H x NODE_CHUNK x L floats)
 NODE_CHUNK = 1024
@@ -34,25 +42,33 @@ def _chunk_attention(
     q_BHqD: torch.Tensor,
     blocks_k: list[torch.Tensor],
     blocks_v: list[torch.Tensor],
-    own_mask_qL: torch.Tensor,
+    masks: list[torch.Tensor | None],
     scale: float,
+    opts: LayerOptions,
 ) -> torch.Tensor:
-    """One chunk: full visibility of every block but the last, ``own_mask`` on the last."""
+    """One chunk over key blocks; ``masks[b]`` ([q, L_b] bool, or None for all visible)."""
     _, h, nq, d = q_BHqD.shape
     g = blocks_k[0].shape[1]
     r = h // g
     qg = q_BHqD.reshape(1, g, r * nq, d)
-    scores = [torch.matmul(qg, kb.transpose(-1, -2)) for kb in blocks_k]
-    bias = torch.zeros(own_mask_qL.shape, dtype=qg.dtype, device=qg.device)
-    bias.masked_fill_(~own_mask_qL, float("-inf"))
-    scores[-1] = scores[-1] + bias.repeat(r, 1)
-    s = torch.cat(scores, dim=-1) * scale if len(scores) > 1 else scores[0] * scale
-    p = torch.softmax(s, dim=-1)
+    scores = []
+    for kb, mb in zip(blocks_k, masks, strict=True):
+        sb = cap_scores(torch.matmul(qg, kb.transpose(-1, -2)) * scale, opts.softcap)
+        if mb is not None:
+            bias = torch.zeros(mb.shape, dtype=qg.dtype, device=qg.device)
+            bias.masked_fill_(~mb, float("-inf"))
+            sb = sb + bias.repeat(r, 1)
+        scores.append(sb)
+    sk = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]
+    sink_rows = None
+    if opts.sinks is not None:
+        sink_rows = opts.sinks.reshape(1, g, r, 1).expand(1, g, r, nq).reshape(1, g, r * nq, 1)
+    p = softmax_rows(sk, sink_rows)
     ps = p.split([kb.shape[2] for kb in blocks_k], dim=-1)
     o = torch.matmul(ps[0], blocks_v[0])
     for pb, vb in zip(ps[1:], blocks_v[1:], strict=True):
         o = o + torch.matmul(pb, vb)
-    return o.reshape(1, h, nq, d)
+    return o.reshape(1, h, nq, blocks_v[0].shape[-1])
 
 
 def _pieces(x: torch.Tensor, bounds: list[int]) -> dict[int, torch.Tensor]:
@@ -65,10 +81,6 @@ def _starts(bounds: list[int], a: int, b: int) -> list[int]:
     return bounds[bisect.bisect_left(bounds, a) : bisect.bisect_left(bounds, b)]
 
 
-def _span(p: dict[int, torch.Tensor], bounds: list[int], a: int, b: int) -> list[torch.Tensor]:
-    return [p[x] for x in _starts(bounds, a, b)]
-
-
 def nodes_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -77,6 +89,7 @@ def nodes_attention(
     pv: torch.Tensor | None,
     tm: TreeMask,
     scale: float,
+    opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """q_BHTD over in-place key segments per chain; returns o_BHTD."""
     ch = tm.chains()
@@ -85,43 +98,79 @@ def nodes_attention(
     # a slice's backward zero-fills the whole input per slice, a split's backward is one cat
     cut = {0, q.shape[2]}
     for c in range(len(ch.start)):
-        cut.update(range(ch.start[c], ch.end[c], NODE_CHUNK))
-        cut.add(ch.end[c])
+        cut.update((ch.start[c], ch.end[c]))
         for a, b in ch.segments[c]:
             cut.update((a, b))
+    # a chain that is a whole root path and that no segment cuts runs as one causal call
+    inner = sorted(cut)
+    whole = set()
+    for c in range(len(ch.start)):
+        s, e = ch.start[c], ch.end[c]
+        if opts.plain and not ch.prefix[c] and not ch.segments[c] and _starts(inner, s, e) == [s]:
+            whole.add(c)
+        else:
+            cut.update(range(s, e, NODE_CHUNK))
     bounds = sorted(cut)
     qp, kp, vp = _pieces(q, bounds), _pieces(k, bounds), _pieces(v, bounds)
+    w = opts.window
+    pl = tm.prefix_len
+    kd = tm.k_depth_np() if w is not None else None
     outs: list[torch.Tensor] = []
     for c in range(len(ch.start)):
         s, e = ch.start[c], ch.end[c]
         m = ch.prefix[c]
         seg = ch.segments[c]
-        if not m and not seg and qp[s].shape[2] == e - s:
+        if c in whole:
             outs.append(
                 F.scaled_dot_product_attention(
                     qp[s], kp[s], vp[s], is_causal=True, scale=scale, enable_gqa=gqa
                 )
             )
             continue
-        bk: list[torch.Tensor] = []
-        bv: list[torch.Tensor] = []
+        # key blocks: (k, v, first key row in [prefix; own] coordinates)
+        blocks: list[tuple[torch.Tensor, torch.Tensor, int]] = []
         if m:
             assert pk is not None and pv is not None
-            bk.append(pk[:, :, :m].to(k.dtype))
-            bv.append(pv[:, :, :m].to(v.dtype))
+            blocks.append((pk[:, :, :m].to(k.dtype), pv[:, :, :m].to(v.dtype), 0))
         for a, b in seg:
-            bk.extend(_span(kp, bounds, a, b))
-            bv.extend(_span(vp, bounds, a, b))
+            blocks.extend((kp[x], vp[x], pl + x) for x in _starts(bounds, a, b))
         for c0 in _starts(bounds, s, e):
             n = qp[c0].shape[2]
-            own_mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-            outs.append(
-                _chunk_attention(
-                    qp[c0],
-                    [*bk, *_span(kp, bounds, s, c0), kp[c0]],
-                    [*bv, *_span(vp, bounds, s, c0), vp[c0]],
-                    own_mask,
-                    scale,
-                )
-            )
+            own = [*((kp[x], vp[x], pl + x) for x in _starts(bounds, s, c0)), (kp[c0], vp[c0], -1)]
+            bk, bv, masks = _window_blocks(blocks + own, tm, w, kd, pl + c0, n)
+            causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+            masks[-1] = causal if masks[-1] is None else masks[-1] & causal
+            outs.append(_chunk_attention(qp[c0], bk, bv, masks, scale, opts))
     return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+
+
+def _window_blocks(
+    blocks: list[tuple[torch.Tensor, torch.Tensor, int]],
+    tm: TreeMask,
+    window: int | None,
+    kd: object,
+    q0: int,
+    n: int,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor | None]]:
+    """The blocks a chunk of ``n`` queries (key rows ``q0:q0+n``) reads, with their window masks;
+    the last block is the chunk's own (start -1 means "the queries' own rows")."""
+    if window is None:
+        return [b[0] for b in blocks], [b[1] for b in blocks], [None] * len(blocks)
+    import numpy as np
+
+    assert isinstance(kd, np.ndarray) and tm.q_depth is not None and tm.k_depth is not None
+    qmin = int(kd[q0 : q0 + n].min())
+    qd = tm.k_depth[q0 : q0 + n]
+    bk: list[torch.Tensor] = []
+    bv: list[torch.Tensor] = []
+    masks: list[torch.Tensor | None] = []
+    for i, (kb, vb, start) in enumerate(blocks):
+        lo = q0 if start < 0 else start
+        hi = lo + kb.shape[2]
+        last = i == len(blocks) - 1
+        if not last and int(kd[lo:hi].max()) <= qmin - window:
+            continue  # wholly beyond every query's window
+        bk.append(kb)
+        bv.append(vb)
+        masks.append(qd[:, None] - tm.k_depth[None, lo:hi] < window)
+    return bk, bv, masks

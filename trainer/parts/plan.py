@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from treeprep.errors import ShardError
 from treeprep.schemas.parts import handoff_cuts, part_parents
 
 
@@ -64,8 +65,13 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.int64, copy=False)
 
 
-def part_layout(batch: object, budget: int) -> PartLayout:
-    """Cut a one-tree :class:`~treeprep.trainer.batch.TreeBatch` (tree layout) into parts."""
+def part_layout(
+    batch: object, budget: int, planned: tuple[np.ndarray, np.ndarray] | None = None
+) -> PartLayout:
+    """Cut a one-tree :class:`~treeprep.trainer.batch.TreeBatch` (tree layout) into parts.
+
+    ``planned`` is a plan's (boundaries, parents) for this tree: checked against the cut this
+    budget gives (a plan made for another budget or another build is refused)."""
     ns = _np(batch.node_start)  # type: ignore[attr-defined]
     nl = _np(batch.node_length)  # type: ignore[attr-defined]
     npar = _np(batch.node_parent)  # type: ignore[attr-defined]
@@ -75,6 +81,13 @@ def part_layout(batch: object, budget: int) -> PartLayout:
     tgt = _np(batch.target_index)  # type: ignore[attr-defined]
     cuts = handoff_cuts(nl, budget)
     parents = part_parents(cuts, ns, npar, nl)
+    if planned is not None and not (
+        np.array_equal(planned[0], cuts) and np.array_equal(planned[1], parents)
+    ):
+        raise ShardError(
+            f"the plan's hand-off parts of a {int(nl.sum())}-token tree are not the parts of "
+            f"budget {budget} (plan made for another budget or build); re-run treeprep pack"
+        )
     starts = cuts[:-1]
     pred = prev[tgt]
     pred_part = np.searchsorted(starts, pred, side="right") - 1

@@ -33,14 +33,16 @@ show it, and the handed-over gradients are summed over every consumer before the
 backward, so the gradients equal the whole tree's to float rounding. Sequence-level objectives
 (``gspo``) are not a sum over targets: a no-graph pre-pass computes every target's log-prob, the
 derivative of the exact loss with respect to each log-prob is taken there, and each part then
-back-propagates the linear surrogate ``sum_t g_t log p_t``, whose gradient is the loss's.
+back-propagates the linear surrogate ``sum_t g_t log p_t``, whose gradient is the loss's (an
+entropy term is not a function of the targets' log-probs alone: each part adds its own share of
+it to the surrogate).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -48,14 +50,14 @@ import torch
 from treeprep.trainer.attention import TreeMask, choose_backend
 from treeprep.trainer.loss import (
     LossConfig,
-    check_advantages,
+    check_inputs,
     head_logprobs,
     loss_from_hidden,
     objective,
 )
-from treeprep.trainer.model import run_decoder
+from treeprep.trainer.models import output_head, run_decoder
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
-from treeprep.trainer.parts.state import AttentionState, HandOff
+from treeprep.trainer.parts.state import AttentionState, HandOff, LayerState, LinearState
 
 Mode = Literal["keep", "recompute"]
 MODES: tuple[str, ...] = ("recompute", "keep")
@@ -93,6 +95,8 @@ def part_mask(batch: Any, spec: PartSpec, backend: str, handoff: HandOff | None)
         backend=backend,
         prefix_len=len(spec.prefix_rows),
         handoff=handoff,
+        q_depth=batch.position_ids[a:b],
+        k_depth=torch.cat([batch.position_ids.index_select(0, rows), batch.position_ids[a:b]]),
     )
 
 
@@ -128,10 +132,10 @@ class _Runner:
         self.cfg = cfg
         self.attn = attn
         self.autocast = autocast
-        self.head = model.get_output_embeddings()
+        self.head = output_head(model)
         self.layers = int(model.config.num_hidden_layers)
         self.targets = batch.targets()
-        self.states: dict[int, list[AttentionState]] = {}
+        self.states: dict[int, list[LayerState]] = {}
         self.linear_coef: torch.Tensor | None = None  # gspo: d loss / d log p per target
 
     def decode(self, spec: PartSpec, grad: bool) -> tuple[HandOff, torch.Tensor]:
@@ -157,18 +161,27 @@ class _Runner:
             t = self.targets.select(spec.target_select, spec.target_pred)
             with torch.set_grad_enabled(grad), self.ctx():
                 if self.linear_coef is not None:
-                    lp, _ = head_logprobs(self.head, h, t, chunk=self.cfg.chunk)
+                    ent_c = self.cfg.entropy_coef
+                    lp, ent = head_logprobs(
+                        self.head, h, t, entropy=ent_c != 0.0, chunk=self.cfg.chunk
+                    )
                     sel = torch.as_tensor(spec.target_select, device=h.device)
                     out = (self.linear_coef[sel].to(lp.dtype) * lp).sum()
+                    if ent_c:
+                        out = out - ent_c * (t.weight.to(lp.dtype) * ent).sum()
                 else:
                     out = loss_from_hidden(self.head, h, t, self.cfg)
         return ho, out
 
     def store(self, c: int, ho: HandOff) -> None:
-        self.states[c] = [
-            AttentionState(ho.own[li][0].detach(), ho.own[li][1].detach())
-            for li in range(self.layers)
-        ]
+        st: list[LayerState] = []
+        for li in range(self.layers):
+            if li in ho.own:
+                st.append(AttentionState(ho.own[li][0].detach(), ho.own[li][1].detach()))
+            else:
+                own = ho.linear_own.get(li, {})
+                st.append(LinearState({k: (c_.detach(), r.detach()) for k, (c_, r) in own.items()}))
+        self.states[c] = st
 
     def backward(
         self, spec: PartSpec, ho: HandOff, loss: torch.Tensor | None, scale: float
@@ -181,11 +194,9 @@ class _Runner:
         st = self.states.get(spec.index)
         if st is not None:
             for li, s in enumerate(st):
-                if s.gk is None or s.gv is None:
-                    continue
-                k, v = ho.own[li]
-                tensors += [k, v]
-                grads += [s.gk.to(k.dtype), s.gv.to(v.dtype)]
+                for t, g in s.backward_pairs(ho, li):
+                    tensors.append(t)
+                    grads.append(g)
         if tensors:
             torch.autograd.backward(tensors, grads)
         ho.return_grads(self.states, spec.sources)
@@ -194,7 +205,9 @@ class _Runner:
 def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The no-graph pre-pass: every target's log-prob, then d loss / d log p (see module doc)."""
     t = run.targets
-    lp_all = torch.zeros(t.num_targets, dtype=torch.float32, device=run.batch.device)
+    dtype = torch.float64 if run.head.weight.dtype == torch.float64 else torch.float32
+    lp_all = torch.zeros(t.num_targets, dtype=dtype, device=run.batch.device)
+    ent_all = torch.zeros(t.num_targets, dtype=dtype, device=run.batch.device)
     parts = run.layout.parts
 
     def enter(c: int) -> bool:
@@ -204,9 +217,10 @@ def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tens
             if spec.target_select.any():
                 ts = t.select(spec.target_select, spec.target_pred)
                 with run.ctx():
-                    lp, _ = head_logprobs(run.head, h, ts, chunk=run.cfg.chunk)
+                    lp, ent = head_logprobs(run.head, h, ts, chunk=run.cfg.chunk)
                 sel = torch.as_tensor(spec.target_select, device=lp.device)
-                lp_all[sel] = lp.float()
+                lp_all[sel] = lp.to(dtype)
+                ent_all[sel] = ent.to(dtype)
         if run.layout.children[c]:
             run.store(c, ho)
             return True
@@ -217,9 +231,15 @@ def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tens
 
     _walk(run.layout, enter, leave)
     leaf = lp_all.detach().requires_grad_(True)
+    # the entropy term is added by the parts themselves; its value (and metric) comes from here
     with torch.enable_grad():
-        total, mets = objective(leaf, None, t, run.cfg)
+        total, mets = objective(leaf, ent_all, t, replace(run.cfg, entropy_coef=0.0))
         (g,) = torch.autograd.grad(total, leaf)
+    if run.cfg.entropy_coef:
+        e = (t.weight.to(dtype) * ent_all).sum()
+        total = total - run.cfg.entropy_coef * e
+        mets["entropy"] = e
+    mets["targets"] = torch.tensor(float(t.num_targets))
     return g, {"loss": total.detach(), **mets}
 
 
@@ -240,16 +260,16 @@ def run_parts(
     would. See the module docstring for the order, the modes and the memory bound."""
     if mode not in MODES:
         raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
-    layout = part_layout(batch, budget)
+    layout = part_layout(batch, budget, getattr(batch, "handoff", None))
     run = _Runner(model, batch, layout, cfg, attn, autocast)
-    if cfg.loss != "sft":
-        check_advantages(run.targets, cfg.loss)
+    check_inputs(run.targets, cfg, getattr(batch, "advantage_errors", ()))
     dev = batch.input_ids.device
-    total = torch.zeros((), dtype=torch.float32, device=dev)
+    dtype = torch.float64 if run.head.weight.dtype == torch.float64 else torch.float32
+    total = torch.zeros((), dtype=dtype, device=dev)
     metrics: dict[str, torch.Tensor] = {}
     if cfg.loss == "gspo":
         run.linear_coef, pre = _gspo_coefficients(run)
-        total = pre.pop("loss").float()
+        total = pre.pop("loss").to(dtype)
         metrics.update(pre)
     parts = layout.parts
     kept: dict[int, tuple[HandOff, Any]] = {}
@@ -258,7 +278,7 @@ def run_parts(
         nonlocal total
         loss = out if isinstance(out, torch.Tensor) or out is None else out.loss
         if out is not None and not isinstance(out, torch.Tensor):
-            total = total + out.loss.detach().float()
+            total = total + out.loss.detach().to(dtype)
             for k, v in out.metrics.items():
                 metrics[k] = metrics.get(k, 0.0) + v
         run.backward(spec, ho, loss, loss_scale)

@@ -17,6 +17,8 @@ _MODULES = (
     "tokens",
     "claude_code",
     "codex",
+    "gemini_cli",
+    "openhands_events",
     "openai_responses",
     "anthropic",
     "swe_agent",

@@ -23,6 +23,7 @@ import orjson
 from pydantic import ValidationError
 
 from treeprep.errors import InputError
+from treeprep.io import lenient_json_loads
 from treeprep.schemas import ChatCall, Reject
 
 
@@ -44,27 +45,22 @@ def read_bytes(path: str) -> bytes:
 
 
 def iter_json_lines(path: str) -> Iterator[tuple[int, dict[str, Any] | Reject]]:
-    """``(line, record)`` for every non-blank line; a line that is not a JSON object is a Reject."""
-    data = read_bytes(path)
-    for i, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            yield i, Reject(file=path, line=i, reason=f"malformed JSON: {e}")
-            continue
-        if not isinstance(obj, dict):
-            yield (
-                i,
-                Reject(
-                    file=path,
-                    line=i,
-                    reason=f"expected a JSON object per line, got {type(obj).__name__}",
-                ),
-            )
-            continue
-        yield i, obj
+    """``(line, record)`` for every non-blank line; a line that is not a JSON object is a Reject.
+
+    Streamed through :func:`treeprep.formats._records.iter_records` (a BOM tolerated, a record over
+    the size limit or a cut compressed stream rejected, memory bounded by one record)."""
+    from treeprep.formats._records import iter_records
+
+    for i, obj in iter_records(path):
+        if isinstance(obj, Reject):
+            if i == 0 and obj.reason == "empty file":
+                continue
+            yield i, obj
+        elif not isinstance(obj, dict):
+            reason = f"expected a JSON object per line, got {type(obj).__name__}"
+            yield i, Reject(file=path, line=i, reason=reason)
+        else:
+            yield i, obj
 
 
 def load_json(path: str) -> tuple[Any, str]:
@@ -75,13 +71,24 @@ def load_json(path: str) -> tuple[Any, str]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        line = _error_line(data, str(e))
-        raise InputError(path, line, f"malformed JSON document: {e}") from e
+        doc = _NOT_PARSED
+        if _NON_FINITE.search(data):  # NaN/Infinity: parse them as markers, reject per record
+            try:
+                doc = lenient_json_loads(data)
+            except (ValueError, RecursionError):
+                pass
+        if doc is _NOT_PARSED:
+            line = _error_line(data, str(e))
+            raise InputError(path, line, f"malformed JSON document: {e}") from e
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:  # orjson already validated UTF-8; keep the type checker calm
         raise InputError(path, 1, f"invalid UTF-8: {e}") from e
     return doc, text
+
+
+_NOT_PARSED = object()
+_NON_FINITE = re.compile(rb"(?<![\w\"])-?(NaN|Infinity)(?![\w\"])")
 
 
 def _error_line(data: bytes, msg: str) -> int:

@@ -19,6 +19,7 @@ from treeprep.io import (
     load_json_document,
     open_binary,
     parse_json_line,
+    record_limit,
 )
 from treeprep.schemas import Reject
 
@@ -33,8 +34,8 @@ def iter_records(path: str) -> Iterator[tuple[int, object]]:
     """:func:`treeprep.io.iter_json_records`, reading a first line that starts with a BOM."""
     for lineno, rec in iter_json_records(path):
         if lineno == 1 and isinstance(rec, Reject):
-            raw = next(iter_lines(path), (1, b""))[1]
-            if raw.startswith(BOM):
+            raw = next(iter_lines(path, record_limit()), (1, b""))[1]
+            if isinstance(raw, bytes) and raw.startswith(BOM):
                 rec = parse_json_line(path, 1, raw[len(BOM) :])
         yield lineno, rec
 

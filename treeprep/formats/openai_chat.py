@@ -25,11 +25,15 @@ never produced. So for those records the prompt is ``messages``, ``tools`` is No
 completion is ``raw_response.choices[0].message``: the tokens the model actually saw and wrote.
 
 The group id is ``--group-by FIELD`` (dotted paths allowed) when given, else the first of
-``group_id``, ``task_id``, ``session_id`` and the same keys under ``metadata``.
+``group_id``, ``task_id``, ``session_id`` and the same keys under ``metadata``. The trajectory (the
+sample, one agent run) is the first of ``trajectory_id``, ``sample_id``, ``rollout_id``,
+``episode_id``, ``session_id`` (top level or under ``metadata``); without one the builder takes the
+group as one run.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -48,6 +52,7 @@ NAME = "openai-chat"
 NAME_JSON = "openai-chat-json"
 
 GROUP_KEYS = ("group_id", "task_id", "session_id")
+TRAJECTORY_KEYS = ("trajectory_id", "sample_id", "rollout_id", "episode_id", "session_id")
 _ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -127,6 +132,20 @@ def group_of(rec: dict[str, Any], opts: ReadOptions) -> str | None:
     return None
 
 
+_FLOAT_MAX = 1.7976931348623157e308
+
+
+def trajectory_of(rec: dict[str, Any]) -> str | None:
+    """The record's trajectory (sample) id from :data:`TRAJECTORY_KEYS`, or None."""
+    for src, where in ((rec, ""), (rec.get("metadata"), "metadata.")):
+        if not isinstance(src, dict):
+            continue
+        for k in TRAJECTORY_KEYS:
+            if src.get(k) is not None:
+                return _as_group(src[k], f"{where}{k}")
+    return None
+
+
 def number_of(rec: dict[str, Any], key: str) -> float | None:
     """A numeric field (reward, advantage); booleans count as 1.0/0.0."""
     v = rec.get(key)
@@ -136,7 +155,10 @@ def number_of(rec: dict[str, Any], key: str) -> float | None:
         return float(v)
     if not isinstance(v, int | float):
         raise RecordError(f"{key}: expected a number, got {type_name(v)}")
-    return float(v)
+    f = float(v) if abs(v) <= _FLOAT_MAX else math.inf  # a huge int would overflow float()
+    if not math.isfinite(f):
+        raise RecordError(f"{key}: expected a finite number, got {v!r}")
+    return f
 
 
 def branch_reason_of(rec: dict[str, Any]) -> str | None:
@@ -375,6 +397,7 @@ def chat_call(
             group_id=group_of(rec, opts),
             agent_id=agent if isinstance(agent, str) else "main",
             call_id=str(call_id),
+            trajectory_id=trajectory_of(rec),
             parent_call_id=parent if isinstance(parent, str) else None,
             model=model if isinstance(model, str) else None,
             messages=messages,  # type: ignore[arg-type]

@@ -32,7 +32,9 @@ file lands here and the ids are still used.
 
 Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under ``metadata``),
 else NeMo-Gym's ``_ng_task_index`` scoped by the file's name (``NAME:task-N``): the rollouts of one
-task (GRPO samples) share one tree. Reward and advantage come from the record.
+task (GRPO samples) share one tree. Reward and advantage come from the record. One record is one
+rollout: its turns share a trajectory id (``trajectory_id`` and the other keys of
+:func:`~treeprep.formats.openai_chat.trajectory_of`, else ``FILE:LINE``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from treeprep.formats.openai_chat import (
     normalize_tools,
     number_of,
     obj_at,
+    trajectory_of,
     type_name,
     validation_reason,
 )
@@ -300,6 +303,9 @@ def responses_items(
                 )
         except ValidationError as e:
             raise RecordError(f"assistant turn {turn_no}: {validation_reason(e)}") from e
+    traj = trajectory_of(rec) or f"{os.path.basename(file)}:{line}"
+    for call in out:
+        call.trajectory_id = traj
     return out
 
 
@@ -417,6 +423,12 @@ def _rollouts(
     return out
 
 
+#: the largest token id a shard holds (int32)
+MAX_TOKEN_ID = 2**31 - 1
+#: the largest finite float32: log-probs are stored as float32
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_ids(v: Any, where: str) -> list[int]:
     """A list of non-negative ints (booleans are not ids)."""
     if v is None:
@@ -426,6 +438,8 @@ def check_ids(v: Any, where: str) -> list[int]:
     for i, t in enumerate(v):
         if type(t) is not int or t < 0:
             raise RecordError(f"{where}[{i}]: expected a non-negative integer, got {t!r}")
+        if t > MAX_TOKEN_ID:  # shards hold int32 ids
+            raise RecordError(f"{where}[{i}]: token id {t} is out of range (max {MAX_TOKEN_ID})")
     return v
 
 
@@ -437,6 +451,8 @@ def check_logprobs(v: Any, where: str) -> list[float] | None:
     for i, x in enumerate(v):
         if isinstance(x, bool) or not isinstance(x, int | float):
             raise RecordError(f"{where}[{i}]: expected a number, got {x!r}")
+        if not abs(x) <= FLOAT32_MAX:  # NaN, infinities and what float32 would turn into them
+            raise RecordError(f"{where}[{i}]: {x!r} is not a finite float32 number")
     return [float(x) for x in v]
 
 

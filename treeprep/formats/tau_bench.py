@@ -33,6 +33,7 @@ from typing import Any
 from treeprep.errors import InputError
 from treeprep.formats._agentlogs import line_of, list_element_lines, load_json, make_call
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.io import NonFinite, find_non_finite, find_value
 from treeprep.schemas import Reject
 
 TAU = "tau-bench"
@@ -119,13 +120,25 @@ def _calls(
     messages: list[dict[str, Any]],
     is_call: list[bool],
     tools: list[dict[str, Any]] | None,
-    reward: float | None,
+    reward: float | NonFinite | None,
     first_reason: str | None,
     where: str,
 ) -> Iterator[Item]:
     k = 0
     for i, (m, call) in enumerate(zip(messages, is_call, strict=True)):
         if not call:
+            continue
+        held = {"messages": messages[:i], "completion": m, "tools": tools, "reward": reward}
+        bad = find_non_finite(held)
+        if bad is not None:  # a NaN/Infinity in what this call holds rejects this call only
+            yield Reject(
+                file=path,
+                line=line,
+                format=fmt,
+                call_id=f"{call_prefix}/{k}",
+                reason=f"{where}: {bad}: expected a finite number, got {find_value(held, bad)}",
+            )
+            k += 1
             continue
         item = make_call(
             {
@@ -157,7 +170,9 @@ def _calls(
         k += 1
 
 
-def _float(v: Any) -> float | None:
+def _float(v: Any) -> float | NonFinite | None:
+    if isinstance(v, NonFinite):
+        return v  # rejected with the calls that carry it
     try:
         return None if v is None else float(v)
     except (TypeError, ValueError):

@@ -4,7 +4,10 @@ Two JSONL layouts:
 
 * one rollout per line: ``prompt_token_ids``, ``generation_token_ids``, optional
   ``generation_log_probs`` (one per generated token), ``reward``, ``advantage``, ``group_id``
-  (or ``task_id``/``session_id``/``metadata.*``/``--group-by``), ``call_id``, ``agent_id``;
+  (or ``task_id``/``session_id``/``metadata.*``/``--group-by``), ``call_id``, ``agent_id``,
+  ``trajectory_id`` (or ``sample_id``/``rollout_id``/``episode_id``/``session_id``: the sample the
+  call belongs to; without one the group is one run), ``ref_log_probs`` (a reference policy's
+  log-probs of the generated tokens, one per generated token, for ``--kl-coef``);
 * NeMo-Gym Responses rollouts, where the ids sit on the ``response.output`` items: every assistant
   turn whose items carry ids is one :class:`~treeprep.schemas.TokenRollout` (the ids on the message
   item cover the whole generation, reasoning included), grouped by ``_ng_task_index`` within the
@@ -33,6 +36,7 @@ from treeprep.formats.openai_chat import (
     group_of,
     number_of,
     obj_at,
+    trajectory_of,
     type_name,
     validation_reason,
 )
@@ -57,6 +61,7 @@ def rollout(rec: dict[str, Any], *, file: str, line: int, opts: ReadOptions) -> 
     p = check_ids(rec["prompt_token_ids"], "prompt_token_ids")
     g = check_ids(rec["generation_token_ids"], "generation_token_ids")
     lp = check_logprobs(rec.get("generation_log_probs"), "generation_log_probs")
+    ref = check_logprobs(rec.get("ref_log_probs"), "ref_log_probs")
     cid = rec.get("call_id", rec.get("id"))
     if cid is None or isinstance(cid, bool) or not isinstance(cid, str | int):
         cid = f"{os.path.basename(file)}:{line}"
@@ -68,9 +73,11 @@ def rollout(rec: dict[str, Any], *, file: str, line: int, opts: ReadOptions) -> 
             group_id=group_of(rec, opts),
             agent_id=agent or "main",
             call_id=str(cid),
+            trajectory_id=trajectory_of(rec),
             prompt_token_ids=p,
             generation_token_ids=g,
             generation_log_probs=lp,
+            ref_log_probs=ref,
             reward=number_of(rec, "reward"),
             advantage=number_of(rec, "advantage"),
             branch_reason=branch_reason_of(rec),  # type: ignore[arg-type]

@@ -37,8 +37,11 @@ from treeprep.flops import DEFAULT_MODEL, ModelShape, load_model
 from treeprep.pack.cut import TreeCut, cut_tree
 from treeprep.pack.forest import Forest, load_forest
 from treeprep.schemas.manifest import manifest_sha256
+from treeprep.schemas.parts import handoff_cuts, part_parents
 from treeprep.schemas.plan import PLAN_SCHEMA, CostModel, PlanSummary, StepInfo
 from treeprep.treeindex import members, path_sums, path_to_root, segment_sums
+
+_I32 = pa.int32()
 
 
 @dataclass
@@ -57,6 +60,9 @@ class PackConfig:
     model: str = DEFAULT_MODEL
     #: plan folder name under OUT/plans/ (default from the settings)
     name: str | None = None
+    #: trees over the budget: handoff (one slot, parts hand K/V over: nothing recomputed) or
+    #: recompute (cut at node boundaries, each part recomputes its prefix; paths must fit)
+    cut: str = "handoff"
 
     def __post_init__(self) -> None:
         if self.budget < 1:
@@ -65,6 +71,8 @@ class PackConfig:
             raise PackError(f"world_size must be >= 1, got {self.world_size}")
         if self.steps_of < 1:
             raise PackError(f"steps_of must be >= 1, got {self.steps_of}")
+        if self.cut not in ("handoff", "recompute"):
+            raise PackError(f"cut {self.cut!r}: expected handoff or recompute")
         if self.name is not None and (not self.name or "/" in self.name or self.name[0] == "."):
             raise PackError(f"plan name {self.name!r}: expected a plain folder name")
 
@@ -72,7 +80,8 @@ class PackConfig:
     def plan_name(self) -> str:
         if self.name:
             return self.name
-        return f"b{self.budget}-w{self.world_size}-n{self.steps_of}-s{self.seed}"
+        base = f"b{self.budget}-w{self.world_size}-n{self.steps_of}-s{self.seed}"
+        return base if self.cut == "handoff" else base + "-recompute"
 
 
 @dataclass
@@ -91,9 +100,13 @@ class _Items:
     prefix_tokens: np.ndarray
     pairs: np.ndarray
     cuts: dict[int, TreeCut]
+    #: hand-off trees: their part boundaries and part parents (schemas.parts)
+    handoff: dict[int, tuple[np.ndarray, np.ndarray]]
     #: tokens fed (computed + recomputed) and the cost model's FLOPs
     size: np.ndarray
     cost: np.ndarray
+    #: room an item takes in a micro-batch slot: its size, a hand-off tree a whole slot
+    slot: np.ndarray
     #: per tree: its items are [tstart[t], tend[t])
     tstart: np.ndarray
     tend: np.ndarray
@@ -118,8 +131,9 @@ def plan_forest(
 ) -> Plan:
     """Plan a forest (see :mod:`treeprep.pack`). Pure: reads nothing, writes nothing."""
     shape = model or load_model(cfg.model)
-    _check_paths(forest, cfg.budget)
-    items = _make_items(forest, cfg.budget, shape)
+    if cfg.cut == "recompute":
+        _check_paths(forest, cfg.budget)
+    items = _make_items(forest, cfg.budget, shape, cfg.cut)
     steps = _assign_steps(items, forest.num_trees, cfg)
     item_rank, item_mb, step_info, empty = _assign_ranks(items, steps, cfg.world_size)
     table = _plan_table(forest, items, steps.item_step, item_rank, item_mb)
@@ -136,22 +150,30 @@ def _check_paths(forest: Forest, budget: int) -> None:
         raise PackError(
             f"group {forest.group_id[i]!r} (shard {forest.shard_names[forest.tree_shard[i]]}, "
             f"row {forest.tree_row[i]}) has a root-to-node path of {longest[i]} tokens, over the "
-            f"budget of {budget}; {len(over)} tree(s) need --budget >= {int(longest.max())}"
+            f"budget of {budget}; {len(over)} tree(s) need --budget >= {int(longest.max())} "
+            "(or the default --cut handoff, which has no path limit)"
         )
 
 
-def _make_items(forest: Forest, budget: int, shape: ModelShape) -> _Items:
-    """Parts: whole small trees, cut large ones; with their tokens, prefixes, pairs and cost."""
+def _make_items(forest: Forest, budget: int, shape: ModelShape, mode: str) -> _Items:
+    """Parts: whole small trees; large ones as one hand-off row, or cut with recomputed prefixes;
+    with their tokens, prefixes, pairs and cost."""
     tok_tree = forest.tokens_tree()
     pairs_node = forest.node_pairs()
     pairs_tree = segment_sums(pairs_node, forest.node_off)
-    small = np.flatnonzero(tok_tree <= budget)
-    zeros = np.zeros(len(small), dtype=np.int64)
-    cols: list[tuple[np.ndarray, ...]] = [(small, zeros, tok_tree[small], zeros, pairs_tree[small])]
+    whole = np.flatnonzero((tok_tree <= budget) | (mode == "handoff"))
+    zeros = np.zeros(len(whole), dtype=np.int64)
+    cols: list[tuple[np.ndarray, ...]] = [(whole, zeros, tok_tree[whole], zeros, pairs_tree[whole])]
     cuts: dict[int, TreeCut] = {}
+    handoff: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for t in np.flatnonzero(tok_tree > budget).tolist():
         a, b = int(forest.node_off[t]), int(forest.node_off[t + 1])
         par, ln, dp = forest.node_parent[a:b], forest.node_length[a:b], forest.node_depth[a:b]
+        if mode == "handoff":
+            bounds = handoff_cuts(ln, budget)
+            start = np.concatenate([[0], np.cumsum(ln)[:-1]])
+            handoff[t] = (bounds, part_parents(bounds, start, par, ln))
+            continue
         cut = cut_tree(par, ln, dp, budget)
         cuts[t] = cut
         k = len(cut.prefix_end)
@@ -175,7 +197,8 @@ def _make_items(forest: Forest, budget: int, shape: ModelShape) -> _Items:
     nt = forest.num_trees
     tstart = np.searchsorted(tree, np.arange(nt), side="left")
     tend = np.searchsorted(tree, np.arange(nt), side="right")
-    return _Items(tree, part, tokens, pre, pairs, cuts, size, cost, tstart, tend)
+    slot = np.minimum(size, budget)
+    return _Items(tree, part, tokens, pre, pairs, cuts, handoff, size, cost, slot, tstart, tend)
 
 
 def _fit(
@@ -187,7 +210,7 @@ def _fit(
     while trees:
         idx = items.of(trees)
         for balanced in (True, False):
-            where = place(items.size[idx], items.cost[idx], nbins, budget, balanced=balanced)
+            where = place(items.slot[idx], items.cost[idx], nbins, budget, balanced=balanced)
             if (where >= 0).all():
                 return trees, where, deferred
         failed = set(items.tree[idx[where < 0]].tolist())
@@ -201,7 +224,7 @@ def _assign_steps(items: _Items, nt: int, cfg: PackConfig) -> _Steps:
     budget, W, m = cfg.budget, cfg.world_size, cfg.steps_of
     slots = W * m
     cap = slots * budget
-    tree_size = segment_sums(items.size, np.append(items.tstart, len(items.tree)))
+    tree_size = segment_sums(items.slot, np.append(items.tstart, len(items.tree)))
     rng = np.random.default_rng(cfg.seed)
     pending = deque(rng.permutation(nt).tolist())
     item_step = np.full(len(items.tree), -1, dtype=np.int64)
@@ -226,7 +249,7 @@ def _assign_steps(items: _Items, nt: int, cfg: PackConfig) -> _Steps:
             idx = items.of([t])
             nbins = W * max(m, -(-len(idx) // W))
             while True:
-                where = place(items.size[idx], items.cost[idx], nbins, budget, balanced=False)
+                where = place(items.slot[idx], items.cost[idx], nbins, budget, balanced=False)
                 if (where >= 0).all():
                     break
                 nbins += W
@@ -284,6 +307,7 @@ def _summary(
     tl = int(forest.tokens_linear().sum())
     tt = int(forest.tokens_tree().sum())
     tp = int(items.size.sum())
+    filled = int(items.slot.sum())
     n_slots = int(sum(steps.bins))
     imbs = [x.imbalance for x in step_info]
     return PlanSummary(
@@ -298,8 +322,11 @@ def _summary(
             flops_per_pair=shape.flops_per_pair,
         ),
         trees=forest.num_trees,
-        split_trees=len(items.cuts),
+        cut=cfg.cut,
+        split_trees=len(items.cuts) + len(items.handoff),
         parts=len(items.tree),
+        handoff_trees=len(items.handoff),
+        handoff_parts=sum(len(c) - 1 for c, _ in items.handoff.values()),
         sequences=int(forest.seq_count.sum()),
         micro_batches=n_slots - empty,
         empty_micro_batches=empty,
@@ -310,7 +337,7 @@ def _summary(
         tokens_recomputed=tp - tt,
         por=1 - tt / tl if tl else 0.0,
         err=1 - tp / tl if tl else 0.0,
-        padding_waste=1 - tp / (n_slots * budget) if n_slots else 0.0,
+        padding_waste=1 - filled / (n_slots * budget) if n_slots else 0.0,
         attn_pairs_linear=int(forest.pairs_linear().sum()),
         attn_pairs_pack=int(items.pairs.sum()),
         imbalance_mean=float(np.mean(imbs)) if imbs else 0.0,
@@ -324,12 +351,13 @@ def _summary(
 # --------------------------------------------------------------------------------------------
 
 
-def _list_array(chunks: Sequence[np.ndarray]) -> pa.ListArray:
+def _list_array(chunks: Sequence[np.ndarray], type_: pa.DataType = _I32) -> pa.ListArray:
     lens = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
     offs = np.zeros(len(chunks) + 1, dtype=np.int32)
     np.cumsum(lens, out=offs[1:])
-    vals = np.concatenate(chunks).astype(np.int32) if chunks else np.zeros(0, dtype=np.int32)
-    return pa.ListArray.from_arrays(pa.array(offs), pa.array(vals, type=pa.int32()))
+    dt = type_.to_pandas_dtype()
+    vals = np.concatenate(chunks).astype(dt) if chunks else np.zeros(0, dtype=dt)
+    return pa.ListArray.from_arrays(pa.array(offs), pa.array(vals, type=type_))
 
 
 def _part_lists(
@@ -364,7 +392,7 @@ def _plan_table(
         num_parts[t] = len(cut.prefix_end)
         split[t] = _part_lists(forest, t, cut)
     empty = np.zeros(0, dtype=np.int64)
-    nodes_c, prefix_c, seqs_c = [], [], []
+    nodes_c, prefix_c, seqs_c, hcut_c, hpar_c = [], [], [], [], []
     for i in order.tolist():
         t = int(item_tree[i])
         if t in split:
@@ -377,6 +405,9 @@ def _plan_table(
             nodes_c.append(np.arange(forest.node_off[t + 1] - forest.node_off[t]))
             prefix_c.append(empty)
             seqs_c.append(np.arange(forest.seq_off[t + 1] - forest.seq_off[t]))
+        hc, hp = items.handoff.get(t, (empty, empty))
+        hcut_c.append(hc)
+        hpar_c.append(hp)
     names = np.array(forest.shard_names, dtype=object)
     gids = np.array(forest.group_id, dtype=object)
     cols = {
@@ -397,6 +428,8 @@ def _plan_table(
         "prefix_tokens": pa.array(items.prefix_tokens[order], type=pa.int64()),
         "attn_pairs": pa.array(items.pairs[order], type=pa.int64()),
         "cost": pa.array(items.cost[order], type=pa.float64()),
+        "handoff_cuts": _list_array(hcut_c, pa.int64()),
+        "handoff_parents": _list_array(hpar_c),
     }
     return pa.Table.from_pydict(cols, schema=PLAN_SCHEMA)
 

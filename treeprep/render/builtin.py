@@ -12,10 +12,10 @@ downloaded. It is deliberately trivial and fully reversible:
   between them tokenizes independently (the renderer's segment cache relies on that, and checks it).
 
 It is built in code with ``tokenizers`` (a BPE model over the byte-level alphabet with no merges,
-a byte-level pre-tokenizer without the GPT-2 split regex, a byte-level decoder) and wrapped in
-transformers' ``PreTrainedTokenizerFast`` with a ChatML chat template, so the renderer takes the
-same code path (``apply_chat_template``) as with a Hugging Face tokenizer folder. Construction takes
-a few milliseconds (once transformers is imported), cheap enough for every build worker.
+a byte-level pre-tokenizer without the GPT-2 split regex, a byte-level decoder) and rendered with
+its ChatML chat template by the same jinja path as a Hugging Face tokenizer folder
+(:mod:`treeprep.render.template`). Construction takes a few milliseconds. The tests wrap it in
+transformers' ``PreTrainedTokenizerFast`` (:func:`load_builtin`) as the reference.
 
 The chat template renders a system prompt, the tool schemas (one JSON object per line inside
 ``<tools>``), tool calls (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, parallel calls
@@ -47,6 +47,8 @@ MARKUP_TOKENS: tuple[str, ...] = (
     "<think>",
     "</think>",
 )
+#: the named special tokens a template sees (as transformers passes them)
+SPECIAL_TOKENS_MAP: dict[str, str] = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
 #: 256 byte tokens + the added tokens above
 VOCAB_SIZE = 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS)
 
@@ -138,14 +140,14 @@ def build_backend():
 
 
 def load_builtin() -> PreTrainedTokenizerFast:
-    """The built-in tokenizer wrapped for transformers (``apply_chat_template`` works on it)."""
+    """The built-in tokenizer wrapped for transformers, the reference the tests compare the
+    renderer with (``apply_chat_template`` works on it); rendering itself never loads it."""
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
         tokenizer_object=build_backend(),
         chat_template=CHAT_TEMPLATE,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
+        **SPECIAL_TOKENS_MAP,
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 30,
     )

@@ -20,12 +20,20 @@ token prefix of this call, the template rewrote history (dropped reasoning, or r
 completion differently in history, like Qwen3's empty ``<think>\\n\\n</think>\\n\\n`` block), and
 the sequence gets ``branch_reason = "reasoning-dropped"`` so the trie can say why it branches there.
 
+Nothing the model said is silently lost: when the text of the loss span lacks the completion's
+text or one of its tool calls (name and arguments), the call is rejected with that reason
+(:mod:`treeprep.render.coverage`); ``--chat-template`` renders with a template that keeps them.
+
 A :class:`~treeprep.schemas.TokenRollout` is taken as is: prompt ids + generation ids, the loss
 span over the generation, the sampler's log-probs passed through. Ids outside the vocabulary are
-rejected.
+rejected; without ``--tokenizer`` (the built-in byte tokenizer) such ids stop the build at once
+with what to pass, rather than rejecting every rollout.
 
-How: the chat template renders the call to text (:mod:`treeprep.render.template`: jinja, or a
-verified native port from :mod:`treeprep.render.native`), and the piece cache
+How: the tokenizer folder is read with ``tokenizers`` and JSON (:mod:`treeprep.render.tokenizer`,
+no transformers); the chat template renders the call to text (:mod:`treeprep.render.template`:
+jinja in a limited sandbox with a fixed date; a verified native port from
+:mod:`treeprep.render.native`; or, for other templates, incremental jinja rendering of the
+appended messages, :mod:`treeprep.render.incremental`), and the piece cache
 (:mod:`treeprep.render.encoder`) turns the text into ids, tokenizing each unique piece once. The
 built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
 """
@@ -36,6 +44,7 @@ import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Sequence as _Seq
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,23 +52,29 @@ import numpy as np
 import orjson
 
 from treeprep.errors import NativeTemplateMismatch, RenderError, TokenizerError
+from treeprep.render.coverage import completion_loss
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
+from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.native import FALLBACK_ERRORS
 from treeprep.render.template import (
-    CHECK_EVERY,
-    CHECK_FIRST,
+    ChatTemplate,
     RenderFn,
+    RenderLimits,
     find_verified_port,
     first_char_difference,
-    make_direct,
-    render_jinja,
+    parse_date,
 )
+from treeprep.render.tokenizer import load_folder
 from treeprep.schemas import ChatCall, Message, TokenizerIdentity, TokenRollout
-from treeprep.schemas.tokenizer import chat_template_of, folder_sha256, sha256_text
+from treeprep.schemas.tokenizer import folder_sha256, sha256_text
 from treeprep.sequence import Sequence
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from tokenizers import Tokenizer
+
+#: the native port's renders compared with the jinja template: the first ones, then every n-th
+CHECK_FIRST = 16
+CHECK_EVERY = 64
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
@@ -113,35 +128,35 @@ class Renderer:
     """Turns records into token sequences with one tokenizer and its chat template.
 
     Build it with :meth:`load`. It keeps per-process caches (the piece cache, the last few rendered
-    calls), so use one per worker process.
+    calls, the incremental renderer's texts), so use one per worker process.
     """
 
     def __init__(
         self,
-        tokenizer: PreTrainedTokenizerBase,
+        backend: Tokenizer,
+        template: ChatTemplate,
         identity: TokenizerIdentity,
         *,
+        split_special_tokens: bool = False,
         cache_chars: int = DEFAULT_CACHE_CHARS,
         probe: bool = True,
         native_templates: bool = True,
+        date: datetime | None = None,
     ) -> None:
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        if backend is None:
-            raise TokenizerError(
-                f"{identity.name}: not a fast tokenizer (tokenizer.json is needed for rendering)"
-            )
-        self.tokenizer = tokenizer
+        self.template = template
         self.identity = identity
         self.vocab_size = identity.vocab_size
-        # apply_chat_template(tokenize=True) sets this on the backend before encoding; so do we.
-        backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+        #: the date a template's ``strftime_now`` reports for records without a timestamp
+        self.date = date
+        # apply_chat_template(tokenize=True) encodes with the flag set on the backend; so do we.
+        backend.encode_special_tokens = split_special_tokens
         backend.no_truncation()
         backend.no_padding()
         self.backend = backend
         self.encoder = CachedEncoder(backend, max_chars=cache_chars)
         if probe:
             self.encoder.probe(probe_texts(self.encoder._by_content))
-        # recent full renders: fingerprint of (messages, tools) -> ids
+        # recent full renders: fingerprint of (messages, tools, date) -> ids
         self._recent: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._recent_max = 8
         #: the name of the native template port in use (None: jinja renders every call)
@@ -149,10 +164,15 @@ class Renderer:
         self._native: RenderFn | None = None
         #: renders done by the port so far (the cross-check schedule counts them)
         self.native_renders = 0
-        self._direct: RenderFn | None = None
-        self._direct = self._make_direct()
+        #: incremental jinja rendering (None: every jinja render is whole)
+        self.incremental: IncrementalRenderer | None = None
         if native_templates:
             self._native = self._make_native()
+            if self._native is None:
+                inc = IncrementalRenderer(
+                    self._render_jinja, name=f"the chat template of {identity.name!r}"
+                )
+                self.incremental = inc if inc.verify(probe_sessions()) else None
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -163,55 +183,80 @@ class Renderer:
         *,
         cache_chars: int = DEFAULT_CACHE_CHARS,
         native_templates: bool = True,
+        chat_template: str | os.PathLike[str] | None = None,
+        date: str | None = None,
+        limits: RenderLimits | None = None,
     ) -> Renderer:
         """A renderer for a Hugging Face tokenizer folder, or the built-in byte tokenizer (None).
 
-        The folder needs ``tokenizer.json`` and a chat template (``chat_template`` in
-        ``tokenizer_config.json`` or a ``chat_template.jinja``). Only local files are read.
-        ``native_templates=False`` renders every call with jinja even when the template has a
-        verified Python port (:mod:`treeprep.render.native`).
+        The folder needs ``tokenizer.json`` and a chat template (``chat_template.jinja`` or
+        ``chat_template`` in ``tokenizer_config.json``), unless ``chat_template`` names a file
+        with the template to render with instead. Only local files are read; transformers is not
+        imported. ``native_templates=False`` renders every call whole with jinja (no native port,
+        no incremental rendering). ``date`` (ISO 8601) is what ``strftime_now`` reports for
+        records without a timestamp (default :data:`~treeprep.render.template.DEFAULT_DATE`).
         """
-        tok: Any
+        override = _read_template_file(chat_template) if chat_template is not None else None
+        fixed = parse_date(date)
+        if date is not None and fixed is None:
+            raise TokenizerError(f"--date {date!r}: expected an ISO 8601 date, like 2025-06-30")
         if tokenizer_dir is None:
             from treeprep.render import builtin as bt
 
-            tok = bt.load_builtin()
+            builtin_source = override or bt.CHAT_TEMPLATE
+            sha = bt.builtin_sha256()
+            if override is not None:
+                sha = sha256_text(sha + "\0" + override)
             ident = TokenizerIdentity(
                 name=bt.NAME,
-                sha256=bt.builtin_sha256(),
-                chat_template_sha256=sha256_text(bt.CHAT_TEMPLATE),
+                sha256=sha,
+                chat_template_sha256=sha256_text(builtin_source),
                 vocab_size=bt.VOCAB_SIZE,
                 path=None,
             )
-            return cls(tok, ident, cache_chars=cache_chars, native_templates=native_templates)
-
-        folder = Path(tokenizer_dir)
-        if not folder.is_dir():
-            raise TokenizerError(f"{tokenizer_dir}: not a tokenizer folder (no such directory)")
-        if not (folder / "tokenizer.json").is_file():
-            raise TokenizerError(
-                f"{tokenizer_dir}: expected a Hugging Face tokenizer folder with tokenizer.json"
+            template = ChatTemplate(builtin_source, bt.SPECIAL_TOKENS_MAP, limits=limits)
+            return cls(
+                bt.build_backend(),
+                template,
+                ident,
+                cache_chars=cache_chars,
+                native_templates=native_templates,
+                date=fixed,
             )
-        try:
-            from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise TokenizerError(f"{tokenizer_dir}: cannot load the tokenizer: {e}") from e
-        template = chat_template_of(tok)
-        if template is None:
+        folder = load_folder(Path(tokenizer_dir))
+        own = folder.chat_template
+        source = override or own
+        if source is None:
             raise TokenizerError(
                 f"{tokenizer_dir}: the tokenizer has no chat template (expected chat_template in "
-                "tokenizer_config.json or a chat_template.jinja file)"
+                "tokenizer_config.json or a chat_template.jinja file, or pass --chat-template)"
             )
         ident = TokenizerIdentity(
-            name=folder.resolve().name,
-            sha256=folder_sha256(folder, template),
-            chat_template_sha256=sha256_text(template),
-            vocab_size=len(tok),
+            name=Path(tokenizer_dir).resolve().name,
+            # the folder's identity (with its own template, so that a model folder with the same
+            # tokenizer accepts the build); the template used is chat_template_sha256
+            sha256=folder_sha256(tokenizer_dir, own or source),
+            chat_template_sha256=sha256_text(source),
+            vocab_size=folder.vocab_size,
             path=str(tokenizer_dir),
         )
-        return cls(tok, ident, cache_chars=cache_chars, native_templates=native_templates)
+        return cls(
+            folder.backend,
+            ChatTemplate(source, folder.special_tokens, limits=limits),
+            ident,
+            split_special_tokens=folder.split_special_tokens,
+            cache_chars=cache_chars,
+            native_templates=native_templates,
+            date=fixed,
+        )
+
+    @property
+    def cache_key(self) -> str:
+        """What a rendered sequence depends on besides the record: the tokenizer, the template
+        used and the fixed date (a build's work files are keyed by it)."""
+        date = self.date.isoformat() if self.date else ""
+        return sha256_text(f"{self.identity.sha256}\0{self.identity.chat_template_sha256}\0{date}")
 
     # -- text and ids ----------------------------------------------------------------------------
 
@@ -221,7 +266,7 @@ class Renderer:
         tools: list[dict[str, Any]] | None,
         *,
         add_generation_prompt: bool = False,
-        api: bool = False,
+        now: datetime | None = None,
         where: str = "",
     ) -> str:
         """``apply_chat_template(messages, tools=tools, tokenize=False, ...)``; errors become
@@ -229,10 +274,12 @@ class Renderer:
 
         Uses the verified native port when there is one (checked against the template on a
         deterministic sample of renders; :class:`NativeTemplateMismatch` names ``where``, the
-        record's ``file:line``, if they differ), else the verified direct template call; ``api``
-        forces the public ``apply_chat_template``.
+        record's ``file:line``, if they differ), else the jinja template, incrementally where the
+        template allows it (:mod:`treeprep.render.incremental`). ``now`` is the date the
+        template's ``strftime_now`` reports (default: the renderer's ``date``).
         """
-        if self._native is not None and not api:
+        now = now or self.date
+        if self._native is not None:
             try:
                 text = self._native(messages, tools, add_generation_prompt)
             except FALLBACK_ERRORS:
@@ -241,9 +288,11 @@ class Renderer:
                 k = self.native_renders
                 self.native_renders = k + 1
                 if k < CHECK_FIRST or k % CHECK_EVERY == 0:
-                    self._check_native(text, messages, tools, add_generation_prompt, where)
+                    self._check_native(text, messages, tools, add_generation_prompt, where, now)
                 return text
-        return self._render_jinja(messages, tools, add_generation_prompt, api=api)
+        if self.incremental is not None:
+            return self.incremental.render(messages, tools, add_generation_prompt, now, where=where)
+        return self._render_jinja(messages, tools, add_generation_prompt, now)
 
     def _check_native(
         self,
@@ -252,9 +301,10 @@ class Renderer:
         tools: list[dict[str, Any]] | None,
         add_generation_prompt: bool,
         where: str,
+        now: datetime | None,
     ) -> None:
         try:
-            ref = self._render_jinja(messages, tools, add_generation_prompt)
+            ref = self._render_jinja(messages, tools, add_generation_prompt, now)
         except RenderError as e:
             ref_err: str | None = e.reason
         else:
@@ -279,27 +329,19 @@ class Renderer:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         add_generation_prompt: bool,
-        *,
-        api: bool = False,
+        now: datetime | None = None,
     ) -> str:
-        direct = None if api else self._direct
-        return render_jinja(self.tokenizer, direct, messages, tools, add_generation_prompt)
-
-    def _make_direct(self) -> RenderFn | None:
-        def reference(msgs: list[dict], tools: list[dict] | None, gen: bool) -> str:
-            return self.render_text(msgs, tools, add_generation_prompt=gen, api=True)
-
-        return make_direct(self.tokenizer, reference)
+        return self.template.render(messages, tools, add_generation_prompt, now=now or self.date)
 
     def _make_native(self) -> RenderFn | None:
         def reference(msgs: list[dict], tools: list[dict] | None, gen: bool) -> str:
-            return self._render_jinja(msgs, tools, gen, api=True)
+            return self._render_jinja(msgs, tools, gen)
 
-        port = find_verified_port(self.tokenizer.chat_template, reference)
+        port = find_verified_port(self.template.source, reference)
         if port is None:
             return None
         self.native_template = port.name
-        return port.render
+        return port.render  # type: ignore[no-any-return]
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of rendered text (int32), through the piece cache."""
@@ -329,8 +371,17 @@ class Renderer:
         for name, arr in (("prompt_token_ids", prompt), ("generation_token_ids", gen)):
             if arr.size and int(arr.max()) >= self.vocab_size:
                 pos = int(np.argmax(arr >= self.vocab_size))
+                where = f"{name}[{pos}] = {int(arr[pos])}"
+                if self.identity.path is None:
+                    # no --tokenizer: every rollout of the build would be rejected; stop at once
+                    raise TokenizerError(
+                        f"{rec.source_file}:{rec.source_line}: a token rollout ({where}) needs "
+                        "the tokenizer that produced its ids, and no --tokenizer was given (the "
+                        f"built-in byte tokenizer has {self.vocab_size} ids). Pass --tokenizer "
+                        "with the model's Hugging Face tokenizer folder."
+                    )
                 raise RenderError(
-                    f"{name}[{pos}] = {int(arr[pos])} is outside the vocabulary of tokenizer "
+                    f"{where} is outside the vocabulary of tokenizer "
                     f"{self.identity.name!r} ({self.vocab_size} ids); build with the tokenizer "
                     "that produced these ids (--tokenizer)"
                 )
@@ -339,7 +390,10 @@ class Renderer:
         spans = [(n_p, n)] if n > n_p else []
         lp = rec.generation_log_probs
         logprobs = None if lp is None else np.asarray(lp, dtype=np.float32)
-        return _sequence(rec, group_id, order, tokens, spans, logprobs, rec.branch_reason)
+        seq = _sequence(rec, group_id, order, tokens, spans, logprobs, rec.branch_reason)
+        if rec.ref_log_probs is not None and spans:
+            seq.ref_logprobs = np.asarray(rec.ref_log_probs, dtype=np.float32)
+        return seq
 
     def _render_chat(self, rec: ChatCall, *, group_id: str, order: int) -> Sequence:
         if not rec.messages:
@@ -347,10 +401,13 @@ class Renderer:
         msgs, comp, tools = self.normalize(rec)
         full_msgs = [*msgs, comp]
         where = f"{rec.source_file}:{rec.source_line}"
-        full_ids = self.encode(self.render_text(full_msgs, tools, where=where))
-        prompt_ids = self.encode(
-            self.render_text(msgs, tools, add_generation_prompt=True, where=where)
+        now = parse_date(rec.timestamp) or self.date
+        full_text = self.render_text(full_msgs, tools, now=now, where=where)
+        prompt_text = self.render_text(
+            msgs, tools, add_generation_prompt=True, now=now, where=where
         )
+        full_ids = self.encode(full_text)
+        prompt_ids = self.encode(prompt_text)
         n_p, n = len(prompt_ids), len(full_ids)
         if n_p > n or not np.array_equal(full_ids[:n_p], prompt_ids):
             raise RenderError(
@@ -360,17 +417,34 @@ class Renderer:
             )
         if n_p == n:
             raise RenderError("the completion renders to no tokens after the generation prompt")
+        span_text = (
+            full_text[len(prompt_text) :]
+            if full_text.startswith(prompt_text)
+            else self.decode(full_ids[n_p:])
+        )
+        missing = completion_loss(comp, span_text)
+        if missing is not None:
+            raise RenderError(
+                f"the chat template drops part of the completion: {missing} in the rendered loss "
+                "span, so training would miss what the model said (render with a template that "
+                "keeps it: --chat-template FILE)"
+            )
         branch = rec.branch_reason
-        if branch is None and self._history_rewritten(msgs, tools, full_ids, where):
+        if branch is None and self._history_rewritten(msgs, tools, full_ids, where, now):
             branch = "reasoning-dropped"
         if self._native is None:
-            self._remember(self._fingerprint(full_msgs, tools), full_ids)
+            self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     # -- the branch hint -------------------------------------------------------------------------
 
     def _history_rewritten(
-        self, msgs: list[dict], tools: list[dict] | None, full_ids: np.ndarray, where: str = ""
+        self,
+        msgs: list[dict],
+        tools: list[dict] | None,
+        full_ids: np.ndarray,
+        where: str = "",
+        now: datetime | None = None,
     ) -> bool:
         """Is the previous turn (history up to its last assistant message, rendered as that call's
         training sequence) not a token prefix of this call's sequence?
@@ -385,18 +459,20 @@ class Renderer:
         prev_msgs = msgs[: last + 1]
         prev_ids = None
         if self._native is None:
-            prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools))
+            prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools, now))
         if prev_ids is None:
             try:
-                prev_ids = self.encode(self.render_text(prev_msgs, tools, where=where))
+                prev_ids = self.encode(self.render_text(prev_msgs, tools, now=now, where=where))
             except RenderError:
                 return False  # the history alone does not render: no hint to give
         k = len(prev_ids)
         return k > len(full_ids) or not np.array_equal(full_ids[:k], prev_ids)
 
     @staticmethod
-    def _fingerprint(msgs: list[dict], tools: list[dict] | None) -> bytes:
-        blob = orjson.dumps([msgs, tools], option=orjson.OPT_SORT_KEYS)
+    def _fingerprint(msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> bytes:
+        blob = orjson.dumps(
+            [msgs, tools, now.isoformat() if now else None], option=orjson.OPT_SORT_KEYS
+        )
         return hashlib.blake2b(blob, digest_size=16).digest()
 
     def _remember(self, key: bytes, ids: np.ndarray) -> None:
@@ -404,6 +480,16 @@ class Renderer:
         self._recent.move_to_end(key)
         while len(self._recent) > self._recent_max:
             self._recent.popitem(last=False)
+
+
+def _read_template_file(path: str | os.PathLike[str]) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerError(f"{path}: cannot read the chat template: {e}") from e
+    if not text.strip():
+        raise TokenizerError(f"{path}:1: expected a jinja chat template, the file is empty")
+    return text
 
 
 def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:
@@ -434,6 +520,7 @@ def _sequence(
         advantage=rec.advantage,
         agent_id=rec.agent_id,
         call_id=rec.call_id,
+        trajectory_id=rec.trajectory_id if rec.trajectory_id is not None else group_id,
         source=f"{rec.source_file}:{rec.source_line}",
         source_format=rec.source_format,
         branch_reason=branch,

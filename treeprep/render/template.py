@@ -1,131 +1,508 @@
-"""The chat template: jinja in transformers' sandbox, a faster direct call, and verified ports.
+"""The chat template: jinja in a sandbox with limits, rendering like ``apply_chat_template``.
 
-Trade-offs: the template is still rendered once per call and once more for the generation prompt,
-so that cost grows with the context, not with unique text. With a native port
-(:mod:`treeprep.render.native`, used only after it matched ``apply_chat_template`` on probe
-conversations, and compared with jinja on the first 16 renders and every 64th after, which costs
-about half of the port's own time) that is about a microsecond per message, and the third render
-needed by the branch hint (the previous turn) is simply done again. With jinja it is tens of
-microseconds per message, and the third render is skipped when the previous call's sequence is
-still in a small cache keyed by a hash of its messages, the common case when a session's calls are
-read in order.
+What it replaces
+----------------
+Rendering used to go through transformers (``AutoTokenizer`` and ``apply_chat_template``), whose
+import alone costs seconds and hundreds of megabytes per build. :class:`ChatTemplate` compiles the
+template itself with jinja, in the environment transformers builds for it: the immutable sandbox,
+``trim_blocks`` and ``lstrip_blocks``, the ``loopcontrols`` extension and a ``{% generation %}``
+tag that renders its body, the ``tojson`` filter as ``json.dumps(x, ensure_ascii=False)``, and the
+globals ``raise_exception``, ``strftime_now``, ``dict`` and a ``namespace`` that refuses names
+starting with ``_``. The messages are passed as ``apply_chat_template`` passes them: keys whose
+value is ``None`` dropped, reasoning aliased as ``thinking`` and ``reasoning_content``, and the
+named special tokens (``bos_token``, ``eos_token``, ...) as variables. The tests compare it with
+``apply_chat_template`` on every tokenizer in ``../shared/data`` and the built-in one; that, not
+this description, is the contract.
 
-Three ways to render, all checked against ``apply_chat_template`` (the reference) before use: the
-public API itself; the compiled template called directly (:func:`make_direct`, skipping the API's
-per-call deep copy, in a sandbox with a fast attribute lookup for plain data,
-:func:`fast_sandbox_class`); and a native Python port (:func:`find_verified_port`). Untrusted
-templates run only in transformers' immutable jinja sandbox; a template error becomes a
-:class:`~treeprep.errors.RenderError` naming the exception.
+A fixed date
+------------
+``strftime_now`` does not read the clock: a template that prints the date (gpt-oss, Llama 3.1)
+gets the date passed to :meth:`ChatTemplate.render` (the record's timestamp, else ``--date``,
+else :data:`DEFAULT_DATE`), so a build gives the same bytes on any day.
+
+Limits (hostile templates)
+--------------------------
+A chat template comes with the tokenizer and is untrusted code. The sandbox stops it from reaching
+Python internals, and these limits stop it from running forever or filling memory; each breach is
+a :class:`~treeprep.errors.RenderError` for that record, never a crashed build:
+
+- time: a watchdog thread interrupts a render that runs past ``timeout_s`` (an asynchronous
+  exception raised in the rendering thread between two bytecodes, so a jinja loop stops wherever
+  it is); the sandbox's calls also check the deadline;
+- size: the output is counted chunk by chunk and stopped past ``max_chars``; ``*`` and ``**`` are
+  checked before they run, strings passed to or returned by calls and strings stored in a
+  namespace are checked too, so a string doubled in a loop stops at the limit instead of growing
+  to gigabytes; a ``MemoryError`` that slips through is caught as well;
+- depth: a ``RecursionError`` (a macro calling itself) is caught.
+
+Trade-offs: the watchdog cannot interrupt a single long C call (a regular expression, a huge
+join), only what follows it, which the size checks keep short. Checks on ``+`` and ``~`` would slow
+every template down; growth through them is bounded by the namespace and output checks instead.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
+import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from treeprep.errors import RenderError
-from treeprep.render.native import FALLBACK_ERRORS, NativeTemplate, find_port
-from treeprep.schemas.tokenizer import sha256_text
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 #: a render function: (messages, tools, add_generation_prompt) -> text
 RenderFn = Callable[[list[dict], list[dict] | None, bool], str]
 
-#: the native port's renders compared with the jinja template: the first ones, then every n-th
-CHECK_FIRST = 16
-CHECK_EVERY = 64
-_TEMPLATE_ERRORS: tuple[type[Exception], ...] = (
-    TypeError,
-    ValueError,
-    KeyError,
-    AttributeError,
-    IndexError,
-)
+#: the date ``strftime_now`` reports when the record has no timestamp and no ``--date`` is given
+DEFAULT_DATE = datetime(2025, 1, 1, tzinfo=UTC)
+
+#: names a message's reasoning may be passed under (transformers' aliases)
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
-def render_jinja(
-    tokenizer: PreTrainedTokenizerBase,
-    direct: RenderFn | None,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    add_generation_prompt: bool,
-) -> str:
-    """The template's text through ``direct`` when given, else ``apply_chat_template``; a failing
-    template becomes :class:`RenderError`."""
-    from jinja2 import TemplateError
+@dataclass(frozen=True, slots=True)
+class RenderLimits:
+    """What one render may cost."""
 
-    try:
-        if direct is not None:
-            return direct(messages, tools, add_generation_prompt)
-        text = tokenizer.apply_chat_template(
-            messages,
-            tools=tools,  # type: ignore[arg-type]
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
+    #: wall-clock seconds per render
+    timeout_s: float = 10.0
+    #: characters of output (and of any one string the template builds)
+    max_chars: int = 64 << 20
+    #: the largest exponent ``**`` may use
+    max_power: int = 4096
+
+
+#: how often the watchdog looks at the running renders (a render may overrun its limit by this)
+_POLL_S = 0.05
+
+
+class _Timeout(BaseException):
+    """Raised asynchronously in a thread whose render ran past its deadline (a BaseException, so
+    that nothing inside jinja catches it)."""
+
+
+class _TooBig(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# the watchdog: one daemon thread per process interrupts renders that run past their deadline
+# --------------------------------------------------------------------------------------------
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._active: dict[int, list[Any]] = {}  # thread id -> [deadline, fired]
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._idle = False
+
+    def arm(self, seconds: float) -> int:
+        tid = threading.get_ident()
+        with self._lock:
+            self._active[tid] = [time.monotonic() + seconds, False]
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="treeprep-render-watchdog", daemon=True
+                )
+                self._thread.start()
+            idle = self._idle
+        if idle:  # only a sleeping watchdog is woken: waking it per render would cost the GIL
+            self._wake.set()
+        return tid
+
+    def disarm(self, tid: int) -> None:
+        with self._lock:
+            state = self._active.pop(tid, None)
+            if state is not None and state[1]:
+                # fired but maybe not delivered yet: withdraw it
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
+
+    def _run(self) -> None:
+        quiet = 0
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                for tid, state in self._active.items():
+                    # raised again at every poll until the render ends: an asynchronous
+                    # exception delivered inside a callback (a gc hook) is swallowed there
+                    if now >= state[0]:
+                        state[1] = True
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                            ctypes.c_ulong(tid), ctypes.py_object(_Timeout)
+                        )
+                quiet = 0 if self._active else quiet + 1
+                if quiet > 20:  # nothing rendered for a while: sleep until the next render
+                    self._idle = True
+                    self._wake.clear()
+            if self._idle:
+                self._wake.wait()
+                self._idle = False
+                quiet = 0
+            else:
+                time.sleep(_POLL_S)
+
+
+_WATCHDOG: _Watchdog | None = None
+
+
+def _watchdog() -> _Watchdog:
+    global _WATCHDOG
+    if _WATCHDOG is None:
+        _WATCHDOG = _Watchdog()
+    return _WATCHDOG
+
+
+# --------------------------------------------------------------------------------------------
+# the jinja environment
+# --------------------------------------------------------------------------------------------
+
+
+def _generation_tag() -> type:
+    """``{% generation %}...{% endgeneration %}`` renders its body (the assistant-mask marks
+    transformers tracks with it are not needed here)."""
+    import jinja2
+    from jinja2.ext import Extension
+
+    class GenerationTag(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(
+                lineno
+            )
+
+        def _body(self, caller: Any) -> str:
+            return str(caller())
+
+    return GenerationTag
+
+
+def _namespace_class(max_chars: int) -> type:
+    """transformers' namespace (no names starting with ``_``) that also refuses huge values."""
+    import jinja2
+
+    class TemplateNamespace(jinja2.utils.Namespace):  # type: ignore[misc]
+        def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name, value in attrs.items():
+                TemplateNamespace._check(name, value)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name: Any, value: Any) -> None:
+            TemplateNamespace._check(name, value)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name: Any, value: Any) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"Chat templates cannot store underscore-prefixed attributes on a namespace, "
+                    f"but got {name!r}. Please rename the attribute."
+                )
+            if isinstance(value, str | list) and len(value) > max_chars:
+                raise _TooBig(f"a namespace value of {len(value)} items")
+
+    return TemplateNamespace
+
+
+def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
+    """The immutable sandbox with the limits' checks and fast paths for plain data: for a dict
+    key that is not a dict attribute, a public str method (not ``format``), a read-only dict
+    method, the loop variable's properties or a namespace value, the result is what the sandbox
+    returns, without its checks; everything else goes through the sandbox."""
+    from jinja2.runtime import LoopContext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    max_chars = limits.max_chars
+    deadline = _deadline
+    dict_attrs = frozenset(dir(dict))
+    dict_reads = frozenset(("items", "keys", "values", "get"))
+    builtin_method: Any = type("".strip)
+    loop_attrs = frozenset(
+        ("index", "index0", "first", "last", "length", "revindex", "revindex0", "depth", "depth0")
+    )
+    str_attrs = frozenset(a for a in dir(str) if not a.startswith("_")) - {"format", "format_map"}
+    fast_methods = (str_attrs | dict_reads) - {"format", "format_map"}
+
+    class Env(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+        intercepted_binops = frozenset({"*", "**"})
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            # For a plain dict whose key is not also a dict attribute the sandbox returns the item;
+            # a public str method other than format/format_map is what the sandbox returns too.
+            t = type(obj)
+            if t is dict and attribute not in dict_attrs:
+                try:
+                    return obj[attribute]
+                except (KeyError, TypeError):
+                    pass
+            elif (
+                (t is str and attribute in str_attrs)
+                or (t is LoopContext and attribute in loop_attrs)
+                or (t is dict and attribute in dict_reads)
+            ):
+                return getattr(obj, attribute)
+            elif t is namespace_cls and attribute[:1] != "_":
+                try:
+                    return getattr(obj, attribute)
+                except AttributeError:
+                    pass
+            return super().getattr(obj, attribute)
+
+        def getitem(self, obj: Any, argument: Any) -> Any:
+            if type(obj) is dict and type(argument) is str:
+                try:
+                    return obj[argument]
+                except KeyError:
+                    pass
+            return super().getitem(obj, argument)
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if isinstance(seq, str | list | tuple) and isinstance(n, int):
+                        if len(seq) * n > max_chars:
+                            raise _TooBig(f"'*' would build {len(seq) * n} items")
+            elif operator == "**" and isinstance(right, int) and abs(right) > limits.max_power:
+                raise _TooBig(f"'**' with exponent {right}")
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            if time.monotonic() > deadline[0]:
+                raise _Timeout
+            for a in args:
+                if type(a) is str and len(a) > max_chars:
+                    raise _TooBig(f"a string of {len(a)} characters")
+            if (
+                type(__obj) is builtin_method
+                and type(__obj.__self__) in (str, dict)
+                and __obj.__name__ in fast_methods
+            ):
+                # a read-only str/dict method: nothing to check (jinja's own bookkeeping
+                # arguments are dropped, as Context.call drops them)
+                kwargs.pop("_loop_vars", None)
+                kwargs.pop("_block_vars", None)
+                out = __obj(*args, **kwargs)
+            else:
+                out = super().call(__context, __obj, *args, **kwargs)
+            if type(out) in (str, list) and len(out) > max_chars:
+                raise _TooBig(f"a call returned {len(out)} items")
+            return out
+
+    return Env
+
+
+def _environment(limits: RenderLimits) -> Any:
+    """transformers' chat template environment, with the limits (see the module docstring)."""
+    import jinja2
+    from jinja2.ext import loopcontrols
+
+    namespace_cls = _namespace_class(limits.max_chars)
+    env_cls = _sandbox_class(limits, namespace_cls)
+
+    def raise_exception(message: Any) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(
+        x: Any,
+        ensure_ascii: bool = False,
+        indent: Any = None,
+        separators: Any = None,
+        sort_keys: bool = False,
+    ) -> str:
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
         )
-    except (TemplateError, *_TEMPLATE_ERRORS) as e:  # type: ignore[misc]
-        raise RenderError(f"the chat template failed: {type(e).__name__}: {e}") from e
-    assert isinstance(text, str)
-    return text
+
+    class TemplateDict:
+        def __call__(self, *args: Any, **kwargs: Any) -> dict:
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+            return dict.fromkeys(*args, **kwargs)
+
+    env = env_cls(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_generation_tag(), loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = _strftime_factory(DEFAULT_DATE)
+    env.globals["dict"] = TemplateDict()
+    env.globals["namespace"] = namespace_cls
+    return env
 
 
-def make_direct(tokenizer: PreTrainedTokenizerBase, reference: RenderFn) -> RenderFn | None:
-    """The compiled template called directly, without ``apply_chat_template``'s per-call
-    preprocessing (a deep copy of every message into plain data, which ours already are).
+#: the current render's deadline (monotonic seconds), read by the sandbox's call hook; one
+#: render at a time per process is the norm, and a stale value only makes the check lenient
+_deadline: list[float] = [float("inf")]
 
-    It is what ``apply_chat_template`` does for one conversation of plain dicts: drop ``None``
-    fields (ours have none), alias ``reasoning_content`` as ``thinking``, pass the special
-    tokens map as template variables. It is used only if it renders the probe conversations
-    exactly as ``reference`` (the public API) does; otherwise (another transformers version, a
-    template dict) None, and every render goes through the public API.
+
+def _strftime_factory(now: datetime) -> Callable[[str], str]:
+    def strftime_now(fmt: str) -> str:
+        return now.strftime(fmt)
+
+    return strftime_now
+
+
+def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as ``apply_chat_template`` hands them to the template: keys whose value is None
+    dropped, reasoning filled in under ``thinking`` and ``reasoning_content``."""
+    out = []
+    for m in messages:
+        if any(v is None for v in m.values()):
+            m = {k: v for k, v in m.items() if v is not None}
+        reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
+        if reasoning is not None:
+            m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
+    return out
+
+
+class ChatTemplate:
+    """A chat template compiled in the limited sandbox (see the module docstring).
+
+    >>> t = ChatTemplate("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}")
+    >>> t.render([{"role": "user", "content": "hi"}], None, False)
+    'user:hi;'
     """
-    try:
-        from transformers.utils.chat_template_utils import (
-            _alias_reasoning_fields,
-            _cached_compile_jinja_template,
-        )
-    except ImportError:
-        return None
-    template = tokenizer.chat_template
-    if not isinstance(template, str):
-        return None
-    try:
-        # a private copy (not the lru-cached one apply_chat_template uses), so that giving its
-        # environment the fast attribute lookup below never touches the reference path
-        compiled = _cached_compile_jinja_template(template)
-        env = compiled.environment
-        env.__class__ = fast_sandbox_class(type(env))
-    except Exception:  # any failure means: use the public API
-        return None
-    kwargs = dict(tokenizer.special_tokens_map)
 
-    def direct(messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
-        return compiled.render(
-            messages=_alias_reasoning_fields(messages),
-            tools=tools,
-            documents=None,
-            add_generation_prompt=gen,
-            **kwargs,
-        )
+    def __init__(
+        self,
+        source: str,
+        special_tokens: dict[str, str] | None = None,
+        *,
+        limits: RenderLimits | None = None,
+    ) -> None:
+        self.source = source
+        self.limits = limits or RenderLimits()
+        self.special_tokens = dict(special_tokens or {})
+        env = _environment(self.limits)
+        try:
+            self._template = env.from_string(source)
+        except Exception as e:  # a syntax error: nothing can be rendered with it
+            raise RenderError(f"the chat template does not compile: {type(e).__name__}: {e}") from e
+        self._dates: dict[datetime, Callable[[str], str]] = {}
 
-    for msgs, tools in probe_conversations():
-        for gen in (False, True):
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        *,
+        now: datetime | None = None,
+    ) -> str:
+        """The template's text; any failure or breached limit is a :class:`RenderError`."""
+        when = now or DEFAULT_DATE
+        strftime_now = self._dates.get(when)
+        if strftime_now is None:
+            if len(self._dates) > 1024:
+                self._dates.clear()
+            strftime_now = self._dates[when] = _strftime_factory(when)
+        variables = {
+            **self.special_tokens,
+            "messages": plain_messages(messages),
+            "tools": tools,
+            "documents": None,
+            "add_generation_prompt": add_generation_prompt,
+            "strftime_now": strftime_now,
+        }
+        limits = self.limits
+        watchdog = _watchdog()
+        _deadline[0] = time.monotonic() + limits.timeout_s
+        try:
+            tid = watchdog.arm(limits.timeout_s)
             try:
-                same = direct(msgs, tools, gen) == reference(msgs, tools, gen)
-            except Exception:  # a template that fails here fails in the API too
-                same = False
-            if not same:
-                return None
-    return direct
+                text, why = self._render_once(variables)
+            finally:
+                _disarm(watchdog, tid)
+        except _Timeout:  # delivered after _render_once returned, before the watchdog stopped
+            text, why = None, self._timeout_reason()
+        finally:
+            _deadline[0] = float("inf")
+        if why is not None:
+            raise RenderError(why)
+        assert text is not None
+        return text
+
+    def _timeout_reason(self) -> str:
+        return f"the chat template ran past its time limit ({self.limits.timeout_s:g} s per render)"
+
+    def _render_once(self, variables: dict[str, Any]) -> tuple[str | None, str | None]:
+        """(text, None), or (None, why the render failed)."""
+        template = self._template
+        max_chars = self.limits.max_chars
+        try:
+            parts = []
+            n = 0
+            for chunk in template.root_render_func(template.new_context(variables)):
+                n += len(chunk)
+                if n > max_chars:
+                    raise _TooBig(f"the output passed {max_chars} characters")
+                parts.append(chunk)
+            return "".join(parts), None
+        except _Timeout:
+            return None, self._timeout_reason()
+        except _TooBig as e:
+            return None, f"the chat template's output is too large: {e}"
+        except MemoryError:
+            return None, "the chat template ran out of memory"
+        except RecursionError:
+            return None, "the chat template recursed too deeply (RecursionError)"
+        except Exception as e:
+            return None, f"the chat template failed: {type(e).__name__}: {e}"
 
 
-def find_verified_port(template: Any, reference: RenderFn) -> NativeTemplate | None:
+def _disarm(watchdog: _Watchdog, tid: int) -> None:
+    """Stop the watchdog for this thread, even if a last timeout is delivered meanwhile (once
+    disarmed, none is pending and none can come)."""
+    while True:
+        try:
+            watchdog.disarm(tid)
+            return
+        except _Timeout:
+            continue
+
+
+def parse_date(value: str | None) -> datetime | None:
+    """A record's timestamp or ``--date`` as a datetime (ISO 8601, a trailing ``Z`` allowed; a
+    naive time is taken as UTC), None when absent or unreadable."""
+    if not value or not isinstance(value, str):
+        return None
+    s = value.strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        d = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    return d if d.tzinfo is not None else d.replace(tzinfo=UTC)
+
+
+def first_char_difference(a: str, b: str) -> int:
+    """Index of the first character where ``a`` and ``b`` differ (the shorter length if none)."""
+    m = min(len(a), len(b))
+    return next((i for i in range(m) if a[i] != b[i]), m)
+
+
+def find_verified_port(template: str, reference: RenderFn) -> Any:
     """The template's native port, if it has one that renders the probe conversations exactly
     like ``reference`` (the jinja template); otherwise None (jinja renders everything)."""
-    if not isinstance(template, str):
-        return None
+    from treeprep.render.native import FALLBACK_ERRORS, find_port
+    from treeprep.schemas.tokenizer import sha256_text
+
     port = find_port(sha256_text(template))
     if port is None:
         return None
@@ -142,12 +519,6 @@ def find_verified_port(template: Any, reference: RenderFn) -> NativeTemplate | N
             if not same:
                 return None
     return port
-
-
-def first_char_difference(a: str, b: str) -> int:
-    """Index of the first character where ``a`` and ``b`` differ (the shorter length if none)."""
-    m = min(len(a), len(b))
-    return next((i for i in range(m) if a[i] != b[i]), m)
 
 
 def probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
@@ -214,47 +585,3 @@ def probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
         (corners[:3], tools),
         (corners[:5], None),
     ]
-
-
-_FAST_SANDBOXES: dict[type, type] = {}
-
-
-def fast_sandbox_class(base: type) -> type:
-    """``base`` (transformers' immutable jinja sandbox) with a fast path for ``message.content``.
-
-    Chat templates spend most of their time in the sandbox's attribute lookup, which for a plain
-    ``dict`` first tries a Python attribute, checks it against the sandbox rules, then falls back to
-    the item. For a ``dict`` whose key is not also a ``dict`` attribute name the result is always
-    the item, a plain data value, so it is returned at once. A public ``str`` method other than
-    ``format``/``format_map`` is what the sandbox would return too. Everything else (other types,
-    private names, missing keys) goes through the sandbox unchanged.
-    """
-    cls = _FAST_SANDBOXES.get(base)
-    if cls is not None:
-        return cls
-    dict_attrs = frozenset(dir(dict))
-    # str methods the sandbox allows and returns as they are (it wraps format and format_map)
-    str_attrs = frozenset(a for a in dir(str) if not a.startswith("_")) - {"format", "format_map"}
-
-    def getattr_(self, obj, attribute):  # type: ignore[no-untyped-def]
-        t = type(obj)
-        if t is dict and attribute not in dict_attrs:
-            try:
-                return obj[attribute]
-            except (KeyError, TypeError):
-                pass
-        elif t is str and attribute in str_attrs:
-            return getattr(obj, attribute)
-        return base.getattr(self, obj, attribute)
-
-    def getitem(self, obj, argument):  # type: ignore[no-untyped-def]
-        if type(obj) is dict and type(argument) is str:
-            try:
-                return obj[argument]
-            except KeyError:
-                pass
-        return base.getitem(self, obj, argument)
-
-    cls = type(f"Fast{base.__name__}", (base,), {"getattr": getattr_, "getitem": getitem})
-    _FAST_SANDBOXES[base] = cls
-    return cls

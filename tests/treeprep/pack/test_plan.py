@@ -117,7 +117,19 @@ def check_plan(trees: list[Tree], table: pa.Table, summary, budget: int, per_sha
     # no micro-batch over budget
     load: Counter = Counter()
     for r in rows:
-        load[(r["step"], r["rank"], r["micro_batch"])] += r["tokens"] + r["prefix_tokens"]
+        key = (r["step"], r["rank"], r["micro_batch"])
+        if r["handoff_cuts"]:
+            # a hand-off row fills its slot alone; each of its parts computes <= budget tokens
+            cuts = r["handoff_cuts"]
+            assert cuts[0] == 0 and cuts[-1] == r["tokens"] > budget
+            assert all(0 < b - a <= budget for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+            assert len(r["handoff_parents"]) == len(cuts) - 1 and r["handoff_parents"][0] == -1
+            assert all(-1 <= p < i for i, p in enumerate(r["handoff_parents"]))
+            assert r["prefix_tokens"] == 0
+            load[key] += budget
+        else:
+            assert not r["handoff_parents"]
+            load[key] += r["tokens"] + r["prefix_tokens"]
     assert max(load.values()) <= budget
     per_rank = [s.micro_batches_per_rank for s in summary.step_info]
     for step, rank, mb in load:
@@ -235,12 +247,33 @@ def forests(draw) -> list[Tree]:
 def test_plan_properties_on_random_forests(trees, slack, world, steps_of, seed) -> None:
     f = forest_of(trees)
     budget = int(f.longest_path().max()) + slack
-    cfg = PackConfig(budget=budget, world_size=world, steps_of=steps_of, seed=seed)
+    cfg = PackConfig(budget=budget, world_size=world, steps_of=steps_of, seed=seed, cut="recompute")
     plan = plan_forest(f, cfg)
     check_plan(trees, plan.table, plan.summary, budget)
     again = plan_forest(forest_of(trees), cfg)  # deterministic for a seed
     assert again.table.equals(plan.table)
     assert again.summary == plan.summary
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trees=forests(),
+    budget=st.integers(1, 40),
+    world=st.integers(1, 3),
+    steps_of=st.integers(1, 3),
+    seed=st.integers(0, 3),
+)
+def test_handoff_plan_properties_at_any_budget(trees, budget, world, steps_of, seed) -> None:
+    """Hand-off plans (the default) at budgets down to one token, under the longest path too:
+    every invariant holds, nothing is recomputed and ERR equals POR."""
+    f = forest_of(trees)
+    cfg = PackConfig(budget=budget, world_size=world, steps_of=steps_of, seed=seed)
+    plan = plan_forest(f, cfg)
+    check_plan(trees, plan.table, plan.summary, budget)
+    assert plan.summary.tokens_recomputed == 0
+    assert plan.summary.err == pytest.approx(plan.summary.por, abs=1e-12)
+    big = [t for t in trees if t.tokens_tree > budget]
+    assert plan.summary.handoff_trees == len(big) == plan.summary.split_trees
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,7 +291,7 @@ def test_cut_sibling_fan_recomputes_the_shared_prefix_once_per_part() -> None:
     # one child (the first of the heaviest, ties in pre-order) moves to its own part
     assert cut.part_of_node.tolist() == [0, 1, 0, 0]
     assert cut.prefix_end.tolist() == [-1, 0]
-    plan = plan_forest(forest_of([tree]), PackConfig(budget=22))
+    plan = plan_forest(forest_of([tree]), PackConfig(budget=22, cut="recompute"))
     s = plan.summary
     assert (s.tokens_tree, s.tokens_pack, s.tokens_recomputed) == (28, 38, 10)
     assert s.tokens_linear == 48
@@ -274,7 +307,7 @@ def test_cut_siblings_share_one_part_when_they_fit_together() -> None:
     cut = cut_tree(tree.node_parent, tree.node_length, tree.node_depth, 22)
     assert sorted(Counter(cut.part_of_node.tolist()).values()) == [2, 3]
     assert len(cut.prefix_end) == 2
-    plan = plan_forest(forest_of([tree]), PackConfig(budget=22))
+    plan = plan_forest(forest_of([tree]), PackConfig(budget=22, cut="recompute"))
     assert plan.summary.tokens_pack == 34 + 10
     check_plan([tree], plan.table, plan.summary, 22)
 
@@ -290,7 +323,7 @@ def test_long_chain_with_side_branches_cuts_at_the_deepest_fork() -> None:
     tree = _tree("chain", seqs)
     f = forest_of([tree])
     assert int(f.longest_path()[0]) == 23 and tree.tokens_tree == 32
-    plan = plan_forest(f, PackConfig(budget=24))
+    plan = plan_forest(f, PackConfig(budget=24, cut="recompute"))
     check_plan([tree], plan.table, plan.summary, 24)
     # cheapest: split off the deepest node whose removal fits: err stays close to por
     assert plan.summary.tokens_pack < 2 * tree.tokens_tree
@@ -299,7 +332,7 @@ def test_long_chain_with_side_branches_cuts_at_the_deepest_fork() -> None:
 def test_multiple_roots_split_without_recomputation() -> None:
     seqs = [[1] * 8, [2] * 8, [3] * 8]
     tree = _tree("roots", seqs)
-    plan = plan_forest(forest_of([tree]), PackConfig(budget=16))
+    plan = plan_forest(forest_of([tree]), PackConfig(budget=16, cut="recompute"))
     assert plan.summary.tokens_recomputed == 0
     assert plan.summary.parts == 2
     check_plan([tree], plan.table, plan.summary, 16)
@@ -308,7 +341,7 @@ def test_multiple_roots_split_without_recomputation() -> None:
 def test_path_longer_than_budget_names_the_group_and_length() -> None:
     tree = _tree("too-long", [[1] * 30, [1] * 10 + [2] * 5])
     with pytest.raises(PackError, match=r"'too-long'.*30 tokens.*budget of 20"):
-        plan_forest(forest_of([tree]), PackConfig(budget=20))
+        plan_forest(forest_of([tree]), PackConfig(budget=20, cut="recompute"))
 
 
 def test_small_trees_fill_micro_batches_and_ranks_balance_by_cost() -> None:
@@ -325,7 +358,9 @@ def test_small_trees_fill_micro_batches_and_ranks_balance_by_cost() -> None:
 def test_tree_needing_more_slots_than_a_step_gets_a_longer_step() -> None:
     seqs = [[r] * 10 for r in range(6)]  # six 10-token roots
     tree = _tree("wide", seqs)
-    plan = plan_forest(forest_of([tree]), PackConfig(budget=10, world_size=2, steps_of=1))
+    plan = plan_forest(
+        forest_of([tree]), PackConfig(budget=10, world_size=2, steps_of=1, cut="recompute")
+    )
     s = plan.summary
     assert s.steps == 1 and s.step_info[0].micro_batches_per_rank == 3
     check_plan([tree], plan.table, s, 10)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hf_reference import hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ from treeprep.io import read_head
 from treeprep.render import Renderer
 from treeprep.render import builtin as bt
 from treeprep.render.native import FALLBACK_ERRORS, PORTS, find_port
+from treeprep.render.template import ChatTemplate
 from treeprep.schemas import ChatCall
 from treeprep.schemas.tokenizer import sha256_text as _sha256_text
 
@@ -80,7 +82,7 @@ def r(request, tmp_path_factory) -> Renderer:
 
 
 def _api(r: Renderer, msgs: list[dict], tools: list[dict] | None, gen: bool) -> str:
-    out = r.tokenizer.apply_chat_template(
+    out = hf_tokenizer(r).apply_chat_template(
         msgs, tools=tools, tokenize=False, add_generation_prompt=gen
     )
     assert isinstance(out, str)
@@ -88,7 +90,7 @@ def _api(r: Renderer, msgs: list[dict], tools: list[dict] | None, gen: bool) -> 
 
 
 def _port(r: Renderer):
-    port = find_port(_sha256_text(r.tokenizer.chat_template))
+    port = find_port(_sha256_text(r.template.source))
     assert port is not None
     return port
 
@@ -136,10 +138,11 @@ def test_renderer_uses_the_port_after_verifying_it(r: Renderer) -> None:
 
 
 def test_a_template_one_byte_off_gets_no_port() -> None:
-    tok = bt.load_builtin()
-    tok.chat_template = bt.CHAT_TEMPLATE.replace("<tools>", "<tools> ", 1)
+    template = ChatTemplate(
+        bt.CHAT_TEMPLATE.replace("<tools>", "<tools> ", 1), bt.SPECIAL_TOKENS_MAP
+    )
     base = Renderer.load(None)
-    r2 = Renderer(tok, base.identity)
+    r2 = Renderer(bt.build_backend(), template, base.identity, native_templates=True)
     assert r2.native_template is None
     msgs = [{"role": "user", "content": "x"}]
     assert r2.render_text(msgs, [{"a": 1}]) == _api(r2, msgs, [{"a": 1}], False)
@@ -459,7 +462,7 @@ def test_outside_the_domain_the_template_decides() -> None:
 
 
 def test_native_and_jinja_give_the_same_sequences(r: Renderer) -> None:
-    jinja = Renderer(r.tokenizer, r.identity, native_templates=False)
+    jinja = Renderer.load(r.identity.path, native_templates=False)
     assert jinja.native_template is None
     tc = {"id": "t1", "function": {"name": "run", "arguments": '{"cmd": "ls"}'}}
     history: list[dict[str, Any]] = [

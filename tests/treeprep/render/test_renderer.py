@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hf_reference import hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from treeprep.errors import RenderError, TokenizerError, TreeprepError
 from treeprep.render import CachedEncoder, Renderer
 from treeprep.render import builtin as bt
+from treeprep.render.template import ChatTemplate
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 
 ADDED = list(bt.SPECIAL_TOKENS + bt.MARKUP_TOKENS)
@@ -26,7 +28,9 @@ def r() -> Renderer:
 
 def _ref_ids(r: Renderer, msgs, tools=None, **kw) -> list[int]:
     return list(
-        r.tokenizer.apply_chat_template(msgs, tools=tools, tokenize=True, return_dict=False, **kw)
+        hf_tokenizer(r).apply_chat_template(
+            msgs, tools=tools, tokenize=True, return_dict=False, **kw
+        )
     )
 
 
@@ -60,11 +64,11 @@ def test_builtin_ids_are_bytes_and_added_tokens(r: Renderer) -> None:
     assert list(r.encode("<think></think>")) == [263, 264]
     assert list(r.encode("")) == []
     assert r.identity.name == "builtin-bytes"
-    assert r.identity.vocab_size == bt.VOCAB_SIZE == len(r.tokenizer) == 265
+    assert r.identity.vocab_size == bt.VOCAB_SIZE == len(hf_tokenizer(r)) == 265
     assert r.identity.path is None
     assert r.identity.sha256 == bt.builtin_sha256()  # stable across constructions
     assert Renderer.load(None).identity == r.identity
-    assert r.encoder.split_ok and r._direct is not None
+    assert r.encoder.split_ok
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,13 +251,8 @@ def test_render_error_is_a_treeprep_error() -> None:
 
 
 def _custom(template: str) -> Renderer:
-    from transformers import PreTrainedTokenizerFast
-
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bt.build_backend(), chat_template=template, eos_token="<|im_end|>"
-    )
     ident = TokenizerIdentity(name="custom", sha256="0", chat_template_sha256="0", vocab_size=265)
-    return Renderer(tok, ident)
+    return Renderer(bt.build_backend(), ChatTemplate(template, {"eos_token": "<|im_end|>"}), ident)
 
 
 # R1-style: the generation prompt opens a <think> block that the rendered completion does not have
@@ -307,10 +306,28 @@ def test_token_rollout(r: Renderer) -> None:
     assert r.render(empty_gen, group_id="g").loss_spans == []
 
 
-def test_token_rollout_outside_vocabulary_is_rejected(r: Renderer) -> None:
+def test_token_rollout_outside_vocabulary_is_rejected(tmp_path) -> None:
+    bt.build_backend().save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "chat_template.jinja").write_text(bt.CHAT_TEMPLATE)
+    r = Renderer.load(tmp_path)  # a tokenizer folder: a bad id is one record's reject
     rec = TokenRollout(call_id="r1", prompt_token_ids=[1, 151644], generation_token_ids=[2])
     with pytest.raises(RenderError, match=r"prompt_token_ids\[1\] = 151644 is outside"):
         r.render(rec, group_id="g")
+
+
+def test_token_rollout_without_tokenizer_fails_up_front(r: Renderer) -> None:
+    """Issue 14 item 9: real rollouts built without --tokenizer stop the build with what to pass,
+    instead of rejecting every record (ids within the built-in vocabulary still build)."""
+    rec = TokenRollout(
+        call_id="r1",
+        prompt_token_ids=[1, 151644],
+        generation_token_ids=[2],
+        source_file="roll.jsonl",
+        source_line=3,
+    )
+    with pytest.raises(TokenizerError, match=r"roll.jsonl:3: .*Pass --tokenizer") as e:
+        r.render(rec, group_id="g")
+    assert not isinstance(e.value, RenderError)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -485,10 +502,9 @@ def test_fast_sandbox_keeps_the_sandbox_rules() -> None:
     from jinja2.exceptions import SecurityError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from treeprep.render.template import fast_sandbox_class as _fast_sandbox_class
+    from treeprep.render.template import RenderLimits, _environment
 
-    fast = ImmutableSandboxedEnvironment()
-    fast.__class__ = _fast_sandbox_class(ImmutableSandboxedEnvironment)
+    fast = _environment(RenderLimits())
     slow = ImmutableSandboxedEnvironment()
     m = {"content": "a|b ", "items": [1, 2], "tools": [3]}
     for expr in (
@@ -501,6 +517,8 @@ def test_fast_sandbox_keeps_the_sandbox_rules() -> None:
         "{{ m.__class__ }}",
         "{{ m.content.__class__ }}",
         "{{ m.content.format.__globals__ }}",
+        "{% for x in m.tools %}{{ loop.index }}{{ loop.last }}{{ loop.length }}{% endfor %}",
+        "{% for x in m.tools %}{{ loop.__class__ }}{{ loop._iterator }}{% endfor %}",
     ):
         assert fast.from_string(expr).render(m=m) == slow.from_string(expr).render(m=m), expr
     for unsafe in ("{{ m.tools.append(1) }}", "{{ m.tools.clear() }}"):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hf_reference import hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -97,7 +98,9 @@ def _record_message(m: dict) -> dict:
 
 
 def _ids(r: Renderer, msgs, tools=None, **kw) -> list[int]:
-    out = r.tokenizer.apply_chat_template(msgs, tools=tools, tokenize=True, return_dict=False, **kw)
+    out = hf_tokenizer(r).apply_chat_template(
+        msgs, tools=tools, tokenize=True, return_dict=False, **kw
+    )
     return list(out)
 
 
@@ -119,7 +122,7 @@ def _check_exact(r: Renderer, raw_msgs: list[dict], raw_comp: dict, tools) -> No
     assert seq.loss_spans == [(len(prompt), len(full))]
     assert full[: len(prompt)] == prompt
     # the cached path against whole-text tokenization of the same rendered text
-    text = r.tokenizer.apply_chat_template([*msgs, comp], tools=tools, tokenize=False)
+    text = hf_tokenizer(r).apply_chat_template([*msgs, comp], tools=tools, tokenize=False)
     assert list(r.encoder.encode_whole(text)) == full
     assert list(r.encode(text)) == full
 
@@ -392,12 +395,11 @@ def test_cached_equals_whole_random(x: str, name: str) -> None:
     whole = r.encoder.encode_whole(x)
     assert np.array_equal(r.encode(x), whole)
     assert np.array_equal(r.encode(x), whole)  # second time from the cache
-    ref = r.tokenizer(x, add_special_tokens=False)["input_ids"]
+    ref = hf_tokenizer(r)(x, add_special_tokens=False)["input_ids"]
     assert list(whole) == list(ref)
 
 
 def test_probe_keeps_the_cut_on_qwen(r: Renderer) -> None:
     assert r.encoder.split_ok
-    assert r._direct is not None  # the direct template call matched apply_chat_template at load
-    assert r.identity.vocab_size == len(r.tokenizer)
+    assert r.identity.vocab_size == len(hf_tokenizer(r))
     assert r.identity.path is not None and r.identity.path.endswith(r.identity.name)

@@ -1,0 +1,104 @@
+"""Checkpoints and training under attack (issue 15): a pickle payload never runs (item 1), a
+truncated or flipped checkpoint file stops a resume with the file's name (20), and ``train``
+refuses a build with no trainable target instead of looping (19)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hostile import rollout, write_jsonl  # noqa: E402
+
+from treeprep.build import BuildConfig, build  # noqa: E402
+from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.loop import TrainConfig, TrainingError, train  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("ckpt")
+    rows = [rollout(f"g{i % 2}", [40 + i, 41, 42], [50 + i, 51], call_id=str(i)) for i in range(6)]
+    write_jsonl(root / "r.jsonl", rows)
+    build(BuildConfig(inputs=[str(root / "r.jsonl")], out=str(root / "build")))
+    train(_cfg(root / "build", root / "run", steps=2, save_every=1))
+    return root / "build", root / "run"
+
+
+def _cfg(data: Path, run_dir: Path, **kw) -> TrainConfig:
+    base = dict(data=str(data), model="tiny-qwen3", run_dir=str(run_dir), budget=64, lr=1e-3,
+                device="cpu", attn="dense", keep=None)  # fmt: skip
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _copy_ckpt(run_dir: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "ck"
+    shutil.copytree(run_dir / "checkpoints" / "step-00000001", dst)
+    return dst
+
+
+class _Payload:
+    def __reduce__(self):  # a pickle that would run code when loaded
+        return (exec, ("import pathlib; pathlib.Path('PWNED').write_text('x')",))
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng-rank0.pt"])
+def test_pickle_payload_in_a_checkpoint_never_runs(
+    run: tuple[Path, Path], tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    ck = _copy_ckpt(run[1], tmp_path)
+    torch.save({"state": _Payload()}, ck / name)
+    # re-sign the file in state.json: the attacker controls the whole folder
+    st = json.loads((ck / "state.json").read_text())
+    st["files"] = ckpt_mod.checksum_files(str(ck))
+    (ck / "state.json").write_text(json.dumps(st))
+    with pytest.raises(ckpt_mod.CheckpointError, match="cannot be loaded safely"):
+        train(_cfg(run[0], tmp_path / "resumed", steps=2, resume=str(ck)))
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [("model/model.safetensors", "flip"), ("model/model.safetensors", "truncate"),
+     ("optimizer.pt", "truncate"), ("rng-rank0.pt", "flip"), ("model/config.json", "delete")],
+)  # fmt: skip
+def test_damaged_checkpoint_file_is_named(
+    run: tuple[Path, Path], tmp_path: Path, name: str, damage: str
+) -> None:
+    ck = _copy_ckpt(run[1], tmp_path)
+    p = ck / name
+    if damage == "delete":
+        p.unlink()
+    else:
+        data = bytearray(p.read_bytes())
+        if damage == "flip":
+            data[len(data) * 2 // 3] ^= 0x01
+        else:
+            del data[len(data) // 2 :]
+        p.write_bytes(bytes(data))
+    with pytest.raises(ckpt_mod.CheckpointError, match=name.split("/")[-1]):
+        ckpt_mod.open_checkpoint(str(ck))
+
+
+def test_resume_from_an_intact_checkpoint_still_works(run: tuple[Path, Path], tmp_path: Path):
+    ck = _copy_ckpt(run[1], tmp_path)
+    res = train(_cfg(run[0], tmp_path / "resumed", steps=2, resume=str(ck)))
+    full = [json.loads(x) for x in (run[1] / "metrics.jsonl").read_text().splitlines()]
+    assert res.losses == [full[1]["loss"]]
+
+
+def test_train_refuses_a_build_with_no_trainable_target(run: tuple[Path, Path], tmp_path: Path):
+    empty = tmp_path / "empty"
+    shutil.copytree(run[0], empty)
+    m = json.loads((empty / "manifest.json").read_text())
+    m["shards"] = []
+    m["counts"].update(trees=0, sequences=0, nodes=0, tokens_tree=0, tokens_linear=0)
+    (empty / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(TrainingError, match="no trainable target"):
+        train(_cfg(empty, tmp_path / "r", steps=3))

@@ -1,0 +1,336 @@
+"""A template without a native port (gpt-oss), the completion check, start-up without transformers,
+and incremental rendering (issue 14 items 5, 11, 12).
+
+gpt-oss's official template renders only the first of parallel tool calls, prints the date, and
+scans the rest of the conversation for every assistant turn. Everything here is compared with
+transformers' ``apply_chat_template`` (the reference), never with our own renderer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hf_reference import hf_tokenizer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from treeprep.errors import RenderError
+from treeprep.render import Renderer
+from treeprep.render.coverage import completion_loss
+from treeprep.render.incremental import IncrementalRenderer, probe_sessions
+from treeprep.render.template import DEFAULT_DATE, ChatTemplate
+from treeprep.render.tokenizer import load_folder
+from treeprep.schemas import ChatCall
+
+TOKENIZERS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "tokenizers"
+GPT_OSS = TOKENIZERS / "gpt-oss"
+needs_data = pytest.mark.skipif(not (GPT_OSS / "tokenizer.json").is_file(), reason="no shared data")
+FOLDERS = ["gpt-oss", "qwen3", "qwen2_5"]
+
+
+@pytest.fixture(scope="module")
+def r() -> Renderer:
+    return Renderer.load(GPT_OSS)
+
+
+def _hf_ids(r: Renderer, msgs: list[dict], tools: Any = None, **kw: Any) -> list[int]:
+    tok = hf_tokenizer(r)
+    # the reference's strftime_now reads the clock; ours reports the fixed date
+    from transformers.utils import chat_template_utils as ctu
+
+    fixed = DEFAULT_DATE
+    orig = ctu.datetime
+
+    class _Fixed(orig):  # type: ignore[misc, valid-type]
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return fixed
+
+    ctu.datetime = _Fixed
+    try:
+        out = tok.apply_chat_template(msgs, tools=tools, tokenize=True, return_dict=False, **kw)
+    finally:
+        ctu.datetime = orig
+    return list(out)
+
+
+def _session(n: int, *, content: bool = True) -> tuple[list[dict], list[dict]]:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"{name} tool",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"arg": {"type": "string", "description": "the arg"}},
+                    "required": ["arg"],
+                },
+            },
+        }
+        for name in ("bash", "read_file")
+    ]
+    msgs: list[dict] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test."},
+    ]
+    for i in range(n):
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": f"Step {i}." if content and i % 3 else "",
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": json.dumps({"arg": f"ls {i}"})},
+                    }
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"file_{i}.py\nok"})
+    return msgs, tools
+
+
+# ------------------------------------------------------------------------------------------------
+# item 11: tokenizers + jinja, no transformers
+# ------------------------------------------------------------------------------------------------
+
+
+def test_loading_a_tokenizer_does_not_import_transformers() -> None:
+    folder = GPT_OSS if GPT_OSS.is_dir() else None
+    code = (
+        "import sys, time; t = time.perf_counter(); from treeprep.render import Renderer; "
+        f"r = Renderer.load({str(folder)!r} if {folder is not None} else None); "
+        "r.render_text([{'role': 'user', 'content': 'x'}], None); "
+        "assert 'transformers' not in sys.modules, 'transformers was imported'; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+@needs_data
+@pytest.mark.parametrize("name", FOLDERS)
+def test_folder_loader_matches_transformers(name: str) -> None:
+    folder = load_folder(TOKENIZERS / name)
+    r = Renderer.load(TOKENIZERS / name)
+    tok = hf_tokenizer(r)
+    assert folder.vocab_size == len(tok)
+    assert folder.chat_template == tok.chat_template
+    assert folder.special_tokens == tok.special_tokens_map
+    text = "Hello <|im_start|>wörld 🙂 <|endoftext|>\n\n  x<|start|>user<|message|>y"
+    assert list(r.encode(text)) == tok(text, add_special_tokens=False)["input_ids"]
+
+
+# ------------------------------------------------------------------------------------------------
+# gpt-oss renders exactly like apply_chat_template (with a fixed date)
+# ------------------------------------------------------------------------------------------------
+
+
+@needs_data
+def test_gpt_oss_matches_apply_chat_template(r: Renderer) -> None:
+    assert r.native_template is None  # no port: jinja, incrementally
+    msgs, tools = _session(4)
+    for k in range(2, len(msgs) + 1):
+        for gen in (False, True):
+            ours = r.encode(r.render_text(msgs[:k], tools, add_generation_prompt=gen))
+            assert list(ours) == _hf_ids(r, msgs[:k], tools, add_generation_prompt=gen)
+
+
+@needs_data
+def test_gpt_oss_parallel_calls_are_rejected(r: Renderer) -> None:
+    """Item 5: the template renders only the first of parallel calls: the call is rejected."""
+    msgs, tools = _session(1)
+    comp = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "p1", "function": {"name": "bash", "arguments": '{"arg": "ls"}'}},
+            {"id": "p2", "function": {"name": "read_file", "arguments": '{"arg": "a.py"}'}},
+        ],
+    }
+    rec = ChatCall(call_id="c", messages=msgs, tools=tools, completion=comp)
+    with pytest.raises(RenderError, match=r"tool call 2 of 2 \('read_file'\) does not appear"):
+        r.render(rec, group_id="g")
+    one = {**comp, "tool_calls": comp["tool_calls"][:1]}
+    seq = r.render(ChatCall(call_id="c", messages=msgs, tools=tools, completion=one), group_id="g")
+    assert list(seq.tokens) == _hf_ids(r, [*msgs, one], tools)
+
+
+# ------------------------------------------------------------------------------------------------
+# item 5 with templates like DeepSeek-V3's and Llama 3's, and --chat-template as the fix
+# ------------------------------------------------------------------------------------------------
+
+# tool calls only when content is null (DeepSeek-V3's rule; our messages carry "" for null)
+DEEPSEEK_LIKE = (
+    "{% for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' and m.tool_calls "
+    "and m.content is none %}{% for t in m.tool_calls %}<call>{{ t.function.name }}"
+    "{{ t.function.arguments }}</call>{% endfor %}{% else %}{{ m.content }}{% endif %}"
+    "<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+# ignores tool calls (Llama 3's template)
+LLAMA_LIKE = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+KEEPS_CALLS = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for t in m.tool_calls or [] %}"
+    "<call>{{ t.function.name }} {{ t.function.arguments | tojson }}</call>{% endfor %}"
+    "<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+CALL = {"id": "1", "function": {"name": "run", "arguments": '{"cmd": "ls -l"}'}}
+
+
+@pytest.mark.parametrize("source", [DEEPSEEK_LIKE, LLAMA_LIKE])
+def test_templates_that_drop_tool_calls_reject_the_call(tmp_path: Path, source: str) -> None:
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text(source)
+    r = Renderer.load(None, chat_template=tpl)
+    comp = {"role": "assistant", "content": "Listing.", "tool_calls": [CALL]}
+    rec = ChatCall(call_id="c", messages=[{"role": "user", "content": "q"}], completion=comp)
+    with pytest.raises(RenderError, match=r"tool call 1 of 1 \('run'\) does not appear"):
+        r.render(rec, group_id="g")
+    tpl.write_text(KEEPS_CALLS)  # the user's fix: a template that keeps them
+    seq = Renderer.load(None, chat_template=tpl).render(rec, group_id="g")
+    assert seq.loss_spans and seq.loss_spans[0][1] == len(seq.tokens)
+
+
+def test_completion_loss_cases() -> None:
+    comp = {"role": "assistant", "content": "  Hi.\n", "tool_calls": [CALL]}
+    assert (
+        completion_loss(comp, 'Hi.<tool_call>{"name": "run", "arguments": {"cmd": "ls -l"}}')
+        is None
+    )
+    assert completion_loss(comp, 'Hi. run {"cmd": "ls -l"}') is None
+    assert completion_loss(comp, 'Hi. run "{\\"cmd\\": \\"ls -l\\"}"') is None  # tojson of str
+    assert completion_loss(comp, "Hi. run<parameter=cmd>ls -l</parameter>") is None
+    assert "text" in (completion_loss(comp, 'run {"cmd": "ls -l"}') or "")
+    assert "arguments of tool call 1" in (completion_loss(comp, 'Hi. run {"cmd": "pwd"}') or "")
+    assert completion_loss({"role": "assistant", "content": ""}, "") is None
+
+
+# ------------------------------------------------------------------------------------------------
+# item 12: incremental rendering
+# ------------------------------------------------------------------------------------------------
+
+
+@needs_data
+def test_incremental_equals_whole_on_a_session(r: Renderer) -> None:
+    assert r.incremental is not None and r.incremental.enabled
+    whole = Renderer.load(GPT_OSS, native_templates=False)
+    assert whole.incremental is None
+    msgs, tools = _session(30)
+    r.incremental.clear()
+    before = r.incremental.incremental
+    for k in range(2, len(msgs), 2):  # one call per turn: history, then the completion
+        rec = ChatCall(
+            call_id=f"c{k}", messages=msgs[:k], tools=tools, completion=msgs[k], source_line=k
+        )
+        a, b = r.render(rec, group_id="g"), whole.render(rec, group_id="g")
+        assert np.array_equal(a.tokens, b.tokens) and a.loss_spans == b.loss_spans
+    assert r.incremental.incremental - before > 20  # the fast path did the work
+
+
+@needs_data
+def test_incremental_falls_back_when_an_append_rewrites_history(r: Renderer) -> None:
+    """gpt-oss drops the analysis of earlier tool-call turns once a final answer follows: the
+    append is not prefix-stable, the window sees it, and the result is the whole render."""
+    msgs, tools = _session(12)
+    assert r.incremental is not None
+    for k in range(2, len(msgs) + 1):
+        r.render_text(msgs[:k], tools)
+    final = [*msgs, {"role": "assistant", "content": "All done."}]
+    ref = r.template.render(final, tools, False)
+    assert r.render_text(final, tools) == ref
+
+
+def test_a_template_that_fools_the_window_is_never_incremental() -> None:
+    """A template that prints a mark only past 24 messages renders the small window without it:
+    the window checks cannot see that, the probe sessions do, and the template is rendered whole."""
+    src = (
+        "{% for m in messages %}{{ m.content }};{% endfor %}"
+        "{% if messages|length > 24 %}!{% endif %}"
+    )
+    t = ChatTemplate(src)
+    inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
+    assert not inc.verify(probe_sessions())
+    stable = ChatTemplate("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}")
+    inc2 = IncrementalRenderer(lambda m, tl, g, n: stable.render(m, tl, g, now=n))
+    assert inc2.verify(probe_sessions())
+
+
+def test_window_checks_refuse_a_length_dependent_template() -> None:
+    """Every message depends on the length: no append is prefix-stable, every render is whole."""
+    t = ChatTemplate("{% for m in messages %}{{ messages | length }}:{{ m.content }};{% endfor %}")
+    inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
+    msgs, _ = probe_sessions()[0]
+    for k in range(1, len(msgs) + 1):
+        assert inc.render(msgs[:k], None, False) == t.render(msgs[:k], None, False)
+    assert inc.incremental == 0 and inc.fallbacks > 0
+
+
+_TURN = st.sampled_from(["call", "call-text", "call-think", "calls-2", "final", "user"])
+
+
+def _random_session(turns: list[str]) -> list[dict]:
+    msgs: list[dict] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+    ]
+    for i, t in enumerate(turns):
+        if t == "user":
+            msgs.append({"role": "user", "content": f"more {i}"})
+            continue
+        if t == "final":
+            msgs.append({"role": "assistant", "content": f"answer {i}"})
+            continue
+        n = 2 if t == "calls-2" else 1
+        m: dict = {
+            "role": "assistant",
+            "content": f"text {i}" if t == "call-text" else "",
+            "tool_calls": [
+                {"id": f"{i}.{k}", "function": {"name": "bash", "arguments": f'{{"arg": "{i}"}}'}}
+                for k in range(n)
+            ],
+        }
+        if t == "call-think":
+            m["reasoning_content"] = f"think {i}"
+        msgs.append(m)
+        msgs += [
+            {"role": "tool", "tool_call_id": f"{i}.{k}", "content": f"out {i}"} for k in range(n)
+        ]
+    return msgs
+
+
+def _sources() -> list[str]:
+    from treeprep.render import builtin as bt
+
+    out = [bt.CHAT_TEMPLATE]
+    if (GPT_OSS / "chat_template.jinja").is_file():
+        out.append((GPT_OSS / "chat_template.jinja").read_text())
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=st.lists(_TURN, min_size=1, max_size=24), which=st.integers(0, 1))
+def test_incremental_equals_whole_on_random_sessions(turns: list[str], which: int) -> None:
+    """Item 12: whatever the session's shape, every incremental render equals the whole render
+    (prefix-stable appends use the window, others fall back)."""
+    sources = _sources()
+    t = ChatTemplate(sources[which % len(sources)])
+    inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
+    msgs = _random_session(turns)
+    for k in range(2, len(msgs) + 1):
+        for gen in (False, True):
+            try:
+                ref = t.render(msgs[:k], None, gen)
+            except RenderError:
+                continue
+            assert inc.render(msgs[:k], None, gen) == ref

@@ -1,0 +1,89 @@
+"""Per-step training metrics from additive sums: every micro-batch, part and rank adds its share.
+
+A loss returns detached sums (:mod:`treeprep.trainer.loss`), never averages, because averaging
+per micro-batch and then adding (or averaging the averages) weighs micro-batches instead of tokens.
+:class:`StepSums` accumulates them over a step's micro-batches; :meth:`StepSums.finish` reduces
+them over ranks once and divides:
+
+* ``clip_frac`` = clipped RL units / RL units (``clip_count`` / ``units``; per sequence for gspo);
+* ``approx_kl`` = sum of k3(old, current) over units / units (``approx_kl_sum`` / ``token_units``):
+  how far the policy moved from the sampler within the step;
+* ``entropy`` = sum of the targets' entropies / targets;
+* ``ref_kl`` = the KL estimate against the reference log-probs, per unit that has one;
+* ``adv_mean``, ``adv_std`` (population), ``adv_min``, ``adv_max``: over the step's trained
+  sequence entries, duplicates counted (every call of a trajectory carries its advantage).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+#: ratio name -> (numerator sum, denominator sum)
+RATIOS: dict[str, tuple[str, str]] = {
+    "clip_frac": ("clip_count", "units"),
+    "approx_kl": ("approx_kl_sum", "token_units"),
+    "entropy": ("entropy_sum", "targets"),
+    "ref_kl": ("ref_kl_sum", "ref_units"),
+}
+#: every sum reduced over ranks, in a fixed order (ranks may lack some: zeros); ``kl`` and
+#: ``entropy`` are the weighted penalty terms themselves, logged as ``kl_term`` / ``entropy_term``
+_SUMS = sorted({n for pair in RATIOS.values() for n in pair} | {"kl", "entropy"})
+
+
+class StepSums:
+    """Additive metric sums and advantage moments of one step (one rank's share)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Any] = {}
+        self.adv = [0.0, 0.0, 0.0]  # count, sum, sum of squares
+        self.adv_min = math.inf
+        self.adv_max = -math.inf
+
+    def add(self, metrics: dict[str, Any]) -> None:
+        for k, v in metrics.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+
+    def add_batch(self, batch: Any) -> None:
+        """The advantages of a micro-batch's trained sequences (NaN ones skipped)."""
+        a = batch.seq_advantage
+        keep = (batch.seq_trained > 0) & ~torch.isnan(a)
+        if not bool(keep.any()):
+            return
+        a, c = a[keep].double(), batch.seq_count[keep].double()
+        self.adv[0] += float(c.sum())
+        self.adv[1] += float((c * a).sum())
+        self.adv[2] += float((c * a * a).sum())
+        self.adv_min = min(self.adv_min, float(a.min()))
+        self.adv_max = max(self.adv_max, float(a.max()))
+
+    def finish(self, info: Any) -> dict[str, float]:
+        """Reduce over ranks (``info``: a :class:`~treeprep.trainer.distributed.DistInfo`) and
+        divide; the same on every rank."""
+        names = _SUMS
+        vals = [float(self.sums.get(k, 0.0)) for k in names] + self.adv
+        lo_hi = [-self.adv_min, self.adv_max]
+        if getattr(info, "distributed", False):
+            import torch.distributed as dist
+
+            dev = info.device if info.device.type == "cuda" else torch.device("cpu")
+            t = torch.tensor(vals, dtype=torch.float64, device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            m = torch.tensor(lo_hi, dtype=torch.float64, device=dev)
+            dist.all_reduce(m, op=dist.ReduceOp.MAX)
+            vals, lo_hi = t.tolist(), m.tolist()
+        tot = dict(zip(names, vals[: len(names)], strict=True))
+        out = {f"{k}_term": tot[k] for k in ("kl", "entropy") if k in self.sums}
+        for name, (num, den) in RATIOS.items():
+            if num in tot and tot.get(den):
+                out[name] = tot[num] / tot[den]
+        n, s1, s2 = vals[len(names) :]
+        if n > 0:
+            mean = s1 / n
+            out["adv_mean"] = mean
+            out["adv_std"] = math.sqrt(max(s2 / n - mean * mean, 0.0))
+            out["adv_min"] = -lo_hi[0]
+            out["adv_max"] = lo_hi[1]
+        return out

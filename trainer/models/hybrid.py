@@ -1,0 +1,203 @@
+"""Linear-attention layers on trees: each node starts from its parent's state (Qwen3.5 Gated
+DeltaNet; Mamba-style layers fit the same way).
+
+A linear-attention layer carries a short causal conv (the last ``kernel`` pre-conv inputs) and a
+recurrent state along the sequence. Scanning the packed depth-first sequence as one sequence
+would let a node continue from its previous sibling's state; on a tree a node must continue from
+the state at the end of its *parent*. Here the layer runs segment by segment:
+
+* a *segment* is a run of consecutive nodes each the first child of the one before (one
+  contiguous packed range), cut after every node whose state another child needs (a node with a
+  child that does not directly follow it). A segment starts from the saved state of its head's
+  parent, or from nothing at a root; at a branch point the saved state is read by every child,
+  so the state forks, and because nothing is detached autograd sums the children's gradients
+  into the parent's state;
+* each segment runs the layer's **own forward** (transformers' code and kernels: the chunked
+  gated-delta rule takes an ``initial_state``, the conv path prepends previous conv inputs) through
+  a minimal stand-in for transformers' cache (:class:`SegmentCache`) that hands the parent's
+  state in and records the segment's final state. No model code is copied. ``is_recording_past``
+  is true so the layer never takes its in-place single-token update path (which would overwrite a
+  state that other children still read).
+
+Hand-off parts (:mod:`treeprep.trainer.parts`): a part saves the state at the end of every one of
+its node pieces, keyed by the tree index of the piece's last token; a piece whose parent lies in
+an earlier part starts from the state at its predecessor, the prefix row one depth above it
+(:meth:`HandOff.linear_state`), which arrives as a leaf with ``requires_grad`` and sends its
+gradient back to the producing part like handed-over keys and values do.
+
+Cost: one layer call per segment (agent trees: about two per call in a conversation); the saved
+states are one conv window and one [heads, dk, dv] matrix per branch point.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from treeprep.trainer.models.families import HANDLED_MIXERS
+
+
+class SegmentCache:
+    """The few cache methods a linear-attention layer's forward calls, for one segment."""
+
+    def __init__(self, conv: torch.Tensor | None, recurrent: torch.Tensor | None) -> None:
+        self.conv = conv
+        self.recurrent = recurrent
+        self.conv_out: torch.Tensor | None = None
+        self.recurrent_out: torch.Tensor | None = None
+
+    def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
+        return self.conv
+
+    def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
+        return self.recurrent
+
+    def is_recording_past(self, layer_idx: int) -> bool:
+        return True  # never the in-place single-token conv update
+
+    def update_conv_state(
+        self,
+        conv_states: torch.Tensor,
+        layer_idx: int,
+        state_idx: int = 0,
+        conv_kernel_size: int | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        full = conv_states
+        if self.conv is not None:
+            full = torch.cat([self.conv.to(conv_states.dtype), conv_states], dim=-1)
+        k = int(conv_kernel_size or full.shape[-1])
+        tail = full[..., -k:]
+        if tail.shape[-1] < k:
+            tail = torch.nn.functional.pad(tail, (k - tail.shape[-1], 0))
+        self.conv_out = tail
+        return full
+
+    def update_recurrent_state(
+        self, recurrent_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs: Any
+    ) -> torch.Tensor:
+        self.recurrent_out = recurrent_states
+        return recurrent_states
+
+
+@dataclass
+class Segments:
+    """A batch's segments (see the module docstring), in packed token coordinates."""
+
+    start: list[int]
+    length: list[int]
+    #: the node piece whose saved state a segment starts from (-1: none in the batch)
+    parent: list[int]
+    #: the segment's first node piece (to find a handed-over state) and last node piece
+    head: list[int]
+    last: list[int]
+    #: whether the state at the segment's end must be saved
+    save: list[bool]
+
+
+def build_segments(
+    node_start: np.ndarray, node_length: np.ndarray, node_parent: np.ndarray, save_all: bool
+) -> Segments:
+    """Segments of a batch's node pieces (pre-order; parent -1 outside the batch)."""
+    start, length, parent = node_start.tolist(), node_length.tolist(), node_parent.tolist()
+    nn = len(start)
+    needed = [save_all] * nn
+    for n in range(nn):
+        p = parent[n]
+        if p >= 0 and p != n - 1:
+            needed[p] = True
+    seg = Segments([], [], [], [], [], [])
+    for n in range(nn):
+        if seg.start and parent[n] == n - 1 and not needed[n - 1]:
+            seg.length[-1] += length[n]
+            seg.last[-1] = n
+            seg.save[-1] = needed[n]
+            continue
+        seg.start.append(start[n])
+        seg.length.append(length[n])
+        seg.parent.append(parent[n])
+        seg.head.append(n)
+        seg.last.append(n)
+        seg.save.append(needed[n])
+    return seg
+
+
+def _segments(tm: Any) -> Segments:
+    s = tm._cache.get("linear_segments")
+    if s is None:
+        s = build_segments(
+            tm.node_start, tm.node_length, tm.node_parent, save_all=tm.handoff is not None
+        )
+        tm._cache["linear_segments"] = s
+    return s
+
+
+def _handed_state(tm: Any, layer: int, first_row: int) -> tuple[Any, Any]:
+    """The state a part's piece starting at local row ``first_row`` receives (or none at a root):
+    the state after the prefix row one depth above it."""
+    if tm.handoff is None or tm.q_depth is None:
+        return None, None
+    d = int(tm.q_depth[first_row])
+    if d == 0:
+        return None, None
+    if d - 1 >= tm.prefix_len:
+        raise RuntimeError("a part's piece has no handed-over row above it")
+    key = int(tm.k_index[d - 1])
+    return tm.handoff.linear_state(layer, key)
+
+
+def tree_linear_forward(
+    self: torch.nn.Module,
+    hidden_states: torch.Tensor,
+    cache_params: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    tree_mask: Any = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """The layer's forward on a tree (see the module docstring); its own forward without one."""
+    own = type(self).forward
+    if tree_mask is None:
+        return own(self, hidden_states, cache_params, attention_mask, **kwargs)
+    if cache_params is not None:
+        raise RuntimeError("tree linear attention runs without a generation cache")
+    if hidden_states.shape[0] != 1:
+        raise RuntimeError("tree attention packs trees into one row: batch size must be 1")
+    layer = int(self.layer_idx)
+    seg = _segments(tree_mask)
+    pieces = hidden_states.split(seg.length, dim=1)
+    saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    outs = []
+    for i, x in enumerate(pieces):
+        p = seg.parent[i]
+        if p >= 0:
+            conv, rec = saved[p]
+        else:
+            conv, rec = _handed_state(tree_mask, layer, seg.start[i])
+        cache = SegmentCache(conv, rec)
+        outs.append(own(self, x, cache, None, **kwargs))
+        if seg.save[i]:
+            assert cache.conv_out is not None and cache.recurrent_out is not None
+            saved[seg.last[i]] = (cache.conv_out, cache.recurrent_out)
+            if tree_mask.handoff is not None:
+                end = seg.start[i] + seg.length[i] - 1
+                tree_mask.handoff.record_linear(
+                    layer, int(tree_mask.q_index[end]), cache.conv_out, cache.recurrent_out
+                )
+    return torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
+
+
+def linear_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's linear-attention modules that treeprep handles."""
+    return [m for m in model.modules() if HANDLED_MIXERS.get(type(m).__name__) == "linear"]
+
+
+def install_linear_attention(model: torch.nn.Module) -> int:
+    """Give every handled linear-attention module the per-segment forward; returns how many."""
+    mods = linear_layers(model)
+    for m in mods:
+        m.forward = types.MethodType(tree_linear_forward, m)  # type: ignore[method-assign]
+    return len(mods)

@@ -1,0 +1,76 @@
+"""Loading a causal LM that runs tree attention: a preset (random weights) or a local folder.
+
+No model code is copied. treeprep registers one attention function
+(:func:`~treeprep.trainer.attention.hf_tree_attention`) with transformers' ``AttentionInterface``
+under the name ``"treeprep"`` and sets the model's ``attn_implementation`` to it; linear-attention
+layers of hybrid families run node by node from their parent's state (:mod:`.hybrid`). A folder is
+loaded with ``local_files_only=True``: nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from treeprep.errors import TreeprepError
+from treeprep.trainer.attention import ATTN_NAME, register_attention
+from treeprep.trainer.models.hybrid import install_linear_attention
+from treeprep.trainer.models.presets import PRESETS
+
+
+def load_model(
+    spec: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    attn: str = "auto",
+    seed: int = 0,
+    vocab_size: int | None = None,
+) -> torch.nn.Module:
+    """A causal LM running tree attention: a preset name (random weights) or a local HF folder.
+
+    ``attn`` is the default backend for this model (``auto``, ``dense``, ``nodes``, ``flex``,
+    ``flash``), stored as ``model.treeprep_attn`` and overridable per call. ``vocab_size``
+    overrides a preset's vocabulary (ignored for folders).
+    """
+    if spec in PRESETS:
+        model = model_from_config(PRESETS[spec].hf_config(vocab_size), dtype=dtype, seed=seed)
+    elif os.path.isdir(spec):
+        import transformers as tf
+
+        register_attention()
+        if not os.path.exists(os.path.join(spec, "config.json")):
+            raise TreeprepError(f"{spec}: not a model folder (no config.json)")
+        try:
+            model = tf.AutoModelForCausalLM.from_pretrained(
+                spec, dtype=dtype, attn_implementation=ATTN_NAME, local_files_only=True
+            )
+        except (OSError, ValueError, KeyError) as e:
+            raise TreeprepError(f"{spec}: cannot load the model: {e}") from e
+        install_linear_attention(model)
+    else:
+        raise TreeprepError(
+            f"unknown model {spec!r}: expected a model folder or one of {', '.join(PRESETS)}"
+        )
+    model.to(device)
+    model.treeprep_attn = attn
+    model.treeprep_spec = spec if spec in PRESETS else os.path.abspath(spec)
+    return model
+
+
+def model_from_config(
+    config: object, *, dtype: torch.dtype = torch.float32, seed: int = 0
+) -> torch.nn.Module:
+    """A random-weight causal LM of a transformers ``config`` (seeded), running tree attention."""
+    import transformers as tf
+
+    register_attention()
+    config._attn_implementation = ATTN_NAME  # type: ignore[attr-defined]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = tf.AutoModelForCausalLM.from_config(
+            config, attn_implementation=ATTN_NAME, dtype=dtype
+        )
+    install_linear_attention(model)
+    return model

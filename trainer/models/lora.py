@@ -1,0 +1,63 @@
+"""LoRA adapters through peft: the adapted model trains on trees like the base model does.
+
+:func:`apply_lora` wraps a loaded model with ``peft.get_peft_model`` (dropout 0: tree attention
+and exact equivalence need a deterministic forward). The LoRA layers replace the targeted linear
+projections in place, so tree attention, hybrid layers and the hand-off parts see the adapted
+projections without any change; only the adapter weights require gradients, and ``verify``
+compares exactly those. ``PeftModel.save_pretrained`` writes the adapter folder
+(``adapter_config.json`` + ``adapter_model.safetensors``) that ``PeftModel.from_pretrained``
+loads on top of the base model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from treeprep.errors import TreeprepError
+
+#: the default targets: every linear layer of the decoder (peft excludes the LM head)
+DEFAULT_TARGETS = "all-linear"
+
+
+def apply_lora(
+    model: torch.nn.Module,
+    *,
+    r: int,
+    alpha: float | None = None,
+    targets: list[str] | str | None = None,
+    init_lora_weights: bool | str = True,
+) -> Any:
+    """``model`` with LoRA adapters of rank ``r`` (``alpha`` defaults to ``2 r``) on ``targets``
+    (module names or suffixes; default every linear layer). Keeps treeprep's attributes."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:  # pragma: no cover - peft is in the train extra
+        raise TreeprepError("LoRA needs peft (pip install 'treeprep[train]')") from e
+    if r < 1:
+        raise TreeprepError(f"--lora-r must be >= 1, got {r}")
+    cfg = LoraConfig(
+        r=r,
+        lora_alpha=alpha if alpha is not None else 2 * r,
+        target_modules=targets or DEFAULT_TARGETS,
+        lora_dropout=0.0,
+        bias="none",
+        init_lora_weights=init_lora_weights,
+    )
+    try:
+        peft_model = get_peft_model(model, cfg)
+    except ValueError as e:
+        raise TreeprepError(f"cannot apply LoRA: {e}") from e
+    for k in ("treeprep_attn", "treeprep_spec"):
+        if hasattr(model, k):
+            setattr(peft_model, k, getattr(model, k))
+    return peft_model
+
+
+def is_peft(model: torch.nn.Module) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(model, PeftModel)

@@ -1,0 +1,221 @@
+"""In-memory RL updates: token rollouts from Python lists to restored tree losses, no shards.
+
+An online RL loop (vLLM or SGLang sampling, a verifier, then an update) hands treeprep its
+rollouts as Python lists and gets the update done on its own model:
+
+1. :class:`Rollout`: one LLM call of one sample, as token ids with a per-token loss mask and
+   optionally per-token old (sampler) and reference log-probs, a reward or an advantage, the
+   ``group_id`` (one GRPO group: one tree) and the ``trajectory_id`` (the sample; every call of a
+   multi-call agent run shares it).
+2. :func:`build_step` groups the rollouts into tries (:func:`treeprep.trie.build_tree`, the same
+   code the shard builder runs), fills advantages from rewards over each group's trajectories
+   (:mod:`treeprep.trainer.advantages`), and plans the trees under a token ``budget``: small trees
+   are packed first-fit-decreasing into micro-batches, a tree over the budget becomes its own
+   micro-batch that runs as hand-off parts (:func:`treeprep.trainer.parts.run_parts`). Every
+   micro-batch carries the step's global normalizers, so the micro-batch losses add up to the
+   linearized loss of the whole step.
+3. :meth:`OnlineStep.backward` runs every micro-batch's forward and backward on the caller's model
+   (gradients accumulate in ``.grad``; the caller clips and steps its optimizer) and returns the
+   loss and the step metrics. :meth:`OnlineStep.losses` returns each micro-batch's loss tensor for
+   callers that run ``backward`` themselves (refused for a micro-batch that needs hand-off parts,
+   whose backward is interleaved with its forward).
+
+The model is any Hugging Face causal LM :func:`treeprep.trainer.load_model` supports; treeprep
+switches its attention implementation to tree attention when it runs (set it back, e.g. to
+``"sdpa"``, before sampling with ``generate``). Log-probs are stored in float32, as in the shards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from treeprep.errors import TreeprepError
+from treeprep.sequence import Sequence as TokenSequence
+from treeprep.trainer.advantages import prepare_row, trained_targets
+from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.loss import LossConfig, loss_with_config
+from treeprep.trainer.metrics import StepSums
+from treeprep.trie import build_tree
+
+
+@dataclass
+class Rollout:
+    """One call of one sample. Per-token lists are aligned with ``input_ids``."""
+
+    input_ids: Sequence[int]
+    #: 1 where the token is trained (the generated tokens), 0 elsewhere
+    loss_mask: Sequence[int]
+    #: the sampler's log-prob of each token (read where ``loss_mask`` is 1), or None
+    old_logprobs: Sequence[float] | None = None
+    #: a reference policy's log-prob of each token (for ``kl_coef``), or None
+    ref_logprobs: Sequence[float] | None = None
+    #: the trajectory's reward (advantages are normalized over the group's trajectories)
+    reward: float | None = None
+    #: an advantage given by the caller (then rewards are not used for this group)
+    advantage: float | None = None
+    group_id: str = "0"
+    #: the sample this call belongs to (None: the call is its own trajectory)
+    trajectory_id: str | None = None
+
+
+def _spans(mask: np.ndarray) -> list[tuple[int, int]]:
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
+    return [(int(a), int(b)) for a, b in zip(edges[0::2], edges[1::2], strict=True)]
+
+
+def _sequence(r: Rollout, i: int) -> TokenSequence:
+    ids = np.asarray(r.input_ids, dtype=np.int64)
+    mask = np.asarray(r.loss_mask, dtype=np.int64)
+    where = f"rollout {i} (group {r.group_id!r})"
+    if ids.ndim != 1 or len(ids) == 0:
+        raise TreeprepError(f"{where}: input_ids must be a non-empty list of token ids")
+    if mask.shape != ids.shape or not np.isin(mask, (0, 1)).all():
+        raise TreeprepError(f"{where}: loss_mask must hold one 0 or 1 per token")
+    on = mask.astype(bool)
+
+    def per_token(v: Sequence[float] | None, name: str) -> np.ndarray | None:
+        if v is None:
+            return None
+        a = np.asarray(v, dtype=np.float64)
+        if a.shape != ids.shape:
+            raise TreeprepError(f"{where}: {name} has {len(a)} values for {len(ids)} tokens")
+        return a[on]
+
+    return TokenSequence(
+        group_id=str(r.group_id),
+        tokens=ids,
+        loss_spans=_spans(mask),
+        logprobs=per_token(r.old_logprobs, "old_logprobs"),
+        ref_logprobs=per_token(r.ref_logprobs, "ref_logprobs"),
+        reward=None if r.reward is None else float(r.reward),
+        advantage=None if r.advantage is None else float(r.advantage),
+        trajectory_id=str(r.trajectory_id) if r.trajectory_id is not None else f"call-{i}",
+        call_id=str(i),
+        order=i,
+    )
+
+
+@dataclass
+class OnlineStep:
+    """One optimizer step's micro-batches, planned (see the module docstring)."""
+
+    rows: list[dict[str, Any]]
+    micro_batches: list[TreeBatch]
+    budget: int | None
+    #: per micro-batch: True when it runs as hand-off parts
+    handoff: list[bool] = field(default_factory=list)
+
+    @property
+    def tokens_tree(self) -> int:
+        return sum(b.num_tokens for b in self.micro_batches)
+
+    @property
+    def tokens_linear(self) -> int:
+        return sum(b.tokens_linear for b in self.micro_batches)
+
+    def losses(
+        self, model: torch.nn.Module, cfg: LossConfig, *, attn: str | None = None
+    ) -> list[torch.Tensor]:
+        """Each micro-batch's loss tensor (the caller calls ``backward`` on each, or on their
+        sum); refused when a micro-batch needs hand-off parts."""
+        if any(self.handoff):
+            raise TreeprepError(
+                "a tree is over the budget and runs as hand-off parts, whose backward is "
+                "interleaved with the forward: use OnlineStep.backward"
+            )
+        return [loss_with_config(model, b, cfg, attn=attn).loss for b in self.micro_batches]
+
+    def backward(
+        self,
+        model: torch.nn.Module,
+        cfg: LossConfig,
+        *,
+        attn: str = "auto",
+        handoff: str = "recompute",
+    ) -> tuple[float, dict[str, float]]:
+        """Forward and backward of every micro-batch on ``model`` (gradients land in ``.grad``);
+        returns the step's loss and metrics (``clip_frac``, ``approx_kl``, ``entropy``, ...)."""
+        from treeprep.trainer.parts import run_parts
+
+        total = 0.0
+        sums = StepSums()
+        for b, parts in zip(self.micro_batches, self.handoff, strict=True):
+            if parts:
+                assert self.budget is not None
+                out = run_parts(model, b, cfg, budget=self.budget, mode=handoff, attn=attn)  # type: ignore[arg-type]
+                loss, mets = out.loss, out.metrics
+            else:
+                o = loss_with_config(model, b, cfg, attn=None if attn == "auto" else attn)
+                o.loss.backward()
+                loss, mets = o.loss.detach(), dict(o.metrics)
+            total += float(loss)
+            sums.add(mets)
+            sums.add_batch(b)
+        return total, sums.finish(None)
+
+
+def build_step(
+    rollouts: Iterable[Rollout],
+    *,
+    norm: str = "token-mean",
+    adv_norm: str = "grpo",
+    budget: int | None = None,
+    device: str | torch.device = "cpu",
+) -> OnlineStep:
+    """Tries, advantages and micro-batches of one step's rollouts (module docstring).
+
+    ``budget`` (tokens per micro-batch; None: one micro-batch) packs small trees together and runs
+    a tree over it as hand-off parts."""
+    groups: dict[str, list[TokenSequence]] = {}
+    for i, r in enumerate(rollouts):
+        s = _sequence(r, i)
+        groups.setdefault(s.group_id, []).append(s)
+    if not groups:
+        raise TreeprepError("build_step needs at least one rollout")
+    rows = [prepare_row(build_tree(seqs).to_row(), adv_norm) for _, seqs in sorted(groups.items())]
+    n_tok = n_seq = 0.0
+    trajs: set[tuple[int, str]] = set()
+    for ti, row in enumerate(rows):
+        for s, spans in enumerate(row["seq_loss_spans"]):
+            n = trained_targets(spans)
+            c = int(row["seq_count"][s])
+            n_tok += c * n
+            n_seq += c if n > 0 else 0
+            if n > 0:
+                trajs.add((ti, str(row["seq_trajectory_id"][s])))
+    kw: dict[str, Any] = {
+        "norm": norm,
+        "adv_norm": adv_norm,
+        "total_tokens": n_tok,
+        "total_sequences": n_seq,
+        "total_trajectories": float(len(trajs)),
+        "device": device,
+    }
+    bins = _pack([len(r["input_ids"]) for r in rows], budget)
+    batches = [TreeBatch.from_trees([rows[i] for i in b], **kw) for b in bins]
+    over = [budget is not None and bt.num_tokens > budget for bt in batches]
+    return OnlineStep(rows, batches, budget, over)
+
+
+def _pack(sizes: list[int], budget: int | None) -> list[list[int]]:
+    """First-fit-decreasing bins of tree indices; a tree over the budget is a bin of its own."""
+    if budget is None:
+        return [list(range(len(sizes)))]
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    bins: list[list[int]] = []
+    free: list[int] = []
+    for i in order:
+        for b, f in enumerate(free):
+            if sizes[i] <= f:
+                free[b] -= sizes[i]
+                bins[b].append(i)
+                break
+        else:
+            bins.append([i])
+            free.append(budget - sizes[i])
+    return [sorted(b) for b in bins]

@@ -1,0 +1,304 @@
+"""Gemini CLI chat sessions (``~/.gemini/tmp/<project hash>/chats/session-*.jsonl`` or ``.json``).
+
+Learned from google-gemini/gemini-cli's ``chatRecordingService`` and ``chatRecordingTypes``:
+
+* current versions append JSONL: a metadata line (``sessionId``, ``projectHash``, ``startTime``,
+  ``kind``), then one line per message *version*: a message is re-appended whole, under the same
+  ``id``, when its tool calls, results or token counts are filled in (the last version wins);
+  ``{"$rewindTo": id}`` drops that message and everything after it (the user rewound);
+  ``{"$set": {...}}`` updates metadata, and a ``$set`` holding ``messages`` replaces the whole
+  history (the client rewrote it: compression, masked tool output);
+* older versions wrote one JSON document: the metadata with a ``messages`` list.
+
+A message has ``id``, ``timestamp``, ``type`` (``user``, ``gemini``, or the UI-only ``info``,
+``error``, ``warning`` that the model never sees) and ``content`` (a string or a list of parts).
+A ``gemini`` message is one model response: its text, ``thoughts`` (thought summaries:
+``subject`` and ``description``), and ``toolCalls`` (``id``, ``name``, ``args`` and ``result``,
+the ``functionResponse`` parts sent back to the model).
+
+How calls are rebuilt: every ``gemini`` message is one :class:`ChatCall`. Its prompt is the
+conversation before it as the client held it at that moment: user turns, earlier responses as
+assistant messages (text, reasoning from the thought summaries as ``**subject** description``,
+tool calls with the arguments as JSON), and after each response with tool calls one ``tool``
+message per call holding the ``functionResponse``'s ``output`` (or the whole response as JSON).
+Calls rewound away are still calls the model answered, so they are emitted too (the trie shows the
+fork). The file holds no system prompt and no tool schemas: ``--system-prompt`` / ``--tools``.
+
+Rejects, not guesses: a prompt that holds a tool call with no recorded result (cancelled before
+it ran) cannot be rebuilt; a user part that is not text (an image) is left for the renderer, which
+rejects it by name. The first call after a history rewrite is hinted ``compaction``, and each call
+carries its message's timestamp (a template that prints the date prints that one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from treeprep.formats._agentlogs import (
+    head_json_objects,
+    iter_json_lines,
+    line_of,
+    load_json,
+    make_call,
+    read_bytes,
+    system_message,
+)
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+NAME = "gemini-cli"
+_UI_ONLY = frozenset({"info", "error", "warning"})
+
+
+def _is_meta(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("sessionId"), str)
+        and isinstance(obj.get("projectHash"), str)
+    )
+
+
+def sniff(path: str, head: bytes) -> bool:
+    s = head.lstrip()
+    if s.startswith(b"{") and b"\n" in s:
+        objs = head_json_objects(head)
+        if objs and _is_meta(objs[0]):
+            return True
+    try:
+        doc = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return False
+    return _is_meta(doc) and isinstance(doc.get("messages"), list)
+
+
+# --------------------------------------------------------------------------------------------
+# the message records -> chat messages
+# --------------------------------------------------------------------------------------------
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    """A PartListUnion (a string, a part, or a list of them) as chat content parts."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    items = content if isinstance(content, list) else [content]
+    out: list[dict[str, Any]] = []
+    for p in items:
+        if isinstance(p, str):
+            out.append({"type": "text", "text": p})
+        elif isinstance(p, dict) and isinstance(p.get("text"), str):
+            if not p.get("thought"):
+                out.append({"type": "text", "text": p["text"]})
+        elif isinstance(p, dict):
+            kind = next(iter(p), "part")  # inlineData, fileData, ...: not text
+            out.append({"type": str(kind)})
+    return out
+
+
+def _text(content: Any) -> str:
+    return "".join(p.get("text", "") for p in _parts(content) if p["type"] == "text")
+
+
+def _reasoning(msg: dict[str, Any]) -> str | None:
+    thoughts = msg.get("thoughts") or []
+    texts = []
+    for t in thoughts:
+        if not isinstance(t, dict):
+            continue
+        subject, desc = t.get("subject") or "", t.get("description") or ""
+        texts.append(f"**{subject}** {desc}".strip() if subject else str(desc))
+    joined = "\n\n".join(x for x in texts if x)
+    return joined or None
+
+
+def _result_text(call: dict[str, Any]) -> str | None:
+    """The text the model received for a tool call, None when no result was recorded."""
+    result = call.get("result")
+    if result is None:
+        return None
+    items = result if isinstance(result, list) else [result]
+    texts = []
+    for p in items:
+        if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict):
+            resp = p["functionResponse"].get("response")
+            if isinstance(resp, dict) and isinstance(resp.get("output"), str) and len(resp) == 1:
+                texts.append(resp["output"])
+            else:
+                texts.append(json.dumps(resp, ensure_ascii=False))
+        elif isinstance(p, dict) and isinstance(p.get("text"), str):
+            texts.append(p["text"])
+        elif isinstance(p, str):
+            texts.append(p)
+    return "\n".join(texts)
+
+
+def _assistant(msg: dict[str, Any]) -> dict[str, Any]:
+    calls = [c for c in msg.get("toolCalls") or [] if isinstance(c, dict)]
+    out: dict[str, Any] = {"role": "assistant", "content": _text(msg.get("content"))}
+    r = _reasoning(msg)
+    if r:
+        out["reasoning_content"] = r
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": str(c.get("id")),
+                "type": "function",
+                "function": {
+                    "name": str(c.get("name") or ""),
+                    "arguments": json.dumps(c.get("args") or {}, ensure_ascii=False),
+                },
+            }
+            for c in calls
+        ]
+    return out
+
+
+def _history(msgs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """Chat messages for ``msgs`` (message records in order), and why they cannot be rebuilt."""
+    out: list[dict[str, Any]] = []
+    for m in msgs:
+        kind = m.get("type")
+        if kind == "user":
+            parts = _parts(m.get("content"))
+            if all(p["type"] == "text" for p in parts):
+                out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
+            else:
+                out.append({"role": "user", "content": parts})
+        elif kind == "gemini":
+            out.append(_assistant(m))
+            for c in m.get("toolCalls") or []:
+                if not isinstance(c, dict):
+                    continue
+                text = _result_text(c)
+                if text is None:
+                    return out, (
+                        f"tool call {c.get('id')!r} ({c.get('name')!r}, status "
+                        f"{c.get('status')!r}) of message {m.get('id')!r} has no recorded "
+                        "result, so the prompt of a later call cannot be rebuilt"
+                    )
+                out.append({"role": "tool", "tool_call_id": str(c.get("id")), "content": text})
+    return out, None
+
+
+# --------------------------------------------------------------------------------------------
+# the session: versions, rewinds, rewrites
+# --------------------------------------------------------------------------------------------
+
+
+def _is_document(data: bytes) -> bool:
+    """A legacy session: one JSON document (pretty-printed, or one line holding ``messages``)."""
+    s = data.lstrip()
+    first = s.split(b"\n", 1)[0]
+    try:
+        obj = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return True  # a pretty-printed document's first line is not a whole value
+    return isinstance(obj, dict) and isinstance(obj.get("messages"), list)
+
+
+def _events(path: str) -> Iterator[tuple[int, dict[str, Any]] | Reject]:
+    """(line, record) for every record of a JSONL session or of a legacy JSON document."""
+    if _is_document(read_bytes(path)):
+        doc, text = load_json(path)
+        if not _is_meta(doc) or not isinstance(doc.get("messages"), list):
+            yield Reject(file=path, line=1, reason="expected a Gemini CLI session document")
+            return
+        yield 1, {k: v for k, v in doc.items() if k != "messages"}
+        for m in doc["messages"]:
+            mid = m.get("id") if isinstance(m, dict) else None
+            yield (line_of(text, f'"{mid}"') if isinstance(mid, str) else 1), m
+        return
+    for line, obj in iter_json_lines(path):
+        yield obj if isinstance(obj, Reject) else (line, obj)
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    versions: dict[str, dict[str, Any]] = {}  # id -> last version (final state of each message)
+    events: list[tuple[int, str, Any]] = []  # (line, kind, payload) in file order
+    session = path
+    for ev in _events(path):
+        if isinstance(ev, Reject):
+            yield ev
+            continue
+        line, obj = ev
+        if "$rewindTo" in obj:
+            events.append((line, "rewind", str(obj["$rewindTo"])))
+        elif isinstance(obj.get("$set"), dict):
+            new = obj["$set"].get("messages")
+            if isinstance(new, list):
+                snapshot = {
+                    m["id"]: m for m in new if isinstance(m, dict) and isinstance(m.get("id"), str)
+                }
+                events.append((line, "replace", snapshot))
+        elif _is_meta(obj):
+            session = obj["sessionId"]
+        elif isinstance(obj.get("id"), str) and isinstance(obj.get("type"), str):
+            first = obj["id"] not in versions
+            versions[obj["id"]] = obj
+            if first:
+                events.append((line, "message", obj["id"]))
+        else:
+            yield Reject(
+                file=path, line=line, reason="expected a message, $rewindTo or $set record"
+            )
+    current: list[str] = []
+    rewritten_as: dict[str, dict[str, Any]] = {}  # messages as a history rewrite left them
+    rewritten = False
+    tools = opts.tools
+    for line, kind, payload in events:
+        if kind == "rewind":
+            if payload in current:
+                del current[current.index(payload) :]
+            else:
+                current.clear()
+            continue
+        if kind == "replace":
+            current = list(payload)
+            rewritten_as.update(payload)
+            rewritten = True
+            continue
+        msg = versions[payload]
+        if msg.get("type") not in _UI_ONLY:
+            if msg.get("type") == "gemini":
+                before = [rewritten_as.get(i) or versions[i] for i in current]
+                yield _call(path, line, session, msg, before, opts, tools, rewritten)
+                rewritten = False
+            current.append(payload)
+
+
+def _call(
+    path: str,
+    line: int,
+    session: str,
+    msg: dict[str, Any],
+    before: list[dict[str, Any]],
+    opts: ReadOptions,
+    tools: list[dict[str, Any]] | None,
+    rewritten: bool,
+) -> Item:
+    history, why = _history(before)
+    if why is not None:
+        return Reject(file=path, line=line, reason=why, format=NAME, call_id=msg.get("id"))
+    fields = {
+        "group_id": session,
+        "call_id": msg["id"],
+        "model": msg.get("model"),
+        "messages": [*system_message(opts.system_prompt), *history],
+        "tools": tools,
+        "completion": _assistant(msg),
+        "provenance": {"exact_messages": False, "reconstructed": True},
+        "branch_reason": "compaction" if rewritten else None,
+        "timestamp": msg.get("timestamp") if isinstance(msg.get("timestamp"), str) else None,
+        "source_file": path,
+        "source_line": line,
+        "source_format": NAME,
+    }
+    return make_call(fields, file=path, line=line, fmt=NAME)
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=24)

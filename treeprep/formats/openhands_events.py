@@ -1,0 +1,257 @@
+"""OpenHands V1 event streams (the software-agent-sdk's ``events.jsonl``: one event per line).
+
+Every event has ``id``, ``timestamp``, ``source`` (``agent``, ``user``, ``environment``) and
+``kind``. The events the LLM sees, and how the SDK turns them into chat messages:
+
+* ``SystemPromptEvent``: ``system_prompt`` (a text part, with an optional ``dynamic_context``
+  part after it) and ``tools`` (OpenAI function tools; newer SDKs write bare
+  ``{name, description, parameters}`` definitions, wrapped here);
+* ``MessageEvent``: ``llm_message`` (``role``, ``content`` parts, optional reasoning), a user
+  turn or an agent reply;
+* ``ActionEvent``: one tool call of the agent (``tool_call`` with ``id``, ``name``,
+  ``arguments``), with the response's ``thought`` parts and ``reasoning_content``; the actions of
+  one LLM response share ``llm_response_id`` and form one assistant message (parallel calls);
+* ``ObservationEvent``, ``UserRejectObservation``, ``AgentErrorEvent``: the result of a tool call
+  (``tool_call_id``), a ``tool`` message;
+* ``Condensation``: ``forgotten_event_ids`` leave the history, and ``summary`` enters it as a user
+  message at ``summary_offset`` (the history after it is a new branch: ``compaction``).
+
+State updates, pauses and other events never reach the LLM and are not records. Each LLM response
+(an ``llm_response_id`` group of actions, or an agent ``MessageEvent``) is one :class:`ChatCall`
+whose prompt is the history before it; its timestamp is the first action's.
+
+A stream often starts mid-conversation (the SDK's own test fixture holds two actions and their
+observations, but no system prompt and no user message). The prompt is then not what the agent saw,
+so such calls are rejected with the reason, never rebuilt by guessing: no ``SystemPromptEvent``
+before the call (and no ``--system-prompt``), no user message before it, or a tool result whose
+call is not in the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+NAME = "openhands-events"
+_SOURCES = frozenset({"agent", "user", "environment"})
+_RESULTS = frozenset({"ObservationEvent", "UserRejectObservation", "AgentErrorEvent"})
+
+
+def _is_event(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("kind"), str)
+        and obj.get("source") in _SOURCES
+        and isinstance(obj.get("id"), str)
+        and isinstance(obj.get("timestamp"), str)
+    )
+
+
+def sniff(path: str, head: bytes) -> bool:
+    objs = head_json_objects(head)
+    return bool(objs) and all(_is_event(o) for o in objs[:5])
+
+
+def _text(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    if isinstance(parts, dict):
+        parts = [parts]
+    if not isinstance(parts, list):
+        return ""
+    return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+
+
+def _tool(t: Any) -> dict[str, Any] | None:
+    if not isinstance(t, dict):
+        return None
+    if t.get("type") == "function" and isinstance(t.get("function"), dict):
+        return t
+    if isinstance(t.get("name"), str):
+        fn = {"name": t["name"], "description": t.get("description") or ""}
+        if isinstance(t.get("parameters"), dict):
+            fn["parameters"] = t["parameters"]
+        return {"type": "function", "function": fn}
+    return None
+
+
+def _result(ev: dict[str, Any]) -> dict[str, Any]:
+    if ev["kind"] == "ObservationEvent":
+        obs = ev.get("observation") or {}
+        content = _text(obs.get("content")) if isinstance(obs, dict) else ""
+    elif ev["kind"] == "UserRejectObservation":
+        content = str(ev.get("rejection_reason") or "Action rejected by the user.")
+    else:
+        content = str(ev.get("error") or "")
+    return {"role": "tool", "tool_call_id": str(ev.get("tool_call_id")), "content": content}
+
+
+def _assistant(actions: list[dict[str, Any]]) -> dict[str, Any]:
+    first = actions[0]
+    msg: dict[str, Any] = {"role": "assistant", "content": _text(first.get("thought"))}
+    if isinstance(first.get("reasoning_content"), str) and first["reasoning_content"]:
+        msg["reasoning_content"] = first["reasoning_content"]
+    calls = []
+    for a in actions:
+        tc = a.get("tool_call") or {}
+        calls.append(
+            {
+                "id": str(tc.get("id") or a.get("tool_call_id")),
+                "type": "function",
+                "function": {
+                    "name": str(tc.get("name") or a.get("tool_name") or ""),
+                    "arguments": tc.get("arguments") if tc.get("arguments") is not None else "{}",
+                },
+            }
+        )
+    msg["tool_calls"] = calls
+    return msg
+
+
+def _llm_message(ev: dict[str, Any]) -> dict[str, Any]:
+    lm = ev.get("llm_message") or {}
+    role = lm.get("role") if lm.get("role") in ("user", "assistant", "system") else "user"
+    msg: dict[str, Any] = {"role": role, "content": _text(lm.get("content"))}
+    if isinstance(lm.get("reasoning_content"), str) and lm["reasoning_content"]:
+        msg["reasoning_content"] = lm["reasoning_content"]
+    return msg
+
+
+class _Stream:
+    """The history as the agent's LLM saw it, event by event."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, dict[str, Any]]] = []  # (event id, chat message)
+        self.system: dict[str, Any] | None = None
+        self.tools: list[dict[str, Any]] | None = None
+        self.call_ids: set[str] = set()
+        self.problems: list[str] = []
+        self.condensed = False
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for _, m in self.items]
+
+    def add_result(self, line: int, ev: dict[str, Any]) -> None:
+        msg = _result(ev)
+        if msg["tool_call_id"] not in self.call_ids:
+            self.problems.append(
+                f"line {line} holds the result of tool call {msg['tool_call_id']!r}, whose call "
+                "is not in the stream"
+            )
+            return
+        self.items.append((ev["id"], msg))
+
+    def condense(self, ev: dict[str, Any]) -> None:
+        forgotten = set(ev.get("forgotten_event_ids") or [])
+        self.items = [(i, m) for i, m in self.items if i not in forgotten]
+        if isinstance(ev.get("summary"), str):
+            at = ev.get("summary_offset")
+            at = at if isinstance(at, int) and 0 <= at <= len(self.items) else len(self.items)
+            self.items.insert(at, (ev["id"], {"role": "user", "content": ev["summary"]}))
+        self.condensed = True
+
+    def why_not(self, opts: ReadOptions) -> str | None:
+        why = list(self.problems)
+        if self.system is None and not opts.system_prompt:
+            why.append(
+                "no SystemPromptEvent before this call (the agent's system prompt and "
+                "tools; pass --system-prompt and --tools to supply them)"
+            )
+        if not any(m["role"] == "user" for _, m in self.items):
+            why.append("no user message before this call (the stream starts mid-conversation)")
+        if not why:
+            return None
+        return "the agent's prompt cannot be rebuilt: " + "; ".join(why)
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    events: list[tuple[int, dict[str, Any]]] = []
+    for line, obj in iter_json_lines(path):
+        if isinstance(obj, Reject):
+            yield obj
+        elif not _is_event(obj):
+            yield Reject(
+                file=path,
+                line=line,
+                reason="expected an OpenHands event object (id, timestamp, source, kind)",
+                format=NAME,
+            )
+        else:
+            events.append((line, obj))
+    s = _Stream()
+    i = 0
+    while i < len(events):
+        line, ev = events[i]
+        kind = ev["kind"]
+        if kind == "SystemPromptEvent":
+            parts = [ev.get("system_prompt"), ev.get("dynamic_context")]
+            s.system = {"role": "system", "content": "".join(_text(p) for p in parts if p)}
+            tools = [_tool(t) for t in ev.get("tools") or []]
+            if any(t is None for t in tools):
+                s.problems.append(f"line {line}: a tool definition of an unknown shape")
+            s.tools = [t for t in tools if t is not None] or None
+        elif kind == "ActionEvent" and ev.get("source") == "agent":
+            group = [ev]
+            rid = ev.get("llm_response_id")
+            while (
+                rid is not None
+                and i + 1 < len(events)
+                and events[i + 1][1].get("kind") == "ActionEvent"
+                and events[i + 1][1].get("llm_response_id") == rid
+            ):
+                i += 1
+                group.append(events[i][1])
+            completion = _assistant(group)
+            yield _call(path, line, ev, completion, s, opts)
+            s.items.append((ev["id"], completion))
+            s.call_ids.update(tc["id"] for tc in completion["tool_calls"])
+        elif kind == "MessageEvent":
+            msg = _llm_message(ev)
+            if ev.get("source") == "agent" and msg["role"] == "assistant":
+                yield _call(path, line, ev, msg, s, opts)
+            s.items.append((ev["id"], msg))
+        elif kind in _RESULTS and ev.get("tool_call_id"):
+            s.add_result(line, ev)
+        elif kind == "Condensation":
+            s.condense(ev)
+        i += 1
+
+
+def _call(
+    path: str,
+    line: int,
+    ev: dict[str, Any],
+    completion: dict[str, Any],
+    s: _Stream,
+    opts: ReadOptions,
+) -> Item:
+    call_id = str(ev.get("llm_response_id") or ev["id"])
+    why = s.why_not(opts)
+    if why is not None:
+        return Reject(file=path, line=line, reason=why, format=NAME, call_id=call_id)
+    system = (
+        [s.system]
+        if s.system is not None
+        else ([{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else [])
+    )
+    fields = {
+        "call_id": call_id,
+        "messages": [*system, *s.messages()],
+        "tools": s.tools if s.tools is not None else opts.tools,
+        "completion": completion,
+        "provenance": {"exact_messages": False, "reconstructed": True},
+        "branch_reason": "compaction" if s.condensed else None,
+        "timestamp": ev.get("timestamp"),
+        "source_file": path,
+        "source_line": line,
+        "source_format": NAME,
+    }
+    s.condensed = False
+    return make_call(fields, file=path, line=line, fmt=NAME)
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, group_by_folder=False, priority=26)

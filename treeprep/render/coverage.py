@@ -1,0 +1,106 @@
+"""Does the rendered loss span hold what the model said? (the completion's text and tool calls)
+
+A chat template may silently drop part of a completion: DeepSeek-V3's official template renders
+tool calls only when ``content`` is null, the Llama 3 template ignores tool calls, gpt-oss's
+renders only the first of parallel calls. The call would then train on the end-of-turn token
+alone, with the action the model took gone. The renderer therefore checks the text of the loss
+span (what follows the generation prompt) and rejects the call when something is missing.
+
+What counts as present, in the order the completion has them:
+
+- the text: the content with surrounding whitespace stripped (templates strip it) appears;
+- each tool call: its name appears after the previous call's, and then its arguments do, in one
+  of the forms templates print them: the logged string, that string JSON-quoted (``tojson`` of a
+  string), the parsed object as ``json.dumps`` writes it (default, compact, ASCII-escaped or
+  sorted), or, failing those (templates that print ``<parameter=k>v</parameter>`` or
+  ``k=v``), every key and every scalar value of the object, each in its plain or JSON form.
+
+The last form is a weaker test by design: it cannot confuse a template's own markup with an
+argument, but it accepts a reordering of the values. Reasoning is not checked: a template without
+reasoning support drops it by design, and such logs are common.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+
+def _json_forms(obj: Any) -> Iterator[str]:
+    yield json.dumps(obj, ensure_ascii=False)
+    yield json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    yield json.dumps(obj)
+    yield json.dumps(obj, ensure_ascii=False, sort_keys=True)
+    yield json.dumps(obj, ensure_ascii=False, indent=2)
+
+
+def _argument_forms(args: str | dict[str, Any]) -> tuple[list[str], Any]:
+    """Whole forms of the arguments, and the parsed object (None when not JSON)."""
+    forms: list[str] = []
+    parsed: Any = None
+    if isinstance(args, str):
+        forms.append(args)
+        forms.append(json.dumps(args, ensure_ascii=False)[1:-1])  # tojson of the string
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            parsed = None
+    else:
+        parsed = args
+    if parsed is not None:
+        forms.extend(_json_forms(parsed))
+    return [f for f in forms if f], parsed
+
+
+def _leaves(obj: Any) -> Iterator[Any]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _leaves(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _leaves(v)
+    else:
+        yield obj
+
+
+def _scalar_present(v: Any, text: str) -> bool:
+    if v is None or v == "":
+        return True
+    if isinstance(v, str):
+        return v in text or json.dumps(v, ensure_ascii=False)[1:-1] in text or v.strip() in text
+    if isinstance(v, bool):
+        return json.dumps(v) in text or str(v) in text
+    return json.dumps(v) in text or str(v) in text
+
+
+def completion_loss(completion: dict[str, Any], span: str) -> str | None:
+    """What of ``completion`` (a normalized assistant message) is missing from ``span``, the text
+    of the rendered loss span, as a phrase for the reject reason; None when nothing is."""
+    content = completion.get("content") or ""
+    if isinstance(content, str) and content.strip() and content.strip() not in span:
+        return "the completion's text does not appear"
+    pos = 0
+    calls = completion.get("tool_calls") or []
+    for i, tc in enumerate(calls):
+        fn = tc.get("function") or {}
+        name = fn.get("name") or ""
+        what = f"tool call {i + 1} of {len(calls)} ({name!r})"
+        at = span.find(name, pos) if name else pos
+        if at < 0:
+            return f"{what} does not appear"
+        after = at + len(name)
+        forms, parsed = _argument_forms(fn.get("arguments", ""))
+        found = -1
+        for f in forms:
+            j = span.find(f, after)
+            if j >= 0:
+                found = j + len(f)
+                break
+        if found < 0:
+            if parsed is None or not all(_scalar_present(v, span[after:]) for v in _leaves(parsed)):
+                return f"the arguments of {what} do not appear"
+            found = after
+        pos = found
+    return None

@@ -1,0 +1,327 @@
+"""Incremental rendering: append the new messages' text to the cached render of the history.
+
+Why
+---
+An agent session re-sends its whole history with every call, and a jinja chat template renders all
+of it again each time: the cost per call grows with the session, and per session with its square.
+Some templates are worse: gpt-oss scans the rest of the conversation for every assistant turn, so
+one render is already quadratic. Native ports (:mod:`treeprep.render.native`) make rendering cheap
+for the templates they cover; this module is the general speed-up for every other template.
+
+How
+---
+Most templates are prefix-stable on most appends: the text of ``messages + new`` is the text of
+``messages`` followed by the text of ``new``. The renderer keeps the text of recent non-generation
+renders, keyed by a hash of (messages, tools, date). For a call whose messages start with a cached
+history ``M[:p]`` (usually the previous call's prompt and completion), the new text is found by
+rendering a small *window* instead of the whole conversation:
+
+- the window is the head of the conversation (up to the first user message) plus some *blocks*
+  of the history (a message and the tool results after it): the first block of every distinct
+  shape (role; with or without text, reasoning, tool calls, several calls, tool results), so
+  that whatever an append does to a kind of earlier message it does to one in the window too,
+  and every block since a checkpoint that moves every :data:`STEP` blocks (at least two), so
+  that a call's window is the previous call's window plus what that call appended: its text is
+  already cached, and each call costs two small renders (the prompt and the full sequence);
+- ``A = render(window)`` and ``B = render(window + new)``; the append is prefix-stable on the
+  window when ``B`` starts with ``A``, and then ``B[len(A):]`` is the new text;
+- the window must render the blocks since the checkpoint exactly as the full history did (the
+  cached text ends with them) and its head as the full history starts;
+- the result is ``cached text + new text``.
+
+Any check that fails, or a window the template refuses, means a full render, so the fast path
+only ever replaces a render whose result it can vouch for in these terms. Because these checks are
+evidence, not a proof (an append could change a message outside the window that has no look-alike
+inside it), the result is also compared with a full render on the first
+:data:`CHECK_FIRST` incremental renders and every :data:`CHECK_EVERY`-th after, and on probe
+sessions when the renderer is built (a template that fails them is never rendered incrementally).
+A difference at run time is :class:`~treeprep.errors.NativeTemplateMismatch`, as for the ports.
+
+Cost: the window renders are small and the history's text is copied once per call (C speed). The
+cache holds at most :data:`CACHE_CHARS` characters of text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from treeprep.errors import NativeTemplateMismatch, RenderError
+
+#: (messages, tools, add_generation_prompt, now) -> text, a full render
+FullRender = Callable[[list[dict], list[dict] | None, bool, datetime | None], str]
+
+CHECK_FIRST = 16
+CHECK_EVERY = 64
+CACHE_CHARS = 64 << 20
+#: histories shorter than this many blocks are rendered in full (the window would be the same)
+MIN_BLOCKS = 6
+#: the window's tail starts at a block index that moves in steps of this many blocks
+STEP = 4
+
+
+def _key(msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> bytes:
+    blob = orjson.dumps([msgs, tools, now.isoformat() if now else None])
+    return hashlib.blake2b(blob, digest_size=16).digest()
+
+
+def _blocks(msgs: list[dict], start: int, stop: int) -> list[tuple[int, int]]:
+    """(begin, end) of each block in ``msgs[start:stop]``: a non-tool message and the tool
+    messages after it (leading tool messages form a block of their own)."""
+    out: list[tuple[int, int]] = []
+    b = start
+    for i in range(start + 1, stop):
+        if msgs[i].get("role") != "tool":
+            out.append((b, i))
+            b = i
+    if stop > start:
+        out.append((b, stop))
+    return out
+
+
+def _shape(msgs: list[dict], block: tuple[int, int]) -> tuple:
+    m = msgs[block[0]]
+    calls = m.get("tool_calls") or []
+    return (
+        m.get("role"),
+        bool(m.get("content")),
+        bool(m.get("reasoning_content")),
+        bool(calls),
+        len(calls) > 1,
+        block[1] - block[0] > 1,
+    )
+
+
+class IncrementalRenderer:
+    """Renders through ``full`` or incrementally (see the module docstring)."""
+
+    def __init__(self, full: FullRender, *, name: str = "the chat template") -> None:
+        self.full = full
+        self.name = name
+        self.enabled = True
+        self._texts: OrderedDict[bytes, str] = OrderedDict()
+        self._chars = 0
+        #: renders done incrementally, and those that fell back to a full render
+        self.incremental = 0
+        self.fallbacks = 0
+
+    # -- the cache -----------------------------------------------------------------------------
+
+    def _get(self, key: bytes) -> str | None:
+        text = self._texts.get(key)
+        if text is not None:
+            self._texts.move_to_end(key)
+        return text
+
+    def _put(self, key: bytes, text: str) -> None:
+        if key in self._texts or len(text) > CACHE_CHARS // 4:
+            return
+        self._texts[key] = text
+        self._chars += len(text)
+        while self._chars > CACHE_CHARS:
+            _, old = self._texts.popitem(last=False)
+            self._chars -= len(old)
+
+    def clear(self) -> None:
+        self._texts.clear()
+        self._chars = 0
+
+    def _plain(self, msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> str:
+        """A cached or full non-generation render."""
+        key = _key(msgs, tools, now)
+        text = self._get(key)
+        if text is None:
+            text = self.full(msgs, tools, False, now)
+            self._put(key, text)
+        return text
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def render(
+        self,
+        msgs: list[dict],
+        tools: list[dict] | None,
+        gen: bool,
+        now: datetime | None = None,
+        *,
+        where: str = "",
+    ) -> str:
+        """The text of ``msgs``, equal to ``full(msgs, tools, gen, now)``."""
+        key = None
+        if not gen:
+            key = _key(msgs, tools, now)
+            text = self._get(key)
+            if text is not None:
+                return text
+        text = self._incremental(msgs, tools, gen, now) if self.enabled else None
+        if text is None:
+            text = self.full(msgs, tools, gen, now)
+        else:
+            k = self.incremental
+            self.incremental = k + 1
+            if k < CHECK_FIRST or k % CHECK_EVERY == 0:
+                self._check(text, msgs, tools, gen, now, where)
+        if key is not None:
+            self._put(key, text)
+        return text
+
+    def _incremental(
+        self, msgs: list[dict], tools: list[dict] | None, gen: bool, now: datetime | None
+    ) -> str | None:
+        n = len(msgs)
+        # the cached history: up to the last assistant message before the end
+        p = next((i for i in range(n - 2, -1, -1) if msgs[i].get("role") == "assistant"), -1) + 1
+        if p <= 0:
+            return None
+        cached = self._get(_key(msgs[:p], tools, now))
+        if cached is None:
+            return None
+        u = next((i for i, m in enumerate(msgs[:p]) if m.get("role") == "user"), -1)
+        head_end = u + 1 if u >= 0 else 0
+        blocks = _blocks(msgs, head_end, p)
+        if len(blocks) < MIN_BLOCKS:
+            self.fallbacks += 1
+            return None
+        # the tail: the blocks since a checkpoint that moves every STEP blocks (at least two), so
+        # that this call's window is the last call's window plus what it appended (cached)
+        cp = ((len(blocks) - 2) // STEP) * STEP
+        chosen: dict[tuple, tuple[int, int]] = {}
+        for b in blocks[:cp]:
+            chosen.setdefault(_shape(msgs, b), b)  # the first block of each shape
+        early = sorted(chosen.values())
+        head = msgs[:head_end]
+        body = [m for b in early for m in msgs[b[0] : b[1]]]
+        last = msgs[blocks[cp][0] : p]
+        new = msgs[p:]
+        try:
+            a2 = self._plain(head + body, tools, now)
+            a = self._plain(head + body + last, tools, now)
+            window = head + body + last + new
+            if gen:
+                b_text = self.full(window, tools, True, now)
+            else:  # cached: the next call's window is this one (see STEP)
+                b_text = self._plain(window, tools, now)
+            h = self._plain(head, tools, now) if head else ""
+        except RenderError:
+            self.fallbacks += 1
+            return None
+        ok = (
+            b_text.startswith(a)
+            and a.startswith(a2)
+            and cached.endswith(a[len(a2) :])
+            and cached.startswith(h)
+            and a.startswith(h)
+        )
+        if not ok:
+            self.fallbacks += 1
+            return None
+        return cached + b_text[len(a) :]
+
+    def _check(
+        self,
+        text: str,
+        msgs: list[dict],
+        tools: list[dict] | None,
+        gen: bool,
+        now: datetime | None,
+        where: str,
+    ) -> None:
+        ref = self.full(msgs, tools, gen, now)
+        if ref == text:
+            return
+        from treeprep.render.template import first_char_difference
+
+        raise NativeTemplateMismatch(
+            f"{where or 'a record'}: incremental rendering of {self.name} differs from rendering "
+            f"it whole (add_generation_prompt={gen}; at character "
+            f"{first_char_difference(text, ref)}): the template is not prefix-stable in a way the "
+            "window checks did not see. Build with --no-native-templates to render every call "
+            "whole."
+        )
+
+    def verify(self, sessions: list[tuple[list[dict], list[dict] | None]]) -> bool:
+        """Render each session's growing prefixes incrementally and whole; on any difference
+        switch incremental rendering off. Returns whether it stays on."""
+        for msgs, tools in sessions:
+            self.clear()
+            for i in range(1, len(msgs) + 1):
+                for gen in (False, True):
+                    try:
+                        got = self._incremental(msgs[:i], tools, gen, None)
+                    except RenderError:
+                        got = None
+                    if got is not None and got != self.full(msgs[:i], tools, gen, None):
+                        self.enabled = False
+                        return False
+                if msgs[i - 1].get("role") == "assistant":  # a history later calls start from
+                    try:
+                        self._put(
+                            _key(msgs[:i], tools, None), self.full(msgs[:i], tools, False, None)
+                        )
+                    except RenderError:
+                        pass
+        self.clear()
+        self.incremental = self.fallbacks = 0
+        return self.enabled
+
+
+def probe_sessions() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:
+    """Agent-like sessions (a system prompt, a task, many tool-calling turns of several shapes,
+    a final answer, a follow-up question) on which incremental rendering must equal whole."""
+    tools: list[dict[str, Any]] = [
+        {
+            "type": "function",
+            "function": {
+                "name": "run",
+                "description": "Run a command",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"cmd": {"type": "string"}},
+                    "required": ["cmd"],
+                },
+            },
+        }
+    ]
+
+    def call(i: int, text: str = "", reasoning: str = "", n: int = 1) -> list[dict[str, Any]]:
+        m: dict[str, Any] = {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [
+                {
+                    "id": f"c{i}_{k}",
+                    "type": "function",
+                    "function": {"name": "run", "arguments": f'{{"cmd": "ls {i}"}}'},
+                }
+                for k in range(n)
+            ],
+        }
+        if reasoning:
+            m["reasoning_content"] = reasoning
+        res = [
+            {"role": "tool", "tool_call_id": f"c{i}_{k}", "content": f"out {i}.{k}"}
+            for k in range(n)
+        ]
+        return [m, *res]
+
+    session: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Fix the bug."},
+    ]
+    shapes = [("", "", 1), ("Looking.", "", 1), ("", "think", 1), ("", "", 2), ("Two.", "", 2)]
+    for i in range(10):
+        text, reasoning, n = shapes[i % len(shapes)]
+        session += call(i, text, reasoning, n)
+    session += [
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Why?"},
+        *call(99, "Checking."),
+        {"role": "assistant", "content": "Because.", "reasoning_content": "r"},
+    ]
+    plain = [m for m in session if m["role"] != "system"]
+    return [(session, tools), (session, None), (plain, tools)]

@@ -1,0 +1,145 @@
+"""A Hugging Face tokenizer folder read with ``tokenizers`` and plain JSON, without transformers.
+
+``AutoTokenizer.from_pretrained`` costs 2-3.5 s and 260-500 MB per process (mostly the import of
+transformers), even to build a one-line input. Rendering needs much less: the ``tokenizers``
+backend (``tokenizer.json``), the chat template (``chat_template.jinja``, which wins over the
+``chat_template`` entry of ``tokenizer_config.json``, as in transformers), the named special
+tokens the template may print (``bos_token``, ``eos_token``, ...) and the
+``split_special_tokens`` flag. That is what :func:`load_folder` reads, in tens of milliseconds.
+
+What transformers adds on top and is deliberately not reproduced: slow (sentencepiece) tokenizers,
+``auto_map`` code, and the post-processor's BOS/EOS (rendering encodes with
+``add_special_tokens=False``, as ``apply_chat_template`` does). The tests compare the ids and the
+vocabulary size with ``AutoTokenizer`` on every tokenizer in ``../shared/data``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from treeprep.errors import TokenizerError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+#: the named special tokens transformers passes to a chat template (when set)
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+
+@dataclass
+class TokenizerFolder:
+    """What rendering needs from a tokenizer folder."""
+
+    backend: Tokenizer
+    #: the chat template source (None when the folder has none)
+    chat_template: str | None
+    #: ``bos_token`` etc. as strings, the variables a template sees
+    special_tokens: dict[str, str]
+    split_special_tokens: bool
+    #: ``len(tokenizer)`` in transformers: the backend's vocabulary with added tokens
+    vocab_size: int
+
+
+def _token_text(v: Any) -> str | None:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict) and isinstance(v.get("content"), str):
+        return v["content"]
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{path}: cannot read: {e}") from e
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{path}:1: expected a JSON object")
+    return data
+
+
+def template_of_config(config: dict[str, Any]) -> str | None:
+    """The default chat template named in a ``tokenizer_config.json`` (a string, or a list of
+    ``{"name", "template"}`` entries whose ``default`` is used)."""
+    t = config.get("chat_template")
+    if isinstance(t, list):
+        named = {e.get("name"): e.get("template") for e in t if isinstance(e, dict)}
+        t = named.get("default")
+    elif isinstance(t, dict):
+        t = t.get("default")
+    return t if isinstance(t, str) and t else None
+
+
+def load_folder(folder: str | Path) -> TokenizerFolder:
+    """Read a tokenizer folder (only local files); :class:`TokenizerError` when it is not one."""
+    from tokenizers import AddedToken, Tokenizer
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TokenizerError(f"{folder}: not a tokenizer folder (no such directory)")
+    tj = folder / "tokenizer.json"
+    if not tj.is_file():
+        raise TokenizerError(
+            f"{folder}: expected a Hugging Face tokenizer folder with tokenizer.json"
+        )
+    try:
+        backend = Tokenizer.from_file(str(tj))
+    except Exception as e:  # the Rust side raises its own exception type
+        raise TokenizerError(f"{tj}: cannot load the tokenizer: {e}") from e
+    cfg_path = folder / "tokenizer_config.json"
+    config = _read_json(cfg_path) if cfg_path.is_file() else {}
+    stm_path = folder / "special_tokens_map.json"
+    if stm_path.is_file():  # legacy file: its entries fill what the config leaves unset
+        for k, v in _read_json(stm_path).items():
+            config.setdefault(k, v)
+    # added tokens the config declares but tokenizer.json lacks are added, as transformers does
+    decl = config.get("added_tokens_decoder")
+    if isinstance(decl, dict):
+        for _tid, spec in sorted(decl.items(), key=lambda kv: int(kv[0])):
+            content = _token_text(spec)
+            if content is None or backend.token_to_id(content) is not None:
+                continue
+            tok = AddedToken(
+                content,
+                single_word=bool(spec.get("single_word", False)),
+                lstrip=bool(spec.get("lstrip", False)),
+                rstrip=bool(spec.get("rstrip", False)),
+                normalized=bool(spec.get("normalized", not spec.get("special", False))),
+                special=bool(spec.get("special", False)),
+            )
+            if tok.special:
+                backend.add_special_tokens([tok])
+            else:
+                backend.add_tokens([tok])
+    template: str | None = None
+    jinja_file = folder / "chat_template.jinja"
+    if jinja_file.is_file():
+        try:
+            template = jinja_file.read_text(encoding="utf-8") or None
+        except (OSError, UnicodeDecodeError) as e:
+            raise TokenizerError(f"{jinja_file}: cannot read: {e}") from e
+    if template is None:
+        template = template_of_config(config)
+    specials = {}
+    for name in SPECIAL_TOKEN_NAMES:
+        text = _token_text(config.get(name))
+        if text is not None:
+            specials[name] = text
+    return TokenizerFolder(
+        backend=backend,
+        chat_template=template,
+        special_tokens=specials,
+        split_special_tokens=bool(config.get("split_special_tokens", False)),
+        vocab_size=backend.get_vocab_size(with_added_tokens=True),
+    )
