@@ -86,8 +86,12 @@ def test_a_hostile_template_rejects_records_and_the_build_finishes(
     logs = tmp_path / "calls.jsonl"
     rec = {"messages": MSGS, "completion": {"role": "assistant", "content": "yo"}}
     logs.write_bytes(orjson.dumps(rec) + b"\n" + orjson.dumps(rec) + b"\n")
-    m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "out"), chat_template=str(tpl)))
-    assert m.counts.records_read == 2 and m.counts.records_rejected == 2
+    # every record breaches the limits: each is a reject, and the build ends with the clean
+    # "nothing to train on" error (no traceback, no hang, rejects written)
+    from treeprep.build import EmptyBuildError
+
+    with pytest.raises(EmptyBuildError, match="2 read, 2 rejected"):
+        build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "out"), chat_template=str(tpl)))
     rejects = [
         orjson.loads(x) for x in (tmp_path / "out" / "rejects.jsonl").read_bytes().splitlines()
     ]
