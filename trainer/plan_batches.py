@@ -298,7 +298,60 @@ def load_plan(reader: BuildReader, plan_dir: str) -> EpochPlan:
             table = ipc.open_file(src).read_all()
     except (OSError, pa.ArrowInvalid) as e:
         raise ShardError(f"{plan_dir}: unreadable plan.arrow ({e})") from e
-    return _epoch_from_table(table, summary, plan_dir)
+    plan = _epoch_from_table(table, summary, plan_dir)
+    validate_plan(reader, plan)
+    return plan
+
+
+def validate_plan(reader: BuildReader, plan: EpochPlan) -> None:
+    """Refuse a plan file that does not describe this build exactly (a damaged or tampered plan):
+    every part names a shard of the build, every tree of the build is planned and each of its
+    sequences exactly once, and no micro-batch computes more than the budget at once (counted
+    from the trees' own node lengths, not the plan's token columns; a hand-off row sits alone in
+    its micro-batch and each of its parts is within the budget)."""
+    src = plan.source
+    known = set(reader.shard_names)
+    seen: dict[tuple[str, int], list[int]] = {}
+    for st in plan.steps:
+        for r, rank in enumerate(st.slots):
+            for m, mb in enumerate(rank):
+                where = f"{src}: step {st.index}, rank {r}, micro-batch {m}"
+                fed = 0
+                for p in mb:
+                    if p.shard not in known:
+                        raise ShardError(f"{where}: shard {p.shard!r} is not part of this build")
+                    tree = reader.tree(p.shard, p.row)
+                    ln = np.asarray(tree["node_length"], dtype=np.int64)
+                    nodes = np.asarray(p.nodes + p.prefix_nodes, dtype=np.int64)
+                    if len(nodes) and (nodes.min() < 0 or nodes.max() >= len(ln)):
+                        raise ShardError(f"{where}: a part names a node outside its tree")
+                    if p.handoff_cuts:
+                        cuts = np.asarray(p.handoff_cuts, dtype=np.int64)
+                        if len(mb) > 1 or int(np.diff(cuts).max()) > plan.budget:
+                            raise ShardError(
+                                f"{where}: a hand-off row must sit alone and cut its tree into "
+                                f"parts of at most {plan.budget} tokens"
+                            )
+                        continue
+                    fed += int(ln[nodes].sum())
+                if fed > plan.budget:
+                    raise ShardError(
+                        f"{where}: {fed} tokens computed at once, over the budget of {plan.budget}"
+                    )
+                for p in mb:
+                    seen.setdefault((p.shard, p.row), []).extend(p.seqs)
+    for shard in reader.shard_names:
+        for row in range(reader.table(shard).num_rows):
+            seqs = sorted(seen.pop((shard, row), []))
+            n = len(reader.tree(shard, row)["seq_node"])
+            if seqs != list(range(n)):
+                raise ShardError(
+                    f"{src}: {shard} row {row}: the plan trains sequences {seqs[:8]}"
+                    f"{'...' if len(seqs) > 8 else ''} of {n}; every sequence exactly once"
+                )
+    if seen:
+        (shard, row), _ = next(iter(seen.items()))
+        raise ShardError(f"{src}: {shard} row {row} is not a tree of this build")
 
 
 def make_plan(

@@ -393,3 +393,38 @@ def test_rl_step_metrics_in_float64(tmp_path: Path) -> None:
         assert m["adv_min"] == pytest.approx(-1.0) and m["adv_max"] == pytest.approx(1.0)
     cfgd = json.loads((run / "config.json").read_text())
     assert cfgd["precision"] == "float64" and cfgd["adv_norm"] == "rloo"
+
+
+def test_tampered_plans_are_refused(data: Path, tmp_path: Path) -> None:
+    """A plan file must describe this build exactly (issue 15 item 2): a part repeated, a shard
+    from elsewhere, or a micro-batch over the budget are refused before any training."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from treeprep.pack import PackConfig, pack
+    from treeprep.trainer.plan_batches import load_plan
+
+    out = tmp_path / "build"
+    shutil.copytree(data, out)
+    plan_dir, _ = pack(str(out), PackConfig(budget=BUDGET, steps_of=2))
+    reader = BuildReader(str(out))
+    load_plan(reader, plan_dir)  # the untampered plan loads
+    path = Path(plan_dir) / "plan.arrow"
+    good = path.read_bytes()
+    table = ipc.open_file(pa.BufferReader(good)).read_all()  # in memory: the file is rewritten
+
+    def write(t: pa.Table) -> None:
+        with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, t.schema) as w:
+            w.write_table(t)
+
+    ordinary = [i for i, c in enumerate(table.column("handoff_cuts").to_pylist()) if not c]
+    write(pa.concat_tables([table, table.take([ordinary[0]])]))  # one part twice
+    with pytest.raises(ShardError, match="exactly once|over the budget"):
+        load_plan(reader, plan_dir)
+    shards = table.column("shard").to_pylist()
+    shards[0] = "../elsewhere.arrow"
+    write(table.set_column(table.schema.get_field_index("shard"), "shard", pa.array(shards)))
+    with pytest.raises(ShardError, match="not part of this build"):
+        load_plan(reader, plan_dir)
+    path.write_bytes(good)
+    load_plan(reader, plan_dir)
