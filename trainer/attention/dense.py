@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.attention.mask import TreeMask, with_prefix
 from treeprep.trainer.attention.options import PLAIN, LayerOptions, cap_scores, softmax_rows
 
 
@@ -26,9 +26,7 @@ def dense_attention(
     opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """q_BHTD against [prefix; own] keys under the tree rule; returns o_BHTD."""
-    if pk is not None and pv is not None and pk.shape[2]:
-        k = torch.cat([pk.to(k.dtype), k], dim=2)
-        v = torch.cat([pv.to(v.dtype), v], dim=2)
+    k, v = with_prefix(k, v, pk, pv)
     mask = tm.dense(opts.window)
     gqa = q.shape[1] != k.shape[1]
     if opts.softcap is None and opts.sinks is None:

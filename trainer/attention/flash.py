@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.attention.mask import TreeMask, with_prefix
 from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 
@@ -65,9 +65,7 @@ def flash_tree_attention(
     if opts.sinks is not None:
         raise TreeprepError("attention sinks are not supported by the flash backend; use flex")
 
-    if pk is not None and pv is not None and pk.shape[2]:
-        k = torch.cat([pk.to(k.dtype), k], dim=2)
-        v = torch.cat([pv.to(v.dtype), v], dim=2)
+    k, v = with_prefix(k, v, pk, pv)
     cu_q, cu_k, key_rows, max_q, max_k = node_key_rows(tm)
     dev = q.device
     idx = torch.as_tensor(key_rows, device=dev)

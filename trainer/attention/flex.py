@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention.mask import TreeMask, tree_mask_mod
+from treeprep.trainer.attention.mask import TreeMask, tree_mask_mod, with_prefix
 from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 #: FlexAttention's block size, for queries and keys alike
@@ -273,8 +273,6 @@ def flex_tree_attention(
     opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """q_BHTD against [prefix; own] keys with the tree block mask; returns o_BHTD."""
-    if pk is not None and pv is not None and pk.shape[2]:
-        k = torch.cat([pk.to(k.dtype), k], dim=2)
-        v = torch.cat([pv.to(v.dtype), v], dim=2)
+    k, v = with_prefix(k, v, pk, pv)
     fn = compiled_flex() if q.device.type == "cuda" else _eager()
     return flex_forward(q, k, v, tm, scale, fn, opts)
