@@ -312,6 +312,7 @@ def validate_plan(reader: BuildReader, plan: EpochPlan) -> None:
     src = plan.source
     known = set(reader.shard_names)
     seen: dict[tuple[str, int], list[int]] = {}
+    n_seq: dict[tuple[str, int], int] = {}
     for st in plan.steps:
         for r, rank in enumerate(st.slots):
             for m, mb in enumerate(rank):
@@ -321,6 +322,7 @@ def validate_plan(reader: BuildReader, plan: EpochPlan) -> None:
                     if p.shard not in known:
                         raise ShardError(f"{where}: shard {p.shard!r} is not part of this build")
                     tree = reader.tree(p.shard, p.row)
+                    n_seq[(p.shard, p.row)] = len(tree["seq_node"])
                     ln = np.asarray(tree["node_length"], dtype=np.int64)
                     nodes = np.asarray(p.nodes + p.prefix_nodes, dtype=np.int64)
                     if len(nodes) and (nodes.min() < 0 or nodes.max() >= len(ln)):
@@ -343,11 +345,13 @@ def validate_plan(reader: BuildReader, plan: EpochPlan) -> None:
     for shard in reader.shard_names:
         for row in range(reader.table(shard).num_rows):
             seqs = sorted(seen.pop((shard, row), []))
-            n = len(reader.tree(shard, row)["seq_node"])
-            if seqs != list(range(n)):
+            if (shard, row) not in n_seq:
+                raise ShardError(f"{src}: {shard} row {row} is a tree of the build the plan omits")
+            if seqs != list(range(n_seq[(shard, row)])):
                 raise ShardError(
                     f"{src}: {shard} row {row}: the plan trains sequences {seqs[:8]}"
-                    f"{'...' if len(seqs) > 8 else ''} of {n}; every sequence exactly once"
+                    f"{'...' if len(seqs) > 8 else ''} of {n_seq[(shard, row)]}; every sequence "
+                    "exactly once"
                 )
     if seen:
         (shard, row), _ = next(iter(seen.items()))

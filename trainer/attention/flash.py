@@ -34,14 +34,12 @@ def node_key_rows(tm: TreeMask) -> tuple[np.ndarray, np.ndarray, np.ndarray, int
     start, length, parent = tm.node_start, tm.node_length, tm.node_parent
     p = tm.prefix_len
     nn = len(start)
-    own: list[np.ndarray] = []
-    rows: list[np.ndarray] = []
+    rows: list[np.ndarray] = []  # per node: its visible key rows (its parent's, then its own)
     for n in range(nn):
         mine = np.arange(p + start[n], p + start[n] + length[n], dtype=np.int64)
         par = parent[n]
-        anc = own[par] if par >= 0 else np.arange(int(tm.node_prefix[n]), dtype=np.int64)
-        own.append(np.concatenate([anc, mine]))
-        rows.append(own[-1])
+        anc = rows[par] if par >= 0 else np.arange(int(tm.node_prefix[n]), dtype=np.int64)
+        rows.append(np.concatenate([anc, mine]))
     cu_q = np.concatenate([[0], np.cumsum(length)]).astype(np.int32)
     lens = np.array([len(r) for r in rows], dtype=np.int64)
     cu_k = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
