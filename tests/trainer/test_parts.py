@@ -27,13 +27,22 @@ def _whole(model, batch, loss: str):
     model.zero_grad(set_to_none=True)
     out = tree_loss(model, batch, loss=loss)  # type: ignore[arg-type]
     out.loss.backward()
-    return float(out.loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return float(out.loss.detach()), _grads(model)
 
 
 def _parts(model, batch, loss: str, budget: int, mode: str, attn: str):
     model.zero_grad(set_to_none=True)
     out = run_parts(model, batch, LossConfig(loss), budget=budget, mode=mode, attn=attn)  # type: ignore[arg-type]
-    return float(out.loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return float(out.loss.detach()), _grads(model)
+
+
+def _grads(model) -> dict:
+    """Every parameter's gradient; none at all (a tree without trained targets runs no backward)
+    is a zero gradient."""
+    return {
+        n: torch.zeros_like(p) if p.grad is None else p.grad.clone()
+        for n, p in model.named_parameters()
+    }
 
 
 def _rel(a: dict, b: dict) -> float:
