@@ -6,17 +6,25 @@ L key rows of one chain (its prefix rows, ancestor segments and own tokens).
 A chain (see :mod:`treeprep.trainer.attention.mask`) is a run of nodes each the first child of the
 one before: its queries are one contiguous packed range and see (a) a leading run of the
 handed-over prefix rows, (b) a few contiguous ancestor segments of the packed sequence, all in
-full, and (c) its own tokens causally. Scores against each key block are computed from views of
-the packed keys (no copy), concatenated along the key axis, soft-maxed once (exact: one softmax
-over all visible keys) and split back per block for the value products. GQA groups the r query
-heads of a key head into the query rows, so keys are never repeated either.
+full, and (c) its own tokens causally. Each of these key blocks is a view of the packed keys (no
+copy).
 
-Memory: no gathered key rows at all (``gathered_rows`` is 0); the transient scores of one chunk are
-H x NODE_CHUNK x L floats, and autograd keeps the soft-maxed scores of every chunk, as SDPA's math
-path does. Chains with neither prefix nor ancestors whose tokens no other chain's segment cuts
-(a whole one-path tree, so every sequence of the linear layout) run as one ``is_causal`` SDPA
-call, whatever their length (plain layers only): the padding-free packed causal baseline a good
-linear trainer runs (SDPA's flash kernel on CPU keeps no T x T scores).
+Plain layers on CPU (:mod:`.blocks`): every block goes through SDPA's fused CPU kernel, which
+returns its partial output and log-sum-exp, and the blocks are merged exactly (one softmax over
+all visible keys); the backward runs the kernel's backward per block with the merged output. No
+score matrix is written or kept: a chain costs what the linear layout's causal call costs per
+(query, key) pair. Elsewhere (layers with a window, soft-capping or sinks; other devices) the
+scores against each block are computed from the same views, concatenated along the key axis,
+soft-maxed once and split back per block for the value products (the math path). GQA groups the
+r query heads of a key head into the query rows, so keys are never repeated either.
+
+Memory: no gathered key rows at all (``gathered_rows`` is 0). The fused path keeps the queries,
+the block views, the output and its log-sum-exp; the math path's transient scores of one chunk
+are H x NODE_CHUNK x L floats, and autograd keeps the soft-maxed scores of every chunk, as SDPA's
+math path does. Chains with neither prefix nor ancestors whose tokens no other chain's segment
+cuts (a whole one-path tree, so every sequence of the linear layout) run as one ``is_causal``
+SDPA call, whatever their length (plain layers only): the padding-free packed causal baseline a
+good linear trainer runs (SDPA's flash kernel on CPU keeps no T x T scores).
 
 Layer extras (:mod:`.options`). A sliding window adds a depth mask per key block; blocks that lie
 wholly beyond the window of every query of a chunk are not read at all (ancestor segments are
@@ -31,6 +39,7 @@ import bisect
 import torch
 import torch.nn.functional as F
 
+from treeprep.trainer.attention.blocks import block_attention, fused_ok
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.options import PLAIN, LayerOptions, cap_scores, softmax_rows
 
@@ -94,6 +103,7 @@ def nodes_attention(
     """q_BHTD over in-place key segments per chain; returns o_BHTD."""
     ch = tm.chains()
     gqa = q.shape[1] != k.shape[1]
+    fused = opts.plain and fused_ok(q)
     # split (never slice) the packed tensors once, at every chain, chunk and segment boundary:
     # a slice's backward zero-fills the whole input per slice, a split's backward is one cat
     cut = {0, q.shape[2]}
@@ -108,7 +118,7 @@ def nodes_attention(
         s, e = ch.start[c], ch.end[c]
         if opts.plain and not ch.prefix[c] and not ch.segments[c] and _starts(inner, s, e) == [s]:
             whole.add(c)
-        else:
+        elif not fused:  # the fused kernel tiles its queries itself; the math path is chunked
             cut.update(range(s, e, NODE_CHUNK))
     bounds = sorted(cut)
     qp, kp, vp = _pieces(q, bounds), _pieces(k, bounds), _pieces(v, bounds)
@@ -137,6 +147,10 @@ def nodes_attention(
         for c0 in _starts(bounds, s, e):
             n = qp[c0].shape[2]
             own = [*((kp[x], vp[x], pl + x) for x in _starts(bounds, s, c0)), (kp[c0], vp[c0], -1)]
+            if fused:
+                ks, vs = [b[0] for b in blocks + own], [b[1] for b in blocks + own]
+                outs.append(block_attention(qp[c0], ks, vs, scale, causal_last=True))
+                continue
             bk, bv, masks = _window_blocks(blocks + own, tm, w, kd, pl + c0, n)
             causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
             masks[-1] = causal if masks[-1] is None else masks[-1] & causal
