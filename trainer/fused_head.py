@@ -7,9 +7,10 @@ cross-entropy ``lse - x_y`` (so ``log p = -loss``) and, since the version that a
 ``token_grad_output`` to ``fused_linear_cross_entropy_forward``, defers its gradient to the
 backward pass: there it recomputes each chunk's logits and scales every row's logit gradient by
 that row's upstream value before the projections sum over rows. That is the exact gradient for
-any per-row upstream, not only a scalar one. Older versions computed the gradient in the forward
-pass and could only scale the already summed weight gradient, so :func:`liger_function` refuses a
-Liger without that argument.
+any per-row upstream, not only a scalar one. Without the deferral (Liger's own path for
+``reduction="mean"``/``"sum"`` in 0.8.5, and versions lacking that argument) the gradient is formed
+in the forward pass and only scaled afterwards by one upstream value, so :func:`liger_function`
+refuses a Liger without ``token_grad_output``.
 
 What the fused path cannot give is the entropy of the predicting distribution: the kernel keeps
 only the log-sum-exp and the target's logit of each row. The path is therefore taken only when the
@@ -17,6 +18,9 @@ loss has no entropy term, and the entropies it returns are NaN: the ``entropy`` 
 NaN (visibly not computed) instead of a value. Computing the exact entropies in an extra no-grad
 pass would bring back the chunk x V float32 logits and one more head matmul, which is what the
 fused path is there to avoid.
+
+Liger's forward reads the number of non-ignored targets with ``.item()``: one host-device sync
+per head call, and one more in the backward's recomputation (the chunked head has none).
 
 It is taken only where it was checked against the chunked head at 1e-5 relative (float32, under
 Triton's interpreter; ``tests/trainer/test_fused_head.py``): CUDA tensors, autograd on, a plain
