@@ -5,7 +5,9 @@ hidden states of the K predecessors ``prev(j)`` of the trained targets j are gat
 shift across the packed sequence, which would pair a node's last token with its next sibling's
 first), and only those K rows go through the LM head and the log-softmax. The head is applied in
 chunks of ``chunk`` rows under activation checkpointing when K is large, so the K x V float32
-logits never exist at once (a 16k-target batch with a 152k vocabulary would need 10 GB). Logits
+logits never exist at once (a 16k-target batch with a 152k vocabulary would need 10 GB); on CUDA
+with liger-kernel installed, float32 and no entropy term, Liger's fused linear cross-entropy
+replaces it (:mod:`treeprep.trainer.fused_head`: the ``entropy`` metric then reads NaN). Logits
 are computed in float32 at least (float64 stays float64: ``--precision float64`` is float64 end to
 end), and the batch's float64 coefficients are cast to the log-probs' dtype.
 
@@ -60,6 +62,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from treeprep.errors import TreeprepError
+from treeprep.trainer import fused_head
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.models import decoder_hidden, output_head
 from treeprep.trainer.targets import Targets
@@ -137,9 +140,12 @@ def head_logprobs(
     chunk: int = 4096,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs [K] and entropies [K] of ``targets`` from the decoder's hidden states h_TE
-    (the entropies carry a graph only when ``entropy``)."""
+    (the entropies carry a graph only when ``entropy``). Where :func:`fused_head.use_fused`
+    allows, Liger's fused linear cross-entropy gives the log-probs and the entropies are NaN."""
     h_KE = h_TE.index_select(0, targets.pred)
     tgt = targets.token
+    if fused_head.use_fused(head, h_KE, entropy):
+        return fused_head.fused_logprobs(head, h_KE, tgt)
     k = h_KE.shape[0]
     if k <= chunk or not torch.is_grad_enabled():
         parts = [
