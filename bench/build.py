@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from report import print_result
+
 WORDS = (
     "the a of to and in is for on with that this file function return value error test import "
     "class def self none true false list dict string path line number result output input config "
@@ -214,7 +216,7 @@ def run_naive(paths: list[str], tokenizer: str | None, limit_bytes: int, with_pr
     }
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tokenizer", default=None, help="HF tokenizer folder (default: built-in)")
     ap.add_argument("--mb", type=float, default=200.0, help="workload size in MB")
@@ -230,20 +232,36 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="--engine ray: rounds (best is kept)")
     ap.add_argument("--_child", choices=["treeprep", "naive", "naive-full"], help=argparse.SUPPRESS)
     ap.add_argument("--_data", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    data = args._data or os.path.join(args.work, "data")
-    paths = sorted(os.path.join(data, p) for p in os.listdir(data)) if args._child else None
+    return ap.parse_args()
 
+
+def main() -> None:
+    args = _parse_args()
+    data = args._data or os.path.join(args.work, "data")
+    if args._child:
+        print(json.dumps(_child_run(args, data)))
+        return
+    total_mb, gen_s = _fresh_workload(args, data)
+    if args.engine == "ray":
+        small = generate(os.path.join(args.work, "small"), args.small_mb, 2, seed=1)
+        compare_engines(args, total_mb, os.path.dirname(small[0]))
+    else:
+        compare_pipelines(args, total_mb, gen_s)
+
+
+def _child_run(args: argparse.Namespace, data: str) -> dict:
+    """One measured run, in this (child) process: treeprep or the naive pipeline."""
+    paths = sorted(os.path.join(data, p) for p in os.listdir(data))
     if args._child == "treeprep":
         tag = f"{os.path.basename(data)}-{args.engine}-w{args.workers}"
         out = os.path.join(args.work, f"out-{tag}")
-        print(json.dumps(run_treeprep(paths, out, args.tokenizer, args.workers, args.engine)))
-        return
-    if args._child in ("naive", "naive-full"):
-        lim = int(args.naive_mb * 1e6)
-        print(json.dumps(run_naive(paths, args.tokenizer, lim, args._child == "naive")))
-        return
+        return run_treeprep(paths, out, args.tokenizer, args.workers, args.engine)
+    lim = int(args.naive_mb * 1e6)
+    return run_naive(paths, args.tokenizer, lim, args._child == "naive")
 
+
+def _fresh_workload(args: argparse.Namespace, data: str) -> tuple[float, float]:
+    """Generate the workload anew under ``data``: (its size in MB, seconds it took)."""
     if os.path.exists(data):
         import shutil
 
@@ -251,46 +269,42 @@ def main() -> None:
     t0 = time.perf_counter()
     paths = generate(data, args.mb, args.files)
     gen_s = time.perf_counter() - t0
-    total_mb = sum(os.path.getsize(p) for p in paths) / 1e6
+    return sum(os.path.getsize(p) for p in paths) / 1e6, gen_s
 
-    def child(kind: str, workers: int) -> dict:
-        cmd = [sys.executable, __file__, "--_child", kind, "--work", args.work]
-        cmd += ["--workers", str(workers), "--naive-mb", str(args.naive_mb)]
-        if args.tokenizer:
-            cmd += ["--tokenizer", args.tokenizer]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])
 
-    if args.engine == "ray":
-        small = generate(os.path.join(args.work, "small"), args.small_mb, 2, seed=1)
-        compare_engines(args, total_mb, os.path.dirname(small[0]))
-        return
-    naive = child("naive", 1)
-    naive_full = child("naive-full", 1)
-    tp1 = child("treeprep", 1)
-    tpw = child("treeprep", args.workers) if args.workers > 1 else tp1
-    rows = []
-    for name, r, cores in (
-        ("naive: ids + loss mask (1 core)", naive, 1),
-        ("naive: full render only (1 core)", naive_full, 1),
-        ("treeprep --workers 1", tp1, 1),
-        (f"treeprep --workers {args.workers}", tpw, args.workers),
-    ):
-        mbps = r["bytes"] / 1e6 / r["seconds"]
-        rows.append(
-            {
-                "pipeline": name,
-                "input_mb": round(r["bytes"] / 1e6, 1),
-                "seconds": round(r["seconds"], 2),
-                "input_mb_per_s": round(mbps, 2),
-                "input_mb_per_s_per_core": round(mbps / cores, 2),
-                # MB per CPU-second: the per-core rate even on a shared, loaded machine
-                "input_mb_per_cpu_s": round(r["bytes"] / 1e6 / r["cpu_seconds"], 2),
-                "unique_tokens_per_s": round(r.get("tokens_tree", 0) / r["seconds"]),
-                "linear_tokens_per_s": round(r["tokens_linear"] / r["seconds"]),
-                "peak_rss_mb": round(r["peak_rss_mb"]),
-            }
+def _spawn(
+    args: argparse.Namespace,
+    kind: str,
+    workers: int,
+    engine: str = "local",
+    data: str | None = None,
+) -> dict:
+    """Run this script as a child measuring one pipeline (its own process: its own peak RSS)."""
+    cmd = [sys.executable, __file__, "--_child", kind, "--work", args.work]
+    cmd += ["--workers", str(workers), "--naive-mb", str(args.naive_mb), "--engine", engine]
+    if data:
+        cmd += ["--_data", data]
+    if args.tokenizer:
+        cmd += ["--tokenizer", args.tokenizer]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare_pipelines(args: argparse.Namespace, total_mb: float, gen_s: float) -> None:
+    """treeprep (1 and ``--workers`` workers) against the naive pipeline, on the workload."""
+    naive = _spawn(args, "naive", 1)
+    naive_full = _spawn(args, "naive-full", 1)
+    tp1 = _spawn(args, "treeprep", 1)
+    tpw = _spawn(args, "treeprep", args.workers) if args.workers > 1 else tp1
+    rows = [
+        _pipeline_row(name, r, cores)
+        for name, r, cores in (
+            ("naive: ids + loss mask (1 core)", naive, 1),
+            ("naive: full render only (1 core)", naive_full, 1),
+            ("treeprep --workers 1", tp1, 1),
+            (f"treeprep --workers {args.workers}", tpw, args.workers),
         )
+    ]
     naive_rate = rows[0]["input_mb_per_s"]
     summary = {
         "workload_mb": round(total_mb, 1),
@@ -307,40 +321,35 @@ def main() -> None:
         ),
         "rows": rows,
     }
-    if args.json:
-        print(json.dumps(summary, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"bench/build: {total_mb:.0f} MB of 40-call sessions")
-    for k in rows[0]:
-        t.add_column(k)
-    for r in rows:
-        t.add_row(*(str(v) for v in r.values()))
-    c = Console()
-    c.print(t)
-    c.print(
+    note = (
         f"tokens_linear {tp1['tokens_linear']:,}  tokens_tree {tp1['tokens_tree']:,}  "
         f"throughput vs naive (ids + loss mask): {summary['speedup_vs_naive_1core']}x (1 core), "
         f"{summary['speedup_vs_naive_workers']}x ({args.workers} workers); "
         f"vs naive full render only: {summary['speedup_vs_naive_full_only_1core']}x (1 core)"
     )
+    title = f"bench/build: {total_mb:.0f} MB of 40-call sessions"
+    print_result(summary, rows, title=title, as_json=args.json, notes=(note,))
+
+
+def _pipeline_row(name: str, r: dict, cores: int) -> dict:
+    """One pipeline's rates from its run."""
+    mbps = r["bytes"] / 1e6 / r["seconds"]
+    return {
+        "pipeline": name,
+        "input_mb": round(r["bytes"] / 1e6, 1),
+        "seconds": round(r["seconds"], 2),
+        "input_mb_per_s": round(mbps, 2),
+        "input_mb_per_s_per_core": round(mbps / cores, 2),
+        # MB per CPU-second: the per-core rate even on a shared, loaded machine
+        "input_mb_per_cpu_s": round(r["bytes"] / 1e6 / r["cpu_seconds"], 2),
+        "unique_tokens_per_s": round(r.get("tokens_tree", 0) / r["seconds"]),
+        "linear_tokens_per_s": round(r["tokens_linear"] / r["seconds"]),
+        "peak_rss_mb": round(r["peak_rss_mb"]),
+    }
 
 
 def compare_engines(args: argparse.Namespace, total_mb: float, small: str) -> None:
     """--engine ray: local against ray, interleaved, on the workload and on a small input."""
-
-    def child(engine: str, workers: int, data: str | None = None) -> dict:
-        cmd = [sys.executable, __file__, "--_child", "treeprep", "--work", args.work]
-        cmd += ["--workers", str(workers), "--engine", engine]
-        if data:
-            cmd += ["--_data", data]
-        if args.tokenizer:
-            cmd += ["--tokenizer", args.tokenizer]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
     runs = [
         ("workload", None, 1),
         ("workload", None, args.workers),
@@ -350,7 +359,7 @@ def compare_engines(args: argparse.Namespace, total_mb: float, small: str) -> No
     for _ in range(args.repeats):
         for label, data, workers in runs:
             for engine in ("local", "ray"):  # interleaved: both see the same machine load
-                r = child(engine, workers, data)
+                r = _spawn(args, "treeprep", workers, engine, data)
                 key = (label, engine, workers)
                 if key not in best or r["seconds"] < best[key]["seconds"]:
                     best[key] = r
@@ -373,19 +382,9 @@ def compare_engines(args: argparse.Namespace, total_mb: float, small: str) -> No
                 "same_shards": True,
             }
         )
-    if args.json:
-        print(json.dumps({"workload_mb": round(total_mb, 1), "rows": rows}, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
     title = f"bench/build --engine ray: {total_mb:.0f} MB workload, {args.small_mb} MB small"
-    t = Table(title=title)
-    for k in rows[0]:
-        t.add_column(k)
-    for r in rows:
-        t.add_row(*(str(v) for v in r.values()))
-    Console().print(t)
+    result = {"workload_mb": round(total_mb, 1), "rows": rows}
+    print_result(result, rows, title=title, as_json=args.json)
 
 
 if __name__ == "__main__":

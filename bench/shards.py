@@ -10,7 +10,6 @@ both) and prints file size, write time and full-read time with pyarrow and polar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -18,6 +17,7 @@ import time
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
+from report import print_result
 
 from treeprep.schemas.shard import read_shard, shard_paths
 
@@ -94,19 +94,13 @@ def main() -> None:
         "read_pyarrow": round(pq_r["read_pyarrow_s"] / ipc_r["read_pyarrow_s"], 2),
         "read_polars": round(pq_r["read_polars_s"] / ipc_r["read_polars_s"], 2),
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"bench/shards: {table.num_rows} trees, {raw / 1e6:.1f} MB in memory")
-    for k in rows[0]:
-        t.add_column(k)
-    for r in rows:
-        t.add_row(*(str(v) for v in r.values()))
-    Console().print(t)
-    Console().print(f"parquet / ipc: {result['parquet_over_ipc']}")
+    print_result(
+        result,
+        rows,
+        title=f"bench/shards: {table.num_rows} trees, {raw / 1e6:.1f} MB in memory",
+        as_json=args.json,
+        notes=(f"parquet / ipc: {result['parquet_over_ipc']}",),
+    )
 
 
 if __name__ == "__main__":

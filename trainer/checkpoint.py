@@ -33,6 +33,7 @@ system that every rank sees, as with any multi-node trainer).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeprep.atomic import fsync_path
 from treeprep.errors import CheckpointError
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -68,16 +70,9 @@ def _fsync_tree(path: str) -> None:
 
 
 def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """The pipeline's folder flush, where a folder that cannot be opened is passed over."""
+    with contextlib.suppress(OSError):
+        fsync_path(path)
 
 
 def rng_state() -> dict[str, Any]:

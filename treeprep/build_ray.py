@@ -7,7 +7,7 @@ byte identity follows from shared code rather than from a second implementation:
 
 1. **Render** (:meth:`RayEngine.render`). The jobs without a ``done.json`` become a dataset of one
    row per file, mapped by a pool of ``workers`` actors (:class:`_RenderActor`), each of which
-   loads the renderer once and runs :func:`treeprep.build._process_file` per file: the same work
+   loads the renderer once and runs :func:`treeprep.worker.process_file` per file: the same work
    folder, work rows, rejects and ``done.json`` marker as the local engine. Resume is therefore
    one mechanism for both engines (a build started with one engine can be finished with the
    other), and a task Ray retries after a worker died rewrites the same folder under temporary
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
@@ -46,23 +46,17 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from treeprep.build import (
-    BuildConfig,
-    Progress,
-    _process_file,
-    _worker_init,
-    work_paths,
-    worker_options,
-)
+from treeprep.engine import RenderTask, TreeTask
 from treeprep.errors import TreeprepError
 from treeprep.schemas import TREE_SCHEMA
-from treeprep.schemas.manifest import Counts, ShardEntry
+from treeprep.schemas.manifest import ShardEntry
 from treeprep.shards import write_shard
 from treeprep.trie import Tree, build_tree
+from treeprep.worker import init_worker, process_file, worker_options
 from treeprep.workfiles import FileJob, FileResult, rows_to_sequences
 
 if TYPE_CHECKING:
-    from treeprep.render import Renderer
+    from treeprep.build import BuildConfig
 
 #: the per-tree sizes the driver collects to cut shards (the trees stay in the object store)
 _STATS = ["group_id", "num_nodes", "tokens_tree", "tokens_linear", "sequences"]
@@ -123,21 +117,13 @@ class RayEngine:
     # stage 1: render each file in an actor that loaded the renderer once
     # ---------------------------------------------------------------------------------------
 
-    def render(
-        self,
-        jobs: list[FileJob],
-        cfg: BuildConfig,
-        on_progress: Progress | None,
-        renderer: Renderer,
-    ) -> Iterator[FileResult]:
+    def render(self, task: RenderTask) -> Iterator[FileResult]:
         import ray.data
 
-        todo = [j for j in jobs if not j.is_done()]
-        n = len(jobs) - len(todo)
-        if on_progress:
-            on_progress("render", n, len(jobs))
+        todo, n = task.start()
         if not todo:
             return
+        cfg = task.cfg
         todo.sort(key=lambda j: -j.size)  # largest first: the last file to start is a small one
         files = ray.data.from_items([asdict(j) for j in todo], override_num_blocks=len(todo))
         ds = files.map_batches(
@@ -156,8 +142,7 @@ class RayEngine:
         try:
             for row in rows:
                 n += 1
-                if on_progress:
-                    on_progress("render", n, len(jobs))
+                task.report(n)
                 error = row.pop("error")
                 if error:
                     _raise_error(error)
@@ -171,21 +156,12 @@ class RayEngine:
     # stage 2: shuffle by group, one trie per group, shards cut in sorted group order
     # ---------------------------------------------------------------------------------------
 
-    def write_trees(
-        self,
-        jobs: list[FileJob],
-        results: dict[str, FileResult],
-        shard_tokens: int,
-        counts: Counts,
-        out: str,
-        on_progress: Progress | None,
-        before_write: Callable[[str], None] | None = None,
-    ) -> list[ShardEntry]:
+    def write_trees(self, task: TreeTask) -> list[ShardEntry]:
         import ray.data
 
-        shard_dir = os.path.abspath(os.path.join(out, "shards"))
+        shard_dir = os.path.abspath(os.path.join(task.out, "shards"))
         os.makedirs(shard_dir, exist_ok=True)
-        paths = [os.path.abspath(p) for p in work_paths(jobs, results)]
+        paths = [os.path.abspath(p) for p in task.paths]
         if not paths:
             return []
         files = ray.data.from_items(
@@ -201,10 +177,10 @@ class RayEngine:
             .materialize()
         )
 
-        starts = self._plan(trees, shard_tokens, counts, on_progress)
-        if before_write is not None:  # the build's index of what it wrote (never delete others)
+        starts = self._plan(trees, task)
+        if task.before_write is not None:  # the build's index of what it wrote (never delete)
             for i in range(len(starts)):
-                before_write(f"shards/shard-{i:05d}.arrow")  # ShardWriter's names
+                task.before_write(f"shards/shard-{i:05d}.arrow")  # ShardWriter's names
         tagged = trees.map_batches(_tag_shard, fn_kwargs={"starts": starts}, batch_format="pyarrow")
         written = tagged.groupby("shard", num_partitions=len(starts)).map_groups(
             _write_shard_group, fn_kwargs={"shard_dir": shard_dir}, batch_format="pyarrow"
@@ -213,8 +189,8 @@ class RayEngine:
         for row in written.iter_rows():
             shard = row.pop("shard")
             entries[shard] = ShardEntry(**row)
-            if on_progress:
-                on_progress("shards", len(entries), len(starts))
+            if task.on_progress:
+                task.on_progress("shards", len(entries), len(starts))
         if sorted(entries) != list(range(len(starts))):
             raise TreeprepError(
                 f"internal error: planned {len(starts)} shards, wrote {sorted(entries)}"
@@ -222,11 +198,9 @@ class RayEngine:
         return [entries[i] for i in range(len(starts))]
 
     @staticmethod
-    def _plan(
-        trees: Any, shard_tokens: int, counts: Counts, on_progress: Progress | None
-    ) -> list[str]:
-        """Collect every tree's sizes, add them to ``counts`` and cut the shards; the first group
-        id of each shard."""
+    def _plan(trees: Any, task: TreeTask) -> list[str]:
+        """Collect every tree's sizes, add them to the task's ``counts`` and cut the shards; the
+        first group id of each shard."""
         stats = pa.concat_tables(
             list(trees.select_columns(_STATS).iter_batches(batch_format="pyarrow", batch_size=None))
         )
@@ -235,14 +209,15 @@ class RayEngine:
         if len(set(gids)) != len(gids):
             raise TreeprepError("internal error: a group was built twice")
         sizes = stats.column("tokens_tree").to_numpy()
+        counts = task.counts
         counts.trees += len(gids)
         counts.sequences += int(stats.column("sequences").to_numpy().sum())
         counts.nodes += int(stats.column("num_nodes").to_numpy().astype(np.int64).sum())
         counts.tokens_linear += int(stats.column("tokens_linear").to_numpy().sum())
         counts.tokens_tree += int(sizes.sum())
-        if on_progress:
-            on_progress("trees", len(gids), len(gids))
-        first = plan_shards([int(sizes[i]) for i in order], shard_tokens)
+        if task.on_progress:
+            task.on_progress("trees", len(gids), len(gids))
+        first = plan_shards([int(sizes[i]) for i in order], task.shard_tokens)
         return [gids[order[i]] for i in first]
 
 
@@ -276,13 +251,13 @@ class _RenderActor:
     def __init__(self, tokenizer: str | None, options: dict, cwd: str) -> None:
         if os.path.isdir(cwd):
             os.chdir(cwd)  # relative input and option paths mean what they meant to the driver
-        _worker_init(tokenizer, options)
+        init_worker(tokenizer, options)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         done = []
         for job in batch.to_pylist():
             try:
-                done.append({**asdict(_process_file(FileJob(**job))), "error": None})
+                done.append({**asdict(process_file(FileJob(**job))), "error": None})
             except TreeprepError as e:  # Ray would hand the driver its text only, not the error
                 empty = dict.fromkeys(f.name for f in fields(FileResult))
                 done.append({**empty, "error": orjson.dumps(_error_fields(e)).decode()})

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 import orjson
 
 from treeprep import __version__
+from treeprep.atomic import commit, write_atomic
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest, TokenizerIdentity
 from treeprep.schemas.manifest import Counts, DuplicateInput, InputEntry, ShardEntry
-from treeprep.workfiles import FileJob, FileResult, commit, write_atomic
+from treeprep.workfiles import FileJob, FileResult
 
 if TYPE_CHECKING:
     from treeprep.io import InputSet

@@ -17,18 +17,17 @@ build's job, and it deletes only the files a build wrote (:class:`treeprep.workf
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from treeprep.atomic import commit, sha256_of
 from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry
 from treeprep.schemas.shard import open_shard, shard_paths
 from treeprep.trie import Tree
-from treeprep.workfiles import commit
 
 #: trees per Arrow record batch; a tree never spans two batches
 BATCH_TREES = 64
@@ -47,13 +46,10 @@ def write_shard(trees: list[Tree], path: str) -> tuple[int, str]:
     with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, TREE_SCHEMA, options=opts) as w:
         for i in range(0, len(trees), BATCH_TREES):
             w.write_table(trees_to_table(trees[i : i + BATCH_TREES]))
-    h = hashlib.sha256()
-    with open(tmp, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    sha = sha256_of(tmp)
     size = os.path.getsize(tmp)
     commit(tmp, path)
-    return size, h.hexdigest()
+    return size, sha
 
 
 class ShardWriter:

@@ -12,10 +12,11 @@ slices of the memory-mapped files, giving mapped pages back now and then so that
 bounded whatever the input size, and keeping at most ``max_open`` files mapped at once (20,000
 inputs must not run out of file descriptors).
 
-Crash safety. Every file is written to a temporary name, fsynced and renamed, so after a crash a
-name holds either nothing or a whole file. ``done.json`` records the size and sha256 of the work
-files it vouches for, and :meth:`FileJob.is_done` checks them, so a work file that a crash, a full
-disk or a stray edit left short is redone rather than trusted.
+Crash safety. Every file is written to a temporary name, fsynced and renamed
+(:mod:`treeprep.atomic`), so after a crash a name holds either nothing or a whole file.
+``done.json`` records the size and sha256 of the work files it vouches for, and
+:meth:`FileJob.is_done` checks them, so a work file that a crash, a full disk or a stray edit left
+short is redone rather than trusted.
 
 What a build owns in ``OUT``. :class:`OutIndex` (``OUT/.work/index.json``) lists the work folders
 and shard files builds into this folder wrote; a later build deletes only those (and the shards
@@ -40,6 +41,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from treeprep.atomic import crash_point, sha256_of, write_atomic
 from treeprep.errors import TreeprepError
 from treeprep.sequence import Sequence
 
@@ -79,51 +81,6 @@ _SCALARS = (
     "branch_reason",
     "trajectory_id",
 )
-
-
-# --------------------------------------------------------------------------------------------
-# writing files that survive a crash
-# --------------------------------------------------------------------------------------------
-
-
-def fsync_path(path: str) -> None:
-    """Flush a file (or a folder's entries) to disk; a no-op where the OS refuses folders."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def commit(tmp: str, path: str) -> None:
-    """fsync ``tmp``, rename it to ``path``, fsync the folder: the rename is durable and the
-    file whole, or the old state stays."""
-    fsync_path(tmp)
-    os.replace(tmp, path)
-    fsync_path(os.path.dirname(path) or ".")
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    commit(path + ".tmp", path)
-
-
-def sha256_of(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def crash_point(name: str) -> None:
-    """Test hook: ``TREEPREP_CRASH_AT=name`` kills this process here, as kill -9 would (the
-    crash tests in ``tests/adversarial`` stop builds at named points and compare the bytes of
-    the rerun). Costs one environment lookup."""
-    if os.environ.get("TREEPREP_CRASH_AT") == name:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from treeprep import build as build_mod
+from treeprep import engine as engine_mod
 from treeprep.build import BuildConfig, build
 from treeprep.cli.app import app
 from treeprep.errors import TooManyErrors
@@ -105,7 +105,7 @@ def test_a_killed_build_resumes_without_redoing_finished_inputs(
     build(BuildConfig(inputs=files, out=str(clean)))
 
     out = tmp_path / "out"
-    real = build_mod._process_file
+    real = engine_mod.process_file
     seen: list[str] = []
 
     def dies_on_second(job):
@@ -114,13 +114,13 @@ def test_a_killed_build_resumes_without_redoing_finished_inputs(
             raise KeyboardInterrupt("killed")
         return real(job)
 
-    monkeypatch.setattr(build_mod, "_process_file", dies_on_second)
+    monkeypatch.setattr(engine_mod, "process_file", dies_on_second)
     with pytest.raises(KeyboardInterrupt):
         build(BuildConfig(inputs=files, out=str(out)))
     assert not (out / "manifest.json").exists()
 
     seen.clear()
-    monkeypatch.setattr(build_mod, "_process_file", lambda job: seen.append(job.path) or real(job))
+    monkeypatch.setattr(engine_mod, "process_file", lambda job: seen.append(job.path) or real(job))
     build(BuildConfig(inputs=files, out=str(out)))
     assert [Path(p).name for p in seen] == ["f1.jsonl", "f2.jsonl"]  # f0 finished before the kill
     assert _shard_bytes(out) == _shard_bytes(clean)

@@ -1,0 +1,240 @@
+"""Who runs a build's two heavy stages: the :class:`Engine` interface and the local engine.
+
+:func:`treeprep.build.build` plans the jobs, then hands an engine two tasks, each one value:
+
+* :class:`RenderTask` (stage 1): every input file without a ``done.json`` is rendered into its
+  work folder by :func:`treeprep.worker.process_file`; one :class:`FileResult` per file comes back
+  as it finishes.
+* :class:`TreeTask` (stage 2): the work files are grouped by ``group_id``, one trie is built per
+  group in sorted group order and the trees are cut into shards; the shard entries come back and
+  the tree counts are added to the task's ``counts``.
+
+Planning, rejects and the manifest stay in the driver, so every engine shares the ``done.json``
+markers and writes the same bytes. :class:`LocalEngine` is this process: stage 1 inline or in a
+pool of ``workers`` processes, stage 2 here. Ray Data is the other engine
+(:mod:`treeprep.build_ray`), chosen with :func:`open_engine`.
+
+The local pool keeps at most one file per process in flight, so that a worker that dies (kill -9,
+out of memory) is noticed at once and named: the build stops with :class:`WorkerDied` and the
+files finished so far are kept for the rerun. The cost is a little idle time at the end of the
+render, when the last files run on fewer processes than there are. Forked workers inherit the
+loaded renderer instead of loading it again (seconds per process). Stage 2 holds at most the
+largest group plus one shard's buffer in memory (:class:`~treeprep.workfiles.WorkFiles`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from treeprep.errors import TreeprepError
+from treeprep.schemas.manifest import Counts, ShardEntry
+from treeprep.shards import ShardWriter
+from treeprep.trie import build_tree
+from treeprep.worker import init_worker, process_file, worker_options
+from treeprep.workfiles import FileJob, FileResult, WorkFiles, group_rows, group_sequences
+
+if TYPE_CHECKING:
+    from treeprep.build import BuildConfig
+    from treeprep.render import Renderer
+
+__all__ = [
+    "Engine",
+    "LocalEngine",
+    "Progress",
+    "RenderTask",
+    "TreeTask",
+    "WorkerDied",
+    "open_engine",
+    "work_paths",
+]
+
+#: Progress callback: (stage, done, total). Stages: "render" (files), "trees" (groups).
+Progress = Callable[[str, int, int], None]
+
+
+class WorkerDied(TreeprepError):
+    """A stage-1 worker process died (killed, out of memory) while rendering a file."""
+
+
+@dataclass
+class RenderTask:
+    """Stage 1 of a build: render every job without a ``done.json``."""
+
+    #: every input file of the build, in input order (finished ones included, for progress)
+    jobs: list[FileJob]
+    cfg: BuildConfig
+    #: the renderer the driver loaded (forked workers inherit it)
+    renderer: Renderer
+    on_progress: Progress | None = None
+
+    def start(self) -> tuple[list[FileJob], int]:
+        """The jobs left to render and the number finished before; reports that progress."""
+        todo = [j for j in self.jobs if not j.is_done()]
+        done = len(self.jobs) - len(todo)
+        self.report(done)
+        return todo, done
+
+    def report(self, done: int) -> None:
+        """Tell ``on_progress`` that ``done`` files of the build are rendered."""
+        if self.on_progress:
+            self.on_progress("render", done, len(self.jobs))
+
+
+@dataclass
+class TreeTask:
+    """Stage 2 of a build: the work files' groups as tries, cut into shards under ``out``."""
+
+    #: the work files to read, in job order (:func:`work_paths`)
+    paths: list[str]
+    out: str
+    #: a shard is closed once it holds this many tree tokens
+    shard_tokens: int
+    #: the tree counts of the manifest, added to in place
+    counts: Counts
+    on_progress: Progress | None = None
+    #: told each shard's manifest path before the shard is written (the build's index)
+    before_write: Callable[[str], None] | None = None
+
+
+class Engine(Protocol):
+    """Who runs the two heavy stages (see the module docstring)."""
+
+    def render(self, task: RenderTask) -> Iterator[FileResult]:
+        """Stage 1 for every job without a ``done.json``; one result per file, as they finish."""
+        ...
+
+    def write_trees(self, task: TreeTask) -> list[ShardEntry]:
+        """Stage 2: one trie per group in sorted group order, cut into shards; the shard
+        entries."""
+        ...
+
+
+@contextmanager
+def open_engine(cfg: BuildConfig) -> Iterator[Engine]:
+    """The engine ``cfg.engine`` names, set up for the build and torn down after it."""
+    if cfg.engine == "ray":
+        from treeprep.build_ray import ray_engine
+
+        with ray_engine(cfg) as engine:
+            yield engine
+    else:
+        yield LocalEngine()
+
+
+def work_paths(jobs: list[FileJob], results: dict[str, FileResult]) -> list[str]:
+    """The work files stage 2 reads, in job order (files with sequences only)."""
+    paths = []
+    for job in jobs:
+        res = results[job.name]
+        p = job.sequences_path()
+        if not res.skipped and res.sequences and os.path.exists(p):
+            paths.append(p)
+    return paths
+
+
+class LocalEngine:
+    """This process, with a pool of ``workers`` processes for stage 1."""
+
+    def render(self, task: RenderTask) -> Iterator[FileResult]:
+        todo, n = task.start()
+        results = (
+            _run_pool(todo, task)
+            if task.cfg.workers > 1 and len(todo) > 1
+            else _run_inline(todo, task)
+        )
+        for res in results:
+            n += 1
+            task.report(n)
+            yield res
+
+    def write_trees(self, task: TreeTask) -> list[ShardEntry]:
+        """Group rows across work files, one trie per group in sorted group order, shards."""
+        work = WorkFiles()
+        groups = group_rows(work, task.paths)
+        writer = ShardWriter(task.out, task.shard_tokens, task.before_write)
+        gids_sorted = sorted(groups)
+        counts = task.counts
+        for gi, gid in enumerate(gids_sorted):
+            seqs = group_sequences(work, groups[gid])
+            tree = build_tree(seqs, gid)
+            del seqs  # views into the maps: gone before the maps may be released
+            work.maybe_release()
+            counts.trees += 1
+            counts.sequences += int(tree.seq_count.sum())
+            counts.nodes += tree.num_nodes
+            counts.tokens_linear += tree.tokens_linear
+            counts.tokens_tree += tree.tokens_tree
+            writer.add(tree)
+            if task.on_progress:
+                task.on_progress("trees", gi + 1, len(gids_sorted))
+        writer.close()
+        work.release()
+        return writer.entries
+
+
+def _run_inline(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
+    init_worker(task.cfg.tokenizer, worker_options(task.cfg), task.renderer)
+    for job in todo:
+        yield process_file(job)
+
+
+def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
+    """Stage 1 in ``cfg.workers`` processes, at most one file per process in flight, so that a
+    worker that dies (kill -9, out of memory) is noticed at once and named: the build stops
+    with :class:`WorkerDied`; the files finished so far are kept for the rerun."""
+    cfg = task.cfg
+    procs = min(cfg.workers, len(todo))
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    if "fork" in mp.get_all_start_methods():
+        # forked workers inherit the loaded renderer (importing transformers and loading a
+        # tokenizer costs seconds per process); the tokenizers library disables its own thread
+        # pool in a forked child, which it announces unless told so beforehand
+        init_worker(cfg.tokenizer, worker_options(cfg), task.renderer)
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        pool = ProcessPoolExecutor(procs, mp_context=mp.get_context("fork"))
+    else:
+        pool = ProcessPoolExecutor(
+            procs,
+            mp_context=mp.get_context("spawn"),
+            initializer=init_worker,
+            initargs=(cfg.tokenizer, worker_options(cfg)),
+        )
+    try:
+        with pool:
+            yield from _one_per_process(pool, procs, todo)
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+def _one_per_process(
+    pool: ProcessPoolExecutor, procs: int, todo: list[FileJob]
+) -> Iterator[FileResult]:
+    """Feed ``pool`` the jobs in order, ``procs`` in flight at most; results as they finish."""
+    queue = list(reversed(todo))
+    running: dict[Future, FileJob] = {}
+    while queue or running:
+        while queue and len(running) < procs:
+            job = queue.pop()
+            running[pool.submit(process_file, job)] = job
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            job = running.pop(fut)
+            try:
+                yield fut.result()
+            except BrokenProcessPool as e:
+                names = sorted({job.name, *(j.name for j in running.values())})
+                raise WorkerDied(
+                    "a worker process died (killed or out of memory) while rendering "
+                    f"{' or '.join(names)}; the files finished so far are kept: run the "
+                    "same build again to resume"
+                ) from e

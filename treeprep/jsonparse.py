@@ -1,0 +1,203 @@
+"""JSON from untrusted input: a line to a record or a Reject, a document to a value or an error.
+
+* :func:`parse_json_line` never raises: a bad line becomes a :class:`~treeprep.schemas.Reject`
+  (``invalid UTF-8 at byte N``, a non-finite number with its field, or orjson's message), so one
+  bad record never stops a file.
+* :func:`load_json_document` reads a file holding one document and raises
+  :class:`~treeprep.errors.InputError` with the line (and the column in the reason).
+* ``NaN``, ``Infinity`` and out-of-range numbers (Python's ``json.dump`` writes them by default)
+  are refused by orjson; :func:`lenient_json_loads` keeps them as :class:`NonFinite` markers so
+  that an adapter can reject only the records that hold one (:func:`find_non_finite`).
+* :func:`head_record` and :func:`json_key_in` let format sniffers look at a file's first bytes.
+
+The trade-off: lines are bytes, parsed with orjson (several times faster than ``json``), and UTF-8
+is validated only when orjson refuses a line, so good input pays nothing for the error path. The
+walks over parsed values are iterative, so a document nested thousands deep cannot exhaust the
+stack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from treeprep.compressed import STREAM_ERRORS, open_binary, stream_error
+from treeprep.errors import InputError
+from treeprep.schemas import Reject
+
+__all__ = [
+    "NonFinite",
+    "find_non_finite",
+    "find_value",
+    "head_record",
+    "json_key_in",
+    "lenient_json_loads",
+    "load_json_document",
+    "parse_json_line",
+]
+
+
+def _utf8_error_at(raw: bytes) -> int | None:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return None
+
+
+def parse_json_line(path: str, lineno: int, raw: bytes) -> dict | list | Reject:
+    """Parse one JSON line; a bad line becomes a :class:`Reject` (this never raises).
+
+    Scalars (a bare number or string) are valid JSON but not records: they are rejected too. A
+    number that is not finite (``NaN``, ``Infinity``, ``1e400``) is rejected with its field.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        bad = _utf8_error_at(raw)
+        if bad is not None:
+            return Reject(file=path, line=lineno, reason=f"invalid UTF-8 at byte {bad}")
+        field = _non_finite_field(raw, str(e))
+        if field is not None:
+            return Reject(file=path, line=lineno, reason=field)
+        return Reject(file=path, line=lineno, reason=f"malformed JSON: {e}")
+    if not isinstance(value, dict | list):
+        return Reject(
+            file=path,
+            line=lineno,
+            reason=f"expected a JSON object, got {type(value).__name__}",
+        )
+    return value
+
+
+class NonFinite(str):
+    """A ``NaN``, ``Infinity`` or out-of-range number of a JSON document (Python's ``json.dump``
+    writes them by default), kept as its text so that only the records holding one are
+    rejected (:func:`find_non_finite`)."""
+
+
+def _parse_float(text: str) -> float | NonFinite:
+    v = float(text)
+    return v if math.isfinite(v) else NonFinite(text)
+
+
+def lenient_json_loads(data: bytes) -> Any:
+    """``json.loads`` that keeps non-finite numbers as :class:`NonFinite` markers."""
+    return json.loads(data, parse_constant=NonFinite, parse_float=_parse_float)
+
+
+def find_non_finite(value: Any) -> str | None:
+    """The path (``a.b[2]``) of the first :class:`NonFinite` inside ``value``, or None.
+
+    Iterative, so a document nested thousands deep cannot exhaust the stack."""
+    for at, v in _walk_json(value):
+        if isinstance(v, NonFinite):
+            return at
+    return None
+
+
+def find_value(value: Any, path: str) -> str:
+    """The text of the :class:`NonFinite` at ``path`` (as :func:`find_non_finite` names it)."""
+    for at, v in _walk_json(value):
+        if at == path:
+            return str(v)
+    return "?"
+
+
+def _walk_json(value: Any) -> Iterator[tuple[str, Any]]:
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        at, v = stack.pop()
+        yield at, v
+        if isinstance(v, dict):
+            stack.extend((f"{at}.{k}" if at else str(k), x) for k, x in reversed(v.items()))
+        elif isinstance(v, list):
+            stack.extend((f"{at}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+
+
+def _non_finite_field(raw: bytes, msg: str) -> str | None:
+    """``"FIELD: expected a finite number, got TEXT"`` when orjson refused ``raw`` only for a
+    non-finite number, else None."""
+    if "infinity" not in msg and b"NaN" not in raw and b"Infinity" not in raw:
+        return None
+    try:
+        value = lenient_json_loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    at = find_non_finite(value)
+    if at is None:
+        return None
+    return f"{at}: expected a finite number, got {find_value(value, at)}"
+
+
+def _line_col(data: bytes, offset: int) -> tuple[int, int]:
+    line = data.count(b"\n", 0, offset) + 1
+    col = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return line, col
+
+
+def load_json_document(path: str) -> object:
+    """Parse a file holding one JSON document (``.gz``/``.zst`` decompressed).
+
+    Raises :class:`InputError` with the line (and column in the reason) for malformed JSON or
+    invalid UTF-8, with line 0 for an empty file or an unreadable stream.
+    """
+    try:
+        with open_binary(path) as f:
+            data = f.read()
+    except STREAM_ERRORS as e:
+        raise stream_error(path, 0, e) from e
+    if not data.strip():
+        raise InputError(path, 0, "empty file")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        bad = _utf8_error_at(data)
+        if bad is not None:
+            line, col = _line_col(data, bad)
+            raise InputError(path, line, f"invalid UTF-8 at byte {bad} (column {col})") from e
+        raise InputError(path, e.lineno, f"malformed JSON at column {e.colno}: {e.msg}") from e
+
+
+# --------------------------------------------------------------------------------------------
+# sniffing helpers
+# --------------------------------------------------------------------------------------------
+
+
+def head_record(head: bytes) -> object | None:
+    """The first record of a head: its first line parsed, or the whole head if it has no newline.
+
+    None when that text is not complete JSON (the line is longer than the head) or not valid.
+    """
+    s = head.lstrip()
+    if not s:
+        return None
+    nl = s.find(b"\n")
+    candidates = [s[:nl], s] if nl >= 0 else [s]
+    for c in candidates:
+        try:
+            return orjson.loads(c)
+        except orjson.JSONDecodeError:
+            continue
+    return None
+
+
+def json_key_in(head: bytes, key: str) -> bool:
+    """Whether ``"key":`` occurs in the raw bytes as a real JSON key.
+
+    A key quoted inside a JSON string is escaped (``\\"key\\"``), so an unescaped match is an
+    object key of the document, even when the head ends in the middle of a record.
+    """
+    pat = _key_patterns.get(key)
+    if pat is None:
+        pat = re.compile(rb'(?<!\\)"' + re.escape(key.encode()) + rb'"\s*:')
+        _key_patterns[key] = pat
+    return pat.search(head) is not None
+
+
+_key_patterns: dict[str, re.Pattern[bytes]] = {}

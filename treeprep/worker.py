@@ -1,0 +1,263 @@
+"""Stage 1 of a build in a worker: one input file in, its work folder out.
+
+A worker is set up once (:func:`init_worker`: the renderer, loaded or inherited, and the build's
+options as a plain picklable dict, :func:`worker_options`), then handed one
+:class:`~treeprep.workfiles.FileJob` at a time (:func:`process_file`). For each file it detects
+the format (or takes the forced one), reads the records with the format's adapter, renders each
+record to a token :class:`~treeprep.sequence.Sequence` and streams the sequences in batches into
+``sequences.arrow`` (temporary name, then rename); every unusable record becomes a reject with
+its reason. ``rejects.jsonl`` and, last, ``done.json`` are written by
+:func:`treeprep.workfiles.finish_file`, so a file is either finished or redone on the rerun.
+
+The same function runs in every engine: inline, in a forked or spawned pool process
+(:mod:`treeprep.engine`) or in a Ray actor (:mod:`treeprep.build_ray`), which is why the bytes do
+not depend on the engine. The worker's state is a module-level dict rather than an object,
+because a process pool's initializer can only set globals.
+
+Names: an adapter reports the path it opened; the worker puts the file's name (relative to the
+input root) in its place everywhere (:class:`_Names`), so outputs do not depend on where the input
+lay. Records whose tools or tool-call arguments nest deeper than :data:`MAX_JSON_DEPTH` are
+rejected before rendering (a JSON encoder recurses once per level).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from treeprep.atomic import commit, crash_point
+from treeprep.errors import InputError, RenderError, TreeprepError
+from treeprep.schemas import Reject
+from treeprep.sequence import Sequence
+from treeprep.workfiles import (
+    WORK_BATCH,
+    WORK_SCHEMA,
+    FileJob,
+    FileResult,
+    finish_file,
+    sequences_to_batch,
+)
+
+if TYPE_CHECKING:
+    from treeprep.build import BuildConfig
+    from treeprep.formats import FormatSpec, ReadOptions
+    from treeprep.render import Renderer
+
+__all__ = ["MAX_JSON_DEPTH", "init_worker", "process_file", "worker_options"]
+
+#: the deepest nesting of JSON objects and arrays accepted in a call's tools and tool-call
+#: arguments (real schemas nest about ten deep; a JSON encoder recurses once per level)
+MAX_JSON_DEPTH = 100
+
+_worker_state: dict = {}
+
+
+def init_worker(tokenizer: str | None, cfg_dict: dict, renderer: Renderer | None = None) -> None:
+    """Set this process up for :func:`process_file`: the per-record limit, the renderer (the one
+    given, else loaded from ``tokenizer``) and the options of :func:`worker_options`."""
+    from treeprep.io import set_max_record_bytes
+    from treeprep.render import Renderer
+
+    set_max_record_bytes(cfg_dict.get("max_record_bytes", 16 << 20))
+    _worker_state["renderer"] = (
+        renderer
+        if renderer is not None
+        else Renderer.load(
+            tokenizer,
+            native_templates=cfg_dict.get("native_templates", True),
+            chat_template=cfg_dict.get("chat_template"),
+            date=cfg_dict.get("date"),
+        )
+    )
+    _worker_state["cfg"] = cfg_dict
+
+
+def worker_options(cfg: BuildConfig) -> dict:
+    """The options a stage-1 worker needs (what :func:`init_worker` takes), picklable."""
+    return {
+        "format": cfg.format,
+        "group_by": cfg.group_by,
+        "system_prompt": cfg.system_prompt,
+        "tools": cfg.tools,
+        "native_templates": cfg.native_templates,
+        "max_record_bytes": cfg.max_record_bytes,
+        "chat_template": cfg.chat_template,
+        "date": cfg.date,
+    }
+
+
+def _read_options(cfg: dict) -> ReadOptions:
+    from treeprep.formats import ReadOptions
+
+    system_prompt = None
+    tools = None
+    if cfg.get("system_prompt"):
+        try:
+            with open(cfg["system_prompt"], encoding="utf-8") as f:
+                system_prompt = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise TreeprepError(f"{cfg['system_prompt']}: cannot read system prompt: {e}") from e
+    if cfg.get("tools"):
+        try:
+            with open(cfg["tools"], "rb") as f:
+                tools = orjson.loads(f.read())
+        except (OSError, orjson.JSONDecodeError) as e:
+            raise TreeprepError(f"{cfg['tools']}: cannot read tools JSON: {e}") from e
+        if isinstance(tools, dict) and "tools" in tools:
+            tools = tools["tools"]
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise TreeprepError(f"{cfg['tools']}:1: expected a JSON list of tool schemas")
+    return ReadOptions(system_prompt=system_prompt, tools=tools, group_by=cfg.get("group_by"))
+
+
+def _default_group(name: str, group_by_folder: bool) -> str:
+    return (os.path.dirname(name) or ".") if group_by_folder else name
+
+
+def _reject(**kw: Any) -> dict:
+    return Reject(**kw).model_dump(exclude_none=True)
+
+
+def process_file(job: FileJob) -> FileResult:
+    """Stage 1 for one file, in a worker.
+
+    Writes ``sequences.arrow``, ``rejects.jsonl`` and, last, ``done.json`` under ``job.work_dir``.
+    A file that cannot be read (``job.error``) is one reject.
+    """
+    from treeprep.formats import detect_format, get_format
+    from treeprep.io import read_head
+
+    cfg = _worker_state["cfg"]
+    os.makedirs(job.work_dir, exist_ok=True)
+    if job.error is not None:
+        result = FileResult(job.name, "unknown", 1, 1, 0)
+        finish_file(job, result, [_reject(file=job.name, line=0, reason=job.error)])
+        return result
+    spec = (
+        get_format(cfg["format"])
+        if cfg.get("format")
+        else detect_format(job.path, read_head(job.path))
+    )
+    if spec is None:
+        return _unrecognised(job)
+    rejects: list[dict] = []
+    seq_path = job.sequences_path()
+    tmp = seq_path + ".tmp"
+    with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
+        n_read, n_seq = _render_records(job, spec, _read_options(cfg), writer, rejects)
+    commit(tmp, seq_path)
+    crash_point("after-work-file")
+    result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
+    finish_file(job, result, rejects)
+    return result
+
+
+def _unrecognised(job: FileJob) -> FileResult:
+    """A file of no known format: skipped when a folder or glob found it, rejected when named."""
+    if not job.explicit:
+        result = FileResult(job.name, "", 0, 0, 0, skipped=True)
+        finish_file(job, result, [])
+        return result
+    reason = "unrecognised input format (pass --format to force one)"
+    result = FileResult(job.name, "unknown", 1, 1, 0)
+    finish_file(job, result, [_reject(file=job.name, line=0, reason=reason)])
+    return result
+
+
+def _json_depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            if d > limit:
+                return True
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def _too_deep(item: Any) -> str | None:
+    """Why a call's tools or tool-call arguments nest too deep to render, or None."""
+    tools = getattr(item, "tools", None)
+    if tools and _json_depth_over(tools, MAX_JSON_DEPTH):
+        return f"tools: nested deeper than {MAX_JSON_DEPTH} levels"
+    msgs = [*getattr(item, "messages", []), getattr(item, "completion", None)]
+    for i, m in enumerate(msgs):
+        for tc in getattr(m, "tool_calls", None) or []:
+            if _json_depth_over(tc.function.arguments, MAX_JSON_DEPTH):
+                return f"messages[{i}]: tool call arguments nested deeper than {MAX_JSON_DEPTH}"
+    return None
+
+
+class _Names:
+    """Puts a file's name (relative to the input root) where an adapter put the path it opened."""
+
+    def __init__(self, job: FileJob) -> None:
+        self.path, self.name = job.path, job.name
+
+    def __call__(self, text: str | None) -> str:
+        if not text or self.path == self.name:
+            return text or ""
+        return self.name if text == self.path else text.replace(self.path, self.name)
+
+
+def _render_records(
+    job: FileJob,
+    spec: FormatSpec,
+    opts: ReadOptions,
+    writer: ipc.RecordBatchFileWriter,
+    rejects: list[dict],
+) -> tuple[int, int]:
+    """Read the file's records, render them and write the sequences in batches; unusable records
+    go to ``rejects``. Returns (records read, sequences written)."""
+    renderer = _worker_state["renderer"]
+    named = _Names(job)
+    n_read = n_seq = 0
+    buf: list[Sequence] = []
+    items = spec.read(job.path, opts)
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            break
+        except (InputError, RecursionError) as e:  # the rest of the file is unusable
+            n_read += 1
+            line, why = (e.line, e.reason) if isinstance(e, InputError) else (0, "nested too deep")
+            rejects.append(_reject(file=job.name, line=line, reason=named(why), format=spec.name))
+            break
+        n_read += 1
+        if isinstance(item, Reject):
+            item.file, item.reason = named(item.file), named(item.reason)
+            if item.format is None:
+                item.format = spec.name
+            rejects.append(item.model_dump(exclude_none=True))
+            continue
+        item.source_file = named(item.source_file) or job.name
+        if not item.source_format:
+            item.source_format = spec.name
+        gid = item.group_id or _default_group(job.name, spec.group_by_folder)
+        where = {"file": item.source_file, "line": item.source_line, "call_id": item.call_id}
+        deep = _too_deep(item)
+        if deep is not None:
+            rejects.append(_reject(**where, reason=deep, format=spec.name))
+            continue
+        try:
+            seq = renderer.render(item, group_id=gid, order=n_seq)
+        except RenderError as e:
+            rejects.append(_reject(**where, reason=str(e), format=spec.name))
+            continue
+        except RecursionError:
+            rejects.append(_reject(**where, reason="nested too deep to render", format=spec.name))
+            continue
+        buf.append(seq)
+        n_seq += 1
+        if len(buf) >= WORK_BATCH:
+            writer.write_batch(sequences_to_batch(buf))
+            buf.clear()
+    if buf:
+        writer.write_batch(sequences_to_batch(buf))
+    return n_read, n_seq
