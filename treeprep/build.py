@@ -138,7 +138,11 @@ class BuildConfig:
             ("max_record_bytes", 1),
         ):
             value = getattr(self, name)
-            if value is not None and value < least:
+            if value is None and name == "max_errors":  # the one optional limit
+                continue
+            if not isinstance(value, int):
+                raise TreeprepError(f"{name} must be an integer, got {value!r}")
+            if value < least:
                 raise TreeprepError(f"{name} must be >= {least}, got {value}")
         if self.engine not in ("local", "ray"):
             raise TreeprepError(f"engine must be 'local' or 'ray', got {self.engine!r}")

@@ -36,6 +36,8 @@ def _calls(path: Path, groups: list[str]) -> str:
         ("shard_tokens", 0, "shard_tokens must be >= 1, got 0"),
         ("max_record_bytes", 0, "max_record_bytes must be >= 1, got 0"),
         ("engine", "spark", "engine must be 'local' or 'ray', got 'spark'"),
+        ("workers", None, "workers must be an integer, got None"),
+        ("shard_tokens", 2.5, "shard_tokens must be an integer, got 2.5"),
     ],
 )
 def test_build_config_names_the_bad_field(field: str, value: object, message: str) -> None:
