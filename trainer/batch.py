@@ -82,6 +82,7 @@ from treeprep.trainer.advantages import (
     trajectory_tokens,
 )
 from treeprep.trainer.targets import Targets
+from treeprep.treeindex import path_offsets
 
 Norm = Literal["sum", "sequence-mean", "token-mean", "trajectory-mean"]
 Layout = Literal["tree", "linear"]
@@ -121,7 +122,7 @@ def _per_token(raw: Any, spans: list[np.ndarray], name: str, what: str) -> list[
 
 @dataclass
 class _Tree:
-    """One tree's arrays, validated, plus per-sequence paths (packed offsets of each depth)."""
+    """One tree's arrays, validated (:func:`_read_tree`)."""
 
     name: str
     input_ids: np.ndarray
@@ -139,25 +140,6 @@ class _Tree:
     seq_traj: np.ndarray  # int64, trajectory index within the tree
     seq_traj_tokens: np.ndarray  # float64, trained targets of the whole trajectory
     advantage_error: str | None  # why advantages from rewards could not be computed
-
-    def path_index(self, node: int, cache: dict[int, np.ndarray]) -> np.ndarray:
-        """Offsets (into this tree's ``input_ids``) of the root-to-``node`` path, by depth."""
-        hit = cache.get(node)
-        if hit is not None:
-            return hit
-        chain = []
-        v = node
-        while v >= 0 and v not in cache:
-            chain.append(v)
-            v = int(self.node_parent[v])
-        parts = [cache[v]] if v >= 0 else []
-        out = parts[0] if parts else np.zeros(0, dtype=np.int64)
-        for u in reversed(chain):
-            o = int(self.node_offset[u])
-            own = np.arange(o, o + int(self.node_length[u]), dtype=np.int64)
-            out = np.concatenate([out, own])
-            cache[u] = out
-        return out
 
 
 def _read_tree(row: Any, index: int, adv_norm: str = "grpo") -> _Tree:
@@ -223,6 +205,20 @@ def _read_tree(row: Any, index: int, adv_norm: str = "grpo") -> _Tree:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Missing:
+    """Which inputs of an RL loss or a KL penalty some part of the batch lacks, found in numpy when
+    the batch is assembled, so that the loss checks them (:func:`~.loss.check_inputs`) without
+    reading device tensors back (a host-device sync per micro-batch)."""
+
+    #: some RL unit has a NaN ``adv_pos`` / ``adv_neg`` (a sequence without advantage)
+    unit_advantage: bool = False
+    #: some sequence entry has a NaN ``seq_advantage``
+    seq_advantage: bool = False
+    #: some RL unit has no reference log-prob
+    ref_logp: bool = False
+
+
 @dataclass
 class TreeBatch:
     """One packed micro-batch. Tensors on one device; shapes in the comments.
@@ -260,6 +256,8 @@ class TreeBatch:
     num_trees: int
     tokens_linear: int  # what a linearizing trainer feeds for the same sequences
     old_logp_spread: float  # largest disagreement of old log-probs on a shared target
+    #: what the loss refuses, found on the host at assembly (:class:`Missing`)
+    missing: Missing
     #: why some tree's advantages from rewards are unknown (an RL loss refuses with it)
     advantage_errors: tuple[str, ...] = ()
     _totals: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -373,125 +371,158 @@ def _trained_depths(spans: np.ndarray) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _assemble(
-    trees: list[_Tree],
-    norm: str,
-    layout: str,
-    totals: tuple[float | None, float | None, float | None],
-    device: str | torch.device,
-) -> TreeBatch:
-    ids_parts: list[np.ndarray] = []
-    pos_parts: list[np.ndarray] = []
-    start_parts: list[np.ndarray] = []
-    len_parts: list[np.ndarray] = []
-    parent_parts: list[np.ndarray] = []
-    last_parts: list[np.ndarray] = []
-    # per sequence entry: packed indices of its trained targets, their old log-probs, count, A_s
-    seq_targets: list[np.ndarray] = []
-    seq_lp: list[np.ndarray | None] = []
-    seq_ref: list[np.ndarray | None] = []
-    seq_cnt: list[int] = []
-    seq_traj: list[tuple[int, int]] = []
-    seq_traj_tok: list[float] = []
-    seq_adv: list[float] = []
-    seq_tree: list[int] = []
-    tok_base = 0
-    node_base = 0
-    tokens_linear = 0
+@dataclass
+class _Packed:
+    """The packed sequence being laid out: per tree (tree layout) or per sequence copy (linear
+    layout), its tokens, positions and nodes with global ids; and per sequence entry, the packed
+    indices of its trained targets and its per-sequence values."""
 
+    ids: list[np.ndarray] = field(default_factory=list)
+    pos: list[np.ndarray] = field(default_factory=list)
+    start: list[np.ndarray] = field(default_factory=list)
+    length: list[np.ndarray] = field(default_factory=list)
+    parent: list[np.ndarray] = field(default_factory=list)
+    last: list[np.ndarray] = field(default_factory=list)
+    tok_base: int = 0
+    node_base: int = 0
+    tokens_linear: int = 0
+    targets: list[np.ndarray] = field(default_factory=list)
+    lp: list[np.ndarray | None] = field(default_factory=list)
+    ref: list[np.ndarray | None] = field(default_factory=list)
+    cnt: list[int] = field(default_factory=list)
+    traj: list[tuple[int, int]] = field(default_factory=list)
+    traj_tok: list[float] = field(default_factory=list)
+    adv: list[float] = field(default_factory=list)
+    tree: list[int] = field(default_factory=list)
+
+    def add_tree(self, t: _Tree) -> None:
+        """The whole tree as it is (tree layout): node ids and offsets shifted."""
+        self.ids.append(t.input_ids)
+        self.pos.append(
+            np.repeat(t.node_depth, t.node_length)
+            + np.arange(len(t.input_ids))
+            - np.repeat(t.node_offset, t.node_length)
+        )
+        self.start.append(t.node_offset + self.tok_base)
+        self.length.append(t.node_length)
+        self.parent.append(np.where(t.node_parent >= 0, t.node_parent + self.node_base, -1))
+        self.last.append(t.node_last + self.node_base)
+        self.tok_base += len(t.input_ids)
+        self.node_base += len(t.node_parent)
+
+    def add_path(self, ids: np.ndarray) -> int:
+        """One sequence copy as its own one-node tree (linear layout); its first packed index."""
+        n, base = len(ids), self.tok_base
+        self.ids.append(ids)
+        self.pos.append(np.arange(n, dtype=np.int64))
+        self.start.append(np.array([base], dtype=np.int64))
+        self.length.append(np.array([n], dtype=np.int64))
+        self.parent.append(np.array([-1], dtype=np.int64))
+        self.last.append(np.array([self.node_base], dtype=np.int64))
+        self.tok_base += n
+        self.node_base += 1
+        return base
+
+    def add_entry(self, t: _Tree, ti: int, s: int, tgt: np.ndarray, keep: np.ndarray, cnt: int):
+        """Sequence ``s`` of tree ``ti`` (or one copy of it), trained at packed indices ``tgt``
+        (``keep``: which of its trained depths are targets)."""
+        lp, ref = t.seq_logprobs[s], t.seq_ref[s]
+        self.targets.append(tgt)
+        self.lp.append(None if lp is None else lp[keep])
+        self.ref.append(None if ref is None else ref[keep])
+        self.traj.append((ti, int(t.seq_traj[s])))
+        self.traj_tok.append(float(t.seq_traj_tokens[s]))
+        self.cnt.append(cnt)
+        self.adv.append(float(t.seq_advantage[s]))
+        self.tree.append(ti)
+
+
+def _pack(trees: list[_Tree], layout: str) -> _Packed:
+    """Lay the trees out (module docstring): in the tree layout each tree once, in the linear
+    layout every copy of every sequence on its own; each entry with its packed targets."""
+    pk = _Packed()
     for ti, t in enumerate(trees):
-        cache: dict[int, np.ndarray] = {}
-        paths = [t.path_index(int(v), cache) for v in t.seq_node]
-        tokens_linear += int(sum(len(p) * int(c) for p, c in zip(paths, t.seq_count, strict=True)))
+        paths = path_offsets(t.node_parent, t.node_offset, t.node_length, t.seq_node)
+        pk.tokens_linear += int(
+            sum(len(p) * int(c) for p, c in zip(paths, t.seq_count, strict=True))
+        )
         for s, path in enumerate(paths):
             depths = _trained_depths(t.seq_spans[s])
             if len(depths) and (depths[-1] > len(path) or (depths >= len(path)).any()):
                 raise TreeprepError(f"{t.name}: sequence {s} has a loss span past its length")
-            lp = t.seq_logprobs[s]
-            ref = t.seq_ref[s]
             keep = depths > 0  # a path's first token has no predecessor: never a target
-            copies = int(t.seq_count[s]) if layout == "linear" else 1
-            for _ in range(copies):
-                if layout == "tree":
-                    tgt = path[depths[keep]] + tok_base
-                else:
-                    n = len(path)
-                    ids_parts.append(t.input_ids[path])
-                    pos_parts.append(np.arange(n, dtype=np.int64))
-                    start_parts.append(np.array([tok_base], dtype=np.int64))
-                    len_parts.append(np.array([n], dtype=np.int64))
-                    parent_parts.append(np.array([-1], dtype=np.int64))
-                    last_parts.append(np.array([node_base], dtype=np.int64))
-                    tgt = depths[keep] + tok_base
-                    tok_base += n
-                    node_base += 1
-                seq_targets.append(tgt)
-                seq_lp.append(None if lp is None else lp[keep])
-                seq_ref.append(None if ref is None else ref[keep])
-                seq_traj.append((ti, int(t.seq_traj[s])))
-                seq_traj_tok.append(float(t.seq_traj_tokens[s]))
-                seq_cnt.append(int(t.seq_count[s]) if layout == "tree" else 1)
-                seq_adv.append(float(t.seq_advantage[s]))
-                seq_tree.append(ti)
+            if layout == "tree":
+                pk.add_entry(t, ti, s, path[depths[keep]] + pk.tok_base, keep, int(t.seq_count[s]))
+                continue
+            for _ in range(int(t.seq_count[s])):
+                base = pk.add_path(t.input_ids[path])
+                pk.add_entry(t, ti, s, depths[keep] + base, keep, 1)
         if layout == "tree":
-            nn = len(t.node_parent)
-            ids_parts.append(t.input_ids)
-            pos_parts.append(
-                np.repeat(t.node_depth, t.node_length)
-                + np.arange(len(t.input_ids))
-                - np.repeat(t.node_offset, t.node_length)
-            )
-            start_parts.append(t.node_offset + tok_base)
-            len_parts.append(t.node_length)
-            parent_parts.append(np.where(t.node_parent >= 0, t.node_parent + node_base, -1))
-            last_parts.append(t.node_last + node_base)
-            tok_base += len(t.input_ids)
-            node_base += nn
+            pk.add_tree(t)
+    return pk
 
-    input_ids = np.concatenate(ids_parts)
-    position_ids = np.concatenate(pos_parts)
-    node_start = np.concatenate(start_parts)
-    node_length = np.concatenate(len_parts)
-    node_parent = np.concatenate(parent_parts)
-    node_last = np.concatenate(last_parts)
-    T = len(input_ids)
-    token_node = np.repeat(np.arange(len(node_start), dtype=np.int64), node_length)
-    prev = np.arange(T, dtype=np.int64) - 1
-    has_p = node_parent >= 0
+
+def _node_arrays(pk: _Packed) -> dict[str, np.ndarray]:
+    """The packed token and node arrays, with each token's node and predecessor."""
+    input_ids = np.concatenate(pk.ids)
+    node_start = np.concatenate(pk.start)
+    node_length = np.concatenate(pk.length)
+    node_parent = np.concatenate(pk.parent)
+    prev = np.arange(len(input_ids), dtype=np.int64) - 1
     pp = np.maximum(node_parent, 0)
-    prev[node_start] = np.where(has_p, node_start[pp] + node_length[pp] - 1, -1)
+    prev[node_start] = np.where(node_parent >= 0, node_start[pp] + node_length[pp] - 1, -1)
+    return {
+        "input_ids": input_ids,
+        "position_ids": np.concatenate(pk.pos),
+        "token_node": np.repeat(np.arange(len(node_start), dtype=np.int64), node_length),
+        "node_start": node_start,
+        "node_length": node_length,
+        "node_parent": node_parent,
+        "node_last": np.concatenate(pk.last),
+        "prev": prev,
+    }
 
-    # normalizers
-    n_s = np.array([len(x) for x in seq_targets], dtype=np.float64)
-    cnt = np.array(seq_cnt, dtype=np.float64)
-    n_traj = np.array(seq_traj_tok, dtype=np.float64)
+
+def _normalizers(
+    pk: _Packed, norm: str, totals: tuple[float | None, float | None, float | None]
+) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float]]:
+    """(n_s, c_s, (N, S, Tr) of this batch alone) per sequence entry; ``totals`` override N, S
+    and Tr in c_s where given."""
+    n_s = np.array([len(x) for x in pk.targets], dtype=np.float64)
+    cnt = np.array(pk.cnt, dtype=np.float64)
+    n_traj = np.array(pk.traj_tok, dtype=np.float64)
     own = (
         float((cnt * n_s).sum()),
         float(cnt[n_s > 0].sum()),
-        float(len({k for k, n in zip(seq_traj, n_traj, strict=True) if n > 0})),
+        float(len({k for k, n in zip(pk.traj, n_traj, strict=True) if n > 0})),
     )
     big_n, big_s, big_tr = (o if g is None else float(g) for o, g in zip(own, totals, strict=True))
-    coef = _coefficients(norm, n_s, n_traj, big_n, big_s, big_tr)
+    return n_s, _coefficients(norm, n_s, n_traj, big_n, big_s, big_tr), own
 
-    # pairs and per-target sums
-    pair_tok = np.concatenate(seq_targets) if seq_targets else np.zeros(0, dtype=np.int64)
-    pair_seq = np.repeat(np.arange(len(seq_targets), dtype=np.int64), n_s.astype(np.int64))
-    target_index, pair_target = np.unique(pair_tok, return_inverse=True)
-    K = len(target_index)
-    if K and (prev[target_index] < 0).any():
-        raise TreeprepError("a trained target has no predecessor (batch invariant broken)")
-    pc = (coef * cnt)[pair_seq]
-    adv = np.array(seq_adv, dtype=np.float64)
-    pa_ = adv[pair_seq]
-    weight = np.bincount(pair_target, weights=pc, minlength=K)
-    finite = np.nan_to_num(pa_, nan=0.0)
-    bad_adv = np.isnan(pa_)
 
-    # RL units: (target, old log-prob, reference log-prob) triples, so that sequences disagreeing
-    # on a shared target's old (or reference) log-prob keep their own ratio; U == K when they
-    # agree (the usual case)
-    pair_lp = _flat(seq_targets, seq_lp)
-    pair_ref = _flat(seq_targets, seq_ref)
+@dataclass
+class _Units:
+    """RL units: (target, old log-prob, reference log-prob) triples, so that sequences
+    disagreeing on a shared target's old (or reference) log-prob keep their own ratio; U == K when
+    they agree (the usual case)."""
+
+    target: np.ndarray  # [U] index into the K targets
+    old: np.ndarray  # [U] NaN where none is stored
+    ref: np.ndarray  # [U] NaN where none is stored
+    weight: np.ndarray  # [U]
+    adv_pos: np.ndarray  # [U] NaN where a sequence of the unit has no advantage
+    adv_neg: np.ndarray  # [U]
+
+
+def _units(
+    pair_target: np.ndarray,
+    pair_lp: np.ndarray,
+    pair_ref: np.ndarray,
+    pair_coef: np.ndarray,
+    pair_adv: np.ndarray,
+) -> _Units:
+    """Group the (sequence, target) pairs into units and sum their coefficients (``pair_coef``:
+    count_s c_s; ``pair_adv``: A_s, NaN where unknown)."""
     key = np.where(np.isnan(pair_lp), np.inf, pair_lp)  # log-probs are <= 0: inf is free
     rkey = np.where(np.isnan(pair_ref), np.inf, pair_ref)
     order = np.lexsort((rkey, key, pair_target))
@@ -502,63 +533,109 @@ def _assemble(
     pair_unit = np.empty(len(ts), dtype=np.int64)
     pair_unit[order] = np.cumsum(new) - 1
     U = int(new.sum())
-    unit_target = ts[new]
-    unit_old = np.where(np.isinf(ks[new]), np.nan, ks[new])
-    unit_ref = np.where(np.isinf(rs[new]), np.nan, rs[new])
-    unit_weight = np.bincount(pair_unit, weights=pc, minlength=U)
-    adv_pos = np.bincount(pair_unit, weights=pc * np.maximum(finite, 0.0), minlength=U)
-    adv_neg = np.bincount(pair_unit, weights=pc * np.minimum(finite, 0.0), minlength=U)
+    finite = np.nan_to_num(pair_adv, nan=0.0)
+    adv_pos = np.bincount(pair_unit, weights=pair_coef * np.maximum(finite, 0.0), minlength=U)
+    adv_neg = np.bincount(pair_unit, weights=pair_coef * np.minimum(finite, 0.0), minlength=U)
+    bad_adv = np.isnan(pair_adv)
     if bad_adv.any():
         bad = np.bincount(pair_unit, weights=bad_adv.astype(np.float64), minlength=U) > 0
         adv_pos[bad] = np.nan
         adv_neg[bad] = np.nan
-    spread = 0.0
+    return _Units(
+        target=ts[new],
+        old=np.where(np.isinf(ks[new]), np.nan, ks[new]),
+        ref=np.where(np.isinf(rs[new]), np.nan, rs[new]),
+        weight=np.bincount(pair_unit, weights=pair_coef, minlength=U),
+        adv_pos=adv_pos,
+        adv_neg=adv_neg,
+    )
+
+
+def _spread(pair_target: np.ndarray, pair_lp: np.ndarray, k: int) -> float:
+    """The largest disagreement of old log-probs on one target (0 without old log-probs)."""
     has_lp = ~np.isnan(pair_lp)
-    if has_lp.any():
-        hi = np.full(K, -np.inf)
-        lo = np.full(K, np.inf)
-        np.maximum.at(hi, pair_target[has_lp], pair_lp[has_lp])
-        np.minimum.at(lo, pair_target[has_lp], pair_lp[has_lp])
-        ok = np.isfinite(hi)
-        spread = float((hi[ok] - lo[ok]).max())
+    if not has_lp.any():
+        return 0.0
+    hi = np.full(k, -np.inf)
+    lo = np.full(k, np.inf)
+    np.maximum.at(hi, pair_target[has_lp], pair_lp[has_lp])
+    np.minimum.at(lo, pair_target[has_lp], pair_lp[has_lp])
+    ok = np.isfinite(hi)
+    return float((hi[ok] - lo[ok]).max())
+
+
+def _tensor(x: np.ndarray, dtype: Any, device: torch.device) -> torch.Tensor:
+    """A host array on ``device``: on CUDA through pinned memory with a non-blocking copy (the
+    caching host allocator keeps the pinned buffer until the copy is done)."""
+    t = torch.as_tensor(np.ascontiguousarray(x, dtype=dtype))
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _assemble(
+    trees: list[_Tree],
+    norm: str,
+    layout: str,
+    totals: tuple[float | None, float | None, float | None],
+    device: str | torch.device,
+) -> TreeBatch:
+    pk = _pack(trees, layout)
+    nodes = _node_arrays(pk)
+    n_s, coef, own = _normalizers(pk, norm, totals)
+    cnt = np.array(pk.cnt, dtype=np.float64)
+    adv = np.array(pk.adv, dtype=np.float64)
+
+    # pairs and per-target sums
+    pair_tok = np.concatenate(pk.targets) if pk.targets else np.zeros(0, dtype=np.int64)
+    pair_seq = np.repeat(np.arange(len(pk.targets), dtype=np.int64), n_s.astype(np.int64))
+    target_index, pair_target = np.unique(pair_tok, return_inverse=True)
+    K = len(target_index)
+    if K and (nodes["prev"][target_index] < 0).any():
+        raise TreeprepError("a trained target has no predecessor (batch invariant broken)")
+    pair_coef = (coef * cnt)[pair_seq]
+    pair_lp = _flat(pk.targets, pk.lp)
+    units = _units(pair_target, pair_lp, _flat(pk.targets, pk.ref), pair_coef, adv[pair_seq])
+    # what the loss refuses, found here on the host so that the loss never syncs to ask
+    missing = Missing(
+        unit_advantage=bool(np.isnan(units.adv_pos).any() or np.isnan(units.adv_neg).any()),
+        seq_advantage=bool(np.isnan(adv).any()),
+        ref_logp=bool(np.isnan(units.ref).any()),
+    )
+
+    dev = torch.device(device)
 
     def t64(x: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.ascontiguousarray(x, dtype=np.int64), device=device)
+        return _tensor(x, np.int64, dev)
 
     def f64(x: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.ascontiguousarray(x, dtype=np.float64), device=device)
+        return _tensor(x, np.float64, dev)
 
     return TreeBatch(
-        input_ids=t64(input_ids),
-        position_ids=t64(position_ids),
-        token_node=t64(token_node),
-        node_start=t64(node_start),
-        node_length=t64(node_length),
-        node_parent=t64(node_parent),
-        node_last=t64(node_last),
-        prev=t64(prev),
+        **{k: t64(v) for k, v in nodes.items()},
         target_index=t64(target_index),
-        weight=f64(weight),
-        unit_target=t64(unit_target),
-        unit_weight=f64(unit_weight),
-        adv_pos=f64(adv_pos),
-        adv_neg=f64(adv_neg),
-        old_logp=f64(unit_old),
-        ref_logp=f64(unit_ref),
+        weight=f64(np.bincount(pair_target, weights=pair_coef, minlength=K)),
+        unit_target=t64(units.target),
+        unit_weight=f64(units.weight),
+        adv_pos=f64(units.adv_pos),
+        adv_neg=f64(units.adv_neg),
+        old_logp=f64(units.old),
+        ref_logp=f64(units.ref),
         pair_seq=t64(pair_seq),
         pair_target=t64(pair_target),
         pair_old_logp=f64(pair_lp),
         seq_coef=f64(coef),
         seq_count=t64(cnt),
         seq_advantage=f64(adv),
-        seq_tree=t64(np.array(seq_tree, dtype=np.int64)),
+        seq_tree=t64(np.array(pk.tree, dtype=np.int64)),
         seq_trained=t64(n_s),
         layout=layout,
         norm=norm,
         num_trees=len(trees),
-        tokens_linear=tokens_linear,
-        old_logp_spread=spread,
+        tokens_linear=pk.tokens_linear,
+        old_logp_spread=_spread(pair_target, pair_lp, K),
         advantage_errors=tuple(t.advantage_error for t in trees if t.advantage_error),
+        missing=missing,
         _totals=own,
     )
 
