@@ -63,7 +63,7 @@ from torch.utils.checkpoint import checkpoint
 
 from treeprep.errors import TreeprepError
 from treeprep.trainer import fused_head
-from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.batch import Missing, TreeBatch
 from treeprep.trainer.models import decoder_hidden, output_head
 from treeprep.trainer.targets import Targets
 
@@ -282,27 +282,27 @@ def _gspo(
     }
 
 
-def check_inputs(t: Targets, cfg: LossConfig, errors: tuple[str, ...] = ()) -> None:
+def check_inputs(batch: TreeBatch, cfg: LossConfig) -> None:
     """Refuse what the objective cannot compute exactly: an RL loss without advantages (with the
-    batch's reason when it has one, ``errors``), a KL penalty without reference log-probs."""
+    batch's reason when it has one, ``advantage_errors``), a KL penalty without reference
+    log-probs. Reads what the batch found missing on the host (:class:`~.batch.Missing`), so the
+    check never waits for the device."""
     if cfg.loss != "sft":
-        if errors:
-            raise TreeprepError(f"{cfg.loss}: {errors[0]}")
-        check_advantages(t, cfg.loss)
-    if cfg.kl_coef and bool(torch.isnan(t.ref_logp).any()):
+        if batch.advantage_errors:
+            raise TreeprepError(f"{cfg.loss}: {batch.advantage_errors[0]}")
+        check_advantages(batch.missing, cfg.loss)
+    if cfg.kl_coef and batch.missing.ref_logp:
         raise TreeprepError(
             "kl_coef needs the reference log-probs of every trained token (ref_log_probs in "
             "the rollouts, seq_ref_logprobs in the shards); some are missing"
         )
 
 
-def check_advantages(t: Targets, loss: str) -> None:
-    """Refuse an RL loss on targets whose sequences have neither advantage nor group rewards."""
-    if loss == "gspo" and bool(torch.isnan(t.seq_advantage).any()):
+def check_advantages(missing: Missing, loss: str) -> None:
+    """Refuse an RL loss on a batch whose sequences have neither advantage nor group rewards."""
+    if loss == "gspo" and missing.seq_advantage:
         raise TreeprepError("gspo needs an advantage (or group rewards) for every sequence")
-    if loss in ("ppo", "grpo") and (
-        bool(torch.isnan(t.adv_pos).any()) or bool(torch.isnan(t.adv_neg).any())
-    ):
+    if loss in ("ppo", "grpo") and missing.unit_advantage:
         raise TreeprepError(
             f"{loss} needs an advantage (or group rewards) for every trained sequence; "
             "some sequences in this batch have neither"
@@ -353,7 +353,6 @@ def loss_with_config(
     model: torch.nn.Module, batch: TreeBatch, cfg: LossConfig, *, attn: str | None = None
 ) -> LossOutput:
     """:func:`tree_loss` with a :class:`LossConfig`."""
-    t = batch.targets()
-    check_inputs(t, cfg, batch.advantage_errors)
+    check_inputs(batch, cfg)
     h_TE = decoder_hidden(model, batch, attn)
-    return loss_from_hidden(output_head(model), h_TE, t, cfg)
+    return loss_from_hidden(output_head(model), h_TE, batch.targets(), cfg)

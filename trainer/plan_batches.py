@@ -83,23 +83,8 @@ NULL_ROW: dict[str, Any] = {
     "seq_ref_logprobs": [],
 }
 
-_ROW_COLUMNS = [
-    "group_id",
-    "input_ids",
-    "node_parent",
-    "node_offset",
-    "node_length",
-    "node_depth",
-    "node_last",
-    "seq_node",
-    "seq_count",
-    "seq_loss_spans",
-    "seq_logprobs",
-    "seq_advantage",
-    "seq_reward",
-    "seq_trajectory_id",
-    "seq_ref_logprobs",
-]
+#: the shard columns a tree row is read with: those of the null row
+_ROW_COLUMNS = list(NULL_ROW)
 
 
 # --------------------------------------------------------------------------------------------

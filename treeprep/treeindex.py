@@ -2,11 +2,12 @@
 
 A tree here is what a shard row holds: ``parent[v]`` is node v's parent (``-1`` for a root) and
 nodes are numbered in DFS pre-order, so every parent comes before its children. Every walk the
-pipeline and the trainer need is one of the few below: a root-to-node path, a sum of per-node
-values along paths (depths are path sums of lengths, prefix attention pairs are path sums of
-pairs), a value inherited down from the nearest labelled ancestor, children in CSR form, members of
-each label, and per-tree sums over flat forests. They take plain numpy arrays (any integer dtype)
-and return int64 arrays, so a caller with torch tensors converts once at its boundary.
+pipeline and the trainer need is one of the few below: a root-to-node path (of nodes, or of token
+offsets), a sum of per-node values along paths (depths are path sums of lengths, prefix attention
+pairs are path sums of pairs), a value inherited down from the nearest labelled ancestor, children
+in CSR form, members of each label, and per-tree sums over flat forests. They take plain numpy
+arrays (any integer dtype) and return int64 arrays, so a caller with torch tensors converts once at
+its boundary.
 
 Trade-off: the downward passes (:func:`path_sums`, :func:`inherit_down`) are one Python loop over
 plain lists (a node needs its parent's finished value, which numpy cannot express without a
@@ -14,6 +15,8 @@ level-by-level loop); on lists that costs about 0.1 us a node, below a shard rea
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -25,6 +28,35 @@ def path_to_root(parent: np.ndarray, node: int) -> np.ndarray:
         path.append(node)
         node = int(parent[node])
     return np.array(path[::-1], dtype=np.int64)
+
+
+def path_offsets(
+    parent: np.ndarray, offset: np.ndarray, length: np.ndarray, nodes: Iterable[int]
+) -> list[np.ndarray]:
+    """Per node of ``nodes``, the offsets of the tokens on its root-to-node path, root first:
+    where in the tree's ``input_ids`` the sequence ending at that node lies (node v's tokens are
+    ``offset[v]:offset[v] + length[v]``). Memoised over the nodes' shared ancestors, so each
+    node's path is built once from its parent's; results may share memory: read-only.
+
+    >>> par, off, ln = np.array([-1, 0, 0]), np.array([0, 2, 3]), np.array([2, 1, 2])
+    >>> [p.tolist() for p in path_offsets(par, off, ln, [1, 2])]
+    [[0, 1, 2], [0, 1, 3, 4]]
+    """
+    cache: dict[int, np.ndarray] = {}
+    out = []
+    for node in nodes:
+        chain = []
+        v = int(node)
+        while v >= 0 and v not in cache:
+            chain.append(v)
+            v = int(parent[v])
+        path = cache[v] if v >= 0 else np.zeros(0, dtype=np.int64)
+        for u in reversed(chain):
+            o = int(offset[u])
+            path = np.concatenate([path, np.arange(o, o + int(length[u]), dtype=np.int64)])
+            cache[u] = path
+        out.append(path)
+    return out
 
 
 def path_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -104,3 +104,30 @@ def test_bad_rows_are_refused_with_the_tree_named() -> None:
         TreeBatch.from_trees([row])
     with pytest.raises(TreeprepError, match="unknown norm"):
         TreeBatch.from_trees([tree_row()], norm="mean")  # type: ignore[arg-type]
+
+
+def test_missing_inputs_are_found_on_the_host_and_refused_without_reading_the_device() -> None:
+    """Issue 12: the loss's input checks read facts the assembly found in numpy; the batch here
+    lives on the meta device, whose tensors cannot be read at all, and is still checked."""
+    from treeprep.trainer.batch import Missing
+    from treeprep.trainer.loss import LossConfig, check_inputs
+
+    # C: a sequence with neither advantage nor reward, beside A (advantage 2)
+    c = Sequence("g", np.array([1, 2, 3, 7]), [(3, 4)])
+    bare = TreeBatch.from_trees([build_tree([A, c]).to_row()]).to("meta")
+    assert bare.missing == Missing(unit_advantage=True, seq_advantage=True, ref_logp=True)
+    check_inputs(bare, LossConfig("sft"))  # sft needs none of them
+    with pytest.raises(TreeprepError, match=r"^ppo needs an advantage .*; some sequences in"):
+        check_inputs(bare, LossConfig("ppo"))
+    with pytest.raises(TreeprepError, match="^gspo needs an advantage"):
+        check_inputs(bare, LossConfig("gspo"))
+    with pytest.raises(TreeprepError, match="^kl_coef needs the reference log-probs"):
+        check_inputs(bare, LossConfig("sft", kl_coef=0.1))
+    # C shares no target with A: a unit is NaN only where one of its sequences lacks A_s
+    b = TreeBatch.from_trees([build_tree([A, c]).to_row()])
+    bad_units = torch.isnan(b.adv_pos)
+    assert bad_units.any() and not bad_units.all()
+    ok = TreeBatch.from_trees([tree_row()]).to("meta")
+    assert ok.missing == Missing(unit_advantage=False, seq_advantage=False, ref_logp=True)
+    for loss in ("ppo", "grpo", "gspo"):
+        check_inputs(ok, LossConfig(loss))  # type: ignore[arg-type]

@@ -318,6 +318,7 @@ def test_bad_config_is_refused(data: Path, tmp_path: Path) -> None:
         cfg(data, tmp_path, steps=2, epochs=1)
     with pytest.raises(TreeprepError, match="optimizer"):
         cfg(data, tmp_path, optimizer="lion")
+    assert cfg(data, tmp_path).prefetch is True  # the default
 
 
 def test_cli_train_json_and_activation_checkpointing(data: Path, tmp_path: Path) -> None:
@@ -428,3 +429,78 @@ def test_tampered_plans_are_refused(data: Path, tmp_path: Path) -> None:
         load_plan(reader, plan_dir)
     path.write_bytes(good)
     load_plan(reader, plan_dir)
+
+
+def _prefetch_threads() -> list:
+    import threading
+
+    from treeprep.trainer.data import THREAD_NAME
+
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME and t.is_alive()]
+
+
+def test_prefetch_is_bit_identical_to_building_batches_inline(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 12: with prefetch the step batches are built in the background thread, one step
+    ahead; losses, metrics and weights equal those of the inline run bit for bit, across an epoch
+    boundary (4 steps; the plan has 3), and no thread is left when train() returns."""
+    import threading
+
+    from treeprep.trainer import data as data_mod
+
+    built_in: dict[bool, list[str]] = {True: [], False: []}
+    real = data_mod.step_batches
+    runs = {}
+    for prefetch in (True, False):
+
+        def spy(*a, _p=prefetch, **kw):
+            built_in[_p].append(threading.current_thread().name)
+            return real(*a, **kw)
+
+        monkeypatch.setattr(data_mod, "step_batches", spy)
+        runs[prefetch] = train(cfg(data, tmp_path / str(prefetch), steps=4, prefetch=prefetch))
+        assert not _prefetch_threads()
+    assert built_in[True] == [data_mod.THREAD_NAME] * 4
+    assert built_in[False] == ["MainThread"] * 4
+    on, off = runs[True].history, runs[False].history
+    assert [m.epoch for m in on] == [0, 0, 0, 1]
+    keys = ("loss", "lr", "grad_norm", "tokens", "tokens_linear", "targets", "micro_batches")
+    for a, b in zip(on, off, strict=True):
+        assert all(getattr(a, k) == getattr(b, k) for k in keys)
+        assert a.extra == b.extra
+    wa = ckpt_mod.open_checkpoint(str(tmp_path / "True")).model_state()
+    wb = ckpt_mod.open_checkpoint(str(tmp_path / "False")).model_state()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_error_building_a_batch_surfaces_from_train(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefetch: bool
+) -> None:
+    """An error raised while the second step's batches are built (in the prefetch thread, or
+    inline) comes out of train() as itself, after the first step; no thread is left, and none is
+    left either when the step itself fails while the next batches are being built."""
+    from treeprep.trainer import data as data_mod
+
+    real = data_mod.step_batches
+    calls: list[int] = []
+
+    def failing(reader, sp, **kw):
+        calls.append(sp.index)
+        if len(calls) == 2:
+            raise ShardError(f"part-00000.arrow: row 7 is damaged (plan step {sp.index})")
+        return real(reader, sp, **kw)
+
+    monkeypatch.setattr(data_mod, "step_batches", failing)
+    run = tmp_path / "run"
+    with pytest.raises(ShardError, match=r"^part-00000.arrow: row 7 is damaged \(plan step 1\)$"):
+        train(cfg(data, run, steps=3, prefetch=prefetch))
+    assert calls == [0, 1]
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert not _prefetch_threads()
+    monkeypatch.undo()
+    with pytest.raises(TrainingError, match="stopped before the update"):
+        train(cfg(data, tmp_path / "nan", steps=3, optimizer="sgd", lr=1e30, grad_clip=None,
+                  warmup_steps=0, prefetch=prefetch))  # fmt: skip
+    assert not _prefetch_threads()

@@ -11,6 +11,7 @@ from treeprep.treeindex import (
     depths,
     inherit_down,
     members,
+    path_offsets,
     path_sums,
     path_to_root,
     segment_sums,
@@ -49,6 +50,19 @@ def test_paths_and_sums_match_a_naive_walk(tree) -> None:
         assert path_to_root(parent, v).tolist() == path
         assert sums[v] == sum(int(values[u]) for u in path)
     assert (depths(parent, values) == sums - values).all()
+
+
+@given(preorder_trees(), st.data())
+def test_path_offsets_are_the_tokens_of_the_naive_path(tree, data) -> None:
+    parent, values = tree
+    length = values + 1  # every node holds at least one token
+    offset = np.concatenate([[0], np.cumsum(length)[:-1]])
+    nodes = data.draw(st.lists(st.integers(0, len(parent) - 1), max_size=12))
+    got = path_offsets(parent, offset, length, nodes)
+    assert len(got) == len(nodes)
+    for v, p in zip(nodes, got, strict=True):
+        want = [o for u in _naive_path(parent, v) for o in range(offset[u], offset[u] + length[u])]
+        assert p.dtype == np.int64 and p.tolist() == want
 
 
 def test_path_to_root_of_no_node_is_empty() -> None:

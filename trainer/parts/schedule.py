@@ -262,7 +262,7 @@ def run_parts(
         raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
     run = _Runner(model, batch, layout, cfg, attn, autocast)
-    check_inputs(run.targets, cfg, getattr(batch, "advantage_errors", ()))
+    check_inputs(batch, cfg)
     dev = batch.input_ids.device
     dtype = torch.float64 if run.head.weight.dtype == torch.float64 else torch.float32
     total = torch.zeros((), dtype=dtype, device=dev)

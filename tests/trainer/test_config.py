@@ -1,0 +1,66 @@
+"""trainer/config.py: every bad field is refused by name, the JSON form round-trips, the
+precision mode's autocast."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from treeprep.errors import TrainingError  # noqa: E402
+from treeprep.trainer.config import TrainConfig, config_dict, precision  # noqa: E402
+
+
+def _cfg(**kw) -> TrainConfig:
+    return TrainConfig(**({"data": "d", "model": "tiny-qwen3", "run_dir": "r"} | kw))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("loss", "dpo", "loss 'dpo'; expected one of sft"),
+        ("norm", "mean", "norm 'mean'"),
+        ("layout", "flat", "layout 'flat'"),
+        ("optimizer", "lion", "optimizer 'lion'; expected adamw or sgd"),
+        ("precision", "fp8", "precision 'fp8'"),
+        ("adv_norm", "zscore", "adv_norm 'zscore'"),
+        ("kl_estimator", "k2", "kl_estimator 'k2'"),
+        ("parallel", "zero3", "parallel 'zero3'; expected ddp or fsdp"),
+        ("steps", 0, "steps must be >= 1, got 0"),
+        ("epochs", 0, "epochs must be >= 1, got 0"),
+        ("budget", 0, "budget and steps_of must be >= 1"),
+        ("min_lr_ratio", 2.0, "lr must be > 0, min_lr_ratio in [0, 1]"),
+        ("cut", "slice", "cut 'slice'"),
+        ("handoff", "drop", "handoff 'drop'"),
+        ("save_every", 0, "save_every must be >= 1"),
+        ("clip_eps", 1.5, "clip_eps must be in [0, 1), got 1.5"),
+        ("chunk", 0, "chunk must be >= 1"),
+    ],
+)
+def test_a_bad_field_is_refused_by_name(field: str, value: object, match: str) -> None:
+    with pytest.raises(TrainingError, match="^train config: " + re.escape(match)):
+        _cfg(**{field: value})
+
+
+def test_json_form_round_trips_and_prefetch_is_on_by_default() -> None:
+    cfg = _cfg(betas=[0.8, 0.9], lora_targets=["q_proj"], steps=3)
+    assert cfg.betas == (0.8, 0.9) and cfg.prefetch is True
+    d = json.loads(json.dumps(config_dict(cfg)))
+    assert d["prefetch"] is True and d["betas"] == [0.8, 0.9]
+    assert TrainConfig(**d) == cfg
+    assert TrainConfig(**(d | {"prefetch": False})).prefetch is False
+
+
+def test_precision_modes() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert precision(_cfg(), cpu) == ("float32", None)
+    assert precision(_cfg(precision="float64"), cpu) == ("float64", None)
+    name, autocast = precision(_cfg(), cuda)
+    assert name == "bfloat16" and autocast is not None
+    name, autocast = precision(_cfg(precision="bfloat16"), cpu)
+    with autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert torch.is_autocast_enabled("cpu")

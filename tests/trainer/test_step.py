@@ -1,0 +1,103 @@
+"""trainer/step.py: one optimizer step equals the hand-written forward, backward, clip and update;
+a non-finite loss stops before the update; the schedule's shape."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainer_fixtures import VOCAB, random_group  # noqa: E402
+
+from treeprep.errors import TrainingError  # noqa: E402
+from treeprep.trainer import TreeBatch, load_model, tree_loss  # noqa: E402
+from treeprep.trainer import distributed as dist_mod  # noqa: E402
+from treeprep.trainer.config import TrainConfig  # noqa: E402
+from treeprep.trainer.step import (  # noqa: E402
+    StepCounts,
+    Stepper,
+    lr_factor,
+    make_optimizer,
+    make_schedule,
+)
+from treeprep.trie import build_tree  # noqa: E402
+
+ALONE = dist_mod.DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(data="unused", model="tiny-qwen3", run_dir="unused", optimizer="sgd", lr=0.5,
+                grad_clip=0.05, attn="dense", norm="sequence-mean")  # fmt: skip
+    return TrainConfig(**(base | kw))
+
+
+def _batches(seed: int) -> list[list[TreeBatch]]:
+    """One rank, two micro-batches, normalized over both (the step's totals)."""
+    rng = np.random.default_rng(seed)
+    rows = [build_tree(random_group(rng, n_seq=4)).to_row() for _ in range(2)]
+    return [[TreeBatch.from_trees([r], norm="sequence-mean", total_sequences=8.0) for r in rows]]
+
+
+def _setup(cfg: TrainConfig):
+    lm = load_model("tiny-qwen3", vocab_size=VOCAB, attn="dense", seed=3)
+    module = dist_mod.LossModule(lm, {"loss": "sft", "attn": None})
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = make_optimizer(cfg, params, torch.device("cpu"))
+    sched = make_schedule(opt, cfg, total=4)
+    return Stepper(cfg, ALONE, module, params, opt, sched, budget=4096), lm
+
+
+def test_a_step_is_accumulate_clip_update() -> None:
+    cfg = _cfg()
+    stepper, lm = _setup(cfg)
+    ref, _ = _setup(cfg)
+    batches = _batches(0)
+    res = stepper.run(batches, handoff=False, where="step 1", last_ckpt=None)
+    # by hand: the micro-batches' losses summed, their gradients accumulated, clipped, SGD
+    ref_lm = ref.wrapped.lm
+    losses = [tree_loss(ref_lm, b, loss="sft") for b in batches[0]]
+    for out in losses:
+        out.loss.backward()
+    params = [p for p in ref_lm.parameters() if p.requires_grad]
+    norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+    with torch.no_grad():
+        for p in params:
+            p -= cfg.lr * p.grad
+    assert res.grad_norm == norm > cfg.grad_clip  # the clip was active
+    assert res.sums.loss == float(sum(out.loss.detach() for out in losses))
+    assert res.lr == cfg.lr and stepper.opt.param_groups[0]["lr"] != cfg.lr  # schedule stepped
+    assert res.sums.micro_batches == 2
+    assert res.sums.tokens == sum(b.num_tokens for b in batches[0])
+    assert res.sums.targets == sum(b.num_targets for b in batches[0])
+    for (name, a), b in zip(lm.named_parameters(), ref_lm.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0, msg=name)
+    assert all(p.grad is None for p in stepper.params)  # dropped after the update
+
+
+def test_a_non_finite_loss_stops_before_the_update() -> None:
+    stepper, lm = _setup(_cfg())
+    with torch.no_grad():
+        lm.get_output_embeddings().weight[5] = float("nan")
+    before = {k: v.clone() for k, v in lm.state_dict().items()}
+    with pytest.raises(TrainingError, match=r"^step 7 \(epoch 1\): loss nan .*checkpoint: ck-6"):
+        stepper.run(_batches(1), handoff=False, where="step 7 (epoch 1)", last_ckpt="ck-6")
+    torch.testing.assert_close(lm.state_dict(), before, rtol=0, atol=0, equal_nan=True)
+
+
+def test_counts_alone_reduce_to_themselves() -> None:
+    c = StepCounts(torch.tensor(2.5, dtype=torch.float64), 10, 30, 7, 2, {"entropy": 1.0})
+    r = c.reduce(ALONE)
+    assert (r.loss, r.tokens, r.tokens_linear, r.targets, r.micro_batches) == (2.5, 10, 30, 7, 2)
+    assert isinstance(r.loss, float) and r.extra == {"entropy": 1.0}
+
+
+def test_warmup_then_cosine_to_the_floor() -> None:
+    assert [lr_factor(s, 10, 2, 0.1) for s in (0, 1)] == [0.5, 1.0]
+    assert lr_factor(2, 10, 2, 0.1) == 1.0  # the cosine starts at the top
+    assert lr_factor(6, 10, 2, 0.1) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 2)))
+    assert lr_factor(10, 10, 2, 0.1) == pytest.approx(0.1)
+    assert lr_factor(50, 10, 2, 0.1) == pytest.approx(0.1)  # past the end: stays at the floor
+    assert lr_factor(0, 1, 0, 0.0) == 1.0

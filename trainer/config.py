@@ -1,0 +1,239 @@
+"""What a training run is: :class:`TrainConfig`, and what it reports (:class:`StepMetrics`,
+:class:`TrainResult`).
+
+The config is one flat dataclass, torchtitan style: a comment under each field says what it
+does, and ``__post_init__`` refuses a bad value with a :class:`~treeprep.errors.TrainingError`
+naming the field and what was expected, before anything is loaded. The CLI builds one from its
+options, ``config.json`` of a run folder is its :func:`config_dict`, and a resumed run checks the
+fields that must not change against the checkpoint's copy.
+
+Flat rather than nested (model / data / optimizer sub-configs): every field maps one to one to a
+``treeprep train`` option, and the RL knobs are turned into the loss's own
+:class:`~treeprep.trainer.loss.LossConfig` by :meth:`TrainConfig.loss_config`, validated once here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from treeprep.errors import TrainingError, TreeprepError
+from treeprep.trainer.advantages import ADV_NORMS
+from treeprep.trainer.batch import LAYOUTS, NORMS
+from treeprep.trainer.distributed import PARALLEL
+from treeprep.trainer.loss import KL_ESTIMATORS, LOSSES, LossConfig
+
+
+@dataclass
+class TrainConfig:
+    """What ``treeprep train`` does. Validated in ``__post_init__``."""
+
+    #: the build folder (OUT with manifest.json)
+    data: str
+    #: a preset name (random weights) or a local Hugging Face model folder
+    model: str
+    #: the run folder: metrics.jsonl, config.json, checkpoints/
+    run_dir: str
+    #: a plan folder from ``treeprep pack``; None plans in memory with ``budget``/``steps_of``
+    plan: str | None = None
+    #: sft, ppo, grpo or gspo
+    loss: str = "sft"
+    #: sum, token-mean, sequence-mean or trajectory-mean (over the step's global batch)
+    norm: str = "token-mean"
+    #: advantages from rewards, over each group's trajectories: grpo, dr-grpo, rloo or none
+    adv_norm: str = "grpo"
+    #: tree (packed tries) or linear (every sequence on its own: the baseline)
+    layout: str = "tree"
+    #: attention backend: auto, dense, nodes, flex, flash
+    attn: str = "auto"
+    #: optimizer steps to run (cycling through epochs); None: ``epochs`` epochs
+    steps: int | None = None
+    #: epochs to run when ``steps`` is None (default 1)
+    epochs: int | None = None
+    #: tokens per micro-batch for an in-memory plan
+    budget: int = 4096
+    #: micro-batches per rank per optimizer step for an in-memory plan (gradient accumulation)
+    steps_of: int = 1
+    #: ranks the in-memory plan is made for (default: the process world size); a single process
+    #: runs every rank's micro-batches
+    plan_world_size: int | None = None
+    #: adamw or sgd
+    optimizer: str = "adamw"
+    lr: float = 3e-4
+    #: the cosine schedule ends at lr * min_lr_ratio
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    #: SGD momentum
+    momentum: float = 0.0
+    #: clip the global gradient norm to this (None or 0: no clipping, the norm is still logged)
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    #: auto (bf16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast) or float64
+    #: (weights, coefficients and loss: verification runs)
+    precision: str = "auto"
+    #: auto, cpu, cuda
+    device: str = "auto"
+    #: recompute each decoder layer in the backward pass (less memory, ~1/3 more compute)
+    activation_checkpointing: bool = False
+    #: ddp or fsdp when run under torchrun with more than one process
+    parallel: str = "ddp"
+    #: checkpoint every N optimizer steps (None: only at the end)
+    save_every: int | None = None
+    #: keep the newest N checkpoints (None: all)
+    keep: int | None = 2
+    #: save a checkpoint after the last step
+    save_final: bool = True
+    #: resume from this checkpoint folder or run folder ("" or None: start fresh)
+    resume: str | None = None
+    #: TensorBoard event files under RUN/tensorboard (skipped when tensorboard is absent)
+    tensorboard: bool = False
+    #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range
+    #: [1 - clip_eps, 1 + clip_eps_high] (clip_eps_high None: clip_eps), the KL penalty against the
+    #: rollouts' reference log-probs and its estimator (k3 or k1), the entropy bonus
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    #: LM-head chunk (rows) in the loss
+    chunk: int = 4096
+    #: a preset's vocabulary (None: the build tokenizer's); ignored for model folders
+    vocab_size: int | None = None
+    #: how a tree larger than the budget runs as hand-off parts: recompute (bounded memory,
+    #: one extra forward of the inner parts) or keep (graphs of the depth-first stack kept)
+    handoff: str = "recompute"
+    #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut with
+    #: recomputed prefixes (recompute; every path must fit the budget)
+    cut: str = "handoff"
+    #: run the probe before training (tree vs linear layout on a small tree); the structural
+    #: check of the token mixers always runs (:mod:`treeprep.trainer.models.guard`)
+    probe: bool = True
+    #: LoRA rank (0: train all weights); alpha (default 2 r) and target modules (default all
+    #: linear layers) through peft; checkpoints then hold the adapter folder
+    lora_r: int = 0
+    lora_alpha: float | None = None
+    lora_targets: list[str] | None = None
+    #: build the next step's micro-batches (read shards, assemble, copy to the device) in a
+    #: background thread while the current step runs (:mod:`treeprep.trainer.data`); the batches
+    #: and so the results are the same with it off
+    prefetch: bool = True
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> TrainingError:
+            return TrainingError(f"train config: {msg}")
+
+        if self.loss not in LOSSES:
+            raise bad(f"loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
+        if self.norm not in NORMS:
+            raise bad(f"norm {self.norm!r}; expected one of {', '.join(NORMS)}")
+        if self.layout not in LAYOUTS:
+            raise bad(f"layout {self.layout!r}; expected one of {', '.join(LAYOUTS)}")
+        if self.optimizer not in ("adamw", "sgd"):
+            raise bad(f"optimizer {self.optimizer!r}; expected adamw or sgd")
+        if self.precision not in ("auto", "float32", "bfloat16", "float64"):
+            raise bad(f"precision {self.precision!r}; expected auto, float32, bfloat16 or float64")
+        if self.adv_norm not in ADV_NORMS:
+            raise bad(f"adv_norm {self.adv_norm!r}; expected one of {', '.join(ADV_NORMS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise bad(
+                f"kl_estimator {self.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}"
+            )
+        self.loss_config()  # validates the clip range and the chunk
+        if self.parallel not in PARALLEL:
+            raise bad(f"parallel {self.parallel!r}; expected ddp or fsdp")
+        if self.steps is not None and self.epochs is not None:
+            raise bad("give steps or epochs, not both")
+        if self.steps is not None and self.steps < 1:
+            raise bad(f"steps must be >= 1, got {self.steps}")
+        if self.epochs is not None and self.epochs < 1:
+            raise bad(f"epochs must be >= 1, got {self.epochs}")
+        if self.budget < 1 or self.steps_of < 1:
+            raise bad("budget and steps_of must be >= 1")
+        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
+            raise bad("lr must be > 0, min_lr_ratio in [0, 1], warmup_steps >= 0")
+        if self.cut not in ("handoff", "recompute"):
+            raise bad(f"cut {self.cut!r}; expected handoff or recompute")
+        if self.handoff not in ("recompute", "keep"):
+            raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
+        if self.save_every is not None and self.save_every < 1:
+            raise bad(f"save_every must be >= 1, got {self.save_every}")
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+
+    def loss_config(self) -> LossConfig:
+        """The objective of this run."""
+        try:
+            return LossConfig(
+                self.loss,  # type: ignore[arg-type]
+                clip_eps=self.clip_eps,
+                clip_eps_high=self.clip_eps_high,
+                kl_coef=self.kl_coef,
+                entropy_coef=self.entropy_coef,
+                chunk=self.chunk,
+                kl_estimator=self.kl_estimator,  # type: ignore[arg-type]
+            )
+        except TreeprepError as e:
+            raise TrainingError(f"train config: {e}") from e
+
+
+@dataclass
+class StepMetrics:
+    """One optimizer step, as logged (one JSON line of metrics.jsonl)."""
+
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens: int  # tokens fed (all ranks), null micro-batches excluded
+    tokens_linear: int  # what a linearizing trainer needed for the same sequences
+    targets: int
+    micro_batches: int
+    seconds: float
+    tokens_per_s: float
+    linear_tokens_per_s: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(d.pop("extra"))
+        return d
+
+
+@dataclass
+class TrainResult:
+    run_dir: str
+    steps: int  # the last optimizer step done (global count)
+    history: list[StepMetrics]
+    checkpoint: str | None
+    plan_source: str
+    world_size: int
+
+    @property
+    def losses(self) -> list[float]:
+        return [m.loss for m in self.history]
+
+
+#: ``callback(event, info)``: "start", "step" (a :class:`StepMetrics` dict) and "checkpoint"
+Callback = Callable[[str, dict[str, Any]], None]
+
+
+def config_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as JSON-ready values (``config.json``, a checkpoint's ``state.json``)."""
+    d = asdict(cfg)
+    d["betas"] = list(cfg.betas)
+    return d
+
+
+def precision(cfg: TrainConfig, dev: torch.device) -> tuple[str, Any]:
+    """The run's precision name and its autocast factory (None: no autocast)."""
+    prec = cfg.precision
+    if prec == "auto":
+        prec = "bfloat16" if dev.type == "cuda" else "float32"
+    if prec == "bfloat16":
+        return prec, lambda: torch.autocast(dev.type, dtype=torch.bfloat16)
+    return prec, None

@@ -1,0 +1,207 @@
+"""One optimizer step: every micro-batch's forward and backward, the reductions over ranks, the
+clip, the non-finite guard and the update; plus the optimizer and its learning-rate schedule.
+
+:class:`Stepper` holds what a step needs (the wrapped model, its trainable parameters, the
+optimizer and the schedule) and :meth:`Stepper.run` does one step on this process's micro-batches,
+in this order:
+
+1. **Micro-batches** (:func:`micro_batches`). Each rank runs its micro-batches; gradients
+   accumulate in ``.grad`` and only the last micro-batch synchronises them (DDP's ``no_sync`` /
+   FSDP's ``set_requires_gradient_sync``). A micro-batch over the budget is one tree run as
+   hand-off parts (:mod:`treeprep.trainer.parts`): such a step bypasses the wrapper (its hooks
+   expect one backward per forward) and all-reduces the gradients once at the end; under FSDP the
+   parameters are gathered once for the whole step (:func:`~.distributed.fsdp_local`).
+2. **Reductions.** The loss and the token counts are summed over ranks, the metric sums are
+   reduced and divided (:class:`~treeprep.trainer.metrics.StepSums`).
+3. **Clip and guard.** The global gradient norm is clipped (``grad_clip``; always logged); a
+   non-finite loss or norm raises before the update, naming the step and the last good checkpoint.
+4. **Update.** The optimizer and the schedule step, the gradients are dropped.
+
+Losses stay on the device as 0-dim tensors until the step's end, and the batches carry their
+input checks as host-side facts (:mod:`treeprep.trainer.batch`), so nothing inside the micro-batch
+loop waits for the device; the reduction of the step is the one synchronisation point.
+
+Single-process runs of a plan made for W ranks run every rank's micro-batches themselves, with
+the same normalizers, which is the reference the multi-process test compares against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from treeprep.errors import TrainingError
+from treeprep.trainer import distributed as dist_mod
+from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.config import TrainConfig
+from treeprep.trainer.plan_batches import NULL_ROW
+
+
+def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at ``total``.
+    ``step`` counts updates already done (0 for the first)."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(
+    cfg: TrainConfig, params: list[torch.nn.Parameter], dev: torch.device
+) -> torch.optim.Optimizer:
+    """AdamW (fused on CUDA) or SGD over ``params``."""
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params,
+            lr=cfg.lr,
+            betas=cfg.betas,
+            weight_decay=cfg.weight_decay,
+            fused=dev.type == "cuda" or None,
+        )
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def make_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig, total: int) -> Any:
+    """Warmup then cosine over ``total`` steps (:func:`lr_factor`)."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, total, cfg.warmup_steps, cfg.min_lr_ratio)
+    )
+
+
+@dataclass
+class StepCounts:
+    """One rank's (then, after :meth:`reduce`, every rank's) sums over a step's micro-batches."""
+
+    loss: Any = 0.0  # a 0-dim tensor on the device until reduced
+    tokens: int = 0
+    tokens_linear: int = 0
+    targets: int = 0
+    micro_batches: int = 0  # real ones: null micro-batches of empty slots excluded
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def reduce(self, info: dist_mod.DistInfo) -> StepCounts:
+        """The sums over all ranks (the loss as a float)."""
+        counts = [self.tokens, self.tokens_linear, self.targets, self.micro_batches]
+        red = dist_mod.all_reduce_sum([float(self.loss)] + [float(x) for x in counts], info)
+        tok, tok_lin, targets, mbs = (int(x) for x in red[1:])
+        return StepCounts(red[0], tok, tok_lin, targets, mbs, self.extra)
+
+
+@dataclass
+class StepResult:
+    """What a step did, for the step's metrics."""
+
+    sums: StepCounts  # reduced over ranks
+    grad_norm: float
+    lr: float  # the learning rate the update used
+
+
+def micro_batches(
+    wrapped: torch.nn.Module,
+    batches: list[list[TreeBatch]],
+    cfg: TrainConfig,
+    budget: int,
+    world_scale: float,
+    info: dist_mod.DistInfo,
+    handoff: bool,
+) -> StepCounts:
+    """Forward and backward of one step's micro-batches (gradients accumulate in ``.grad``).
+
+    A micro-batch over the budget is one tree run as hand-off parts (:mod:`.parts`). Such a step
+    accumulates every micro-batch locally and the caller all-reduces the gradients once (the
+    parts' several backward passes per micro-batch do not fit DDP's one-backward hook)."""
+    from treeprep.trainer.metrics import StepSums
+    from treeprep.trainer.parts import run_parts
+
+    inner = dist_mod.unwrap(wrapped)
+    loss_cfg = cfg.loss_config()
+    n_mb = len(batches[0])
+    out = StepCounts()
+    mets_sums = StepSums()
+    for rank_batches in batches:
+        for i, b in enumerate(rank_batches):
+            sync = i == n_mb - 1 and not handoff
+            # a hand-off step bypasses the wrapper (its forward and hooks expect one backward per
+            # forward) and all-reduces once at the end
+            fwd = inner if handoff else wrapped
+            with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
+                if b.handoff is not None:
+                    mode: Any = cfg.handoff
+                    res = run_parts(inner.lm, b, loss_cfg, budget=budget, mode=mode, attn=cfg.attn,
+                                    autocast=inner.autocast, loss_scale=world_scale)  # fmt: skip
+                    loss, mets = res.loss, res.metrics
+                else:
+                    loss, mets = fwd(b)
+                    (loss * world_scale).backward()
+            out.loss = out.loss + loss.detach()
+            if b.num_sequences:
+                out.micro_batches += 1
+                out.tokens += b.num_tokens
+                out.tokens_linear += b.tokens_linear
+                out.targets += b.num_targets
+                mets_sums.add(mets)
+                mets_sums.add_batch(b)
+    out.extra = mets_sums.finish(info)
+    return out
+
+
+class Stepper:
+    """The model, optimizer and schedule of a run, stepped one optimizer step at a time."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        info: dist_mod.DistInfo,
+        wrapped: torch.nn.Module,
+        params: list[torch.nn.Parameter],
+        opt: torch.optim.Optimizer,
+        sched: Any,
+        budget: int,
+    ) -> None:
+        self.cfg, self.info, self.wrapped, self.params = cfg, info, wrapped, params
+        self.opt, self.sched, self.budget = opt, sched, budget
+        self.world_scale = float(info.world_size) if info.distributed else 1.0
+
+    def run(
+        self, batches: list[list[TreeBatch]], *, handoff: bool, where: str, last_ckpt: str | None
+    ) -> StepResult:
+        """One optimizer step on this process's micro-batches (module docstring). ``handoff``:
+        some micro-batch of the step (on any rank) runs as hand-off parts; ``where`` names the
+        step in the error a non-finite loss raises."""
+        sums = self._forward_backward(batches, handoff).reduce(self.info)
+        grad_norm = self._clip()
+        if not math.isfinite(sums.loss) or not math.isfinite(grad_norm):
+            raise TrainingError(
+                f"{where}: loss {sums.loss} and gradient norm {grad_norm}; stopped before the "
+                f"update. Last good checkpoint: {last_ckpt or 'none'}. Lower the learning rate "
+                "or check the data"
+            )
+        lr_now = float(self.opt.param_groups[0]["lr"])
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        return StepResult(sums, grad_norm, lr_now)
+
+    def _forward_backward(self, batches: list[list[TreeBatch]], handoff: bool) -> StepCounts:
+        cfg, info, wrapped = self.cfg, self.info, self.wrapped
+        args = (wrapped, batches, cfg, self.budget, self.world_scale, info)
+        if handoff and cfg.parallel == "fsdp" and info.distributed:
+            null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=info.device)
+            with dist_mod.fsdp_local(wrapped, null):
+                return micro_batches(*args, True)
+        sums = micro_batches(*args, handoff)
+        if handoff and info.distributed:
+            dist_mod.all_reduce_grads(self.params, info)
+        return sums
+
+    def _clip(self) -> float:
+        """Clip the global gradient norm to ``grad_clip`` (no clip when unset); the norm before."""
+        clip = self.cfg.grad_clip if self.cfg.grad_clip else float("inf")
+        gn = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        if hasattr(gn, "full_tensor"):
+            gn = gn.full_tensor()
+        return float(gn)
