@@ -14,8 +14,8 @@ refuses a Liger without ``token_grad_output``.
 
 What the fused path cannot give is the entropy of the predicting distribution: the kernel keeps
 only the log-sum-exp and the target's logit of each row. The path is therefore taken only when the
-loss has no entropy term, and the entropies it returns are NaN: the ``entropy`` metric then reads
-NaN (visibly not computed) instead of a value. Computing the exact entropies in an extra no-grad
+loss has no entropy term, and it returns no entropies (None): the step then logs no ``entropy``
+metric rather than a made-up value. Computing the exact entropies in an extra no-grad
 pass would bring back the chunk x V float32 logits and one more head matmul, which is what the
 fused path is there to avoid.
 
@@ -79,12 +79,11 @@ def use_fused(head: torch.nn.Module, h_KE: torch.Tensor, entropy: bool) -> bool:
 
 def fused_logprobs(
     head: torch.nn.Module, h_KE: torch.Tensor, tgt_K: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs [K] of ``tgt_K`` under ``head`` applied to ``h_KE`` through Liger, and NaN
-    entropies [K] (the fused kernel does not compute them)."""
+) -> tuple[torch.Tensor, None]:
+    """Log-probs [K] of ``tgt_K`` under ``head`` applied to ``h_KE`` through Liger, and None for
+    the entropies (the fused kernel does not compute them)."""
     fn = liger_function()
     if fn is None:
         raise TreeprepError("fused_logprobs needs liger-kernel with the per-row backward")
     loss = fn(h_KE.contiguous(), head.weight, tgt_K.contiguous(), bias=head.bias, reduction="none")
-    lp = -loss
-    return lp, torch.full_like(lp, float("nan"))
+    return -loss, None

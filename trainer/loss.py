@@ -7,7 +7,7 @@ first), and only those K rows go through the LM head and the log-softmax. The he
 chunks of ``chunk`` rows under activation checkpointing when K is large, so the K x V float32
 logits never exist at once (a 16k-target batch with a 152k vocabulary would need 10 GB); on CUDA
 with liger-kernel installed, float32 and no entropy term, Liger's fused linear cross-entropy
-replaces it (:mod:`treeprep.trainer.fused_head`: the ``entropy`` metric then reads NaN). Logits
+replaces it (:mod:`treeprep.trainer.fused_head`: no ``entropy`` metric is logged then). Logits
 are computed in float32 at least (float64 stays float64: ``--precision float64`` is float64 end to
 end), and the batch's float64 coefficients are cast to the log-probs' dtype.
 
@@ -138,10 +138,10 @@ def head_logprobs(
     *,
     entropy: bool = False,
     chunk: int = 4096,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [K] and entropies [K] of ``targets`` from the decoder's hidden states h_TE
     (the entropies carry a graph only when ``entropy``). Where :func:`fused_head.use_fused`
-    allows, Liger's fused linear cross-entropy gives the log-probs and the entropies are NaN."""
+    allows, Liger's fused linear cross-entropy gives the log-probs and the entropies are None."""
     h_KE = h_TE.index_select(0, targets.pred)
     tgt = targets.token
     if fused_head.use_fused(head, h_KE, entropy):
@@ -174,9 +174,9 @@ def token_logprobs(
     attn: str | None = None,
     entropy: bool = False,
     chunk: int = 4096,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [K] and entropies [K] of every trained target (entropies differentiable when
-    ``entropy``)."""
+    ``entropy``; None where the fused head computed the log-probs, see :func:`head_logprobs`)."""
     h_TE = decoder_hidden(model, batch, attn)
     head = output_head(model)
     return head_logprobs(head, h_TE, batch.targets(), entropy=entropy, chunk=chunk)
@@ -222,10 +222,14 @@ def objective(
         metrics["kl"] = kl.detach()
         metrics["ref_kl_sum"] = kl_u.detach().sum()
         metrics["ref_units"] = torch.tensor(float(len(ulp)))
-    elif bool(has_ref.any()):
-        kl_u = _kl(ulp.detach()[has_ref], t.ref_logp[has_ref].to(lp.dtype), cfg.kl_estimator)
+    else:
+        # the metric over the units that have a reference (a unit without one reads its own
+        # log-prob, a zero term; none at all gives ref_units 0 and no ``ref_kl``): no
+        # device-to-host read deciding whether there are any
+        u = ulp.detach()
+        kl_u = _kl(u, torch.where(has_ref, t.ref_logp.to(lp.dtype), u), cfg.kl_estimator)
         metrics["ref_kl_sum"] = kl_u.sum()
-        metrics["ref_units"] = torch.tensor(float(has_ref.sum()))
+        metrics["ref_units"] = has_ref.sum().to(lp.dtype)
     if ent is not None:
         metrics["entropy_sum"] = ent.detach().sum()
     if cfg.entropy_coef:

@@ -38,33 +38,51 @@ class StepSums:
 
     def __init__(self) -> None:
         self.sums: dict[str, Any] = {}
-        self.adv = [0.0, 0.0, 0.0]  # count, sum, sum of squares
-        self.adv_min = math.inf
-        self.adv_max = -math.inf
+        #: count, sum, sum of squares, -min, max of the trained advantages (tensors once a batch
+        #: has added to them: read back once, in :meth:`finish`)
+        self.adv: Any = [0.0, 0.0, 0.0, -math.inf, -math.inf]
 
     def add(self, metrics: dict[str, Any]) -> None:
         for k, v in metrics.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
 
     def add_batch(self, batch: Any) -> None:
-        """The advantages of a micro-batch's trained sequences (NaN ones skipped)."""
+        """The advantages of a micro-batch's trained sequences (NaN ones skipped), accumulated on
+        the batch's device without reading anything back."""
         a = batch.seq_advantage
-        keep = (batch.seq_trained > 0) & ~torch.isnan(a)
-        if not bool(keep.any()):
+        if a.numel() == 0:
             return
-        a, c = a[keep].double(), batch.seq_count[keep].double()
-        self.adv[0] += float(c.sum())
-        self.adv[1] += float((c * a).sum())
-        self.adv[2] += float((c * a * a).sum())
-        self.adv_min = min(self.adv_min, float(a.min()))
-        self.adv_max = max(self.adv_max, float(a.max()))
+        keep = (batch.seq_trained > 0) & ~torch.isnan(a)
+        a = torch.where(keep, a, 0.0).double()
+        c = torch.where(keep, batch.seq_count, 0).double()
+        ninf = torch.tensor(-math.inf, dtype=torch.float64, device=a.device)
+        mom = torch.stack([c.sum(), (c * a).sum(), (c * a * a).sum()])
+        ext = torch.stack([torch.where(keep, -a, ninf).max(), torch.where(keep, a, ninf).max()])
+        if isinstance(self.adv, list):
+            self.adv = torch.cat([mom, ext])
+        else:
+            self.adv = torch.cat([self.adv[:3] + mom, torch.maximum(self.adv[3:], ext)])
+
+    def _read(self, names: list[str]) -> tuple[list[float], list[float]]:
+        """The sums in ``names`` order plus the advantage moments, and the advantage extremes,
+        read back from the device in one transfer."""
+        adv = [self.adv] if torch.is_tensor(self.adv) else list(self.adv)
+        parts = [self.sums.get(k, 0.0) for k in names] + adv
+        devs = [v.device for v in parts if torch.is_tensor(v)]
+        if devs:
+            flat = [
+                torch.as_tensor(v, dtype=torch.float64, device=devs[0]).reshape(-1) for v in parts
+            ]
+            allv = torch.cat(flat).tolist()
+        else:
+            allv = [float(v) for v in parts]
+        return allv[: len(names) + 3], allv[len(names) + 3 :]
 
     def finish(self, info: Any) -> dict[str, float]:
         """Reduce over ranks (``info``: a :class:`~treeprep.trainer.distributed.DistInfo`) and
         divide; the same on every rank."""
         names = _SUMS
-        vals = [float(self.sums.get(k, 0.0)) for k in names] + self.adv
-        lo_hi = [-self.adv_min, self.adv_max]
+        vals, lo_hi = self._read(names)
         if getattr(info, "distributed", False):
             import torch.distributed as dist
 
@@ -77,7 +95,8 @@ class StepSums:
         tot = dict(zip(names, vals[: len(names)], strict=True))
         out = {f"{k}_term": tot[k] for k in ("kl", "entropy") if k in self.sums}
         for name, (num, den) in RATIOS.items():
-            if num in tot and tot.get(den):
+            # a sum no micro-batch produced (the fused head's entropies) is not reported as 0
+            if tot.get(den) and (num in self.sums or tot[num] != 0.0):
                 out[name] = tot[num] / tot[den]
         n, s1, s2 = vals[len(names) :]
         if n > 0:
