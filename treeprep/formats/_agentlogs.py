@@ -10,7 +10,8 @@ transcript formats share three needs that live here:
   reject in a 50,000-line tau-bench file names a useful line instead of line 1 (cheap: one regex
   scan, and only trusted when the count matches the parsed list);
 * building a :class:`ChatCall` from already-converted parts, turning a pydantic validation error
-  (for instance a tool result whose call is missing) into a reject instead of an exception.
+  (for instance a tool result whose call is missing) into a reject instead of an exception, in the
+  group that ``--group-by`` names when the run's document carries that field.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import orjson
 from pydantic import ValidationError
 
 from treeprep.errors import InputError
+from treeprep.formats.base import ReadOptions
 from treeprep.io import lenient_json_loads
 from treeprep.schemas import ChatCall, Reject
 
@@ -159,6 +161,13 @@ def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> Chat
             format=fmt,
             call_id=fields.get("call_id"),
         )
+
+
+def group_or(doc: dict[str, Any], opts: ReadOptions, default: str) -> str:
+    """The value of ``--group-by FIELD`` in ``doc`` when given and present, else ``default``."""
+    if opts.group_by and doc.get(opts.group_by) is not None:
+        return str(doc[opts.group_by])
+    return default
 
 
 def system_message(text: str | None) -> list[dict[str, Any]]:

@@ -313,6 +313,182 @@ def _inline_agent(chain: list[_Line], first: _Line) -> str:
     return str(agent) if agent else f"sidechain-{str(root.rec.get('uuid', root.no))[:8]}"
 
 
+@dataclass(frozen=True)
+class _File:
+    """Who wrote the file being read: the main session, or one sub-agent of it."""
+
+    path: str
+    session_id: str | None
+    #: ``main``, or the sub-agent's id
+    agent_id: str
+    #: a sub-agent transcript (``<session>/subagents/agent-<id>.jsonl``)
+    sidechain: bool
+    #: the compaction summariser's transcript (``agent-acompact-*``)
+    is_compact: bool
+
+
+def _identify(path: str, own: list[_Line]) -> _File:
+    session_id = next((ln.rec["sessionId"] for ln in own if ln.rec.get("sessionId")), None)
+    agent_ids = {ln.rec.get("agentId") for ln in own if ln.rec.get("isSidechain")} - {None}
+    sidechain = bool(agent_ids) and all(
+        ln.rec.get("isSidechain") for ln in own if ln.rec.get("type") in ("user", "assistant")
+    )
+    agent_id = str(sorted(str(a) for a in agent_ids)[0]) if sidechain else "main"
+    is_compact = sidechain and agent_id.startswith("acompact")
+    return _File(path, session_id, agent_id, sidechain, is_compact)
+
+
+def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
+    """Read a sub-agent's parent session into ``sess``.
+
+    Returns (the API response whose Task call started the sub-agent, or None; the reason every
+    call is rejected when the parent session file is absent, else None).
+    """
+    ppath = _parent_session_path(f.path)
+    if ppath is None:
+        return None, (
+            f"sub-agent transcript (agentId {f.agent_id}) of session {f.session_id}: its parent "
+            f"session file {f.session_id}.jsonl is absent (expected next to the "
+            "'<session>/subagents/' folder), so the sub-agent cannot be linked to its Task "
+            "call" + (" and the summariser prompt cannot be rebuilt" if f.is_compact else "")
+        )
+    tool_use_by_agent: dict[str, str] = {}
+    for no, rec in iter_json_lines(ppath):
+        if isinstance(rec, Reject):
+            continue  # reported when the parent file itself is read
+        sess.add(_Line(no, rec, False))
+        d = rec.get("data")
+        if (
+            rec.get("type") == "progress"
+            and isinstance(d, dict)
+            and d.get("type") == "agent_progress"
+            and d.get("agentId")
+            and rec.get("parentToolUseID")
+        ):
+            tool_use_by_agent.setdefault(str(d["agentId"]), str(rec["parentToolUseID"]))
+    tu = tool_use_by_agent.get(f.agent_id)
+    owner = sess.tool_use_owner.get(tu) if tu else None
+    return (owner[1] if owner is not None and not owner[0] else None), None
+
+
+def _orphans(sess: _Session, f: _File) -> tuple[set[tuple[int, bool]], list[tuple[int, Item]]]:
+    """Tool results whose tool_use is nowhere in the session: (their lines, a reject per own
+    line). The line is rejected, the rest of the session is kept."""
+    orphans: set[tuple[int, bool]] = set()
+    out: list[tuple[int, Item]] = []
+    orphan_lines: set[int] = set()
+    for tid, found in sess.results.items():
+        if tid in sess.tool_use_owner:
+            continue
+        for rl, _blk in found:
+            orphans.add((rl.no, rl.own))
+            if rl.own and rl.no not in orphan_lines:
+                orphan_lines.add(rl.no)
+                reason = (
+                    f"tool_result for tool_use_id {tid} has no matching tool_use in this session; "
+                    "left out of every prompt"
+                )
+                out.append((rl.no, Reject(file=f.path, line=rl.no, reason=reason, format=NAME)))
+    return orphans, out
+
+
+def _branch(
+    f: _File,
+    first: _Line,
+    chain: list[_Line],
+    compacted: bool,
+    seen_compactions: set[str],
+) -> tuple[str | None, str]:
+    """(the call's branch hint, its agent id); the first call after each compaction boundary
+    is marked in ``seen_compactions``."""
+    if f.sidechain:
+        return ("compaction" if f.is_compact else "sub-agent"), f.agent_id
+    if first.rec.get("isSidechain"):
+        # Claude Code before 1.0.x: a sub-agent's lines sit inline in the session file
+        return "sub-agent", _inline_agent(chain, first)
+    if compacted:
+        boundary = next(
+            x.rec.get("uuid", "") for x in chain if x.rec.get("subtype") == "compact_boundary"
+        )
+        if boundary not in seen_compactions:
+            seen_compactions.add(boundary)
+            return "compaction", f.agent_id
+    return None, f.agent_id
+
+
+def _call(
+    sess: _Session,
+    f: _File,
+    mid: str,
+    lines: list[_Line],
+    ctx: _CallContext,
+) -> Item:
+    """One API response (its lines in file order) as a ChatCall, or the Reject saying why not."""
+    first = lines[0]
+
+    def reject(reason: str) -> Reject:
+        return Reject(file=f.path, line=first.no, reason=reason, format=NAME, call_id=mid)
+
+    if ctx.parent_missing:
+        return reject(ctx.parent_missing)
+    try:
+        chain = _chain(sess, first.rec.get("parentUuid"), f.path)
+    except _ChainError as e:
+        return reject(f"cannot rebuild the prompt of API response {mid}: {e}")
+    messages, prev_resp, compacted = _prompt(sess, chain, first, ctx.orphans)
+    completion = _assistant_message(lines)
+    if (
+        not completion.get("content")
+        and not completion.get("tool_calls")
+        and not (completion.get("reasoning_content"))
+    ):
+        return reject(f"API response {mid} has no text, thinking or tool_use block to train on")
+    if not messages:
+        return reject(f"API response {mid} has an empty prompt (no user line before it)")
+    reason, call_agent = _branch(f, first, chain, compacted, ctx.seen_compactions)
+    parent_call = prev_resp
+    if parent_call is None and f.sidechain:
+        parent_call = ctx.task_call
+    gid = f.session_id
+    opts = ctx.opts
+    if opts.group_by:
+        v = first.rec.get(opts.group_by)
+        gid = None if v is None else str(v)
+    fields: dict[str, Any] = {
+        "group_id": gid,
+        "agent_id": call_agent,
+        "call_id": mid,
+        "parent_call_id": parent_call,
+        "model": first.rec["message"].get("model"),
+        "messages": [
+            *([{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []),
+            *messages,
+        ],
+        "tools": opts.tools,
+        "completion": completion,
+        "provenance": {"exact_tokens": False, "exact_messages": False, "reconstructed": True},
+        "branch_reason": reason,
+        "source_file": f.path,
+        "source_line": first.no,
+        "source_format": NAME,
+    }
+    return make_call(fields, file=f.path, line=first.no, fmt=NAME)
+
+
+@dataclass
+class _CallContext:
+    """What the calls of one file share while they are rebuilt."""
+
+    opts: ReadOptions
+    #: the parent session's API response whose Task call started this sub-agent
+    task_call: str | None
+    #: why every call is rejected (a sub-agent whose parent session file is absent)
+    parent_missing: str | None
+    orphans: set[tuple[int, bool]]
+    #: compaction boundaries whose first call has been hinted ``compaction``
+    seen_compactions: set[str] = field(default_factory=set)
+
+
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     """Every API response of the file as one ChatCall (plus rejects), in file order."""
     out: list[tuple[int, Item]] = []
@@ -323,190 +499,20 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             out.append((no, rec))
         else:
             own.append(_Line(no, rec, True))
-
-    session_id = next((ln.rec["sessionId"] for ln in own if ln.rec.get("sessionId")), None)
-    agent_ids = {ln.rec.get("agentId") for ln in own if ln.rec.get("isSidechain")} - {None}
-    sidechain = bool(agent_ids) and all(
-        ln.rec.get("isSidechain") for ln in own if ln.rec.get("type") in ("user", "assistant")
-    )
-    agent_id = str(sorted(str(a) for a in agent_ids)[0]) if sidechain else "main"
-    is_compact = sidechain and agent_id.startswith("acompact")
-
+    f = _identify(path, own)
     sess = _Session(path)
     for ln in own:
         sess.add(ln)
-
-    task_call: str | None = None
-    parent_missing: str | None = None
-    if sidechain:
-        ppath = _parent_session_path(path)
-        if ppath is None:
-            parent_missing = (
-                f"sub-agent transcript (agentId {agent_id}) of session {session_id}: its parent "
-                f"session file {session_id}.jsonl is absent (expected next to the "
-                "'<session>/subagents/' folder), so the sub-agent cannot be linked to its Task "
-                "call" + (" and the summariser prompt cannot be rebuilt" if is_compact else "")
-            )
-        else:
-            tool_use_by_agent: dict[str, str] = {}
-            for _no, rec in iter_json_lines(ppath):
-                if isinstance(rec, Reject):
-                    continue  # reported when the parent file itself is read
-                sess.add(_Line(_no, rec, False))
-                d = rec.get("data")
-                if (
-                    rec.get("type") == "progress"
-                    and isinstance(d, dict)
-                    and d.get("type") == "agent_progress"
-                    and d.get("agentId")
-                    and rec.get("parentToolUseID")
-                ):
-                    tool_use_by_agent.setdefault(str(d["agentId"]), str(rec["parentToolUseID"]))
-            tu = tool_use_by_agent.get(agent_id)
-            owner = sess.tool_use_owner.get(tu) if tu else None
-            if owner is not None and not owner[0]:
-                task_call = owner[1]
-
-    # tool results whose tool_use is nowhere in the session: reject the line, keep the rest
-    orphans: set[tuple[int, bool]] = set()
-    orphan_lines: set[int] = set()
-    for tid, found in sess.results.items():
-        if tid in sess.tool_use_owner:
-            continue
-        for rl, _blk in found:
-            orphans.add((rl.no, rl.own))
-            if rl.own and rl.no not in orphan_lines:
-                orphan_lines.add(rl.no)
-                out.append(
-                    (
-                        rl.no,
-                        Reject(
-                            file=path,
-                            line=rl.no,
-                            reason=f"tool_result for tool_use_id {tid} has no matching tool_use "
-                            "in this session; left out of every prompt",
-                            format=NAME,
-                        ),
-                    )
-                )
-
-    seen_compactions: set[str] = set()
-    n_calls = 0
+    task_call, parent_missing = _link_parent(sess, f) if f.sidechain else (None, None)
+    orphans, orphan_rejects = _orphans(sess, f)
+    out.extend(orphan_rejects)
+    ctx = _CallContext(opts, task_call, parent_missing, orphans)
     for (is_own, mid), lines in sess.responses.items():
         if not is_own:
             continue
-        first = lines[0]
-        msg = first.rec["message"]
-        if msg.get("model") == "<synthetic>":
+        if lines[0].rec["message"].get("model") == "<synthetic>":
             continue  # written by Claude Code itself (an error notice), not an API response
-        n_calls += 1
-        if parent_missing:
-            out.append(
-                (
-                    first.no,
-                    Reject(
-                        file=path, line=first.no, reason=parent_missing, format=NAME, call_id=mid
-                    ),
-                )
-            )
-            continue
-        try:
-            chain = _chain(sess, first.rec.get("parentUuid"), path)
-        except _ChainError as e:
-            out.append(
-                (
-                    first.no,
-                    Reject(
-                        file=path,
-                        line=first.no,
-                        reason=f"cannot rebuild the prompt of API response {mid}: {e}",
-                        format=NAME,
-                        call_id=mid,
-                    ),
-                )
-            )
-            continue
-        messages, prev_resp, compacted = _prompt(sess, chain, first, orphans)
-        completion = _assistant_message(lines)
-        if (
-            not completion.get("content")
-            and not completion.get("tool_calls")
-            and not (completion.get("reasoning_content"))
-        ):
-            out.append(
-                (
-                    first.no,
-                    Reject(
-                        file=path,
-                        line=first.no,
-                        format=NAME,
-                        call_id=mid,
-                        reason=f"API response {mid} has no text, thinking or "
-                        "tool_use block to train on",
-                    ),
-                )
-            )
-            continue
-        if not messages:
-            out.append(
-                (
-                    first.no,
-                    Reject(
-                        file=path,
-                        line=first.no,
-                        format=NAME,
-                        call_id=mid,
-                        reason=f"API response {mid} has an empty prompt (no user line before it)",
-                    ),
-                )
-            )
-            continue
-        reason: str | None = None
-        call_agent = agent_id
-        if sidechain:
-            reason = "compaction" if is_compact else "sub-agent"
-        elif first.rec.get("isSidechain"):
-            # Claude Code before 1.0.x: a sub-agent's lines sit inline in the session file
-            reason = "sub-agent"
-            call_agent = _inline_agent(chain, first)
-        elif compacted:
-            boundary = next(
-                x.rec.get("uuid", "") for x in chain if x.rec.get("subtype") == "compact_boundary"
-            )
-            if boundary not in seen_compactions:
-                seen_compactions.add(boundary)
-                reason = "compaction"
-        parent_call = prev_resp
-        if parent_call is None and sidechain:
-            parent_call = task_call
-        gid = session_id
-        if opts.group_by:
-            v = first.rec.get(opts.group_by)
-            gid = None if v is None else str(v)
-        fields: dict[str, Any] = {
-            "group_id": gid,
-            "agent_id": call_agent,
-            "call_id": mid,
-            "parent_call_id": parent_call,
-            "model": msg.get("model"),
-            "messages": [
-                *(
-                    [{"role": "system", "content": opts.system_prompt}]
-                    if opts.system_prompt
-                    else []
-                ),
-                *messages,
-            ],
-            "tools": opts.tools,
-            "completion": completion,
-            "provenance": {"exact_tokens": False, "exact_messages": False, "reconstructed": True},
-            "branch_reason": reason,
-            "source_file": path,
-            "source_line": first.no,
-            "source_format": NAME,
-        }
-        out.append((first.no, make_call(fields, file=path, line=first.no, fmt=NAME)))
-
+        out.append((lines[0].no, _call(sess, f, mid, lines, ctx)))
     out.sort(key=lambda x: x[0])
     for _no, item in out:
         yield item

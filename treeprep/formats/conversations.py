@@ -35,7 +35,6 @@ reject naming the field (an unknown role, a ``function_call`` value that is not 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +43,7 @@ from pydantic import ValidationError
 
 from treeprep.errors import InputError
 from treeprep.formats import aliases
-from treeprep.formats._records import iter_records, load_document
+from treeprep.formats._records import chat_tool_call, file_stem, load_document, read_records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -60,6 +59,8 @@ from treeprep.schemas import ChatCall, Provenance, Reject
 MESSAGES = "chat-messages"
 SHAREGPT = "sharegpt"
 _EXTRA_GROUP_KEYS = ("id", "conversation_id")
+#: removed from the file's name for the group ids made from it
+_SUFFIXES = (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json", ".parquet")
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,9 +97,7 @@ def _json_calls(value: Any, where: str) -> list[dict[str, Any]]:
             args = {}
         if not isinstance(args, dict | str):
             raise RecordError(f"{w}.arguments: expected an object or a JSON string")
-        out.append(
-            {"id": None, "type": "function", "function": {"name": c["name"], "arguments": args}}
-        )
+        out.append(chat_tool_call(None, c["name"], args))
     return out
 
 
@@ -200,23 +199,17 @@ def conversation(
 # --------------------------------------------------------------------------------------------
 
 
-def _stem(path: str) -> str:
-    name = os.path.basename(path)
-    for ext in (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json", ".parquet"):
-        name = name.removesuffix(ext)
-    return name
-
-
 def _group(rec: dict[str, Any], opts: ReadOptions, file: str, line: int, index: int) -> str:
     g = group_of(rec, opts)
+    stem = file_stem(file, _SUFFIXES)
     if g is None and not opts.group_by:
         for k in _EXTRA_GROUP_KEYS:
             v = rec.get(k)
             if isinstance(v, str | int) and not isinstance(v, bool):
-                return f"{_stem(file)}:{v}"
+                return f"{stem}:{v}"
     if g is not None:
         return g
-    return f"{_stem(file)}[{index - 1}]" if index else f"{_stem(file)}:{line}"
+    return f"{stem}[{index - 1}]" if index else f"{stem}:{line}"
 
 
 def convert(
@@ -250,45 +243,30 @@ def convert(
     for i, (msg, target) in enumerate(zip(messages, targets, strict=True)):
         if not target:
             continue
-        if i == 0:
-            out.append(
-                Reject(
-                    file=file,
-                    line=line,
-                    format=fmt,
-                    call_id=f"{gid}#{k}",
-                    reason=f"{wheres[i]}: an assistant turn with nothing before it to prompt it",
+        why = "an assistant turn with nothing before it to prompt it" if i == 0 else None
+        if why is None:
+            try:
+                out.append(
+                    ChatCall(
+                        group_id=gid,
+                        call_id=f"{gid}#{k}",
+                        parent_call_id=f"{gid}#{k - 1}" if k else None,
+                        model=model,
+                        messages=messages[:i],  # type: ignore[arg-type]
+                        tools=tools,
+                        completion=msg,  # type: ignore[arg-type]
+                        reward=reward,
+                        provenance=Provenance(exact_messages=True, reconstructed=True),
+                        source_file=file,
+                        source_line=line,
+                        source_format=fmt,
+                    )
                 )
-            )
-            k += 1
-            continue
-        try:
-            out.append(
-                ChatCall(
-                    group_id=gid,
-                    call_id=f"{gid}#{k}",
-                    parent_call_id=f"{gid}#{k - 1}" if k else None,
-                    model=model,
-                    messages=messages[:i],  # type: ignore[arg-type]
-                    tools=tools,
-                    completion=msg,  # type: ignore[arg-type]
-                    reward=reward,
-                    provenance=Provenance(exact_messages=True, reconstructed=True),
-                    source_file=file,
-                    source_line=line,
-                    source_format=fmt,
-                )
-            )
-        except ValidationError as e:
-            out.append(
-                Reject(
-                    file=file,
-                    line=line,
-                    format=fmt,
-                    call_id=f"{gid}#{k}",
-                    reason=f"{wheres[i]}: {validation_reason(e)}",
-                )
-            )
+            except ValidationError as e:
+                why = validation_reason(e)
+        if why is not None:
+            why = f"{wheres[i]}: {why}"
+            out.append(Reject(file=file, line=line, format=fmt, call_id=f"{gid}#{k}", reason=why))
         k += 1
     return out
 
@@ -344,12 +322,9 @@ def _reader(fmt: str):  # type: ignore[no-untyped-def]
                 idx = i + 1 if isinstance(doc, list) else 0
                 yield from convert(rec, file=path, line=1, fmt=fmt, opts=opts, index=idx)
             return
-        for lineno, rec in iter_records(path):
-            if isinstance(rec, Reject):
-                rec.format = fmt
-                yield rec
-            else:
-                yield from convert(rec, file=path, line=lineno, fmt=fmt, opts=opts)
+        yield from read_records(
+            path, fmt, lambda rec, line: convert(rec, file=path, line=line, fmt=fmt, opts=opts)
+        )
 
     return read
 

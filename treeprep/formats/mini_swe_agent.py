@@ -16,13 +16,13 @@ the transcript (what later prompts carry) does not hold it. Tool schemas are not
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError
 from treeprep.formats import aliases
-from treeprep.formats._agentlogs import load_json, make_call
+from treeprep.formats._agentlogs import group_or, load_json, make_call
+from treeprep.formats._records import chat_tool_call, file_stem
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -31,11 +31,7 @@ _ROLES = {"system", "user", "assistant", "tool"}
 
 
 def _base(path: str) -> str:
-    b = os.path.basename(path)
-    for ext in (".gz", ".zst"):
-        if b.endswith(ext):
-            b = b[: -len(ext)]
-    return b
+    return file_stem(path, (".gz", ".zst"))
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -54,14 +50,11 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m["role"], "content": m.get("content")}
     if m.get("tool_calls"):
         out["tool_calls"] = [
-            {
-                "id": tc.get("id"),
-                "type": "function",
-                "function": {
-                    "name": (tc.get("function") or {}).get("name", ""),
-                    "arguments": (tc.get("function") or {}).get("arguments", ""),
-                },
-            }
+            chat_tool_call(
+                tc.get("id"),
+                (tc.get("function") or {}).get("name", ""),
+                (tc.get("function") or {}).get("arguments", ""),
+            )
             for tc in m["tool_calls"]
         ]
     if m.get("tool_call_id"):
@@ -78,9 +71,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         messages, gid = doc, _base(path)[: -len(".traj.json")] or _base(path)
     elif isinstance(doc, dict) and isinstance(doc.get("messages"), list):
         messages = doc["messages"]
-        gid = str(doc.get("instance_id") or _base(path).removesuffix(".traj.json"))
-        if opts.group_by and doc.get(opts.group_by) is not None:
-            gid = str(doc[opts.group_by])
+        default = str(doc.get("instance_id") or _base(path).removesuffix(".traj.json"))
+        gid = group_or(doc, opts, default)
     else:
         raise InputError(path, 1, "expected a mini-swe-agent trajectory: a 'messages' list")
     model = None

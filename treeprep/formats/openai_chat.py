@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from treeprep.errors import InputError, RecordError
 from treeprep.formats import aliases
-from treeprep.formats._records import iter_records, load_document
+from treeprep.formats._records import chat_tool_call, load_document, read_records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import head_record, json_key_in
 from treeprep.schemas import BRANCH_REASONS, ChatCall, Provenance, Reject
@@ -170,6 +170,19 @@ def branch_reason_of(rec: dict[str, Any]) -> str | None:
     return str(v)
 
 
+def outcome_fields(rec: dict[str, Any], *, file: str, line: int, fmt: str) -> dict[str, Any]:
+    """The fields a per-call record reads the same way in every layout: reward, advantage and
+    branch reason (checked in that order), and where the record came from."""
+    return {
+        "reward": number_of(rec, "reward"),
+        "advantage": number_of(rec, "advantage"),
+        "branch_reason": branch_reason_of(rec),
+        "source_file": file,
+        "source_line": line,
+        "source_format": fmt,
+    }
+
+
 def _content(v: Any, where: str) -> str | list[dict[str, Any]] | None:
     if v is None or isinstance(v, str):
         return v
@@ -197,6 +210,21 @@ def _opt_str(m: dict[str, Any], key: str, where: str) -> str | None:
     raise RecordError(f"{where}.{key}: expected a string, got {type_name(v)}")
 
 
+def str_at(m: dict[str, Any], key: str, where: str) -> str:
+    """``m[key]``, which must be a string."""
+    v = m.get(key)
+    if not isinstance(v, str):
+        raise RecordError(f"{where}.{key}: expected a string, got {type_name(v)}")
+    return v
+
+
+def arguments_of(args: Any, where: str) -> str | dict[str, Any]:
+    """Tool-call arguments as given: a JSON string or an object."""
+    if not isinstance(args, str | dict):
+        raise RecordError(f"{where}: expected a JSON string or an object, got {type_name(args)}")
+    return args
+
+
 def tool_call(tc: Any, where: str) -> dict[str, Any]:
     """One chat tool call, keeping ``id``, ``function.name`` and ``function.arguments`` as given."""
     if not isinstance(tc, dict):
@@ -206,21 +234,10 @@ def tool_call(tc: Any, where: str) -> dict[str, Any]:
     fn = tc.get("function")
     if not isinstance(fn, dict):
         raise RecordError(f"{where}.function: expected an object, got {type_name(fn)}")
-    name = fn.get("name")
-    if not isinstance(name, str):
-        raise RecordError(f"{where}.function.name: expected a string, got {type_name(name)}")
+    name = str_at(fn, "name", f"{where}.function")
     args = fn.get("arguments", "")
-    if args is None:
-        args = ""
-    if not isinstance(args, str | dict):
-        raise RecordError(
-            f"{where}.function.arguments: expected a JSON string or an object, "
-            f"got {type_name(args)}"
-        )
-    tid = tc.get("id")
-    if tid is not None and not isinstance(tid, str):
-        raise RecordError(f"{where}.id: expected a string, got {type_name(tid)}")
-    return {"id": tid, "type": "function", "function": {"name": name, "arguments": args}}
+    args = arguments_of("" if args is None else args, f"{where}.function.arguments")
+    return chat_tool_call(_opt_str(tc, "id", where), name, args)
 
 
 def normalize_message(m: Any, where: str) -> dict[str, Any]:
@@ -403,13 +420,8 @@ def chat_call(
             messages=messages,  # type: ignore[arg-type]
             tools=tools,
             completion=completion,  # type: ignore[arg-type]
-            reward=number_of(rec, "reward"),
-            advantage=number_of(rec, "advantage"),
             provenance=Provenance(exact_tokens=False, exact_messages=True, reconstructed=False),
-            branch_reason=branch_reason_of(rec),  # type: ignore[arg-type]
-            source_file=file,
-            source_line=line,
-            source_format=fmt,
+            **outcome_fields(rec, file=file, line=line, fmt=fmt),
         )
     except ValidationError as e:
         raise RecordError(validation_reason(e)) from e
@@ -431,12 +443,9 @@ def _convert(
 
 
 def read_jsonl(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_records(path):
-        if isinstance(rec, Reject):
-            rec.format = NAME
-            yield rec
-        else:
-            yield _convert(rec, file=path, line=lineno, fmt=NAME, opts=opts)
+    return read_records(
+        path, NAME, lambda rec, line: [_convert(rec, file=path, line=line, fmt=NAME, opts=opts)]
+    )
 
 
 def read_json(path: str, opts: ReadOptions) -> Iterator[Item]:

@@ -41,22 +41,24 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import iter_records
+from treeprep.formats._records import chat_tool_call, file_stem, read_records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
+    arguments_of,
     branch_reason_of,
     group_of,
     normalize_message,
     normalize_tools,
     number_of,
     obj_at,
+    str_at,
     trajectory_of,
     type_name,
     validation_reason,
@@ -67,6 +69,8 @@ from treeprep.schemas import ChatCall, Provenance, Reject, TokenRollout
 NAME = "openai-responses"
 
 _ID_KEYS = ("prompt_token_ids", "generation_token_ids")
+#: removed from the file's name for the ``_ng_task_index`` group id
+_SUFFIXES = (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json")
 
 
 @dataclass
@@ -169,24 +173,12 @@ def segments(items: Any, where: str) -> list[_Segment]:
                 turn.reasoning.append(text)
         elif typ == "function_call":
             turn = turn or _Turn()
-            cid = it.get("call_id")
-            if not isinstance(cid, str):
-                raise RecordError(f"{w}.call_id: expected a string, got {type_name(cid)}")
-            name = it.get("name")
-            if not isinstance(name, str):
-                raise RecordError(f"{w}.name: expected a string, got {type_name(name)}")
-            args = it.get("arguments", "")
-            if not isinstance(args, str | dict):
-                raise RecordError(
-                    f"{w}.arguments: expected a JSON string or an object, got {type_name(args)}"
-                )
-            turn.tool_calls.append(
-                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-            )
+            cid = str_at(it, "call_id", w)
+            name = str_at(it, "name", w)
+            args = arguments_of(it.get("arguments", ""), f"{w}.arguments")
+            turn.tool_calls.append(chat_tool_call(cid, name, args))
         elif typ == "function_call_output":
-            cid = it.get("call_id")
-            if not isinstance(cid, str):
-                raise RecordError(f"{w}.call_id: expected a string, got {type_name(cid)}")
+            cid = str_at(it, "call_id", w)
             output = it.get("output")
             msg = normalize_message({"role": "tool", "tool_call_id": cid, "content": output}, w)
             out.append(_Segment(msg))
@@ -201,27 +193,35 @@ def segments(items: Any, where: str) -> list[_Segment]:
     return out
 
 
-def _stem(path: str) -> str:
-    """The file name without folders and extensions (``a/b.jsonl.gz`` -> ``b``)."""
-    name = os.path.basename(path)
-    for ext in (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json"):
-        name = name.removesuffix(ext)
-    return name
-
-
 def _group(rec: dict[str, Any], opts: ReadOptions, file: str) -> str | None:
     g = group_of(rec, opts)
     if g is None and not opts.group_by:
         idx = rec.get("_ng_task_index")
         if isinstance(idx, int) and not isinstance(idx, bool):
-            g = f"{_stem(file)}:task-{idx}"
+            g = f"{file_stem(file, _SUFFIXES)}:task-{idx}"
     return g
 
 
-def responses_items(
-    rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions
-) -> list[ChatCall | TokenRollout]:
-    """Every call of one Responses record (raises :class:`RecordError` when it does not fit)."""
+@dataclass(frozen=True)
+class _Shared:
+    """What every call of one record shares."""
+
+    base_id: str
+    group: str | None
+    reward: float | None
+    advantage: float | None
+    branch: str | None
+    model: str | None
+    tools: list[dict[str, Any]] | None
+    file: str
+    line: int
+    fmt: str
+    #: where the output items are (``response.output`` or ``output``)
+    where: str
+
+
+def _request(rec: Any) -> tuple[dict[str, Any], str, dict[str, Any], str, list[Any]]:
+    """(request params, where they are, response, where its output is, the output items)."""
     if not isinstance(rec, dict):
         raise RecordError(f"expected a JSON object, got {type_name(rec)}")
     if isinstance(rec.get("responses_create_params"), dict):
@@ -235,10 +235,13 @@ def responses_items(
     output = resp.get("output")
     if not isinstance(output, list):
         raise RecordError(f"{rwhere}: expected an array of output items, got {type_name(output)}")
+    return params, pwhere, resp, rwhere, output
 
-    def at(k: str) -> str:
-        return f"{pwhere}.{k}" if pwhere else k
 
+def _prompt(
+    params: dict[str, Any], at: Callable[[str], str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the system message from ``instructions``, if any; the whole prompt: it and ``input``)."""
     prompt: list[dict[str, Any]] = []
     instructions = params.get("instructions")
     if instructions is not None:
@@ -247,66 +250,76 @@ def responses_items(
                 f"{at('instructions')}: expected a string, got {type_name(instructions)}"
             )
         prompt.append({"role": "system", "content": instructions})
+    system = list(prompt)
     inp = params.get("input")
     if inp is not None:
         prompt.extend(s.message for s in segments(inp, at("input")))
+    return system, prompt
+
+
+def responses_items(
+    rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions
+) -> list[ChatCall | TokenRollout]:
+    """Every call of one Responses record (raises :class:`RecordError` when it does not fit)."""
+    params, pwhere, resp, rwhere, output = _request(rec)
+
+    def at(k: str) -> str:
+        return f"{pwhere}.{k}" if pwhere else k
+
+    system, prompt = _prompt(params, at)
     tools_src = params.get("tools") if params.get("tools") is not None else resp.get("tools")
     tools = normalize_tools(tools_src, at("tools"))
     if output and all(isinstance(x, list) for x in output):
-        steps = _state_steps(output, prompt[:1] if instructions is not None else [], rwhere)
+        steps = _state_steps(output, system, rwhere)
     else:
         steps = _flat_steps(output, prompt, rwhere)
-
-    group = _group(rec, opts, file)
-    reward = number_of(rec, "reward")
-    advantage = number_of(rec, "advantage")
-    branch = branch_reason_of(rec)
-    model = resp.get("model") if isinstance(resp.get("model"), str) else None
     rid = resp.get("id")
-    base_id = rid if isinstance(rid, str) else f"{os.path.basename(file)}:{line}"
+    shared = _Shared(
+        base_id=rid if isinstance(rid, str) else f"{os.path.basename(file)}:{line}",
+        group=_group(rec, opts, file),
+        reward=number_of(rec, "reward"),
+        advantage=number_of(rec, "advantage"),
+        branch=branch_reason_of(rec),
+        model=resp.get("model") if isinstance(resp.get("model"), str) else None,
+        tools=tools,
+        file=file,
+        line=line,
+        fmt=fmt,
+        where=rwhere,
+    )
     out: list[ChatCall | TokenRollout] = []
     for turn_no, (history, seg, hint) in enumerate(steps):
         try:
             if seg.id_items:
-                out.extend(
-                    _rollouts(
-                        seg,
-                        base_id,
-                        turn_no,
-                        group,
-                        reward,
-                        advantage,
-                        branch or hint,
-                        file,
-                        line,
-                        fmt,
-                        rwhere,
-                    )
-                )
+                out.extend(_rollouts(seg, turn_no, shared.branch or hint, shared))
             else:
-                out.append(
-                    ChatCall(
-                        group_id=group,
-                        call_id=f"{base_id}#{turn_no}",
-                        model=model,
-                        messages=list(history),  # type: ignore[arg-type]
-                        tools=tools,
-                        completion=seg.message,  # type: ignore[arg-type]
-                        reward=reward,
-                        advantage=advantage,
-                        provenance=Provenance(exact_messages=True),
-                        branch_reason=branch or hint,  # type: ignore[arg-type]
-                        source_file=file,
-                        source_line=line,
-                        source_format=fmt,
-                    )
-                )
+                out.append(_chat_call(history, seg, turn_no, shared.branch or hint, shared))
         except ValidationError as e:
             raise RecordError(f"assistant turn {turn_no}: {validation_reason(e)}") from e
     traj = trajectory_of(rec) or f"{os.path.basename(file)}:{line}"
     for call in out:
         call.trajectory_id = traj
     return out
+
+
+def _chat_call(
+    history: list[dict[str, Any]], seg: _Segment, turn_no: int, branch: str | None, sh: _Shared
+) -> ChatCall:
+    return ChatCall(
+        group_id=sh.group,
+        call_id=f"{sh.base_id}#{turn_no}",
+        model=sh.model,
+        messages=list(history),  # type: ignore[arg-type]
+        tools=sh.tools,
+        completion=seg.message,  # type: ignore[arg-type]
+        reward=sh.reward,
+        advantage=sh.advantage,
+        provenance=Provenance(exact_messages=True),
+        branch_reason=branch,  # type: ignore[arg-type]
+        source_file=sh.file,
+        source_line=sh.line,
+        source_format=sh.fmt,
+    )
 
 
 _Step = tuple[list[dict[str, Any]], _Segment, str | None]
@@ -380,23 +393,12 @@ def _state_steps(output: list[Any], system: list[dict[str, Any]], where: str) ->
     return steps
 
 
-def _rollouts(
-    seg: _Segment,
-    base_id: str,
-    turn_no: int,
-    group: str | None,
-    reward: float | None,
-    advantage: float | None,
-    branch: str | None,
-    file: str,
-    line: int,
-    fmt: str,
-    where: str,
-) -> list[TokenRollout]:
+def _rollouts(seg: _Segment, turn_no: int, branch: str | None, sh: _Shared) -> list[TokenRollout]:
+    """One TokenRollout per distinct id pair on the turn's items."""
     out: list[TokenRollout] = []
     seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     for idx, it in seg.id_items:
-        w = f"{where}[{idx}]"
+        w = f"{sh.where}[{idx}]"
         p = check_ids(it.get("prompt_token_ids"), f"{w}.prompt_token_ids")
         g = check_ids(it.get("generation_token_ids"), f"{w}.generation_token_ids")
         key = (tuple(p), tuple(g))
@@ -407,17 +409,17 @@ def _rollouts(
         iid = it.get("id") if isinstance(it.get("id"), str) else str(idx)
         out.append(
             TokenRollout(
-                group_id=group,
-                call_id=f"{base_id}#{turn_no}/{iid}",
+                group_id=sh.group,
+                call_id=f"{sh.base_id}#{turn_no}/{iid}",
                 prompt_token_ids=p,
                 generation_token_ids=g,
                 generation_log_probs=lp,
-                reward=reward,
-                advantage=advantage,
+                reward=sh.reward,
+                advantage=sh.advantage,
                 branch_reason=branch,  # type: ignore[arg-type]
-                source_file=file,
-                source_line=line,
-                source_format=fmt,
+                source_file=sh.file,
+                source_line=sh.line,
+                source_format=sh.fmt,
             )
         )
     return out
@@ -464,12 +466,9 @@ def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> l
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_records(path):
-        if isinstance(rec, Reject):
-            rec.format = NAME
-            yield rec
-        else:
-            yield from convert(rec, file=path, line=lineno, fmt=NAME, opts=opts)
+    return read_records(
+        path, NAME, lambda rec, line: convert(rec, file=path, line=line, fmt=NAME, opts=opts)
+    )
 
 
 def looks_like_responses(rec: Any) -> bool:

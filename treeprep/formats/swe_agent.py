@@ -24,13 +24,13 @@ them. One group (tree) per file: every call of a run shares its system prompt an
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError
 from treeprep.formats import aliases
-from treeprep.formats._agentlogs import load_json, make_call
+from treeprep.formats._agentlogs import group_or, load_json, make_call
+from treeprep.formats._records import chat_tool_call, file_stem
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -39,11 +39,7 @@ _KEEP = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
 def _strip_ext(path: str) -> str:
-    base = os.path.basename(path)
-    for ext in (".gz", ".zst"):
-        if base.endswith(ext):
-            base = base[: -len(ext)]
-    return base
+    return file_stem(path, (".gz", ".zst"))
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -66,14 +62,11 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
             out["tool_call_id"] = ids[0]
     if out.get("tool_calls"):
         out["tool_calls"] = [
-            {
-                "id": tc.get("id"),
-                "type": "function",
-                "function": {
-                    "name": tc.get("function", {}).get("name", ""),
-                    "arguments": tc.get("function", {}).get("arguments", ""),
-                },
-            }
+            chat_tool_call(
+                tc.get("id"),
+                tc.get("function", {}).get("name", ""),
+                tc.get("function", {}).get("arguments", ""),
+            )
             for tc in out["tool_calls"]
         ]
     if isinstance(out.get("content"), list):
@@ -95,9 +88,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     steps = doc.get("trajectory") or []
     history = doc.get("history") or []
     stem = _strip_ext(path)[: -len(".traj")]
-    gid = stem
-    if opts.group_by and doc.get(opts.group_by) is not None:
-        gid = str(doc[opts.group_by])
+    gid = group_or(doc, opts, stem)
     main_agent = next((m.get("agent") for m in history if isinstance(m, dict)), None)
     hist = [m for m in history if isinstance(m, dict) and m.get("agent", main_agent) == main_agent]
 

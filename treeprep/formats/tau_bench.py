@@ -26,18 +26,20 @@ Rewards: the trajectory's reward is set on every call of that trial.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError
-from treeprep.formats._agentlogs import line_of, list_element_lines, load_json, make_call
+from treeprep.formats._agentlogs import group_or, line_of, list_element_lines, load_json, make_call
+from treeprep.formats._records import chat_tool_call, file_stem
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import NonFinite, find_non_finite, find_value
 from treeprep.schemas import Reject
 
 TAU = "tau-bench"
 TAU2 = "tau2-bench"
+#: removed from the file's name for the group ids (``<stem>:task-<id>``)
+_SUFFIXES = (".gz", ".zst", ".json")
 
 _TAU2_INSTRUCTION = (
     "You are a customer service agent that helps the user according to the <policy> provided "
@@ -50,13 +52,6 @@ _TAU2_INSTRUCTION = (
 def tau2_system_prompt(policy: str) -> str:
     """tau2-bench ``LLMAgent``'s system prompt for a domain policy."""
     return f"<instructions>\n{_TAU2_INSTRUCTION}\n</instructions>\n<policy>\n{policy}\n</policy>"
-
-
-def _stem(path: str) -> str:
-    b = os.path.basename(path)
-    for ext in (".gz", ".zst", ".json"):
-        b = b.removesuffix(ext)
-    return b
 
 
 def sniff_tau(path: str, head: bytes) -> bool:
@@ -78,24 +73,9 @@ def _oa_tool_calls(tcs: list[Any]) -> list[dict[str, Any]]:
     for tc in tcs:
         if "function" in tc:  # already OpenAI form (tau-bench)
             fn = tc["function"]
-            out.append(
-                {
-                    "id": tc.get("id"),
-                    "type": "function",
-                    "function": {"name": fn.get("name", ""), "arguments": fn.get("arguments", "")},
-                }
-            )
+            out.append(chat_tool_call(tc.get("id"), fn.get("name", ""), fn.get("arguments", "")))
         else:  # tau2: {id, name, arguments: {...}, requestor}
-            out.append(
-                {
-                    "id": tc.get("id"),
-                    "type": "function",
-                    "function": {
-                        "name": tc.get("name", ""),
-                        "arguments": tc.get("arguments") or {},
-                    },
-                }
-            )
+            out.append(chat_tool_call(tc.get("id"), tc.get("name", ""), tc.get("arguments") or {}))
     return out
 
 
@@ -184,7 +164,7 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
     if not isinstance(doc, list):
         raise InputError(path, 1, "expected a tau-bench JSON list of {task_id, traj, reward}")
     lines = list_element_lines(text, len(doc))
-    stem = _stem(path)
+    stem = file_stem(path, _SUFFIXES)
     trials_seen: dict[str, int] = {}
     for i, e in enumerate(doc):
         line = lines[i]
@@ -215,13 +195,10 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
         if bad:
             yield Reject(file=path, line=line, format=TAU, reason=bad)
             continue
-        gid = f"{stem}:task-{task}"
-        if opts.group_by and e.get(opts.group_by) is not None:
-            gid = str(e[opts.group_by])
         yield from _calls(
             path=path,
             fmt=TAU,
-            gid=gid,
+            gid=group_or(e, opts, f"{stem}:task-{task}"),
             call_prefix=f"task-{task}/trial-{trial}",
             line=line,
             messages=msgs,
@@ -241,7 +218,7 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
     policy = env.get("policy")
     tools = env.get("tool_defs") if isinstance(env.get("tool_defs"), list) else opts.tools
     system = opts.system_prompt or (tau2_system_prompt(policy) if policy else None)
-    stem = _stem(path)
+    stem = file_stem(path, _SUFFIXES)
     trials_seen: dict[str, int] = {}
     for i, s in enumerate(doc["simulations"]):
         if not isinstance(s, dict) or not isinstance(s.get("messages"), list):
@@ -279,13 +256,10 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
             yield Reject(file=path, line=line, format=TAU2, reason=bad)
             continue
         reward = _float((s.get("reward_info") or {}).get("reward"))
-        gid = f"{stem}:task-{task}"
-        if opts.group_by and s.get(opts.group_by) is not None:
-            gid = str(s[opts.group_by])
         yield from _calls(
             path=path,
             fmt=TAU2,
-            gid=gid,
+            gid=group_or(s, opts, f"{stem}:task-{task}"),
             call_prefix=f"task-{task}/trial-{s.get('trial', n)}/{s.get('id', i)}",
             line=line,
             messages=msgs,

@@ -28,14 +28,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import iter_records
+from treeprep.formats._records import read_records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
-    branch_reason_of,
     group_of,
-    number_of,
     obj_at,
+    outcome_fields,
     trajectory_of,
     type_name,
     validation_reason,
@@ -78,12 +77,7 @@ def rollout(rec: dict[str, Any], *, file: str, line: int, opts: ReadOptions) -> 
             generation_token_ids=g,
             generation_log_probs=lp,
             ref_log_probs=ref,
-            reward=number_of(rec, "reward"),
-            advantage=number_of(rec, "advantage"),
-            branch_reason=branch_reason_of(rec),  # type: ignore[arg-type]
-            source_file=file,
-            source_line=line,
-            source_format=NAME,
+            **outcome_fields(rec, file=file, line=line, fmt=NAME),
         )
     except ValidationError as e:
         raise RecordError(validation_reason(e)) from e
@@ -106,12 +100,7 @@ def convert(rec: Any, *, file: str, line: int, opts: ReadOptions) -> list[Item]:
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for lineno, rec in iter_records(path):
-        if isinstance(rec, Reject):
-            rec.format = NAME
-            yield rec
-        else:
-            yield from convert(rec, file=path, line=lineno, opts=opts)
+    return read_records(path, NAME, lambda rec, line: convert(rec, file=path, line=line, opts=opts))
 
 
 def _has_ids(rec: Any) -> bool:

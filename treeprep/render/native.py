@@ -47,11 +47,16 @@ from typing import Any
 
 import orjson
 
+from treeprep.errors import RenderError
+from treeprep.schemas.tokenizer import sha256_text
+
 __all__ = [
     "FALLBACK_ERRORS",
     "NativeTemplate",
     "PORTS",
     "find_port",
+    "find_verified_port",
+    "probe_conversations",
     "render_builtin_chatml",
     "render_qwen2_5",
     "render_qwen3",
@@ -193,21 +198,41 @@ def _system_block(
         ap("<|im_end|>\n")
 
 
-def _qwen3_tool_calls(out: list[str], tool_calls: list[dict[str, Any]], content: str) -> None:
-    """``<tool_call>`` blocks as the Qwen3 templates write them (string arguments verbatim)."""
+def _qwen3_tool_calls(
+    out: list[str], tool_calls: list[dict[str, Any]], content: str, *, if_defined: bool = False
+) -> None:
+    """``<tool_call>`` blocks as the Qwen3 templates write them (string arguments verbatim).
+
+    A call's ``function`` replaces it when truthy (``{%- if tool_call.function %}``), or with
+    ``if_defined`` when present at all (the built-in template's ``is defined``)."""
     ap = out.append
     for j, tc in enumerate(tool_calls):
         if j or content:
             ap("\n")
-        fn = tc.get("function")
-        if fn:
-            tc = fn
+        if if_defined:
+            if "function" in tc:
+                tc = tc["function"]
+        else:
+            fn = tc.get("function")
+            if fn:
+                tc = fn
         ap('<tool_call>\n{"name": "')
         ap(tc["name"])
         ap('", "arguments": ')
         args = tc["arguments"]
         ap(args if isinstance(args, str) else _tojson(args))
         ap("}\n</tool_call>")
+
+
+def _end_assistant(
+    out: list[str], m: dict[str, Any], content: str, *, if_defined: bool = False
+) -> None:
+    """The end of an assistant turn: its tool calls (:func:`_qwen3_tool_calls`), then
+    ``<|im_end|>``."""
+    tool_calls = m.get("tool_calls")
+    if tool_calls:
+        _qwen3_tool_calls(out, tool_calls, content, if_defined=if_defined)
+    out.append("<|im_end|>\n")
 
 
 def _tool_message(
@@ -277,10 +302,7 @@ def render_qwen3(
             else:
                 ap("<|im_start|>assistant\n")
                 ap(content)
-            tool_calls = m.get("tool_calls")
-            if tool_calls:
-                _qwen3_tool_calls(out, tool_calls, content)
-            ap("<|im_end|>\n")
+            _end_assistant(out, m, content)
         elif role == "user" or (role == "system" and i):
             _turn(out, role, m["content"])
     return _finish(out, add_generation_prompt)
@@ -310,10 +332,7 @@ def render_qwen3_instruct_2507(
         elif role == "assistant":
             ap("<|im_start|>assistant\n")
             ap(content)
-            tool_calls = m.get("tool_calls")
-            if tool_calls:
-                _qwen3_tool_calls(out, tool_calls, content)
-            ap("<|im_end|>\n")
+            _end_assistant(out, m, content)
         elif role == "tool":
             _tool_message(out, messages, i, n, content)
     return _finish(out, add_generation_prompt)
@@ -394,20 +413,7 @@ def render_builtin_chatml(
             content = m["content"]
             if content:
                 ap(content)
-            tool_calls = m.get("tool_calls")
-            if tool_calls:
-                for j, tc in enumerate(tool_calls):
-                    if content or j:
-                        ap("\n")
-                    if "function" in tc:
-                        tc = tc["function"]
-                    ap('<tool_call>\n{"name": "')
-                    ap(tc["name"])
-                    ap('", "arguments": ')
-                    args = tc["arguments"]
-                    ap(args if isinstance(args, str) else _tojson(args))
-                    ap("}\n</tool_call>")
-            ap("<|im_end|>\n")
+            _end_assistant(out, m, content, if_defined=True)
         elif role == "tool":
             ap("<|im_start|>tool\n<tool_response>\n")
             ap(m["content"])
@@ -445,3 +451,95 @@ PORTS: dict[str, NativeTemplate] = {
 def find_port(template_sha256: str) -> NativeTemplate | None:
     """The port of the template whose text has this sha256, or None."""
     return PORTS.get(template_sha256)
+
+
+# --------------------------------------------------------------------------------------------------
+# Verification: a port is used only once it renders the probe conversations like its template
+# --------------------------------------------------------------------------------------------------
+
+
+def find_verified_port(template: str, reference: RenderFn) -> NativeTemplate | None:
+    """The template's native port, if it has one that renders the probe conversations exactly
+    like ``reference`` (the jinja template); otherwise None (jinja renders everything)."""
+    port = find_port(sha256_text(template))
+    if port is None:
+        return None
+    for msgs, tools in probe_conversations():
+        for gen in (False, True):
+            try:
+                ref = reference(msgs, tools, gen)
+            except RenderError:
+                continue  # the template refuses it: the port falls back to it at run time
+            try:
+                same = port.render(msgs, tools, gen) == ref
+            except FALLBACK_ERRORS:
+                same = False
+            if not same:
+                return None
+    return port
+
+
+def probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
+    """Conversations that exercise a template: system, tools, parallel calls, reasoning, results."""
+    tools: list[dict[str, Any]] = [
+        {
+            "type": "function",
+            "function": {
+                "name": "run",
+                "description": "Run <b>it</b> é",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            },
+        }
+    ]
+    conv: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Go."},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "plan",
+            "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+                {"id": "2", "type": "function", "function": {"name": "run", "arguments": {"a": 1}}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "1", "content": "ok"},
+        {"role": "tool", "tool_call_id": "2", "name": "run", "content": "ok"},
+        {"role": "assistant", "content": "Done.", "reasoning_content": "fine"},
+        {"role": "user", "content": "Again."},
+        {"role": "assistant", "content": "Sure."},
+    ]
+    # the corners a template port must get right: reasoning inside the content, a wrapped tool
+    # response as a user turn (Qwen3's last-query search), a later system turn, no system at all,
+    # consecutive tool results at the end, content with leading/trailing newlines, an assistant
+    # turn with tool calls and text, and a turn that is neither reasoning nor text
+    corners: list[dict[str, Any]] = [
+        {"role": "user", "content": "  Hi \n"},
+        {"role": "assistant", "content": "<think>\n  a \n</think>\n\nOk\n"},
+        {"role": "user", "content": "<tool_response>\nx\n</tool_response>"},
+        {"role": "system", "content": "Later."},
+        {
+            "role": "assistant",
+            "content": "\nCalling.",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "run", "arguments": {"é": [1, 2.5]}}}
+            ],
+        },
+        {"role": "tool", "content": "<think>r</think>"},
+        {"role": "assistant", "content": "", "reasoning_content": ""},
+        {"role": "user", "content": "ü 🙂"},
+        {"role": "assistant", "content": "x</think>y", "reasoning_content": "\nr\n"},
+        {"role": "tool", "content": "a"},
+        {"role": "tool", "content": "b"},
+    ]
+    return [
+        (conv, tools),
+        (conv, None),
+        (conv[1:3], tools),
+        (conv[1:2], None),
+        (corners, tools),
+        (corners, None),
+        (corners[:2], None),
+        (corners[:3], tools),
+        (corners[:5], None),
+    ]

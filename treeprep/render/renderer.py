@@ -55,12 +55,11 @@ from treeprep.errors import NativeTemplateMismatch, RenderError, TokenizerError
 from treeprep.render.coverage import completion_loss
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
-from treeprep.render.native import FALLBACK_ERRORS
+from treeprep.render.native import FALLBACK_ERRORS, find_verified_port
 from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
     RenderLimits,
-    find_verified_port,
     first_char_difference,
     parse_date,
 )
@@ -341,7 +340,7 @@ class Renderer:
         if port is None:
             return None
         self.native_template = port.name
-        return port.render  # type: ignore[no-any-return]
+        return port.render
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of rendered text (int32), through the piece cache."""

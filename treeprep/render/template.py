@@ -218,28 +218,28 @@ def _namespace_class(max_chars: int) -> type:
     return TemplateNamespace
 
 
-def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
-    """The immutable sandbox with the limits' checks and fast paths for plain data: for a dict
-    key that is not a dict attribute, a public str method (not ``format``), a read-only dict
-    method, the loop variable's properties or a namespace value, the result is what the sandbox
-    returns, without its checks; everything else goes through the sandbox."""
+#: the fast paths' sets (see :func:`_fast_lookups`)
+_DICT_ATTRS = frozenset(dir(dict))
+_DICT_READS = frozenset(("items", "keys", "values", "get"))
+_LOOP_ATTRS = frozenset(
+    ("index", "index0", "first", "last", "length", "revindex", "revindex0", "depth", "depth0")
+)
+_STR_METHODS = frozenset(a for a in dir(str) if not a.startswith("_")) - {"format", "format_map"}
+_BUILTIN_METHOD: Any = type("".strip)
+
+
+def _fast_lookups(namespace_cls: type) -> type:
+    """A sandbox mixin with fast paths for plain data: for a dict key that is not a dict
+    attribute, a public str method (not ``format``), a read-only dict method, the loop variable's
+    properties or a namespace value, the result is what the sandbox returns, without its checks;
+    everything else goes through the sandbox."""
     from jinja2.runtime import LoopContext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    max_chars = limits.max_chars
-    deadline = _deadline
-    dict_attrs = frozenset(dir(dict))
-    dict_reads = frozenset(("items", "keys", "values", "get"))
-    builtin_method: Any = type("".strip)
-    loop_attrs = frozenset(
-        ("index", "index0", "first", "last", "length", "revindex", "revindex0", "depth", "depth0")
-    )
-    str_attrs = frozenset(a for a in dir(str) if not a.startswith("_")) - {"format", "format_map"}
-    fast_methods = (str_attrs | dict_reads) - {"format", "format_map"}
+    # bound here so that the hot paths read closure cells, not module globals
+    dict_attrs, dict_reads = _DICT_ATTRS, _DICT_READS
+    loop_attrs, str_attrs = _LOOP_ATTRS, _STR_METHODS
 
-    class Env(ImmutableSandboxedEnvironment):  # type: ignore[misc]
-        intercepted_binops = frozenset({"*", "**"})
-
+    class FastLookups:
         def getattr(self, obj: Any, attribute: str) -> Any:
             # For a plain dict whose key is not also a dict attribute the sandbox returns the item;
             # a public str method other than format/format_map is what the sandbox returns too.
@@ -260,7 +260,7 @@ def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
                     return getattr(obj, attribute)
                 except AttributeError:
                     pass
-            return super().getattr(obj, attribute)
+            return super().getattr(obj, attribute)  # type: ignore[misc]
 
         def getitem(self, obj: Any, argument: Any) -> Any:
             if type(obj) is dict and type(argument) is str:
@@ -268,8 +268,20 @@ def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
                     return obj[argument]
                 except KeyError:
                     pass
-            return super().getitem(obj, argument)
+            return super().getitem(obj, argument)  # type: ignore[misc]
 
+    return FastLookups
+
+
+def _limited_calls(limits: RenderLimits) -> type:
+    """A sandbox mixin that checks ``*``, ``**`` and every call against the limits (time and
+    size), calling a read-only str/dict method directly: there is nothing to check in it."""
+    max_chars = limits.max_chars
+    deadline = _deadline
+    builtin_method = _BUILTIN_METHOD
+    fast_methods = _STR_METHODS | _DICT_READS
+
+    class LimitedCalls:
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             if operator == "*":
                 for seq, n in ((left, right), (right, left)):
@@ -278,7 +290,7 @@ def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
                             raise _TooBig(f"'*' would build {len(seq) * n} items")
             elif operator == "**" and isinstance(right, int) and abs(right) > limits.max_power:
                 raise _TooBig(f"'**' with exponent {right}")
-            return super().call_binop(context, operator, left, right)
+            return super().call_binop(context, operator, left, right)  # type: ignore[misc]
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
             if time.monotonic() > deadline[0]:
@@ -297,10 +309,24 @@ def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
                 kwargs.pop("_block_vars", None)
                 out = __obj(*args, **kwargs)
             else:
-                out = super().call(__context, __obj, *args, **kwargs)
+                out = super().call(__context, __obj, *args, **kwargs)  # type: ignore[misc]
             if type(out) in (str, list) and len(out) > max_chars:
                 raise _TooBig(f"a call returned {len(out)} items")
             return out
+
+    return LimitedCalls
+
+
+def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
+    """The immutable sandbox with the limits' checks (:func:`_limited_calls`) and fast paths for
+    plain data (:func:`_fast_lookups`)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    fast = _fast_lookups(namespace_cls)
+    limited = _limited_calls(limits)
+
+    class Env(fast, limited, ImmutableSandboxedEnvironment):  # type: ignore[misc,valid-type]
+        intercepted_binops = frozenset({"*", "**"})
 
     return Env
 
@@ -495,93 +521,3 @@ def first_char_difference(a: str, b: str) -> int:
     """Index of the first character where ``a`` and ``b`` differ (the shorter length if none)."""
     m = min(len(a), len(b))
     return next((i for i in range(m) if a[i] != b[i]), m)
-
-
-def find_verified_port(template: str, reference: RenderFn) -> Any:
-    """The template's native port, if it has one that renders the probe conversations exactly
-    like ``reference`` (the jinja template); otherwise None (jinja renders everything)."""
-    from treeprep.render.native import FALLBACK_ERRORS, find_port
-    from treeprep.schemas.tokenizer import sha256_text
-
-    port = find_port(sha256_text(template))
-    if port is None:
-        return None
-    for msgs, tools in probe_conversations():
-        for gen in (False, True):
-            try:
-                ref = reference(msgs, tools, gen)
-            except RenderError:
-                continue  # the template refuses it: the port falls back to it at run time
-            try:
-                same = port.render(msgs, tools, gen) == ref
-            except FALLBACK_ERRORS:
-                same = False
-            if not same:
-                return None
-    return port
-
-
-def probe_conversations() -> list[tuple[list[dict], list[dict] | None]]:
-    """Conversations that exercise a template: system, tools, parallel calls, reasoning, results."""
-    tools: list[dict[str, Any]] = [
-        {
-            "type": "function",
-            "function": {
-                "name": "run",
-                "description": "Run <b>it</b> é",
-                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
-            },
-        }
-    ]
-    conv: list[dict[str, Any]] = [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Go."},
-        {
-            "role": "assistant",
-            "content": "",
-            "reasoning_content": "plan",
-            "tool_calls": [
-                {"id": "1", "type": "function", "function": {"name": "run", "arguments": "{}"}},
-                {"id": "2", "type": "function", "function": {"name": "run", "arguments": {"a": 1}}},
-            ],
-        },
-        {"role": "tool", "tool_call_id": "1", "content": "ok"},
-        {"role": "tool", "tool_call_id": "2", "name": "run", "content": "ok"},
-        {"role": "assistant", "content": "Done.", "reasoning_content": "fine"},
-        {"role": "user", "content": "Again."},
-        {"role": "assistant", "content": "Sure."},
-    ]
-    # the corners a template port must get right: reasoning inside the content, a wrapped tool
-    # response as a user turn (Qwen3's last-query search), a later system turn, no system at all,
-    # consecutive tool results at the end, content with leading/trailing newlines, an assistant
-    # turn with tool calls and text, and a turn that is neither reasoning nor text
-    corners: list[dict[str, Any]] = [
-        {"role": "user", "content": "  Hi \n"},
-        {"role": "assistant", "content": "<think>\n  a \n</think>\n\nOk\n"},
-        {"role": "user", "content": "<tool_response>\nx\n</tool_response>"},
-        {"role": "system", "content": "Later."},
-        {
-            "role": "assistant",
-            "content": "\nCalling.",
-            "tool_calls": [
-                {"type": "function", "function": {"name": "run", "arguments": {"é": [1, 2.5]}}}
-            ],
-        },
-        {"role": "tool", "content": "<think>r</think>"},
-        {"role": "assistant", "content": "", "reasoning_content": ""},
-        {"role": "user", "content": "ü 🙂"},
-        {"role": "assistant", "content": "x</think>y", "reasoning_content": "\nr\n"},
-        {"role": "tool", "content": "a"},
-        {"role": "tool", "content": "b"},
-    ]
-    return [
-        (conv, tools),
-        (conv, None),
-        (conv[1:3], tools),
-        (conv[1:2], None),
-        (corners, tools),
-        (corners, None),
-        (corners[:2], None),
-        (corners[:3], tools),
-        (corners[:5], None),
-    ]
