@@ -114,7 +114,28 @@ def check_plan(trees: list[Tree], table: pa.Table, summary, budget: int, per_sha
     """Every invariant of a plan. Trees are in forest order: tree i is (shard i // per_shard,
     row i % per_shard) when ``per_shard`` is given, else row i of the only shard."""
     rows = table.to_pylist()
-    # no micro-batch over budget
+    _check_slots(rows, summary, budget)
+    by_tree: dict[int, list[dict]] = {}
+    for r in rows:
+        i = r["row"]
+        if per_shard:
+            i += per_shard * int(r["shard"].split("-")[-1].split(".")[0])
+        by_tree.setdefault(i, []).append(r)
+    assert sorted(by_tree) == list(range(len(trees)))
+    tokens_pack = sum(_check_tree(tree, by_tree[ti]) for ti, tree in enumerate(trees))
+    assert summary.tokens_pack == tokens_pack
+    assert summary.tokens_tree == sum(t.tokens_tree for t in trees)
+    assert summary.tokens_linear == sum(t.tokens_linear for t in trees)
+    assert summary.err == pytest.approx(1 - tokens_pack / summary.tokens_linear)
+    assert summary.err <= summary.por + 1e-12
+    assert summary.parts == len(rows)
+    # rows are in (step, rank, micro_batch, shard, row, part) order
+    keys = [(r["step"], r["rank"], r["micro_batch"], r["shard"], r["row"], r["part"]) for r in rows]
+    assert keys == sorted(keys)
+
+
+def _check_slots(rows: list[dict], summary, budget: int) -> None:
+    """No micro-batch over the budget; hand-off rows fill a slot alone, their parts in budget."""
     load: Counter = Counter()
     for r in rows:
         key = (r["step"], r["rank"], r["micro_batch"])
@@ -135,77 +156,64 @@ def check_plan(trees: list[Tree], table: pa.Table, summary, budget: int, per_sha
     for step, rank, mb in load:
         assert 0 <= rank < summary.world_size and 0 <= mb < per_rank[step]
 
-    by_tree: dict[int, list[dict]] = {}
-    for r in rows:
-        i = r["row"]
-        if per_shard:
-            i += per_shard * int(r["shard"].split("-")[-1].split(".")[0])
-        by_tree.setdefault(i, []).append(r)
-    assert sorted(by_tree) == list(range(len(trees)))
-    tokens_pack = 0
-    for ti, tree in enumerate(trees):
-        parts = by_tree[ti]
-        assert {r["group_id"] for r in parts} == {tree.group_id}
-        assert len({r["step"] for r in parts}) == 1  # one tree, one optimizer step
-        assert sorted(r["part"] for r in parts) == list(range(len(parts)))
-        assert all(r["num_parts"] == len(parts) for r in parts)
-        par = tree.node_parent
-        seen_nodes: Counter = Counter()
-        seen_seqs: Counter = Counter()
-        trained: Counter = Counter()
-        for r in parts:
-            nodes, prefix = r["nodes"], r["prefix_nodes"]
-            assert nodes == sorted(set(nodes)) and nodes
-            # the prefix is the root-to-p path
-            for k, v in enumerate(prefix):
-                assert par[v] == (prefix[k - 1] if k else -1)
-            # connected: every computed node hangs from the part or from the prefix's end
-            have = set(nodes)
-            for v in nodes:
-                p = int(par[v])
-                assert p in have or (p == (prefix[-1] if prefix else -1))
-            assert r["tokens"] == int(tree.node_length[nodes].sum())
-            assert r["prefix_tokens"] == int(tree.node_length[prefix].sum()) if prefix else True
-            assert r["prefix_tokens"] == (int(tree.node_depth[nodes[0]]) if prefix else 0)
-            fed = prefix + nodes
-            n_pairs = sum(
-                int(tree.node_length[v] * tree.node_depth[v])
-                + int(tree.node_length[v] * (tree.node_length[v] + 1) // 2)
-                for v in fed
-            )
-            assert r["attn_pairs"] == n_pairs
-            tokens_pack += r["tokens"] + r["prefix_tokens"]
-            seen_nodes.update(nodes)
-            seen_seqs.update(r["seqs"])
-            fed_set = set(fed)
-            for s in r["seqs"]:
-                end = int(tree.seq_node[s])
-                assert end in have  # the loss goes to the part computing the end node
-                path = tree.path_nodes(end)
-                assert set(path) <= fed_set  # the whole sequence is fed in this part
-                # every trained token of s, with its duplicate count, lands here
-                spans = tree.seq_loss_spans[s]
-                for a, b in zip(spans[0::2], spans[1::2], strict=True):
-                    for pos in range(a, b):
-                        trained[(s, pos)] += int(tree.seq_count[s])
-        assert seen_nodes == Counter(range(tree.num_nodes))  # every node computed exactly once
-        assert seen_seqs == Counter(range(tree.num_sequences))  # every sequence exactly once
-        expected: Counter = Counter()
-        for s in range(tree.num_sequences):
-            spans = tree.seq_loss_spans[s]
-            for a, b in zip(spans[0::2], spans[1::2], strict=True):
-                for pos in range(a, b):
-                    expected[(s, pos)] += int(tree.seq_count[s])
-        assert trained == expected
-    assert summary.tokens_pack == tokens_pack
-    assert summary.tokens_tree == sum(t.tokens_tree for t in trees)
-    assert summary.tokens_linear == sum(t.tokens_linear for t in trees)
-    assert summary.err == pytest.approx(1 - tokens_pack / summary.tokens_linear)
-    assert summary.err <= summary.por + 1e-12
-    assert summary.parts == len(rows)
-    # rows are in (step, rank, micro_batch, shard, row, part) order
-    keys = [(r["step"], r["rank"], r["micro_batch"], r["shard"], r["row"], r["part"]) for r in rows]
-    assert keys == sorted(keys)
+
+def _trained(tree: Tree, seqs) -> Counter:
+    """(sequence, position) -> duplicate count, over the trained tokens of ``seqs``."""
+    out: Counter = Counter()
+    for s in seqs:
+        spans = tree.seq_loss_spans[s]
+        for a, b in zip(spans[0::2], spans[1::2], strict=True):
+            for pos in range(a, b):
+                out[(s, pos)] += int(tree.seq_count[s])
+    return out
+
+
+def _check_tree(tree: Tree, parts: list[dict]) -> int:
+    """One tree's parts: one step, connected, every node once, every sequence (and trained
+    token) once in the part computing its end node. Returns the tokens fed."""
+    assert {r["group_id"] for r in parts} == {tree.group_id}
+    assert len({r["step"] for r in parts}) == 1  # one tree, one optimizer step
+    assert sorted(r["part"] for r in parts) == list(range(len(parts)))
+    assert all(r["num_parts"] == len(parts) for r in parts)
+    par = tree.node_parent
+    seen_nodes: Counter = Counter()
+    seen_seqs: Counter = Counter()
+    trained: Counter = Counter()
+    fed_tokens = 0
+    for r in parts:
+        nodes, prefix = r["nodes"], r["prefix_nodes"]
+        assert nodes == sorted(set(nodes)) and nodes
+        # the prefix is the root-to-p path
+        for k, v in enumerate(prefix):
+            assert par[v] == (prefix[k - 1] if k else -1)
+        # connected: every computed node hangs from the part or from the prefix's end
+        have = set(nodes)
+        for v in nodes:
+            p = int(par[v])
+            assert p in have or (p == (prefix[-1] if prefix else -1))
+        assert r["tokens"] == int(tree.node_length[nodes].sum())
+        assert r["prefix_tokens"] == int(tree.node_length[prefix].sum()) if prefix else True
+        assert r["prefix_tokens"] == (int(tree.node_depth[nodes[0]]) if prefix else 0)
+        fed = prefix + nodes
+        n_pairs = sum(
+            int(tree.node_length[v] * tree.node_depth[v])
+            + int(tree.node_length[v] * (tree.node_length[v] + 1) // 2)
+            for v in fed
+        )
+        assert r["attn_pairs"] == n_pairs
+        fed_tokens += r["tokens"] + r["prefix_tokens"]
+        seen_nodes.update(nodes)
+        seen_seqs.update(r["seqs"])
+        fed_set = set(fed)
+        for s in r["seqs"]:
+            end = int(tree.seq_node[s])
+            assert end in have  # the loss goes to the part computing the end node
+            assert set(tree.path_nodes(end)) <= fed_set  # the whole sequence is fed here
+        trained.update(_trained(tree, r["seqs"]))  # with its duplicate count, lands here
+    assert seen_nodes == Counter(range(tree.num_nodes))  # every node computed exactly once
+    assert seen_seqs == Counter(range(tree.num_sequences))  # every sequence exactly once
+    assert trained == _trained(tree, range(tree.num_sequences))
+    return fed_tokens
 
 
 # --------------------------------------------------------------------------------------------
