@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from treeprep.cli import options as opt
+
 
 class BuildEngine(StrEnum):
     """Who runs a build."""
@@ -85,38 +87,45 @@ def build_cmd(
     ] = False,
 ) -> None:
     """Render logs with the model's chat template, deduplicate them into tries, write shards."""
+    cfg = _config(locals())
     from rich.console import Console
 
-    from treeprep.build import BuildConfig
-
-    cfg = BuildConfig(
-        inputs=inputs,
-        out=out,
-        tokenizer=str(tokenizer) if tokenizer else None,
-        format=fmt,
-        group_by=group_by,
-        workers=workers,
-        max_errors=max_errors,
-        system_prompt=str(system_prompt) if system_prompt else None,
-        tools=str(tools) if tools else None,
-        native_templates=native_templates,
-        max_record_bytes=max(1, int(max_record_mb * (1 << 20))),
-        chat_template=str(chat_template) if chat_template else None,
-        date=date,
-        engine=engine.value,
-        ray_address=ray_address,
-    )
     if engine is BuildEngine.ray:
         _quiet_ray()
     err = Console(stderr=True)
     manifest = _build_with_progress(cfg, err)
     _report_skipped(manifest.skipped_files, err)
-    c = manifest.counts
     if as_json:
-        typer.echo(json.dumps(c.model_dump(), indent=2))
+        typer.echo(json.dumps(manifest.counts.model_dump(), indent=2))
         return
+    _print_manifest(manifest, out, err)
+
+
+#: options named differently from the ``BuildConfig`` fields they set
+_RENAMED = {"fmt": "format"}
+
+
+def _config(params: dict[str, Any]) -> Any:
+    """The ``BuildConfig`` of the command's options: each option sets the field of its name (Enums
+    as their values, paths as strings), but for ``--format`` and ``--max-record-mb`` (MiB, the
+    config counts bytes)."""
+    from treeprep.build import BuildConfig
+
+    kw = {
+        _RENAMED.get(k, k): opt.plain(v)
+        for k, v in params.items()
+        if k not in ("as_json", "max_record_mb")
+    }
+    kw["max_record_bytes"] = max(1, int(params["max_record_mb"] * (1 << 20)))
+    return BuildConfig(**kw)
+
+
+def _print_manifest(manifest: Any, out: str, err: Any) -> None:
+    """The build's counts as a table on stdout; rejects and repeated inputs noted on stderr."""
+    from rich.console import Console
     from rich.table import Table
 
+    c = manifest.counts
     t = Table(title=f"treeprep build -> {out}", show_header=False)
     for k, v in c.model_dump().items():
         t.add_row(k, f"{v:,}")

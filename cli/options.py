@@ -6,12 +6,21 @@ The values mirror the trainer's ``Literal`` types (``LossName``, ``Norm``, ``Lay
 because the CLI imports the trainer (and torch) only inside the commands that train.
 ``tests/cli/test_options.py`` checks that both lists agree. ``--device`` stays a string: it takes
 any torch device (``cuda:1``).
+
+Options that several commands share are declared here once (``Annotated`` aliases: the build
+folder, the model, the attention backend, the objective). Typer needs every option in each
+command's signature, so a command still lists them; what it does not repeat is their help, their
+defaults and their translation: :func:`objective` picks the objective's options out of a
+command's parameters as the trainer's keyword arguments, and :func:`plain` turns one option value
+into what the library takes (an Enum's value, a path's string).
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Annotated
+from collections.abc import Mapping
+from enum import Enum, StrEnum
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -96,6 +105,14 @@ class Head(StrEnum):
 
 
 # --------------------------------------------------------------------------------------------
+# the model options, shared by ``train`` and ``verify``
+# --------------------------------------------------------------------------------------------
+
+BuildArg = Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")]
+ModelOpt = Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")]
+AttnOpt = Annotated[Attn, typer.Option(help="Attention backend.")]
+
+# --------------------------------------------------------------------------------------------
 # the objective's options, shared by ``train`` and ``verify`` so that both have the same defaults
 # --------------------------------------------------------------------------------------------
 
@@ -134,3 +151,30 @@ DEFAULT_ADV_NORM = AdvNorm.grpo
 DEFAULT_CLIP_EPS = 0.2
 DEFAULT_KL_ESTIMATOR = KlEstimator.k3
 DEFAULT_CHUNK = 4096
+
+#: the objective's options by name: the same names in ``TrainConfig`` and ``verify_gradients``
+OBJECTIVE = (
+    "loss",
+    "norm",
+    "adv_norm",
+    "clip_eps",
+    "clip_eps_high",
+    "kl_coef",
+    "kl_estimator",
+    "entropy_coef",
+    "chunk",
+)
+
+
+def plain(value: Any) -> Any:
+    """An option's value as the library takes it: an Enum's value, a path's string."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def objective(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The objective's options among a command's parameters, as the trainer's keyword arguments."""
+    return {name: plain(params[name]) for name in OBJECTIVE}

@@ -24,72 +24,71 @@ from typing import Annotated, Any
 
 import typer
 
-from treeprep.cli.options import (
-    DEFAULT_ADV_NORM,
-    DEFAULT_CHUNK,
-    DEFAULT_CLIP_EPS,
-    DEFAULT_KL_ESTIMATOR,
-    DEFAULT_LOSS,
-    DEFAULT_NORM,
-    AdvNormOpt,
-    Attn,
-    ChunkOpt,
-    ClipEpsHighOpt,
-    ClipEpsOpt,
-    Cut,
-    EntropyCoefOpt,
-    Handoff,
-    KlCoefOpt,
-    KlEstimatorOpt,
-    Layout,
-    LossOpt,
-    NormOpt,
-    Optimizer,
-    Parallel,
-    Precision,
-)
+from treeprep.cli import options as opt
+
+# the options of ``train`` that take more than a line to declare, one alias each
+RunDirOpt = Annotated[Path, typer.Option("--out", help="The run folder (metrics, checkpoints).")]
+PlanOpt = Annotated[
+    Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
+]
+LayoutOpt = Annotated[opt.Layout, typer.Option(help="tree, or linear (the baseline).")]
+BudgetOpt = Annotated[
+    int,
+    typer.Option(
+        help="Tokens computed at once per micro-batch (without --plan); a tree over it runs "
+        "as hand-off parts."
+    ),
+]
+CutOpt = Annotated[
+    opt.Cut, typer.Option(help="Trees over the budget (without --plan): handoff or recompute.")
+]
+HandoffOpt = Annotated[
+    opt.Handoff,
+    typer.Option(help="Hand-off parts: recompute a part for its backward, or keep its graph."),
+]
+StepsOfOpt = Annotated[int, typer.Option(help="Micro-batches per rank per step (without --plan).")]
+PrecisionOpt = Annotated[
+    opt.Precision,
+    typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU; float64 for verification."),
+]
+CheckpointingOpt = Annotated[
+    bool, typer.Option(help="Recompute decoder layers in backward (saves memory).")
+]
+ResumeOpt = Annotated[
+    Path | None, typer.Option(help="A checkpoint folder, or a run folder (its newest).")
+]
+NoProbeOpt = Annotated[
+    bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
+]
+TensorboardOpt = Annotated[bool, typer.Option(help="Write TensorBoard events (if installed).")]
+LoraTargetsOpt = Annotated[
+    list[str] | None, typer.Option(help="LoRA target modules (default all linear).")
+]
 
 
 def train_cmd(
-    data: Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")],
-    model: Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")],
-    out: Annotated[
-        Path, typer.Option("--out", help="The run folder (metrics, checkpoints).")
-    ] = Path("runs/treeprep"),
-    plan: Annotated[
-        Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
-    ] = None,
-    loss: LossOpt = DEFAULT_LOSS,
-    norm: NormOpt = DEFAULT_NORM,
-    adv_norm: AdvNormOpt = DEFAULT_ADV_NORM,
-    clip_eps: ClipEpsOpt = DEFAULT_CLIP_EPS,
-    clip_eps_high: ClipEpsHighOpt = None,
-    kl_coef: KlCoefOpt = 0.0,
-    kl_estimator: KlEstimatorOpt = DEFAULT_KL_ESTIMATOR,
-    entropy_coef: EntropyCoefOpt = 0.0,
-    chunk: ChunkOpt = DEFAULT_CHUNK,
-    layout: Annotated[Layout, typer.Option(help="tree, or linear (the baseline).")] = Layout.tree,
-    attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
+    data: opt.BuildArg,
+    model: opt.ModelOpt,
+    out: RunDirOpt = Path("runs/treeprep"),
+    plan: PlanOpt = None,
+    loss: opt.LossOpt = opt.DEFAULT_LOSS,
+    norm: opt.NormOpt = opt.DEFAULT_NORM,
+    adv_norm: opt.AdvNormOpt = opt.DEFAULT_ADV_NORM,
+    clip_eps: opt.ClipEpsOpt = opt.DEFAULT_CLIP_EPS,
+    clip_eps_high: opt.ClipEpsHighOpt = None,
+    kl_coef: opt.KlCoefOpt = 0.0,
+    kl_estimator: opt.KlEstimatorOpt = opt.DEFAULT_KL_ESTIMATOR,
+    entropy_coef: opt.EntropyCoefOpt = 0.0,
+    chunk: opt.ChunkOpt = opt.DEFAULT_CHUNK,
+    layout: LayoutOpt = opt.Layout.tree,
+    attn: opt.AttnOpt = opt.Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
-    budget: Annotated[
-        int,
-        typer.Option(
-            help="Tokens computed at once per micro-batch (without --plan); a tree over it runs "
-            "as hand-off parts."
-        ),
-    ] = 4096,
-    cut: Annotated[
-        Cut, typer.Option(help="Trees over the budget (without --plan): handoff or recompute.")
-    ] = Cut.handoff,
-    handoff: Annotated[
-        Handoff,
-        typer.Option(help="Hand-off parts: recompute a part for its backward, or keep its graph."),
-    ] = Handoff.recompute,
-    steps_of: Annotated[
-        int, typer.Option(help="Micro-batches per rank per step (without --plan).")
-    ] = 1,
-    optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
+    budget: BudgetOpt = 4096,
+    cut: CutOpt = opt.Cut.handoff,
+    handoff: HandoffOpt = opt.Handoff.recompute,
+    steps_of: StepsOfOpt = 1,
+    optimizer: Annotated[opt.Optimizer, typer.Option(help="The optimizer.")] = opt.Optimizer.adamw,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
     min_lr_ratio: Annotated[float, typer.Option(help="Final lr / peak lr (cosine).")] = 0.1,
     warmup: Annotated[int, typer.Option(help="Linear warmup steps.")] = 0,
@@ -97,96 +96,24 @@ def train_cmd(
     momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.0,
     grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
-    precision: Annotated[
-        Precision,
-        typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU; float64 for verification."),
-    ] = Precision.auto,
+    precision: PrecisionOpt = opt.Precision.auto,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    activation_checkpointing: Annotated[
-        bool, typer.Option(help="Recompute decoder layers in backward (saves memory).")
-    ] = False,
-    parallel: Annotated[Parallel, typer.Option(help="Under torchrun.")] = Parallel.ddp,
+    activation_checkpointing: CheckpointingOpt = False,
+    parallel: Annotated[opt.Parallel, typer.Option(help="Under torchrun.")] = opt.Parallel.ddp,
     save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
-    resume: Annotated[
-        Path | None, typer.Option(help="A checkpoint folder, or a run folder (its newest).")
-    ] = None,
-    tensorboard: Annotated[bool, typer.Option(help="Write TensorBoard events (if installed).")] = (
-        False
-    ),
+    resume: ResumeOpt = None,
+    tensorboard: TensorboardOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    no_probe: Annotated[
-        bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
-    ] = False,
+    no_probe: NoProbeOpt = False,
     lora_r: Annotated[int, typer.Option(help="LoRA rank (0: train all weights).")] = 0,
     lora_alpha: Annotated[float | None, typer.Option(help="LoRA alpha (default 2 r).")] = None,
-    lora_targets: Annotated[
-        list[str] | None, typer.Option(help="LoRA target modules (default all linear).")
-    ] = None,
+    lora_targets: LoraTargetsOpt = None,
 ) -> None:
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
-    from rich.console import Console
-
-    err = Console(stderr=True)
+    cfg = _config(locals())
     main = int(os.environ.get("RANK", "0")) == 0
-    import transformers
-
-    from treeprep.trainer.loop import TrainConfig, train
-
-    transformers.utils.logging.disable_progress_bar()  # our own bar; no tqdm lines on save
-    cfg = TrainConfig(
-        data=str(data),
-        model=model,
-        run_dir=str(out),
-        plan=str(plan) if plan else None,
-        loss=loss.value,
-        norm=norm.value,
-        adv_norm=adv_norm.value,
-        clip_eps=clip_eps,
-        clip_eps_high=clip_eps_high,
-        kl_coef=kl_coef,
-        kl_estimator=kl_estimator.value,
-        entropy_coef=entropy_coef,
-        chunk=chunk,
-        layout=layout.value,
-        attn=attn.value,
-        steps=steps,
-        epochs=epochs,
-        budget=budget,
-        cut=cut.value,
-        handoff=handoff.value,
-        steps_of=steps_of,
-        optimizer=optimizer.value,
-        lr=lr,
-        min_lr_ratio=min_lr_ratio,
-        warmup_steps=warmup,
-        weight_decay=weight_decay,
-        momentum=momentum,
-        grad_clip=grad_clip or None,
-        seed=seed,
-        precision=precision.value,
-        device=device,
-        activation_checkpointing=activation_checkpointing,
-        parallel=parallel.value,
-        save_every=save_every,
-        keep=keep or None,
-        resume=str(resume) if resume else None,
-        tensorboard=tensorboard,
-        probe=not no_probe,
-        lora_r=lora_r,
-        lora_alpha=lora_alpha,
-        lora_targets=lora_targets or None,
-    )
-    if no_probe and main:
-        err.print("[yellow]warning: --no-probe: the model is not checked for exactness on trees[/]")
-    progress, cb = _progress(err) if main else (None, None)
-    try:
-        if progress is not None:
-            progress.start()
-        res = train(cfg, callback=cb)
-    finally:
-        if progress is not None:
-            progress.stop()
+    res = _train_with_progress(cfg, main, warn_no_probe=no_probe)
     if not main:
         return
     summary = _summary(res, layout.value)
@@ -194,6 +121,52 @@ def train_cmd(
         typer.echo(json.dumps(summary, indent=2))
         return
     _print_summary(summary, res.run_dir)
+
+
+#: options named differently from the ``TrainConfig`` fields they set
+_RENAMED = {"out": "run_dir", "warmup": "warmup_steps"}
+
+
+def _config(params: dict[str, Any]) -> Any:
+    """The ``TrainConfig`` of the command's options: each option sets the field of its name (Enums
+    as their values, paths as strings), but for the renamed ones, the negated ``--no-probe`` and
+    the zeros and empty lists that mean "off"."""
+    from treeprep.trainer.loop import TrainConfig
+
+    kw = {
+        _RENAMED.get(k, k): opt.plain(v)
+        for k, v in params.items()
+        if k not in ("as_json", "no_probe")
+    }
+    kw.update(
+        grad_clip=params["grad_clip"] or None,
+        keep=params["keep"] or None,
+        lora_targets=params["lora_targets"] or None,
+        probe=not params["no_probe"],
+    )
+    return TrainConfig(**kw)
+
+
+def _train_with_progress(cfg: Any, main: bool, *, warn_no_probe: bool) -> Any:
+    """Run ``train`` with a progress bar on stderr (rank 0 only: ``main``)."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    import transformers
+
+    from treeprep.trainer.loop import train
+
+    transformers.utils.logging.disable_progress_bar()  # our own bar; no tqdm lines on save
+    if warn_no_probe and main:
+        err.print("[yellow]warning: --no-probe: the model is not checked for exactness on trees[/]")
+    progress, cb = _progress(err) if main else (None, None)
+    try:
+        if progress is not None:
+            progress.start()
+        return train(cfg, callback=cb)
+    finally:
+        if progress is not None:
+            progress.stop()
 
 
 def _summary(res: Any, layout: str) -> dict[str, Any]:

@@ -15,25 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from treeprep.cli.options import (
-    DEFAULT_ADV_NORM,
-    DEFAULT_CHUNK,
-    DEFAULT_CLIP_EPS,
-    DEFAULT_KL_ESTIMATOR,
-    DEFAULT_LOSS,
-    DEFAULT_NORM,
-    AdvNormOpt,
-    Attn,
-    ChunkOpt,
-    ClipEpsHighOpt,
-    ClipEpsOpt,
-    EntropyCoefOpt,
-    Handoff,
-    KlCoefOpt,
-    KlEstimatorOpt,
-    LossOpt,
-    NormOpt,
-)
+from treeprep.cli import options as opt
 from treeprep.errors import TreeprepError
 
 
@@ -57,22 +39,22 @@ def _select_rows(out: Path, groups: int, max_tokens: int) -> tuple[list[dict], l
 
 
 def verify_cmd(
-    out: Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")],
-    model: Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")],
+    out: opt.BuildArg,
+    model: opt.ModelOpt,
     groups: Annotated[int, typer.Option(help="Trees to check, in shard order.")] = 4,
-    loss: LossOpt = DEFAULT_LOSS,
-    norm: NormOpt = DEFAULT_NORM,
-    adv_norm: AdvNormOpt = DEFAULT_ADV_NORM,
-    clip_eps: ClipEpsOpt = DEFAULT_CLIP_EPS,
-    clip_eps_high: ClipEpsHighOpt = None,
-    kl_coef: KlCoefOpt = 0.0,
-    kl_estimator: KlEstimatorOpt = DEFAULT_KL_ESTIMATOR,
-    entropy_coef: EntropyCoefOpt = 0.0,
-    chunk: ChunkOpt = DEFAULT_CHUNK,
+    loss: opt.LossOpt = opt.DEFAULT_LOSS,
+    norm: opt.NormOpt = opt.DEFAULT_NORM,
+    adv_norm: opt.AdvNormOpt = opt.DEFAULT_ADV_NORM,
+    clip_eps: opt.ClipEpsOpt = opt.DEFAULT_CLIP_EPS,
+    clip_eps_high: opt.ClipEpsHighOpt = None,
+    kl_coef: opt.KlCoefOpt = 0.0,
+    kl_estimator: opt.KlEstimatorOpt = opt.DEFAULT_KL_ESTIMATOR,
+    entropy_coef: opt.EntropyCoefOpt = 0.0,
+    chunk: opt.ChunkOpt = opt.DEFAULT_CHUNK,
     precision: Annotated[
         str, typer.Option(help="float32, or float64 (weights, coefficients and loss).")
     ] = "float32",
-    attn: Annotated[Attn, typer.Option(help="Attention backend.")] = Attn.auto,
+    attn: opt.AttnOpt = opt.Attn.auto,
     tol: Annotated[float, typer.Option(help="Largest relative L2 difference allowed.")] = 1e-5,
     max_tokens: Annotated[
         int, typer.Option(help="Skip trees whose linear layout has more tokens than this.")
@@ -86,12 +68,13 @@ def verify_cmd(
         ),
     ] = None,
     handoff: Annotated[
-        Handoff, typer.Option(help="Hand-off mode with --budget.")
-    ] = Handoff.recompute,
+        opt.Handoff, typer.Option(help="Hand-off mode with --budget.")
+    ] = opt.Handoff.recompute,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check that the tree loss restores the linearized gradients exactly (with --budget: that
     trees executed as hand-off parts do)."""
+    objective = opt.objective(locals())
     from rich.console import Console
 
     err = Console(stderr=True)
@@ -103,48 +86,19 @@ def verify_cmd(
     if not rows:
         raise TreeprepError(f"{out}: no tree within --max-tokens {max_tokens:,} to verify")
 
-    import torch
-
-    from treeprep.trainer import PRESETS, load_model, verify_gradients
+    from treeprep.trainer import verify_gradients
 
     if precision not in ("float32", "float64"):
         raise TreeprepError(f"--precision {precision!r}: expected float32 or float64")
-    dtype = torch.float64 if precision == "float64" else torch.float32
-
-    vocab = None
-    if model in PRESETS:
-        top = max(max(r["input_ids"]) for r in rows) + 1
-        vocab = max(PRESETS[model].vocab_size, top)
     err.print(f"loading {model} ...")
-    m = load_model(model, dtype=dtype, device=device, attn=attn.value, seed=seed, vocab_size=vocab)
-    if model not in PRESETS:
-        top = max(max(r["input_ids"]) for r in rows)
-        if top >= m.config.vocab_size:
-            raise TreeprepError(
-                f"{out}: token id {top} is outside the model's vocabulary "
-                f"({m.config.vocab_size}); were the shards built with another tokenizer?"
-            )
+    m = _load_model(out, rows, model, precision, device, attn.value, seed)
     if budget is not None and budget < 1:
         raise TreeprepError(f"--budget must be >= 1, got {budget}")
     split = "" if budget is None else f", hand-off parts of <= {budget:,} tokens ({handoff.value})"
     what = f"{loss.value}, {norm.value}, attention {attn.value}{split}"
     err.print(f"verifying {len(rows)} trees: {what} ...")
     rep = verify_gradients(
-        m,
-        rows,
-        loss=loss.value,
-        norm=norm.value,
-        adv_norm=adv_norm.value,
-        attn=attn.value,
-        tol=tol,
-        budget=budget,
-        handoff=handoff.value,
-        clip_eps=clip_eps,
-        clip_eps_high=clip_eps_high,
-        kl_coef=kl_coef,
-        kl_estimator=kl_estimator.value,
-        entropy_coef=entropy_coef,
-        chunk=chunk,
+        m, rows, attn=attn.value, tol=tol, budget=budget, handoff=handoff.value, **objective
     )
     if as_json:
         d = rep.to_dict()
@@ -157,6 +111,31 @@ def verify_cmd(
         _print_report(rep, tol)
     if not rep.ok:
         raise typer.Exit(1)
+
+
+def _load_model(
+    out: Path, rows: list[dict], model: str, precision: str, device: str, attn: str, seed: int
+) -> Any:
+    """The model to verify with: a preset's vocabulary grows to the rows' largest token id; a
+    model folder whose vocabulary is smaller than that is refused (another tokenizer's shards)."""
+    import torch
+
+    from treeprep.trainer import PRESETS, load_model
+
+    dtype = torch.float64 if precision == "float64" else torch.float32
+    vocab = None
+    if model in PRESETS:
+        top = max(max(r["input_ids"]) for r in rows) + 1
+        vocab = max(PRESETS[model].vocab_size, top)
+    m = load_model(model, dtype=dtype, device=device, attn=attn, seed=seed, vocab_size=vocab)
+    if model not in PRESETS:
+        top = max(max(r["input_ids"]) for r in rows)
+        if top >= m.config.vocab_size:
+            raise TreeprepError(
+                f"{out}: token id {top} is outside the model's vocabulary "
+                f"({m.config.vocab_size}); were the shards built with another tokenizer?"
+            )
+    return m
 
 
 def _print_report(rep: Any, tol: float) -> None:

@@ -4,8 +4,10 @@ schemas <- treeprep (never torch); schemas <- trainer (never polars); the cli im
 lazily. First in fresh interpreters by inspecting ``sys.modules`` (what importing really loads),
 then statically: every source file is parsed with ``ast`` and every import statement is checked,
 including the lazy ones inside functions (which the import-time check cannot see) and imports of
-private ``_names`` across packages. ``treeprep.errors`` is the one module every package may use:
-it is a leaf that imports nothing.
+private ``_names`` across packages. ``from treeprep import trainer`` (or ``from .. import
+trainer``) counts as importing ``treeprep.trainer``, and ``importlib.import_module("...")`` with a
+literal name counts as an import statement. ``treeprep.errors`` is the one module every package may
+use: it is a leaf that imports nothing.
 """
 
 from __future__ import annotations
@@ -116,11 +118,14 @@ def _imports(folder: str, root: Path = ROOT) -> list[tuple[str, int, str, list[s
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 for sub in ast.walk(node):
-                    if isinstance(sub, ast.Import | ast.ImportFrom):
+                    if isinstance(sub, ast.Import | ast.ImportFrom | ast.Call):
                         func_lines.add(sub.lineno)
         for node in ast.walk(tree):
             where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
-            if isinstance(node, ast.Import):
+            dynamic = _dynamic_import(node)
+            if dynamic is not None:
+                out.append((where, node.lineno, dynamic, [], node.lineno in func_lines))
+            elif isinstance(node, ast.Import):
                 for a in node.names:
                     out.append((where, node.lineno, a.name, [], node.lineno in func_lines))
             elif isinstance(node, ast.ImportFrom):
@@ -132,6 +137,35 @@ def _imports(folder: str, root: Path = ROOT) -> list[tuple[str, int, str, list[s
                 names = [a.name for a in node.names]
                 out.append((where, node.lineno, mod, names, node.lineno in func_lines))
     return out
+
+
+def _dynamic_import(node: ast.AST) -> str | None:
+    """The module of ``importlib.import_module("m")`` / ``import_module("m")`` /
+    ``__import__("m")`` with a literal name, else None."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    arg = node.args[0]
+    if name in ("import_module", "__import__") and isinstance(arg, ast.Constant):
+        return arg.value if isinstance(arg.value, str) else None
+    return None
+
+
+def _rooms(mod: str, names: list[str]) -> set[str]:
+    """The rooms an import reaches: its module's, and for ``from pkg import name`` the room of
+    ``pkg.name`` too (``from treeprep import trainer`` reaches the trainer)."""
+    return {_package_of(mod), *(_package_of(f"{mod}.{n}") for n in names if mod)}
+
+
+def _private(mod: str, names: list[str], own: str) -> str | None:
+    """Why an import of another room's private ``_name`` (or ``_module``) is refused, or None."""
+    if _top(mod) != "treeprep" or _package_of(mod) == own:
+        return None
+    private = [n for n in names if n.startswith("_")]
+    if private or any(p.startswith("_") for p in mod.split(".")):
+        return f"private names of another package: {private or mod}"
+    return None
 
 
 def _violations(folder: str, rule, root: Path = ROOT) -> list[str]:
@@ -159,42 +193,40 @@ def test_static_schemas_import_nothing_of_the_other_rooms() -> None:
     assert _violations("schemas", rule) == []
 
 
-def test_static_pipeline_never_imports_torch_or_the_trainer() -> None:
-    def rule(mod: str, names: list[str], lazy: bool) -> str | None:
-        if _top(mod) == "torch" or _package_of(mod) == "treeprep.trainer":
-            return "the pipeline never imports torch or the trainer"
-        if mod == "treeprep" and "trainer" in names:
-            return "the pipeline never imports the trainer"
-        return None
+def _pipeline_rule(mod: str, names: list[str], lazy: bool) -> str | None:
+    rooms = _rooms(mod, names)
+    if _top(mod) == "torch" or "treeprep.trainer" in rooms:
+        return "the pipeline never imports torch or the trainer"
+    if "treeprep.cli" in rooms:
+        return "the pipeline never imports the cli"
+    return _private(mod, names, "treeprep")
 
-    assert _violations("treeprep", rule) == []
+
+def test_static_pipeline_never_imports_torch_or_the_trainer() -> None:
+    assert _violations("treeprep", _pipeline_rule) == []
 
 
 def _trainer_rule(mod: str, names: list[str], lazy: bool) -> str | None:
     if _top(mod) == "polars":
         return "the trainer never imports polars"
-    room = _package_of(mod)
-    if room == "treeprep.cli":
+    if "treeprep.cli" in _rooms(mod, names):
         return "the trainer never imports the cli"
-    if room in {"treeprep", "treeprep.schemas"}:
-        private = [n for n in names if n.startswith("_")]
-        if private or any(p.startswith("_") for p in mod.split(".")):
-            return f"private names of another package: {private or mod}"
-    return None
+    return _private(mod, names, "treeprep.trainer")
 
 
 def test_static_trainer_imports_no_polars_no_cli_and_no_private_names() -> None:
     assert _violations("trainer", _trainer_rule) == []
 
 
-def test_static_cli_imports_the_trainer_only_inside_commands() -> None:
-    def rule(mod: str, names: list[str], lazy: bool) -> str | None:
-        heavy = _top(mod) in {"torch", "transformers"} or _package_of(mod) == "treeprep.trainer"
-        if heavy and not lazy:
-            return "the cli imports the trainer (and torch) only inside the commands that train"
-        return None
+def _cli_rule(mod: str, names: list[str], lazy: bool) -> str | None:
+    heavy = _top(mod) in {"torch", "transformers"} or "treeprep.trainer" in _rooms(mod, names)
+    if heavy and not lazy:
+        return "the cli imports the trainer (and torch) only inside the commands that train"
+    return _private(mod, names, "treeprep.cli")
 
-    assert _violations("cli", rule) == []
+
+def test_static_cli_imports_the_trainer_only_inside_commands() -> None:
+    assert _violations("cli", _cli_rule) == []
 
 
 def test_static_errors_is_a_leaf() -> None:
@@ -216,3 +248,61 @@ def test_static_check_sees_lazy_and_private_imports(tmp_path: Path) -> None:
     )
     (bad,) = _violations("trainer", _trainer_rule, tmp_path)
     assert bad.startswith("trainer/x.py:5: treeprep.render ['_folder_sha256']: private")
+
+
+@pytest.mark.parametrize(
+    "folder, rule, source, why",
+    [
+        # the trainer reached through its package, at import time and relatively
+        ("cli", _cli_rule, "from treeprep import trainer\n", "only inside the commands"),
+        ("cli", _cli_rule, "from .. import trainer\n", "only inside the commands"),
+        (
+            "cli",
+            _cli_rule,
+            "import importlib\n\nm = importlib.import_module('treeprep.trainer.loop')\n",
+            "only inside the commands",
+        ),
+        # private names, lazily and at import time, from every other room
+        (
+            "cli",
+            _cli_rule,
+            "def f():\n    from treeprep.trainer.loss import _kl\n",
+            "private names of another package: ['_kl']",
+        ),
+        (
+            "cli",
+            _cli_rule,
+            "import treeprep.formats._sniff as s\n",
+            "private names of another package: treeprep.formats._sniff",
+        ),
+        (
+            "treeprep",
+            _pipeline_rule,
+            "def f():\n    from treeprep.schemas.shard import _shard_list\n",
+            "private names of another package: ['_shard_list']",
+        ),
+        ("treeprep", _pipeline_rule, "def f():\n    from treeprep import cli\n", "the cli"),
+        ("treeprep", _pipeline_rule, "def f():\n    from treeprep import trainer\n", "trainer"),
+        ("trainer", _trainer_rule, "def f():\n    from treeprep import cli\n", "the cli"),
+        ("trainer", _trainer_rule, "def f():\n    __import__('polars')\n", "polars"),
+    ],
+)
+def test_static_check_sees_indirect_imports(
+    tmp_path: Path, folder: str, rule, source: str, why: str
+) -> None:
+    """Each way around the rule is reported: a package's attribute, a relative import, an
+    ``import_module`` call, a private name of another room (lazily or not)."""
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "x.py").write_text(source)
+    (bad,) = _violations(folder, rule, tmp_path)
+    assert why in bad
+
+
+def test_static_check_allows_what_the_rule_allows(tmp_path: Path) -> None:
+    """The trainer imported inside a command, a room's own private names, a public name."""
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "x.py").write_text(
+        "from treeprep.cli import _tables\nfrom treeprep.errors import TreeprepError\n\n\n"
+        "def cmd():\n    from treeprep import trainer\n    import torch\n"
+    )
+    assert _violations("cli", _cli_rule, tmp_path) == []

@@ -3,8 +3,9 @@
 Shape legend: B batch (always 1: trees are packed), H query heads, G key/value heads, T the
 batch's own tokens, P handed-over prefix rows, D head dim.
 
-Every backend takes the optional prefix keys and values ``pk_BGPD`` / ``pv_BGPD`` (the hand-off
-of :mod:`treeprep.trainer.parts`) and the batch's :class:`TreeMask`, and is exact:
+Every backend takes one :class:`~.call.AttentionCall`: the queries, keys and values, the optional
+prefix keys and values ``pk_BGPD`` / ``pv_BGPD`` (the hand-off of :mod:`treeprep.trainer.parts`),
+the batch's :class:`TreeMask`, the scale and the layer's extras; and every backend is exact:
 
 * ``dense`` (:mod:`.dense`): the reference; a [T, P+T] mask;
 * ``nodes`` (:mod:`.nodes`): chain by chain over in-place key segments (CPU, bounded memory);
@@ -23,6 +24,7 @@ from typing import Literal
 import torch
 
 from treeprep.errors import TreeprepError
+from treeprep.trainer.attention.call import AttentionCall
 from treeprep.trainer.attention.dense import dense_attention
 from treeprep.trainer.attention.flash import flash_available, flash_tree_attention
 from treeprep.trainer.attention.flex import flex_tree_attention
@@ -35,7 +37,7 @@ BACKENDS: tuple[str, ...] = ("dense", "nodes", "flex", "flash")
 #: above this many packed tokens the CPU default switches from ``dense`` to ``nodes``
 DENSE_MAX_TOKENS = 4096
 
-_IMPLS: dict[str, Callable[..., torch.Tensor]] = {
+_IMPLS: dict[str, Callable[[AttentionCall], torch.Tensor]] = {
     "dense": dense_attention,
     "nodes": nodes_attention,
     "flex": flex_tree_attention,
@@ -94,4 +96,5 @@ def tree_attention(
             f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {plen}"
         )
     s = scale if scale is not None else q_BHTD.shape[-1] ** -0.5
-    return _IMPLS[backend or tree_mask.backend](q_BHTD, k_BGTD, v_BGTD, pk, pv, tree_mask, s, opts)
+    call = AttentionCall(q_BHTD, k_BGTD, v_BGTD, pk, pv, tree_mask, s, opts)
+    return _IMPLS[backend or tree_mask.backend](call)

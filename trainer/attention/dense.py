@@ -11,27 +11,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from treeprep.trainer.attention.mask import TreeMask, with_prefix
-from treeprep.trainer.attention.options import PLAIN, LayerOptions, cap_scores, softmax_rows
+from treeprep.trainer.attention.call import AttentionCall
+from treeprep.trainer.attention.options import cap_scores, softmax_rows
 
 
-def dense_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    pk: torch.Tensor | None,
-    pv: torch.Tensor | None,
-    tm: TreeMask,
-    scale: float,
-    opts: LayerOptions = PLAIN,
-) -> torch.Tensor:
+def dense_attention(call: AttentionCall) -> torch.Tensor:
     """q_BHTD against [prefix; own] keys under the tree rule; returns o_BHTD."""
-    k, v = with_prefix(k, v, pk, pv)
-    mask = tm.dense(opts.window)
-    gqa = q.shape[1] != k.shape[1]
+    q, scale, opts = call.q, call.scale, call.opts
+    k, v = call.joined_kv()
+    mask = call.tm.dense(opts.window)
     if opts.softcap is None and opts.sinks is None:
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask[None, None], scale=scale, enable_gqa=gqa
+            q, k, v, attn_mask=mask[None, None], scale=scale, enable_gqa=call.gqa
         )
     r = q.shape[1] // k.shape[1]
     if r > 1:

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention.mask import TreeMask, with_prefix
-from treeprep.trainer.attention.options import PLAIN, LayerOptions
+from treeprep.trainer.attention.call import AttentionCall
+from treeprep.trainer.attention.mask import TreeMask
 
 
 def flash_available() -> bool:
@@ -48,23 +48,16 @@ def node_key_rows(tm: TreeMask) -> tuple[np.ndarray, np.ndarray, np.ndarray, int
     return out
 
 
-def flash_tree_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    pk: torch.Tensor | None,
-    pv: torch.Tensor | None,
-    tm: TreeMask,
-    scale: float,
-    opts: LayerOptions = PLAIN,
-) -> torch.Tensor:
+def flash_tree_attention(call: AttentionCall) -> torch.Tensor:
+    """q_BHTD against each node's gathered [prefix; own] key rows; returns o_BHTD."""
     from flash_attn import flash_attn_varlen_func
 
+    q, opts = call.q, call.opts
     if opts.sinks is not None:
         raise TreeprepError("attention sinks are not supported by the flash backend; use flex")
 
-    k, v = with_prefix(k, v, pk, pv)
-    cu_q, cu_k, key_rows, max_q, max_k = node_key_rows(tm)
+    k, v = call.joined_kv()
+    cu_q, cu_k, key_rows, max_q, max_k = node_key_rows(call.tm)
     dev = q.device
     idx = torch.as_tensor(key_rows, device=dev)
     dtype = q.dtype
@@ -78,7 +71,7 @@ def flash_tree_attention(
         max_q,
         max_k,
         dropout_p=0.0,
-        softmax_scale=scale,
+        softmax_scale=call.scale,
         causal=True,
         window_size=(-1, -1) if opts.window is None else (opts.window - 1, 0),
         softcap=opts.softcap or 0.0,

@@ -52,7 +52,8 @@ from typing import Any
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention.mask import TreeMask, tree_mask_mod, with_prefix
+from treeprep.trainer.attention.call import AttentionCall
+from treeprep.trainer.attention.mask import TreeMask, tree_mask_mod
 from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 #: FlexAttention's block size, for queries and keys alike
@@ -262,17 +263,8 @@ def _eager() -> Any:
     return flex_attention
 
 
-def flex_tree_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    pk: torch.Tensor | None,
-    pv: torch.Tensor | None,
-    tm: TreeMask,
-    scale: float,
-    opts: LayerOptions = PLAIN,
-) -> torch.Tensor:
+def flex_tree_attention(call: AttentionCall) -> torch.Tensor:
     """q_BHTD against [prefix; own] keys with the tree block mask; returns o_BHTD."""
-    k, v = with_prefix(k, v, pk, pv)
-    fn = compiled_flex() if q.device.type == "cuda" else _eager()
-    return flex_forward(q, k, v, tm, scale, fn, opts)
+    k, v = call.joined_kv()
+    fn = compiled_flex() if call.q.device.type == "cuda" else _eager()
+    return flex_forward(call.q, k, v, call.tm, call.scale, fn, call.opts)

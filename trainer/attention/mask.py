@@ -59,17 +59,6 @@ def visible(
     return ok
 
 
-def with_prefix(
-    k: torch.Tensor, v: torch.Tensor, pk: torch.Tensor | None, pv: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values as [prefix rows; own rows] (one copy of the prefix), for the backends
-    that attend one contiguous key tensor (dense, flex, flash)."""
-    if pk is not None and pv is not None and pk.shape[2]:
-        k = torch.cat([pk.to(k.dtype), k], dim=2)
-        v = torch.cat([pv.to(v.dtype), v], dim=2)
-    return k, v
-
-
 def tree_mask_mod(meta: TreeMask, window: int | None = None) -> Any:
     """A FlexAttention ``mask_mod`` for ``meta``: query q sees key kv (prefix rows first)."""
     qn, qi, qd = meta.q_node, meta.q_index, meta.q_depth

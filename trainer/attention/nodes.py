@@ -40,8 +40,9 @@ import torch
 import torch.nn.functional as F
 
 from treeprep.trainer.attention.blocks import block_attention, fused_ok
+from treeprep.trainer.attention.call import AttentionCall
 from treeprep.trainer.attention.mask import TreeMask
-from treeprep.trainer.attention.options import PLAIN, LayerOptions, cap_scores, softmax_rows
+from treeprep.trainer.attention.options import LayerOptions, cap_scores, softmax_rows
 
 #: query rows per step (bounds the transient scores to H x NODE_CHUNK x L floats)
 NODE_CHUNK = 1024
@@ -90,19 +91,11 @@ def _starts(bounds: list[int], a: int, b: int) -> list[int]:
     return bounds[bisect.bisect_left(bounds, a) : bisect.bisect_left(bounds, b)]
 
 
-def nodes_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    pk: torch.Tensor | None,
-    pv: torch.Tensor | None,
-    tm: TreeMask,
-    scale: float,
-    opts: LayerOptions = PLAIN,
-) -> torch.Tensor:
+def nodes_attention(call: AttentionCall) -> torch.Tensor:
     """q_BHTD over in-place key segments per chain; returns o_BHTD."""
+    q, k, v, pk, pv = call.q, call.k, call.v, call.pk, call.pv
+    tm, scale, opts, gqa = call.tm, call.scale, call.opts, call.gqa
     ch = tm.chains()
-    gqa = q.shape[1] != k.shape[1]
     fused = opts.plain and fused_ok(q)
     # split (never slice) the packed tensors once, at every chain, chunk and segment boundary:
     # a slice's backward zero-fills the whole input per slice, a split's backward is one cat

@@ -80,6 +80,25 @@ class Preset:
 
 
 _TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+#: the tiny MoE presets: 4 experts of width 32, 2 per token
+_TINY_MOE = {
+    "hidden_size": 64,
+    "intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+}
+#: the linear-attention (Gated DeltaNet) layers of the tiny hybrid presets
+_TINY_LINEAR = {
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+}
 #: the window of the tiny presets' sliding layers: shorter than the test trees
 TINY_WINDOW = 4
 PRESETS: dict[str, Preset] = {
@@ -97,9 +116,7 @@ PRESETS: dict[str, Preset] = {
     "tiny-qwen2": Preset(
         "qwen2", **_TINY, num_attention_heads=4, num_key_value_heads=2, head_dim=16
     ),
-    "tiny-qwen3-moe": Preset(
-        "qwen3_moe", 64, 32, 2, 4, 2, 16, num_experts=4, num_experts_per_tok=2
-    ),
+    "tiny-qwen3-moe": Preset("qwen3_moe", **_TINY_MOE),
     # one tiny model per family (windows of TINY_WINDOW depths, shorter than the test trees)
     "tiny-mistral": Preset(
         "mistral",
@@ -123,14 +140,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "tiny-gpt-oss": Preset(
         "gpt_oss",
-        64,
-        32,
-        2,
-        4,
-        2,
-        16,
-        num_experts=4,
-        num_experts_per_tok=2,
+        **_TINY_MOE,
         extra={
             "sliding_window": TINY_WINDOW,
             "layer_types": ["sliding_attention", "full_attention"],
@@ -160,14 +170,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "tiny-glm4-moe": Preset(
         "glm4_moe",
-        64,
-        32,
-        2,
-        4,
-        2,
-        16,
-        num_experts=4,
-        num_experts_per_tok=2,
+        **_TINY_MOE,
         extra={"first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "n_shared_experts": 1},
     ),
     "tiny-qwen3-5": Preset(
@@ -180,30 +183,15 @@ PRESETS: dict[str, Preset] = {
         16,
         extra={
             "layer_types": ["linear_attention"] * 3 + ["full_attention"],
-            "linear_num_key_heads": 2,
-            "linear_num_value_heads": 4,
-            "linear_key_head_dim": 8,
-            "linear_value_head_dim": 8,
-            "linear_conv_kernel_dim": 4,
+            **_TINY_LINEAR,
         },
     ),
     "tiny-qwen3-5-moe": Preset(
         "qwen3_5_moe_text",
-        64,
-        32,
-        2,
-        4,
-        2,
-        16,
-        num_experts=4,
-        num_experts_per_tok=2,
+        **_TINY_MOE,
         extra={
             "layer_types": ["linear_attention", "full_attention"],
-            "linear_num_key_heads": 2,
-            "linear_num_value_heads": 4,
-            "linear_key_head_dim": 8,
-            "linear_value_head_dim": 8,
-            "linear_conv_kernel_dim": 4,
+            **_TINY_LINEAR,
             "shared_expert_intermediate_size": 32,
         },
     ),

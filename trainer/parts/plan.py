@@ -18,6 +18,7 @@ needs per part:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,6 +66,36 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.int64, copy=False)
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """The one-tree batch's vectors, as numpy (int64): nodes in pre-order, tokens depth-first."""
+
+    ns: np.ndarray  # node start
+    nl: np.ndarray  # node length
+    npar: np.ndarray  # node parent (-1: the root)
+    nlast: np.ndarray  # last pre-order id in the node's subtree
+    tnode: np.ndarray  # token -> node
+    prev: np.ndarray  # token -> predecessor token
+    tgt: np.ndarray  # target -> token
+
+    @property
+    def nend(self) -> np.ndarray:
+        return self.ns + self.nl
+
+    @classmethod
+    def of(cls, batch: object) -> _Tree:
+        b: Any = batch
+        return cls(
+            _np(b.node_start),
+            _np(b.node_length),
+            _np(b.node_parent),
+            _np(b.node_last),
+            _np(b.token_node),
+            _np(b.prev),
+            _np(b.target_index),
+        )
+
+
 def part_layout(
     batch: object, budget: int, planned: tuple[np.ndarray, np.ndarray] | None = None
 ) -> PartLayout:
@@ -72,67 +103,27 @@ def part_layout(
 
     ``planned`` is a plan's (boundaries, parents) for this tree: checked against the cut this
     budget gives (a plan made for another budget or another build is refused)."""
-    ns = _np(batch.node_start)  # type: ignore[attr-defined]
-    nl = _np(batch.node_length)  # type: ignore[attr-defined]
-    npar = _np(batch.node_parent)  # type: ignore[attr-defined]
-    nlast = _np(batch.node_last)  # type: ignore[attr-defined]
-    tnode = _np(batch.token_node)  # type: ignore[attr-defined]
-    prev = _np(batch.prev)  # type: ignore[attr-defined]
-    tgt = _np(batch.target_index)  # type: ignore[attr-defined]
-    cuts = handoff_cuts(nl, budget)
-    parents = part_parents(cuts, ns, npar, nl)
+    t = _Tree.of(batch)
+    cuts = handoff_cuts(t.nl, budget)
+    parents = part_parents(cuts, t.ns, t.npar, t.nl)
     if planned is not None and not (
         np.array_equal(planned[0], cuts) and np.array_equal(planned[1], parents)
     ):
         raise ShardError(
-            f"the plan's hand-off parts of a {int(nl.sum())}-token tree are not the parts of "
+            f"the plan's hand-off parts of a {int(t.nl.sum())}-token tree are not the parts of "
             f"budget {budget} (plan made for another budget or build); re-run treeprep pack"
         )
     starts = cuts[:-1]
-    pred = prev[tgt]
+    pred = t.prev[t.tgt]
     pred_part = np.searchsorted(starts, pred, side="right") - 1
-    nend = ns + nl
     parts: list[PartSpec] = []
     children: list[list[int]] = [[] for _ in range(len(starts))]
     for c in range(len(starts)):
         a, b = int(cuts[c]), int(cuts[c + 1])
         if parents[c] >= 0:
             children[int(parents[c])].append(c)
-        # prefix: the root-to-a path before a, by depth
-        na = int(tnode[a])
-        runs = [(int(ns[na]), a)]
-        p = int(npar[na])
-        while p >= 0:
-            runs.append((int(ns[p]), int(nend[p])))
-            p = int(npar[p])
-        runs.reverse()
-        rows = (
-            np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in runs])
-            if runs
-            else np.zeros(0, np.int64)
-        )
-        src_part = np.searchsorted(starts, rows, side="right") - 1
-        sources: list[tuple[int, np.ndarray]] = []
-        if len(rows):
-            brk = np.flatnonzero(np.diff(src_part)) + 1
-            for seg in np.split(np.arange(len(rows)), brk):
-                e = int(src_part[seg[0]])
-                sources.append((e, rows[seg] - int(cuts[e])))
-        # node pieces inside [a, b)
-        n0, n1 = int(tnode[a]), int(tnode[b - 1]) + 1
-        ids = np.arange(n0, n1)
-        ps = np.maximum(ns[ids], a) - a
-        pe = np.minimum(nend[ids], b) - a
-        pp = np.full(len(ids), -1, dtype=np.int64)
-        inner = (ns[ids] >= a) & (npar[ids] >= n0)
-        pp[inner] = npar[ids][inner] - n0
-        # prefix rows a piece sees: those whose node is an ancestor of the piece's node
-        if len(rows):
-            rn = tnode[rows]
-            vis = (rn[None, :] <= ids[:, None]) & (ids[:, None] <= nlast[rn][None, :])
-            pref = vis.sum(axis=1).astype(np.int64)
-        else:
-            pref = np.zeros(len(ids), dtype=np.int64)
+        rows = _prefix_rows(t, a)
+        ps, pe, pp, pref = _pieces(t, a, b, rows)
         sel = pred_part == c
         parts.append(
             PartSpec(
@@ -141,7 +132,7 @@ def part_layout(
                 end=b,
                 parent=int(parents[c]),
                 prefix_rows=rows,
-                sources=sources,
+                sources=_sources(rows, cuts),
                 piece_start=ps.astype(np.int64),
                 piece_length=(pe - ps).astype(np.int64),
                 piece_parent=pp,
@@ -151,3 +142,53 @@ def part_layout(
             )
         )
     return PartLayout(parts, children)
+
+
+def _prefix_rows(t: _Tree, a: int) -> np.ndarray:
+    """The root-to-``a`` path before token ``a``: tree token indices, by depth."""
+    na = int(t.tnode[a])
+    runs = [(int(t.ns[na]), a)]
+    p = int(t.npar[na])
+    nend = t.nend
+    while p >= 0:
+        runs.append((int(t.ns[p]), int(nend[p])))
+        p = int(t.npar[p])
+    runs.reverse()
+    return (
+        np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in runs])
+        if runs
+        else np.zeros(0, np.int64)
+    )
+
+
+def _sources(rows: np.ndarray, cuts: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """The prefix rows grouped by the earlier part that computed them: (part, its local rows)."""
+    src_part = np.searchsorted(cuts[:-1], rows, side="right") - 1
+    sources: list[tuple[int, np.ndarray]] = []
+    if len(rows):
+        brk = np.flatnonzero(np.diff(src_part)) + 1
+        for seg in np.split(np.arange(len(rows)), brk):
+            e = int(src_part[seg[0]])
+            sources.append((e, rows[seg] - int(cuts[e])))
+    return sources
+
+
+def _pieces(
+    t: _Tree, a: int, b: int, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The node pieces inside ``[a, b)``: local (start, end), in-part parent piece (-1: none)
+    and the number of prefix rows each sees (those whose node is an ancestor of the piece's)."""
+    n0, n1 = int(t.tnode[a]), int(t.tnode[b - 1]) + 1
+    ids = np.arange(n0, n1)
+    ps = np.maximum(t.ns[ids], a) - a
+    pe = np.minimum(t.nend[ids], b) - a
+    pp = np.full(len(ids), -1, dtype=np.int64)
+    inner = (t.ns[ids] >= a) & (t.npar[ids] >= n0)
+    pp[inner] = t.npar[ids][inner] - n0
+    if len(rows):
+        rn = t.tnode[rows]
+        vis = (rn[None, :] <= ids[:, None]) & (ids[:, None] <= t.nlast[rn][None, :])
+        pref = vis.sum(axis=1).astype(np.int64)
+    else:
+        pref = np.zeros(len(ids), dtype=np.int64)
+    return ps, pe, pp, pref

@@ -12,7 +12,7 @@ from treeprep.io import read_head
 from treeprep.schemas import ChatCall, Reject
 
 SAMPLE = next(
-    (Path(__file__).resolve().parents[2] / "sample_data" / "codex").rglob("rollout-*.jsonl")
+    (Path(__file__).resolve().parents[3] / "sample_data" / "codex").rglob("rollout-*.jsonl")
 )
 SID = "5f0c1a2e-7b3d-4e21-9a55-0d6c2b8e4f11"
 

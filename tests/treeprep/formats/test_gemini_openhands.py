@@ -20,7 +20,7 @@ from treeprep.formats import ReadOptions, detect_format, get_format
 from treeprep.io import read_head
 from treeprep.schemas import ChatCall, Reject
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "sample_data"
 GEMINI = sorted((SAMPLE / "gemini_cli").iterdir())
 OPENHANDS = SAMPLE / "openhands" / "events.jsonl"

@@ -19,7 +19,7 @@ from treeprep.formats import ReadOptions, detect_format, get_format
 from treeprep.io import read_head
 from treeprep.schemas import ChatCall, Reject
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "sample_data" / "conversations"
 TOKENIZERS = ROOT / ".." / "shared" / "data" / "tokenizers"
 needs_qwen = pytest.mark.skipif(

@@ -14,7 +14,7 @@ from treeprep.formats.tau_bench import FORMATS, tau2_system_prompt
 from treeprep.schemas import ChatCall, Reject
 
 TAU, TAU2 = FORMATS
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOGS = ROOT / ".." / "shared" / "data" / "logs"
 real = pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/data is absent")
 

@@ -14,7 +14,7 @@ from treeprep.formats.mini_swe_agent import FORMAT as MINI
 from treeprep.formats.swe_agent import FORMAT as SWE
 from treeprep.schemas import ChatCall, Reject
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOGS = ROOT / ".." / "shared" / "data" / "logs"
 real = pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/data is absent")
 

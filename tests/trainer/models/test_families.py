@@ -34,7 +34,7 @@ FAMILIES = {
     "qwen3_moe": "tiny-qwen3-moe",
 }
 TOL = 1e-5
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 QWEN3 = DATA / "tokenizers" / "qwen3"
 REAL_LOGS = [
     DATA / "logs" / "claude-code" / "tool_heavy.jsonl",

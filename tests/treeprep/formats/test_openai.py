@@ -14,9 +14,9 @@ from treeprep.formats import ReadOptions, detect_format, get_format
 from treeprep.io import expand_inputs, read_head
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "sample_data"
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 LOGS = SHARED / "logs"
 needs_shared = pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/data is absent")
 

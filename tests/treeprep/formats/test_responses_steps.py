@@ -9,7 +9,7 @@ from treeprep.formats import ReadOptions, detect_format
 from treeprep.io import read_head
 from treeprep.schemas import ChatCall, Reject
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "openai_responses_aviary.jsonl"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "openai_responses_aviary.jsonl"
 
 
 def _items(p: Path) -> list:

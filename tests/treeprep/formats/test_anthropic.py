@@ -10,7 +10,7 @@ from treeprep.formats.anthropic import FORMAT, convert_tools
 from treeprep.formats.base import ReadOptions
 from treeprep.schemas import ChatCall, Reject
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "anthropic_messages.jsonl"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "anthropic_messages.jsonl"
 
 
 def _split(path, opts=None):

@@ -29,7 +29,7 @@ from treeprep.trainer.attention.flex import (  # noqa: E402
     padded,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 
 
 # --------------------------------------------------------------------------------------------

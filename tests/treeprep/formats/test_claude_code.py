@@ -12,10 +12,10 @@ from treeprep.formats.base import ReadOptions
 from treeprep.formats.claude_code import FORMAT, read
 from treeprep.schemas import ChatCall, Reject
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 CC = DATA / "logs" / "claude-code"
 SESSION = "258c7280-ae70-4798-800f-63464d01a85d"
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "claude-code"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "claude-code"
 SAMPLE_SESSION = "7e1d2c3b-0a9f-4e8d-b7c6-5a4f3e2d1c0b"
 real = pytest.mark.skipif(not CC.is_dir(), reason="../shared/data is absent")
 
