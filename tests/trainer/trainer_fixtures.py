@@ -90,3 +90,69 @@ def rows_of(*trees: Tree) -> list[dict]:
 
 def group_tree(seed: int, **kw) -> Tree:
     return build_tree(random_group(np.random.default_rng(seed), **kw))
+
+
+# --------------------------------------------------------------------------------------------
+# random packed forests as attention masks (no trie: any pre-order shape)
+# --------------------------------------------------------------------------------------------
+
+
+def _forest_strategy():
+    from hypothesis import strategies as st
+
+    @st.composite
+    def forests(draw, max_nodes: int = 24, max_len: int = 90):
+        """Random pre-order forests ``(parent, length)``: each node hangs under a node on the
+        current rightmost path (-1: a root)."""
+        nn = draw(st.integers(1, max_nodes))
+        parent: list[int] = []
+        path: list[int] = []
+        for n in range(nn):
+            depth = draw(st.integers(0, len(path))) if n else 0
+            path = path[:depth]
+            parent.append(path[-1] if path else -1)
+            path.append(n)
+        length = [draw(st.integers(1, max_len)) for _ in range(nn)]
+        return parent, length
+
+    return forests
+
+
+forests = _forest_strategy()
+
+
+def forest_mask(parent: list[int], length: list[int], backend: str = "flex"):
+    """A packed forest's TreeMask from pre-order parents and node lengths, with depths (so
+    windowed layers can be checked too)."""
+    from treeprep.trainer.attention import TreeMask
+
+    nn = len(parent)
+    last = list(range(nn))
+    for n in range(nn - 1, -1, -1):
+        if parent[n] >= 0:
+            last[parent[n]] = max(last[parent[n]], last[n])
+    ln = np.asarray(length, dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(ln)[:-1]]).astype(np.int64)
+    depth = np.zeros(nn, dtype=np.int64)
+    for n in range(nn):
+        if parent[n] >= 0:
+            depth[n] = depth[parent[n]] + ln[parent[n]]
+    node = torch.as_tensor(np.repeat(np.arange(nn), ln))
+    idx = torch.arange(int(ln.sum()))
+    kd = torch.as_tensor(
+        np.concatenate([np.arange(d, d + m) for d, m in zip(depth, ln, strict=True)])
+    )
+    return TreeMask(
+        q_node=node,
+        q_index=idx,
+        k_node=node,
+        k_last=torch.as_tensor(last)[node],
+        k_index=idx,
+        node_start=start,
+        node_length=ln,
+        node_parent=np.asarray(parent, dtype=np.int64),
+        node_prefix=np.zeros(nn, dtype=np.int64),
+        backend=backend,
+        q_depth=kd,
+        k_depth=kd,
+    )

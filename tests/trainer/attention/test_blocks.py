@@ -6,13 +6,13 @@ path (layers with a window)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from trainer_fixtures import forest_mask, forests  # noqa: E402
 
 import treeprep.trainer.attention.nodes as nodes_mod  # noqa: E402
 from treeprep.trainer.attention import PLAIN, LayerOptions, TreeMask, tree_attention  # noqa: E402
@@ -88,53 +88,6 @@ def test_block_attention_float32_relative() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@st.composite
-def forests(draw, max_nodes: int = 14, max_len: int = 40):
-    """Pre-order forests: each node hangs under a node of the current rightmost path."""
-    nn = draw(st.integers(1, max_nodes))
-    parent: list[int] = []
-    path: list[int] = []
-    for i in range(nn):
-        depth = draw(st.integers(0, len(path))) if i else 0
-        path = path[:depth]
-        parent.append(path[-1] if path else -1)
-        path.append(i)
-    return parent, [draw(st.integers(1, max_len)) for _ in range(nn)]
-
-
-def _mask(parent: list[int], length: list[int]) -> TreeMask:
-    nn = len(parent)
-    last = list(range(nn))
-    for i in range(nn - 1, -1, -1):
-        if parent[i] >= 0:
-            last[parent[i]] = max(last[parent[i]], last[i])
-    ln = np.asarray(length, dtype=np.int64)
-    start = np.concatenate([[0], np.cumsum(ln)[:-1]]).astype(np.int64)
-    node = torch.as_tensor(np.repeat(np.arange(nn), ln))
-    idx = torch.arange(int(ln.sum()))
-    depth = np.zeros(nn, dtype=np.int64)
-    for i in range(nn):
-        if parent[i] >= 0:
-            depth[i] = depth[parent[i]] + ln[parent[i]]
-    kd = torch.as_tensor(
-        np.concatenate([np.arange(d, d + m) for d, m in zip(depth, ln, strict=True)])
-    )
-    return TreeMask(
-        q_node=node,
-        q_index=idx,
-        k_node=node,
-        k_last=torch.as_tensor(last)[node],
-        k_index=idx,
-        node_start=start,
-        node_length=ln,
-        node_parent=np.asarray(parent, dtype=np.int64),
-        node_prefix=np.zeros(nn, dtype=np.int64),
-        backend="nodes",
-        q_depth=kd,
-        k_depth=kd,
-    )
-
-
 def _run(tm: TreeMask, backend: str, seed: int, opts: LayerOptions = PLAIN):
     gen = torch.Generator().manual_seed(seed)
     t = tm.num_tokens
@@ -148,9 +101,9 @@ def _run(tm: TreeMask, backend: str, seed: int, opts: LayerOptions = PLAIN):
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(forests(), st.integers(1, 7), st.integers(0, 2**16))
+@given(forests(max_nodes=14, max_len=40), st.integers(1, 7), st.integers(0, 2**16))
 def test_nodes_equals_dense_on_random_forests(forest, chunk, seed) -> None:
-    tm = _mask(*forest)
+    tm = forest_mask(*forest, backend="nodes")
     calls: list[object] = []
     old_chunk, old_math = nodes_mod.NODE_CHUNK, nodes_mod._chunk_attention
     nodes_mod.NODE_CHUNK = chunk
@@ -169,7 +122,7 @@ def test_nodes_equals_dense_on_random_forests(forest, chunk, seed) -> None:
 def test_nodes_keeps_the_math_path_for_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sliding window changes the scores: those layers run the masked math path (and still
     equal dense); the fused kernel is for plain layers only."""
-    tm = _mask([-1, 0, 1, 0, -1], [30, 12, 9, 20, 15])
+    tm = forest_mask([-1, 0, 1, 0, -1], [30, 12, 9, 20, 15], backend="nodes")
     opts = LayerOptions(window=17)
     fused: list[object] = []
     real = nodes_mod.block_attention

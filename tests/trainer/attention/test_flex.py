@@ -17,6 +17,8 @@ flex_mod = pytest.importorskip("torch.nn.attention.flex_attention")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from trainer_fixtures import forest_mask as tree_mask  # noqa: E402
+from trainer_fixtures import forests  # noqa: E402
 
 from treeprep.trainer.attention import TreeMask, tree_attention, tree_mask_mod  # noqa: E402
 from treeprep.trainer.attention.flex import (  # noqa: E402
@@ -35,31 +37,6 @@ SHARED = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 # --------------------------------------------------------------------------------------------
 # random trees, and parts of them with handed-over prefix rows
 # --------------------------------------------------------------------------------------------
-
-
-def tree_mask(parent: list[int], length: list[int]) -> TreeMask:
-    """A packed forest's mask from pre-order parents (-1: a root) and node lengths."""
-    nn = len(parent)
-    last = list(range(nn))
-    for n in range(nn - 1, -1, -1):
-        if parent[n] >= 0:
-            last[parent[n]] = max(last[parent[n]], last[n])
-    ln = np.asarray(length, dtype=np.int64)
-    start = np.concatenate([[0], np.cumsum(ln)[:-1]]).astype(np.int64)
-    node = torch.as_tensor(np.repeat(np.arange(nn), ln))
-    idx = torch.arange(int(ln.sum()))
-    return TreeMask(
-        q_node=node,
-        q_index=idx,
-        k_node=node,
-        k_last=torch.as_tensor(last)[node],
-        k_index=idx,
-        node_start=start,
-        node_length=ln,
-        node_parent=np.asarray(parent, dtype=np.int64),
-        node_prefix=np.zeros(nn, dtype=np.int64),
-        backend="flex",
-    )
 
 
 def part_mask(full: TreeMask, a: int, b: int) -> tuple[TreeMask, torch.Tensor]:
@@ -83,21 +60,6 @@ def part_mask(full: TreeMask, a: int, b: int) -> tuple[TreeMask, torch.Tensor]:
         prefix_len=p,
     )
     return part, rows
-
-
-@st.composite
-def forests(draw, max_nodes: int = 24, max_len: int = 90):
-    """Random pre-order forests: each node hangs under a node on the current rightmost path."""
-    nn = draw(st.integers(1, max_nodes))
-    parent: list[int] = []
-    path: list[int] = []
-    for n in range(nn):
-        depth = draw(st.integers(0, len(path))) if n else 0
-        path = path[:depth]
-        parent.append(path[-1] if path else -1)
-        path.append(n)
-    length = [draw(st.integers(1, max_len)) for _ in range(nn)]
-    return parent, length
 
 
 def reference_classes(tm: TreeMask) -> tuple[torch.Tensor, torch.Tensor]:
