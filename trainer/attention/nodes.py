@@ -96,7 +96,7 @@ def nodes_attention(call: AttentionCall) -> torch.Tensor:
     q, k, v, pk, pv = call.q, call.k, call.v, call.pk, call.pv
     tm, scale, opts, gqa = call.tm, call.scale, call.opts, call.gqa
     ch = tm.chains()
-    fused = opts.plain and fused_ok(q)
+    fused = opts.plain and fused_ok(q, k, v)
     # split (never slice) the packed tensors once, at every chain, chunk and segment boundary:
     # a slice's backward zero-fills the whole input per slice, a split's backward is one cat
     cut = {0, q.shape[2]}
