@@ -17,12 +17,21 @@ history ``M[:p]`` (usually the previous call's prompt and completion), the new t
 rendering a small *window* instead of the whole conversation:
 
 - the window is the head of the conversation (up to the first user message) plus some *blocks*
-  of the history (a message and the tool results after it): the first block of every distinct
-  shape (role; with or without text, reasoning, tool calls, several calls, tool results), so
-  that whatever an append does to a kind of earlier message it does to one in the window too,
-  and every block since a checkpoint that moves every :data:`STEP` blocks (at least two), so
-  that a call's window is the previous call's window plus what that call appended: its text is
-  already cached, and each call costs two small renders (the prompt and the full sequence);
+  of the history (a message and the tool results after it): the first and the last block of
+  every distinct shape (role; with or without text, reasoning, tool calls, several calls, tool
+  results) before the checkpoint, so that whatever an append does to a kind of earlier message
+  it does to one in the window too, and every block since a checkpoint that moves every
+  :data:`STEP` blocks (at least two), so that a call's window is the previous call's window plus
+  what that call appended: its text is already cached, and each call costs two small renders
+  (the prompt and the full sequence);
+- the first block of a shape stands for rules about a kind's first message; the last one for
+  rules that look ahead ("is there a final answer / a user message after this one?"): gpt-oss
+  drops the text of every tool-call turn that a final answer follows, Qwen3 the reasoning of
+  turns before the last user message. An append flips such a rule for an earlier message only
+  if nothing after it had flipped it yet; then nothing after the last look-alike had either
+  (it is no earlier), so the append changes that look-alike's text in the window too. The first
+  block alone is not enough: it may already sit before a final answer while a later look-alike
+  outside the tail does not, and the append rewrites the later one unseen;
 - ``A = render(window)`` and ``B = render(window + new)``; the append is prefix-stable on the
   window when ``B`` starts with ``A``, and then ``B[len(A):]`` is the new text;
 - the window must render the blocks since the checkpoint exactly as the full history did (the
@@ -190,10 +199,13 @@ class IncrementalRenderer:
         # the tail: the blocks since a checkpoint that moves every STEP blocks (at least two), so
         # that this call's window is the last call's window plus what it appended (cached)
         cp = ((len(blocks) - 2) // STEP) * STEP
-        chosen: dict[tuple, tuple[int, int]] = {}
+        first: dict[tuple, tuple[int, int]] = {}
+        last_of: dict[tuple, tuple[int, int]] = {}
         for b in blocks[:cp]:
-            chosen.setdefault(_shape(msgs, b), b)  # the first block of each shape
-        early = sorted(chosen.values())
+            shape = _shape(msgs, b)
+            first.setdefault(shape, b)
+            last_of[shape] = b
+        early = sorted({*first.values(), *last_of.values()})
         head = msgs[:head_end]
         body = [m for b in early for m in msgs[b[0] : b[1]]]
         last = msgs[blocks[cp][0] : p]
@@ -271,8 +283,11 @@ class IncrementalRenderer:
 
 
 def probe_sessions() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:
-    """Agent-like sessions (a system prompt, a task, many tool-calling turns of several shapes,
-    a final answer, a follow-up question) on which incremental rendering must equal whole."""
+    """Agent-like sessions (a system prompt, a task, a long run of plain tool calls, tool-calling
+    turns of several shapes, a final answer, a follow-up question, a text call that leaves the
+    window's tail before the next final answer) on which incremental rendering must equal whole.
+    The long run makes the window much smaller than the history, as in real sessions, so that a
+    template reading the history's length is caught at any length from a dozen messages on."""
     tools: list[dict[str, Any]] = [
         {
             "type": "function",
@@ -314,14 +329,21 @@ def probe_sessions() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | 
         {"role": "user", "content": "Fix the bug."},
     ]
     shapes = [("", "", 1), ("Looking.", "", 1), ("", "think", 1), ("", "", 2), ("Two.", "", 2)]
-    for i in range(10):
+    # a long run of one shape, as agents make: the window stays small while the history grows
+    for i in range(20):
+        session += call(i)
+    for i in range(20, 30):
         text, reasoning, n = shapes[i % len(shapes)]
         session += call(i, text, reasoning, n)
     session += [
         {"role": "assistant", "content": "Done."},
         {"role": "user", "content": "Why?"},
         *call(99, "Checking."),
-        {"role": "assistant", "content": "Because.", "reasoning_content": "r"},
     ]
+    # enough plain calls after the text call that it leaves the window's tail before the final
+    # answer (which, in gpt-oss, drops its text): only a look-alike in the window shows that
+    for i in range(100, 106):
+        session += call(i)
+    session.append({"role": "assistant", "content": "Because.", "reasoning_content": "r"})
     plain = [m for m in session if m["role"] != "system"]
     return [(session, tools), (session, None), (plain, tools)]

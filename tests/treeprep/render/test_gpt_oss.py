@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 import pytest
 from hf_reference import hf_tokenizer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
+from treeprep.render import incremental as incremental_module
 from treeprep.render.coverage import completion_loss
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.template import DEFAULT_DATE, ChatTemplate
@@ -318,8 +319,26 @@ def _sources() -> list[str]:
     return out
 
 
+# a text call that a final answer follows, then a text call that none does yet, outside the
+# window's tail when a final answer is appended (which drops its text in gpt-oss)
+FINAL_DROPS_TEXT_OUTSIDE_WINDOW = [
+    *["call-text", "final", "call-text", "call", "call", "call", "final"],
+]
+FINAL_DROPS_TEXT_AFTER_USER = [
+    *["call"] * 8,
+    *["call-text", "final", "user", "call-text", "call", "call", "final"],
+]
+FINAL_DROPS_TEXT_AFTER_CALLS = [
+    *["call"] * 7,
+    *["call-text", "final", "calls-2", "call", "call-text", "call", "call", "final"],
+]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=st.lists(_TURN, min_size=1, max_size=24), which=st.integers(0, 1))
+@example(turns=FINAL_DROPS_TEXT_OUTSIDE_WINDOW, which=1)
+@example(turns=FINAL_DROPS_TEXT_AFTER_USER, which=1)
+@example(turns=FINAL_DROPS_TEXT_AFTER_CALLS, which=1)
 def test_incremental_equals_whole_on_random_sessions(turns: list[str], which: int) -> None:
     """Item 12: whatever the session's shape, every incremental render equals the whole render
     (prefix-stable appends use the window, others fall back)."""
@@ -334,3 +353,64 @@ def test_incremental_equals_whole_on_random_sessions(turns: list[str], which: in
             except RenderError:
                 continue
             assert inc.render(msgs[:k], None, gen) == ref
+
+
+@needs_data
+@pytest.mark.parametrize(
+    "turns",
+    [FINAL_DROPS_TEXT_OUTSIDE_WINDOW, FINAL_DROPS_TEXT_AFTER_USER, FINAL_DROPS_TEXT_AFTER_CALLS],
+)
+def test_incremental_sees_a_final_answer_drop_the_text_of_a_call_outside_the_window(
+    turns: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug: the window held only the first tool call with text, which a final answer already
+    followed; a final answer appended later drops the text of a later such call outside the
+    window's tail, the window did not change, and the history's old text was kept. The window
+    now holds the last look-alike too, sees the rewrite and renders whole. Checked with the
+    run-time comparison off (as on most renders of a build), so the window alone must be right."""
+    monkeypatch.setattr(incremental_module, "CHECK_FIRST", 0)
+    monkeypatch.setattr(incremental_module, "CHECK_EVERY", 1 << 30)
+    t = ChatTemplate((GPT_OSS / "chat_template.jinja").read_text())
+    inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
+    msgs = _random_session(turns)
+    for k in range(2, len(msgs) + 1):
+        fallbacks = inc.fallbacks
+        for gen in (False, True):
+            assert inc.render(msgs[:k], None, gen) == t.render(msgs[:k], None, gen), (k, gen)
+        if k == len(msgs):  # the final answer rewrites the history: the window must see it
+            assert inc.fallbacks > fallbacks
+    assert inc.incremental > 0  # the fast path did render the rest
+
+
+@needs_data
+def test_build_renders_of_the_bug_session_match_whole_renders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same session through Renderer.render (what a build does, prompt and full sequence
+    per call), with the real tokenizer and the run-time comparison off: every call gives the
+    tokens, or the rejection, of rendering it whole. The last call (a final answer, which drops
+    the text of the calls since the user's question) is rejected: its prompt is not a prefix of
+    its sequence. The bug kept the old text in the sequence and accepted it with wrong tokens."""
+    monkeypatch.setattr(incremental_module, "CHECK_FIRST", 0)
+    monkeypatch.setattr(incremental_module, "CHECK_EVERY", 1 << 30)
+    fast = Renderer.load(GPT_OSS)
+    whole = Renderer.load(GPT_OSS, native_templates=False)
+    assert fast.incremental is not None and fast.incremental.enabled
+
+    def render(r: Renderer, rec: ChatCall) -> tuple[list[int], list] | str:
+        try:
+            seq = r.render(rec, group_id="g")
+        except RenderError as e:
+            return str(e)
+        return seq.tokens.tolist(), seq.loss_spans
+
+    msgs = _random_session(FINAL_DROPS_TEXT_AFTER_USER)
+    got = []
+    for k in range(2, len(msgs)):
+        if msgs[k]["role"] != "assistant":
+            continue
+        rec = ChatCall(call_id=f"c{k}", messages=msgs[:k], completion=msgs[k], source_line=k)
+        got.append(render(fast, rec))
+        assert got[-1] == render(whole, rec), k
+    assert isinstance(got[-1], str) and "not a token prefix" in got[-1]
+    assert fast.incremental.incremental > 0
