@@ -14,6 +14,11 @@ The same function runs in every engine: inline, in a forked or spawned pool proc
 not depend on the engine. The worker's state is a module-level dict rather than an object,
 because a process pool's initializer can only set globals.
 
+An adapter turns malformed records into rejects and raises InputError when the whole file is
+unusable; any other exception escaping it is a bug in the adapter, and it too becomes a reject
+(``internal error in adapter X: TypeError: ...``, the rest of that file) rather than the end of
+the build: see :func:`_adapter_bug`.
+
 Names: an adapter reports the path it opened; the worker puts the file's name (relative to the
 input root) in its place everywhere (:class:`_Names`), so outputs do not depend on where the input
 lay. Records whose tools or tool-call arguments nest deeper than :data:`MAX_JSON_DEPTH` are
@@ -193,6 +198,19 @@ def _too_deep(item: Any) -> str | None:
     return None
 
 
+def _adapter_bug(job: FileJob, spec: FormatSpec, e: Exception, named: _Names) -> dict:
+    """The last line of defence: an adapter raised something other than the project's errors.
+
+    That is a bug in the adapter (malformed input must come out as rejects), but one bad file
+    must not stop a build of thousands, so the rest of the file becomes one reject whose reason
+    starts with ``internal error in adapter`` and names the exception: counted in the manifest
+    and listed in ``rejects.jsonl`` like any reject, and easy to search for. Tests assert that no
+    input, however malformed, produces one (``tests/treeprep/test_formats_malformed.py``).
+    """
+    why = f"internal error in adapter {spec.name}: {type(e).__name__}: {named(str(e))}"
+    return _reject(file=job.name, line=0, reason=why, format=spec.name)
+
+
 class _Names:
     """Puts a file's name (relative to the input root) where an adapter put the path it opened."""
 
@@ -228,6 +246,12 @@ def _render_records(
             n_read += 1
             line, why = (e.line, e.reason) if isinstance(e, InputError) else (0, "nested too deep")
             rejects.append(_reject(file=job.name, line=line, reason=named(why), format=spec.name))
+            break
+        except MemoryError:
+            raise
+        except Exception as e:  # a bug in the adapter: see _adapter_bug
+            n_read += 1
+            rejects.append(_adapter_bug(job, spec, e, named))
             break
         n_read += 1
         if isinstance(item, Reject):

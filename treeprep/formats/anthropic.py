@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from treeprep.errors import RecordError
 from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
+from treeprep.formats._records import as_list, expect, opt_list, opt_str, type_name
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -57,12 +59,12 @@ def sniff(path: str, head: bytes) -> bool:
     return False
 
 
-def convert_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
+def convert_tools(tools: Any, where: str = "tools") -> list[dict[str, Any]] | None:
     """Anthropic tool definitions -> OpenAI function tool schemas (server tools left out)."""
     if not tools:
         return None
     out = []
-    for t in tools:
+    for t in as_list(tools, where):
         if isinstance(t, dict) and "input_schema" in t and t.get("name"):
             fn: dict[str, Any] = {"name": t["name"]}
             if t.get("description") is not None:
@@ -72,36 +74,48 @@ def convert_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _text(blocks: Any) -> str:
-    if isinstance(blocks, str):
-        return blocks
-    if isinstance(blocks, list):
-        return "".join(
-            b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
-        )
-    return ""
+_BLOCKS = "a string or a list of content blocks"
 
 
-def assistant_message(content: Any) -> dict[str, Any]:
+def _block_text(b: dict[str, Any], key: str, where: str) -> str:
+    """A block's ``text`` (or ``thinking``) string; absent is empty."""
+    return opt_str(b.get(key), f"{where}.{key}") or ""
+
+
+def _text(blocks: Any, where: str) -> str:
+    """The text of a string or of the ``text`` blocks of a list (null: no text)."""
+    if blocks is None:
+        return ""
+    if isinstance(expect(blocks, where, str, list, what=_BLOCKS), str):
+        return blocks  # type: ignore[no-any-return]
+    return "".join(
+        _block_text(b, "text", f"{where}[{i}]")
+        for i, b in enumerate(blocks)
+        if isinstance(b, dict) and b.get("type") == "text"
+    )
+
+
+def assistant_message(content: Any, where: str = "content") -> dict[str, Any]:
     """An Anthropic assistant ``content`` (a string or blocks) as one OpenAI-style message.
 
     ``text`` blocks are joined, ``thinking`` blocks become ``reasoning_content``, ``tool_use``
     blocks become ``tool_calls`` with their ``input`` object as the arguments. Claude Code
-    transcripts use it too (their lines carry Messages API content blocks).
+    transcripts use it too (their lines carry Messages API content blocks). A misshapen content
+    raises RecordError naming ``where``.
     """
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
-    for b in content or []:
+    for i, b in enumerate(opt_list(expect_blocks(content, where), where)):
         if not isinstance(b, dict):
             continue
         t = b.get("type")
         if t == "text":
-            texts.append(b.get("text", ""))
+            texts.append(_block_text(b, "text", f"{where}[{i}]"))
         elif t == "thinking":
-            thinking.append(b.get("thinking", ""))
+            thinking.append(_block_text(b, "thinking", f"{where}[{i}]"))
         elif t == "tool_use":
             calls.append(
                 {
@@ -118,25 +132,31 @@ def assistant_message(content: Any) -> dict[str, Any]:
     return m
 
 
-def _user(content: Any) -> list[dict[str, Any]]:
+def expect_blocks(content: Any, where: str) -> Any:
+    """``content`` when it is null, a string or a list of content blocks."""
+    return None if content is None else expect(content, where, str, list, what=_BLOCKS)
+
+
+def _user(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
-    for b in content or []:
+    for i, b in enumerate(opt_list(expect_blocks(content, where), where)):
         if not isinstance(b, dict):
             continue
+        expect(b.get("type"), f"{where}[{i}].type", str)
         if b.get("type") == "tool_result":
             c = b.get("content")
             out.append(
                 {
                     "role": "tool",
                     "tool_call_id": b.get("tool_use_id"),
-                    "content": c if isinstance(c, str) else _text(c),
+                    "content": c if isinstance(c, str) else _text(c, f"{where}[{i}].content"),
                 }
             )
         elif b.get("type") == "text":
-            parts.append({"type": "text", "text": b.get("text", "")})
+            parts.append({"type": "text", "text": _block_text(b, "text", f"{where}[{i}]")})
         else:
             parts.append(dict(b))
     if parts:
@@ -150,21 +170,23 @@ def _user(content: Any) -> list[dict[str, Any]]:
 def to_call_fields(
     req: dict[str, Any], resp: dict[str, Any], opts: ReadOptions
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """(ChatCall fields, None) or (None, reason)."""
+    """(ChatCall fields, None) or (None, reason). A misshapen field raises RecordError."""
     msgs: list[dict[str, Any]] = []
     system = req.get("system")
-    sys_text = _text(system) if system is not None else opts.system_prompt
+    sys_text = _text(system, "request.system") if system is not None else opts.system_prompt
     if sys_text:
         msgs.append({"role": "system", "content": sys_text})
     for i, m in enumerate(req.get("messages") or []):
         role = m.get("role") if isinstance(m, dict) else None
+        where = f"request.messages[{i}]"
         if role == "user":
-            msgs.extend(_user(m.get("content")))
+            msgs.extend(_user(m.get("content"), f"{where}.content"))
         elif role == "assistant":
-            msgs.append(assistant_message(m.get("content")))
+            msgs.append(assistant_message(m.get("content"), f"{where}.content"))
         else:
-            return None, f"request.messages[{i}]: role {role!r}, expected 'user' or 'assistant'"
-    completion = assistant_message(resp.get("content"))
+            shown = repr(role) if isinstance(role, str | None) else type_name(role)
+            return None, f"{where}: role {shown}, expected 'user' or 'assistant'"
+    completion = assistant_message(resp.get("content"), "response.content")
     if (
         not completion.get("content")
         and not completion.get("tool_calls")
@@ -174,7 +196,7 @@ def to_call_fields(
     return {
         "model": resp.get("model") or req.get("model"),
         "messages": msgs,
-        "tools": convert_tools(req.get("tools")) or opts.tools,
+        "tools": convert_tools(req.get("tools"), "request.tools") or opts.tools,
         "completion": completion,
         "provenance": {"exact_tokens": False, "exact_messages": True, "reconstructed": False},
     }, None
@@ -204,7 +226,10 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             )
             continue
         assert resp is not None
-        fields, why = to_call_fields(req, resp, opts)
+        try:
+            fields, why = to_call_fields(req, resp, opts)
+        except RecordError as e:
+            fields, why = None, str(e)
         if fields is None:
             yield Reject(file=path, line=no, format=NAME, reason=str(why))
             continue

@@ -54,7 +54,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from treeprep.errors import RecordError
 from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
+from treeprep.formats._records import as_dict, expect, opt_str
 from treeprep.formats.anthropic import assistant_message
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
@@ -76,7 +78,14 @@ def sniff(path: str, head: bytes) -> bool:
     """A JSONL file whose lines carry Claude Code's ``parentUuid``/``sessionId`` envelope."""
     objs = head_json_objects(head)
     for o in objs:
-        if o.get("type") in _TYPES and "sessionId" in o and "parentUuid" in o and "uuid" in o:
+        t = o.get("type")
+        if (
+            isinstance(t, str)
+            and t in _TYPES
+            and "sessionId" in o
+            and "parentUuid" in o
+            and "uuid" in o
+        ):
             return True
     if not objs and head.lstrip().startswith(b"{"):
         # a first line longer than the head: fall back to the envelope's keys
@@ -103,6 +112,8 @@ class _Session:
     results: dict[str, list[tuple[_Line, dict[str, Any]]]] = field(default_factory=dict)
     meta_children: dict[str, list[_Line]] = field(default_factory=dict)
     parent_of_line: dict[int, str] = field(default_factory=dict)
+    #: uuid -> line of the lines rejected as misshapen (so a chain through one says so)
+    rejected: dict[str, int] = field(default_factory=dict)
 
     def add(self, ln: _Line) -> None:
         r = ln.rec
@@ -130,6 +141,45 @@ class _Session:
                     self.results.setdefault(str(b.get("tool_use_id")), []).append((ln, b))
         if r.get("type") == "user" and r.get("isMeta") and isinstance(r.get("parentUuid"), str):
             self.meta_children.setdefault(r["parentUuid"], []).append(ln)
+
+
+_CONTENT = "a string or a list of content blocks"
+
+
+def _check_blocks(blocks: list[Any], where: str) -> None:
+    """Content blocks as the adapter reads them: a typed object whose text is a string."""
+    for i, b in enumerate(blocks):
+        at = f"{where}[{i}]"
+        b = as_dict(b, at)
+        t = expect(b.get("type"), f"{at}.type", str)
+        if t in ("text", "thinking"):
+            opt_str(b.get(t), f"{at}.{t}")
+        elif t == "tool_use":
+            expect(b.get("id"), f"{at}.id", str)
+        elif t == "tool_result":
+            expect(b.get("tool_use_id"), f"{at}.tool_use_id", str)
+            c = b.get("content")
+            if isinstance(c, list):
+                _check_blocks(c, f"{at}.content")
+
+
+def _check_line(rec: dict[str, Any]) -> None:
+    """The envelope and message fields this adapter reads have their shapes; else RecordError
+    naming the field (the line is rejected and left out of the session)."""
+    t = opt_str(rec.get("type"), "type")
+    for key in ("uuid", "parentUuid", "logicalParentUuid", "sessionId", "agentId"):
+        opt_str(rec.get(key), key)
+    if t not in ("user", "assistant"):
+        return
+    msg = as_dict(rec.get("message"), "message")
+    if t == "assistant":
+        opt_str(msg.get("id"), "message.id")
+        opt_str(msg.get("model"), "message.model")
+    content = msg.get("content")
+    if content is not None and not isinstance(
+        expect(content, "message.content", str, list, what=_CONTENT), str
+    ):
+        _check_blocks(content, "message.content")
 
 
 class _ChainError(Exception):
@@ -213,6 +263,8 @@ def _chain(sess: _Session, start: str | None, file: str) -> list[_Line]:
             raise _ChainError(f"cycle in parentUuid: uuid {u} is reached twice")
         seen.add(u)
         ln = sess.by_uuid.get(u)
+        if ln is None and u in sess.rejected:
+            raise _ChainError(f"parentUuid {u} is line {sess.rejected[u]}, which is rejected")
         if ln is None:
             where = f"line {child.no}" if child is not None else "the call's first line"
             raise _ChainError(
@@ -354,7 +406,7 @@ def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
         )
     tool_use_by_agent: dict[str, str] = {}
     for no, rec in iter_json_lines(ppath):
-        if isinstance(rec, Reject):
+        if isinstance(rec, Reject) or _misshapen(rec) is not None:
             continue  # reported when the parent file itself is read
         sess.add(_Line(no, rec, False))
         d = rec.get("data")
@@ -489,18 +541,30 @@ class _CallContext:
     seen_compactions: set[str] = field(default_factory=set)
 
 
+def _misshapen(rec: dict[str, Any]) -> str | None:
+    try:
+        _check_line(rec)
+    except RecordError as e:
+        return str(e)
+    return None
+
+
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     """Every API response of the file as one ChatCall (plus rejects), in file order."""
     out: list[tuple[int, Item]] = []
     own: list[_Line] = []
+    sess = _Session(path)
     for no, rec in iter_json_lines(path):
         if isinstance(rec, Reject):
             rec.format = NAME
             out.append((no, rec))
+        elif (why := _misshapen(rec)) is not None:
+            out.append((no, Reject(file=path, line=no, reason=why, format=NAME)))
+            if isinstance(rec.get("uuid"), str):
+                sess.rejected[rec["uuid"]] = no
         else:
             own.append(_Line(no, rec, True))
     f = _identify(path, own)
-    sess = _Session(path)
     for ln in own:
         sess.add(ln)
     task_call, parent_missing = _link_parent(sess, f) if f.sidechain else (None, None)

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import iter_records
+from treeprep.formats._records import iter_records, one_of
 from treeprep.formats._sniff import first_record
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import RecordError, validation_reason
@@ -48,7 +48,7 @@ def sniff(path: str, head: bytes) -> bool:
     rec = first_record(path, head)
     return (
         isinstance(rec, dict)
-        and rec.get("type") in _LINE_TYPES
+        and one_of(rec.get("type"), _LINE_TYPES)
         and isinstance(rec.get("payload"), dict)
         and "timestamp" in rec
     )
@@ -56,7 +56,7 @@ def sniff(path: str, head: bytes) -> bool:
 
 def _is_assistant(it: dict[str, Any]) -> bool:
     t = it.get("type")
-    return t in _ASSISTANT or (t == "message" and it.get("role") == "assistant")
+    return one_of(t, _ASSISTANT) or (t == "message" and it.get("role") == "assistant")
 
 
 def _as_responses_item(it: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +114,7 @@ class _Session:
                 "replacement_history, so this call's prompt is unknown"
             )
         for no, it in self.history + turn:
-            if it.get("type") in _UNSUPPORTED:
+            if one_of(it.get("type"), _UNSUPPORTED):
                 raise RecordError(
                     f"line {no}: {it.get('type')} item (a hosted tool or encrypted state that "
                     "has no chat form), so the prompt or completion cannot be rendered"
@@ -151,7 +151,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             continue
         p = rec.get("payload") if isinstance(rec, dict) else None
         t = rec.get("type") if isinstance(rec, dict) else None
-        if t not in _LINE_TYPES or not isinstance(p, dict):
+        if not one_of(t, _LINE_TYPES) or not isinstance(p, dict):
             yield Reject(
                 file=path,
                 line=no,
@@ -179,7 +179,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             else:
                 s.lost = no
         elif t == "response_item":
-            if p.get("type") in _SKIP:
+            if one_of(p.get("type"), _SKIP):
                 continue
             if _is_assistant(p):
                 s.turn.append((no, p))

@@ -43,7 +43,13 @@ from pydantic import ValidationError
 
 from treeprep.errors import InputError
 from treeprep.formats import aliases
-from treeprep.formats._records import chat_tool_call, file_stem, load_document, read_records
+from treeprep.formats._records import (
+    chat_tool_call,
+    file_stem,
+    load_document,
+    read_records,
+    type_name,
+)
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -51,7 +57,6 @@ from treeprep.formats.openai_chat import (
     normalize_message,
     normalize_tools,
     number_of,
-    type_name,
     validation_reason,
 )
 from treeprep.schemas import ChatCall, Provenance, Reject

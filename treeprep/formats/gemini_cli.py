@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from treeprep.errors import RecordError
 from treeprep.formats._agentlogs import (
     head_json_objects,
     iter_json_lines,
@@ -47,6 +48,7 @@ from treeprep.formats._agentlogs import (
     read_bytes,
     system_message,
 )
+from treeprep.formats._records import expect, one_of, opt_list, type_name
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -80,34 +82,37 @@ def sniff(path: str, head: bytes) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _parts(content: Any) -> list[dict[str, Any]]:
+_PARTS = "a string, a part object or an array of them"
+
+
+def _parts(content: Any, where: str) -> list[dict[str, Any]]:
     """A PartListUnion (a string, a part, or a list of them) as chat content parts."""
     if content is None:
         return []
-    if isinstance(content, str):
+    if isinstance(expect(content, where, str, dict, list, what=_PARTS), str):
         return [{"type": "text", "text": content}]
     items = content if isinstance(content, list) else [content]
     out: list[dict[str, Any]] = []
-    for p in items:
-        if isinstance(p, str):
+    for i, p in enumerate(items):
+        at = f"{where}[{i}]" if isinstance(content, list) else where
+        if isinstance(expect(p, at, str, dict, what="a string or a part object"), str):
             out.append({"type": "text", "text": p})
-        elif isinstance(p, dict) and isinstance(p.get("text"), str):
+        elif "text" in p:
             if not p.get("thought"):
-                out.append({"type": "text", "text": p["text"]})
-        elif isinstance(p, dict):
+                out.append({"type": "text", "text": expect(p["text"], f"{at}.text", str)})
+        else:
             kind = next(iter(p), "part")  # inlineData, fileData, ...: not text
             out.append({"type": str(kind)})
     return out
 
 
-def _text(content: Any) -> str:
-    return "".join(p.get("text", "") for p in _parts(content) if p["type"] == "text")
+def _text(content: Any, where: str) -> str:
+    return "".join(p.get("text", "") for p in _parts(content, where) if p["type"] == "text")
 
 
-def _reasoning(msg: dict[str, Any]) -> str | None:
-    thoughts = msg.get("thoughts") or []
+def _reasoning(msg: dict[str, Any], where: str) -> str | None:
     texts = []
-    for t in thoughts:
+    for t in opt_list(msg.get("thoughts"), f"{where}.thoughts"):
         if not isinstance(t, dict):
             continue
         subject, desc = t.get("subject") or "", t.get("description") or ""
@@ -137,10 +142,19 @@ def _result_text(call: dict[str, Any]) -> str | None:
     return "\n".join(texts)
 
 
+def _where(msg: dict[str, Any]) -> str:
+    """How a message is named in a reject: by its id."""
+    return f"message {msg.get('id')!r}"
+
+
 def _assistant(msg: dict[str, Any]) -> dict[str, Any]:
-    calls = [c for c in msg.get("toolCalls") or [] if isinstance(c, dict)]
-    out: dict[str, Any] = {"role": "assistant", "content": _text(msg.get("content"))}
-    r = _reasoning(msg)
+    where = _where(msg)
+    calls = [c for c in opt_list(msg.get("toolCalls"), f"{where}.toolCalls") if isinstance(c, dict)]
+    out: dict[str, Any] = {
+        "role": "assistant",
+        "content": _text(msg.get("content"), f"{where}.content"),
+    }
+    r = _reasoning(msg, where)
     if r:
         out["reasoning_content"] = r
     if calls:
@@ -164,7 +178,7 @@ def _history(msgs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | No
     for m in msgs:
         kind = m.get("type")
         if kind == "user":
-            parts = _parts(m.get("content"))
+            parts = _parts(m.get("content"), f"{_where(m)}.content")
             if all(p["type"] == "text" for p in parts):
                 out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
             else:
@@ -226,6 +240,10 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             yield ev
             continue
         line, obj = ev
+        if not isinstance(obj, dict):
+            reason = f"expected a message record (an object), got {type_name(obj)}"
+            yield Reject(file=path, line=line, reason=reason, format=NAME)
+            continue
         if "$rewindTo" in obj:
             events.append((line, "rewind", str(obj["$rewindTo"])))
         elif isinstance(obj.get("$set"), dict):
@@ -263,7 +281,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             rewritten = True
             continue
         msg = versions[payload]
-        if msg.get("type") not in _UI_ONLY:
+        if not one_of(msg.get("type"), _UI_ONLY):
             if msg.get("type") == "gemini":
                 before = [rewritten_as.get(i) or versions[i] for i in current]
                 yield _call(path, line, session, msg, before, opts, tools, rewritten)
@@ -281,7 +299,11 @@ def _call(
     tools: list[dict[str, Any]] | None,
     rewritten: bool,
 ) -> Item:
-    history, why = _history(before)
+    try:
+        history, why = _history(before)
+        completion = _assistant(msg)
+    except RecordError as e:
+        why = str(e)
     if why is not None:
         return Reject(file=path, line=line, reason=why, format=NAME, call_id=msg.get("id"))
     fields = {
@@ -290,7 +312,7 @@ def _call(
         "model": msg.get("model"),
         "messages": [*system_message(opts.system_prompt), *history],
         "tools": tools,
-        "completion": _assistant(msg),
+        "completion": completion,
         "provenance": {"exact_messages": False, "reconstructed": True},
         "branch_reason": "compaction" if rewritten else None,
         "timestamp": msg.get("timestamp") if isinstance(msg.get("timestamp"), str) else None,

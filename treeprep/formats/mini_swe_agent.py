@@ -19,10 +19,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from treeprep.errors import InputError
+from treeprep.errors import InputError, RecordError
 from treeprep.formats import aliases
 from treeprep.formats._agentlogs import group_or, load_json, make_call
-from treeprep.formats._records import chat_tool_call, file_stem
+from treeprep.formats._records import (
+    chat_tool_call,
+    dicts,
+    file_stem,
+    opt_dict,
+    opt_str,
+    type_name,
+)
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -46,23 +53,61 @@ def sniff(path: str, head: bytes) -> bool:
     )
 
 
-def _message(m: dict[str, Any]) -> dict[str, Any]:
+def _message(m: dict[str, Any], where: str) -> dict[str, Any]:
+    """A transcript message in OpenAI form; RecordError (naming ``where``) when misshapen."""
     out: dict[str, Any] = {"role": m["role"], "content": m.get("content")}
     if m.get("tool_calls"):
-        out["tool_calls"] = [
-            chat_tool_call(
-                tc.get("id"),
-                (tc.get("function") or {}).get("name", ""),
-                (tc.get("function") or {}).get("arguments", ""),
-            )
-            for tc in m["tool_calls"]
-        ]
+        calls = []
+        for j, tc in enumerate(dicts(m["tool_calls"], f"{where}.tool_calls")):
+            fn = opt_dict(tc.get("function"), f"{where}.tool_calls[{j}].function")
+            calls.append(chat_tool_call(tc.get("id"), fn.get("name", ""), fn.get("arguments", "")))
+        out["tool_calls"] = calls
     if m.get("tool_call_id"):
         out["tool_call_id"] = m["tool_call_id"]
     reasoning = aliases.reasoning_of(m)
     if reasoning:
         out["reasoning_content"] = reasoning
     return out
+
+
+def _response_reasoning(m: dict[str, Any], where: str) -> str | None:
+    """The provider's reasoning in ``extra.response.choices[0].message``, when recorded."""
+    try:
+        resp_msg = m["extra"]["response"]["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return None  # no provider response recorded (or not in this shape): nothing to keep
+    if not isinstance(resp_msg, dict):
+        return None
+    try:
+        return aliases.reasoning_of(resp_msg)
+    except aliases.AliasError as e:
+        raise RecordError(f"{where}.extra.response.choices[0].message: {e}") from e
+
+
+def _model(path: str, doc: object) -> str | None:
+    """``info.config.model.model_name`` of a saved run (None when not recorded); InputError
+    when one of those levels has another shape (it names the model of every call)."""
+    if not isinstance(doc, dict):
+        return None
+    try:
+        cfg = opt_dict(opt_dict(doc.get("info"), "info").get("config"), "info.config")
+        name = opt_dict(cfg.get("model"), "info.config.model").get("model_name")
+        return opt_str(name, "info.config.model.model_name")
+    except RecordError as e:
+        raise InputError(path, 1, str(e)) from e
+
+
+def _not_a_message(m: Any, where: str) -> str | None:
+    """Why ``m`` is not a transcript message (``"exit"`` for the end-of-run marker), or None."""
+    if not isinstance(m, dict):
+        return f"{where}: expected a message object, got {type_name(m)}"
+    role = m.get("role")
+    if role == "exit":
+        return "exit"
+    if isinstance(role, str) and role in _ROLES:
+        return None
+    shown = repr(role) if isinstance(role, str | None) else type_name(role)
+    return f"{where}: unknown role {shown}; expected system/user/assistant/tool"
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
@@ -75,37 +120,27 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         gid = group_or(doc, opts, default)
     else:
         raise InputError(path, 1, "expected a mini-swe-agent trajectory: a 'messages' list")
-    model = None
-    if isinstance(doc, dict):
-        cfg = (doc.get("info") or {}).get("config") or {}
-        model = (cfg.get("model") or {}).get("model_name")
+    model = _model(path, doc)
 
     seen: list[dict[str, Any]] = []
     k = 0
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
-            role = m.get("role") if isinstance(m, dict) else type(m).__name__
-            if role == "exit":
-                continue  # mini-swe-agent's end-of-run marker, never sent to the model
-            yield Reject(
-                file=path,
-                line=1,
-                format=NAME,
-                reason=f"messages[{i}]: unknown role {role!r}; expected system/user/assistant/tool",
-            )
+        reason = _not_a_message(m, f"messages[{i}]")
+        if reason == "exit":
+            continue  # mini-swe-agent's end-of-run marker, never sent to the model
+        if reason is not None:
+            yield Reject(file=path, line=1, format=NAME, reason=reason)
             continue
+        role = m["role"]
         try:
-            msg = _message(m)
-        except aliases.AliasError as e:
-            yield Reject(file=path, line=1, format=NAME, reason=f"messages[{i}]: {e}")
+            msg = _message(m, f"messages[{i}]")
+            rc = _response_reasoning(m, f"messages[{i}]") if role == "assistant" else None
+        except (aliases.AliasError, RecordError) as e:
+            reason = str(e) if isinstance(e, RecordError) else f"messages[{i}]: {e}"
+            yield Reject(file=path, line=1, format=NAME, reason=reason)
             continue
         if msg["role"] == "assistant" and seen:
             comp = dict(msg)
-            try:
-                resp_msg = m["extra"]["response"]["choices"][0]["message"]
-                rc = aliases.reasoning_of(resp_msg) if isinstance(resp_msg, dict) else None
-            except (KeyError, IndexError, TypeError):
-                rc = None
             if rc:
                 comp["reasoning_content"] = rc
             item = make_call(

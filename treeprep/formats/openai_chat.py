@@ -43,7 +43,13 @@ from pydantic import ValidationError
 
 from treeprep.errors import InputError, RecordError
 from treeprep.formats import aliases
-from treeprep.formats._records import chat_tool_call, load_document, read_records
+from treeprep.formats._records import (
+    chat_tool_call,
+    load_document,
+    one_of,
+    read_records,
+    type_name,
+)
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import head_record, json_key_in
 from treeprep.schemas import BRANCH_REASONS, ChatCall, Provenance, Reject
@@ -65,14 +71,6 @@ def obj_at(rec: dict[str, Any], key: str) -> dict[str, Any]:
     """``rec[key]`` when it is an object, else an empty dict."""
     v = rec.get(key)
     return v if isinstance(v, dict) else {}
-
-
-def type_name(v: object) -> str:
-    if v is None:
-        return "null"
-    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
-        type(v), type(v).__name__
-    )
 
 
 def validation_reason(e: ValidationError) -> str:
@@ -247,9 +245,10 @@ def normalize_message(m: Any, where: str) -> dict[str, Any]:
     role = m.get("role")
     if role == "developer":
         role = "system"
-    if role not in _ROLES:
+    if not one_of(role, _ROLES):
+        shown = repr(role) if isinstance(role, str | None) else type_name(role)
         raise RecordError(
-            f"{where}.role: unknown role {role!r} "
+            f"{where}.role: unknown role {shown} "
             "(expected system, developer, user, assistant or tool)"
         )
     out: dict[str, Any] = {"role": role, "content": _content(m.get("content"), f"{where}.content")}
@@ -393,8 +392,8 @@ def chat_call(
         kw = obj_at(rec, "kwargs")
         src = next(
             (
-                (k, d[k])
-                for k, d in (("tools", rec), ("request.tools", req), ("kwargs.tools", kw))
+                (where, d["tools"])
+                for where, d in (("tools", rec), ("request.tools", req), ("kwargs.tools", kw))
                 if d.get("tools") is not None
             ),
             ("tools", None),

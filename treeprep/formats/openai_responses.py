@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import chat_tool_call, file_stem, read_records
+from treeprep.formats._records import chat_tool_call, file_stem, read_records, type_name
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -60,7 +60,6 @@ from treeprep.formats.openai_chat import (
     obj_at,
     str_at,
     trajectory_of,
-    type_name,
     validation_reason,
 )
 from treeprep.io import head_record, json_key_in

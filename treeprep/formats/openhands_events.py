@@ -32,7 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from treeprep.errors import RecordError
 from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
+from treeprep.formats._records import expect, one_of, opt_dict, opt_list, opt_str
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -45,7 +47,7 @@ def _is_event(obj: Any) -> bool:
     return (
         isinstance(obj, dict)
         and isinstance(obj.get("kind"), str)
-        and obj.get("source") in _SOURCES
+        and one_of(obj.get("source"), _SOURCES)
         and isinstance(obj.get("id"), str)
         and isinstance(obj.get("timestamp"), str)
     )
@@ -56,14 +58,20 @@ def sniff(path: str, head: bytes) -> bool:
     return bool(objs) and all(_is_event(o) for o in objs[:5])
 
 
-def _text(parts: Any) -> str:
-    if isinstance(parts, str):
-        return parts
-    if isinstance(parts, dict):
-        parts = [parts]
-    if not isinstance(parts, list):
+def _text(parts: Any, where: str) -> str:
+    """The text of a string, a text part or an array of parts (null: no text)."""
+    if parts is None:
         return ""
-    return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+    what = "a string, a text part or an array of parts"
+    if isinstance(expect(parts, where, str, dict, list, what=what), str):
+        return parts  # type: ignore[no-any-return]
+    if isinstance(parts, dict):
+        return opt_str(parts.get("text"), f"{where}.text") or ""
+    return "".join(
+        opt_str(p.get("text"), f"{where}[{i}].text") or ""
+        for i, p in enumerate(parts)
+        if isinstance(p, dict)
+    )
 
 
 def _tool(t: Any) -> dict[str, Any] | None:
@@ -81,8 +89,8 @@ def _tool(t: Any) -> dict[str, Any] | None:
 
 def _result(ev: dict[str, Any]) -> dict[str, Any]:
     if ev["kind"] == "ObservationEvent":
-        obs = ev.get("observation") or {}
-        content = _text(obs.get("content")) if isinstance(obs, dict) else ""
+        obs = opt_dict(ev.get("observation"), "observation")
+        content = _text(obs.get("content"), "observation.content")
     elif ev["kind"] == "UserRejectObservation":
         content = str(ev.get("rejection_reason") or "Action rejected by the user.")
     else:
@@ -92,12 +100,12 @@ def _result(ev: dict[str, Any]) -> dict[str, Any]:
 
 def _assistant(actions: list[dict[str, Any]]) -> dict[str, Any]:
     first = actions[0]
-    msg: dict[str, Any] = {"role": "assistant", "content": _text(first.get("thought"))}
+    msg: dict[str, Any] = {"role": "assistant", "content": _text(first.get("thought"), "thought")}
     if isinstance(first.get("reasoning_content"), str) and first["reasoning_content"]:
         msg["reasoning_content"] = first["reasoning_content"]
     calls = []
     for a in actions:
-        tc = a.get("tool_call") or {}
+        tc = opt_dict(a.get("tool_call"), "tool_call")
         calls.append(
             {
                 "id": str(tc.get("id") or a.get("tool_call_id")),
@@ -113,9 +121,9 @@ def _assistant(actions: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _llm_message(ev: dict[str, Any]) -> dict[str, Any]:
-    lm = ev.get("llm_message") or {}
+    lm = opt_dict(ev.get("llm_message"), "llm_message")
     role = lm.get("role") if lm.get("role") in ("user", "assistant", "system") else "user"
-    msg: dict[str, Any] = {"role": role, "content": _text(lm.get("content"))}
+    msg: dict[str, Any] = {"role": role, "content": _text(lm.get("content"), "llm_message.content")}
     if isinstance(lm.get("reasoning_content"), str) and lm["reasoning_content"]:
         msg["reasoning_content"] = lm["reasoning_content"]
     return msg
@@ -146,7 +154,8 @@ class _Stream:
         self.items.append((ev["id"], msg))
 
     def condense(self, ev: dict[str, Any]) -> None:
-        forgotten = set(ev.get("forgotten_event_ids") or [])
+        ids = opt_list(ev.get("forgotten_event_ids"), "forgotten_event_ids")
+        forgotten = {expect(x, f"forgotten_event_ids[{i}]", str) for i, x in enumerate(ids)}
         self.items = [(i, m) for i, m in self.items if i not in forgotten]
         if isinstance(ev.get("summary"), str):
             at = ev.get("summary_offset")
@@ -186,39 +195,73 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     i = 0
     while i < len(events):
         line, ev = events[i]
-        kind = ev["kind"]
-        if kind == "SystemPromptEvent":
-            parts = [ev.get("system_prompt"), ev.get("dynamic_context")]
-            s.system = {"role": "system", "content": "".join(_text(p) for p in parts if p)}
-            tools = [_tool(t) for t in ev.get("tools") or []]
-            if any(t is None for t in tools):
-                s.problems.append(f"line {line}: a tool definition of an unknown shape")
-            s.tools = [t for t in tools if t is not None] or None
-        elif kind == "ActionEvent" and ev.get("source") == "agent":
-            group = [ev]
-            rid = ev.get("llm_response_id")
-            while (
-                rid is not None
-                and i + 1 < len(events)
-                and events[i + 1][1].get("kind") == "ActionEvent"
-                and events[i + 1][1].get("llm_response_id") == rid
-            ):
-                i += 1
-                group.append(events[i][1])
-            completion = _assistant(group)
-            yield _call(path, line, ev, completion, s, opts)
-            s.items.append((ev["id"], completion))
-            s.call_ids.update(tc["id"] for tc in completion["tool_calls"])
-        elif kind == "MessageEvent":
-            msg = _llm_message(ev)
-            if ev.get("source") == "agent" and msg["role"] == "assistant":
-                yield _call(path, line, ev, msg, s, opts)
-            s.items.append((ev["id"], msg))
-        elif kind in _RESULTS and ev.get("tool_call_id"):
-            s.add_result(line, ev)
-        elif kind == "Condensation":
-            s.condense(ev)
+        end = _group_end(events, i)
+        try:
+            item = _step(path, [e for _, e in events[i : end + 1]], line, s, opts)
+        except RecordError as e:
+            # this event cannot join the history: it is rejected, and so is every later call,
+            # whose prompt would silently lack it
+            yield Reject(file=path, line=line, reason=str(e), format=NAME)
+            s.problems.append(f"line {line} is rejected ({e})")
+            item = None
+        if item is not None:
+            yield item
+        i = end + 1
+
+
+def _group_end(events: list[tuple[int, dict[str, Any]]], i: int) -> int:
+    """The index of the last event of the call that starts at ``i``: parallel tool calls are
+    consecutive agent ActionEvents sharing one ``llm_response_id``."""
+    ev = events[i][1]
+    rid = ev.get("llm_response_id")
+    if ev["kind"] != "ActionEvent" or ev.get("source") != "agent" or rid is None:
+        return i
+    while (
+        i + 1 < len(events)
+        and events[i + 1][1].get("kind") == "ActionEvent"
+        and events[i + 1][1].get("llm_response_id") == rid
+    ):
         i += 1
+    return i
+
+
+def _step(
+    path: str, group: list[dict[str, Any]], line: int, s: _Stream, opts: ReadOptions
+) -> Item | None:
+    """Apply one event (or the actions of one response, ``group``) to the stream.
+
+    Returns the call it completes (None if it is not a call). A misshapen event raises
+    RecordError and leaves the stream as it was.
+    """
+    ev = group[0]
+    kind = ev["kind"]
+    item: Item | None = None
+    if kind == "SystemPromptEvent":
+        parts = [ev.get("system_prompt"), ev.get("dynamic_context")]
+        system = {
+            "role": "system",
+            "content": "".join(_text(p, "system_prompt") for p in parts if p),
+        }
+        tools = [_tool(t) for t in opt_list(ev.get("tools"), "tools")]
+        s.system = system
+        if any(t is None for t in tools):
+            s.problems.append(f"line {line}: a tool definition of an unknown shape")
+        s.tools = [t for t in tools if t is not None] or None
+    elif kind == "ActionEvent" and ev.get("source") == "agent":
+        completion = _assistant(group)
+        item = _call(path, line, ev, completion, s, opts)
+        s.items.append((ev["id"], completion))
+        s.call_ids.update(tc["id"] for tc in completion["tool_calls"])
+    elif kind == "MessageEvent":
+        msg = _llm_message(ev)
+        if ev.get("source") == "agent" and msg["role"] == "assistant":
+            item = _call(path, line, ev, msg, s, opts)
+        s.items.append((ev["id"], msg))
+    elif kind in _RESULTS and ev.get("tool_call_id"):
+        s.add_result(line, ev)
+    elif kind == "Condensation":
+        s.condense(ev)
+    return item
 
 
 def _call(

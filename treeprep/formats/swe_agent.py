@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from treeprep.errors import InputError
+from treeprep.errors import InputError, RecordError
 from treeprep.formats import aliases
 from treeprep.formats._agentlogs import group_or, load_json, make_call
-from treeprep.formats._records import chat_tool_call, file_stem
+from treeprep.formats._records import as_dict, chat_tool_call, dicts, file_stem, opt_dict, opt_list
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -50,31 +50,37 @@ def sniff(path: str, head: bytes) -> bool:
     return h.startswith(b"{") and (b'"trajectory"' in head or b'"history"' in head)
 
 
-def _message(m: dict[str, Any]) -> dict[str, Any]:
-    """A SWE-agent message in OpenAI form (its bookkeeping keys dropped)."""
+def _message(m: Any, where: str) -> dict[str, Any]:
+    """A SWE-agent message in OpenAI form (its bookkeeping keys dropped); RecordError naming
+    ``where`` when it is misshapen."""
+    m = as_dict(m, where)
     out = {k: m[k] for k in _KEEP if k in m and m[k] is not None}
-    reasoning = aliases.reasoning_of(m)
+    try:
+        reasoning = aliases.reasoning_of(m)
+    except aliases.AliasError as e:
+        raise RecordError(f"{where}: {e}") from e
     if reasoning is not None and m.get("role") == "assistant":
         out["reasoning_content"] = reasoning
     if m.get("role") == "tool" and "tool_call_id" not in out:
-        ids = m.get("tool_call_ids") or []
+        ids = opt_list(m.get("tool_call_ids"), f"{where}.tool_call_ids")
         if ids:
             out["tool_call_id"] = ids[0]
     if out.get("tool_calls"):
-        out["tool_calls"] = [
-            chat_tool_call(
-                tc.get("id"),
-                tc.get("function", {}).get("name", ""),
-                tc.get("function", {}).get("arguments", ""),
-            )
-            for tc in out["tool_calls"]
-        ]
+        calls = []
+        for j, tc in enumerate(dicts(out["tool_calls"], f"{where}.tool_calls")):
+            fn = opt_dict(tc.get("function"), f"{where}.tool_calls[{j}].function")
+            calls.append(chat_tool_call(tc.get("id"), fn.get("name", ""), fn.get("arguments", "")))
+        out["tool_calls"] = calls
     if isinstance(out.get("content"), list):
         out["content"] = [
             {"type": p.get("type", "text"), "text": p.get("text")} if isinstance(p, dict) else p
             for p in out["content"]
         ]
     return out
+
+
+def _messages(ms: list[Any], where: str) -> list[dict[str, Any]]:
+    return [_message(m, f"{where}[{j}]") for j, m in enumerate(ms)]
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
@@ -85,35 +91,48 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         raise InputError(
             path, 1, "expected a SWE-agent .traj object with 'trajectory' or 'history'"
         )
-    steps = doc.get("trajectory") or []
-    history = doc.get("history") or []
+    try:
+        steps = opt_list(doc.get("trajectory"), "trajectory")
+        history = opt_list(doc.get("history"), "history")
+    except RecordError as e:
+        raise InputError(path, 1, str(e)) from e
     stem = _strip_ext(path)[: -len(".traj")]
     gid = group_or(doc, opts, stem)
     main_agent = next((m.get("agent") for m in history if isinstance(m, dict)), None)
     hist = [m for m in history if isinstance(m, dict) and m.get("agent", main_agent) == main_agent]
 
-    try:
-        calls, problems = _calls(path, steps, hist)
-    except aliases.AliasError as e:
-        raise InputError(path, 1, str(e)) from e
+    calls, problems = _calls(path, steps, hist)
     yield from problems
     yield from _emit(path, opts, gid, stem, calls)
 
 
+_Call = tuple[list[dict[str, Any]], dict[str, Any], bool, str]
+
+
 def _calls(
     path: str, steps: list[Any], hist: list[dict[str, Any]]
-) -> tuple[list[tuple[list[dict[str, Any]], dict[str, Any], bool, str]], list[Reject]]:
-    """(prompt, completion, exact, where) per call, and the steps that do not fit."""
-    calls: list[tuple[list[dict[str, Any]], dict[str, Any], bool, str]] = []
+) -> tuple[list[_Call], list[Reject]]:
+    """(prompt, completion, exact, where) per call, and the calls that do not fit (a misshapen
+    message rejects the call whose prompt or completion holds it, naming the field)."""
+    calls: list[_Call] = []
     problems: list[Reject] = []
+
+    def reject(reason: str) -> None:
+        problems.append(Reject(file=path, line=1, format=NAME, reason=reason))
+
     if steps and all(isinstance(s, dict) and isinstance(s.get("query"), list) for s in steps):
         assistants = [m for m in hist if m.get("role") == "assistant"]
         for k, s in enumerate(steps):
-            if len(assistants) == len(steps):
-                comp = _message(assistants[k])
-            else:
-                comp = {"role": "assistant", "content": s.get("response") or ""}
-            calls.append(([_message(m) for m in s["query"]], comp, True, f"trajectory[{k}]"))
+            try:
+                if len(assistants) == len(steps):
+                    comp = _message(assistants[k], f"history (assistant message {k})")
+                else:
+                    comp = {"role": "assistant", "content": s.get("response") or ""}
+                prompt = _messages(s["query"], f"trajectory[{k}].query")
+            except RecordError as e:
+                reject(f"call trajectory[{k}]: {e}")
+                continue
+            calls.append((prompt, comp, True, f"trajectory[{k}]"))
     elif steps and all(isinstance(s, dict) and isinstance(s.get("messages"), list) for s in steps):
         for k, s in enumerate(steps):
             msgs = s["messages"]
@@ -122,24 +141,31 @@ def _calls(
                 or not isinstance(msgs[-2], dict)
                 or msgs[-2].get("role") != ("assistant")
             ):
-                problems.append(
-                    Reject(
-                        file=path,
-                        line=1,
-                        format=NAME,
-                        reason=f"trajectory[{k}].messages does not end with the step's "
-                        "assistant action and its observation",
-                    )
+                reject(
+                    f"trajectory[{k}].messages does not end with the step's "
+                    "assistant action and its observation"
                 )
                 continue
-            prompt = msgs[:-2] if k == 0 else steps[k - 1]["messages"]
-            calls.append(
-                ([_message(m) for m in prompt], _message(msgs[-2]), True, f"trajectory[{k}]")
-            )
+            try:
+                if k == 0:
+                    prompt = _messages(msgs[:-2], f"trajectory[{k}].messages")
+                else:
+                    prompt = _messages(steps[k - 1]["messages"], f"trajectory[{k - 1}].messages")
+                comp = _message(msgs[-2], f"trajectory[{k}].messages[{len(msgs) - 2}]")
+            except RecordError as e:
+                reject(f"call trajectory[{k}]: {e}")
+                continue
+            calls.append((prompt, comp, True, f"trajectory[{k}]"))
     else:
         for i, m in enumerate(hist):
             if m.get("role") == "assistant":
-                calls.append(([_message(x) for x in hist[:i]], _message(m), False, f"history[{i}]"))
+                try:
+                    prompt = _messages(hist[:i], "history")
+                    comp = _message(m, f"history[{i}]")
+                except RecordError as e:
+                    reject(f"call history[{i}]: {e}")
+                    continue
+                calls.append((prompt, comp, False, f"history[{i}]"))
 
     return calls, problems
 
@@ -149,7 +175,7 @@ def _emit(
     opts: ReadOptions,
     gid: str,
     stem: str,
-    calls: list[tuple[list[dict[str, Any]], dict[str, Any], bool, str]],
+    calls: list[_Call],
 ) -> Iterator[Item]:
     prev: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
     for k, (prompt, comp, exact, where) in enumerate(calls):

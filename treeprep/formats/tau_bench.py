@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from treeprep.errors import InputError
+from treeprep.errors import InputError, RecordError
 from treeprep.formats._agentlogs import group_or, line_of, list_element_lines, load_json, make_call
-from treeprep.formats._records import chat_tool_call, file_stem
+from treeprep.formats._records import as_dict, chat_tool_call, dicts, file_stem, opt_dict, opt_str
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import NonFinite, find_non_finite, find_value
 from treeprep.schemas import Reject
@@ -68,21 +68,22 @@ def sniff_tau2(path: str, head: bytes) -> bool:
     return b'"environment_info"' in head or (b'"user_info"' in head and b'"agent_info"' in head)
 
 
-def _oa_tool_calls(tcs: list[Any]) -> list[dict[str, Any]]:
+def _oa_tool_calls(tcs: Any, where: str) -> list[dict[str, Any]]:
     out = []
-    for tc in tcs:
+    for j, tc in enumerate(dicts(tcs, where)):
         if "function" in tc:  # already OpenAI form (tau-bench)
-            fn = tc["function"]
+            fn = as_dict(tc["function"], f"{where}[{j}].function")
             out.append(chat_tool_call(tc.get("id"), fn.get("name", ""), fn.get("arguments", "")))
         else:  # tau2: {id, name, arguments: {...}, requestor}
             out.append(chat_tool_call(tc.get("id"), tc.get("name", ""), tc.get("arguments") or {}))
     return out
 
 
-def _tau_message(m: dict[str, Any]) -> dict[str, Any]:
+def _tau_message(m: dict[str, Any], where: str) -> dict[str, Any]:
+    """A tau / tau2 message in OpenAI form; RecordError naming ``where`` when misshapen."""
     out: dict[str, Any] = {"role": m.get("role"), "content": m.get("content")}
     if m.get("tool_calls"):
-        out["tool_calls"] = _oa_tool_calls(m["tool_calls"])
+        out["tool_calls"] = _oa_tool_calls(m["tool_calls"], f"{where}.tool_calls")
     if m.get("role") == "tool":
         out["tool_call_id"] = m.get("tool_call_id", m.get("id"))
         if m.get("name"):
@@ -191,7 +192,11 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
             ):
                 bad = f"[{i}].traj[{j}]: expected a message with role system/user/assistant/tool"
                 break
-            msgs.append(_tau_message(m))
+            try:
+                msgs.append(_tau_message(m, f"[{i}].traj[{j}]"))
+            except RecordError as err:
+                bad = str(err)
+                break
         if bad:
             yield Reject(file=path, line=line, format=TAU, reason=bad)
             continue
@@ -214,8 +219,12 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
     doc, text = load_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
         raise InputError(path, 1, "expected a tau2-bench results object with 'simulations'")
-    env = ((doc.get("info") or {}).get("environment_info")) or {}
-    policy = env.get("policy")
+    try:
+        info = opt_dict(doc.get("info"), "info")
+        env = opt_dict(info.get("environment_info"), "info.environment_info")
+        policy = opt_str(env.get("policy"), "info.environment_info.policy")
+    except RecordError as e:
+        raise InputError(path, 1, str(e)) from e
     tools = env.get("tool_defs") if isinstance(env.get("tool_defs"), list) else opts.tools
     system = opts.system_prompt or (tau2_system_prompt(policy) if policy else None)
     stem = file_stem(path, _SUFFIXES)
@@ -229,7 +238,8 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
                 reason=f"simulations[{i}]: expected an object with a 'messages' list",
             )
             continue
-        line = line_of(text, f'"{s["id"]}"') if s.get("id") else 1
+        sid = s.get("id")
+        line = line_of(text, f'"{sid}"') if isinstance(sid, str | int) and sid else 1
         task = str(s.get("task_id"))
         n = trials_seen.get(task, 0)
         trials_seen[task] = n + 1
@@ -247,7 +257,11 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
                 # tau2's is_valid_agent_history_message: a user message that makes tool calls
                 # goes to the environment, never to the agent (not even as an empty turn)
                 continue
-            msgs.append(_tau_message(m))
+            try:
+                msgs.append(_tau_message(m, f"simulations[{i}].messages[{j}]"))
+            except RecordError as err:
+                bad = str(err)
+                break
             is_call.append(
                 role == "assistant"
                 and (m.get("raw_data") is not None or m.get("usage") is not None)
@@ -255,7 +269,12 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
         if bad:
             yield Reject(file=path, line=line, format=TAU2, reason=bad)
             continue
-        reward = _float((s.get("reward_info") or {}).get("reward"))
+        try:
+            info_r = opt_dict(s.get("reward_info"), f"simulations[{i}].reward_info")
+        except RecordError as err:
+            yield Reject(file=path, line=line, format=TAU2, reason=str(err))
+            continue
+        reward = _float(info_r.get("reward"))
         yield from _calls(
             path=path,
             fmt=TAU2,

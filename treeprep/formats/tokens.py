@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import read_records
+from treeprep.formats._records import read_records, type_name
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -36,7 +36,6 @@ from treeprep.formats.openai_chat import (
     obj_at,
     outcome_fields,
     trajectory_of,
-    type_name,
     validation_reason,
 )
 from treeprep.formats.openai_responses import (
