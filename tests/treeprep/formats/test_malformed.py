@@ -25,7 +25,7 @@ from treeprep.formats import ReadOptions, detect_format, formats, get_format
 from treeprep.formats._records import as_dict, dicts, expect, opt_list, type_name
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"
 CC_SESSION = SAMPLE / "claude-code" / "7e1d2c3b-0a9f-4e8d-b7c6-5a4f3e2d1c0b.jsonl"
 
 
