@@ -61,6 +61,9 @@ NoProbeOpt = Annotated[
     bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
 ]
 TensorboardOpt = Annotated[bool, typer.Option(help="Write TensorBoard events (if installed).")]
+PrefetchOpt = Annotated[
+    bool, typer.Option(help="Build the next step's batches in a background thread.")
+]
 LoraTargetsOpt = Annotated[
     list[str] | None, typer.Option(help="LoRA target modules (default all linear).")
 ]
@@ -104,6 +107,7 @@ def train_cmd(
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
     resume: ResumeOpt = None,
     tensorboard: TensorboardOpt = False,
+    prefetch: PrefetchOpt = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     no_probe: NoProbeOpt = False,
     lora_r: Annotated[int, typer.Option(help="LoRA rank (0: train all weights).")] = 0,

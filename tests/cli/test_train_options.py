@@ -1,0 +1,35 @@
+"""``treeprep train`` options reach the TrainConfig: ``--prefetch/--no-prefetch``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("torch")
+
+import treeprep.cli.train_cmd as train_cmd  # noqa: E402
+from treeprep.cli.app import app  # noqa: E402
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("flag", "want"), [([], True), (["--no-prefetch"], False)])
+def test_prefetch_flag_sets_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], want: bool
+) -> None:
+    seen = []
+
+    def capture(cfg, main, *, warn_no_probe):  # type: ignore[no-untyped-def]
+        seen.append(cfg)
+        raise _Stop
+
+    monkeypatch.setattr(train_cmd, "_train_with_progress", capture)
+    data = tmp_path / "build"
+    data.mkdir()
+    res = CliRunner().invoke(app, ["train", str(data), "--model", "tiny-qwen3", *flag])
+    assert isinstance(res.exception, _Stop), res.output
+    assert seen[0].prefetch is want
