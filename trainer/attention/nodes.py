@@ -13,10 +13,11 @@ Plain layers on CPU (:mod:`.blocks`): every block goes through SDPA's fused CPU 
 returns its partial output and log-sum-exp, and the blocks are merged exactly (one softmax over
 all visible keys); the backward runs the kernel's backward per block with the merged output. No
 score matrix is written or kept: a chain costs what the linear layout's causal call costs per
-(query, key) pair. Elsewhere (layers with a window, soft-capping or sinks; other devices) the
-scores against each block are computed from the same views, concatenated along the key axis,
-soft-maxed once and split back per block for the value products (the math path). GQA groups the
-r query heads of a key head into the query rows, so keys are never repeated either.
+(query, key) pair. Elsewhere (layers with a window, soft-capping or sinks; values narrower than
+the keys, as in latent attention; other devices) the scores against each block are computed
+from the same views, concatenated along the key axis, soft-maxed once and split back per block
+for the value products (the math path). GQA groups the r query heads of a key head into the
+query rows, so keys are never repeated either.
 
 Memory: no gathered key rows at all (``gathered_rows`` is 0). The fused path keeps the queries,
 the block views, the output and its log-sum-exp; the math path's transient scores of one chunk
