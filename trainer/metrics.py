@@ -38,9 +38,9 @@ class StepSums:
 
     def __init__(self) -> None:
         self.sums: dict[str, Any] = {}
-        #: count, sum, sum of squares, -min, max of the trained advantages (tensors once a batch
-        #: has added to them: read back once, in :meth:`finish`)
-        self.adv: Any = [0.0, 0.0, 0.0, -math.inf, -math.inf]
+        #: count, sum, sum of squares, -min, max of the trained advantages, on the batches'
+        #: device (None until a batch adds to them; read back once, in :meth:`finish`)
+        self.adv: torch.Tensor | None = None
 
     def add(self, metrics: dict[str, Any]) -> None:
         for k, v in metrics.items():
@@ -58,7 +58,7 @@ class StepSums:
         ninf = torch.tensor(-math.inf, dtype=torch.float64, device=a.device)
         mom = torch.stack([c.sum(), (c * a).sum(), (c * a * a).sum()])
         ext = torch.stack([torch.where(keep, -a, ninf).max(), torch.where(keep, a, ninf).max()])
-        if isinstance(self.adv, list):
+        if self.adv is None:
             self.adv = torch.cat([mom, ext])
         else:
             self.adv = torch.cat([self.adv[:3] + mom, torch.maximum(self.adv[3:], ext)])
@@ -66,7 +66,7 @@ class StepSums:
     def _read(self, names: list[str]) -> tuple[list[float], list[float]]:
         """The sums in ``names`` order plus the advantage moments, and the advantage extremes,
         read back from the device in one transfer."""
-        adv = [self.adv] if torch.is_tensor(self.adv) else list(self.adv)
+        adv = [self.adv] if self.adv is not None else [0.0, 0.0, 0.0, -math.inf, -math.inf]
         parts = [self.sums.get(k, 0.0) for k in names] + adv
         devs = [v.device for v in parts if torch.is_tensor(v)]
         if devs:
