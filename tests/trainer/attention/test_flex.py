@@ -20,7 +20,7 @@ from hypothesis import strategies as st  # noqa: E402
 from trainer_fixtures import forest_mask as tree_mask  # noqa: E402
 from trainer_fixtures import forests  # noqa: E402
 
-from treeprep.trainer.attention import TreeMask, tree_attention, tree_mask_mod  # noqa: E402
+from treeprep.trainer.attention import TreeMask, tree_attention, tree_mask_mod, visible  # noqa: E402
 from treeprep.trainer.attention.flex import (  # noqa: E402
     BLOCK,
     block_classes,
@@ -43,8 +43,10 @@ def part_mask(full: TreeMask, a: int, b: int) -> tuple[TreeMask, torch.Tensor]:
     """Tokens a..b-1 of ``full`` as a part: its prefix rows are the keys before a that token a
     sees (the ancestors of its first token), as the hand-off passes them. Returns the part's
     mask and the rows of ``full``'s keys it uses (prefix rows, then a..b-1)."""
-    d = full.dense()
-    rows = torch.cat([torch.nonzero(d[a, :a]).flatten(), torch.arange(a, b)])
+    # the rule on the one query row a (never a T x T mask: the real session's tree is 378k long)
+    row = visible(full.q_node[a], full.q_index[a], full.k_node[:a], full.k_last[:a],
+                  full.k_index[:a])  # fmt: skip
+    rows = torch.cat([torch.nonzero(row).flatten(), torch.arange(a, b)])
     p = len(rows) - (b - a)
     part = TreeMask(
         q_node=full.q_node[a:b],
@@ -240,30 +242,8 @@ def test_claude_code_block_mask_is_under_one_percent_of_t2(claude_code_tree) -> 
     budget = 131072
     assert full.num_tokens > budget
     for a, b in ((0, budget), (full.num_tokens - budget, full.num_tokens)):
-        part = _part_without_dense(full, a, b)
+        part, _ = part_mask(full, a, b)
         bm = block_mask(part)
         assert block_mask_bytes(bm) < 0.01 * part.num_tokens**2
         partial, fullb = block_classes(part)
         assert partial.any() and fullb.any()
-
-
-def _part_without_dense(full: TreeMask, a: int, b: int) -> TreeMask:
-    """``part_mask`` for large trees: the prefix rows from the rule on one query row."""
-    from treeprep.trainer.attention import visible
-
-    row = visible(full.q_node[a], full.q_index[a], full.k_node[:a], full.k_last[:a],
-                  full.k_index[:a])  # fmt: skip
-    rows = torch.cat([torch.nonzero(row).flatten(), torch.arange(a, b)])
-    return TreeMask(
-        q_node=full.q_node[a:b],
-        q_index=full.q_index[a:b],
-        k_node=full.k_node[rows],
-        k_last=full.k_last[rows],
-        k_index=full.k_index[rows],
-        node_start=np.zeros(0, dtype=np.int64),
-        node_length=np.zeros(0, dtype=np.int64),
-        node_parent=np.zeros(0, dtype=np.int64),
-        node_prefix=np.zeros(0, dtype=np.int64),
-        backend="flex",
-        prefix_len=len(rows) - (b - a),
-    )
