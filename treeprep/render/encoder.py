@@ -46,10 +46,15 @@ _WHITE_SPACE = frozenset(
 
 
 def _is_word_char(c: str) -> bool:
-    # The Rust regex crate's \w: Alphabetic, marks, decimal numbers, connector punctuation.
+    r"""The Rust regex crate's \w: Alphabetic, marks, decimal numbers, connector punctuation. A
+    character Python's Unicode tables do not assign (``Cn``) may be assigned in the tokenizer's
+    newer tables (U+13440 is a mark since Unicode 15), so it cannot be classified here: the split
+    is refused and the backend encodes the whole text."""
     import unicodedata
 
     cat = unicodedata.category(c)
+    if cat == "Cn":
+        raise _SplitUnsafe
     return c.isalpha() or cat[0] == "M" or cat in ("Nd", "Pc", "Nl")
 
 
