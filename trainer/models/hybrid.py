@@ -31,6 +31,7 @@ states are one conv window and one [heads, dk, dv] matrix per branch point.
 
 from __future__ import annotations
 
+import inspect
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeprep.errors import TreeprepError
 from treeprep.trainer.models.families import HANDLED_MIXERS
 
 
@@ -150,20 +152,50 @@ def _handed_state(tm: Any, layer: int, first_row: int) -> tuple[Any, Any]:
     return tm.handoff.linear_state(layer, key)
 
 
+#: the names transformers has given the linear-attention forward's cache argument: ``cache``
+#: from 5.24 on, ``cache_params`` before (both are tested against the installed release)
+CACHE_ARG_NAMES = ("cache", "cache_params")
+
+
+def cache_arg_name(forward: Any) -> str:
+    """The name of the cache argument of a linear-attention layer's upstream ``forward``.
+
+    treeprep calls that forward segment by segment with a :class:`SegmentCache`; a release that
+    renames or drops the argument must fail here, by name, never train on without its state."""
+    params = inspect.signature(forward).parameters
+    for name in CACHE_ARG_NAMES:
+        if name in params:
+            return name
+    owner = getattr(forward, "__qualname__", repr(forward))
+    raise TreeprepError(
+        f"{owner} takes none of {', '.join(CACHE_ARG_NAMES)}: this transformers release changed "
+        "the linear-attention layer's signature, and treeprep cannot hand it a node's state; "
+        "install a version from constraints.txt"
+    )
+
+
 def tree_linear_forward(
     self: torch.nn.Module,
     hidden_states: torch.Tensor,
-    cache_params: Any = None,
-    attention_mask: torch.Tensor | None = None,
+    *args: Any,
     tree_mask: Any = None,
     **kwargs: Any,
 ) -> torch.Tensor:
-    """The layer's forward on a tree (see the module docstring); its own forward without one."""
+    """The layer's forward on a tree (see the module docstring); its own forward without one.
+
+    The upstream forward's cache argument is found by name (:func:`cache_arg_name`), so callers
+    may pass it positionally or by either name."""
     own = type(self).forward
     if tree_mask is None:
-        return own(self, hidden_states, cache_params, attention_mask, **kwargs)
-    if cache_params is not None:
+        return own(self, hidden_states, *args, **kwargs)
+    name = cache_arg_name(own)
+    cache = args[0] if args else None
+    for alias in CACHE_ARG_NAMES:
+        cache = kwargs.pop(alias, None) if cache is None else cache
+        kwargs.pop(alias, None)
+    if cache is not None:
         raise RuntimeError("tree linear attention runs without a generation cache")
+    kwargs.pop("attention_mask", None)  # a padding mask means nothing to packed trees
     if hidden_states.shape[0] != 1:
         raise RuntimeError("tree attention packs trees into one row: batch size must be 1")
     layer = int(self.layer_idx)
@@ -177,15 +209,15 @@ def tree_linear_forward(
             conv, rec = saved[p]
         else:
             conv, rec = _handed_state(tree_mask, layer, seg.start[i])
-        cache = SegmentCache(conv, rec)
-        outs.append(own(self, x, cache, None, **kwargs))
+        sc = SegmentCache(conv, rec)
+        outs.append(own(self, x, attention_mask=None, **{name: sc}, **kwargs))
         if seg.save[i]:
-            assert cache.conv_out is not None and cache.recurrent_out is not None
-            saved[seg.last[i]] = (cache.conv_out, cache.recurrent_out)
+            assert sc.conv_out is not None and sc.recurrent_out is not None
+            saved[seg.last[i]] = (sc.conv_out, sc.recurrent_out)
             if tree_mask.handoff is not None:
                 end = seg.start[i] + seg.length[i] - 1
                 tree_mask.handoff.record_linear(
-                    layer, int(tree_mask.q_index[end]), cache.conv_out, cache.recurrent_out
+                    layer, int(tree_mask.q_index[end]), sc.conv_out, sc.recurrent_out
                 )
     return torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
 
@@ -199,5 +231,6 @@ def install_linear_attention(model: torch.nn.Module) -> int:
     """Give every handled linear-attention module the per-segment forward; returns how many."""
     mods = linear_layers(model)
     for m in mods:
+        cache_arg_name(type(m).forward)  # refuse a changed upstream signature before training
         m.forward = types.MethodType(tree_linear_forward, m)  # type: ignore[method-assign]
     return len(mods)
