@@ -51,6 +51,16 @@ needs_liger = pytest.mark.skipif(not HAVE_LIGER, reason="liger-kernel (the liger
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def test_an_installed_liger_keeps_the_per_row_backward() -> None:
+    """A Liger release without ``token_grad_output`` would silently fall back to the chunked head
+    (and skip every test below): when liger-kernel is installed, it must be the verified API."""
+    import importlib.util
+
+    if importlib.util.find_spec("liger_kernel") is None:
+        pytest.skip("liger-kernel (the liger extra) missing")
+    assert HAVE_LIGER, "liger-kernel lacks fused_linear_cross_entropy_forward(token_grad_output=)"
+
+
 @pytest.fixture(autouse=True)
 def _interpreted(monkeypatch):
     """Triton imports parts of itself lazily and checks the interpreter flag again then."""
