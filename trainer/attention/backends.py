@@ -12,8 +12,10 @@ the batch's :class:`TreeMask`, the scale and the layer's extras; and every backe
 * ``flex`` (:mod:`.flex`): FlexAttention block mask (GPU; CPU forward only in torch 2.13);
 * ``flash`` (:mod:`.flash`): flash-attn varlen over gathered node paths (optional, CUDA).
 
-:func:`choose_backend` picks ``flex`` on CUDA, ``dense`` on CPU up to ``DENSE_MAX_TOKENS`` keys
-and ``nodes`` beyond.
+:func:`choose_backend` picks ``flex`` on CUDA; on CPU ``dense`` up to ``DENSE_MAX_TOKENS`` keys and
+``nodes`` beyond, and ``nodes`` for every hand-off part with a prefix (it reads the stored prefix
+in place; ``dense``, ``flex`` and ``flash`` attend one joined copy of it, which autograd keeps for
+the backward: one more copy of the path's keys and values per part).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Literal
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention.call import AttentionCall
+from treeprep.trainer.attention.call import AttentionCall, Prefix
 from treeprep.trainer.attention.dense import dense_attention
 from treeprep.trainer.attention.flash import flash_available, flash_tree_attention
 from treeprep.trainer.attention.flex import flex_tree_attention
@@ -66,6 +68,8 @@ def choose_backend(
     if dev.type == "cuda":
         return "flex"
     keys = num_tokens if num_keys is None else num_keys
+    if keys > num_tokens:
+        return "nodes"  # a hand-off part: read the stored prefix in place, never a joined copy
     return "dense" if num_tokens * keys <= DENSE_MAX_TOKENS**2 else "nodes"
 
 
@@ -77,24 +81,29 @@ def tree_attention(
     *,
     scale: float | None = None,
     backend: str | None = None,
-    prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
+    prefix: Prefix | tuple[torch.Tensor, torch.Tensor] | None = None,
     opts: LayerOptions = PLAIN,
 ) -> torch.Tensor:
     """Attention of packed trees; returns o_BHTD. ``backend`` overrides ``tree_mask.backend``;
-    ``prefix`` is the handed-over (pk_BGPD, pv_BGPD) that precede the batch's own keys; ``opts``
-    the layer's window, soft-capping and sinks (:mod:`.options`)."""
+    ``prefix`` is the handed-over keys and values that precede the batch's own keys: segments
+    ((k_BGSD, v_BGSD), ...) in path order, or one (pk_BGPD, pv_BGPD) pair; ``opts`` the layer's
+    window, soft-capping and sinks (:mod:`.options`)."""
     if q_BHTD.shape[0] != 1:
         raise TreeprepError("tree attention packs trees into one row: batch size must be 1")
     if q_BHTD.shape[2] != tree_mask.num_tokens:
         raise TreeprepError(
             f"tree mask is for {tree_mask.num_tokens} tokens, attention got {q_BHTD.shape[2]}"
         )
-    pk, pv = prefix if prefix is not None else (None, None)
-    plen = 0 if pk is None else int(pk.shape[2])
-    if plen != tree_mask.prefix_len:
-        raise TreeprepError(
-            f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {plen}"
-        )
+    if prefix is None:
+        segs: Prefix = ()
+    elif len(prefix) == 2 and isinstance(prefix[0], torch.Tensor):
+        segs = ((prefix[0], prefix[1]),)  # type: ignore[assignment]
+    else:
+        segs = tuple(prefix)  # type: ignore[arg-type]
     s = scale if scale is not None else q_BHTD.shape[-1] ** -0.5
-    call = AttentionCall(q_BHTD, k_BGTD, v_BGTD, pk, pv, tree_mask, s, opts)
+    call = AttentionCall(q_BHTD, k_BGTD, v_BGTD, segs, tree_mask, s, opts)
+    if call.prefix_len != tree_mask.prefix_len:
+        raise TreeprepError(
+            f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {call.prefix_len}"
+        )
     return _IMPLS[backend or tree_mask.backend](call)

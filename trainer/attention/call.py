@@ -4,11 +4,15 @@ Shape legend: B batch (always 1: trees are packed), H query heads, G key/value h
 batch's own tokens, P handed-over prefix rows, D head dim.
 
 :func:`~treeprep.trainer.attention.backends.tree_attention` checks its inputs once and hands each
-backend one frozen call: the queries, the batch's own keys and values, the optional prefix rows of
-a hand-off part, the :class:`~.mask.TreeMask`, the scale and the layer's extras. Bundling them is
+backend one frozen call: the queries, the batch's own keys and values, the prefix rows of a
+hand-off part, the :class:`~.mask.TreeMask`, the scale and the layer's extras. Bundling them is
 the one place the backends' shared preamble lives: the GQA test (fewer key heads than query heads)
 and joining [prefix; own] keys for the backends that attend one contiguous key tensor (``dense``,
-``flex``, ``flash``; ``nodes`` reads the prefix rows in place and never joins them). A call holds
+``flex``, ``flash``). ``nodes`` reads the prefix in place and never joins it.
+
+The prefix is a tuple of *segments*, (k_BGSD, v_BGSD) pairs in path order whose lengths add up to
+P: views of the stores that earlier parts left behind (:mod:`treeprep.trainer.parts.state`), so a
+part's prefix is never gathered into one tensor unless a joining backend asks for it. A call holds
 tensors by reference; building one copies nothing.
 """
 
@@ -21,6 +25,9 @@ import torch
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
+#: a part's handed-over keys and values: (k_BGSD, v_BGSD) segments in path order
+Prefix = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
 
 @dataclass(frozen=True)
 class AttentionCall:
@@ -32,10 +39,8 @@ class AttentionCall:
     k: torch.Tensor
     #: v_BGTD: the batch's own values
     v: torch.Tensor
-    #: pk_BGPD: keys handed over by earlier parts of the tree, or None
-    pk: torch.Tensor | None
-    #: pv_BGPD: their values, or None
-    pv: torch.Tensor | None
+    #: the keys and values handed over by earlier parts of the tree, as segments (may be empty)
+    prefix: Prefix
     #: the tree rule's metadata for the batch (and its prefix rows)
     tm: TreeMask
     #: the softmax scale
@@ -48,12 +53,32 @@ class AttentionCall:
         """Grouped-query attention: fewer key/value heads than query heads."""
         return self.q.shape[1] != self.k.shape[1]
 
+    @property
+    def prefix_len(self) -> int:
+        """P: the prefix rows over all segments."""
+        return sum(int(k.shape[2]) for k, _ in self.prefix)
+
+    def prefix_blocks(self, m: int) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+        """The first ``m`` prefix rows as in-place blocks (k, v, first row), each cast to the own
+        rows' dtype (a no-op when they share it, as they do in a run)."""
+        out: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+        at = 0
+        for k, v in self.prefix:
+            if at >= m:
+                break
+            n = min(int(k.shape[2]), m - at)
+            if n < k.shape[2]:
+                k, v = k[:, :, :n], v[:, :, :n]
+            out.append((k.to(self.k.dtype), v.to(self.v.dtype), at))
+            at += n
+        return out
+
     def joined_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values as [prefix rows; own rows] (k_BGKD, v_BGKD with K = P + T; one copy of
-        the prefix, cast to the own rows' dtype), for the backends that attend one contiguous key
-        tensor."""
-        k, v, pk, pv = self.k, self.v, self.pk, self.pv
-        if pk is not None and pv is not None and pk.shape[2]:
-            k = torch.cat([pk.to(k.dtype), k], dim=2)
-            v = torch.cat([pv.to(v.dtype), v], dim=2)
-        return k, v
+        """Keys and values as [prefix rows; own rows] (k_BGKD, v_BGKD with K = P + T), for the
+        backends that attend one contiguous key tensor: one copy of the prefix, cast to the own
+        rows' dtype, which autograd keeps for the backward (``nodes`` avoids it)."""
+        if not self.prefix_len:
+            return self.k, self.v
+        ks = [k.to(self.k.dtype) for k, _ in self.prefix] + [self.k]
+        vs = [v.to(self.v.dtype) for _, v in self.prefix] + [self.v]
+        return torch.cat(ks, dim=2), torch.cat(vs, dim=2)

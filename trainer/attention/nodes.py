@@ -94,7 +94,7 @@ def _starts(bounds: list[int], a: int, b: int) -> list[int]:
 
 def nodes_attention(call: AttentionCall) -> torch.Tensor:
     """q_BHTD over in-place key segments per chain; returns o_BHTD."""
-    q, k, v, pk, pv = call.q, call.k, call.v, call.pk, call.pv
+    q, k, v = call.q, call.k, call.v
     tm, scale, opts, gqa = call.tm, call.scale, call.opts, call.gqa
     ch = tm.chains()
     fused = opts.plain and fused_ok(q, k, v)
@@ -134,8 +134,7 @@ def nodes_attention(call: AttentionCall) -> torch.Tensor:
         # key blocks: (k, v, first key row in [prefix; own] coordinates)
         blocks: list[tuple[torch.Tensor, torch.Tensor, int]] = []
         if m:
-            assert pk is not None and pv is not None
-            blocks.append((pk[:, :, :m].to(k.dtype), pv[:, :, :m].to(v.dtype), 0))
+            blocks.extend(call.prefix_blocks(m))
         for a, b in seg:
             blocks.extend((kp[x], vp[x], pl + x) for x in _starts(bounds, a, b))
         for c0 in _starts(bounds, s, e):

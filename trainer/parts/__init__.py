@@ -6,12 +6,13 @@
 
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
 from treeprep.trainer.parts.schedule import MODES, Mode, PartsOutput, run_parts
-from treeprep.trainer.parts.state import AttentionState, HandOff, LinearState
+from treeprep.trainer.parts.state import ACCUMULATE, HandOff, KVStore, LinearState
 
 __all__ = [
+    "ACCUMULATE",
     "MODES",
-    "AttentionState",
     "HandOff",
+    "KVStore",
     "LinearState",
     "Mode",
     "PartLayout",

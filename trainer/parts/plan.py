@@ -56,6 +56,14 @@ class PartLayout:
     parts: list[PartSpec]
     children: list[list[int]]
 
+    def read_rows(self) -> list[np.ndarray | None]:
+        """Per part, the local rows that later parts read (sorted; None: no part reads any)."""
+        reads: list[list[np.ndarray]] = [[] for _ in self.parts]
+        for spec in self.parts:
+            for p, rows in spec.sources:
+                reads[p].append(rows)
+        return [np.unique(np.concatenate(r)) if r else None for r in reads]
+
     @property
     def prefix_rows(self) -> int:
         """Handed-over rows over all parts (what a recomputing cut would have fed again)."""

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from treeprep.trainer.attention import TreeMask, choose_backend
@@ -57,7 +58,14 @@ from treeprep.trainer.loss import (
 )
 from treeprep.trainer.models import output_head, run_decoder
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
-from treeprep.trainer.parts.state import AttentionState, HandOff, LayerState, LinearState
+from treeprep.trainer.parts.state import (
+    ACCUMULATE,
+    HandOff,
+    KVStore,
+    LayerState,
+    LinearState,
+    prefix_segments,
+)
 
 Mode = Literal["keep", "recompute"]
 MODES: tuple[str, ...] = ("recompute", "keep")
@@ -125,6 +133,9 @@ class _Runner:
         cfg: LossConfig,
         attn: str,
         autocast: Any,
+        *,
+        compact: bool = True,
+        accumulate: str = "model",
     ) -> None:
         self.model = model
         self.batch = batch
@@ -133,14 +144,25 @@ class _Runner:
         self.attn = attn
         self.autocast = autocast
         self.head = output_head(model)
+        #: the dtype losses and log-probs are summed in: float64 in float64 runs, else float32
+        #: (read from the head's parameters: a soft-capped or adapter-wrapped head has no .weight)
+        head_dtype = next(self.head.parameters()).dtype
+        self.sum_dtype = torch.float64 if head_dtype == torch.float64 else torch.float32
         self.layers = int(model.config.num_hidden_layers)
         self.targets = batch.targets()
         self.states: dict[int, list[LayerState]] = {}
+        #: per part, the local rows some later part reads (stored when ``compact``)
+        self.read_rows = layout.read_rows()
+        #: per stored part, the local rows its stores hold (None: all of them)
+        self.kept: dict[int, np.ndarray | None] = {}
+        self.compact = compact
+        self.accumulate = accumulate
         self.linear_coef: torch.Tensor | None = None  # gspo: d loss / d log p per target
 
     def decode(self, spec: PartSpec, grad: bool) -> tuple[HandOff, torch.Tensor]:
         """The part's decoder pass: its hand-off exchange and final hidden states h_TE."""
-        ho = HandOff.gather(self.states, spec.sources, self.layers, requires_grad=grad)
+        segs = prefix_segments(spec.sources, self.kept)
+        ho = HandOff.gather(self.states, segs, self.layers, requires_grad=grad)
         backend = choose_backend(
             self.batch.device, spec.num_tokens, self.attn, len(spec.prefix_rows) + spec.num_tokens
         )
@@ -174,14 +196,33 @@ class _Runner:
         return ho, out
 
     def store(self, c: int, ho: HandOff) -> None:
+        """Keep what part ``c``'s descendants read: the rows of its keys and values on their
+        paths (all rows when not compacting, or when they read all), and its linear states."""
+        rows: np.ndarray | None = self.read_rows[c]
+        n = self.layout.parts[c].num_tokens
+        if not self.compact or rows is None or len(rows) == n:
+            rows = None
+        idx = None
         st: list[LayerState] = []
         for li in range(self.layers):
             if li in ho.own:
-                st.append(AttentionState(ho.own[li][0].detach(), ho.own[li][1].detach()))
+                k, v = (t.detach() for t in ho.own[li])
+                if rows is not None:
+                    if idx is None:
+                        idx = torch.as_tensor(rows, device=k.device)
+                    k, v = k.index_select(2, idx), v.index_select(2, idx)
+                st.append(KVStore(k, v, rows, self.accumulate))
             else:
                 own = ho.linear_own.get(li, {})
-                st.append(LinearState({k: (c_.detach(), r.detach()) for k, (c_, r) in own.items()}))
+                states = {key: (c_.detach(), r.detach()) for key, (c_, r) in own.items()}
+                st.append(LinearState(states, self.accumulate))
         self.states[c] = st
+        self.kept[c] = rows
+
+    def drop(self, c: int) -> None:
+        """Free part ``c``'s stores (every descendant has run its backward)."""
+        del self.states[c]
+        self.kept.pop(c, None)
 
     def backward(
         self, spec: PartSpec, ho: HandOff, loss: torch.Tensor | None, scale: float
@@ -199,13 +240,13 @@ class _Runner:
                     grads.append(g)
         if tensors:
             torch.autograd.backward(tensors, grads)
-        ho.return_grads(self.states, spec.sources)
+        ho.return_grads(self.states)
 
 
 def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The no-graph pre-pass: every target's log-prob, then d loss / d log p (see module doc)."""
     t = run.targets
-    dtype = torch.float64 if run.head.weight.dtype == torch.float64 else torch.float32
+    dtype = run.sum_dtype
     lp_all = torch.zeros(t.num_targets, dtype=dtype, device=run.batch.device)
     ent_all = torch.zeros(t.num_targets, dtype=dtype, device=run.batch.device)
     parts = run.layout.parts
@@ -226,10 +267,7 @@ def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tens
             return True
         return False
 
-    def leave(c: int) -> None:
-        del run.states[c]
-
-    _walk(run.layout, enter, leave)
+    _walk(run.layout, enter, run.drop)
     leaf = lp_all.detach().requires_grad_(True)
     # the entropy term is added by the parts themselves; its value (and metric) comes from here
     with torch.enable_grad():
@@ -253,18 +291,34 @@ def run_parts(
     attn: str = "auto",
     autocast: Any = None,
     loss_scale: float = 1.0,
+    accumulate: str = "model",
 ) -> PartsOutput:
     """Forward and backward of a one-tree batch as hand-off parts (gradients land in ``.grad``).
 
     ``loss_scale`` multiplies the gradient (not the returned loss), as a loop's world-size factor
-    would. See the module docstring for the order, the modes and the memory bound."""
+    would; ``accumulate`` is the dtype of the handed-over gradients' accumulators ("model": the
+    stored keys' own dtype; "float32": float32 in 16-bit runs). See the module docstring for the
+    order, the modes and the memory bound."""
     if mode not in MODES:
         raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
+    if accumulate not in ACCUMULATE:
+        raise ValueError(
+            f"unknown hand-off accumulation {accumulate!r}; expected one of {', '.join(ACCUMULATE)}"
+        )
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
-    run = _Runner(model, batch, layout, cfg, attn, autocast)
+    run = _Runner(
+        model,
+        batch,
+        layout,
+        cfg,
+        attn,
+        autocast,
+        compact=mode == "recompute",
+        accumulate=accumulate,
+    )
     check_inputs(batch, cfg)
     dev = batch.input_ids.device
-    dtype = torch.float64 if run.head.weight.dtype == torch.float64 else torch.float32
+    dtype = run.sum_dtype
     total = torch.zeros((), dtype=dtype, device=dev)
     metrics: dict[str, torch.Tensor] = {}
     if cfg.loss == "gspo":
@@ -303,7 +357,7 @@ def run_parts(
         spec = parts[c]
         ho, out = kept.pop(c) if mode == "keep" else run.forward(spec, grad=True, with_loss=True)
         finish(spec, ho, out)
-        del run.states[c]
+        run.drop(c)
 
     _walk(layout, enter, leave)
     return PartsOutput(

@@ -1,76 +1,138 @@
 """What a part hands over to its descendants, per layer, and how gradients come back.
 
-A layer's hand-off state is a small object with two sides:
+Memory is the point of this module: a long agent session is one long path, and everything a
+part keeps for its descendants is held for every token of that path. Each layer's hand-off state
+is therefore held **once**:
 
-* :class:`AttentionState`: the post-rotary keys and values of the part's own tokens (positions
-  are depths, so a descendant's queries see them exactly as in the whole tree);
+* :class:`KVStore`: the post-rotary keys and values of the part's rows that some descendant part
+  reads (positions are depths, so a descendant's queries see them exactly as in the whole tree),
+  detached, in the dtype the layer computed them in, plus one gradient accumulator per stored
+  tensor, allocated when the first descendant sends a gradient back. The accumulators are in the
+  stored dtype (bf16 in a bf16 run, float32 in float32, float64 in float64) unless the run asks
+  for float32 accumulation (``accumulate="float32"``; a no-op outside 16-bit runs).
 * :class:`LinearState`: a linear-attention layer's conv and recurrent states at the end of each of
   the part's node pieces, keyed by the tree index of the piece's last token
   (:mod:`treeprep.trainer.models.hybrid`); a descendant piece reads the one at its predecessor.
-  Both kinds offer ``accumulate`` (sum the gradients descendants return) and ``backward_pairs``
-  (the part's own graph tensors with those gradients, for its backward).
+
+A descendant never gathers its prefix into a new tensor. Its prefix is a tuple of *segments*:
+views of the ancestors' stores, one per contiguous run of stored rows on its path
+(:func:`prefix_segments`), handed to the attention as they are
+(:class:`~treeprep.trainer.attention.call.AttentionCall`). With gradients on, each segment is read
+through :class:`_ReadStore`, an autograd function whose backward adds the segment's key and value
+gradients straight into the store's accumulators: no leaf tensor, no ``.grad`` of the prefix, no
+scatter afterwards. Per path token and layer that is 2 x kv_heads x head_dim values stored and as
+many accumulated: twice the path's K/V bytes when accumulating in the model dtype (three times
+with float32 accumulators in bf16), plus transients of one part.
 
 :class:`HandOff` is the per-part exchange the attention glue calls once per layer
 (:func:`treeprep.trainer.attention.hf.hf_tree_attention`): it records the layer's own keys and
-values (graph tensors, for the part's backward) and returns the layer's prefix, leaf tensors with
-``requires_grad`` gathered from the ancestor parts' stored states. After the part's backward the
-leaves' gradients are scattered back into the producers' accumulators
-(:meth:`HandOff.return_grads`). Linear-attention layers call :meth:`HandOff.linear_state` and
-:meth:`HandOff.record_linear` instead; their leaves are made on first use.
+values (graph tensors, for the part's backward) and returns the layer's prefix segments.
+Linear-attention layers call :meth:`HandOff.linear_state` and :meth:`HandOff.record_linear`
+instead; their (small) states arrive as leaves made on first use, whose gradients
+:meth:`HandOff.return_grads` adds to the producers' :class:`LinearState`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
+from treeprep.errors import TreeprepError
+
+#: how hand-off gradients are accumulated: in the stored (model) dtype, or float32
+ACCUMULATE: tuple[str, ...] = ("model", "float32")
+
+
+def accumulator_dtype(dtype: torch.dtype, accumulate: str) -> torch.dtype:
+    """The dtype of the gradient accumulator of a stored tensor of ``dtype``."""
+    if accumulate not in ACCUMULATE:
+        raise TreeprepError(
+            f"unknown hand-off accumulation {accumulate!r}; expected one of {', '.join(ACCUMULATE)}"
+        )
+    if accumulate == "float32" and dtype in (torch.bfloat16, torch.float16):
+        return torch.float32
+    return dtype
+
 
 @dataclass
-class AttentionState:
-    """A part's keys and values for one layer, detached, plus their accumulated gradients."""
+class KVStore:
+    """A part's stored keys and values for one layer and their gradient accumulators.
 
-    k: torch.Tensor  # [1, G, T, D]
+    ``rows`` are the part's local rows kept (sorted), or None when all are kept."""
+
+    k: torch.Tensor  # [1, G, S, D], detached
     v: torch.Tensor
-    gk: torch.Tensor | None = None  # float32 (float64 for float64 k), from descendants
+    rows: np.ndarray | None
+    accumulate: str = "model"
+    gk: torch.Tensor | None = None
     gv: torch.Tensor | None = None
 
-    def rows(self, local: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.as_tensor(local, device=self.k.device)
-        return self.k.index_select(2, idx), self.v.index_select(2, idx)
-
-    def accumulate(self, local: np.ndarray, gk: torch.Tensor, gv: torch.Tensor) -> None:
-        idx = torch.as_tensor(local, device=self.k.device)
-        acc = torch.float64 if self.k.dtype == torch.float64 else torch.float32
+    def add_grad(self, s: int, e: int, gk: torch.Tensor | None, gv: torch.Tensor | None) -> None:
+        """Add a descendant's gradient of stored rows ``[s, e)`` to the accumulators."""
         if self.gk is None or self.gv is None:
-            self.gk = torch.zeros(self.k.shape, dtype=acc, device=self.k.device)
-            self.gv = torch.zeros(self.v.shape, dtype=acc, device=self.v.device)
-        self.gk.index_add_(2, idx, gk.to(acc))
-        self.gv.index_add_(2, idx, gv.to(acc))
+            self.gk = torch.zeros_like(
+                self.k, dtype=accumulator_dtype(self.k.dtype, self.accumulate)
+            )
+            self.gv = torch.zeros_like(
+                self.v, dtype=accumulator_dtype(self.v.dtype, self.accumulate)
+            )
+        if gk is not None:
+            self.gk[:, :, s:e].add_(gk)
+        if gv is not None:
+            self.gv[:, :, s:e].add_(gv)
 
     def backward_pairs(self, ho: HandOff, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The part's own graph keys and values (its kept rows) with the accumulated gradients."""
         if self.gk is None or self.gv is None:
             return []
         k, v = ho.own[layer]
+        if self.rows is not None:
+            idx = torch.as_tensor(self.rows, device=k.device)
+            k, v = k.index_select(2, idx), v.index_select(2, idx)
         return [(k, self.gk.to(k.dtype)), (v, self.gv.to(v.dtype))]
+
+
+class _ReadStore(torch.autograd.Function):
+    """Rows ``[s, e)`` of a store as views; the backward adds their gradients to the store's
+    accumulators and returns nothing (``anchor`` only puts the read on the autograd tape)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, anchor: torch.Tensor, store: KVStore, s: int, e: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx.store, ctx.s, ctx.e = store, s, e
+        return store.k[:, :, s:e], store.v[:, :, s:e]
+
+    @staticmethod
+    def backward(ctx: Any, gk: torch.Tensor | None, gv: torch.Tensor | None) -> Any:  # type: ignore[override]
+        ctx.store.add_grad(ctx.s, ctx.e, gk, gv)
+        return None, None, None, None
 
 
 @dataclass
 class LinearState:
     """A part's linear-attention states for one layer (detached), by the tree index of the last
-    token of each node piece, plus the gradients descendants returned for them."""
+    token of each node piece, plus the gradients descendants returned for them (accumulated in
+    the states' dtype, or float32 under ``accumulate="float32"`` in 16-bit runs)."""
 
     states: dict[int, tuple[torch.Tensor, torch.Tensor]]
+    accumulate: str = "model"
     grads: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
-    def accumulate(self, key: int, gconv: torch.Tensor, grec: torch.Tensor) -> None:
+    def add_grad(self, key: int, gconv: torch.Tensor, grec: torch.Tensor) -> None:
         g = self.grads.get(key)
+        conv, rec = self.states[key]
         if g is None:
-            self.grads[key] = [gconv.float().clone(), grec.float().clone()]
+            self.grads[key] = [
+                gconv.to(accumulator_dtype(conv.dtype, self.accumulate), copy=True),
+                grec.to(accumulator_dtype(rec.dtype, self.accumulate), copy=True),
+            ]
         else:
-            g[0] += gconv.float()
-            g[1] += grec.float()
+            g[0] += gconv
+            g[1] += grec
 
     def backward_pairs(self, ho: HandOff, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         own = ho.linear_own.get(layer, {})
@@ -81,11 +143,33 @@ class LinearState:
         return out
 
 
-LayerState = AttentionState | LinearState
+LayerState = KVStore | LinearState
+#: one run of a part's prefix: (producing part, first stored row, end stored row)
+Segment = tuple[int, int, int]
+
+
+def prefix_segments(
+    sources: list[tuple[int, np.ndarray]], kept: dict[int, np.ndarray | None]
+) -> list[Segment]:
+    """A part's prefix as runs of its ancestors' stored rows, in path order.
+
+    ``sources`` are (part, local rows) in prefix order (:class:`~.plan.PartSpec`); ``kept[p]`` the
+    local rows part ``p`` stores (sorted), or None when it stores all of them."""
+    out: list[Segment] = []
+    for p, rows in sources:
+        kp = kept[p]
+        pos = rows if kp is None else np.searchsorted(kp, rows)
+        if kp is not None and not np.array_equal(kp[pos], rows):
+            raise RuntimeError(f"part {p} did not store a row a descendant reads")
+        brk = np.flatnonzero(np.diff(pos) != 1) + 1
+        for run in np.split(pos, brk):
+            if len(run):
+                out.append((p, int(run[0]), int(run[-1]) + 1))
+    return out
 
 
 class HandOff:
-    """One part's exchange: prefix leaves in, own keys and values recorded (see module doc).
+    """One part's exchange: prefix segments in, own keys and values recorded (module doc).
 
     A plain class, not a dataclass: wrappers that rebuild dataclasses and dicts in a module's
     inputs (FSDP2) must hand every layer this very object, or the records would go to copies."""
@@ -101,12 +185,12 @@ class HandOff:
 
     def __init__(
         self,
-        prefix: dict[int, tuple[torch.Tensor, torch.Tensor]],
+        prefix: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], ...]],
         *,
         linear_sources: dict[int, list[tuple[int, LinearState]]] | None = None,
         requires_grad: bool = False,
     ) -> None:
-        #: per layer, the part's prefix (leaf tensors); empty for a part without prefix
+        #: per layer, the part's prefix segments (views of the ancestors' stores)
         self.prefix = prefix
         #: per layer, the part's own keys and values as computed (graph tensors)
         self.own: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -143,7 +227,7 @@ class HandOff:
 
     def exchange(
         self, layer: int | None, key: torch.Tensor, value: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], ...] | None:
         if layer is None:
             raise RuntimeError("hand-off parts need attention modules with a layer_idx")
         self.own[layer] = (key, value)
@@ -153,32 +237,39 @@ class HandOff:
     def gather(
         cls,
         states: dict[int, list[LayerState]],
-        sources: list[tuple[int, np.ndarray]],
+        segments: list[Segment],
         layers: int,
         requires_grad: bool,
     ) -> HandOff:
-        """The prefix of a part from its ancestors' stored ``states`` (part -> per layer)."""
-        prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        """The exchange of a part whose prefix is ``segments`` of the ancestors' ``states``
+        (part -> per layer). Nothing is copied: attention layers get views of the stores, read
+        through :class:`_ReadStore` when gradients are on."""
+        prefix: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], ...]] = {}
         linear: dict[int, list[tuple[int, LinearState]]] = {}
-        if sources:
+        if segments:
+            parts = list(dict.fromkeys(p for p, _, _ in segments))
+            anchor = None
             for li in range(layers):
-                first = states[sources[0][0]][li]
+                first = states[parts[0]][li]
                 if isinstance(first, LinearState):
-                    linear[li] = [(p, states[p][li]) for p, _ in sources]  # type: ignore[misc]
+                    linear[li] = [(p, states[p][li]) for p in parts]  # type: ignore[misc]
                     continue
-                ks, vs = zip(
-                    *(states[p][li].rows(rows) for p, rows in sources),  # type: ignore[union-attr]
-                    strict=True,
-                )
-                k = torch.cat(ks, dim=2) if len(ks) > 1 else ks[0]
-                v = torch.cat(vs, dim=2) if len(vs) > 1 else vs[0]
-                prefix[li] = (k.requires_grad_(requires_grad), v.requires_grad_(requires_grad))
+                segs = []
+                for p, s, e in segments:
+                    st = states[p][li]
+                    assert isinstance(st, KVStore)
+                    if requires_grad and anchor is None:
+                        anchor = torch.empty(0, device=st.k.device, requires_grad=True)
+                    if anchor is not None:
+                        segs.append(_ReadStore.apply(anchor, st, s, e))
+                    else:
+                        segs.append((st.k[:, :, s:e], st.v[:, :, s:e]))
+                prefix[li] = tuple(segs)
         return cls(prefix, linear_sources=linear, requires_grad=requires_grad)
 
-    def return_grads(
-        self, states: dict[int, list[LayerState]], sources: list[tuple[int, np.ndarray]]
-    ) -> None:
-        """Scatter the prefix leaves' gradients back into the producing parts' accumulators."""
+    def return_grads(self, states: dict[int, list[LayerState]]) -> None:
+        """Add the linear-attention leaves' gradients to the producing parts' states (the keys'
+        and values' gradients went to the stores during the backward already)."""
         for (li, key), (p, conv, rec) in self.linear_leaves.items():
             if conv.grad is None and rec.grad is None:
                 continue
@@ -186,16 +277,4 @@ class HandOff:
             gr = rec.grad if rec.grad is not None else torch.zeros_like(rec)
             st = states[p][li]
             assert isinstance(st, LinearState)
-            st.accumulate(key, gc, gr)
-        sizes = [len(r) for _, r in sources]
-        for li, (pk, pv) in self.prefix.items():
-            if pk.grad is None and pv.grad is None:
-                continue
-            gk = pk.grad if pk.grad is not None else torch.zeros_like(pk)
-            gv = pv.grad if pv.grad is not None else torch.zeros_like(pv)
-            for (p, rows), gk_s, gv_s in zip(
-                sources, gk.split(sizes, dim=2), gv.split(sizes, dim=2), strict=True
-            ):
-                st = states[p][li]
-                assert isinstance(st, AttentionState)
-                st.accumulate(rows, gk_s, gv_s)
+            st.add_grad(key, gc, gr)

@@ -107,6 +107,7 @@ def test_auto_choice_and_overrides() -> None:
 
     assert choose_backend("cpu", 100) == "dense"
     assert choose_backend("cpu", 100_000) == "nodes"
+    assert choose_backend("cpu", 100, num_keys=150) == "nodes"  # a hand-off part reads in place
     assert choose_backend("cuda", 100) == "flex"
     assert choose_backend("cpu", 100, "nodes") == "nodes"
     with pytest.raises(TreeprepError, match="unknown attention backend"):
