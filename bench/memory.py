@@ -127,16 +127,13 @@ def shape_of(model: str, vocab: int | None):
     """The memory model's shape of a trainer preset (or a flops preset / config folder)."""
     from dataclasses import asdict
 
-    from treeprep.flops import from_config, load_model
+    from treeprep.flops import load_model
+    from treeprep.memory import shape_from_preset
     from treeprep.trainer.models.presets import PRESETS
 
     if model not in PRESETS:
         return load_model(model)
-    d = asdict(PRESETS[model])
-    cfg = {**d, **d.pop("extra"), "model_type": d["family"]}
-    if vocab:
-        cfg["vocab_size"] = vocab
-    return from_config(cfg, name=model)
+    return shape_from_preset(asdict(PRESETS[model]), name=model, vocab=vocab)
 
 
 def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
@@ -170,7 +167,11 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         tree_tokens=r["tokens_tree"],
         head_rows=r["head_rows"],
     )
-    return peak(t), handoff_bytes_per_path_token(m, s), kv_bytes_per_path_token(m, s)
+    return (
+        peak(t, checkpointing=s.activation_checkpointing),
+        handoff_bytes_per_path_token(m, s),
+        kv_bytes_per_path_token(m, s),
+    )
 
 
 def measure(spec: dict, row: dict) -> dict:

@@ -44,11 +44,13 @@ Terms, per rank:
   forward: ``4 x 4`` bytes (+ ``b`` for the bf16 logits before their float32 copy). Its backward
   holds less (the log-softmax, its gradient, the logits' gradient).
 
-The peak: the head runs after the decoder's forward and before its backward, while every saved
-activation is live; a layer's backward comes after the head's chunks are freed. So
-``peak = parameters + gradients + optimizer + fsdp_gathered + autocast_weights + handoff +
-activations + max(lm_head_chunk, layer_backward)``. In ``keep`` mode the graphs of every part on
-the path's stack (``ceil(path / budget)`` parts) are live at once.
+The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
+fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
+cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
+(``layer_backward``); without checkpointing the matmuls keep the bf16 weight copies through the
+last two phases too, with checkpointing they are freed when the forward's autocast region closes.
+In ``keep`` mode the graphs of every part on the path's stack (``ceil(path / budget)`` parts)
+are live at once.
 
 Not counted: the CUDA context and allocator fragmentation (leave a few GiB), buffers of a
 collective, and the caller's batch tensors (a few bytes per token).
@@ -243,7 +245,166 @@ def terms(
     }
 
 
-def peak(t: dict[str, int]) -> int:
-    """The predicted peak from :func:`terms` (module docstring)."""
-    phase = max(t["lm_head_chunk"], t["layer_backward"])
-    return sum(v for k, v in t.items() if k not in ("lm_head_chunk", "layer_backward")) + phase
+def peak(t: dict[str, int], *, checkpointing: bool = False) -> int:
+    """The predicted peak from :func:`terms`: the largest of three phases (module docstring)."""
+    static = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
+    static += t["handoff"] + t["activations"]
+    cast = t["autocast_weights"]
+    kept = 0 if checkpointing else cast  # saved by the matmuls until each layer's backward
+    forward_end = cast
+    head = kept + t["lm_head_chunk"]
+    backward = kept + t["layer_backward"]
+    return static + max(forward_end, head, backward)
+
+
+# --------------------------------------------------------------------------------------------
+# a build: its longest path, its largest tree; the budget to suggest; the step time
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """What the memory and time models need of a build."""
+
+    trees: int
+    tokens_tree: int  # all trees
+    longest_path: int  # the longest root-to-node path of any tree, in tokens
+    largest_tree_tokens: int
+    largest_tree_pairs: int
+    flops_trees: tuple[tuple[int, int], ...]  # (tokens, pairs) per tree
+
+    @classmethod
+    def of(cls, out_dir: str) -> BuildFacts:
+        from treeprep.pack.forest import load_forest
+
+        f = load_forest(out_dir)
+        if not f.num_trees:
+            raise TreeprepError(f"{out_dir}: the build has no trees")
+        tok, pairs, path = f.tokens_tree(), f.pairs_tree(), f.longest_path()
+        big = int(tok.argmax())
+        return cls(
+            trees=int(f.num_trees),
+            tokens_tree=int(tok.sum()),
+            longest_path=int(path.max()),
+            largest_tree_tokens=int(tok[big]),
+            largest_tree_pairs=int(pairs[big]),
+            flops_trees=tuple(zip(tok.tolist(), pairs.tolist(), strict=True)),
+        )
+
+
+def step_seconds(
+    m: ModelShape, s: MemorySetup, gpu: Gpu, *, tokens: int, pairs: int, path: int, budget: int
+) -> float:
+    """Seconds of one tree's forward and backward (module docstring): the LM head on every token,
+    one more forward of the layers under checkpointing and of the inner parts in recompute mode,
+    at :data:`MFU` of the GPU's dense peak."""
+    br = m.breakdown(tokens, pairs)
+    body = sum(v for k, v in br.items() if k != "lm_head")
+    extra = body / 3 if s.activation_checkpointing else 0.0
+    if s.handoff == "recompute" and tokens > budget:
+        extra += body / 3 * min(1.0, max(0, path - budget) / tokens)
+    rate = (gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops) * MFU
+    if s.precision == "float64":
+        rate /= 8  # no float64 tensor cores worth counting; a rough bound
+    return (body + extra + br["lm_head"]) / rate
+
+
+def budgets(largest_tree: int) -> list[int]:
+    """Candidate budgets: powers of two and multiples of 1024 from 1024 up to the largest tree
+    (rounded up to 1024)."""
+    top = max(1024, -(-largest_tree // 1024) * 1024)
+    return sorted(set(range(1024, top + 1, 1024)))
+
+
+def dry_run(
+    m: ModelShape,
+    s: MemorySetup,
+    b: BuildFacts,
+    gpu: Gpu,
+    *,
+    gpu_memory: int | None = None,
+    budget: int | None = None,
+    checkpointing_given: bool = False,
+) -> dict:
+    """The prediction for a run: terms and peak at ``budget`` (default: the suggested budget and
+    checkpointing), the largest budget that fits ``gpu_memory`` (default the GPU's) with the
+    fastest step (checkpointing considered unless ``checkpointing_given``), and step times."""
+    from dataclasses import replace
+
+    mem = gpu.memory if gpu_memory is None else gpu_memory
+
+    def evaluate(setup: MemorySetup, bud: int) -> tuple[int, float, dict[str, int]]:
+        t = terms(m, setup, budget=bud, path=b.longest_path, tree_tokens=b.largest_tree_tokens)
+        sec = step_seconds(m, setup, gpu, tokens=b.largest_tree_tokens,
+                           pairs=b.largest_tree_pairs, path=b.longest_path, budget=bud)  # fmt: skip
+        return peak(t, checkpointing=setup.activation_checkpointing), sec, t
+
+    ckpts = [s.activation_checkpointing] if checkpointing_given else [False, True]
+    best: tuple[float, int, bool] | None = None
+    for ck in ckpts:
+        for bud in budgets(b.largest_tree_tokens):
+            pk, sec, _ = evaluate(replace(s, activation_checkpointing=ck), bud)
+            if pk <= mem and (best is None or (sec, -bud) < (best[0], -best[1])):
+                best = (sec, bud, ck)
+    chosen = s
+    if budget is None and best is not None:
+        chosen = replace(s, activation_checkpointing=best[2])
+    run_budget = budget if budget is not None else (best[1] if best else 1024)
+    pk, sec, t = evaluate(chosen, run_budget)
+    rate_setup = chosen
+    epoch = (
+        sum(
+            step_seconds(
+                m,
+                rate_setup,
+                gpu,
+                tokens=n,
+                pairs=p,
+                path=min(n, b.longest_path),
+                budget=run_budget,
+            )  # fmt: skip
+            for n, p in b.flops_trees
+        )
+        / s.world_size
+    )
+    epoch = max(epoch, sec)  # one tree runs on one rank
+    return {
+        "fits": pk <= mem,
+        "predicted_peak_bytes": pk,
+        "gpu": gpu.name,
+        "gpu_memory_bytes": mem,
+        "budget": run_budget,
+        "budget_source": "given" if budget is not None else "suggested",
+        "activation_checkpointing": chosen.activation_checkpointing,
+        "suggested_budget": best[1] if best else None,
+        "suggested_activation_checkpointing": best[2] if best else None,
+        "predicted_step_seconds": sec,
+        "predicted_epoch_seconds": epoch,
+        "terms": t,
+        "handoff_bytes_per_path_token": handoff_bytes_per_path_token(m, chosen),
+        "kv_bytes_per_path_token": kv_bytes_per_path_token(m, chosen),
+        "build": {
+            "trees": b.trees,
+            "tokens_tree": b.tokens_tree,
+            "longest_path": b.longest_path,
+            "largest_tree_tokens": b.largest_tree_tokens,
+        },
+        "assumptions": {
+            "mfu": MFU,
+            "peak_flops": gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops,
+            "step": "the build's largest tree on one rank (the LM head on every token)",
+            "not_counted": "CUDA context, allocator fragmentation, collective buffers",
+        },
+    }
+
+
+def shape_from_preset(fields: dict, *, name: str, vocab: int | None = None) -> ModelShape:
+    """A :class:`ModelShape` from a trainer preset's fields (``dataclasses.asdict`` of
+    ``treeprep.trainer.models.presets.Preset``: the generic shape plus its family's ``extra``)."""
+    from treeprep.flops import from_config
+
+    d = dict(fields)
+    cfg = {**d, **d.pop("extra", {}), "model_type": d.get("family", "")}
+    if vocab:
+        cfg["vocab_size"] = vocab
+    return from_config(cfg, name=name)
