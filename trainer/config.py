@@ -164,13 +164,9 @@ class TrainConfig:
         if self.handoff not in ("recompute", "keep"):
             raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
         if self.handoff_accumulate not in ("model", "float32"):
-            raise bad(
-                f"handoff_accumulate {self.handoff_accumulate!r}; expected model or float32"
-            )
+            raise bad(f"handoff_accumulate {self.handoff_accumulate!r}; expected model or float32")
         if self.handoff_accumulate == "float32" and self.precision in ("float32", "float64"):
-            raise bad(
-                f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}"
-            )
+            raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")
         if self.save_every is not None and self.save_every < 1:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
