@@ -1,12 +1,22 @@
-"""Peak memory and step time of hand-off parts against the budget (issue: long agent trees).
+"""Peak memory and step time of hand-off parts against the budget and the linear trainer.
 
 One forward and backward of one large tree, each configuration in a fresh process so that its
-peak is its own: peak RSS on CPU (``ru_maxrss``), ``torch.cuda.max_memory_allocated`` on CUDA.
-Configurations: the whole tree at once (where it fits), and hand-off parts at each budget in
-``recompute`` and ``keep`` modes. Printed per configuration: parts, tokens fed (always the tree's
-tokens: nothing is recomputed), prefix rows handed over, peak memory above the loaded model and
-tree, seconds, and the time ratio against the whole tree (or against recompute at the largest
-budget when the whole tree does not fit).
+peak is its own. ``peak_bytes`` is the peak of live tensor bytes: on the CPU counted exactly by
+:class:`~treeprep.trainer.memtrack.LiveBytes` (a dispatch-mode tracker; the model's parameters
+and the batch included, RSS never used), on CUDA ``torch.cuda.max_memory_allocated``.
+Configurations (``--modes``): the whole tree at once (unless ``--no-whole``), ``linear`` (the
+causal baseline: the tree's longest sequence as a one-path tree, one ``is_causal`` attention call
+per layer, same dtype and checkpointing), and hand-off parts at each budget in ``recompute`` and
+``keep`` modes. ``--dtype float32|bfloat16`` loads the weights in that dtype (CPU too).
+
+Every result carries ``peak_bytes``, ``predicted_peak_bytes`` (:mod:`treeprep.memory`, no
+optimizer: one forward and backward), ``handoff_bytes_per_path_token`` and
+``kv_bytes_per_path_token`` (layers x 2 x kv_heads x head_dim x dtype bytes). The hand-off figure
+is measured as a difference of peaks (:func:`child`): the tree's longest path, every token
+trained, run as parts at the same budget at its full and at half its length; the difference of
+the two peaks over the difference of the lengths is what the path's handed-over state costs
+(everything else a part holds is bounded by the budget). It is 0 for ``whole`` and ``linear``
+(nothing is handed over).
 
 Workloads:
 
@@ -19,6 +29,8 @@ Workloads:
   with its sub-agents and compaction, a 126k-token path.
 
     python bench/memory.py --workload agent --path 8192,16384 --budgets 1024,2048,4096
+    python bench/memory.py --workload agent --path 16384 --budgets 2048 \
+        --modes recompute,linear --no-whole --json --dtype bfloat16
     python bench/memory.py --workload claude-code --device cuda --model qwen3-0.6b --json
 """
 
@@ -27,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -86,73 +97,180 @@ def claude_code_row(data: str | None) -> dict:
     return best
 
 
-def _peak_mb(dev: str) -> float:
-    if dev == "cuda":
-        import torch
+def longest_path_row(row: dict, *, cut: int | None = None, train_all: bool = False) -> dict:
+    """The linear baseline's input: the tree's longest sequence (a root-to-node path) with its
+    trained spans, as a one-path tree (one ``is_causal`` call per layer, no parts). ``cut``
+    keeps its first tokens, ``train_all`` trains every token (the hand-off probe)."""
+    from treeprep.sequence import Sequence
+    from treeprep.trie import build_tree
 
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    s = int(np.argmax(row["seq_length"]))
+    node, chain = int(row["seq_node"][s]), []
+    while node >= 0:
+        chain.append(node)
+        node = int(row["node_parent"][node])
+    ids = row["input_ids"]
+    toks = np.concatenate(
+        [ids[row["node_offset"][n] : row["node_offset"][n] + row["node_length"][n]]
+         for n in reversed(chain)]
+    ).astype(np.int32)[: row["seq_length"][s]]  # fmt: skip
+    flat = row["seq_loss_spans"][s]
+    spans = [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+    if cut is not None:
+        toks = toks[:cut]
+    if train_all:
+        spans = [(1, len(toks))]
+    return build_tree([Sequence("linear", toks, spans)]).to_row()
 
 
-def child(spec: dict) -> dict:
-    """One configuration in this (fresh) process."""
+def shape_of(model: str, vocab: int | None):
+    """The memory model's shape of a trainer preset (or a flops preset / config folder)."""
+    from dataclasses import asdict
+
+    from treeprep.flops import load_model
+    from treeprep.memory import shape_from_preset
+    from treeprep.trainer.models.presets import PRESETS
+
+    if model not in PRESETS:
+        return load_model(model)
+    return shape_from_preset(asdict(PRESETS[model]), name=model, vocab=vocab)
+
+
+def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
+    """(predicted peak, handed-over bytes and K/V bytes per path token) of the memory model."""
+    from treeprep.memory import (
+        MemorySetup,
+        handoff_bytes_per_path_token,
+        kv_bytes_per_path_token,
+        peak,
+        terms,
+    )
+
+    vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
+    m = shape_of(spec["model"], vocab)
+    mode = spec["mode"] if spec["mode"] in ("recompute", "keep") else "recompute"
+    s = MemorySetup(
+        precision=spec["dtype"],
+        autocast=False,
+        parallel="ddp",
+        optimizer_states=0,
+        accumulated_gradients=False,
+        activation_checkpointing=bool(spec.get("checkpointing")),
+        handoff=mode,
+    )
+    budget = spec["budget"] or r["tokens_tree"]
+    t = terms(
+        m,
+        s,
+        budget=budget,
+        path=r["longest_path"],
+        tree_tokens=r["tokens_tree"],
+        head_rows=r["head_rows"],
+    )
+    return (
+        peak(t, checkpointing=s.activation_checkpointing),
+        handoff_bytes_per_path_token(m, s),
+        kv_bytes_per_path_token(m, s),
+    )
+
+
+def measure(spec: dict, row: dict) -> dict:
+    """One forward and backward of ``row``: peak bytes (exact live tensor bytes on the CPU,
+    ``max_memory_allocated`` on CUDA), seconds, parts."""
+    import contextlib
+
     import torch
 
     from treeprep.trainer import TreeBatch, load_model
     from treeprep.trainer.loss import LossConfig, tree_loss
+    from treeprep.trainer.memtrack import LiveBytes
     from treeprep.trainer.parts import run_parts
+    from treeprep.trainer.parts.plan import part_layout
 
     torch.manual_seed(0)
     dev = spec["device"]
+    dtype = getattr(torch, spec["dtype"])
+    vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
+    tracker = LiveBytes() if dev == "cpu" else None
+    with tracker or contextlib.nullcontext():
+        attn = spec["attn"]
+        model = load_model(spec["model"], dtype=dtype, device=dev, attn=attn, vocab_size=vocab)
+        if spec.get("checkpointing"):
+            model.train()
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        batch = TreeBatch.from_trees([row], norm="token-mean", device=dev)
+        if tracker is not None:
+            tracker.track(*model.parameters(), *model.buffers())
+            tracker.track(*[v for v in vars(batch).values() if isinstance(v, torch.Tensor)])
+        if dev == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        parts = prefix = 0
+        head_rows = int(batch.targets().token.numel())
+        if spec["budget"] is None:
+            out = tree_loss(model, batch, loss="sft")
+            out.loss.backward()
+            del out
+        else:
+            res = run_parts(
+                model,
+                batch,
+                LossConfig("sft"),
+                budget=spec["budget"],
+                mode=spec["mode"],
+                attn=attn,
+            )
+            parts, prefix = res.parts, res.prefix_rows
+            layout = part_layout(batch, spec["budget"])
+            head_rows = max(int(p.target_select.sum()) for p in layout.parts)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+    peak_b = tracker.peak if tracker is not None else torch.cuda.max_memory_allocated()
+    return {
+        "tokens_tree": batch.num_tokens,
+        "tokens_linear": batch.tokens_linear,
+        "targets": int(batch.targets().token.numel()),
+        "head_rows": head_rows,
+        "longest_path": int((batch.position_ids.max() + 1).item()),
+        "parts": parts or 1,
+        "prefix_rows": prefix,
+        "peak_bytes": int(peak_b),
+        "seconds": round(dt, 3),
+    }
+
+
+def child(spec: dict) -> dict:
+    """One configuration in this (fresh) process, and for hand-off modes its hand-off probe:
+    the tree's longest path as a one-path tree with every token trained (so that each part
+    feeds the LM head the same rows), run as parts at the same budget whole and cut to half its
+    length. The handed-over bytes per path token are the difference of the two peaks over the
+    difference of the lengths: nothing else a part holds grows with the path."""
     row = (
         agent_tree_row(spec["path"])
         if spec["workload"] == "agent"
         else claude_code_row(spec.get("data"))
     )
-    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
-    vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
-    model = load_model(spec["model"], dtype=dtype, device=dev, attn="auto", vocab_size=vocab)
-    if spec.get("checkpointing"):
-        model.train()
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    batch = TreeBatch.from_trees([row], norm="token-mean", device=dev)
-    depth = int((batch.position_ids.max() + 1).item())
-    if dev == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    base = (
-        _peak_mb(dev)
-        if dev == "cuda"
-        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    )
-    t0 = time.perf_counter()
-    parts = 1
-    prefix = 0
-    if spec["budget"] is None:
-        out = tree_loss(model, batch, loss="sft")
-        out.loss.backward()
-        loss = float(out.loss.detach())
-        del out
-    else:
-        res = run_parts(model, batch, LossConfig("sft"), budget=spec["budget"], mode=spec["mode"])
-        loss = float(res.loss)
-        parts, prefix = res.parts, res.prefix_rows
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    peak = _peak_mb(dev)
+    r = measure(spec, longest_path_row(row) if spec["mode"] == "linear" else row)
+    handoff = 0.0  # whole tree or linear: nothing is handed over
+    if spec["mode"] in ("recompute", "keep"):
+        n = r["longest_path"]
+        full = measure(spec, longest_path_row(row, train_all=True))
+        half = measure(spec, longest_path_row(row, cut=n // 2, train_all=True))
+        handoff = round((full["peak_bytes"] - half["peak_bytes"]) / (n - n // 2), 1)
+    pred, pred_handoff, kv = predicted(spec, r)
     return {
         **spec,
-        "tokens_tree": batch.num_tokens,
-        "tokens_linear": batch.tokens_linear,
-        "longest_path": depth,
-        "parts": parts,
-        "tokens_fed": batch.num_tokens,
-        "prefix_rows": prefix,
-        "peak_mb": round(peak, 1),
-        "peak_over_base_mb": round(peak - base, 1),
-        "seconds": round(dt, 3),
-        "loss": loss,
+        **r,
+        "tokens_fed": r["tokens_tree"],
+        "predicted_peak_bytes": pred,
+        "predicted_over_measured": round(pred / r["peak_bytes"], 3),
+        "handoff_bytes_per_path_token": handoff,
+        "predicted_handoff_bytes_per_path_token": pred_handoff,
+        "kv_bytes_per_path_token": kv,
     }
 
 
@@ -183,10 +301,22 @@ def main() -> None:
     ap.add_argument("--path", default="8192,16384", help="agent: root-to-leaf path lengths")
     ap.add_argument("--data", default=None, help="claude-code: a build folder (largest tree)")
     ap.add_argument("--budgets", default="1024,2048,4096,8192")
-    ap.add_argument("--modes", default="recompute,keep")
+    ap.add_argument("--modes", default="recompute,keep", help="recompute, keep and/or linear")
     ap.add_argument("--no-whole", action="store_true", help="skip the whole-tree run")
     ap.add_argument("--model", default="tiny-qwen3")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default=None,
+        help="weights and compute (default: bfloat16 on CUDA, float32 on CPU)",
+    )
+    ap.add_argument(
+        "--attn",
+        default=None,
+        help="attention backend (default: nodes on CPU, which keeps no score matrix as flex "
+        "does on CUDA; auto elsewhere)",
+    )
     ap.add_argument(
         "--checkpointing", action="store_true", help="activation checkpointing per decoder layer"
     )
@@ -196,29 +326,37 @@ def main() -> None:
     if a.child:
         print(json.dumps(child(json.loads(a.child))))
         return
+    modes = a.modes.split(",")
+    if bad := set(modes) - {"recompute", "keep", "linear"}:
+        ap.error(f"unknown modes {sorted(bad)}")
+    dtype = a.dtype or ("bfloat16" if a.device.startswith("cuda") else "float32")
+    attn = a.attn or ("nodes" if a.device == "cpu" else "auto")
     WORK.mkdir(parents=True, exist_ok=True)
     paths = [int(x) for x in a.path.split(",")] if a.workload == "agent" else [0]
     results = []
     for path in paths:
         base = {"workload": a.workload, "path": path, "model": a.model, "device": a.device,
-                "data": a.data, "checkpointing": a.checkpointing}  # fmt: skip
+                "dtype": dtype, "attn": attn, "data": a.data,
+                "checkpointing": a.checkpointing}  # fmt: skip
         specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]
+        if "linear" in modes:
+            specs.append({**base, "budget": None, "mode": "linear"})
         specs += [
             {**base, "budget": int(b), "mode": m}
             for b in a.budgets.split(",")
-            for m in a.modes.split(",")
+            for m in modes
+            if m != "linear"
         ]
-        group = []
         ref = None
         for spec in specs:
             r = run_config(spec)
-            if r["mode"] == "whole" and "error" not in r:
+            if r["mode"] in ("whole", "linear") and "error" not in r and ref is None:
                 ref = r
             if "error" not in r and ref is not None:
-                r["time_vs_whole"] = round(r["seconds"] / ref["seconds"], 3)
-            group.append(r)
+                r[f"time_vs_{ref['mode']}"] = round(r["seconds"] / ref["seconds"], 3)
+                r[f"peak_vs_{ref['mode']}"] = round(r["peak_bytes"] / ref["peak_bytes"], 3)
+            results.append(r)
             print(_line(r), file=sys.stderr if a.json else sys.stdout, flush=True)
-        results.extend(group)
     if a.json:
         print(json.dumps(results, indent=2))
 
@@ -226,13 +364,15 @@ def main() -> None:
 def _line(r: dict) -> str:
     if "error" in r:
         return f"{r['workload']} path {r['path']} {r['mode']} budget {r['budget']}: {r['error']}"
-    b = "whole" if r["budget"] is None else f"{r['budget']:>6}"
-    ratio = f"{r['time_vs_whole']:.2f}x" if "time_vs_whole" in r else "-"
+    b = "-" if r["budget"] is None else f"{r['budget']}"
+    ho = r["handoff_bytes_per_path_token"]
+    ho_s = f"{ho:,.0f}"
     return (
-        f"{r['workload']:<11} tree {r['tokens_tree']:>7} path {r['longest_path']:>7} "
-        f"budget {b} {r['mode']:<9} parts {r['parts']:>4} fed {r['tokens_fed']:>7} "
-        f"prefix {r['prefix_rows']:>9} peak +{r['peak_over_base_mb']:>8.1f} MB "
-        f"{r['seconds']:>8.2f} s  vs whole {ratio}"
+        f"{r['workload']:<11} {r['dtype']:<8} tree {r['tokens_tree']:>7} path "
+        f"{r['longest_path']:>7} budget {b:>6} {r['mode']:<9} parts {r['parts']:>4} "
+        f"peak {r['peak_bytes'] / 2**20:>9.1f} MiB (model {r['predicted_over_measured']:.2f}x) "
+        f"hand-off {ho_s} B/path token (K/V {r['kv_bytes_per_path_token']}) "
+        f"{r['seconds']:>8.2f} s"
     )
 
 

@@ -97,6 +97,20 @@ class Handoff(StrEnum):
     keep = "keep"
 
 
+class HandoffAccumulate(StrEnum):
+    """Gradient accumulators of the handed-over keys and values (treeprep.trainer.config)."""
+
+    model = "model"
+    float32 = "float32"
+
+
+class Gpu(StrEnum):
+    """The GPU ``train --dry-run`` predicts for (treeprep.memory.GPUS)."""
+
+    h100 = "h100"
+    h200 = "h200"
+
+
 class Head(StrEnum):
     """Where the FLOP estimate runs the LM head."""
 

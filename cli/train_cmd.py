@@ -25,6 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from treeprep.cli import options as opt
+from treeprep.errors import TreeprepError
 
 # the options of ``train`` that take more than a line to declare, one alias each
 RunDirOpt = Annotated[Path, typer.Option("--out", help="The run folder (metrics, checkpoints).")]
@@ -33,10 +34,10 @@ PlanOpt = Annotated[
 ]
 LayoutOpt = Annotated[opt.Layout, typer.Option(help="tree, or linear (the baseline).")]
 BudgetOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
-        help="Tokens computed at once per micro-batch (without --plan); a tree over it runs "
-        "as hand-off parts."
+        help="Tokens computed at once per micro-batch (without --plan; default 4096, or with "
+        "--dry-run the suggested budget); a tree over it runs as hand-off parts."
     ),
 ]
 CutOpt = Annotated[
@@ -45,6 +46,27 @@ CutOpt = Annotated[
 HandoffOpt = Annotated[
     opt.Handoff,
     typer.Option(help="Hand-off parts: recompute a part for its backward, or keep its graph."),
+]
+HandoffAccumulateOpt = Annotated[
+    opt.HandoffAccumulate,
+    typer.Option(
+        help="Gradient accumulators of the handed-over keys and values: in their own dtype "
+        "(model), or float32 (bf16 runs)."
+    ),
+]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Predict the peak memory per rank and the step time (no weights loaded, nothing "
+        "written); suggest the largest budget that fits.",
+    ),
+]
+WorldSizeOpt = Annotated[int, typer.Option(help="--dry-run: the ranks to predict for.")]
+GpuOpt = Annotated[opt.Gpu, typer.Option(help="--dry-run: the GPU (memory and peak FLOP/s).")]
+GpuMemoryOpt = Annotated[
+    str | None,
+    typer.Option(help="--dry-run: memory per GPU, e.g. 80GiB, 141GB (default: the GPU's)."),
 ]
 StepsOfOpt = Annotated[int, typer.Option(help="Micro-batches per rank per step (without --plan).")]
 PrecisionOpt = Annotated[
@@ -87,9 +109,10 @@ def train_cmd(
     attn: opt.AttnOpt = opt.Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
-    budget: BudgetOpt = 4096,
+    budget: BudgetOpt = None,
     cut: CutOpt = opt.Cut.handoff,
     handoff: HandoffOpt = opt.Handoff.recompute,
+    handoff_accumulate: HandoffAccumulateOpt = opt.HandoffAccumulate.model,
     steps_of: StepsOfOpt = 1,
     optimizer: Annotated[opt.Optimizer, typer.Option(help="The optimizer.")] = opt.Optimizer.adamw,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
@@ -102,7 +125,10 @@ def train_cmd(
     precision: PrecisionOpt = opt.Precision.auto,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     activation_checkpointing: CheckpointingOpt = False,
-    parallel: Annotated[opt.Parallel, typer.Option(help="Under torchrun.")] = opt.Parallel.ddp,
+    parallel: Annotated[
+        opt.Parallel | None,
+        typer.Option(help="Under torchrun (default ddp; --dry-run: ddp where it fits, else fsdp)."),
+    ] = None,
     save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
     resume: ResumeOpt = None,
@@ -113,8 +139,19 @@ def train_cmd(
     lora_r: Annotated[int, typer.Option(help="LoRA rank (0: train all weights).")] = 0,
     lora_alpha: Annotated[float | None, typer.Option(help="LoRA alpha (default 2 r).")] = None,
     lora_targets: LoraTargetsOpt = None,
+    dry_run: DryRunOpt = False,
+    world_size: WorldSizeOpt = 1,
+    gpu: GpuOpt = opt.Gpu.h100,
+    gpu_memory: GpuMemoryOpt = None,
 ) -> None:
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
+    if dry_run:
+        from treeprep.cli.dry_run import dry_run_cmd
+
+        dry_run_cmd(dict(locals()))
+        return
+    if world_size != 1 or gpu_memory is not None:
+        raise TreeprepError("--world-size and --gpu-memory are --dry-run options")
     cfg = _config(locals())
     main = int(os.environ.get("RANK", "0")) == 0
     res = _train_with_progress(cfg, main, warn_no_probe=no_probe)
@@ -127,6 +164,8 @@ def train_cmd(
     _print_summary(summary, res.run_dir)
 
 
+#: options of ``--dry-run`` alone (a run's world comes from torchrun, its memory from the GPU)
+DRY_RUN_ONLY = ("dry_run", "world_size", "gpu", "gpu_memory")
 #: options named differently from the ``TrainConfig`` fields they set
 _RENAMED = {"out": "run_dir", "warmup": "warmup_steps"}
 
@@ -140,8 +179,11 @@ def _config(params: dict[str, Any]) -> Any:
     kw = {
         _RENAMED.get(k, k): opt.plain(v)
         for k, v in params.items()
-        if k not in ("as_json", "no_probe")
+        if k not in ("as_json", "no_probe") + DRY_RUN_ONLY
     }
+    for k in ("budget", "parallel"):
+        if params[k] is None:
+            del kw[k]  # the config's default
     kw.update(
         grad_clip=params["grad_clip"] or None,
         keep=params["keep"] or None,

@@ -107,6 +107,9 @@ class TrainConfig:
     #: how a tree larger than the budget runs as hand-off parts: recompute (bounded memory,
     #: one extra forward of the inner parts) or keep (graphs of the depth-first stack kept)
     handoff: str = "recompute"
+    #: gradient accumulators of the handed-over keys and values: model (the stored value's
+    #: dtype) or float32 (bf16 runs only: more memory, float32 sums)
+    handoff_accumulate: str = "model"
     #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut with
     #: recomputed prefixes (recompute; every path must fit the budget)
     cut: str = "handoff"
@@ -160,6 +163,10 @@ class TrainConfig:
             raise bad(f"cut {self.cut!r}; expected handoff or recompute")
         if self.handoff not in ("recompute", "keep"):
             raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
+        if self.handoff_accumulate not in ("model", "float32"):
+            raise bad(f"handoff_accumulate {self.handoff_accumulate!r}; expected model or float32")
+        if self.handoff_accumulate == "float32" and self.precision in ("float32", "float64"):
+            raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")
         if self.save_every is not None and self.save_every < 1:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))

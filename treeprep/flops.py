@@ -74,6 +74,10 @@ class ModelShape:
     linear_value_heads: int = 0
     linear_key_dim: int = 0
     linear_value_dim: int = 0
+    #: the linear-attention layers' causal convolution width (their conv state keeps kernel - 1)
+    linear_conv_kernel: int = 4
+    #: per-head RMSNorm on queries and keys (Qwen3, Qwen3.5, Gemma 3): activation memory only
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab"):
@@ -214,16 +218,24 @@ class ModelShape:
 
 
 _Q3_VOCAB = 151936
+#: ``model_type`` prefixes of the families with a per-head query/key RMSNorm
+QK_NORM_TYPES = ("qwen3", "gemma3", "olmo2", "olmo3")
 
 #: Published shapes (Hugging Face config.json of each model).
 PRESETS: dict[str, ModelShape] = {
     m.name: m
     for m in (
-        ModelShape("qwen3-0.6b", 28, 1024, 3072, 16, 8, 128, _Q3_VOCAB, tie_embeddings=True),
-        ModelShape("qwen3-1.7b", 28, 2048, 6144, 16, 8, 128, _Q3_VOCAB, tie_embeddings=True),
-        ModelShape("qwen3-4b", 36, 2560, 9728, 32, 8, 128, _Q3_VOCAB, tie_embeddings=True),
-        ModelShape("qwen3-8b", 36, 4096, 12288, 32, 8, 128, _Q3_VOCAB),
-        ModelShape("qwen3-32b", 64, 5120, 25600, 64, 8, 128, _Q3_VOCAB),
+        ModelShape(
+            "qwen3-0.6b", 28, 1024, 3072, 16, 8, 128, _Q3_VOCAB, tie_embeddings=True, qk_norm=True
+        ),
+        ModelShape(
+            "qwen3-1.7b", 28, 2048, 6144, 16, 8, 128, _Q3_VOCAB, tie_embeddings=True, qk_norm=True
+        ),
+        ModelShape(
+            "qwen3-4b", 36, 2560, 9728, 32, 8, 128, _Q3_VOCAB, tie_embeddings=True, qk_norm=True
+        ),
+        ModelShape("qwen3-8b", 36, 4096, 12288, 32, 8, 128, _Q3_VOCAB, qk_norm=True),
+        ModelShape("qwen3-32b", 64, 5120, 25600, 64, 8, 128, _Q3_VOCAB, qk_norm=True),
         ModelShape(
             "qwen3-30b-a3b",
             48,
@@ -236,6 +248,7 @@ PRESETS: dict[str, ModelShape] = {
             experts=128,
             experts_per_token=8,
             moe_intermediate=768,
+            qk_norm=True,
         ),
         ModelShape("llama-3.1-8b", 32, 4096, 14336, 32, 8, 128, 128256),
         # gpt-oss: every other layer a 128-token sliding window, attention sinks, MoE
@@ -255,13 +268,13 @@ PRESETS: dict[str, ModelShape] = {
         ModelShape(
             "qwen3.5-hybrid-9b", 32, 4096, 12288, 16, 4, 256, 248320,
             linear_layers=24, linear_key_heads=16, linear_value_heads=32,
-            linear_key_dim=128, linear_value_dim=128,
+            linear_key_dim=128, linear_value_dim=128, qk_norm=True,
         ),
         ModelShape(
             "qwen3.5-35b-a3b", 40, 2048, 512, 16, 2, 256, 248320,
             experts=256, experts_per_token=8, moe_intermediate=512, shared_intermediate=512,
             linear_layers=30, linear_key_heads=16, linear_value_heads=32,
-            linear_key_dim=128, linear_value_dim=128,
+            linear_key_dim=128, linear_value_dim=128, qk_norm=True,
         ),
     )
 }  # fmt: skip
@@ -324,6 +337,8 @@ def from_config(config: dict, *, name: str = "config", source: str | None = None
         linear_value_heads=int(cfg.get("linear_num_value_heads") or 0),
         linear_key_dim=int(cfg.get("linear_key_head_dim") or 0),
         linear_value_dim=int(cfg.get("linear_value_head_dim") or 0),
+        linear_conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4),
+        qk_norm=str(cfg.get("model_type", "")).startswith(QK_NORM_TYPES),
     )
 
 

@@ -1,0 +1,131 @@
+"""``treeprep train BUILD --model M --dry-run``: the run's peak memory per rank and step time,
+predicted by :mod:`treeprep.memory` from the model's config and the build's longest path.
+
+Loads no weights and writes nothing: a preset of :mod:`treeprep.flops` or a local folder's
+``config.json`` gives the shape without torch; a trainer preset (``tiny-qwen3``) is read from its
+fields (that imports the trainer's preset table, not a model). Prints a table, or with ``--json``
+``predicted_peak_bytes``, the suggested budget and checkpointing, ``predicted_step_seconds`` and
+the terms.
+
+    treeprep train OUT --model qwen3-8b --world-size 8 --parallel fsdp --gpu-memory 80GiB \\
+        --dry-run --json
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from typing import Any
+
+import typer
+
+from treeprep.errors import TreeprepError
+from treeprep.flops import ModelShape, load_model
+from treeprep.memory import GPUS, BuildFacts, MemorySetup, dry_run, shape_from_preset
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int:
+    """``80GiB``, ``141GB``, ``85899345920`` -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise TreeprepError(f"--gpu-memory {text!r}: expected a size such as 80GiB or 141GB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def model_shape(spec: str, vocab: int | None = None) -> ModelShape:
+    """A flops preset, a config.json (or its folder), or a trainer preset's fields."""
+    try:
+        return load_model(spec)
+    except TreeprepError:
+        from treeprep.trainer.models.presets import PRESETS
+
+        if spec not in PRESETS:
+            raise
+        return shape_from_preset(asdict(PRESETS[spec]), name=spec, vocab=vocab)
+
+
+def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
+    """The memory setup of the train command's options."""
+    prec = p["precision"].value
+    if prec == "auto":
+        prec = "bfloat16"  # a GPU run
+    if p["optimizer"].value == "adamw":
+        states = 2
+    else:
+        states = 1 if p["momentum"] else 0
+    return MemorySetup(
+        precision=prec,
+        autocast=True,
+        world_size=p["world_size"],
+        parallel=parallel,
+        optimizer_states=states,
+        activation_checkpointing=p["activation_checkpointing"],
+        handoff_accumulate=p["handoff_accumulate"].value,
+        handoff=p["handoff"].value,
+        chunk=p["chunk"],
+    )
+
+
+def dry_run_cmd(p: dict[str, Any]) -> None:
+    """The ``--dry-run`` branch of ``treeprep train`` (its parameters as a dict)."""
+    if p["world_size"] < 1:
+        raise TreeprepError("--world-size must be >= 1")
+    gpu = GPUS[p["gpu"].value]
+    mem = parse_bytes(p["gpu_memory"]) if p["gpu_memory"] else None
+    shape = model_shape(p["model"], p.get("vocab_size"))
+    facts = BuildFacts.of(str(p["data"]))
+    given = p["parallel"].value if p["parallel"] is not None else None
+    for par in [given] if given else ["ddp", "fsdp"]:
+        out = dry_run(
+            shape,
+            setup_of(p, par),
+            facts,
+            gpu,
+            gpu_memory=mem,
+            budget=p["budget"],
+            checkpointing_given=p["activation_checkpointing"],
+        )
+        if out["fits"]:
+            break
+    out = {"model": shape.name, "world_size": p["world_size"], "parallel": par,
+           "parallel_source": "given" if given else "suggested",
+           "handoff_accumulate": p["handoff_accumulate"].value, **out}  # fmt: skip
+    if p["as_json"]:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    _print(out)
+
+
+def _gib(n: int | float) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def _print(d: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    from treeprep.cli.tables import metrics_table
+
+    verdict = "fits" if d["fits"] else "does NOT fit"
+    t = metrics_table(
+        f"treeprep train --dry-run: {d['model']} x {d['world_size']} ({d['parallel']}) on "
+        f"{d['gpu']}, {verdict} in {_gib(d['gpu_memory_bytes'])}"
+    )
+    for k, v in d["terms"].items():
+        t.add_row(k, _gib(v))
+    t.add_row("predicted_peak", _gib(d["predicted_peak_bytes"]))
+    t.add_row("budget", f"{d['budget']:,} ({d['budget_source']})")
+    t.add_row("activation_checkpointing", str(d["activation_checkpointing"]))
+    sb = d["suggested_budget"]
+    ck = " --activation-checkpointing" if d["suggested_activation_checkpointing"] else ""
+    t.add_row("suggested", "nothing fits" if sb is None else f"--budget {sb:,}{ck}")
+    t.add_row("longest_path", f"{d['build']['longest_path']:,} tokens")
+    t.add_row("handoff per path token", f"{d['handoff_bytes_per_path_token']:,} B")
+    t.add_row("predicted_step_seconds", f"{d['predicted_step_seconds']:,.2f}")
+    t.add_row("predicted_epoch_seconds", f"{d['predicted_epoch_seconds']:,.1f}")
+    a = d["assumptions"]
+    t.add_row("assumed", f"{a['mfu']:.0%} of {a['peak_flops'] / 1e12:,.0f} TFLOP/s; {a['step']}")
+    Console().print(t)

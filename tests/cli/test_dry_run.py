@@ -1,0 +1,71 @@
+"""``treeprep train --dry-run``: JSON fields, nothing written, no model loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from treeprep.cli.app import app
+from treeprep.cli.dry_run import parse_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _files(p: Path) -> dict[str, int]:
+    return {str(f.relative_to(p)): f.stat().st_mtime_ns for f in p.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dry") / "b"
+    res = CliRunner().invoke(app, ["build", str(ROOT / "sample_data"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_dry_run_json_writes_nothing_and_loads_no_model(
+    build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import treeprep.cli.train_cmd as train_cmd
+
+    def boom(*a: object, **k: object) -> None:
+        raise AssertionError("the dry run trained")
+
+    monkeypatch.setattr(train_cmd, "_train_with_progress", boom)
+    monkeypatch.chdir(tmp_path)
+    before = _files(build)
+    args = ["--world-size", "8", "--gpu-memory", "80GiB", "--dry-run", "--json"]
+    res = CliRunner().invoke(app, ["train", str(build), "--model", "qwen3-8b", *args])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert _files(build) == before and list(tmp_path.iterdir()) == []
+    for k in ("predicted_peak_bytes", "suggested_budget", "predicted_step_seconds", "terms",
+              "fits", "budget", "handoff_bytes_per_path_token"):  # fmt: skip
+        assert k in d
+    assert d["gpu_memory_bytes"] == 80 * 2**30 and d["world_size"] == 8
+    assert d["budget"] == d["suggested_budget"] and d["budget_source"] == "suggested"
+    t = d["terms"]
+    static = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
+    static += t["handoff"] + t["activations"]
+    phases = [t["autocast_weights"], t["lm_head_chunk"], t["layer_backward"]]
+    assert static + max(phases) <= d["predicted_peak_bytes"] <= static + sum(phases)
+    assert d["predicted_peak_bytes"] <= d["gpu_memory_bytes"]
+
+
+def test_given_budget_and_errors(build: Path) -> None:
+    res = CliRunner().invoke(app, ["train", str(build), "--model", "qwen3-0.6b", "--budget",
+                                   "2048", "--dry-run", "--json", "--parallel", "ddp"])  # fmt: skip
+    d = json.loads(res.output)
+    assert d["budget"] == 2048 and d["budget_source"] == "given" and d["parallel"] == "ddp"
+    bad = CliRunner().invoke(app, ["train", str(build), "--model", "qwen3-0.6b", "--dry-run",
+                                   "--gpu-memory", "lots"])  # fmt: skip
+    assert bad.exit_code == 1 and "--gpu-memory" in str(bad.exception)
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("80GiB") == 80 * 2**30
+    assert parse_bytes("141GB") == 141 * 10**9
+    assert parse_bytes("1024") == 1024

@@ -1,0 +1,95 @@
+"""The memory model (treeprep.memory) against hand-computed terms, and the dry run's choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from treeprep.errors import TreeprepError
+from treeprep.flops import ModelShape
+from treeprep.memory import (
+    GPUS,
+    BuildFacts,
+    MemorySetup,
+    dry_run,
+    handoff_bytes_per_path_token,
+    kv_bytes_per_path_token,
+    layer_activation_bytes,
+    peak,
+    terms,
+)
+
+# H 8, Hq 8, Hkv 4, I 16, 2 layers, vocab 10, untied: params 2 * 240 + 2 * 80 = 640
+TINY = ModelShape("tiny", layers=2, hidden=8, intermediate=16, heads=2, kv_heads=1, head_dim=4,
+                  vocab=10, qk_norm=True)  # fmt: skip
+
+
+def test_params_of_the_tiny_shape() -> None:
+    # attention 64 + 32 + 32 + 64 = 192, MLP 3 * 8 * 16 = 384 per layer; embeddings 2 * 80
+    assert TINY.params_total == 2 * (192 + 384) + 160
+
+
+def test_terms_float32_by_hand() -> None:
+    s = MemorySetup(precision="float32", parallel="ddp", activation_checkpointing=False)
+    # per layer per token: 6H + 3Hq + 3Hkv + Hkv + 2Hq + 4I = 48 + 24 + 12 + 4 + 16 + 64 = 168
+    assert layer_activation_bytes(TINY, s) == 168 * 4
+    # K, V and an accumulator each, 2 layers x 4 values x 4 bytes x 4
+    assert handoff_bytes_per_path_token(TINY, s) == 2 * 4 * 16
+    assert kv_bytes_per_path_token(TINY, s) == 2 * 2 * 4 * 4
+    t = terms(TINY, s, budget=100, path=300)
+    p = 1312 * 4
+    assert t["parameters"] == t["gradients"] == p and t["optimizer"] == 2 * p
+    assert t["activations"] == 100 * (2 * 168 + 3 * 8) * 4
+    assert t["handoff"] == 300 * 128
+    assert t["lm_head_chunk"] == 100 * 10 * 16
+    assert t["layer_backward"] == 100 * 168 * 4 // 2
+    assert t["autocast_weights"] == t["fsdp_gathered"] == 0
+    static = 4 * p + t["handoff"] + t["activations"]
+    assert peak(t) == static + max(t["lm_head_chunk"], t["layer_backward"])
+    assert terms(TINY, s, budget=400, path=300)["handoff"] == 0  # one part: nothing handed over
+
+
+def test_bf16_autocast_fsdp_and_checkpointing() -> None:
+    s = MemorySetup(precision="bfloat16", world_size=4, parallel="fsdp",
+                    activation_checkpointing=True, handoff_accumulate="float32")  # fmt: skip
+    t = terms(TINY, s, budget=100, path=300)
+    p = 1312 * 4  # float32 master weights
+    assert t["parameters"] == p // 4 and t["optimizer"] == 2 * p // 4
+    assert t["fsdp_gathered"] == 2 * 576 * 4
+    assert t["autocast_weights"] == 2 * (1312 - 80)
+    # keys float32 (rotary's float32 cos/sin), values bf16, both accumulators float32
+    assert handoff_bytes_per_path_token(TINY, s) == 2 * 4 * (4 + 2 + 4 + 4)
+    assert t["activations"] == 100 * (2 * 8 * 4 + 3 * 8 * 4)
+    model_acc = MemorySetup(precision="bfloat16", handoff_accumulate="model")
+    assert handoff_bytes_per_path_token(TINY, model_acc) == 2 * 4 * (4 + 2 + 4 + 2)
+    # with checkpointing the weight copies die with the forward's autocast region
+    base = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
+    base += t["handoff"] + t["activations"]
+    want = max(t["autocast_weights"], t["lm_head_chunk"], t["layer_backward"])
+    assert peak(t, checkpointing=True) == base + want
+
+
+def test_bad_setup_is_refused() -> None:
+    with pytest.raises(TreeprepError, match="handoff_accumulate"):
+        MemorySetup(handoff_accumulate="float16")
+
+
+def _facts(path: int, tokens: int) -> BuildFacts:
+    return BuildFacts(1, tokens, path, tokens, tokens * path // 2, ((tokens, tokens * path // 2),))
+
+
+def test_dry_run_takes_the_largest_budget_that_fits() -> None:
+    s = MemorySetup(precision="float32", parallel="ddp")
+    b = _facts(path=5000, tokens=9000)
+    roomy = dry_run(TINY, s, b, GPUS["h100"])
+    assert roomy["fits"] and roomy["suggested_budget"] == 9216  # the whole tree, rounded up
+    assert roomy["budget"] == 9216 and roomy["budget_source"] == "suggested"
+    # room for about 3000 tokens of activations beyond the rest at budget 1024
+    t1 = terms(TINY, s, budget=1024, path=5000, tree_tokens=9000)
+    per = (2 * 168 + 3 * 8) * 4 + 168 * 2  # activations + layer backward per token
+    tight = dry_run(TINY, s, b, GPUS["h100"], gpu_memory=peak(t1) + 2048 * per)
+    assert tight["suggested_budget"] in (2048, 3072)
+    assert tight["predicted_peak_bytes"] <= tight["gpu_memory_bytes"]
+    none = dry_run(TINY, s, b, GPUS["h100"], gpu_memory=1000)
+    assert not none["fits"] and none["suggested_budget"] is None
+    given = dry_run(TINY, s, b, GPUS["h100"], budget=2048)
+    assert given["budget"] == 2048 and given["budget_source"] == "given"

@@ -1,0 +1,410 @@
+"""The memory model behind ``treeprep train --dry-run``: peak bytes per rank of a training step,
+from the model's shapes (:mod:`treeprep.flops`) and the build's longest path. Arithmetic only.
+
+Dtypes. ``b`` is the compute dtype's bytes (4 float32, 2 bfloat16, 8 float64). The trainer runs
+``bfloat16`` as autocast over float32 master weights (``autocast=True``): weights, gradients and
+moments are then 4 bytes, the residual stream and the norms stay float32 (the embedding is
+float32), and so do the keys, because rotary multiplies them by float32 cos/sin (Qwen3's key
+norm with its float32 weight promotes them too); values and projections are bf16.
+``autocast=False`` is a model loaded in bf16 (``bench/memory.py``): everything is 2 bytes.
+
+Terms, per rank:
+
+* ``parameters``, ``gradients``: all parameters, in the weights' dtype; ``optimizer``: AdamW's two
+  moments (``optimizer_states``) in that dtype. FSDP shards the three by the world size, DDP
+  replicates them. ``fsdp_gathered``: under FSDP, one decoder layer's full weights and gradient.
+* ``autocast_weights``: autocast casts every matmul weight to bf16 once per forward and caches the
+  copy until the autocast region (one part's forward) closes; the matmuls save it for backward.
+* ``activations``: what one part of ``budget`` tokens saves for its backward. Per token and
+  decoder layer, counting the tensors autograd saves in the transformers layer (H hidden, Hq =
+  heads x head_dim, Hkv = kv_heads x head_dim, I the MLP width): the residual stream in and after
+  attention and each RMSNorm's normalized input and output, ``6 H`` (stream bytes); the queries
+  after the projection, the head norm and rotary ``3 Hq`` and as many keys ``3 Hkv`` (``Hq`` and
+  ``Hkv`` without a query/key norm: rotary saves only cos and sin); the values ``Hkv``; the
+  attention output and its contiguous copy for ``o_proj`` ``2 Hq``; SwiGLU's gate, activation, up
+  and product ``4 I``; with autocast, the bf16 copies of the two norm outputs ``2 H``. Attention
+  backends that keep no score matrix (flex, flash, nodes) add nothing per key. Around the layers:
+  the final norm and the gathered head rows, ``3 H``. With per-layer activation checkpointing a
+  layer saves only its input, ``H`` stream bytes, and its activations exist for one layer at a
+  time, in its backward.
+* ``layer_backward``: the working set of one layer's backward beyond what is saved: the gradients
+  of its activations while they are freed, about half a layer's activations; under checkpointing
+  the recomputed activations, their gradients and the recompute's own transients, about three
+  layers' worth. These two factors are measured (exact live bytes on the CPU, small-qwen3 in
+  float32 and bf16, ``bench/memory.py``), not derived.
+* ``handoff``: the handed-over state of the build's longest root-to-leaf path: per path token and
+  full-attention layer the stored keys and values (``kv_heads x head_dim`` each) plus one gradient
+  accumulator per stored value, in the value's dtype (``handoff_accumulate="model"``) or float32;
+  sliding-window layers keep only ``window`` rows; linear-attention layers hand over a conv
+  (``(2 kd + vd) x (kernel - 1)``) and recurrent (``value_heads x dk x dv``) state at each part
+  boundary on the path, float32, with an accumulator each.
+* ``lm_head_chunk``: the loss runs the head on at most ``chunk`` rows at once, the predecessors of
+  trained targets only (:mod:`treeprep.trainer.loss`): per row and vocabulary entry the float32
+  logits, the log-softmax, and the entropy's ``exp`` and product, all live at once in the chunk's
+  forward: ``4 x 4`` bytes (+ ``b`` for the bf16 logits before their float32 copy). Its backward
+  holds less (the log-softmax, its gradient, the logits' gradient).
+
+The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
+fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
+cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
+(``layer_backward``); without checkpointing the matmuls keep the bf16 weight copies through the
+last two phases too, with checkpointing they are freed when the forward's autocast region closes.
+In ``keep`` mode the graphs of every part on the path's stack (``ceil(path / budget)`` parts)
+are live at once.
+
+Not counted: the CUDA context and allocator fragmentation (leave a few GiB), buffers of a
+collective, and the caller's batch tensors (a few bytes per token).
+
+Step time: the FLOPs of :meth:`ModelShape.breakdown` for the build's largest tree (the LM head on
+every token: an upper bound), plus one more forward of the layers with checkpointing and of the
+inner parts' tokens in ``recompute`` mode, at :data:`MFU` of the GPU's dense peak.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from treeprep.errors import TreeprepError
+from treeprep.flops import ModelShape
+
+GIB = 2**30
+PRECISIONS = ("float32", "bfloat16", "float64")
+PARALLEL = ("ddp", "fsdp")
+ACCUMULATE = ("model", "float32")
+HANDOFF = ("recompute", "keep")
+_BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
+#: assumed model FLOP utilisation of a training step (the fraction of the dense peak reached)
+MFU = 0.4
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU's memory and dense peak FLOP/s (bf16 tensor cores; float32 runs as TF32)."""
+
+    name: str
+    memory: int
+    bf16_flops: float
+    fp32_flops: float
+
+
+#: published figures: H100 SXM 80 GB, H200 141 GB; both 989 TFLOP/s dense bf16, 495 TF32
+GPUS: dict[str, Gpu] = {
+    "h100": Gpu("h100", 80 * GIB, 989.4e12, 494.7e12),
+    "h200": Gpu("h200", 141 * 10**9, 989.4e12, 494.7e12),
+}
+
+
+@dataclass(frozen=True)
+class MemorySetup:
+    """How a run holds its model and batch (the fields mirror ``TrainConfig``)."""
+
+    #: float32, bfloat16 or float64
+    precision: str = "bfloat16"
+    #: bf16 as autocast over float32 weights (the trainer); False: weights in bf16
+    autocast: bool = True
+    world_size: int = 1
+    #: ddp (replicated states) or fsdp (sharded by the world size)
+    parallel: str = "fsdp"
+    #: optimizer moments per parameter: 2 AdamW, 1 SGD with momentum, 0 none
+    optimizer_states: int = 2
+    activation_checkpointing: bool = False
+    #: gradient accumulators of the handed-over state: the stored value's dtype, or float32
+    handoff_accumulate: str = "model"
+    #: recompute (one part's graph at a time) or keep (the graphs of the path's parts)
+    handoff: str = "recompute"
+    #: LM-head rows per chunk in the loss
+    chunk: int = 4096
+    #: gradients live through the step (accumulation over parts and micro-batches); False: one
+    #: backward from no gradients (a benchmark), whose peak comes before most of them exist
+    accumulated_gradients: bool = True
+
+    def __post_init__(self) -> None:
+        def check(name: str, ok: tuple[str, ...]) -> None:
+            if getattr(self, name) not in ok:
+                raise TreeprepError(f"memory: {name} must be one of {', '.join(ok)}")
+
+        check("precision", PRECISIONS)
+        check("parallel", PARALLEL)
+        check("handoff_accumulate", ACCUMULATE)
+        check("handoff", HANDOFF)
+        if self.world_size < 1 or self.chunk < 1 or self.optimizer_states < 0:
+            raise TreeprepError("memory: world_size and chunk must be >= 1, optimizer_states >= 0")
+
+    @property
+    def compute_bytes(self) -> int:
+        return _BYTES[self.precision]
+
+    @property
+    def mixed(self) -> bool:
+        """bf16 autocast over float32 weights."""
+        return self.precision == "bfloat16" and self.autocast
+
+    @property
+    def weight_bytes(self) -> int:
+        return 4 if self.mixed else self.compute_bytes
+
+    @property
+    def stream_bytes(self) -> int:
+        """The residual stream and the norms (float32 under autocast)."""
+        return 4 if self.mixed else self.compute_bytes
+
+    @property
+    def key_bytes(self) -> int:
+        return 4 if self.mixed else self.compute_bytes
+
+    @property
+    def shard(self) -> int:
+        return self.world_size if self.parallel == "fsdp" else 1
+
+
+def layer_activation_bytes(m: ModelShape, s: MemorySetup) -> int:
+    """Bytes one decoder layer saves for its backward, per token (module docstring)."""
+    c, a, k = s.compute_bytes, s.stream_bytes, s.key_bytes
+    hq, hkv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    qk = 3 if m.qk_norm else 1
+    mlp = m.moe_intermediate * m.experts_per_token if m.experts else m.intermediate
+    mlp += m.shared_intermediate
+    out = 6 * m.hidden * a + (2 * m.hidden * c if s.mixed else 0)
+    out += qk * hq * a + qk * hkv * k + hkv * c + 2 * hq * c + 4 * mlp * c
+    return out
+
+
+def handoff_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
+    """Handed-over bytes per path token of the full-attention layers: keys, values, and an
+    accumulator for each."""
+    kv = m.kv_heads * m.head_dim
+    acc_k = 4 if s.handoff_accumulate == "float32" else s.key_bytes
+    acc_v = 4 if s.handoff_accumulate == "float32" else s.compute_bytes
+    return m.full_layers * kv * (s.key_bytes + s.compute_bytes + acc_k + acc_v)
+
+
+def kv_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
+    """The path's own keys and values per token: layers x 2 x kv_heads x head_dim x dtype."""
+    return (m.layers - m.linear_layers) * 2 * m.kv_heads * m.head_dim * s.compute_bytes
+
+
+def handoff_bytes(m: ModelShape, s: MemorySetup, path: int, budget: int) -> int:
+    """The handed-over state of a ``path``-token root-to-leaf path cut into parts of ``budget``."""
+    if path <= budget:
+        return 0
+    total = path * handoff_bytes_per_path_token(m, s)
+    if m.window_layers:
+        per_row = handoff_bytes_per_path_token(m, s) // max(m.full_layers, 1)
+        total += m.window_layers * min(path, m.window) * per_row
+    if m.linear_layers:
+        kd = m.linear_key_heads * m.linear_key_dim
+        vd = m.linear_value_heads * m.linear_value_dim
+        state = (2 * kd + vd) * (m.linear_conv_kernel - 1)
+        state += m.linear_value_heads * m.linear_key_dim * m.linear_value_dim
+        total += m.linear_layers * math.ceil(path / budget) * state * 4 * 2
+    return total
+
+
+def terms(
+    m: ModelShape,
+    s: MemorySetup,
+    *,
+    budget: int,
+    path: int,
+    tree_tokens: int | None = None,
+    trained: float = 1.0,
+    head_rows: int | None = None,
+) -> dict[str, int]:
+    """The memory terms (bytes per rank) of a step with parts of ``budget`` tokens on a tree of
+    ``tree_tokens`` tokens (default: more than the budget) whose longest root-to-leaf path has
+    ``path`` tokens; ``trained`` is the fraction of tokens the LM head runs on (the predecessors
+    of trained targets; 1.0 is the bound), or ``head_rows`` the most rows any part feeds it."""
+    w, a = s.weight_bytes, s.stream_bytes
+    tokens = budget if tree_tokens is None else min(budget, tree_tokens)
+    p = m.params_total
+    layer_params = (m.params_total - m.vocab * m.hidden * (1 if m.tie_embeddings else 2)) // (
+        m.layers
+    )
+    per_layer = layer_activation_bytes(m, s)
+    outside = 3 * m.hidden * a
+    if s.activation_checkpointing:
+        saved = tokens * (m.layers * m.hidden * a + outside)
+    else:
+        saved = tokens * (m.layers * per_layer + outside)
+    if s.handoff == "keep" and path > budget:
+        saved *= math.ceil(path / budget)
+    casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
+    rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
+    head_per = 4 * max(4, s.compute_bytes) + (s.compute_bytes if s.compute_bytes < 4 else 0)
+    return {
+        "parameters": p * w // s.shard,
+        "gradients": p * w // s.shard if s.accumulated_gradients else 0,
+        "optimizer": s.optimizer_states * p * w // s.shard,
+        "fsdp_gathered": 2 * layer_params * w if s.shard > 1 else 0,
+        "autocast_weights": 2 * casted if s.mixed else 0,
+        "handoff": handoff_bytes(m, s, path, budget),
+        "activations": saved,
+        "layer_backward": (6 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
+        "lm_head_chunk": rows * m.vocab * head_per,
+    }
+
+
+def peak(t: dict[str, int], *, checkpointing: bool = False) -> int:
+    """The predicted peak from :func:`terms`: the largest of three phases (module docstring)."""
+    static = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
+    static += t["handoff"] + t["activations"]
+    cast = t["autocast_weights"]
+    kept = 0 if checkpointing else cast  # saved by the matmuls until each layer's backward
+    forward_end = cast
+    head = kept + t["lm_head_chunk"]
+    backward = kept + t["layer_backward"]
+    return static + max(forward_end, head, backward)
+
+
+# --------------------------------------------------------------------------------------------
+# a build: its longest path, its largest tree; the budget to suggest; the step time
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """What the memory and time models need of a build."""
+
+    trees: int
+    tokens_tree: int  # all trees
+    longest_path: int  # the longest root-to-node path of any tree, in tokens
+    largest_tree_tokens: int
+    largest_tree_pairs: int
+    flops_trees: tuple[tuple[int, int], ...]  # (tokens, pairs) per tree
+
+    @classmethod
+    def of(cls, out_dir: str) -> BuildFacts:
+        from treeprep.pack.forest import load_forest
+
+        f = load_forest(out_dir)
+        if not f.num_trees:
+            raise TreeprepError(f"{out_dir}: the build has no trees")
+        tok, pairs, path = f.tokens_tree(), f.pairs_tree(), f.longest_path()
+        big = int(tok.argmax())
+        return cls(
+            trees=int(f.num_trees),
+            tokens_tree=int(tok.sum()),
+            longest_path=int(path.max()),
+            largest_tree_tokens=int(tok[big]),
+            largest_tree_pairs=int(pairs[big]),
+            flops_trees=tuple(zip(tok.tolist(), pairs.tolist(), strict=True)),
+        )
+
+
+def step_seconds(
+    m: ModelShape, s: MemorySetup, gpu: Gpu, *, tokens: int, pairs: int, path: int, budget: int
+) -> float:
+    """Seconds of one tree's forward and backward (module docstring): the LM head on every token,
+    one more forward of the layers under checkpointing and of the inner parts in recompute mode,
+    at :data:`MFU` of the GPU's dense peak."""
+    br = m.breakdown(tokens, pairs)
+    body = sum(v for k, v in br.items() if k != "lm_head")
+    extra = body / 3 if s.activation_checkpointing else 0.0
+    if s.handoff == "recompute" and tokens > budget:
+        extra += body / 3 * min(1.0, max(0, path - budget) / tokens)
+    rate = (gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops) * MFU
+    if s.precision == "float64":
+        rate /= 8  # no float64 tensor cores worth counting; a rough bound
+    return (body + extra + br["lm_head"]) / rate
+
+
+def budgets(largest_tree: int) -> list[int]:
+    """Candidate budgets: powers of two and multiples of 1024 from 1024 up to the largest tree
+    (rounded up to 1024)."""
+    top = max(1024, -(-largest_tree // 1024) * 1024)
+    return sorted(set(range(1024, top + 1, 1024)))
+
+
+def dry_run(
+    m: ModelShape,
+    s: MemorySetup,
+    b: BuildFacts,
+    gpu: Gpu,
+    *,
+    gpu_memory: int | None = None,
+    budget: int | None = None,
+    checkpointing_given: bool = False,
+) -> dict:
+    """The prediction for a run: terms and peak at ``budget`` (default: the suggested budget and
+    checkpointing), the largest budget that fits ``gpu_memory`` (default the GPU's) with the
+    fastest step (checkpointing considered unless ``checkpointing_given``), and step times."""
+    from dataclasses import replace
+
+    mem = gpu.memory if gpu_memory is None else gpu_memory
+
+    def evaluate(setup: MemorySetup, bud: int) -> tuple[int, float, dict[str, int]]:
+        t = terms(m, setup, budget=bud, path=b.longest_path, tree_tokens=b.largest_tree_tokens)
+        sec = step_seconds(m, setup, gpu, tokens=b.largest_tree_tokens,
+                           pairs=b.largest_tree_pairs, path=b.longest_path, budget=bud)  # fmt: skip
+        return peak(t, checkpointing=setup.activation_checkpointing), sec, t
+
+    ckpts = [s.activation_checkpointing] if checkpointing_given else [False, True]
+    best: tuple[float, int, bool] | None = None
+    for ck in ckpts:
+        for bud in budgets(b.largest_tree_tokens):
+            pk, sec, _ = evaluate(replace(s, activation_checkpointing=ck), bud)
+            if pk <= mem and (best is None or (sec, -bud) < (best[0], -best[1])):
+                best = (sec, bud, ck)
+    chosen = s
+    if budget is None and best is not None:
+        chosen = replace(s, activation_checkpointing=best[2])
+    run_budget = budget if budget is not None else (best[1] if best else 1024)
+    pk, sec, t = evaluate(chosen, run_budget)
+    rate_setup = chosen
+    epoch = (
+        sum(
+            step_seconds(
+                m,
+                rate_setup,
+                gpu,
+                tokens=n,
+                pairs=p,
+                path=min(n, b.longest_path),
+                budget=run_budget,
+            )  # fmt: skip
+            for n, p in b.flops_trees
+        )
+        / s.world_size
+    )
+    epoch = max(epoch, sec)  # one tree runs on one rank
+    return {
+        "fits": pk <= mem,
+        "predicted_peak_bytes": pk,
+        "gpu": gpu.name,
+        "gpu_memory_bytes": mem,
+        "budget": run_budget,
+        "budget_source": "given" if budget is not None else "suggested",
+        "activation_checkpointing": chosen.activation_checkpointing,
+        "suggested_budget": best[1] if best else None,
+        "suggested_activation_checkpointing": best[2] if best else None,
+        "predicted_step_seconds": sec,
+        "predicted_epoch_seconds": epoch,
+        "terms": t,
+        "handoff_bytes_per_path_token": handoff_bytes_per_path_token(m, chosen),
+        "kv_bytes_per_path_token": kv_bytes_per_path_token(m, chosen),
+        "build": {
+            "trees": b.trees,
+            "tokens_tree": b.tokens_tree,
+            "longest_path": b.longest_path,
+            "largest_tree_tokens": b.largest_tree_tokens,
+        },
+        "assumptions": {
+            "mfu": MFU,
+            "peak_flops": gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops,
+            "step": "the build's largest tree on one rank (the LM head on every token)",
+            "not_counted": "CUDA context, allocator fragmentation, collective buffers",
+        },
+    }
+
+
+def shape_from_preset(fields: dict, *, name: str, vocab: int | None = None) -> ModelShape:
+    """A :class:`ModelShape` from a trainer preset's fields (``dataclasses.asdict`` of
+    ``treeprep.trainer.models.presets.Preset``: the generic shape plus its family's ``extra``)."""
+    from treeprep.flops import from_config
+
+    d = dict(fields)
+    cfg = {**d, **d.pop("extra", {}), "model_type": d.get("family", "")}
+    if vocab:
+        cfg["vocab_size"] = vocab
+    return from_config(cfg, name=name)
