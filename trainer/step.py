@@ -132,7 +132,8 @@ def micro_batches(
                 if b.handoff is not None:
                     mode: Any = cfg.handoff
                     res = run_parts(inner.lm, b, loss_cfg, budget=budget, mode=mode, attn=cfg.attn,
-                                    autocast=inner.autocast, loss_scale=world_scale)  # fmt: skip
+                                    autocast=inner.autocast, loss_scale=world_scale,
+                                    accumulate=cfg.handoff_accumulate)  # fmt: skip
                     loss, mets = res.loss, res.metrics
                 else:
                     loss, mets = fwd(b)

@@ -5,7 +5,8 @@ Dtypes. ``b`` is the compute dtype's bytes (4 float32, 2 bfloat16, 8 float64). T
 ``bfloat16`` as autocast over float32 master weights (``autocast=True``): weights, gradients and
 moments are then 4 bytes, the residual stream and the norms stay float32 (the embedding is
 float32), and so do the keys, because rotary multiplies them by float32 cos/sin (Qwen3's key
-norm with its float32 weight promotes them too); values and projections are bf16.
+norm with its float32 weight promotes them too); values and projections are bf16. The hand-off
+state is stored in the compute dtype (keys included: attention computes in it).
 ``autocast=False`` is a model loaded in bf16 (``bench/memory.py``): everything is 2 bytes.
 
 Terms, per rank:
@@ -13,8 +14,9 @@ Terms, per rank:
 * ``parameters``, ``gradients``: all parameters, in the weights' dtype; ``optimizer``: AdamW's two
   moments (``optimizer_states``) in that dtype. FSDP shards the three by the world size, DDP
   replicates them. ``fsdp_gathered``: under FSDP, one decoder layer's full weights and gradient.
-* ``autocast_weights``: autocast casts every matmul weight to bf16 once per forward and caches the
-  copy until the autocast region (one part's forward) closes; the matmuls save it for backward.
+* ``autocast_weights``: autocast casts every matmul weight to bf16 in the forward (the trainer
+  turns autocast's weight cache off); the matmuls save the copies for the backward, so all of
+  them are live at the end of a forward without checkpointing, one layer's with it.
 * ``activations``: what one part of ``budget`` tokens saves for its backward. Per token and
   decoder layer, counting the tensors autograd saves in the transformers layer (H hidden, Hq =
   heads x head_dim, Hkv = kv_heads x head_dim, I the MLP width): the residual stream in and after
@@ -32,9 +34,10 @@ Terms, per rank:
   the recomputed activations, their gradients and the recompute's own transients, about three
   layers' worth. These two factors are measured (exact live bytes on the CPU, small-qwen3 in
   float32 and bf16, ``bench/memory.py``), not derived.
-* ``handoff``: the handed-over state of the build's longest root-to-leaf path: per path token and
-  full-attention layer the stored keys and values (``kv_heads x head_dim`` each) plus one gradient
-  accumulator per stored value, in the value's dtype (``handoff_accumulate="model"``) or float32;
+* ``handoff``: the handed-over state of the build's longest root-to-leaf path, but for its last
+  part (no descendant reads it): per path token and full-attention layer the stored keys and
+  values (``kv_heads x head_dim`` each, compute dtype) plus one gradient accumulator per stored
+  value, in the compute dtype (``handoff_accumulate="model"``) or float32;
   sliding-window layers keep only ``window`` rows; linear-attention layers hand over a conv
   (``(2 kd + vd) x (kernel - 1)``) and recurrent (``value_heads x dk x dv``) state at each part
   boundary on the path, float32, with an accumulator each.
@@ -174,9 +177,8 @@ def handoff_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
     """Handed-over bytes per path token of the full-attention layers: keys, values, and an
     accumulator for each."""
     kv = m.kv_heads * m.head_dim
-    acc_k = 4 if s.handoff_accumulate == "float32" else s.key_bytes
-    acc_v = 4 if s.handoff_accumulate == "float32" else s.compute_bytes
-    return m.full_layers * kv * (s.key_bytes + s.compute_bytes + acc_k + acc_v)
+    acc = 4 if s.handoff_accumulate == "float32" else s.compute_bytes
+    return m.full_layers * kv * 2 * (s.compute_bytes + acc)
 
 
 def kv_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
@@ -185,10 +187,11 @@ def kv_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
 
 
 def handoff_bytes(m: ModelShape, s: MemorySetup, path: int, budget: int) -> int:
-    """The handed-over state of a ``path``-token root-to-leaf path cut into parts of ``budget``."""
+    """The handed-over state of a ``path``-token root-to-leaf path cut into parts of ``budget``:
+    every row but the deepest part's (which no descendant reads) is stored and accumulated."""
     if path <= budget:
         return 0
-    total = path * handoff_bytes_per_path_token(m, s)
+    total = (path - budget) * handoff_bytes_per_path_token(m, s)
     if m.window_layers:
         per_row = handoff_bytes_per_path_token(m, s) // max(m.full_layers, 1)
         total += m.window_layers * min(path, m.window) * per_row
@@ -237,7 +240,9 @@ def terms(
         "gradients": p * w // s.shard if s.accumulated_gradients else 0,
         "optimizer": s.optimizer_states * p * w // s.shard,
         "fsdp_gathered": 2 * layer_params * w if s.shard > 1 else 0,
-        "autocast_weights": 2 * casted if s.mixed else 0,
+        "autocast_weights": (2 * (layer_params if s.activation_checkpointing else casted))
+        if s.mixed
+        else 0,
         "handoff": handoff_bytes(m, s, path, budget),
         "activations": saved,
         "layer_backward": (6 if s.activation_checkpointing else 1) * tokens * per_layer // 2,

@@ -157,6 +157,13 @@ class _Runner:
         self.kept: dict[int, np.ndarray | None] = {}
         self.compact = compact
         self.accumulate = accumulate
+        #: the dtype keys and values are stored in: the autocast dtype in mixed-precision runs
+        #: (attention computes in it; rotary and the key norm promote keys to float32 first),
+        #: else the dtype the layer computed them in
+        self.store_dtype: torch.dtype | None = None
+        if autocast is not None:
+            with autocast():
+                self.store_dtype = torch.get_autocast_dtype(batch.input_ids.device.type)
         self.linear_coef: torch.Tensor | None = None  # gspo: d loss / d log p per target
 
     def decode(self, spec: PartSpec, grad: bool) -> tuple[HandOff, torch.Tensor]:
@@ -207,6 +214,8 @@ class _Runner:
         for li in range(self.layers):
             if li in ho.own:
                 k, v = (t.detach() for t in ho.own[li])
+                if self.store_dtype is not None:
+                    k, v = k.to(self.store_dtype), v.to(self.store_dtype)
                 if rows is not None:
                     if idx is None:
                         idx = torch.as_tensor(rows, device=k.device)

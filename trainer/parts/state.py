@@ -6,10 +6,12 @@ is therefore held **once**:
 
 * :class:`KVStore`: the post-rotary keys and values of the part's rows that some descendant part
   reads (positions are depths, so a descendant's queries see them exactly as in the whole tree),
-  detached, in the dtype the layer computed them in, plus one gradient accumulator per stored
-  tensor, allocated when the first descendant sends a gradient back. The accumulators are in the
-  stored dtype (bf16 in a bf16 run, float32 in float32, float64 in float64) unless the run asks
-  for float32 accumulation (``accumulate="float32"``; a no-op outside 16-bit runs).
+  detached, in the run's compute dtype (the autocast dtype in mixed precision, where rotary and
+  the key norm would otherwise leave the keys in float32; the dtype the layer computed them in
+  otherwise), plus one gradient accumulator per stored tensor, allocated when the first
+  descendant sends a gradient back. The accumulators are in the stored dtype (bf16 in a bf16 run,
+  float32 in float32, float64 in float64) unless the run asks for float32 accumulation
+  (``accumulate="float32"``; a no-op outside 16-bit runs).
 * :class:`LinearState`: a linear-attention layer's conv and recurrent states at the end of each of
   the part's node pieces, keyed by the tree index of the piece's last token
   (:mod:`treeprep.trainer.models.hybrid`); a descendant piece reads the one at its predecessor.
