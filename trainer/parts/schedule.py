@@ -125,8 +125,10 @@ class _Runner:
         cfg: LossConfig,
         attn: str,
         autocast: Any,
+        before_pass: Callable[[str], None] | None = None,
     ) -> None:
         self.model = model
+        self.before_pass = before_pass
         self.batch = batch
         self.layout = layout
         self.cfg = cfg
@@ -146,6 +148,8 @@ class _Runner:
         )
         tm = part_mask(self.batch, spec, backend, ho)
         a, b = spec.start, spec.end
+        if self.before_pass is not None:
+            self.before_pass("forward")
         with torch.set_grad_enabled(grad), self.ctx():
             h = run_decoder(self.model, self.batch.input_ids[a:b], self.batch.position_ids[a:b], tm)
         return ho, h
@@ -198,6 +202,8 @@ class _Runner:
                     tensors.append(t)
                     grads.append(g)
         if tensors:
+            if self.before_pass is not None:
+                self.before_pass("backward")
             torch.autograd.backward(tensors, grads)
         ho.return_grads(self.states, spec.sources)
 
@@ -253,15 +259,18 @@ def run_parts(
     attn: str = "auto",
     autocast: Any = None,
     loss_scale: float = 1.0,
+    before_pass: Callable[[str], None] | None = None,
 ) -> PartsOutput:
     """Forward and backward of a one-tree batch as hand-off parts (gradients land in ``.grad``).
 
     ``loss_scale`` multiplies the gradient (not the returned loss), as a loop's world-size factor
-    would. See the module docstring for the order, the modes and the memory bound."""
+    would. ``before_pass`` is called with ``"forward"`` right before each decoder forward and
+    ``"backward"`` right before each backward (FSDP2 keeps ranks in lockstep through it). See the
+    module docstring for the order, the modes and the memory bound."""
     if mode not in MODES:
         raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
-    run = _Runner(model, batch, layout, cfg, attn, autocast)
+    run = _Runner(model, batch, layout, cfg, attn, autocast, before_pass)
     check_inputs(batch, cfg)
     dev = batch.input_ids.device
     dtype = torch.float64 if run.head.weight.dtype == torch.float64 else torch.float32
