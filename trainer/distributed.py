@@ -171,6 +171,20 @@ FORWARD, BACKWARD, DONE = 0, 1, 2
 _PASS = {"forward": FORWARD, "backward": BACKWARD}
 
 
+def next_pass(wants: list[list[int]]) -> int:
+    """The pass every rank runs next, from each rank's ``[wanted pass, holds a null graph]``:
+    a forward if any rank wants one; else, when a rank that is done holds no null graph to
+    back-propagate, a (null) forward for everyone; else a backward; ``DONE`` once all are."""
+    kinds = [k for k, _ in wants]
+    if FORWARD in kinds:
+        return FORWARD
+    if all(k == DONE for k in kinds):
+        return DONE
+    if any(k == DONE and not kept for k, kept in wants):
+        return FORWARD
+    return BACKWARD
+
+
 class ShardedHandOff:
     """FSDP2 through a step with hand-off parts, parameters staying sharded (one per run).
 
@@ -286,22 +300,11 @@ class ShardedHandOff:
             self._null_pass(agreed)
 
     def _agree(self, kind: int) -> int:
-        """The pass every rank runs next: a forward if any rank wants one; else, when a rank
-        without a kept null graph has no backward to run, a (null) forward for everyone; else a
-        backward; ``DONE`` once all are done."""
         dev = self.info.device if self.info.device.type == "cuda" else torch.device("cpu")
         mine = torch.tensor([kind, int(bool(self._graphs))], dtype=torch.int64, device=dev)
         rows = [torch.empty_like(mine) for _ in range(self.info.world_size)]
         dist.all_gather(rows, mine)
-        table = torch.stack(rows).tolist()
-        kinds = [k for k, _ in table]
-        if FORWARD in kinds:
-            return FORWARD
-        if all(k == DONE for k in kinds):
-            return DONE
-        if any(k == DONE and not kept for k, kept in table):
-            return FORWARD
-        return BACKWARD
+        return next_pass(torch.stack(rows).tolist())
 
     def _null_pass(self, kind: int) -> None:
         self._busy = True

@@ -55,9 +55,10 @@ def _batch(seed: int, n_seq: int, budget: int | None):
 
 
 def rank_batches() -> list[list]:
-    """Both ranks' micro-batches: rank 0 two long trees, rank 1 a short tree and a long one."""
+    """Both ranks' micro-batches: a long tree (7 parts) then a short one on rank 0, a short
+    tree then a long one (5 parts) on rank 1."""
     return [
-        [_batch(11, 9, BUDGET), _batch(12, 7, BUDGET)],
+        [_batch(11, 9, BUDGET), _batch(12, 2, None)],
         [_batch(13, 2, None), _batch(14, 5, BUDGET)],
     ]
 
@@ -76,8 +77,8 @@ def _cfg(loss: str, mode: str):
     from treeprep.trainer.config import TrainConfig
 
     return TrainConfig(
-        data="unused", run_dir="unused", model="tiny-qwen3", loss=loss, handoff=mode, attn="dense", norm="sum",
-        parallel="fsdp", device="cpu",
+        data="unused", run_dir="unused", model="tiny-qwen3", loss=loss, handoff=mode,
+        attn="dense", norm="sum", parallel="fsdp", device="cpu",
     )  # fmt: skip
 
 
@@ -122,13 +123,18 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def held(module) -> tuple[int, int]:
-    """(shard bytes, full bytes) of one FSDP2 module's own parameters on this rank. The full
-    copy counts while its storage is allocated (FSDP2 frees it by resizing it to zero)."""
+    """(shard bytes, full bytes) of one FSDP2 module's own parameters on this rank. Full: the
+    unsharded copy while its storage is allocated (FSDP2 frees it by resizing it to zero), and
+    an all-gather issued ahead (a prefetch) whose result waits to be copied out. Not counted:
+    the all-gather output of the layer running its forward, which FSDP2 keeps until the layer's
+    post-forward (a communication buffer of the same size, as in any FSDP2 step)."""
     state = module._get_fsdp_state()
-    fps = [fp for g in state._fsdp_param_groups for fp in g.fsdp_params]
+    groups = state._fsdp_param_groups
+    fps = [fp for g in groups for fp in g.fsdp_params]
     shard = sum(_nbytes(fp.sharded_param.to_local()) for fp in fps)
     full = sum(_nbytes(fp._unsharded_param) for fp in fps if hasattr(fp, "_unsharded_param"))
-    return shard, full
+    ahead = [g._all_gather_result for g in groups if g._all_gather_result is not None]
+    return shard, full + sum(_nbytes(r.all_gather_output) for r in ahead)
 
 
 def gathered(layer) -> bool:
@@ -239,6 +245,18 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     for p, log in zip(procs, logs, strict=True):
         assert p.returncode == 0, log[-4000:]
     return json.loads(out.read_text())
+
+
+def test_next_pass_forwards_first_and_never_back_propagates_a_missing_graph() -> None:
+    from treeprep.trainer.distributed import BACKWARD, DONE, FORWARD, next_pass
+
+    assert next_pass([[BACKWARD, 0], [FORWARD, 0]]) == FORWARD
+    assert next_pass([[DONE, 1], [FORWARD, 0]]) == FORWARD
+    assert next_pass([[BACKWARD, 0], [BACKWARD, 1]]) == BACKWARD
+    assert next_pass([[BACKWARD, 0], [DONE, 1]]) == BACKWARD
+    # the done rank has no null graph: everyone runs a (null) forward first
+    assert next_pass([[BACKWARD, 0], [DONE, 0]]) == FORWARD
+    assert next_pass([[DONE, 0], [DONE, 1]]) == DONE
 
 
 def test_ranks_run_different_numbers_of_parts() -> None:
