@@ -10,7 +10,8 @@ either
 * ``fsdp``: FSDP2 ``fully_shard``, applied to every decoder layer and then to the root (embeddings,
   final norm and LM head stay in the root group, which unshards in the root's forward, where the
   loss also runs the LM head); ``set_requires_gradient_sync(False)`` on all but the last
-  micro-batch of a step.
+  micro-batch of a step. A step with hand-off parts stays sharded too, its ranks running their
+  passes in lockstep (:class:`ShardedHandOff`).
 
 Both average gradients over ranks. The loop multiplies each rank's loss by the world size, so
 the update is the gradient of the *sum* of the ranks' losses: with the global normalizers of
@@ -201,17 +202,20 @@ class ShardedHandOff:
       (:meth:`before_pass`, which :func:`~treeprep.trainer.parts.run_parts` calls) the ranks
       exchange what they want next; forwards go first; a rank that wants something else runs a
       null pass of the same kind meanwhile (a one-token null batch through the root: a forward
-      whose graph is kept, or the backward of such a graph with a zero loss). A rank that wants a
-      backward never needs a graph it lacks: when some rank has nothing to back-propagate, every
-      rank first runs a null forward. At the end (:meth:`finish`) every rank pads until all are
-      done.
-    * **One backward at a time per layer, no prefetch.** Each layer prefetches only itself in
-      backward (the default prefetch follows the post-forward order, which holds the other
-      ranks' null forwards and the no-grad forwards, and would gather a layer that the backward
-      does not use next), so no rank holds more than one layer's full parameters. A backward
-      whose only roots are a part's keys and values (a part without targets) never reaches the
-      last layer's output, where FSDP2 hooks its pre-backward gather; every parametrised
-      submodule's output gathers its layer instead, on its first gradient.
+      whose graph is kept, or the backward of such a graph with a zero loss). No rank has to
+      back-propagate a null graph it lacks: when a rank that is done holds none, every rank
+      first runs a null forward. At the end (:meth:`finish`) every rank pads until all are done.
+    * **One layer at a time, no prefetch.** A backward whose only roots are a part's keys and
+      values (a part without targets) never reaches the last layer's output, where FSDP2 hooks
+      its pre-backward gather; every parametrised submodule's output gathers its layer instead,
+      on its first gradient. Such a backward must issue the same collectives in the same order
+      as one with a loss, so each layer prefetches only itself (a no-op): with FSDP2's default
+      backward prefetch, the layer below is gathered before the reduce-scatter of the layer
+      above in one case and after it in the other, and two gloo ranks deadlock (seen). It also
+      keeps one layer's full parameters per rank, not two (besides the all-gather output of the
+      layer running its forward, which FSDP2 frees at the layer's post-forward, as in any step).
+      A backward that does not reach every layer (keys and values of some layers only) would
+      reorder the collectives; it raises after the fact rather than let shards pair up wrongly.
     * **Gradients reduce-scattered per backward.** The layers reduce-scatter (and average) after
       every backward, into their sharded gradients, which accumulate across the step; unused
       parameters count as zeros (``set_reduce_scatter_unused_params``) so that every backward
