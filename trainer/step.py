@@ -8,9 +8,11 @@ in this order:
 1. **Micro-batches** (:func:`micro_batches`). Each rank runs its micro-batches; gradients
    accumulate in ``.grad`` and only the last micro-batch synchronises them (DDP's ``no_sync`` /
    FSDP's ``set_requires_gradient_sync``). A micro-batch over the budget is one tree run as
-   hand-off parts (:mod:`treeprep.trainer.parts`): such a step bypasses the wrapper (its hooks
-   expect one backward per forward) and all-reduces the gradients once at the end; under FSDP the
-   parameters are gathered once for the whole step (:func:`~.distributed.fsdp_local`).
+   hand-off parts (:mod:`treeprep.trainer.parts`). Under DDP such a step bypasses the wrapper
+   (its hooks expect one backward per forward) and all-reduces the gradients once at the end.
+   Under FSDP2 the parameters stay sharded: every part's forward and backward gathers and frees
+   them layer by layer, the ranks run their passes in lockstep and each backward
+   reduce-scatters (:class:`~.distributed.ShardedHandOff`).
 2. **Reductions.** The loss and the token counts are summed over ranks, the metric sums are
    reduced and divided (:class:`~treeprep.trainer.metrics.StepSums`).
 3. **Clip and guard.** The global gradient norm is clipped (``grad_clip``; always logged); a
@@ -27,6 +29,7 @@ the same normalizers, which is the reference the multi-process test compares aga
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,46 +111,82 @@ def micro_batches(
     world_scale: float,
     info: dist_mod.DistInfo,
     handoff: bool,
+    sharded: dist_mod.ShardedHandOff | None = None,
 ) -> StepCounts:
     """Forward and backward of one step's micro-batches (gradients accumulate in ``.grad``).
 
     A micro-batch over the budget is one tree run as hand-off parts (:mod:`.parts`). Such a step
     accumulates every micro-batch locally and the caller all-reduces the gradients once (the
-    parts' several backward passes per micro-batch do not fit DDP's one-backward hook)."""
+    parts' several backward passes per micro-batch do not fit DDP's one-backward hook), unless
+    ``sharded`` (FSDP2) runs every pass in lockstep and reduce-scatters after each backward."""
     from treeprep.trainer.metrics import StepSums
-    from treeprep.trainer.parts import run_parts
 
     inner = dist_mod.unwrap(wrapped)
-    loss_cfg = cfg.loss_config()
     n_mb = len(batches[0])
     out = StepCounts()
     mets_sums = StepSums()
-    for rank_batches in batches:
-        for i, b in enumerate(rank_batches):
-            sync = i == n_mb - 1 and not handoff
-            # a hand-off step bypasses the wrapper (its forward and hooks expect one backward per
-            # forward) and all-reduces once at the end
-            fwd = inner if handoff else wrapped
-            with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
-                if b.handoff is not None:
-                    mode: Any = cfg.handoff
-                    res = run_parts(inner.lm, b, loss_cfg, budget=budget, mode=mode, attn=cfg.attn,
-                                    autocast=inner.autocast, loss_scale=world_scale,
-                                    accumulate=cfg.handoff_accumulate)  # fmt: skip
-                    loss, mets = res.loss, res.metrics
+    # the lockstep of a sharded step ends (every rank done, the root reduced) before the
+    # metrics' own collectives
+    with sharded.step() if sharded is not None else contextlib.nullcontext():
+        for rank_batches in batches:
+            for i, b in enumerate(rank_batches):
+                sync = i == n_mb - 1 and not handoff
+                # a hand-off step bypasses the wrapper (its forward and hooks expect one backward
+                # per forward) and all-reduces once at the end; the FSDP2 root is the module
+                fwd = inner if handoff else wrapped
+                if sharded is not None:
+                    loss, mets = _forward_backward(fwd, b, cfg, budget, world_scale, sharded)
                 else:
-                    loss, mets = fwd(b)
-                    (loss * world_scale).backward()
-            out.loss = out.loss + loss.detach()
-            if b.num_sequences:
-                out.micro_batches += 1
-                out.tokens += b.num_tokens
-                out.tokens_linear += b.tokens_linear
-                out.targets += b.num_targets
-                mets_sums.add(mets)
-                mets_sums.add_batch(b)
+                    with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
+                        loss, mets = _forward_backward(fwd, b, cfg, budget, world_scale, None)
+                out.loss = out.loss + loss.detach()
+                if b.num_sequences:
+                    out.micro_batches += 1
+                    out.tokens += b.num_tokens
+                    out.tokens_linear += b.tokens_linear
+                    out.targets += b.num_targets
+                    mets_sums.add(mets)
+                    mets_sums.add_batch(b)
     out.extra = mets_sums.finish(info)
     return out
+
+
+def _forward_backward(
+    fwd: torch.nn.Module,
+    b: TreeBatch,
+    cfg: TrainConfig,
+    budget: int,
+    world_scale: float,
+    sharded: dist_mod.ShardedHandOff | None,
+) -> tuple[torch.Tensor, Any]:
+    """One micro-batch: as hand-off parts when it has them, else one forward and backward;
+    ``sharded`` is told before each pass."""
+    from treeprep.trainer.parts import run_parts
+
+    gate = sharded.before_pass if sharded is not None else None
+    if b.handoff is not None:
+        inner = dist_mod.unwrap(fwd)
+        mode: Any = cfg.handoff
+        res = run_parts(
+            inner.lm,
+            b,
+            cfg.loss_config(),
+            budget=budget,
+            mode=mode,
+            attn=cfg.attn,
+            autocast=inner.autocast,
+            loss_scale=world_scale,
+            accumulate=cfg.handoff_accumulate,
+            before_pass=gate,
+        )
+        return res.loss, res.metrics
+    if gate is not None:
+        gate("forward")
+    loss, mets = fwd(b)
+    if gate is not None:
+        gate("backward")
+    (loss * world_scale).backward()
+    return loss, mets
 
 
 class Stepper:
@@ -166,6 +205,8 @@ class Stepper:
         self.cfg, self.info, self.wrapped, self.params = cfg, info, wrapped, params
         self.opt, self.sched, self.budget = opt, sched, budget
         self.world_scale = float(info.world_size) if info.distributed else 1.0
+        #: FSDP2's lockstep for hand-off steps, made on the first one
+        self.sharded: dist_mod.ShardedHandOff | None = None
 
     def run(
         self, batches: list[list[TreeBatch]], *, handoff: bool, where: str, last_ckpt: str | None
@@ -191,9 +232,10 @@ class Stepper:
         cfg, info, wrapped = self.cfg, self.info, self.wrapped
         args = (wrapped, batches, cfg, self.budget, self.world_scale, info)
         if handoff and cfg.parallel == "fsdp" and info.distributed:
-            null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=info.device)
-            with dist_mod.fsdp_local(wrapped, null):
-                return micro_batches(*args, True)
+            if self.sharded is None:
+                null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=info.device)
+                self.sharded = dist_mod.ShardedHandOff(wrapped, null, info)
+            return micro_batches(*args, True, self.sharded)
         sums = micro_batches(*args, handoff)
         if handoff and info.distributed:
             dist_mod.all_reduce_grads(self.params, info)

@@ -136,8 +136,10 @@ class _Runner:
         *,
         compact: bool = True,
         accumulate: str = "model",
+        before_pass: Callable[[str], None] | None = None,
     ) -> None:
         self.model = model
+        self.before_pass = before_pass
         self.batch = batch
         self.layout = layout
         self.cfg = cfg
@@ -175,6 +177,8 @@ class _Runner:
         )
         tm = part_mask(self.batch, spec, backend, ho)
         a, b = spec.start, spec.end
+        if self.before_pass is not None:
+            self.before_pass("forward")
         with torch.set_grad_enabled(grad), self.ctx():
             h = run_decoder(self.model, self.batch.input_ids[a:b], self.batch.position_ids[a:b], tm)
         return ho, h
@@ -248,6 +252,8 @@ class _Runner:
                     tensors.append(t)
                     grads.append(g)
         if tensors:
+            if self.before_pass is not None:
+                self.before_pass("backward")
             torch.autograd.backward(tensors, grads)
         ho.return_grads(self.states)
 
@@ -301,13 +307,16 @@ def run_parts(
     autocast: Any = None,
     loss_scale: float = 1.0,
     accumulate: str = "model",
+    before_pass: Callable[[str], None] | None = None,
 ) -> PartsOutput:
     """Forward and backward of a one-tree batch as hand-off parts (gradients land in ``.grad``).
 
     ``loss_scale`` multiplies the gradient (not the returned loss), as a loop's world-size factor
     would; ``accumulate`` is the dtype of the handed-over gradients' accumulators ("model": the
-    stored keys' own dtype; "float32": float32 in 16-bit runs). See the module docstring for the
-    order, the modes and the memory bound."""
+    stored keys' own dtype; "float32": float32 in 16-bit runs). ``before_pass`` is called with
+    ``"forward"`` right before each decoder forward and ``"backward"`` right before each backward
+    (FSDP2 keeps ranks in lockstep through it). See the module docstring for the order, the modes
+    and the memory bound."""
     if mode not in MODES:
         raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
     if accumulate not in ACCUMULATE:
@@ -324,6 +333,7 @@ def run_parts(
         autocast,
         compact=mode == "recompute",
         accumulate=accumulate,
+        before_pass=before_pass,
     )
     check_inputs(batch, cfg)
     dev = batch.input_ids.device

@@ -1,0 +1,301 @@
+"""FSDP2 stays sharded through hand-off steps: two gloo processes on the CPU against one.
+
+Each rank runs its own micro-batches, trees over the budget among them, cut into a different
+number of parts on each rank (and an ordinary micro-batch on one of them), through
+:class:`~treeprep.trainer.distributed.ShardedHandOff`. The gradients, gathered from the shards,
+must equal one process running both ranks' micro-batches (relative L2 under 1e-5, float32), for
+both part graphs and for a loss with the no-grad pre-pass (``gspo``). Hooks on every parametrised
+submodule of every decoder layer (forward pre- and post-hooks, and gradient hooks on the outputs,
+which fire during backward) count the layers whose full parameters are held: never more than one,
+in the forward and in the backward; and the parameter bytes a rank holds at its peak fall with
+the world size.
+
+The processes are started directly (``RANK``/``WORLD_SIZE`` in the environment) running this file
+as a script; the test reads what rank 0 wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():  # pragma: no cover
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
+
+from treeprep.schemas.parts import handoff_cuts, part_parents  # noqa: E402
+
+TOL = 1e-5
+BUDGET = 12
+LAYERS = 4
+#: (loss, part graph) runs, each a fresh model and one step
+RUNS = [("sft", "recompute"), ("sft", "keep"), ("gspo", "recompute")]
+
+
+def _batch(seed: int, n_seq: int, budget: int | None):
+    """A one-tree micro-batch; with ``budget``, cut into hand-off parts as the plan does."""
+    from treeprep.trainer import TreeBatch
+
+    b = TreeBatch.from_trees(rows_of(group_tree(seed, n_seq=n_seq)), norm="sum")
+    if budget is not None:
+        ln = b.node_length.numpy()
+        cuts = handoff_cuts(ln, budget)
+        par = part_parents(cuts, b.node_start.numpy(), b.node_parent.numpy(), ln)
+        b.handoff = (np.asarray(cuts, dtype=np.int64), np.asarray(par, dtype=np.int64))
+    return b
+
+
+def rank_batches() -> list[list]:
+    """Both ranks' micro-batches: a long tree (7 parts) then a short one on rank 0, a short
+    tree then a long one (5 parts) on rank 1."""
+    return [
+        [_batch(11, 9, BUDGET), _batch(12, 2, None)],
+        [_batch(13, 2, None), _batch(14, 5, BUDGET)],
+    ]
+
+
+def _model():
+    from dataclasses import replace
+
+    from treeprep.trainer.models.load import model_from_config
+    from treeprep.trainer.models.presets import PRESETS
+
+    hf = replace(PRESETS["tiny-qwen3"], num_hidden_layers=LAYERS).hf_config(VOCAB)
+    return model_from_config(hf, dtype=torch.float32, seed=1)
+
+
+def _cfg(loss: str, mode: str):
+    from treeprep.trainer.config import TrainConfig
+
+    return TrainConfig(
+        data="unused", run_dir="unused", model="tiny-qwen3", loss=loss, handoff=mode,
+        attn="dense", norm="sum", parallel="fsdp", device="cpu",
+    )  # fmt: skip
+
+
+def _module(cfg):
+    from dataclasses import asdict
+
+    from treeprep.trainer.distributed import LossModule
+
+    return LossModule(_model(), {"attn": None, **asdict(cfg.loss_config())})
+
+
+class Probe:
+    """At every hook of every decoder layer's parametrised submodules: how many layers hold
+    their full parameters, and the parameter bytes this rank holds (shards plus full copies)."""
+
+    def __init__(self, root: torch.nn.Module, layers: list) -> None:
+        self.groups = [root, *layers]
+        self.layers = layers
+        self.max_full = {"forward": 0, "backward": 0}
+        self.calls = {"forward": 0, "backward": 0}
+        self.peak_bytes = 0
+        for layer in layers:
+            for m in layer.modules():
+                if next(m.parameters(recurse=False), None) is not None:
+                    m.register_forward_pre_hook(lambda *_: self.look("forward"))
+                    m.register_forward_hook(self._on_output)
+
+    def _on_output(self, module, args, out) -> None:
+        self.look("forward")
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda g: self.look("backward"))
+
+    def look(self, phase: str) -> None:
+        self.calls[phase] += 1
+        n = sum(gathered(layer) for layer in self.layers)
+        self.max_full[phase] = max(self.max_full[phase], n)
+        self.peak_bytes = max(self.peak_bytes, sum(sum(held(g)) for g in self.groups))
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
+
+
+def held(module) -> tuple[int, int]:
+    """(shard bytes, full bytes) of one FSDP2 module's own parameters on this rank. Full: the
+    unsharded copy while its storage is allocated (FSDP2 frees it by resizing it to zero), and
+    an all-gather issued ahead (a prefetch) whose result waits to be copied out. Not counted:
+    the all-gather output of the layer running its forward, which FSDP2 keeps until the layer's
+    post-forward (a communication buffer of the same size, as in any FSDP2 step)."""
+    state = module._get_fsdp_state()
+    groups = state._fsdp_param_groups
+    fps = [fp for g in groups for fp in g.fsdp_params]
+    shard = sum(_nbytes(fp.sharded_param.to_local()) for fp in fps)
+    full = sum(_nbytes(fp._unsharded_param) for fp in fps if hasattr(fp, "_unsharded_param"))
+    ahead = [g._all_gather_result for g in groups if g._all_gather_result is not None]
+    return shard, full + sum(_nbytes(r.all_gather_output) for r in ahead)
+
+
+def gathered(layer) -> bool:
+    """The layer holds its full parameters: registered as plain tensors, or allocated."""
+    from torch.distributed.tensor import DTensor
+
+    return held(layer)[1] > 0 or any(not isinstance(p, DTensor) for p in layer.parameters())
+
+
+def _reference(loss: str, mode: str) -> dict[str, torch.Tensor]:
+    from treeprep.trainer.distributed import DistInfo
+    from treeprep.trainer.step import micro_batches
+
+    cfg = _cfg(loss, mode)
+    module = _module(cfg)
+    info = DistInfo(0, 1, 0, torch.device("cpu"))
+    micro_batches(module, rank_batches(), cfg, BUDGET, 1.0, info, True)
+    return {n: p.grad.clone() for n, p in module.lm.named_parameters()}
+
+
+def _sharded(loss: str, mode: str, info) -> tuple[dict, Probe, dict]:
+    from torch.distributed.tensor import DTensor
+
+    from treeprep.trainer import TreeBatch
+    from treeprep.trainer.distributed import ShardedHandOff, wrap
+    from treeprep.trainer.plan_batches import NULL_ROW
+    from treeprep.trainer.step import micro_batches
+
+    cfg = _cfg(loss, mode)
+    wrapped = wrap(_module(cfg), info, "fsdp")
+    null = TreeBatch.from_trees([NULL_ROW], norm="sum")
+    sharded = ShardedHandOff(wrapped, null, info)
+    probe = Probe(wrapped, sharded.layers)
+    mine = [rank_batches()[info.rank]]
+    micro_batches(wrapped, mine, cfg, BUDGET, float(info.world_size), info, True, sharded)
+    grads = {}
+    for n, p in wrapped.lm.named_parameters():
+        assert isinstance(p, DTensor) and isinstance(p.grad, DTensor), n
+        grads[n] = p.grad.full_tensor()
+    stats = {"passes": sharded.passes, "null_passes": sharded.null_passes}
+    return grads, probe, stats
+
+
+def _rel(a: dict, b: dict) -> float:
+    num = sum(float((a[k] - b[k]).double().norm() ** 2) for k in b) ** 0.5
+    den = sum(float(b[k].double().norm() ** 2) for k in b) ** 0.5
+    return num / den
+
+
+def worker(out: str) -> None:
+    from treeprep.trainer.distributed import init_distributed, shutdown
+
+    torch.set_num_threads(1)
+    info = init_distributed("cpu")
+    res: dict = {"runs": []}
+    for loss, mode in RUNS:
+        grads, probe, stats = _sharded(loss, mode, info)
+        ref = _reference(loss, mode) if info.is_main else None
+        full = sum(_nbytes(p) for p in _model().parameters())
+        layer_full = sum(_nbytes(p) for p in _model().model.layers[0].parameters())
+        res["runs"].append(
+            {
+                "loss": loss,
+                "mode": mode,
+                "rel": _rel(grads, ref) if ref is not None else None,
+                "max_full": probe.max_full,
+                "calls": probe.calls,
+                "peak_bytes": probe.peak_bytes,
+                "world1_bytes": full,
+                "layer_bytes": layer_full,
+                **stats,
+            }
+        )
+    all_res = [None] * info.world_size
+    torch.distributed.all_gather_object(all_res, res)
+    if info.is_main:
+        Path(out).write_text(json.dumps(all_res))
+    shutdown(info)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    out = tmp_path_factory.mktemp("fsdp_parts") / "out.json"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+               WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(out)],
+            env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode == 0, log[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_next_pass_forwards_first_and_never_back_propagates_a_missing_graph() -> None:
+    from treeprep.trainer.distributed import BACKWARD, DONE, FORWARD, next_pass
+
+    assert next_pass([[BACKWARD, 0], [FORWARD, 0]]) == FORWARD
+    assert next_pass([[DONE, 1], [FORWARD, 0]]) == FORWARD
+    assert next_pass([[BACKWARD, 0], [BACKWARD, 1]]) == BACKWARD
+    assert next_pass([[BACKWARD, 0], [DONE, 1]]) == BACKWARD
+    # the done rank has no null graph: everyone runs a (null) forward first
+    assert next_pass([[BACKWARD, 0], [DONE, 0]]) == FORWARD
+    assert next_pass([[DONE, 0], [DONE, 1]]) == DONE
+
+
+def test_ranks_run_different_numbers_of_parts() -> None:
+    from treeprep.trainer.parts import part_layout
+
+    parts = [
+        sum(len(part_layout(b, BUDGET, b.handoff).parts) for b in mbs if b.handoff is not None)
+        for mbs in rank_batches()
+    ]
+    assert parts[0] != parts[1] and min(parts) > 2, parts
+
+
+@pytest.mark.parametrize("run", range(len(RUNS)))
+def test_sharded_gradients_equal_one_process(results: list[dict], run: int) -> None:
+    r0 = results[0]["runs"][run]
+    assert r0["rel"] < TOL, r0
+    # the ranks padded each other's passes: some rank ran null passes, both the same total
+    totals = [r["runs"][run]["passes"] + r["runs"][run]["null_passes"] for r in results]
+    assert totals[0] == totals[1] and sum(r["runs"][run]["null_passes"] for r in results) > 2
+
+
+@pytest.mark.parametrize("run", range(len(RUNS)))
+def test_one_layer_gathered_at_a_time(results: list[dict], run: int) -> None:
+    for rank in results:
+        r = rank["runs"][run]
+        assert r["calls"]["forward"] > 0 and r["calls"]["backward"] > 0, r
+        assert r["max_full"] == {"forward": 1, "backward": 1}, r
+
+
+def test_parameter_memory_falls_with_world_size(results: list[dict]) -> None:
+    for rank in results:
+        for r in rank["runs"]:
+            layer, whole = r["layer_bytes"], r["world1_bytes"]
+            root = whole - LAYERS * layer
+            # at its peak a rank holds the root whole (and its shard), one layer whole and the
+            # other layers' shards: less than the whole model one process holds
+            assert r["peak_bytes"] <= root * 3 / 2 + layer * (1 + LAYERS / 2), r
+            assert r["peak_bytes"] < whole, r
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1])
