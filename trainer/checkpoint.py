@@ -285,28 +285,72 @@ class Checkpoint:
             return None
         return self._load(name)  # type: ignore[no-any-return]
 
+    def listed(self, rel: str) -> str:
+        """The path of a file ``state.json`` lists (and :func:`open_checkpoint` verified), or a
+        CheckpointError: nothing unlisted is ever read as part of the checkpoint."""
+        files = self.state.get("files", {})
+        if not isinstance(files, dict) or rel not in files or ".." in rel.split("/"):
+            raise CheckpointError(
+                f"{self.path}: {rel!r} is not among the files state.json lists and verifies"
+            )
+        return os.path.join(self.path, *rel.split("/"))
+
+    def weight_files(self) -> list[str]:
+        """The verified weight files of the model folder: the peft adapter, the shards an index
+        names (each a listed file inside ``model/``), or ``model.safetensors``."""
+        files = self.state.get("files", {})
+        has = {r.removeprefix("model/") for r in files if r.startswith("model/")}
+        if ADAPTER_FILE in has:
+            return [self.listed(f"model/{ADAPTER_FILE}")]  # a LoRA run: the peft adapter folder
+        if "model.safetensors.index.json" not in has:
+            return [self.listed("model/model.safetensors")]
+        index = self.listed("model/model.safetensors.index.json")
+        try:
+            with open(index, encoding="utf-8") as f:
+                names = sorted(set(json.load(f)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{index}: unreadable weight index ({e})") from e
+        for n in names:
+            if not isinstance(n, str) or "/" in n or "\\" in n or n in ("", ".", ".."):
+                raise CheckpointError(f"{index}: weight_map names {n!r}, not a file of model/")
+        return [self.listed(f"model/{n}") for n in names]
+
     def model_state(self) -> dict[str, torch.Tensor]:
-        """The saved weights (safetensors), as a state dict on the CPU."""
+        """The saved weights (safetensors, only files state.json lists), as a CPU state dict."""
         from safetensors.torch import load_file
 
-        mdir = self.model_dir
-        index = os.path.join(mdir, "model.safetensors.index.json")
-        files: list[str]
-        if os.path.isfile(os.path.join(mdir, ADAPTER_FILE)):
-            files = [ADAPTER_FILE]  # a LoRA run: the peft adapter folder
-        elif os.path.isfile(index):
-            with open(index, encoding="utf-8") as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        else:
-            files = ["model.safetensors"]
         sd: dict[str, torch.Tensor] = {}
-        for name in files:
-            p = os.path.join(mdir, name)
+        for p in self.weight_files():
             try:
                 sd.update(load_file(p, device="cpu"))
             except Exception as e:  # safetensors raises its own error types
                 raise CheckpointError(f"{p}: unreadable weights ({e})") from e
         return sd
+
+
+#: file names that hold (or point at) weights: one that state.json does not list would be read by
+#: transformers or peft in place of the verified ones
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
+
+
+def _is_weights(name: str) -> bool:
+    return name.endswith(_WEIGHT_SUFFIXES) or name.endswith(".index.json")
+
+
+def refuse_unlisted(path: str, files: dict[str, Any]) -> None:
+    """CheckpointError when the folder holds a weight or index file that state.json does not
+    list (an added ``model.safetensors.index.json`` or adapter would win over the verified
+    weights, in treeprep and in transformers)."""
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for name in sorted(names):
+            rel = os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
+            if rel != STATE_FILE and rel not in files and _is_weights(name):
+                raise CheckpointError(
+                    f"{os.path.join(root, name)}: a weights file that state.json does not list; "
+                    "a checkpoint holds only the files it verifies (remove it, or use another "
+                    "checkpoint)"
+                )
 
 
 def open_checkpoint(path: str) -> Checkpoint:
@@ -335,13 +379,14 @@ def open_checkpoint(path: str) -> Checkpoint:
                 + (" (made by an older treeprep without checksums)" if k == "files" else "")
             )
     verify_files(path, state["files"])
+    refuse_unlisted(path, state["files"])
     return Checkpoint(path, state)
 
 
 def load_model_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
     """Copy a checkpoint's weights into ``model`` (strict: every key must match)."""
     sd = ckpt.model_state()
-    if os.path.isfile(os.path.join(ckpt.model_dir, ADAPTER_FILE)):
+    if f"model/{ADAPTER_FILE}" in ckpt.state.get("files", {}):
         _load_adapter(model, sd, ckpt)
         return
     own = model.state_dict()
