@@ -40,14 +40,15 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from treeprep.atomic import fsync_path
-from treeprep.errors import CheckpointError
+from treeprep.atomic import fsync_path, write_failure
+from treeprep.errors import CheckpointError, TreeprepError
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 #: the weights file of a peft adapter folder (LoRA runs save the adapter, not the base model)
@@ -57,6 +58,56 @@ STATE_FILE = "state.json"
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+@contextlib.contextmanager
+def _writing(path: str, remove: str | None = None) -> Iterator[None]:
+    """A failed write under ``path`` (disk full, read-only run folder, permissions) becomes a
+    CheckpointError naming the path and the cause (never torch's ``inline_container`` message or
+    safetensors' error type); the half-written folder ``remove`` is dropped, the checkpoints
+    already saved stay whole."""
+    try:
+        yield
+    except TreeprepError:
+        raise
+    except Exception as e:
+        err = _os_cause(e)
+        if err is None:
+            raise
+        if remove is not None and os.path.isdir(remove):
+            shutil.rmtree(remove, ignore_errors=True)
+        elif remove is not None:
+            with contextlib.suppress(OSError):
+                os.remove(remove)
+        where = getattr(err, "filename", None) or path
+        raise CheckpointError(f"checkpoint not saved: {write_failure(where, err)}") from e
+
+
+def _os_cause(e: BaseException) -> OSError | None:
+    """The OSError behind ``e``: itself, one in its chain (torch's zip writer raises a
+    RuntimeError while the file's OSError is handled), or safetensors' "(os error 28)" text."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        m = re.search(r"os error (\d+)", str(seen))  # safetensors: "I/O error: ... (os error 28)"
+        if m:
+            return OSError(int(m.group(1)), str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _torch_save(obj: Any, path: str) -> None:
+    """``torch.save`` through a Python file, so that a full disk raises ``OSError`` (ENOSPC)
+    rather than a ``RuntimeError`` of torch's zip writer without a cause."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(obj, f)
+    except Exception as e:
+        cause = _os_cause(e)
+        if cause is None or cause.filename:
+            raise
+        raise OSError(cause.errno, cause.strerror or str(cause), path) from e
 
 
 def _fsync_tree(path: str) -> None:
@@ -132,16 +183,19 @@ def begin_save(run_dir: str, step: int, is_main: bool) -> str:
     """The temporary folder of a checkpoint in the making (created, emptied, by rank 0)."""
     tmp = os.path.join(checkpoints_dir(run_dir), "." + "tmp-" + step_dir_name(step))
     if is_main:
-        os.makedirs(checkpoints_dir(run_dir), exist_ok=True)
-        for name in os.listdir(checkpoints_dir(run_dir)):
-            if name.startswith(".tmp-"):  # leftovers of a crashed save
-                shutil.rmtree(os.path.join(checkpoints_dir(run_dir), name), ignore_errors=True)
-        os.makedirs(tmp)
+        with _writing(checkpoints_dir(run_dir)):
+            os.makedirs(checkpoints_dir(run_dir), exist_ok=True)
+            for name in os.listdir(checkpoints_dir(run_dir)):
+                if name.startswith(".tmp-"):  # leftovers of a crashed save
+                    shutil.rmtree(os.path.join(checkpoints_dir(run_dir), name), ignore_errors=True)
+            os.makedirs(tmp)
     return tmp
 
 
 def save_rng(tmp: str, rank: int) -> None:
-    torch.save(rng_state(), os.path.join(tmp, f"rng-rank{rank}.pt"))
+    path = os.path.join(tmp, f"rng-rank{rank}.pt")
+    with _writing(path, remove=tmp if rank == 0 else path):  # rank 0 owns the folder
+        _torch_save(rng_state(), path)
 
 
 def save_main(
@@ -154,7 +208,21 @@ def save_main(
     state: dict[str, Any],
     tokenizer_dir: str | None,
 ) -> None:
-    """Rank 0's part: the model folder, optimizer and scheduler, then ``state.json`` last."""
+    """Rank 0's part: the model folder, optimizer and scheduler, then ``state.json`` last. A
+    failed write is a CheckpointError naming the file and the cause; the temporary folder goes."""
+    with _writing(tmp, remove=tmp):
+        _save_main(tmp, model, model_state, optimizer_state, scheduler_state, state, tokenizer_dir)
+
+
+def _save_main(
+    tmp: str,
+    model: torch.nn.Module,
+    model_state: dict | None,
+    optimizer_state: dict,
+    scheduler_state: dict,
+    state: dict[str, Any],
+    tokenizer_dir: str | None,
+) -> None:
     mdir = os.path.join(tmp, "model")
     cfg = model.config
     saved_attn = getattr(cfg, "_attn_implementation", None)
@@ -178,8 +246,8 @@ def save_main(
             src = os.path.join(tokenizer_dir, name)
             if os.path.isfile(src):
                 shutil.copy2(src, os.path.join(mdir, name))
-    torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
-    torch.save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
+    _torch_save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
+    _torch_save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
     state = {**state, "files": checksum_files(tmp)}
     with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
         json.dump(state, f, indent=2)
@@ -230,6 +298,11 @@ def finish_save(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
     """fsync, rename the temporary folder into place, drop old checkpoints beyond ``keep``."""
     if not os.path.isfile(os.path.join(tmp, STATE_FILE)):
         raise CheckpointError(f"{tmp}: state.json missing; the checkpoint was not completed")
+    with _writing(tmp, remove=tmp):
+        return _publish(run_dir, tmp, step, keep)
+
+
+def _publish(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
     _fsync_tree(tmp)
     final = os.path.join(checkpoints_dir(run_dir), step_dir_name(step))
     if os.path.exists(final):  # a re-save of the same step: move the old one out of the way
