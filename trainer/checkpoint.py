@@ -40,14 +40,15 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from treeprep.atomic import fsync_path
-from treeprep.errors import CheckpointError
+from treeprep.atomic import fsync_path, write_failure
+from treeprep.errors import CheckpointError, TreeprepError
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 #: the weights file of a peft adapter folder (LoRA runs save the adapter, not the base model)
@@ -57,6 +58,56 @@ STATE_FILE = "state.json"
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+@contextlib.contextmanager
+def _writing(path: str, remove: str | None = None) -> Iterator[None]:
+    """A failed write under ``path`` (disk full, read-only run folder, permissions) becomes a
+    CheckpointError naming the path and the cause (never torch's ``inline_container`` message or
+    safetensors' error type); the half-written folder ``remove`` is dropped, the checkpoints
+    already saved stay whole."""
+    try:
+        yield
+    except TreeprepError:
+        raise
+    except Exception as e:
+        err = _os_cause(e)
+        if err is None:
+            raise
+        if remove is not None and os.path.isdir(remove):
+            shutil.rmtree(remove, ignore_errors=True)
+        elif remove is not None:
+            with contextlib.suppress(OSError):
+                os.remove(remove)
+        where = getattr(err, "filename", None) or path
+        raise CheckpointError(f"checkpoint not saved: {write_failure(where, err)}") from e
+
+
+def _os_cause(e: BaseException) -> OSError | None:
+    """The OSError behind ``e``: itself, one in its chain (torch's zip writer raises a
+    RuntimeError while the file's OSError is handled), or safetensors' "(os error 28)" text."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        m = re.search(r"os error (\d+)", str(seen))  # safetensors: "I/O error: ... (os error 28)"
+        if m:
+            return OSError(int(m.group(1)), str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _torch_save(obj: Any, path: str) -> None:
+    """``torch.save`` through a Python file, so that a full disk raises ``OSError`` (ENOSPC)
+    rather than a ``RuntimeError`` of torch's zip writer without a cause."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(obj, f)
+    except Exception as e:
+        cause = _os_cause(e)
+        if cause is None or cause.filename:
+            raise
+        raise OSError(cause.errno, cause.strerror or str(cause), path) from e
 
 
 def _fsync_tree(path: str) -> None:
@@ -132,16 +183,19 @@ def begin_save(run_dir: str, step: int, is_main: bool) -> str:
     """The temporary folder of a checkpoint in the making (created, emptied, by rank 0)."""
     tmp = os.path.join(checkpoints_dir(run_dir), "." + "tmp-" + step_dir_name(step))
     if is_main:
-        os.makedirs(checkpoints_dir(run_dir), exist_ok=True)
-        for name in os.listdir(checkpoints_dir(run_dir)):
-            if name.startswith(".tmp-"):  # leftovers of a crashed save
-                shutil.rmtree(os.path.join(checkpoints_dir(run_dir), name), ignore_errors=True)
-        os.makedirs(tmp)
+        with _writing(checkpoints_dir(run_dir)):
+            os.makedirs(checkpoints_dir(run_dir), exist_ok=True)
+            for name in os.listdir(checkpoints_dir(run_dir)):
+                if name.startswith(".tmp-"):  # leftovers of a crashed save
+                    shutil.rmtree(os.path.join(checkpoints_dir(run_dir), name), ignore_errors=True)
+            os.makedirs(tmp)
     return tmp
 
 
 def save_rng(tmp: str, rank: int) -> None:
-    torch.save(rng_state(), os.path.join(tmp, f"rng-rank{rank}.pt"))
+    path = os.path.join(tmp, f"rng-rank{rank}.pt")
+    with _writing(path, remove=tmp if rank == 0 else path):  # rank 0 owns the folder
+        _torch_save(rng_state(), path)
 
 
 def save_main(
@@ -154,7 +208,21 @@ def save_main(
     state: dict[str, Any],
     tokenizer_dir: str | None,
 ) -> None:
-    """Rank 0's part: the model folder, optimizer and scheduler, then ``state.json`` last."""
+    """Rank 0's part: the model folder, optimizer and scheduler, then ``state.json`` last. A
+    failed write is a CheckpointError naming the file and the cause; the temporary folder goes."""
+    with _writing(tmp, remove=tmp):
+        _save_main(tmp, model, model_state, optimizer_state, scheduler_state, state, tokenizer_dir)
+
+
+def _save_main(
+    tmp: str,
+    model: torch.nn.Module,
+    model_state: dict | None,
+    optimizer_state: dict,
+    scheduler_state: dict,
+    state: dict[str, Any],
+    tokenizer_dir: str | None,
+) -> None:
     mdir = os.path.join(tmp, "model")
     cfg = model.config
     saved_attn = getattr(cfg, "_attn_implementation", None)
@@ -178,8 +246,8 @@ def save_main(
             src = os.path.join(tokenizer_dir, name)
             if os.path.isfile(src):
                 shutil.copy2(src, os.path.join(mdir, name))
-    torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
-    torch.save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
+    _torch_save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
+    _torch_save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
     state = {**state, "files": checksum_files(tmp)}
     with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
         json.dump(state, f, indent=2)
@@ -230,6 +298,11 @@ def finish_save(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
     """fsync, rename the temporary folder into place, drop old checkpoints beyond ``keep``."""
     if not os.path.isfile(os.path.join(tmp, STATE_FILE)):
         raise CheckpointError(f"{tmp}: state.json missing; the checkpoint was not completed")
+    with _writing(tmp, remove=tmp):
+        return _publish(run_dir, tmp, step, keep)
+
+
+def _publish(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
     _fsync_tree(tmp)
     final = os.path.join(checkpoints_dir(run_dir), step_dir_name(step))
     if os.path.exists(final):  # a re-save of the same step: move the old one out of the way
@@ -285,28 +358,72 @@ class Checkpoint:
             return None
         return self._load(name)  # type: ignore[no-any-return]
 
+    def listed(self, rel: str) -> str:
+        """The path of a file ``state.json`` lists (and :func:`open_checkpoint` verified), or a
+        CheckpointError: nothing unlisted is ever read as part of the checkpoint."""
+        files = self.state.get("files", {})
+        if not isinstance(files, dict) or rel not in files or ".." in rel.split("/"):
+            raise CheckpointError(
+                f"{self.path}: {rel!r} is not among the files state.json lists and verifies"
+            )
+        return os.path.join(self.path, *rel.split("/"))
+
+    def weight_files(self) -> list[str]:
+        """The verified weight files of the model folder: the peft adapter, the shards an index
+        names (each a listed file inside ``model/``), or ``model.safetensors``."""
+        files = self.state.get("files", {})
+        has = {r.removeprefix("model/") for r in files if r.startswith("model/")}
+        if ADAPTER_FILE in has:
+            return [self.listed(f"model/{ADAPTER_FILE}")]  # a LoRA run: the peft adapter folder
+        if "model.safetensors.index.json" not in has:
+            return [self.listed("model/model.safetensors")]
+        index = self.listed("model/model.safetensors.index.json")
+        try:
+            with open(index, encoding="utf-8") as f:
+                names = sorted(set(json.load(f)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{index}: unreadable weight index ({e})") from e
+        for n in names:
+            if not isinstance(n, str) or "/" in n or "\\" in n or n in ("", ".", ".."):
+                raise CheckpointError(f"{index}: weight_map names {n!r}, not a file of model/")
+        return [self.listed(f"model/{n}") for n in names]
+
     def model_state(self) -> dict[str, torch.Tensor]:
-        """The saved weights (safetensors), as a state dict on the CPU."""
+        """The saved weights (safetensors, only files state.json lists), as a CPU state dict."""
         from safetensors.torch import load_file
 
-        mdir = self.model_dir
-        index = os.path.join(mdir, "model.safetensors.index.json")
-        files: list[str]
-        if os.path.isfile(os.path.join(mdir, ADAPTER_FILE)):
-            files = [ADAPTER_FILE]  # a LoRA run: the peft adapter folder
-        elif os.path.isfile(index):
-            with open(index, encoding="utf-8") as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        else:
-            files = ["model.safetensors"]
         sd: dict[str, torch.Tensor] = {}
-        for name in files:
-            p = os.path.join(mdir, name)
+        for p in self.weight_files():
             try:
                 sd.update(load_file(p, device="cpu"))
             except Exception as e:  # safetensors raises its own error types
                 raise CheckpointError(f"{p}: unreadable weights ({e})") from e
         return sd
+
+
+#: file names that hold (or point at) weights: one that state.json does not list would be read by
+#: transformers or peft in place of the verified ones
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
+
+
+def _is_weights(name: str) -> bool:
+    return name.endswith(_WEIGHT_SUFFIXES) or name.endswith(".index.json")
+
+
+def refuse_unlisted(path: str, files: dict[str, Any]) -> None:
+    """CheckpointError when the folder holds a weight or index file that state.json does not
+    list (an added ``model.safetensors.index.json`` or adapter would win over the verified
+    weights, in treeprep and in transformers)."""
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for name in sorted(names):
+            rel = os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
+            if rel != STATE_FILE and rel not in files and _is_weights(name):
+                raise CheckpointError(
+                    f"{os.path.join(root, name)}: a weights file that state.json does not list; "
+                    "a checkpoint holds only the files it verifies (remove it, or use another "
+                    "checkpoint)"
+                )
 
 
 def open_checkpoint(path: str) -> Checkpoint:
@@ -335,13 +452,14 @@ def open_checkpoint(path: str) -> Checkpoint:
                 + (" (made by an older treeprep without checksums)" if k == "files" else "")
             )
     verify_files(path, state["files"])
+    refuse_unlisted(path, state["files"])
     return Checkpoint(path, state)
 
 
 def load_model_weights(model: torch.nn.Module, ckpt: Checkpoint) -> None:
     """Copy a checkpoint's weights into ``model`` (strict: every key must match)."""
     sd = ckpt.model_state()
-    if os.path.isfile(os.path.join(ckpt.model_dir, ADAPTER_FILE)):
+    if f"model/{ADAPTER_FILE}" in ckpt.state.get("files", {}):
         _load_adapter(model, sd, ckpt)
         return
     own = model.state_dict()

@@ -68,32 +68,114 @@ def _spans(mask: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[0::2], edges[1::2], strict=True)]
 
 
-def _sequence(r: Rollout, i: int) -> TokenSequence:
-    ids = np.asarray(r.input_ids, dtype=np.int64)
-    mask = np.asarray(r.loss_mask, dtype=np.int64)
-    where = f"rollout {i} (group {r.group_id!r})"
-    if ids.ndim != 1 or len(ids) == 0:
+#: token ids are stored as int32 in the trees (and the shards)
+_ID_LIMIT = 2**31
+
+
+def _where(r: Rollout, i: int) -> str:
+    return f"rollout {i} (group {r.group_id!r})"
+
+
+def _first_bad(values: np.ndarray, bad: np.ndarray) -> str:
+    j = int(np.flatnonzero(bad)[0])
+    return f"[{j}] = {values[j]!r}"
+
+
+def _numbers(
+    v: Any, where: str, name: str, *, none_ok: bool = False, kinds: str = "iuf"
+) -> np.ndarray:
+    """``v`` as a 1-D numeric array, or a TreeprepError naming the field (a ragged or nested list,
+    strings, booleans; None entries unless ``none_ok``, which reads them as NaN)."""
+    try:
+        a = np.asarray(v)
+    except (ValueError, TypeError) as e:
+        raise TreeprepError(f"{where}: {name} is not a flat list of numbers ({e})") from e
+    if a.ndim != 1:
+        raise TreeprepError(f"{where}: {name} must be a flat list, got shape {a.shape}")
+    if a.dtype.kind == "O":  # Python ints beyond 64 bits, or mixed objects
+        out = np.empty(len(a), dtype=np.float64)
+        for j, x in enumerate(a.tolist()):
+            if x is None and none_ok:
+                x = np.nan
+            elif not isinstance(x, int | float) or isinstance(x, bool) or abs(x) >= 2**63:
+                raise TreeprepError(f"{where}: {name}[{j}] = {x!r} is not a number in range")
+            out[j] = x
+        a = out
+    if a.dtype.kind not in kinds:
+        raise TreeprepError(f"{where}: {name} must hold numbers, got {a.dtype} values")
+    return a
+
+
+def token_ids(v: Any, where: str, vocab_size: int | None = None) -> np.ndarray:
+    """Token ids as int64: whole numbers in ``[0, vocab_size)`` (``[0, 2**31)`` without a
+    vocabulary); 5.0 is accepted, 5.7, NaN, -1 or 2**32+5 are refused with the index."""
+    a = _numbers(v, where, "input_ids")
+    if len(a) == 0:
         raise TreeprepError(f"{where}: input_ids must be a non-empty list of token ids")
-    if mask.shape != ids.shape or not np.isin(mask, (0, 1)).all():
-        raise TreeprepError(f"{where}: loss_mask must hold one 0 or 1 per token")
+    if a.dtype.kind == "f":
+        bad = ~np.isfinite(a) | (a != np.floor(a))
+        if bad.any():
+            raise TreeprepError(f"{where}: input_ids{_first_bad(a, bad)} is not a whole number")
+    limit = _ID_LIMIT if vocab_size is None else int(vocab_size)
+    bad = (a < 0) | (a >= limit)
+    if bad.any():
+        span = "the token id range" if vocab_size is None else "the model's vocabulary"
+        raise TreeprepError(
+            f"{where}: input_ids{_first_bad(a, bad)} is outside {span} [0, {limit})"
+        )
+    return a.astype(np.int64)
+
+
+def _trained_logprobs(v: Any, where: str, name: str, on: np.ndarray) -> np.ndarray:
+    """Per-token log-probs read where the loss mask is 1: finite there (a NaN or inf would pass
+    for "missing" and escape the clip); untrained positions may hold anything, None included."""
+    a = _numbers(v, where, name, none_ok=True).astype(np.float64)
+    if len(a) != len(on):
+        raise TreeprepError(f"{where}: {name} has {len(a)} values for {len(on)} tokens")
+    bad = on & ~np.isfinite(a)
+    if bad.any():
+        raise TreeprepError(
+            f"{where}: {name}{_first_bad(a, bad)} is not a finite log-prob at a trained token"
+        )
+    return a[on]
+
+
+def _scalar(x: Any, where: str, name: str) -> float | None:
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError) as e:
+        raise TreeprepError(f"{where}: {name} = {x!r} is not a number") from e
+    if isinstance(x, bool) or not np.isfinite(f):
+        raise TreeprepError(f"{where}: {name} = {x!r} is not a finite number")
+    return f
+
+
+def _sequence(r: Rollout, i: int, vocab_size: int | None = None) -> TokenSequence:
+    """One rollout checked and turned into a sequence; every refusal names the rollout index,
+    its group and the field."""
+    where = _where(r, i)
+    ids = token_ids(r.input_ids, where, vocab_size)
+    mask = _numbers(r.loss_mask, where, "loss_mask", kinds="iufb")
+    if mask.shape != ids.shape:
+        raise TreeprepError(f"{where}: loss_mask has {len(mask)} values for {len(ids)} tokens")
+    bad = ~np.isin(mask, (0, 1))
+    if bad.any():
+        raise TreeprepError(f"{where}: loss_mask{_first_bad(mask, bad)} is not 0 or 1")
     on = mask.astype(bool)
 
     def per_token(v: Sequence[float] | None, name: str) -> np.ndarray | None:
-        if v is None:
-            return None
-        a = np.asarray(v, dtype=np.float64)
-        if a.shape != ids.shape:
-            raise TreeprepError(f"{where}: {name} has {len(a)} values for {len(ids)} tokens")
-        return a[on]
+        return None if v is None else _trained_logprobs(v, where, name, on)
 
     return TokenSequence(
         group_id=str(r.group_id),
         tokens=ids,
-        loss_spans=_spans(mask),
+        loss_spans=_spans(mask.astype(np.int64)),
         logprobs=per_token(r.old_logprobs, "old_logprobs"),
         ref_logprobs=per_token(r.ref_logprobs, "ref_logprobs"),
-        reward=None if r.reward is None else float(r.reward),
-        advantage=None if r.advantage is None else float(r.advantage),
+        reward=_scalar(r.reward, where, "reward"),
+        advantage=_scalar(r.advantage, where, "advantage"),
         trajectory_id=str(r.trajectory_id) if r.trajectory_id is not None else f"call-{i}",
         call_id=str(i),
         order=i,
@@ -109,6 +191,23 @@ class OnlineStep:
     budget: int | None
     #: per micro-batch: True when it runs as hand-off parts
     handoff: list[bool] = field(default_factory=list)
+    #: per rollout (in the order given): its largest token id, checked against the model's
+    #: vocabulary before anything runs
+    max_ids: list[int] = field(default_factory=list)
+
+    def check_vocab(self, model: torch.nn.Module) -> None:
+        """TreeprepError naming the first rollout with a token id outside ``model``'s input
+        embeddings (else an IndexError on the CPU, a device-side assert on a GPU)."""
+        emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        n = getattr(emb, "num_embeddings", None)
+        if n is None:
+            return
+        for i, top in enumerate(self.max_ids):
+            if top >= n:
+                raise TreeprepError(
+                    f"rollout {i}: input_ids holds token id {top}, outside the model's "
+                    f"vocabulary [0, {n})"
+                )
 
     @property
     def tokens_tree(self) -> int:
@@ -128,6 +227,7 @@ class OnlineStep:
                 "a tree is over the budget and runs as hand-off parts, whose backward is "
                 "interleaved with the forward: use OnlineStep.backward"
             )
+        self.check_vocab(model)
         return [loss_with_config(model, b, cfg, attn=attn).loss for b in self.micro_batches]
 
     def backward(
@@ -142,6 +242,7 @@ class OnlineStep:
         returns the step's loss and metrics (``clip_frac``, ``approx_kl``, ``entropy``, ...)."""
         from treeprep.trainer.parts import run_parts
 
+        self.check_vocab(model)
         total = 0.0
         sums = StepSums()
         for b, parts in zip(self.micro_batches, self.handoff, strict=True):
@@ -166,14 +267,20 @@ def build_step(
     adv_norm: str = "grpo",
     budget: int | None = None,
     device: str | torch.device = "cpu",
+    vocab_size: int | None = None,
 ) -> OnlineStep:
     """Tries, advantages and micro-batches of one step's rollouts (module docstring).
 
     ``budget`` (tokens per micro-batch; None: one micro-batch) packs small trees together and runs
-    a tree over it as hand-off parts."""
+    a tree over it as hand-off parts. Every rollout is checked first (whole token ids in
+    ``[0, vocab_size)``, a 0/1 loss mask, finite log-probs at trained tokens, a finite reward and
+    advantage); a refusal names the rollout's index and the field. Without ``vocab_size`` the ids
+    are checked against the model's vocabulary when the step runs."""
     groups: dict[str, list[TokenSequence]] = {}
+    max_ids: list[int] = []
     for i, r in enumerate(rollouts):
-        s = _sequence(r, i)
+        s = _sequence(r, i, vocab_size)
+        max_ids.append(int(s.tokens.max()))
         groups.setdefault(s.group_id, []).append(s)
     if not groups:
         raise TreeprepError("build_step needs at least one rollout")
@@ -199,7 +306,7 @@ def build_step(
     bins = _pack([len(r["input_ids"]) for r in rows], budget)
     batches = [TreeBatch.from_trees([rows[i] for i in b], **kw) for b in bins]
     over = [budget is not None and bt.num_tokens > budget for bt in batches]
-    return OnlineStep(rows, batches, budget, over)
+    return OnlineStep(rows, batches, budget, over, max_ids)
 
 
 def _pack(sizes: list[int], budget: int | None) -> list[list[int]]:

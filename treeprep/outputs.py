@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from treeprep import __version__
-from treeprep.atomic import commit, write_atomic
+from treeprep.atomic import commit, write_atomic, writing
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest, TokenizerIdentity
 from treeprep.schemas.manifest import Counts, DuplicateInput, InputEntry, ShardEntry
@@ -50,7 +50,7 @@ def forget_manifest(out: str) -> set[str]:
 def write_rejects(jobs: list[FileJob], out: str) -> None:
     """``OUT/rejects.jsonl``: every file's rejects, in input order, atomically."""
     rej_path = os.path.join(out, "rejects.jsonl")
-    with open(rej_path + ".tmp", "wb") as rej_out:
+    with writing(rej_path, rej_path + ".tmp"), open(rej_path + ".tmp", "wb") as rej_out:
         for job in jobs:
             p = job.rejects_path()
             if os.path.exists(p):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from treeprep.atomic import commit, sha256_of
+from treeprep.atomic import commit, make_dirs, sha256_of, writing
 from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry
 from treeprep.schemas.shard import open_shard, shard_paths
@@ -43,7 +43,11 @@ def write_shard(trees: list[Tree], path: str) -> tuple[int, str]:
     """Write ``trees`` to ``path`` atomically. Returns (bytes, sha256)."""
     tmp = path + ".tmp"
     opts = ipc.IpcWriteOptions(compression="zstd")
-    with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, TREE_SCHEMA, options=opts) as w:
+    with (
+        writing(path, tmp),
+        pa.OSFile(tmp, "wb") as sink,
+        ipc.new_file(sink, TREE_SCHEMA, options=opts) as w,
+    ):
         for i in range(0, len(trees), BATCH_TREES):
             w.write_table(trees_to_table(trees[i : i + BATCH_TREES]))
     sha = sha256_of(tmp)
@@ -68,7 +72,7 @@ class ShardWriter:
         before_write: Callable[[str], None] | None = None,
     ) -> None:
         self.shard_dir = os.path.join(out, "shards")
-        os.makedirs(self.shard_dir, exist_ok=True)
+        make_dirs(self.shard_dir)
         self.before_write = before_write
         self.shard_tokens = shard_tokens
         self.entries: list[ShardEntry] = []

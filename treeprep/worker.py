@@ -34,7 +34,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from treeprep.atomic import commit, crash_point
+from treeprep.atomic import commit, crash_point, make_dirs, writing
 from treeprep.errors import InputError, RenderError, TreeprepError
 from treeprep.schemas import Reject
 from treeprep.sequence import Sequence
@@ -137,7 +137,7 @@ def process_file(job: FileJob) -> FileResult:
     from treeprep.io import read_head
 
     cfg = _worker_state["cfg"]
-    os.makedirs(job.work_dir, exist_ok=True)
+    make_dirs(job.work_dir)
     if job.error is not None:
         result = FileResult(job.name, "unknown", 1, 1, 0)
         finish_file(job, result, [_reject(file=job.name, line=0, reason=job.error)])
@@ -152,8 +152,9 @@ def process_file(job: FileJob) -> FileResult:
     rejects: list[dict] = []
     seq_path = job.sequences_path()
     tmp = seq_path + ".tmp"
-    with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
-        n_read, n_seq = _render_records(job, spec, _read_options(cfg), writer, rejects)
+    with writing(seq_path, tmp):
+        with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
+            n_read, n_seq = _render_records(job, spec, _read_options(cfg), writer, rejects)
     commit(tmp, seq_path)
     crash_point("after-work-file")
     result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)

@@ -41,7 +41,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from treeprep.atomic import crash_point, sha256_of, write_atomic
+from treeprep.atomic import crash_point, make_dirs, sha256_of, write_atomic, writing
 from treeprep.errors import TreeprepError
 from treeprep.sequence import Sequence
 
@@ -393,9 +393,10 @@ def lock_out(out: str) -> Iterator[None]:
     import fcntl
 
     work = os.path.join(out, ".work")
-    os.makedirs(work, exist_ok=True)
+    make_dirs(work)
     path = os.path.join(work, LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    with writing(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

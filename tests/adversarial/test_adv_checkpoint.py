@@ -102,3 +102,86 @@ def test_train_refuses_a_build_with_no_trainable_target(run: tuple[Path, Path], 
     (empty / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(TrainingError, match="no trainable target"):
         train(_cfg(empty, tmp_path / "r", steps=3))
+
+
+def _resign(ck: Path) -> None:
+    st = json.loads((ck / "state.json").read_text())
+    st["files"] = ckpt_mod.checksum_files(str(ck))
+    (ck / "state.json").write_text(json.dumps(st))
+
+
+def _zero_weights(path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    sd = load_file(str(path))
+    save_file({k: torch.zeros_like(v) for k, v in sd.items()}, str(path))
+
+
+@pytest.mark.parametrize(
+    "added",
+    ["model/model.safetensors.index.json", "model/adapter_model.safetensors", "model/evil.bin"],
+)
+def test_unlisted_weights_in_a_checkpoint_are_refused(
+    run: tuple[Path, Path], tmp_path: Path, added: str
+) -> None:
+    """Issue 26 item 13: a weights or index file that state.json does not list, added to a
+    verified checkpoint, used to win over the listed model.safetensors (the index)."""
+    ck = _copy_ckpt(run[1], tmp_path)
+    evil = tmp_path / "evil.safetensors"
+    shutil.copy(ck / "model" / "model.safetensors", evil)
+    _zero_weights(evil)
+    keys = json.loads((ck / "state.json").read_text())["files"]
+    assert added not in keys
+    if added.endswith(".index.json"):
+        shutil.copy(evil, ck / "model" / "zeros.safetensors")
+        from safetensors import safe_open
+
+        with safe_open(str(evil), "pt") as f:
+            wm = {k: "zeros.safetensors" for k in f.keys()}
+        (ck / added).write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    else:
+        shutil.copy(evil, ck / added)
+    with pytest.raises(ckpt_mod.CheckpointError, match=r"does not list"):
+        ckpt_mod.open_checkpoint(str(ck))
+
+
+def test_index_names_outside_the_model_folder_are_refused(
+    run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A listed (re-signed) index whose weight_map joins ``../``: nothing outside the verified
+    files is read."""
+    ck = _copy_ckpt(run[1], tmp_path)
+    outside = tmp_path / "outside.safetensors"
+    shutil.copy(ck / "model" / "model.safetensors", outside)
+    (ck / "model" / "model.safetensors").rename(ck / "model" / "shard.safetensors")
+    wm = {"a": "shard.safetensors", "b": "../../outside.safetensors"}
+    (ck / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    _resign(ck)
+    c = ckpt_mod.open_checkpoint(str(ck))
+    with pytest.raises(ckpt_mod.CheckpointError, match=r"weight_map names '\.\./\.\./outside"):
+        c.model_state()
+    wm["b"] = "other.safetensors"  # a plain name, but not a listed file
+    (ck / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    _resign(ck)
+    with pytest.raises(ckpt_mod.CheckpointError, match=r"'model/other.safetensors' is not among"):
+        ckpt_mod.open_checkpoint(str(ck)).model_state()
+
+
+def test_a_listed_sharded_index_still_loads(run: tuple[Path, Path], tmp_path: Path) -> None:
+    """save_pretrained's sharded layout (an index and its shards, all listed) loads every shard."""
+    from safetensors.torch import load_file, save_file
+
+    ck = _copy_ckpt(run[1], tmp_path)
+    sd = load_file(str(ck / "model" / "model.safetensors"))
+    (ck / "model" / "model.safetensors").unlink()
+    keys = sorted(sd)
+    half = len(keys) // 2
+    wm = {}
+    for i, part in enumerate((keys[:half], keys[half:])):
+        name = f"model-0000{i + 1}-of-00002.safetensors"
+        save_file({k: sd[k] for k in part}, str(ck / "model" / name))
+        wm.update({k: name for k in part})
+    (ck / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    _resign(ck)
+    got = ckpt_mod.open_checkpoint(str(ck)).model_state()
+    assert sorted(got) == keys and all(torch.equal(got[k], sd[k]) for k in keys)
