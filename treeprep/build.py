@@ -161,7 +161,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         chat_template=cfg.chat_template,
         date=cfg.date,
     )
-    inputs = discover_inputs(cfg.inputs)
+    inputs = discover_inputs(cfg.inputs, out=cfg.out)
     work_root = os.path.join(cfg.out, ".work")
     with lock_out(cfg.out):
         index = OutIndex.load(cfg.out)

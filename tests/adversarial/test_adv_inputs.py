@@ -292,3 +292,54 @@ def test_relative_and_absolute_paths_give_the_same_bytes(tmp_path: Path) -> None
     h1, h2, h3 = (output_hashes(tmp_path / o) for o in ("o1", "o2", "o3"))
     assert h1 == h2 == h3
     assert not any(str(tmp_path) in json.dumps(manifest(tmp_path / o)) for o in ("o1", "o2"))
+
+
+# ---- issue 26 item 1: a FIFO or a link to a device is one reject, not a hang --------------------
+
+
+def test_fifo_and_link_to_a_device_are_rejects_not_a_hang(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "good.jsonl", good_rows(3))
+    os.mkfifo(logs / "p.jsonl")
+    (logs / "z.jsonl").symlink_to("/dev/zero")
+    # a subprocess with a timeout: before the fix, opening the FIFO blocked the build forever
+    res = run_subprocess(["build", str(logs), "-o", str(tmp_path / "o"), "--json"], timeout=30)
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = assert_reconciles(tmp_path / "o")
+    by_file = {r["file"]: r["reason"] for r in rejects(tmp_path / "o")}
+    assert by_file["p.jsonl"].startswith("not a regular file: a named pipe (FIFO)")
+    assert "a character device" in by_file["z.jsonl"]
+    assert m["counts"]["records_in_trees"] == 3 and m["counts"]["records_rejected"] == 2
+    # named on the command line, a FIFO is a reject too (it was "no such file or folder")
+    res = run_subprocess(
+        ["build", str(logs / "good.jsonl"), str(logs / "p.jsonl"), "-o", str(tmp_path / "o2")],
+        timeout=30,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [r["file"] for r in rejects(tmp_path / "o2")] == ["p.jsonl"]
+
+
+# ---- issue 26 item 10: an OUT inside the input folder is never read back ------------------------
+
+
+def test_out_inside_the_input_folder_is_not_read_back(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "a.jsonl", good_rows(3, "a"))
+    write_jsonl(logs / "sub" / "b.jsonl", good_rows(2, "b"))
+    # another build's folder (manifest, rejects, shards) in the input folder: left out as well
+    code, out = build_cli(logs / "old", logs / "sub")
+    assert code == 0, out
+    (logs / "old" / "rejects.jsonl").write_text(json.dumps(rollout("x", [1], [2])) + "\n")
+    o = logs / "o"
+    code, out = build_cli(o, logs)
+    assert code == 0, out
+    first = output_hashes(o)
+    code, out = build_cli(o, logs)  # OUT now holds manifest.json, rejects.jsonl and shards
+    assert code == 0, out
+    assert output_hashes(o) == first
+    m = assert_reconciles(o)
+    assert [i["path"] for i in m["inputs"]] == ["a.jsonl", "sub/b.jsonl"]
+    assert m["skipped_files"] == [] and m["counts"]["records_read"] == 5
+    code, out = build_cli(tmp_path / "g", str(logs / "**" / "*.jsonl"))  # a glob leaves them out
+    assert code == 0, out
+    assert [i["path"] for i in manifest(tmp_path / "g")["inputs"]] == ["a.jsonl", "sub/b.jsonl"]
