@@ -343,3 +343,48 @@ def test_out_inside_the_input_folder_is_not_read_back(tmp_path: Path) -> None:
     code, out = build_cli(tmp_path / "g", str(logs / "**" / "*.jsonl"))  # a glob leaves them out
     assert code == 0, out
     assert [i["path"] for i in manifest(tmp_path / "g")["inputs"]] == ["a.jsonl", "sub/b.jsonl"]
+
+
+# ---- issue 26 item 3: a deeply nested first record is a reject, not a crashed detection ---------
+
+
+def test_deeply_nested_first_record_is_a_reject_naming_the_line(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "good.jsonl", good_rows(2))
+    (logs / "deep.jsonl").write_text('{"a": ' * 1000 + "1" + "}" * 1000 + "\n")
+    schema = '{"type": "object", "properties": {"x": ' * 495 + '{"type": "string"}' + "}}" * 495
+    tool = '{"type": "function", "function": {"name": "f", "parameters": ' + schema + "}}"
+    ok = json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                     "completion": {"role": "assistant", "content": "yo"}})  # fmt: skip
+    (logs / "tools.jsonl").write_text(ok[:-1] + ', "tools": [' + tool + "]}\n" + ok + "\n")
+    code, out = build_cli(tmp_path / "o", logs)  # before the fix: RecursionError, nothing written
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    by_file = {r["file"]: r for r in rejects(tmp_path / "o")}
+    assert by_file["deep.jsonl"]["line"] == 1
+    assert "nested deeper than 200 levels" in by_file["deep.jsonl"]["reason"]
+    assert by_file["tools.jsonl"]["line"] == 1  # detected by its line 2; line 1 is its reject
+    assert "nested deeper than 100 levels" in by_file["tools.jsonl"]["reason"]
+    assert m["counts"]["records_in_trees"] == 3
+
+
+# ---- issue 26 item 8: a compressed file cut inside its first block is a reject ------------------
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_compressed_file_cut_in_its_first_block_is_a_reject(tmp_path: Path, suffix: str) -> None:
+    import gzip
+
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "good.jsonl", good_rows(2))
+    data = "".join(json.dumps(r) + "\n" for r in good_rows(50)).encode()
+    packed = gzip.compress(data) if suffix == ".gz" else zstandard.ZstdCompressor().compress(data)
+    (logs / f"cut.jsonl{suffix}").write_bytes(packed[:24])  # no whole line decodes
+    code, out = build_cli(tmp_path / "o", logs)
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    (rej,) = rejects(tmp_path / "o")  # before the fix: "no known format", skipped, no reject
+    kind = "gzip" if suffix == ".gz" else "zstd"
+    assert rej["file"] == f"cut.jsonl{suffix}" and rej["line"] >= 1
+    assert f"truncated or corrupt {kind} stream" in rej["reason"]
+    assert m["skipped_files"] == []
