@@ -386,16 +386,39 @@ def _is_shard_name(name: str) -> bool:
     return len(parts) == 2 and parts[0] == "shards" and parts[1] not in ("", ".", "..")
 
 
+#: descriptors of the ``OUT`` locks this process holds: a forked child closes them at once
+_held_locks: set[int] = set()
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child: close the lock descriptors the parent holds. An ``flock`` belongs to
+    the open file, which a fork shares, so a worker that outlived its build would otherwise
+    keep ``OUT`` locked against the rerun. The parent's lock is untouched."""
+    for fd in _held_locks:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_locks.clear()
+
+
+_fork_hook = [False]  # registered on the first lock, not at import
+
+
 @contextlib.contextmanager
 def lock_out(out: str) -> Iterator[None]:
     """Hold an exclusive lock on ``OUT`` for a build; TreeprepError at once when another build
-    (in this or another process) holds it. The OS drops the lock when the holder dies."""
+    (in this or another process) holds it. The OS drops the lock when the holder dies. The lock
+    is not inherited: its descriptor is closed on exec (Python's default) and in a forked child
+    (:func:`_drop_inherited_locks`), so only the build's own process holds it."""
     import fcntl
 
     work = os.path.join(out, ".work")
     os.makedirs(work, exist_ok=True)
     path = os.path.join(work, LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if not _fork_hook[0]:
+        os.register_at_fork(after_in_child=_drop_inherited_locks)
+        _fork_hook[0] = True
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    _held_locks.add(fd)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -406,4 +429,5 @@ def lock_out(out: str) -> Iterator[None]:
             ) from e
         yield
     finally:
+        _held_locks.discard(fd)
         os.close(fd)
