@@ -388,3 +388,60 @@ def test_compressed_file_cut_in_its_first_block_is_a_reject(tmp_path: Path, suff
     assert rej["file"] == f"cut.jsonl{suffix}" and rej["line"] >= 1
     assert f"truncated or corrupt {kind} stream" in rej["reason"]
     assert m["skipped_files"] == []
+
+
+# ---- issue 26 items 7, 9: Parquet rows have a size limit; a corrupt page names its row group ----
+
+
+def _chat(i: int, text: str = "") -> dict:
+    return {"messages": [{"role": "user", "content": f"q{i} {text}"},
+                         {"role": "assistant", "content": f"a{i}"}]}  # fmt: skip
+
+
+def test_parquet_row_over_the_record_limit_is_a_reject_and_unused_columns_are_not_read(
+    tmp_path: Path,
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [_chat(0), _chat(1, "x" * (2 << 20)), _chat(2)]
+    blobs = ["", "", "y" * (2 << 20)]  # a column no conversation reads
+    table = pa.Table.from_pylist([{**r, "blob": b} for r, b in zip(rows, blobs, strict=True)])
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "c.parquet")
+    code, out = build_cli(tmp_path / "o", tmp_path / "in", extra=("--max-record-mb", "1"))
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    (rej,) = rejects(tmp_path / "o")  # before the fix: the 2 MB row was accepted
+    assert rej["line"] == 2 and "over the limit of 1,048,576 bytes per record" in rej["reason"]
+    assert m["counts"]["records_in_trees"] == 2
+
+
+def test_corrupt_parquet_page_names_the_row_group_and_the_rest_is_read(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.Table.from_pylist([_chat(i, "w " * 40) for i in range(40)]), good,
+                   row_group_size=20, compression="zstd")  # fmt: skip
+    page = pq.ParquetFile(good).metadata.row_group(1).column(1).data_page_offset
+    (tmp_path / "in").mkdir()
+    bad = tmp_path / "in" / "c.parquet"
+    for k in range(64):  # a flip in row group 1's page that its decoder refuses
+        data = bytearray(good.read_bytes())
+        data[page + k] ^= 0x5A
+        bad.write_bytes(bytes(data))
+        try:
+            for _ in pq.ParquetFile(bad).iter_batches(row_groups=[1]):
+                pass
+        except (OSError, ValueError):
+            break
+    else:
+        raise AssertionError("no flip breaks the page")
+    code, out = build_cli(tmp_path / "o", bad)
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    (rej,) = rejects(tmp_path / "o")  # before the fix: "internal error in adapter"
+    assert rej["line"] == 21 and "internal error" not in rej["reason"]
+    assert rej["reason"].startswith("cannot read Parquet row group 1 (rows 21-40): ")
+    assert m["counts"]["records_in_trees"] == 20
