@@ -69,7 +69,7 @@ from treeprep.errors import TooManyErrors, TreeprepError
 from treeprep.outputs import forget_manifest, make_manifest, write_manifest, write_rejects
 from treeprep.schemas import SCHEMA_VERSION, Manifest
 from treeprep.schemas.manifest import Counts
-from treeprep.workfiles import FileJob, FileResult, OutIndex, lock_out, read_result
+from treeprep.workfiles import WORK_FORMAT, FileJob, FileResult, OutIndex, lock_out, read_result
 
 if TYPE_CHECKING:
     from treeprep.io import InputSet
@@ -245,6 +245,7 @@ def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
             _file_digest(cfg.tools),
             str(cfg.max_record_bytes),
             str(SCHEMA_VERSION),
+            WORK_FORMAT,
             __version__,
         )
     )

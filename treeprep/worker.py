@@ -44,6 +44,7 @@ from treeprep.workfiles import (
     WORK_SCHEMA,
     FileJob,
     FileResult,
+    PrefixSharing,
     finish_file,
     sequences_to_batch,
 )
@@ -239,6 +240,7 @@ def _render_records(
     named = _Names(job)
     n_read = n_seq = 0
     buf: list[Sequence] = []
+    sharing = PrefixSharing()
     items = spec.read(job.path, opts)
     while True:
         try:
@@ -280,7 +282,7 @@ def _render_records(
         except RecursionError:
             rejects.append(_reject(**where, reason="nested too deep to render", format=spec.name))
             continue
-        buf.append(seq)
+        buf.append(sharing.share(seq, n_seq))
         n_seq += 1
         if len(buf) >= WORK_BATCH:
             writer.write_batch(sequences_to_batch(buf))

@@ -62,6 +62,7 @@ from treeprep.formats.openai_chat import (
 )
 from treeprep.io import record_limit
 from treeprep.schemas import ChatCall, Provenance, Reject
+from treeprep.schemas.records import Message
 
 MESSAGES = "chat-messages"
 SHAREGPT = "sharegpt"
@@ -228,8 +229,12 @@ def convert(
     opts: ReadOptions,
     index: int = 0,
     from_struct: bool = False,
-) -> list[Item]:
-    """Every target of one conversation as a ChatCall; a record that does not fit is one Reject."""
+) -> Iterator[Item]:
+    """Every target of one conversation as a ChatCall; a record that does not fit is one Reject.
+
+    The calls are made one at a time, as they are read, and share the conversation's message
+    objects (validated once): a record of N turns holds O(N) messages, not the O(N^2) of N
+    histories held at once."""
     try:
         messages, targets, wheres, tools = conversation(
             rec, sharegpt=fmt == SHAREGPT, from_struct=from_struct
@@ -243,39 +248,47 @@ def convert(
         reward = number_of(rec, "reward")
     except RecordError as e:
         where = f"[{index - 1}]: " if index else ""
-        return [Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)]
+        yield Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)
+        return
     model = rec.get("model") if isinstance(rec.get("model"), str) else None
-    out: list[Item] = []
+    shared = _validated(messages)
     k = 0
-    for i, (msg, target) in enumerate(zip(messages, targets, strict=True)):
+    for i, target in enumerate(targets):
         if not target:
             continue
         why = "an assistant turn with nothing before it to prompt it" if i == 0 else None
         if why is None:
             try:
-                out.append(
-                    ChatCall(
-                        group_id=gid,
-                        call_id=f"{gid}#{k}",
-                        parent_call_id=f"{gid}#{k - 1}" if k else None,
-                        model=model,
-                        messages=messages[:i],  # type: ignore[arg-type]
-                        tools=tools,
-                        completion=msg,  # type: ignore[arg-type]
-                        reward=reward,
-                        provenance=Provenance(exact_messages=True, reconstructed=True),
-                        source_file=file,
-                        source_line=line,
-                        source_format=fmt,
-                    )
+                yield ChatCall(
+                    group_id=gid,
+                    call_id=f"{gid}#{k}",
+                    parent_call_id=f"{gid}#{k - 1}" if k else None,
+                    model=model,
+                    messages=shared[:i],  # type: ignore[arg-type]
+                    tools=tools,
+                    completion=shared[i],  # type: ignore[arg-type]
+                    reward=reward,
+                    provenance=Provenance(exact_messages=True, reconstructed=True),
+                    source_file=file,
+                    source_line=line,
+                    source_format=fmt,
                 )
             except ValidationError as e:
                 why = validation_reason(e)
         if why is not None:
             why = f"{wheres[i]}: {why}"
-            out.append(Reject(file=file, line=line, format=fmt, call_id=f"{gid}#{k}", reason=why))
+            yield Reject(file=file, line=line, format=fmt, call_id=f"{gid}#{k}", reason=why)
         k += 1
-    return out
+
+
+def _validated(messages: list[dict[str, Any]]) -> list[Any]:
+    """The messages as :class:`~treeprep.schemas.records.Message` objects, each validated once
+    and shared by every call of the conversation; the dicts themselves when one does not
+    validate (each call then validates its own, and its reject names the field as before)."""
+    try:
+        return [Message.model_validate(m) for m in messages]
+    except ValidationError:
+        return messages
 
 
 # --------------------------------------------------------------------------------------------
