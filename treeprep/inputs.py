@@ -208,6 +208,22 @@ def _not_regular(mode: int) -> str | None:
     return f"not a regular file: {kind} (only regular files are read)"
 
 
+def _glob(
+    spec: str, seen_dirs: set[tuple[int, int]], bad: list[tuple[str, str]], builds: _BuildFolders
+) -> list[str]:
+    """The files a glob matches, folders among the matches walked, build folders left out."""
+    matches = sorted(glob.glob(spec, recursive=True)) if glob.has_magic(spec) else []
+    base = _glob_base(spec)
+    files: list[str] = []
+    for m in matches:
+        if _through_loop(m):
+            continue  # ``**`` followed a link back into a folder above it
+        if builds.inside(m, base) or (os.path.isdir(m) and builds.skip(m)):
+            continue  # inside a build's output folder
+        files.extend(_walk(m, seen_dirs, bad, builds) if os.path.isdir(m) else [m])
+    return files
+
+
 def _file_error(path: str) -> str | None:
     """Why ``path`` cannot be read as an input file, or None. The file is ``stat``-ed before it
     is opened: opening a FIFO blocks until a writer comes."""
@@ -262,24 +278,11 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
             found.append((spec, True))
             bases.append(os.path.dirname(spec) or ".")
         else:
-            matches = sorted(glob.glob(spec, recursive=True)) if glob.has_magic(spec) else []
-            n = 0
-            base = _glob_base(spec)
-            for m in matches:
-                if _through_loop(m):
-                    continue  # ``**`` followed a link back into a folder above it
-                if builds.inside(m, base) or (os.path.isdir(m) and builds.skip(m)):
-                    continue  # inside a build's output folder
-                if os.path.isdir(m):
-                    files = _walk(m, seen_dirs, bad, builds)
-                    found.extend((f, False) for f in files)
-                    n += len(files)
-                else:
-                    found.append((m, False))
-                    n += 1
-            if n == 0:
+            files = _glob(spec, seen_dirs, bad, builds)
+            if not files:
                 raise InputError(printable(spec), 0, "no such file or folder")
-            bases.append(base)
+            found.extend((f, False) for f in files)
+            bases.append(_glob_base(spec))
     root = os.path.commonpath([os.path.abspath(b) for b in bases])
 
     def name_of(path: str) -> str:

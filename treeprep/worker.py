@@ -14,6 +14,12 @@ The same function runs in every engine: inline, in a forked or spawned pool proc
 not depend on the engine. The worker's state is a module-level dict rather than an object,
 because a process pool's initializer can only set globals.
 
+Detection is part of a file's work: a first record over the size or depth limits, or a
+compressed stream that breaks before any format is seen, makes the file one reject naming the
+line (:func:`_detect`), never a crashed build. Rows of one group share their common prefix with
+the row before (:class:`~treeprep.workfiles.PrefixSharing`), so a conversation of N turns
+writes O(N) tokens.
+
 An adapter turns malformed records into rejects and raises InputError when the whole file is
 unusable; any other exception escaping it is a bug in the adapter, and it too becomes a reject
 (``internal error in adapter X: TypeError: ...``, the rest of that file) rather than the end of
