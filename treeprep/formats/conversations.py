@@ -320,12 +320,14 @@ def _read_parquet(path: str, fmt: str, opts: ReadOptions) -> Iterator[Item]:
     ``--max-record-mb`` bytes is a reject, never converted to Python; a row group that cannot be
     decoded (a corrupt page) is one reject naming it and its rows, and reading goes on.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    broken = (OSError, ValueError, pa.ArrowException)  # what pyarrow raises on a bad file
     try:
         pf = pq.ParquetFile(path)
         columns = _parquet_needed(pf.schema_arrow.names, fmt, opts)
-    except (OSError, ValueError) as e:  # pyarrow raises ArrowInvalid (a ValueError) or OSError
+    except broken as e:
         yield Reject(file=path, line=0, reason=f"cannot read Parquet file: {e}", format=fmt)
         return
     limit = record_limit()
@@ -336,7 +338,7 @@ def _read_parquet(path: str, fmt: str, opts: ReadOptions) -> Iterator[Item]:
         while True:
             try:
                 batch = next(batches, None)
-            except (OSError, ValueError) as e:  # a corrupt page: ArrowInvalid or OSError
+            except broken as e:  # a corrupt page
                 why = f"cannot read Parquet row group {rg} (rows {row + 1}-{end}): {e}"
                 yield Reject(file=path, line=row + 1, reason=why, format=fmt)
                 row = end
