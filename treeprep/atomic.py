@@ -120,8 +120,14 @@ def sha256_of(path: str) -> str:
 def crash_point(name: str) -> None:
     """Test hook: ``TREEPREP_CRASH_AT=name`` kills this process here, as kill -9 would (the
     crash tests in ``tests/adversarial`` stop builds at named points and compare the bytes of
-    the rerun). Costs one environment lookup."""
+    the rerun); ``TREEPREP_STALL_AT=name`` stops it here for good, as a hung file would (the
+    tests that kill a build around its stalled workers). Costs two environment lookups."""
     if os.environ.get("TREEPREP_CRASH_AT") == name:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("TREEPREP_STALL_AT") == name:
+        import time
+
+        while True:
+            time.sleep(3600)

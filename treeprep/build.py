@@ -25,10 +25,14 @@ discover_inputs`) in group ids, ``seq_source``, rejects and the manifest. Counts
 ``records_read == records_in_trees + records_rejected``.
 
 What the build withstands (the README's "Guarantees" lists it for users): a file that cannot be
-read (dangling link, permissions, a non-UTF-8 name) is a reject, not a crash; a second path to one
-file is read once and listed in the manifest; a worker killed mid-file stops the build with an
-error (the files it finished are kept for the rerun) instead of hanging it; ``OUT`` is locked for
-the build; only files builds wrote are deleted; a build where no record reaches a tree stops
+read (dangling link, permissions, a non-UTF-8 name) or is not a regular file (a FIFO, a device)
+is a reject, not a crash or a hang; ``OUT`` and any other build's folder inside the inputs are
+never read as input; a file whose format cannot be detected within the size and depth limits,
+or whose compressed stream breaks before any format is seen, is one reject naming the line; a
+second path to one file is read once and listed in the manifest; a worker killed mid-file stops
+the build with an error (the files it finished are kept for the rerun) instead of hanging it,
+and a build killed outright takes its workers with it; ``OUT`` is locked for the build, by this
+process alone; only files builds wrote are deleted; a build where no record reaches a tree stops
 with :class:`EmptyBuildError` after writing ``rejects.jsonl`` and no manifest.
 
 :func:`build` reads as these stages, one function each: plan the jobs, render the files, write
@@ -69,7 +73,7 @@ from treeprep.errors import TooManyErrors, TreeprepError
 from treeprep.outputs import forget_manifest, make_manifest, write_manifest, write_rejects
 from treeprep.schemas import SCHEMA_VERSION, Manifest
 from treeprep.schemas.manifest import Counts
-from treeprep.workfiles import FileJob, FileResult, OutIndex, lock_out, read_result
+from treeprep.workfiles import WORK_FORMAT, FileJob, FileResult, OutIndex, lock_out, read_result
 
 if TYPE_CHECKING:
     from treeprep.io import InputSet
@@ -161,7 +165,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         chat_template=cfg.chat_template,
         date=cfg.date,
     )
-    inputs = discover_inputs(cfg.inputs)
+    inputs = discover_inputs(cfg.inputs, out=cfg.out)
     work_root = os.path.join(cfg.out, ".work")
     with lock_out(cfg.out):
         index = OutIndex.load(cfg.out)
@@ -245,6 +249,7 @@ def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
             _file_digest(cfg.tools),
             str(cfg.max_record_bytes),
             str(SCHEMA_VERSION),
+            WORK_FORMAT,
             __version__,
         )
     )

@@ -301,7 +301,8 @@ def _build_group(rows: pa.Table) -> pa.Table:
     them to the local engine."""
     rows = rows.sort_by([("file_index", "ascending"), ("row", "ascending")])
     gid = rows.column("group_id")[0].as_py()
-    tree = build_tree(rows_to_sequences(rows), gid)
+    files = rows.column("file_index").to_numpy()
+    tree = build_tree(rows_to_sequences(rows, rows.column("row").to_numpy(), files), gid)
     cols = tree.to_row()
     table = pa.Table.from_pydict({k: [cols[k]] for k in TREE_SCHEMA.names}, schema=TREE_SCHEMA)
     return table.append_column("sequences", pa.array([int(tree.seq_count.sum())], pa.int64()))

@@ -26,7 +26,15 @@ import zstandard
 
 from treeprep.errors import InputError
 
-__all__ = ["BLOCK", "STREAM_ERRORS", "open_binary", "read1", "read_head", "stream_error"]
+__all__ = [
+    "BLOCK",
+    "STREAM_ERRORS",
+    "open_binary",
+    "read1",
+    "read_head",
+    "read_head_checked",
+    "stream_error",
+]
 
 BLOCK = 1 << 20  # bytes per buffered read, and per block of the line reader
 _ZSTD_IN = 1 << 16  # compressed bytes fed to zstd per step (bounds one step's output)
@@ -203,6 +211,13 @@ def stream_error(path: str, line: int, e: BaseException) -> InputError:
 
 def read_head(path: str, n: int = 65536) -> bytes:
     """The first ``n`` decompressed bytes (fewer if the file is shorter or its stream is broken)."""
+    return read_head_checked(path, n)[0]
+
+
+def read_head_checked(path: str, n: int = 65536) -> tuple[bytes, InputError | None]:
+    """The first ``n`` decompressed bytes, and the :class:`InputError` (naming the line that was
+    being read) when the stream broke before them: a ``.gz`` or ``.zst`` cut inside its first
+    block must be a reject with the decoder's message, not a file "of no known format"."""
     parts: list[bytes] = []
     got = 0
     try:
@@ -213,6 +228,7 @@ def read_head(path: str, n: int = 65536) -> bytes:
                     break
                 parts.append(b)
                 got += len(b)
-    except STREAM_ERRORS:
-        pass
-    return b"".join(parts)
+    except STREAM_ERRORS as e:
+        head = b"".join(parts)
+        return head, stream_error(path, head.count(b"\n") + 1, e)
+    return b"".join(parts), None

@@ -14,6 +14,10 @@ markers and writes the same bytes. :class:`LocalEngine` is this process: stage 1
 pool of ``workers`` processes, stage 2 here. Ray Data is the other engine
 (:mod:`treeprep.build_ray`), chosen with :func:`open_engine`.
 
+Workers die with their build: a build killed by kill -9 or SIGTERM takes its pool with it
+(:func:`die_with_parent`), and a forked worker does not hold ``OUT``'s lock
+(:func:`treeprep.workfiles.lock_out`), so the rerun is never refused by a leftover worker.
+
 The local pool keeps at most one file per process in flight, so that a worker that dies (kill -9,
 out of memory) is noticed at once and named: the build stops with :class:`WorkerDied` and the
 files finished so far are kept for the rerun. The cost is a little idle time at the end of the
@@ -24,8 +28,13 @@ largest group plus one shard's buffer in memory (:class:`~treeprep.workfiles.Wor
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -198,13 +207,18 @@ def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
         # pool in a forked child, which it announces unless told so beforehand
         init_worker(cfg.tokenizer, worker_options(cfg), task.renderer)
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        pool = ProcessPoolExecutor(procs, mp_context=mp.get_context("fork"))
+        pool = ProcessPoolExecutor(
+            procs,
+            mp_context=mp.get_context("fork"),
+            initializer=die_with_parent,
+            initargs=(os.getpid(),),
+        )
     else:
         pool = ProcessPoolExecutor(
             procs,
             mp_context=mp.get_context("spawn"),
-            initializer=init_worker,
-            initargs=(cfg.tokenizer, worker_options(cfg)),
+            initializer=_init_spawned,
+            initargs=(os.getpid(), cfg.tokenizer, worker_options(cfg)),
         )
     try:
         with pool:
@@ -214,6 +228,48 @@ def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
         else:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+def die_with_parent(parent: int) -> None:
+    """Pool initializer: this worker ends when the build process ``parent`` ends, however it
+    ends (kill -9, SIGTERM, a crash), so that no worker outlives its build. On Linux the kernel
+    sends the worker SIGKILL (``PR_SET_PDEATHSIG``); elsewhere a thread checks once a second
+    whether the parent is still its parent. A parent that died before either was set up is
+    noticed at once."""
+    if not _kill_me_with_parent():
+        threading.Thread(
+            target=_watch_parent, args=(parent,), name="treeprep-parent-watch", daemon=True
+        ).start()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _kill_me_with_parent() -> bool:
+    """Ask Linux for SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``); False where
+    that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _init_spawned(parent: int, tokenizer: str | None, cfg_dict: dict) -> None:
+    """Pool initializer of a spawned worker: die with the parent, then load the renderer."""
+    die_with_parent(parent)
+    init_worker(tokenizer, cfg_dict)
 
 
 def _one_per_process(

@@ -42,6 +42,11 @@ class RenderError(TreeprepError):
         super().__init__(reason)
 
 
+class TemplateLimitError(RenderError):
+    """A chat template broke one of its limits on a render (time, output size, memory, depth, or
+    the time budget of the process): the record is a reject, and probing the template stops."""
+
+
 class TokenizerError(TreeprepError):
     """A tokenizer folder that cannot be loaded (missing files, no chat template)."""
 

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
+
+import orjson
 
 from treeprep.errors import InputError
 
@@ -57,13 +60,82 @@ class InputSet:
     files: list[InputFile]
     #: (name, name of the file it is the same file as): a second path to one file, read once
     duplicates: list[tuple[str, str]]
+    #: folders left out because a build wrote them (``OUT``, or one holding a treeprep manifest)
+    build_folders: list[str] = field(default_factory=list)
 
 
-def _walk(folder: str, seen_dirs: set[tuple[int, int]], bad: list[tuple[str, str]]) -> list[str]:
+class _BuildFolders:
+    """Folders that builds wrote: the build's own ``OUT`` and any folder holding a treeprep
+    manifest or a build's lock (``.work/build.lock``). Their files are outputs, never inputs:
+    reading an ``OUT`` that lies inside the input folder back in would change the next build's
+    bytes. The folders met are listed in ``found``."""
+
+    def __init__(self, out: str | None) -> None:
+        self._out: tuple[int, int] | None = None
+        if out is not None:
+            try:
+                st = os.stat(out)
+                self._out = (st.st_dev, st.st_ino)
+            except OSError:
+                pass  # not made yet: a first build
+        self._seen: dict[tuple[int, int], bool] = {}
+        self.found: list[str] = []
+
+    def skip(self, folder: str) -> bool:
+        """Whether ``folder`` is a build folder (looked at once per folder)."""
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return False
+        key = (st.st_dev, st.st_ino)
+        if key not in self._seen:
+            self._seen[key] = key == self._out or _holds_build(folder)
+            if self._seen[key]:
+                self.found.append(folder)
+        return self._seen[key]
+
+    def inside(self, path: str, base: str) -> bool:
+        """Whether a folder between ``base`` (excluded) and ``path`` is a build folder."""
+        base_abs = os.path.abspath(base)
+        d = os.path.dirname(os.path.abspath(path))
+        while d != base_abs and d.startswith(base_abs + os.sep):
+            if self.skip(d):
+                return True
+            d = os.path.dirname(d)
+        return False
+
+
+def _holds_build(folder: str) -> bool:
+    """Whether ``folder`` holds a build's lock or a treeprep manifest (``manifest.json`` whose
+    object has ``treeprep_version`` and ``shards``)."""
+    if os.path.isfile(os.path.join(folder, ".work", "build.lock")):
+        return True
+    path = os.path.join(folder, "manifest.json")
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_MANIFEST:
+            return False
+        with open(path, "rb") as f:
+            doc = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and "treeprep_version" in doc and "shards" in doc
+
+
+#: a ``manifest.json`` larger than this is not looked into (a treeprep manifest is far smaller)
+_MAX_MANIFEST = 64 << 20
+
+
+def _walk(
+    folder: str,
+    seen_dirs: set[tuple[int, int]],
+    bad: list[tuple[str, str]],
+    builds: _BuildFolders,
+) -> list[str]:
     """Every non-hidden file under ``folder``, following symbolic links to folders once each (a
-    link loop or a second link to one folder is not walked again). Folders that cannot be listed
-    go to ``bad`` as (path, reason); dangling links are returned like files (they become
-    rejects when opened)."""
+    link loop or a second link to one folder is not walked again) and leaving out build folders
+    (``builds``). Folders that cannot be listed go to ``bad`` as (path, reason); dangling links
+    are returned like files (they become rejects when opened)."""
     found: list[str] = []
 
     def onerror(e: OSError) -> None:
@@ -82,6 +154,8 @@ def _walk(folder: str, seen_dirs: set[tuple[int, int]], bad: list[tuple[str, str
             if (st.st_dev, st.st_ino) in seen_dirs:
                 continue  # a link loop, or a folder reached twice: its files are listed once
             seen_dirs.add((st.st_dev, st.st_ino))
+            if builds.skip(os.path.join(root, d)):
+                continue  # a build's output folder: never read back as input
             keep.append(d)
         dirs[:] = keep
         found.extend(os.path.join(root, f) for f in sorted(files) if not _is_hidden(f))
@@ -115,8 +189,44 @@ def _glob_base(spec: str) -> str:
     return base if os.path.isdir(base) else (os.path.dirname(base) or ".")
 
 
+#: what a file that is not a regular file is, by its ``stat`` mode
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (reading a FIFO or a device such
+    as ``/dev/zero`` would block or never end), else None."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    return f"not a regular file: {kind} (only regular files are read)"
+
+
+def _glob(
+    spec: str, seen_dirs: set[tuple[int, int]], bad: list[tuple[str, str]], builds: _BuildFolders
+) -> list[str]:
+    """The files a glob matches, folders among the matches walked, build folders left out."""
+    matches = sorted(glob.glob(spec, recursive=True)) if glob.has_magic(spec) else []
+    base = _glob_base(spec)
+    files: list[str] = []
+    for m in matches:
+        if _through_loop(m):
+            continue  # ``**`` followed a link back into a folder above it
+        if builds.inside(m, base) or (os.path.isdir(m) and builds.skip(m)):
+            continue  # inside a build's output folder
+        files.extend(_walk(m, seen_dirs, bad, builds) if os.path.isdir(m) else [m])
+    return files
+
+
 def _file_error(path: str) -> str | None:
-    """Why ``path`` cannot be read as an input file, or None."""
+    """Why ``path`` cannot be read as an input file, or None. The file is ``stat``-ed before it
+    is opened: opening a FIFO blocks until a writer comes."""
     try:
         printable_ok = path.encode("utf-8") is not None
     except UnicodeEncodeError:
@@ -126,6 +236,12 @@ def _file_error(path: str) -> str | None:
     if os.path.islink(path) and not os.path.exists(path):
         return f"dangling symbolic link (to {printable(os.readlink(path))})"
     try:
+        not_regular = _not_regular(os.stat(path).st_mode)
+    except OSError as e:
+        return f"cannot open: {e.strerror or e}"
+    if not_regular is not None:
+        return not_regular
+    try:
         with open(path, "rb"):
             pass
     except OSError as e:
@@ -133,15 +249,18 @@ def _file_error(path: str) -> str | None:
     return None
 
 
-def discover_inputs(specs: list[str]) -> InputSet:
+def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
     """Files, folders (recursive, links followed once) and globs -> the build's input files.
 
     Every file is listed once however many paths reach it (links, a repeated argument, a glob
     through a link loop): the others are reported in ``duplicates``. Files that cannot be read
     are kept with their ``error`` (they become rejects, not a crash). Names are relative to the
     input root, the deepest folder holding every named input, so building ``logs`` or
-    ``/abs/path/logs`` gives the same names. Hidden files and folders are skipped.
+    ``/abs/path/logs`` gives the same names. Hidden files and folders are skipped, and so are
+    the build's output folder ``out`` and any folder holding a treeprep manifest or a build's
+    lock, wherever a folder or glob reaches them (listed in ``build_folders``).
     """
+    builds = _BuildFolders(out)
     found: list[tuple[str, bool]] = []
     bases: list[str] = []
     bad: list[tuple[str, str]] = []
@@ -150,29 +269,19 @@ def discover_inputs(specs: list[str]) -> InputSet:
         if os.path.isdir(spec):
             st = os.stat(spec)
             seen_dirs.add((st.st_dev, st.st_ino))
-            files = _walk(spec, seen_dirs, bad)
+            files = _walk(spec, seen_dirs, bad, builds)
             if not files and not any(p.startswith(spec) for p, _ in bad):
                 raise InputError(printable(spec), 0, "folder holds no files")
             found.extend((f, False) for f in files)
             bases.append(spec)
-        elif os.path.isfile(spec) or os.path.islink(spec):
+        elif os.path.lexists(spec):  # a file, a link, or a FIFO or device (a reject)
             found.append((spec, True))
             bases.append(os.path.dirname(spec) or ".")
         else:
-            matches = sorted(glob.glob(spec, recursive=True)) if glob.has_magic(spec) else []
-            n = 0
-            for m in matches:
-                if _through_loop(m):
-                    continue  # ``**`` followed a link back into a folder above it
-                if os.path.isdir(m):
-                    files = _walk(m, seen_dirs, bad)
-                    found.extend((f, False) for f in files)
-                    n += len(files)
-                else:
-                    found.append((m, False))
-                    n += 1
-            if n == 0:
+            files = _glob(spec, seen_dirs, bad, builds)
+            if not files:
                 raise InputError(printable(spec), 0, "no such file or folder")
+            found.extend((f, False) for f in files)
             bases.append(_glob_base(spec))
     root = os.path.commonpath([os.path.abspath(b) for b in bases])
 
@@ -204,7 +313,7 @@ def discover_inputs(specs: list[str]) -> InputSet:
                 continue
             first[(st.st_dev, st.st_ino)] = f
         unique.append(f)
-    return InputSet(unique, duplicates)
+    return InputSet(unique, duplicates, builds.found)
 
 
 def expand_inputs(specs: list[str]) -> list[tuple[str, bool]]:

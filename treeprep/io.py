@@ -23,7 +23,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from treeprep.atomic import sha256_of as file_sha256
-from treeprep.compressed import BLOCK, STREAM_ERRORS, open_binary, read1, read_head, stream_error
+from treeprep.compressed import (
+    BLOCK,
+    STREAM_ERRORS,
+    open_binary,
+    read1,
+    read_head,
+    read_head_checked,
+    stream_error,
+)
 from treeprep.errors import InputError
 from treeprep.inputs import InputFile, InputSet, discover_inputs, expand_inputs, printable
 from treeprep.jsonparse import (
@@ -34,6 +42,7 @@ from treeprep.jsonparse import (
     json_key_in,
     lenient_json_loads,
     load_json_document,
+    nested_deeper,
     parse_json_line,
 )
 from treeprep.schemas import Reject
@@ -55,10 +64,12 @@ __all__ = [
     "json_key_in",
     "lenient_json_loads",
     "load_json_document",
+    "nested_deeper",
     "open_binary",
     "parse_json_line",
     "printable",
     "read_head",
+    "read_head_checked",
     "record_limit",
     "set_max_record_bytes",
 ]

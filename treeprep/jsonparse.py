@@ -38,6 +38,7 @@ __all__ = [
     "json_key_in",
     "lenient_json_loads",
     "load_json_document",
+    "nested_deeper",
     "parse_json_line",
 ]
 
@@ -107,6 +108,18 @@ def find_value(value: Any, path: str) -> str:
         if at == path:
             return str(v)
     return "?"
+
+
+def nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            if d > limit:
+                return True
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
 
 
 def _walk_json(value: Any) -> Iterator[tuple[str, Any]]:

@@ -11,10 +11,17 @@ import numpy as np
 class Sequence:
     """Token ids of one call (prompt + completion) and what is trained in it.
 
-    ``loss_spans`` are half-open ``(start, end)`` spans of trained tokens (offsets in ``tokens``).
+    ``loss_spans`` are half-open ``(start, end)`` spans of trained tokens (offsets in the whole
+    sequence).
     ``logprobs`` are the sampler's log-probs of the trained tokens, in order, or None;
     ``ref_logprobs`` likewise the reference policy's. ``trajectory_id`` names the sample (one
     agent run) the call belongs to, within its group.
+
+    Shared prefixes: a sequence may hold only the tokens after the first ``prefix_len`` tokens of
+    an earlier sequence of its group, ``prefix`` (a row of the same work file in a work file, a
+    position in the list :func:`treeprep.trie.build_tree` gets). The turns of one conversation
+    share their history, so a record of N turns costs its work file O(N) tokens, not O(N^2).
+    ``prefix == -1`` (the default): ``tokens`` is the whole sequence.
     """
 
     group_id: str
@@ -32,10 +39,12 @@ class Sequence:
     ref_logprobs: np.ndarray | None = None  # float32, one per trained token
     order: int = 0  # input order within the group (set by the builder)
     extra: dict = field(default_factory=dict)
+    prefix: int = -1  # the sequence whose first prefix_len tokens come before tokens (-1: none)
+    prefix_len: int = 0
 
     def __post_init__(self) -> None:
         self.tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)
-        n = len(self.tokens)
+        n = self.length
         for a, b in self.loss_spans:
             if not 0 <= a <= b <= n:
                 raise ValueError(f"loss span ({a}, {b}) outside a sequence of {n} tokens")
@@ -49,6 +58,11 @@ class Sequence:
             k = sum(b - a for a, b in self.loss_spans)
             if len(self.ref_logprobs) != k:
                 raise ValueError(f"{len(self.ref_logprobs)} reference log-probs for {k} tokens")
+
+    @property
+    def length(self) -> int:
+        """Tokens in the whole sequence (its shared prefix included)."""
+        return self.prefix_len + len(self.tokens)
 
     def key(self) -> tuple:
         """Identity for merging exact duplicates: tokens, spans, reward, advantage, log-probs,

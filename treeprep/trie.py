@@ -204,6 +204,13 @@ class _Trie:
     children: list[list[int]] = field(default_factory=list)
     ends: list[list[int]] = field(default_factory=list)  # distinct sequences ending here
     roots: list[int] = field(default_factory=list)
+    #: per token source, the depth of its first token (0: the source is a whole sequence)
+    src_depth: list[int] = field(default_factory=list)
+
+    def tokens(self, v: int, sources: list[np.ndarray]) -> np.ndarray:
+        """Node ``v``'s tokens, a slice of its source."""
+        o = self.src_depth[self.src[v]] if self.src_depth else 0
+        return sources[self.src[v]][self.start[v] - o : self.end[v] - o]
 
     def new_node(self, src: int, start: int, end: int, parent: int) -> int:
         self.src.append(src)
@@ -231,15 +238,29 @@ def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
     if not seqs:
         raise ValueError("build_tree needs at least one sequence")
     gid = group_id if group_id is not None else seqs[0].group_id
+    if any(s.prefix >= 0 for s in seqs):
+        return _build_chained(seqs, gid)
     ent = _merge_duplicates(seqs, gid)
     uniq, uniq_entries = _distinct(ent.entries)
     trie = _insert_sorted(uniq)
+    return _finish(gid, seqs, trie, uniq, uniq_entries, ent)
+
+
+def _finish(
+    gid: str,
+    seqs: list[Sequence],
+    trie: _Trie,
+    sources: list[np.ndarray],
+    uniq_entries: list[list[int]],
+    ent: _Entries,
+) -> Tree:
+    """4-6. Layout, aggregates, branch reasons and the shard row of a built trie."""
     preorder, pre = _preorder(trie)
     uniq_count = [sum(ent.counts[e] for e in es) for es in uniq_entries]
     uniq_first = [min(ent.orders[e] for e in es) for es in uniq_entries]
     last, nseq, first = _subtree_aggregates(trie, preorder, pre, uniq_count, uniq_first)
     reason = _branch_reasons(trie, first, seqs)
-    return _to_tree(gid, trie, preorder, pre, uniq, uniq_entries, ent, last, nseq, reason)
+    return _to_tree(gid, trie, preorder, pre, sources, uniq_entries, ent, last, nseq, reason)
 
 
 def _merge_duplicates(seqs: list[Sequence], gid: str) -> _Entries:
@@ -376,9 +397,7 @@ def _to_tree(
     offsets = np.zeros(nn, dtype=np.int32)
     if nn > 1:
         np.cumsum(lengths[:-1], out=offsets[1:])
-    input_ids = np.concatenate(
-        [uniq[trie.src[v]][trie.start[v] : trie.end[v]] for v in preorder]
-    ).astype(np.int32)
+    input_ids = np.concatenate([trie.tokens(v, uniq) for v in preorder]).astype(np.int32)
     parent_arr = np.array(
         [-1 if trie.parent[v] < 0 else int(pre[trie.parent[v]]) for v in preorder], dtype=np.int32
     )
@@ -402,7 +421,7 @@ def _to_tree(
         node_branch_reason=[reason[v] for v in preorder],
         node_num_sequences=np.array([nseq[v] for v in preorder], dtype=np.int32),
         seq_node=np.array([r[0] for r in rows], dtype=np.int32),
-        seq_length=np.array([len(s.tokens) for s in entries], dtype=np.int32),
+        seq_length=np.array([s.length for s in entries], dtype=np.int32),
         seq_count=np.array([ent.counts[r[2]] for r in rows], dtype=np.int32),
         seq_loss_spans=[[x for sp in s.loss_spans for x in sp] for s in entries],
         seq_logprobs=[_logprobs_list(s.logprobs) for s in entries],
@@ -414,3 +433,113 @@ def _to_tree(
         seq_trajectory_id=[s.trajectory_id or gid for s in entries],
         seq_ref_logprobs=[_logprobs_list(s.ref_logprobs) for s in entries],
     )
+
+
+# --------------------------------------------------------------------------------------------
+# sequences that share a prefix with an earlier one (Sequence.prefix): inserted one by one
+# --------------------------------------------------------------------------------------------
+
+
+def _build_chained(seqs: list[Sequence], gid: str) -> Tree:
+    """The same tree as the sorted construction, for sequences that hold only the tokens after
+    an earlier sequence's prefix: each is inserted from the node where that prefix ends, so no
+    whole sequence is ever put together (memory grows with the tree, not with the sum of the
+    sequences' lengths). Duplicates are the sequences that end at the same node."""
+    chain = _Chain(gid)
+    for s in seqs:
+        chain.insert(s)
+    trie, at = chain.trie, chain.at
+    trie.ends = [[] for _ in trie.ends]
+    entry_index: dict[tuple, int] = {}
+    ent = _Entries([], [], [])
+    entry_node: list[int] = []
+    for i, s in enumerate(seqs):
+        k = (at[i], *s.key()[1:])  # the end node stands for the tokens
+        j = entry_index.get(k)
+        if j is None:
+            entry_index[k] = len(ent.entries)
+            ent.entries.append(s)
+            ent.counts.append(1)
+            ent.orders.append(i)
+            entry_node.append(at[i])
+        else:
+            ent.counts[j] += 1
+    node_uniq: dict[int, int] = {}
+    uniq_entries: list[list[int]] = []
+    for e, v in enumerate(entry_node):
+        u = node_uniq.get(v)
+        if u is None:
+            node_uniq[v] = len(uniq_entries)
+            trie.ends[v].append(len(uniq_entries))
+            uniq_entries.append([e])
+        else:
+            uniq_entries[u].append(e)
+    for kids in [trie.roots, *trie.children]:  # ascending first token, as the sorted build
+        kids.sort(key=lambda c: int(trie.tokens(c, chain.sources)[0]) & 0xFFFFFFFF)
+    return _finish(gid, seqs, trie, chain.sources, uniq_entries, ent)
+
+
+class _Chain:
+    """A trie built one sequence at a time, each from the node where its shared prefix ends."""
+
+    def __init__(self, gid: str) -> None:
+        self.gid = gid
+        self.trie = _Trie()
+        self.sources: list[np.ndarray] = []
+        self.first: dict[int, dict[int, int]] = {-1: {}}  # node -> first token -> child
+        #: the node each inserted sequence ends at (kept right when a node is split)
+        self.at: list[int] = []
+
+    def insert(self, s: Sequence) -> None:
+        i = len(self.at)
+        if s.length == 0:
+            raise ValueError(f"empty sequence in group {self.gid!r} ({s.source})")
+        trie, node, d = self.trie, -1, 0
+        if s.prefix >= 0:
+            if not 0 <= s.prefix < i or s.prefix_len > trie.end[self.at[s.prefix]]:
+                raise ValueError(f"sequence {i} of group {self.gid!r}: bad prefix {s.prefix}")
+            node, d = self.at[s.prefix], s.prefix_len
+            while node >= 0 and trie.start[node] >= d:
+                node = trie.parent[node]
+        self.sources.append(s.tokens)
+        trie.src_depth.append(d)
+        end = self._insert_rest(len(self.sources) - 1, node, d)
+        self.at.append(end)
+        trie.ends[end].append(i)
+
+    def _insert_rest(self, src: int, node: int, d: int) -> int:
+        """Insert source ``src`` (the sequence's tokens from depth ``d`` on), starting at depth
+        ``d`` inside ``node`` (-1: the root); the node the sequence ends at."""
+        trie, rest, k = self.trie, self.sources[src], 0
+        while True:
+            if node >= 0 and d < trie.end[node]:  # inside a node: follow its tokens
+                seg = trie.tokens(node, self.sources)[d - trie.start[node] :]
+                m = _lcp(seg, rest[k:])
+                k, d = k + m, d + m
+                if m < len(seg):  # the sequence ends or leaves the node at depth d
+                    self._split(node, d)
+                    return node if k == len(rest) else self._leaf(src, node, d, len(rest) - k)
+            if k == len(rest):
+                return node
+            child = self.first[node].get(int(rest[k]))
+            if child is None:
+                return self._leaf(src, node, d, len(rest) - k)
+            node = child
+
+    def _split(self, v: int, d: int) -> None:
+        """Split node ``v`` at depth ``d``: its tail (and what ended there) becomes its child."""
+        self.trie.split(v, d)
+        tail = self.trie.children[v][0]
+        for j in self.trie.ends[tail]:
+            self.at[j] = tail
+        self.first[tail] = self.first[v]
+        self.first[v] = {int(self.trie.tokens(tail, self.sources)[0]): tail}
+
+    def _leaf(self, src: int, parent: int, d: int, n: int) -> int:
+        """A new node of the ``n`` tokens of source ``src`` from depth ``d`` on."""
+        trie = self.trie
+        x = trie.new_node(src, d, d + n, parent)
+        self.first[x] = {}
+        (trie.roots if parent < 0 else trie.children[parent]).append(x)
+        self.first[parent][int(trie.tokens(x, self.sources)[0])] = x
+        return x

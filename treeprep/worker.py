@@ -14,6 +14,12 @@ The same function runs in every engine: inline, in a forked or spawned pool proc
 not depend on the engine. The worker's state is a module-level dict rather than an object,
 because a process pool's initializer can only set globals.
 
+Detection is part of a file's work: a first record over the size or depth limits, or a
+compressed stream that breaks before any format is seen, makes the file one reject naming the
+line (:func:`_detect`), never a crashed build. Rows of one group share their common prefix with
+the row before (:class:`~treeprep.workfiles.PrefixSharing`), so a conversation of N turns
+writes O(N) tokens.
+
 An adapter turns malformed records into rejects and raises InputError when the whole file is
 unusable; any other exception escaping it is a bug in the adapter, and it too becomes a reject
 (``internal error in adapter X: TypeError: ...``, the rest of that file) rather than the end of
@@ -36,6 +42,7 @@ import pyarrow.ipc as ipc
 
 from treeprep.atomic import commit, crash_point, make_dirs, writing
 from treeprep.errors import InputError, RenderError, TreeprepError
+from treeprep.jsonparse import nested_deeper
 from treeprep.schemas import Reject
 from treeprep.sequence import Sequence
 from treeprep.workfiles import (
@@ -43,6 +50,7 @@ from treeprep.workfiles import (
     WORK_SCHEMA,
     FileJob,
     FileResult,
+    PrefixSharing,
     finish_file,
     sequences_to_batch,
 )
@@ -133,20 +141,16 @@ def process_file(job: FileJob) -> FileResult:
     Writes ``sequences.arrow``, ``rejects.jsonl`` and, last, ``done.json`` under ``job.work_dir``.
     A file that cannot be read (``job.error``) is one reject.
     """
-    from treeprep.formats import detect_format, get_format
-    from treeprep.io import read_head
+    from treeprep.formats import get_format
 
     cfg = _worker_state["cfg"]
     make_dirs(job.work_dir)
     if job.error is not None:
-        result = FileResult(job.name, "unknown", 1, 1, 0)
-        finish_file(job, result, [_reject(file=job.name, line=0, reason=job.error)])
-        return result
-    spec = (
-        get_format(cfg["format"])
-        if cfg.get("format")
-        else detect_format(job.path, read_head(job.path))
-    )
+        return _one_reject(job, 0, job.error)
+    try:
+        spec = get_format(cfg["format"]) if cfg.get("format") else _detect(job)
+    except InputError as e:  # no record to detect the format by: the file's one reject
+        return _one_reject(job, e.line, _Names(job)(e.reason))
     if spec is None:
         return _unrecognised(job)
     rejects: list[dict] = []
@@ -162,39 +166,45 @@ def process_file(job: FileJob) -> FileResult:
     return result
 
 
+def _detect(job: FileJob) -> FormatSpec | None:
+    """The file's format by its first bytes (None: no known format). Raises :class:`InputError`
+    when the first record breaks the size or depth limits, or when a compressed stream breaks
+    before any format could be seen (the decoder's message, not "no known format")."""
+    from treeprep.formats import detect_format
+    from treeprep.io import read_head_checked
+
+    head, broken = read_head_checked(job.path)
+    spec = detect_format(job.path, head)
+    if spec is None and broken is not None:
+        raise broken
+    return spec
+
+
+def _one_reject(job: FileJob, line: int, reason: str) -> FileResult:
+    """A file that is one reject as a whole (unreadable, or no record to detect it by)."""
+    result = FileResult(job.name, "unknown", 1, 1, 0)
+    finish_file(job, result, [_reject(file=job.name, line=line, reason=reason)])
+    return result
+
+
 def _unrecognised(job: FileJob) -> FileResult:
     """A file of no known format: skipped when a folder or glob found it, rejected when named."""
     if not job.explicit:
         result = FileResult(job.name, "", 0, 0, 0, skipped=True)
         finish_file(job, result, [])
         return result
-    reason = "unrecognised input format (pass --format to force one)"
-    result = FileResult(job.name, "unknown", 1, 1, 0)
-    finish_file(job, result, [_reject(file=job.name, line=0, reason=reason)])
-    return result
-
-
-def _json_depth_over(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict | list):
-            if d > limit:
-                return True
-            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return False
+    return _one_reject(job, 0, "unrecognised input format (pass --format to force one)")
 
 
 def _too_deep(item: Any) -> str | None:
     """Why a call's tools or tool-call arguments nest too deep to render, or None."""
     tools = getattr(item, "tools", None)
-    if tools and _json_depth_over(tools, MAX_JSON_DEPTH):
+    if tools and nested_deeper(tools, MAX_JSON_DEPTH):
         return f"tools: nested deeper than {MAX_JSON_DEPTH} levels"
     msgs = [*getattr(item, "messages", []), getattr(item, "completion", None)]
     for i, m in enumerate(msgs):
         for tc in getattr(m, "tool_calls", None) or []:
-            if _json_depth_over(tc.function.arguments, MAX_JSON_DEPTH):
+            if nested_deeper(tc.function.arguments, MAX_JSON_DEPTH):
                 return f"messages[{i}]: tool call arguments nested deeper than {MAX_JSON_DEPTH}"
     return None
 
@@ -237,6 +247,7 @@ def _render_records(
     named = _Names(job)
     n_read = n_seq = 0
     buf: list[Sequence] = []
+    sharing = PrefixSharing()
     items = spec.read(job.path, opts)
     while True:
         try:
@@ -278,7 +289,7 @@ def _render_records(
         except RecursionError:
             rejects.append(_reject(**where, reason="nested too deep to render", format=spec.name))
             continue
-        buf.append(seq)
+        buf.append(sharing.share(seq, n_seq))
         n_seq += 1
         if len(buf) >= WORK_BATCH:
             writer.write_batch(sequences_to_batch(buf))

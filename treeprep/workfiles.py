@@ -60,8 +60,14 @@ WORK_SCHEMA = pa.schema(
         ("branch_reason", pa.string()),
         ("trajectory_id", pa.string()),
         ("ref_logprobs", pa.list_(pa.float32())),
+        # the row of this file whose first prefix_len tokens come before ``tokens`` (-1: none)
+        ("prefix_row", pa.int32()),
+        ("prefix_len", pa.int32()),
     ]
 )
+#: the layout of a work file: part of every work folder's key, so a rerun after a change of
+#: layout never reads an older folder
+WORK_FORMAT = "2: prefix_row, prefix_len"
 #: sequences per record batch of a work file
 WORK_BATCH = 512
 SEQUENCES = "sequences.arrow"
@@ -169,9 +175,37 @@ def read_result(job: FileJob) -> FileResult:
         return FileResult(**json.load(f))
 
 
+class PrefixSharing:
+    """Stage 1's side of shared prefixes: a sequence keeps only the tokens after its common
+    prefix with the row before it when that row is of the same group (``prefix_row``,
+    ``prefix_len``). The turns of one conversation, and the calls of an agent session logged in
+    a row, then cost the work file what they add, not their whole history again: a record of N
+    turns writes O(N) tokens, not O(N^2). Only the previous row's tokens are held."""
+
+    def __init__(self) -> None:
+        self._gid: str | None = None
+        self._tokens: np.ndarray | None = None
+        self._row = -1
+
+    def share(self, seq: Sequence, row: int) -> Sequence:
+        """``seq`` (row ``row`` of the work file) with its prefix shared, where it has one."""
+        whole = seq.tokens
+        if self._tokens is not None and self._gid == seq.group_id:
+            m = min(len(whole), len(self._tokens))
+            diff = np.flatnonzero(whole[:m] != self._tokens[:m])
+            p = int(diff[0]) if diff.size else m
+            if p > 0:
+                seq.tokens = whole[p:].copy()  # a copy: a view would keep the whole array
+                seq.prefix, seq.prefix_len = self._row, p
+        self._gid, self._tokens, self._row = seq.group_id, whole, row
+        return seq
+
+
 def sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
     """Rendered sequences as one record batch of :data:`WORK_SCHEMA`."""
     cols: dict[str, Any] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
+    cols["prefix_row"] = pa.array([s.prefix for s in seqs], pa.int32())
+    cols["prefix_len"] = pa.array([s.prefix_len for s in seqs], pa.int32())
     # list columns from one flat array and offsets (a list of per-row arrays converts row by row)
     cols["tokens"] = _list_array([s.tokens for s in seqs], np.int32)
     cols["loss_spans"] = _list_array([np.asarray(s.loss_spans).reshape(-1) for s in seqs], np.int32)
@@ -197,14 +231,28 @@ def _list_array(rows: list[Any], dtype: Any) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
-def rows_to_sequences(table: pa.Table) -> list[Sequence]:
-    """Work-file rows back as :class:`Sequence` objects (token arrays are views of the table)."""
+def rows_to_sequences(
+    table: pa.Table, rows: np.ndarray | None = None, files: np.ndarray | None = None
+) -> list[Sequence]:
+    """Work-file rows back as :class:`Sequence` objects (token arrays are views of the table).
+
+    ``rows`` are the rows' numbers in their work file (default: 0, 1, ...) and ``files`` which
+    work file each row is from (default: one file); a sequence that
+    shares a prefix with an earlier row (``prefix_row``) gets that row's position in the list
+    returned as its ``prefix``, as :func:`treeprep.trie.build_tree` takes it. A group's rows of
+    one file always hold the rows they share a prefix with (stage 1 shares only with the row
+    before, of the same group)."""
     out = []
     tokens = table.column("tokens")
     spans = table.column("loss_spans").to_pylist()
     lps = table.column("logprobs")
     refs = table.column("ref_logprobs")
     cols = {k: table.column(k).to_pylist() for k in _SCALARS}
+    prefix_row = table.column("prefix_row").to_numpy()
+    prefix_len = table.column("prefix_len").to_pylist()
+    numbers = np.arange(table.num_rows) if rows is None else np.asarray(rows, dtype=np.int64)
+    file_of = np.zeros(table.num_rows, np.int64) if files is None else np.asarray(files, np.int64)
+    where = {(int(f), int(r)): i for i, (f, r) in enumerate(zip(file_of, numbers, strict=True))}
     for i in range(table.num_rows):
         lp = lps[i]
         ref = refs[i]
@@ -217,6 +265,8 @@ def rows_to_sequences(table: pa.Table) -> list[Sequence]:
                 ref_logprobs=(
                     None if not ref.is_valid else ref.values.to_numpy(zero_copy_only=False)
                 ),
+                prefix=-1 if prefix_row[i] < 0 else where[int(file_of[i]), int(prefix_row[i])],
+                prefix_len=prefix_len[i],
                 **{k: v[i] for k, v in cols.items()},
             )
         )
@@ -329,7 +379,11 @@ def group_sequences(work: WorkFiles, rows: list[tuple[int, np.ndarray]]) -> list
     :meth:`WorkFiles.maybe_release`)."""
     seqs: list[Sequence] = []
     for ti, r in rows:
-        seqs.extend(rows_to_sequences(work.rows(ti, r)))
+        part = rows_to_sequences(work.rows(ti, r), r)
+        for s in part:
+            if s.prefix >= 0:
+                s.prefix += len(seqs)
+        seqs.extend(part)
     return seqs
 
 
@@ -386,17 +440,40 @@ def _is_shard_name(name: str) -> bool:
     return len(parts) == 2 and parts[0] == "shards" and parts[1] not in ("", ".", "..")
 
 
+#: descriptors of the ``OUT`` locks this process holds: a forked child closes them at once
+_held_locks: set[int] = set()
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child: close the lock descriptors the parent holds. An ``flock`` belongs to
+    the open file, which a fork shares, so a worker that outlived its build would otherwise
+    keep ``OUT`` locked against the rerun. The parent's lock is untouched."""
+    for fd in _held_locks:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_locks.clear()
+
+
+_fork_hook = [False]  # registered on the first lock, not at import
+
+
 @contextlib.contextmanager
 def lock_out(out: str) -> Iterator[None]:
     """Hold an exclusive lock on ``OUT`` for a build; TreeprepError at once when another build
-    (in this or another process) holds it. The OS drops the lock when the holder dies."""
+    (in this or another process) holds it. The OS drops the lock when the holder dies. The lock
+    is not inherited: its descriptor is closed on exec (Python's default) and in a forked child
+    (:func:`_drop_inherited_locks`), so only the build's own process holds it."""
     import fcntl
 
     work = os.path.join(out, ".work")
     make_dirs(work)
     path = os.path.join(work, LOCK)
+    if not _fork_hook[0]:
+        os.register_at_fork(after_in_child=_drop_inherited_locks)
+        _fork_hook[0] = True
     with writing(path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    _held_locks.add(fd)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -407,4 +484,5 @@ def lock_out(out: str) -> Iterator[None]:
             ) from e
         yield
     finally:
+        _held_locks.discard(fd)
         os.close(fd)

@@ -292,3 +292,156 @@ def test_relative_and_absolute_paths_give_the_same_bytes(tmp_path: Path) -> None
     h1, h2, h3 = (output_hashes(tmp_path / o) for o in ("o1", "o2", "o3"))
     assert h1 == h2 == h3
     assert not any(str(tmp_path) in json.dumps(manifest(tmp_path / o)) for o in ("o1", "o2"))
+
+
+# ---- issue 26 item 1: a FIFO or a link to a device is one reject, not a hang --------------------
+
+
+def test_fifo_and_link_to_a_device_are_rejects_not_a_hang(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "good.jsonl", good_rows(3))
+    os.mkfifo(logs / "p.jsonl")
+    (logs / "z.jsonl").symlink_to("/dev/zero")
+    # a subprocess with a timeout: before the fix, opening the FIFO blocked the build forever
+    res = run_subprocess(["build", str(logs), "-o", str(tmp_path / "o"), "--json"], timeout=30)
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = assert_reconciles(tmp_path / "o")
+    by_file = {r["file"]: r["reason"] for r in rejects(tmp_path / "o")}
+    assert by_file["p.jsonl"].startswith("not a regular file: a named pipe (FIFO)")
+    assert "a character device" in by_file["z.jsonl"]
+    assert m["counts"]["records_in_trees"] == 3 and m["counts"]["records_rejected"] == 2
+    # named on the command line, a FIFO is a reject too (it was "no such file or folder")
+    res = run_subprocess(
+        ["build", str(logs / "good.jsonl"), str(logs / "p.jsonl"), "-o", str(tmp_path / "o2")],
+        timeout=30,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [r["file"] for r in rejects(tmp_path / "o2")] == ["p.jsonl"]
+
+
+# ---- issue 26 item 10: an OUT inside the input folder is never read back ------------------------
+
+
+def test_out_inside_the_input_folder_is_not_read_back(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "a.jsonl", good_rows(3, "a"))
+    write_jsonl(logs / "sub" / "b.jsonl", good_rows(2, "b"))
+    # another build's folder (manifest, rejects, shards) in the input folder: left out as well
+    code, out = build_cli(logs / "old", logs / "sub")
+    assert code == 0, out
+    (logs / "old" / "rejects.jsonl").write_text(json.dumps(rollout("x", [1], [2])) + "\n")
+    o = logs / "o"
+    code, out = build_cli(o, logs)
+    assert code == 0, out
+    first = output_hashes(o)
+    code, out = build_cli(o, logs)  # OUT now holds manifest.json, rejects.jsonl and shards
+    assert code == 0, out
+    assert output_hashes(o) == first
+    m = assert_reconciles(o)
+    assert [i["path"] for i in m["inputs"]] == ["a.jsonl", "sub/b.jsonl"]
+    assert m["skipped_files"] == [] and m["counts"]["records_read"] == 5
+    code, out = build_cli(tmp_path / "g", str(logs / "**" / "*.jsonl"))  # a glob leaves them out
+    assert code == 0, out
+    assert [i["path"] for i in manifest(tmp_path / "g")["inputs"]] == ["a.jsonl", "sub/b.jsonl"]
+
+
+# ---- issue 26 item 3: a deeply nested first record is a reject, not a crashed detection ---------
+
+
+def test_deeply_nested_first_record_is_a_reject_naming_the_line(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "good.jsonl", good_rows(2))
+    (logs / "deep.jsonl").write_text('{"a": ' * 1000 + "1" + "}" * 1000 + "\n")
+    schema = '{"type": "object", "properties": {"x": ' * 495 + '{"type": "string"}' + "}}" * 495
+    tool = '{"type": "function", "function": {"name": "f", "parameters": ' + schema + "}}"
+    ok = json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                     "completion": {"role": "assistant", "content": "yo"}})  # fmt: skip
+    (logs / "tools.jsonl").write_text(ok[:-1] + ', "tools": [' + tool + "]}\n" + ok + "\n")
+    code, out = build_cli(tmp_path / "o", logs)  # before the fix: RecursionError, nothing written
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    by_file = {r["file"]: r for r in rejects(tmp_path / "o")}
+    assert by_file["deep.jsonl"]["line"] == 1
+    assert "nested deeper than 200 levels" in by_file["deep.jsonl"]["reason"]
+    assert by_file["tools.jsonl"]["line"] == 1  # detected by its line 2; line 1 is its reject
+    assert "nested deeper than 100 levels" in by_file["tools.jsonl"]["reason"]
+    assert m["counts"]["records_in_trees"] == 3
+
+
+# ---- issue 26 item 8: a compressed file cut inside its first block is a reject ------------------
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_compressed_file_cut_in_its_first_block_is_a_reject(tmp_path: Path, suffix: str) -> None:
+    import gzip
+
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "good.jsonl", good_rows(2))
+    data = "".join(json.dumps(r) + "\n" for r in good_rows(50)).encode()
+    packed = gzip.compress(data) if suffix == ".gz" else zstandard.ZstdCompressor().compress(data)
+    (logs / f"cut.jsonl{suffix}").write_bytes(packed[:24])  # no whole line decodes
+    code, out = build_cli(tmp_path / "o", logs)
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    (rej,) = rejects(tmp_path / "o")  # before the fix: "no known format", skipped, no reject
+    kind = "gzip" if suffix == ".gz" else "zstd"
+    assert rej["file"] == f"cut.jsonl{suffix}" and rej["line"] >= 1
+    assert f"truncated or corrupt {kind} stream" in rej["reason"]
+    assert m["skipped_files"] == []
+
+
+# ---- issue 26 items 7, 9: Parquet rows have a size limit; a corrupt page names its row group ----
+
+
+def _chat(i: int, text: str = "") -> dict:
+    return {"messages": [{"role": "user", "content": f"q{i} {text}"},
+                         {"role": "assistant", "content": f"a{i}"}]}  # fmt: skip
+
+
+def test_parquet_row_over_the_record_limit_is_a_reject_and_unused_columns_are_not_read(
+    tmp_path: Path,
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [_chat(0), _chat(1, "x" * (2 << 20)), _chat(2)]
+    blobs = ["", "", "y" * (2 << 20)]  # a column no conversation reads
+    table = pa.Table.from_pylist([{**r, "blob": b} for r, b in zip(rows, blobs, strict=True)])
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "c.parquet")
+    code, out = build_cli(tmp_path / "o", tmp_path / "in", extra=("--max-record-mb", "1"))
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    (rej,) = rejects(tmp_path / "o")  # before the fix: the 2 MB row was accepted
+    assert rej["line"] == 2 and "over the limit of 1,048,576 bytes per record" in rej["reason"]
+    assert m["counts"]["records_in_trees"] == 2
+
+
+def test_corrupt_parquet_page_names_the_row_group_and_the_rest_is_read(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.Table.from_pylist([_chat(i, "w " * 40) for i in range(40)]), good,
+                   row_group_size=20, compression="zstd")  # fmt: skip
+    page = pq.ParquetFile(good).metadata.row_group(1).column(1).data_page_offset
+    (tmp_path / "in").mkdir()
+    bad = tmp_path / "in" / "c.parquet"
+    for k in range(64):  # a flip in row group 1's page that its decoder refuses
+        data = bytearray(good.read_bytes())
+        data[page + k] ^= 0x5A
+        bad.write_bytes(bytes(data))
+        try:
+            for _ in pq.ParquetFile(bad).iter_batches(row_groups=[1]):
+                pass
+        except (OSError, ValueError):
+            break
+    else:
+        raise AssertionError("no flip breaks the page")
+    code, out = build_cli(tmp_path / "o", bad)
+    assert code == 0, out
+    m = assert_reconciles(tmp_path / "o")
+    (rej,) = rejects(tmp_path / "o")  # before the fix: "internal error in adapter"
+    assert rej["line"] == 21 and "internal error" not in rej["reason"]
+    assert rej["reason"].startswith("cannot read Parquet row group 1 (rows 21-40): ")
+    assert m["counts"]["records_in_trees"] == 20

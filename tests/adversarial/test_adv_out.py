@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hostile import (
@@ -246,3 +248,87 @@ def test_cli_prints_clean_errors(tmp_path: Path) -> None:
     assert res.returncode == 1 and "no such file or folder" in res.stderr
     assert "Traceback" not in res.stderr
     assert cli("build", "--help")[0] == 0
+
+
+# ---- issue 26 item 2: a killed --workers build takes its workers with it ----------------------
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(d))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie left to a parent that does not reap it has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="lists processes through /proc")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_build_takes_its_workers_and_the_lock_with_it(
+    clean: tuple[Path, dict[str, str]], tmp_path: Path, sig: int
+) -> None:
+    logs, want = clean
+    out = tmp_path / "o"
+    args = [sys.executable, "-m", "treeprep.cli", "build", str(logs), "-o", str(out)]
+    env = {**os.environ, "TREEPREP_STALL_AT": "after-work-file"}
+    proc = subprocess.Popen([*args, "--workers", "2"], env=env, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(out.glob(".work/*/sequences.arrow"))) < 2:  # both workers stalled
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers), "workers outlived their build"
+    finally:
+        proc.kill()
+        proc.wait()
+        for w in workers:  # before the fix they lived on: end them (they are ours)
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+    res = run_subprocess(args[3:])  # not "another treeprep build is writing this folder"
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert output_hashes(out) == want
+
+
+def _signal_then_sleep(started: Any) -> None:
+    started.set()
+    time.sleep(30)
+
+
+def test_out_lock_is_not_inherited_by_a_forked_child(tmp_path: Path) -> None:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    started = ctx.Event()
+    with lock_out(str(tmp_path / "o")):
+        child = ctx.Process(target=_signal_then_sleep, args=(started,))
+        child.start()
+        assert started.wait(30)  # the child runs (its fork hooks ran)
+    try:
+        with lock_out(str(tmp_path / "o")):  # before the fix: the child held it
+            pass
+    finally:
+        child.kill()
+        child.join()

@@ -152,3 +152,49 @@ def test_export_of_build_is_the_input_multiset(seqs) -> None:
         lcp += k
     assert t.tokens_tree == sum(map(len, uniq)) - lcp
     assert t.tokens_linear == sum(len(s.tokens) for s in seqs)
+
+
+# ---- issue 26 item 6: sequences that hold only what follows an earlier one's prefix -------------
+
+
+def _rows_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        va, vb = a[k], b[k]
+        if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray):
+            assert np.array_equal(np.asarray(va), np.asarray(vb)), k
+        else:
+            assert va == vb, k
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 3), min_size=1, max_size=9),
+            st.integers(0, 20),  # which earlier sequence to share with
+            st.floats(0, 1),  # how much of the shared prefix to use
+            st.sampled_from([None, 1.0, -1.0]),  # reward: duplicates of tokens stay apart
+            st.sampled_from([None, "dropped"]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_chained_sequences_build_the_same_tree_as_whole_ones(items) -> None:  # type: ignore[no-untyped-def]
+    whole, chained = [], []
+    for i, (toks, base, share, reward, why) in enumerate(items):
+        kw = {"reward": reward, "branch_reason": why, "call_id": f"c{i}"}
+        whole.append(_seq(toks, **kw))
+        if i == 0 or share == 0:
+            chained.append(_seq(toks, **kw))
+            continue
+        j = base % i
+        other = whole[j].tokens
+        m = min(len(other), len(toks))
+        lcp = next((k for k in range(m) if other[k] != toks[k]), m)
+        p = int(lcp * share)
+        s = Sequence(group_id="g", tokens=np.array(toks[p:]), loss_spans=[(len(toks) - 1,
+                     len(toks))], prefix=j, prefix_len=p, **kw)  # fmt: skip
+        chained.append(s)
+    _rows_equal(build_tree(whole).to_row(), build_tree(chained).to_row())

@@ -79,3 +79,75 @@ def test_write_atomic_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
     write_atomic(str(path), b"new bytes")
     assert path.read_bytes() == b"new bytes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+
+
+# ---- issue 26 item 6: one long conversation costs its work file and memory O(turns) -------------
+
+
+def _long_conversation(path: Path, turns: int) -> None:
+    import json
+
+    msgs = []
+    for i in range(turns):
+        msgs.append({"role": "user", "content": f"question {i}"})
+        msgs.append({"role": "assistant", "content": f"a{i}"})
+    path.write_text(json.dumps({"messages": msgs}) + "\n")
+
+
+def test_regression_one_conversation_wrote_every_history_again(tmp_path: Path) -> None:
+    """Every target kept messages[:i]: 4,000 turns wrote 146 MB of work files (and held 2.6 GB)."""
+    import pyarrow.ipc as ipc
+
+    from treeprep.build import BuildConfig, build
+
+    _long_conversation(tmp_path / "c.jsonl", 300)
+    m = build(BuildConfig(inputs=[str(tmp_path / "c.jsonl")], out=str(tmp_path / "o")))
+    (work,) = (tmp_path / "o" / ".work").glob("*/sequences.arrow")
+    table = ipc.open_file(pa.memory_map(str(work))).read_all()
+    stored = sum(len(x) for x in table.column("tokens").to_pylist())
+    assert m.counts.sequences == 300
+    assert m.counts.tokens_linear > 100 * m.counts.tokens_tree  # quadratic without sharing
+    assert stored <= 2 * m.counts.tokens_tree  # linear: each turn adds only its own tokens
+
+
+def test_regression_one_conversation_held_every_history_at_once(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from treeprep.formats import ReadOptions, get_format
+
+    _long_conversation(tmp_path / "c.jsonl", 400)
+    size = (tmp_path / "c.jsonl").stat().st_size
+    spec = get_format("chat-messages")
+    tracemalloc.start()
+    try:
+        n = sum(1 for _ in spec.read(str(tmp_path / "c.jsonl"), ReadOptions()))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert n == 400
+    # before the fix: 400 calls of up to 800 messages each, all alive (about 40 MB)
+    assert peak < 400 * size, f"{peak:,} bytes for a {size:,}-byte record"
+
+
+def test_shared_prefix_rows_round_trip_and_link_to_their_row() -> None:
+    from treeprep.workfiles import PrefixSharing
+
+    share = PrefixSharing()
+    whole = [[1, 2, 3, 4], [1, 2, 3, 9, 9], [7], [7, 8]]
+    gids = ["a", "a", "a", "b"]
+    seqs = [
+        share.share(Sequence(group_id=g, tokens=np.array(t), loss_spans=[(0, len(t))]), i)
+        for i, (g, t) in enumerate(zip(gids, whole, strict=True))
+    ]
+    assert [(s.prefix, s.prefix_len, s.tokens.tolist()) for s in seqs] == [
+        (-1, 0, [1, 2, 3, 4]),
+        (0, 3, [9, 9]),
+        (-1, 0, [7]),  # no common prefix
+        (-1, 0, [7, 8]),  # another group: never shared
+    ]
+    table = pa.Table.from_batches([sequences_to_batch(seqs)])
+    back = rows_to_sequences(table.slice(0, 3), np.array([0, 1, 2]))  # group a's rows
+    assert [(s.prefix, s.prefix_len, s.tokens.tolist()) for s in back] == [
+        (s.prefix, s.prefix_len, s.tokens.tolist()) for s in seqs[:3]
+    ]
+    assert [s.length for s in back] == [4, 5, 1]

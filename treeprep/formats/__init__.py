@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from treeprep.errors import TreeprepError
+from treeprep.errors import InputError, TreeprepError
 from treeprep.formats.base import FormatSpec, Item, ReadOptions, Record
 
 _MODULES = (
@@ -61,7 +61,23 @@ def detect_format(path: str, head: bytes) -> FormatSpec | None:
     ``head`` is the file's first bytes. A leading BOM is removed; when no sniffer accepts a head
     that was cut, they get a second look at the skeleton of the whole first record (see
     :mod:`treeprep.formats._sniff`), so detection does not depend on the first 64 KB.
+
+    Raises :class:`~treeprep.errors.InputError` naming the line when no record within the size
+    and depth limits can be found to detect by (the file's one reject, never a crashed build).
     """
+    from treeprep.formats._sniff import MAX_SNIFF_DEPTH, forget
+
+    try:
+        return _detect(path, head)
+    except RecursionError as e:  # a sniffer walked a record nested too deep
+        raise InputError(
+            path, 1, f"the first record is nested deeper than {MAX_SNIFF_DEPTH} levels"
+        ) from e
+    finally:
+        forget()
+
+
+def _detect(path: str, head: bytes) -> FormatSpec | None:
     from treeprep.formats._sniff import second_look, strip_bom
 
     head = strip_bom(head)

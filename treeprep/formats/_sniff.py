@@ -23,10 +23,16 @@ from typing import Any
 
 import orjson
 
+from treeprep.errors import InputError
 from treeprep.formats._records import strip_bom
 
 HEAD = 65536
 MAX_FIRST_RECORD = 256 << 20
+#: the deepest first record detection looks into (a record nested deeper is not used to detect
+#: the format: parsing and walking it would recurse once per level)
+MAX_SNIFF_DEPTH = 200
+#: lines looked through for a record within the limits when the first one is not
+MAX_LINES = 16
 _KEEP_STR = 256
 _KEEP_LIST = 8
 
@@ -61,27 +67,116 @@ def _parse_first(data: bytes, eof: bool) -> tuple[str, Any] | None:
         return None
 
 
-def read_first(path: str, head: bytes) -> tuple[str, Any] | None:
-    """The file's first record, reading past ``head`` when it is cut (None when unreadable)."""
-    found = _parse_first(head, eof=len(head) < HEAD)
-    if found is not None or len(head) < HEAD:
-        return found
+def _too_deep(value: Any) -> bool:
+    from treeprep.jsonparse import nested_deeper
+
+    return nested_deeper(value, MAX_SNIFF_DEPTH)
+
+
+_DEEP = f"nested deeper than {MAX_SNIFF_DEPTH} levels"
+
+
+def _is_document(path: str) -> bool:
+    p = path.lower()
+    for ext in (".gz", ".zst", ".zstd"):
+        p = p.removesuffix(ext)
+    return p.endswith(".json")
+
+
+def _read_capped(path: str, head: bytes, cap: int) -> tuple[str, Any] | None | int:
+    """The first record read past ``head``, holding at most about ``cap`` bytes: the record,
+    None when it is unreadable, or the number of bytes read when the record is longer."""
     from treeprep.io import open_binary
 
     size = HEAD
     try:
         with open_binary(path) as f:
-            data = f.read(size)
+            data = f.read(min(size, cap + 1))
             while True:
-                eof = len(data) < size
+                eof = len(data) < min(size, cap + 1)
                 found = _parse_first(data, eof)
-                if found is not None or eof or size >= MAX_FIRST_RECORD:
+                if found is not None or eof:
                     return found
-                more = f.read(size)
-                data += more
+                if len(data) > cap:
+                    return len(data)
+                data += f.read(min(size, cap + 1 - len(data)))
                 size *= 2
     except (OSError, EOFError, ValueError):
         return None
+
+
+def _fitting_line(path: str, limit: int, first_reason: str) -> tuple[str, Any] | None:
+    """The first of the first :data:`MAX_LINES` lines that is a JSON record within the size and
+    depth limits; a longer line is never held (:func:`treeprep.io.iter_lines`). Raises
+    :class:`~treeprep.errors.InputError` naming line 1 when none is."""
+    from treeprep.io import LineTooLong, iter_lines
+
+    try:
+        for i, (_lineno, raw) in enumerate(iter_lines(path, limit)):
+            if i >= MAX_LINES:
+                break
+            if isinstance(raw, LineTooLong):
+                continue
+            try:
+                rec = orjson.loads(strip_bom(raw))
+            except orjson.JSONDecodeError:
+                continue
+            if not _too_deep(rec):
+                return "value", rec
+    except (OSError, EOFError, ValueError):
+        pass  # a broken stream: the reader names it
+    why = f"no record of the first {MAX_LINES} lines is within the limits to detect the format by"
+    raise InputError(path, 1, f"{first_reason}; {why}")
+
+
+def read_first(path: str, head: bytes) -> tuple[str, Any] | None:
+    """The file's first record, reading past ``head`` when it is cut (None when unreadable).
+
+    Limits: past the head, at most ``--max-record-mb`` bytes are read (a ``.json`` document, read
+    whole by its adapter anyway, up to :data:`MAX_FIRST_RECORD`); a record nested deeper than
+    :data:`MAX_SNIFF_DEPTH` is not used. When the first line breaks a limit, the first later
+    line that does not is used instead (the reader rejects the first one); when there is none,
+    :class:`~treeprep.errors.InputError` naming line 1 (the file's one reject). The answer is
+    kept for the next sniffer of the same head.
+    """
+    if _memo and _memo[0] == path and _memo[1] is head:
+        return _memo[2]  # type: ignore[no-any-return]
+    found = _read_first(path, head)
+    _memo[:] = [path, head, found]
+    return found
+
+
+#: the last answer of :func:`read_first` (path, head, answer): every sniffer asks for it
+_memo: list[Any] = []
+
+
+def forget() -> None:
+    """Drop the kept answer of :func:`read_first` (detection is over)."""
+    _memo.clear()
+
+
+def _read_first(path: str, head: bytes) -> tuple[str, Any] | None:
+    from treeprep.io import record_limit
+
+    limit = record_limit()
+    try:
+        found: tuple[str, Any] | None | int = _parse_first(head, eof=len(head) < HEAD)
+        if found is None and len(head) >= HEAD:
+            cap = MAX_FIRST_RECORD if _is_document(path) else limit
+            found = _read_capped(path, head, cap)
+    except RecursionError:
+        found = 0
+    if isinstance(found, int):
+        if _is_document(path) or strip_bom(head).lstrip().startswith(b"["):
+            reason = _DEEP if found == 0 else f"over {MAX_FIRST_RECORD:,} bytes"
+            raise InputError(path, 1, f"the first record is {reason}")
+        reason = _DEEP if found == 0 else f"longer than the limit of {limit:,} bytes per record"
+        return _fitting_line(path, limit, f"the first record is {reason}")
+    if found is not None and found[1] is not None and _too_deep(found[1]):
+        if found[0] == "array" or _is_document(path):
+            raise InputError(path, 1, f"the first record is {_DEEP}")
+        return _fitting_line(path, limit, f"the first record is {_DEEP}")
+    return found
 
 
 def first_record(path: str, head: bytes) -> Any:

@@ -52,6 +52,7 @@ from treeprep.formats._records import (
 )
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
+    GROUP_KEYS,
     RecordError,
     group_of,
     normalize_message,
@@ -59,7 +60,9 @@ from treeprep.formats.openai_chat import (
     number_of,
     validation_reason,
 )
+from treeprep.io import record_limit
 from treeprep.schemas import ChatCall, Provenance, Reject
+from treeprep.schemas.records import Message
 
 MESSAGES = "chat-messages"
 SHAREGPT = "sharegpt"
@@ -226,8 +229,12 @@ def convert(
     opts: ReadOptions,
     index: int = 0,
     from_struct: bool = False,
-) -> list[Item]:
-    """Every target of one conversation as a ChatCall; a record that does not fit is one Reject."""
+) -> Iterator[Item]:
+    """Every target of one conversation as a ChatCall; a record that does not fit is one Reject.
+
+    The calls are made one at a time, as they are read, and share the conversation's message
+    objects (validated once): a record of N turns holds O(N) messages, not the O(N^2) of N
+    histories held at once."""
     try:
         messages, targets, wheres, tools = conversation(
             rec, sharegpt=fmt == SHAREGPT, from_struct=from_struct
@@ -241,39 +248,47 @@ def convert(
         reward = number_of(rec, "reward")
     except RecordError as e:
         where = f"[{index - 1}]: " if index else ""
-        return [Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)]
+        yield Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)
+        return
     model = rec.get("model") if isinstance(rec.get("model"), str) else None
-    out: list[Item] = []
+    shared = _validated(messages)
     k = 0
-    for i, (msg, target) in enumerate(zip(messages, targets, strict=True)):
+    for i, target in enumerate(targets):
         if not target:
             continue
         why = "an assistant turn with nothing before it to prompt it" if i == 0 else None
         if why is None:
             try:
-                out.append(
-                    ChatCall(
-                        group_id=gid,
-                        call_id=f"{gid}#{k}",
-                        parent_call_id=f"{gid}#{k - 1}" if k else None,
-                        model=model,
-                        messages=messages[:i],  # type: ignore[arg-type]
-                        tools=tools,
-                        completion=msg,  # type: ignore[arg-type]
-                        reward=reward,
-                        provenance=Provenance(exact_messages=True, reconstructed=True),
-                        source_file=file,
-                        source_line=line,
-                        source_format=fmt,
-                    )
+                yield ChatCall(
+                    group_id=gid,
+                    call_id=f"{gid}#{k}",
+                    parent_call_id=f"{gid}#{k - 1}" if k else None,
+                    model=model,
+                    messages=shared[:i],  # type: ignore[arg-type]
+                    tools=tools,
+                    completion=shared[i],  # type: ignore[arg-type]
+                    reward=reward,
+                    provenance=Provenance(exact_messages=True, reconstructed=True),
+                    source_file=file,
+                    source_line=line,
+                    source_format=fmt,
                 )
             except ValidationError as e:
                 why = validation_reason(e)
         if why is not None:
             why = f"{wheres[i]}: {why}"
-            out.append(Reject(file=file, line=line, format=fmt, call_id=f"{gid}#{k}", reason=why))
+            yield Reject(file=file, line=line, format=fmt, call_id=f"{gid}#{k}", reason=why)
         k += 1
-    return out
+
+
+def _validated(messages: list[dict[str, Any]]) -> list[Any]:
+    """The messages as :class:`~treeprep.schemas.records.Message` objects, each validated once
+    and shared by every call of the conversation; the dicts themselves when one does not
+    validate (each call then validates its own, and its reject names the field as before)."""
+    try:
+        return [Message.model_validate(m) for m in messages]
+    except ValidationError:
+        return messages
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,21 +307,78 @@ def _is_json_doc(path: str) -> bool:
     return p.endswith(".json")
 
 
+#: the top-level fields :func:`convert` reads (besides the turns): only these columns are read
+_FIELDS = ("system", "tools", "functions", "reward", "model", "metadata", *GROUP_KEYS)
+#: rows per batch read from a Parquet row group
+_PARQUET_BATCH = 1024
+
+
 def _read_parquet(path: str, fmt: str, opts: ReadOptions) -> Iterator[Item]:
+    """Rows of a Parquet file (``line`` is the 1-based row number), row group by row group.
+
+    Only the columns :func:`convert` reads are materialized; a row whose columns hold more than
+    ``--max-record-mb`` bytes is a reject, never converted to Python; a row group that cannot be
+    decoded (a corrupt page) is one reject naming it and its rows, and reading goes on.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    broken = (OSError, ValueError, pa.ArrowException)  # what pyarrow raises on a bad file
     try:
         pf = pq.ParquetFile(path)
-    except (OSError, ValueError) as e:  # pyarrow raises ArrowInvalid (a ValueError) or OSError
+        columns = _parquet_needed(pf.schema_arrow.names, fmt, opts)
+    except broken as e:
         yield Reject(file=path, line=0, reason=f"cannot read Parquet file: {e}", format=fmt)
         return
+    limit = record_limit()
     row = 0
-    for batch in pf.iter_batches(batch_size=1024):
-        for rec in batch.to_pylist():
-            row += 1
-            yield from convert(rec, file=path, line=row, fmt=fmt, opts=opts, from_struct=True)
+    for rg in range(pf.num_row_groups):
+        end = row + pf.metadata.row_group(rg).num_rows
+        batches = pf.iter_batches(_PARQUET_BATCH, row_groups=[rg], columns=columns)
+        while True:
+            try:
+                batch = next(batches, None)
+            except broken as e:  # a corrupt page
+                why = f"cannot read Parquet row group {rg} (rows {row + 1}-{end}): {e}"
+                yield Reject(file=path, line=row + 1, reason=why, format=fmt)
+                row = end
+                break
+            if batch is None:
+                break
+            for size, rec in _rows_within(batch, limit):
+                row += 1
+                if rec is None:
+                    yield Reject(file=path, line=row, reason=_too_big(size, limit), format=fmt)
+                    continue
+                yield from convert(rec, file=path, line=row, fmt=fmt, opts=opts, from_struct=True)
     if row == 0:
         yield Reject(file=path, line=0, reason="Parquet file holds no rows", format=fmt)
+
+
+def _parquet_needed(names: list[str], fmt: str, opts: ReadOptions) -> list[str]:
+    """The columns of ``names`` that :func:`convert` reads, in file order."""
+    want = {"conversations" if fmt == SHAREGPT else "messages", *_FIELDS, *_EXTRA_GROUP_KEYS}
+    if opts.group_by:
+        want |= {opts.group_by, opts.group_by.split(".")[0]}
+    return [n for n in names if n in want]
+
+
+def _rows_within(batch: Any, limit: int) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(bytes, row as Python) for each row of ``batch``; the row is None when its bytes in the
+    batch are over ``limit`` (it is never converted). A batch within the limit as a whole is
+    not measured row by row."""
+    if batch.nbytes <= limit:
+        for rec in batch.to_pylist():
+            yield 0, rec
+        return
+    for i in range(batch.num_rows):
+        one = batch.slice(i, 1)
+        size = one.nbytes
+        yield (size, None) if size > limit else (size, one.to_pylist()[0])
+
+
+def _too_big(size: int, limit: int) -> str:
+    return f"row is {size:,} bytes, over the limit of {limit:,} bytes per record (--max-record-mb)"
 
 
 def _reader(fmt: str):  # type: ignore[no-untyped-def]

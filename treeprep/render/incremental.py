@@ -60,7 +60,7 @@ from typing import Any
 
 import orjson
 
-from treeprep.errors import NativeTemplateMismatch, RenderError
+from treeprep.errors import NativeTemplateMismatch, RenderError, TemplateLimitError
 
 #: (messages, tools, add_generation_prompt, now) -> text, a full render
 FullRender = Callable[[list[dict], list[dict] | None, bool, datetime | None], str]
@@ -219,6 +219,8 @@ class IncrementalRenderer:
             else:  # cached: the next call's window is this one (see STEP)
                 b_text = self._plain(window, tools, now)
             h = self._plain(head, tools, now) if head else ""
+        except TemplateLimitError:
+            raise  # a full render would break it too: the call is a reject, probing stops
         except RenderError:
             self.fallbacks += 1
             return None
@@ -257,29 +259,41 @@ class IncrementalRenderer:
         )
 
     def verify(self, sessions: list[tuple[list[dict], list[dict] | None]]) -> bool:
-        """Render each session's growing prefixes incrementally and whole; on any difference
-        switch incremental rendering off. Returns whether it stays on."""
+        """Render each session's growing prefixes incrementally and whole; on any difference, or
+        at the first render that breaks a template limit (a hostile template: hundreds of probe
+        renders at the time limit each would stall the build for hours), switch incremental
+        rendering off. Returns whether it stays on."""
+        try:
+            self._verify(sessions)
+        except TemplateLimitError:
+            self.enabled = False
+        self.clear()
+        self.incremental = self.fallbacks = 0
+        return self.enabled
+
+    def _verify(self, sessions: list[tuple[list[dict], list[dict] | None]]) -> None:
         for msgs, tools in sessions:
             self.clear()
             for i in range(1, len(msgs) + 1):
                 for gen in (False, True):
                     try:
                         got = self._incremental(msgs[:i], tools, gen, None)
+                    except TemplateLimitError:
+                        raise
                     except RenderError:
                         got = None
                     if got is not None and got != self.full(msgs[:i], tools, gen, None):
                         self.enabled = False
-                        return False
+                        return
                 if msgs[i - 1].get("role") == "assistant":  # a history later calls start from
                     try:
                         self._put(
                             _key(msgs[:i], tools, None), self.full(msgs[:i], tools, False, None)
                         )
+                    except TemplateLimitError:
+                        raise
                     except RenderError:
                         pass
-        self.clear()
-        self.incremental = self.fallbacks = 0
-        return self.enabled
 
 
 def probe_sessions() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:

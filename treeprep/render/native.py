@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from treeprep.errors import RenderError
+from treeprep.errors import RenderError, TemplateLimitError
 from treeprep.schemas.tokenizer import sha256_text
 
 __all__ = [
@@ -468,6 +468,8 @@ def find_verified_port(template: str, reference: RenderFn) -> NativeTemplate | N
         for gen in (False, True):
             try:
                 ref = reference(msgs, tools, gen)
+            except TemplateLimitError:
+                return None  # a hostile template: no more probes, jinja (with its limits) renders
             except RenderError:
                 continue  # the template refuses it: the port falls back to it at run time
             try:

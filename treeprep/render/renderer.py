@@ -51,7 +51,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from treeprep.errors import NativeTemplateMismatch, RenderError, TokenizerError
+from treeprep.errors import (
+    NativeTemplateMismatch,
+    RenderError,
+    TemplateLimitError,
+    TokenizerError,
+)
 from treeprep.render.coverage import completion_loss
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
@@ -304,6 +309,8 @@ class Renderer:
     ) -> None:
         try:
             ref = self._render_jinja(messages, tools, add_generation_prompt, now)
+        except TemplateLimitError:
+            raise  # the record breaks the template's limits (a reject), the port is not at fault
         except RenderError as e:
             ref_err: str | None = e.reason
         else:

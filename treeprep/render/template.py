@@ -33,7 +33,14 @@ a :class:`~treeprep.errors.RenderError` for that record, never a crashed build:
   checked before they run, strings passed to or returned by calls and strings stored in a
   namespace are checked too, so a string doubled in a loop stops at the limit instead of growing
   to gigabytes; a ``MemoryError`` that slips through is caught as well;
-- depth: a ``RecursionError`` (a macro calling itself) is caught.
+- depth: a ``RecursionError`` (a macro calling itself) is caught;
+- a time budget per process (``budget_s``): the seconds spent in renders that ran past their time
+  limit add up, and once the budget is spent every render fails at once with that reason. The
+  probes a renderer runs when it is built stop at the first render that breaks a limit.
+
+A breach is a :class:`~treeprep.errors.TemplateLimitError` (a ``RenderError``), so callers that
+probe a template can tell "the template refused this conversation" from "the template is
+hostile".
 
 Trade-offs: the watchdog cannot interrupt a single long C call (a regular expression, a huge
 join), only what follows it, which the size checks keep short. Checks on ``+`` and ``~`` would slow
@@ -52,7 +59,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from treeprep.errors import RenderError
+from treeprep.errors import RenderError, TemplateLimitError
 
 #: a render function: (messages, tools, add_generation_prompt) -> text
 RenderFn = Callable[[list[dict], list[dict] | None, bool], str]
@@ -74,6 +81,10 @@ class RenderLimits:
     max_chars: int = 64 << 20
     #: the largest exponent ``**`` may use
     max_power: int = 4096
+    #: wall-clock seconds a process may spend, in all, in renders that ran past ``timeout_s``;
+    #: once spent, every render fails at once (a hostile template costs a build minutes, not
+    #: ``timeout_s`` per record and per probe for hours)
+    budget_s: float = 120.0
 
 
 #: how often the watchdog looks at the running renders (a render may overrun its limit by this)
@@ -421,6 +432,9 @@ class ChatTemplate:
         except Exception as e:  # a syntax error: nothing can be rendered with it
             raise RenderError(f"the chat template does not compile: {type(e).__name__}: {e}") from e
         self._dates: dict[datetime, Callable[[str], str]] = {}
+        #: renders that ran past the time limit, and the seconds they took (the budget's count)
+        self.overruns = 0
+        self.overrun_s = 0.0
 
     def render(
         self,
@@ -446,28 +460,42 @@ class ChatTemplate:
             "strftime_now": strftime_now,
         }
         limits = self.limits
+        if self.overrun_s >= limits.budget_s:
+            raise TemplateLimitError(self._budget_reason())
         watchdog = _watchdog()
-        _deadline[0] = time.monotonic() + limits.timeout_s
+        start = time.monotonic()
+        _deadline[0] = start + limits.timeout_s
         try:
             tid = watchdog.arm(limits.timeout_s)
             try:
-                text, why = self._render_once(variables)
+                text, why, breach = self._render_once(variables)
             finally:
                 _disarm(watchdog, tid)
         except _Timeout:  # delivered after _render_once returned, before the watchdog stopped
-            text, why = None, self._timeout_reason()
+            text, why, breach = None, self._timeout_reason(), "time"
         finally:
             _deadline[0] = float("inf")
         if why is not None:
-            raise RenderError(why)
+            if breach == "time":
+                self.overruns += 1
+                self.overrun_s += time.monotonic() - start
+            raise TemplateLimitError(why) if breach else RenderError(why)
         assert text is not None
         return text
+
+    def _budget_reason(self) -> str:
+        return (
+            f"the chat template's time budget is spent: {self.overruns} renders ran past their "
+            f"limit of {self.limits.timeout_s:g} s ({self.overrun_s:.0f} s in all, budget "
+            f"{self.limits.budget_s:g} s per process)"
+        )
 
     def _timeout_reason(self) -> str:
         return f"the chat template ran past its time limit ({self.limits.timeout_s:g} s per render)"
 
-    def _render_once(self, variables: dict[str, Any]) -> tuple[str | None, str | None]:
-        """(text, None), or (None, why the render failed)."""
+    def _render_once(self, variables: dict[str, Any]) -> tuple[str | None, str | None, str]:
+        """(text, None, ""), or (None, why the render failed, which limit it broke: "time",
+        "limit" for the others, "" when the template itself failed)."""
         template = self._template
         max_chars = self.limits.max_chars
         try:
@@ -478,17 +506,17 @@ class ChatTemplate:
                 if n > max_chars:
                     raise _TooBig(f"the output passed {max_chars} characters")
                 parts.append(chunk)
-            return "".join(parts), None
+            return "".join(parts), None, ""
         except _Timeout:
-            return None, self._timeout_reason()
+            return None, self._timeout_reason(), "time"
         except _TooBig as e:
-            return None, f"the chat template's output is too large: {e}"
+            return None, f"the chat template's output is too large: {e}", "limit"
         except MemoryError:
-            return None, "the chat template ran out of memory"
+            return None, "the chat template ran out of memory", "limit"
         except RecursionError:
-            return None, "the chat template recursed too deeply (RecursionError)"
+            return None, "the chat template recursed too deeply (RecursionError)", "limit"
         except Exception as e:
-            return None, f"the chat template failed: {type(e).__name__}: {e}"
+            return None, f"the chat template failed: {type(e).__name__}: {e}", ""
 
 
 def _disarm(watchdog: _Watchdog, tid: int) -> None:

@@ -111,3 +111,63 @@ def test_truly_unknown_long_file_stays_unrecognised(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b"{" + b"a" * 70_000)
     assert _detect(bad) is None
+
+
+# ---- issue 26 item 4: sniffing never holds or parses a line over --max-record-mb -------------
+
+
+def _with_record_limit(n: int):  # type: ignore[no-untyped-def]
+    import contextlib
+
+    from treeprep.io import record_limit, set_max_record_bytes
+
+    @contextlib.contextmanager
+    def limited():  # type: ignore[no-untyped-def]
+        old = record_limit()
+        set_max_record_bytes(n)
+        try:
+            yield
+        finally:
+            set_max_record_bytes(old)
+
+    return limited()
+
+
+def test_regression_first_line_over_the_record_limit_was_parsed_whole(tmp_path: Path) -> None:
+    import tracemalloc
+
+    p = tmp_path / "big.jsonl"
+    p.write_bytes(orjson.dumps(_conversation(8 << 20)) + b"\n" + orjson.dumps(_conversation(3)))
+    with _with_record_limit(1 << 20):
+        tracemalloc.start()
+        try:
+            assert _detect(p) == "chat-messages"  # detected by line 2
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    # before the fix the 8 MB line was read, decoded to text and parsed, once per sniffer
+    assert peak < 4 << 20, f"detection held {peak:,} bytes"
+
+
+def test_regression_first_line_over_the_limit_hid_the_rest_of_the_file(tmp_path: Path) -> None:
+    """A first line of 3 MB that is not JSON made the file "unrecognised": a folder build skipped
+    its good records without a reject."""
+    p = tmp_path / "r.jsonl"
+    good = orjson.dumps({"prompt_token_ids": [1, 2], "generation_token_ids": [3]})
+    p.write_bytes(b"x" * (3 << 20) + b"\n" + good + b"\n" + good + b"\n")
+    with _with_record_limit(1 << 20):
+        assert _detect(p) == "tokens"
+        items = _all(p)
+    assert items[0].line == 1 and "over the limit of 1,048,576 bytes" in items[0].reason
+    assert len(items) == 3
+
+
+def test_no_line_within_the_limits_is_an_input_error_naming_line_1(tmp_path: Path) -> None:
+    import pytest
+
+    from treeprep.errors import InputError
+
+    p = tmp_path / "r.jsonl"
+    p.write_bytes(b"[" * 5000 + b"1" + b"]" * 5000 + b"\n" + b"y" * (2 << 20) + b"\n")
+    with _with_record_limit(1 << 20), pytest.raises(InputError, match=r"r\.jsonl:1: the first"):
+        _detect(p)

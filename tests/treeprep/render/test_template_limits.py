@@ -153,3 +153,41 @@ def test_bad_date_option_is_an_error() -> None:
 
     with pytest.raises(TokenizerError, match="--date 'soon'"):
         Renderer.load(None, date="soon")
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 26 item 5: a hostile template costs a build seconds, not hours
+# ------------------------------------------------------------------------------------------------
+
+
+def test_regression_a_hostile_template_ran_every_probe_at_the_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Building a renderer ran about 600 probe renders, each to the 10 s limit (1.7 hours):
+    probing now stops at the first render that breaks a limit."""
+    from treeprep.render import template as tm
+
+    monkeypatch.setattr(tm, "RenderLimits", lambda: RenderLimits(timeout_s=0.05))
+    renders = []
+    real = ChatTemplate._render_once
+
+    def counted(self: ChatTemplate, variables: dict) -> tuple:
+        renders.append(1)
+        return real(self, variables)
+
+    monkeypatch.setattr(ChatTemplate, "_render_once", counted)
+    tpl = tmp_path / "evil.jinja"
+    tpl.write_text(NESTED_LOOPS)
+    r = Renderer.load(None, chat_template=tpl)
+    assert len(renders) == 1 and r.incremental is None
+
+
+def test_the_time_budget_fails_renders_at_once_once_spent() -> None:
+    t = ChatTemplate(NESTED_LOOPS, limits=RenderLimits(timeout_s=0.05, budget_s=0.12))
+    for _ in range(3):  # 3 x 0.05 s past the limit spends the 0.12 s budget
+        with pytest.raises(RenderError, match="time limit"):
+            t.render(MSGS, None, False)
+    assert t.overruns == 3
+    with pytest.raises(RenderError, match=r"time budget is spent: 3 renders ran past"):
+        t.render(MSGS, None, False)
+    assert t.overruns == 3  # refused before rendering
