@@ -211,9 +211,9 @@ def test_crash_mid_save_never_leaves_a_whole_looking_checkpoint(
     train(cfg(data, run, steps=2, save_every=2))
     real = ckpt_mod.torch.save
 
-    def dying_save(obj, path, *a, **kw):  # the optimizer file is written, then the crash
-        real(obj, path, *a, **kw)
-        if str(path).endswith("scheduler.pt"):
+    def dying_save(obj, f, *a, **kw):  # the optimizer file is written, then the crash
+        real(obj, f, *a, **kw)
+        if str(getattr(f, "name", f)).endswith("scheduler.pt"):  # a path or an open file
             raise KeyboardInterrupt("power cut")
 
     monkeypatch.setattr(ckpt_mod.torch, "save", dying_save)

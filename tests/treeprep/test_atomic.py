@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from treeprep.atomic import commit, crash_point, fsync_path, sha256_of, write_atomic
+from treeprep.errors import TreeprepError
 
 
 def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -27,7 +28,8 @@ def test_commit_renames_the_temporary_name(tmp_path: Path) -> None:
 
 
 def test_commit_of_a_missing_temporary_raises(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+    # one error line naming the temporary, like every write failure (issue 26 item 12)
+    with pytest.raises(TreeprepError, match=r"gone\.tmp: cannot write: .*No such file"):
         commit(str(tmp_path / "gone.tmp"), str(tmp_path / "gone"))
     assert not (tmp_path / "gone").exists()
 
