@@ -11,12 +11,18 @@ per layer, same dtype and checkpointing), and hand-off parts at each budget in `
 
 Every result carries ``peak_bytes``, ``predicted_peak_bytes`` (:mod:`treeprep.memory`, no
 optimizer: one forward and backward), ``handoff_bytes_per_path_token`` and
-``kv_bytes_per_path_token`` (layers x 2 x kv_heads x head_dim x dtype bytes). The hand-off figure
-is measured as a difference of peaks (:func:`child`): the tree's longest path, every token
-trained, run as parts at the same budget at its full and at half its length; the difference of
-the two peaks over the difference of the lengths is what the path's handed-over state costs
-(everything else a part holds is bounded by the budget). It is 0 for ``whole`` and ``linear``
-(nothing is handed over).
+``kv_bytes_per_path_token`` (layers x 2 x kv_heads x head_dim x dtype bytes). Two figures per path
+token, both on the tree's longest path with every token trained (:func:`child`):
+
+* ``handoff_bytes_per_path_token``: the handed-over state itself, counted from the stores (the
+  most bytes their keys, values and accumulators hold at once, :func:`held_state`), over the
+  path's tokens; the gradients on their way into the stores are one key block at a time (the
+  fused kernel adds each block's into its store), so they do not grow with the path;
+* ``peak_bytes_per_path_token``: everything that grows with the path, as a difference of peaks
+  (the path run as parts at the same budget at its full and at half its length): the hand-off
+  state plus the part's mask vectors (a few int64 per prefix row).
+
+Both are 0 for ``whole`` and ``linear`` (nothing is handed over).
 
 Workloads:
 
@@ -37,6 +43,7 @@ Workloads:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -215,14 +222,15 @@ def measure(spec: dict, row: dict) -> dict:
             out.loss.backward()
             del out
         else:
-            res = run_parts(
-                model,
-                batch,
-                LossConfig("sft"),
-                budget=spec["budget"],
-                mode=spec["mode"],
-                attn=attn,
-            )
+            with held_state() as held:
+                res = run_parts(
+                    model,
+                    batch,
+                    LossConfig("sft"),
+                    budget=spec["budget"],
+                    mode=spec["mode"],
+                    attn=attn,
+                )
             parts, prefix = res.parts, res.prefix_rows
             layout = part_layout(batch, spec["budget"])
             head_rows = max(int(p.target_select.sum()) for p in layout.parts)
@@ -239,8 +247,49 @@ def measure(spec: dict, row: dict) -> dict:
         "parts": parts or 1,
         "prefix_rows": prefix,
         "peak_bytes": int(peak_b),
+        "handoff_state_bytes": held[0] if spec["budget"] is not None else 0,
         "seconds": round(dt, 3),
     }
+
+
+@contextlib.contextmanager
+def held_state():
+    """The most bytes the parts' hand-off stores (keys, values, their accumulators and linear
+    states) hold at once during the run, counted from the stores themselves: yields a one-item
+    list that holds it afterwards. Checked after every store and before every drop (the stack
+    is deepest, and its accumulators fullest, just before its deepest part is dropped)."""
+    from treeprep.trainer.parts import schedule, state
+
+    best = [0]
+
+    def count(run) -> None:
+        n = 0
+        for sts in run.states.values():
+            for st in sts:
+                ts = (
+                    [st.k, st.v, st.gk, st.gv]
+                    if isinstance(st, state.KVStore)
+                    else [t for pair in st.states.values() for t in pair]
+                    + [t for g in st.grads.values() for t in g]
+                )
+                n += sum(t.numel() * t.element_size() for t in ts if t is not None)
+        best[0] = max(best[0], n)
+
+    store, drop = schedule._Runner.store, schedule._Runner.drop
+
+    def store_counted(self, c, ho) -> None:
+        store(self, c, ho)
+        count(self)
+
+    def drop_counted(self, c) -> None:
+        count(self)
+        drop(self, c)
+
+    schedule._Runner.store, schedule._Runner.drop = store_counted, drop_counted
+    try:
+        yield best
+    finally:
+        schedule._Runner.store, schedule._Runner.drop = store, drop
 
 
 def child(spec: dict) -> dict:
@@ -255,12 +304,13 @@ def child(spec: dict) -> dict:
         else claude_code_row(spec.get("data"))
     )
     r = measure(spec, longest_path_row(row) if spec["mode"] == "linear" else row)
-    handoff = 0.0  # whole tree or linear: nothing is handed over
+    handoff = slope = 0.0  # whole tree or linear: nothing is handed over
     if spec["mode"] in ("recompute", "keep"):
         n = r["longest_path"]
         full = measure(spec, longest_path_row(row, train_all=True))
         half = measure(spec, longest_path_row(row, cut=n // 2, train_all=True))
-        handoff = round((full["peak_bytes"] - half["peak_bytes"]) / (n - n // 2), 1)
+        slope = round((full["peak_bytes"] - half["peak_bytes"]) / (n - n // 2), 1)
+        handoff = round(full["handoff_state_bytes"] / n, 1)
     pred, pred_handoff, kv = predicted(spec, r)
     return {
         **spec,
@@ -269,6 +319,7 @@ def child(spec: dict) -> dict:
         "predicted_peak_bytes": pred,
         "predicted_over_measured": round(pred / r["peak_bytes"], 3),
         "handoff_bytes_per_path_token": handoff,
+        "peak_bytes_per_path_token": slope,
         "predicted_handoff_bytes_per_path_token": pred_handoff,
         "kv_bytes_per_path_token": kv,
     }
@@ -366,7 +417,7 @@ def _line(r: dict) -> str:
         return f"{r['workload']} path {r['path']} {r['mode']} budget {r['budget']}: {r['error']}"
     b = "-" if r["budget"] is None else f"{r['budget']}"
     ho = r["handoff_bytes_per_path_token"]
-    ho_s = f"{ho:,.0f}"
+    ho_s = f"{ho:,.0f} (peak {r['peak_bytes_per_path_token']:,.0f})"
     return (
         f"{r['workload']:<11} {r['dtype']:<8} tree {r['tokens_tree']:>7} path "
         f"{r['longest_path']:>7} budget {b:>6} {r['mode']:<9} parts {r['parts']:>4} "

@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention.call import AttentionCall, Prefix
+from treeprep.trainer.attention.call import AttentionCall, Direct, Prefix
 from treeprep.trainer.attention.dense import dense_attention
 from treeprep.trainer.attention.flash import flash_available, flash_tree_attention
 from treeprep.trainer.attention.flex import flex_tree_attention
@@ -83,11 +83,14 @@ def tree_attention(
     backend: str | None = None,
     prefix: Prefix | tuple[torch.Tensor, torch.Tensor] | None = None,
     opts: LayerOptions = PLAIN,
+    direct: Direct | None = None,
 ) -> torch.Tensor:
     """Attention of packed trees; returns o_BHTD. ``backend`` overrides ``tree_mask.backend``;
     ``prefix`` is the handed-over keys and values that precede the batch's own keys: segments
     ((k_BGSD, v_BGSD), ...) in path order, or one (pk_BGPD, pv_BGPD) pair; ``opts`` the layer's
-    window, soft-capping and sinks (:mod:`.options`)."""
+    window, soft-capping and sinks (:mod:`.options`); ``direct`` the same prefix as plain views
+    with where their gradients go (:class:`~.call.AttentionCall`), for backends that send them
+    there themselves."""
     if q_BHTD.shape[0] != 1:
         raise TreeprepError("tree attention packs trees into one row: batch size must be 1")
     if q_BHTD.shape[2] != tree_mask.num_tokens:
@@ -101,7 +104,7 @@ def tree_attention(
     else:
         segs = tuple(prefix)  # type: ignore[arg-type]
     s = scale if scale is not None else q_BHTD.shape[-1] ** -0.5
-    call = AttentionCall(q_BHTD, k_BGTD, v_BGTD, segs, tree_mask, s, opts)
+    call = AttentionCall(q_BHTD, k_BGTD, v_BGTD, segs, tree_mask, s, opts, direct or ())
     if call.prefix_len != tree_mask.prefix_len:
         raise TreeprepError(
             f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {call.prefix_len}"

@@ -49,7 +49,13 @@ def fused_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 class _BlockAttention(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, q: torch.Tensor, scale: float, causal_last: bool, n: int, *kv: torch.Tensor
+        ctx: Any,
+        q: torch.Tensor,
+        scale: float,
+        causal_last: bool,
+        n: int,
+        into: list[Any] | None,
+        *kv: torch.Tensor,
     ) -> torch.Tensor:
         ks, vs = kv[:n], kv[n:]
         parts = [
@@ -67,7 +73,7 @@ class _BlockAttention(torch.autograd.Function):
                 acc = acc + w[i] * parts[i][0].to(w.dtype)
             o = acc.to(q.dtype)
         o = o.contiguous()
-        ctx.scale, ctx.causal_last, ctx.n = scale, causal_last, n
+        ctx.scale, ctx.causal_last, ctx.n, ctx.into = scale, causal_last, n, into
         ctx.save_for_backward(q, o, lse, *kv)
         return o
 
@@ -83,9 +89,13 @@ class _BlockAttention(torch.autograd.Function):
             causal = ctx.causal_last and i == n - 1
             dq_i, dk_i, dv_i = _BWD(g, q, kv[i], kv[n + i], o, lse, 0.0, causal, scale=ctx.scale)
             dq = dq_i if dq is None else dq + dq_i
+            sink = ctx.into[i] if ctx.into is not None else None
+            if sink is not None:  # a stored prefix block: its gradients go to its store now
+                sink(dk_i, dv_i)
+                dk_i = dv_i = None
             dks.append(dk_i)
             dvs.append(dv_i)
-        return (dq, None, None, None, *dks, *dvs)
+        return (dq, None, None, None, None, *dks, *dvs)
 
 
 def block_attention(
@@ -95,8 +105,10 @@ def block_attention(
     scale: float,
     *,
     causal_last: bool,
+    into: list[Any] | None = None,
 ) -> torch.Tensor:
     """Attention of ``q_BHqD`` over the union of the key blocks (all visible; the last one causal,
-    aligned with the queries, when ``causal_last``): o_BHqD."""
+    aligned with the queries, when ``causal_last``): o_BHqD. ``into[b]``, where given, receives
+    block b's key and value gradients in the backward (its block is then outside autograd)."""
     n = len(blocks_k)
-    return _BlockAttention.apply(q_BHqD, scale, causal_last, n, *blocks_k, *blocks_v)
+    return _BlockAttention.apply(q_BHqD, scale, causal_last, n, into, *blocks_k, *blocks_v)

@@ -18,6 +18,7 @@ tensors by reference; building one copies nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,9 @@ from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 #: a part's handed-over keys and values: (k_BGSD, v_BGSD) segments in path order
 Prefix = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+#: the same segments as plain views (no autograd), each with the function its gradients
+#: (dk_BGSD, dv_BGSD, possibly of a leading slice) are added through
+Direct = tuple[tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor, torch.Tensor], None]], ...]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class AttentionCall:
     scale: float
     #: the layer's window, soft-capping and sinks
     opts: LayerOptions = PLAIN
+    #: with gradients on, the prefix as plain views and where their gradients go (empty: use
+    #: ``prefix``, whose reads are on the autograd tape)
+    direct: Direct = ()
 
     @property
     def gqa(self) -> bool:
@@ -58,18 +65,25 @@ class AttentionCall:
         """P: the prefix rows over all segments."""
         return sum(int(k.shape[2]) for k, _ in self.prefix)
 
-    def prefix_blocks(self, m: int) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
-        """The first ``m`` prefix rows as in-place blocks (k, v, first row), each cast to the own
-        rows' dtype (a no-op when they share it, as they do in a run)."""
-        out: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+    def prefix_blocks(
+        self, m: int, *, direct: bool = False
+    ) -> list[tuple[torch.Tensor, torch.Tensor, int, Callable | None]]:
+        """The first ``m`` prefix rows as in-place blocks (k, v, first row, where the gradients
+        go), each cast to the own rows' dtype (a no-op when they share it). With ``direct`` and
+        direct segments, the blocks are plain views and the caller's backward must send their
+        gradients through the function given; otherwise it is None and autograd does."""
+        segs = (
+            self.direct if direct and self.direct else tuple((k, v, None) for k, v in self.prefix)
+        )
+        out: list[tuple[torch.Tensor, torch.Tensor, int, Callable | None]] = []
         at = 0
-        for k, v in self.prefix:
+        for k, v, into in segs:
             if at >= m:
                 break
             n = min(int(k.shape[2]), m - at)
             if n < k.shape[2]:
                 k, v = k[:, :, :n], v[:, :, :n]
-            out.append((k.to(self.k.dtype), v.to(self.v.dtype), at))
+            out.append((k.to(self.k.dtype), v.to(self.v.dtype), at, into))
             at += n
         return out
 

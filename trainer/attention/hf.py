@@ -56,10 +56,13 @@ def hf_tree_attention(
             query, key, value, is_causal=query.shape[2] > 1, scale=scaling, enable_gqa=gqa
         )
         return out.transpose(1, 2).contiguous(), None
-    prefix = None
+    prefix = direct = None
     if tree_mask.handoff is not None:
-        prefix = tree_mask.handoff.exchange(getattr(module, "layer_idx", None), key, value)
-    out = tree_attention(query, key, value, tree_mask, scale=scaling, prefix=prefix, opts=opts)
+        layer = getattr(module, "layer_idx", None)
+        prefix, direct = tree_mask.handoff.exchange(layer, key, value)
+    out = tree_attention(
+        query, key, value, tree_mask, scale=scaling, prefix=prefix, opts=opts, direct=direct
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

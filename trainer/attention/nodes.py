@@ -133,8 +133,10 @@ def nodes_attention(call: AttentionCall) -> torch.Tensor:
             continue
         # key blocks: (k, v, first key row in [prefix; own] coordinates)
         blocks: list[tuple[torch.Tensor, torch.Tensor, int]] = []
-        if m:
-            blocks.extend(call.prefix_blocks(m))
+        # the fused kernel sends the prefix blocks' gradients to their stores itself
+        pre = call.prefix_blocks(m, direct=fused) if m else []
+        blocks.extend((kb, vb, at) for kb, vb, at, _ in pre)
+        into = [g for *_, g in pre]
         for a, b in seg:
             blocks.extend((kp[x], vp[x], pl + x) for x in _starts(bounds, a, b))
         for c0 in _starts(bounds, s, e):
@@ -142,7 +144,8 @@ def nodes_attention(call: AttentionCall) -> torch.Tensor:
             own = [*((kp[x], vp[x], pl + x) for x in _starts(bounds, s, c0)), (kp[c0], vp[c0], -1)]
             if fused:
                 ks, vs = [b[0] for b in blocks + own], [b[1] for b in blocks + own]
-                outs.append(block_attention(qp[c0], ks, vs, scale, causal_last=True))
+                sent = into + [None] * (len(ks) - len(into))
+                outs.append(block_attention(qp[c0], ks, vs, scale, causal_last=True, into=sent))
                 continue
             bk, bv, masks = _window_blocks(blocks + own, tm, w, kd, pl + c0, n)
             causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()

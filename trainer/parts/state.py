@@ -22,7 +22,10 @@ views of the ancestors' stores, one per contiguous run of stored rows on its pat
 (:class:`~treeprep.trainer.attention.call.AttentionCall`). With gradients on, each segment is read
 through :class:`_ReadStore`, an autograd function whose backward adds the segment's key and value
 gradients straight into the store's accumulators: no leaf tensor, no ``.grad`` of the prefix, no
-scatter afterwards. Per path token and layer that is 2 x kv_heads x head_dim values stored and as
+scatter afterwards. The ``nodes`` backend's fused block attention goes one step further: it reads
+the plain views and its backward adds each block's gradients into the store itself
+(:attr:`HandOff.direct`), so not even one layer's prefix gradient is held at once. Per path
+token and layer that is 2 x kv_heads x head_dim values stored and as
 many accumulated: twice the path's K/V bytes when accumulating in the model dtype (three times
 with float32 accumulators in bf16), plus transients of one part.
 
@@ -36,6 +39,7 @@ instead; their (small) states arrive as leaves made on first use, whose gradient
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +61,10 @@ def accumulator_dtype(dtype: torch.dtype, accumulate: str) -> torch.dtype:
     if accumulate == "float32" and dtype in (torch.bfloat16, torch.float16):
         return torch.float32
     return dtype
+
+
+#: adds a key/value block's gradients (dk_BGSD, dv_BGSD) to the store it was read from
+GradInto = Callable[[torch.Tensor, torch.Tensor], None]
 
 
 @dataclass
@@ -85,6 +93,11 @@ class KVStore:
             self.gk[:, :, s:e].add_(gk)
         if gv is not None:
             self.gv[:, :, s:e].add_(gv)
+
+    def grad_into(self, s: int) -> GradInto:
+        """Where a block read from stored rows ``s, s + 1, ...`` sends its gradients directly
+        (the fused block attention's backward, without autograd holding them)."""
+        return lambda gk, gv: self.add_grad(s, s + int(gk.shape[2]), gk, gv)
 
     def backward_pairs(self, ho: HandOff, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The part's own graph keys and values (its kept rows) with the accumulated gradients."""
@@ -177,6 +190,7 @@ class HandOff:
     inputs (FSDP2) must hand every layer this very object, or the records would go to copies."""
 
     __slots__ = (
+        "direct",
         "linear_leaves",
         "linear_own",
         "linear_sources",
@@ -191,9 +205,13 @@ class HandOff:
         *,
         linear_sources: dict[int, list[tuple[int, LinearState]]] | None = None,
         requires_grad: bool = False,
+        direct: dict[int, tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...]] | None = None,
     ) -> None:
         #: per layer, the part's prefix segments (views of the ancestors' stores)
         self.prefix = prefix
+        #: per layer (with gradients on), the same segments as plain views with where their
+        #: gradients go, for a backend that sends them there itself (no autograd copy)
+        self.direct = direct or {}
         #: per layer, the part's own keys and values as computed (graph tensors)
         self.own: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: linear-attention layers: the ancestors' stored states (part, state) per layer
@@ -229,11 +247,16 @@ class HandOff:
 
     def exchange(
         self, layer: int | None, key: torch.Tensor, value: torch.Tensor
-    ) -> tuple[tuple[torch.Tensor, torch.Tensor], ...] | None:
+    ) -> tuple[
+        tuple[tuple[torch.Tensor, torch.Tensor], ...] | None,
+        tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...] | None,
+    ]:
+        """Record the layer's own keys and values; its prefix segments, and the same as direct
+        (view, where its gradients go) triples when gradients are on."""
         if layer is None:
             raise RuntimeError("hand-off parts need attention modules with a layer_idx")
         self.own[layer] = (key, value)
-        return self.prefix.get(layer)
+        return self.prefix.get(layer), self.direct.get(layer)
 
     @classmethod
     def gather(
@@ -247,6 +270,7 @@ class HandOff:
         (part -> per layer). Nothing is copied: attention layers get views of the stores, read
         through :class:`_ReadStore` when gradients are on."""
         prefix: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], ...]] = {}
+        direct: dict[int, tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...]] = {}
         linear: dict[int, list[tuple[int, LinearState]]] = {}
         if segments:
             parts = list(dict.fromkeys(p for p, _, _ in segments))
@@ -257,6 +281,7 @@ class HandOff:
                     linear[li] = [(p, states[p][li]) for p in parts]  # type: ignore[misc]
                     continue
                 segs = []
+                into = []
                 for p, s, e in segments:
                     st = states[p][li]
                     assert isinstance(st, KVStore)
@@ -264,10 +289,13 @@ class HandOff:
                         anchor = torch.empty(0, device=st.k.device, requires_grad=True)
                     if anchor is not None:
                         segs.append(_ReadStore.apply(anchor, st, s, e))
+                        into.append((st.k[:, :, s:e], st.v[:, :, s:e], st.grad_into(s)))
                     else:
                         segs.append((st.k[:, :, s:e], st.v[:, :, s:e]))
                 prefix[li] = tuple(segs)
-        return cls(prefix, linear_sources=linear, requires_grad=requires_grad)
+                if into:
+                    direct[li] = tuple(into)
+        return cls(prefix, linear_sources=linear, requires_grad=requires_grad, direct=direct)
 
     def return_grads(self, states: dict[int, list[LayerState]]) -> None:
         """Add the linear-attention leaves' gradients to the producing parts' states (the keys'

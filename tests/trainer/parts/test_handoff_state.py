@@ -114,9 +114,11 @@ def test_the_path_state_grows_by_twice_its_kv_bytes(dtype: torch.dtype, accumula
         _peak(model, long, budget, accumulate=accumulate)
         - _peak(model, short, budget, accumulate=accumulate)
     ) / (long - short)
-    # stored K/V + one accumulator each; one layer's prefix gradient while it is added in; the
-    # part's mask vectors (four int64 per prefix row)
-    bound = kv + acc + kv / layers + 4 * 8
+    # stored K/V + one accumulator each, and the part's mask vectors (its TreeMask holds four
+    # int64 per prefix row, and building them a few more: measured 7); nothing else grows with
+    # the path (the fused kernel adds each prefix block's gradient into its store, so not even
+    # one layer's prefix gradient is held at once; before that, 1/layers of the K/V more)
+    bound = kv + acc + 8 * 8
     assert slope <= bound, (slope, kv, acc)
     assert slope >= kv + acc  # the state really is held (the measure sees it)
 
