@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeprep.atomic import make_dirs, writing
 from treeprep.errors import TrainingError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
@@ -266,8 +267,9 @@ class _RunLog:
         self.metrics_path = os.path.join(cfg.run_dir, "metrics.jsonl")
         self.writer = None
         if self.main:
-            os.makedirs(cfg.run_dir, exist_ok=True)
-            with open(os.path.join(cfg.run_dir, "config.json"), "w", encoding="utf-8") as f:
+            make_dirs(cfg.run_dir)
+            path = os.path.join(cfg.run_dir, "config.json")
+            with writing(path), open(path, "w", encoding="utf-8") as f:
                 json.dump(config_dict(cfg), f, indent=2)
             _trim_metrics(self.metrics_path, step)
             self.writer = _tensorboard(cfg)
@@ -275,7 +277,7 @@ class _RunLog:
     def write(self, m: StepMetrics) -> None:
         if not self.main:
             return
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
+        with writing(self.metrics_path), open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(m.to_dict()) + "\n")
         if self.writer is not None:
             for k in ("loss", "lr", "grad_norm", "tokens_per_s", "linear_tokens_per_s"):
@@ -389,9 +391,10 @@ def _trim_metrics(path: str, step: int) -> None:
                     keep.append(line)
             except (ValueError, KeyError):
                 continue
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.writelines(keep)
-    os.replace(path + ".tmp", path)
+    with writing(path, path + ".tmp"):
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(keep)
+        os.replace(path + ".tmp", path)
 
 
 def _tensorboard(cfg: TrainConfig) -> Any:

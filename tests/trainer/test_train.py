@@ -504,3 +504,24 @@ def test_error_building_a_batch_surfaces_from_train(
         train(cfg(data, tmp_path / "nan", steps=3, optimizer="sgd", lr=1e30, grad_clip=None,
                   warmup_steps=0, prefetch=prefetch))  # fmt: skip
     assert not _prefetch_threads()
+
+
+def test_an_unwritable_run_folder_is_one_error_line(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 12 for the run folder's own files: config.json and metrics.jsonl."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(TreeprepError, match=r"a-file/run: cannot write: .*Not a directory"):
+        train(cfg(data, blocker / "run", steps=1))
+    # a full disk on the metrics log (after config.json was written)
+    real = open
+
+    def full(path, mode="r", *a, **kw):  # noqa: ANN001, ANN202
+        if str(path).endswith("metrics.jsonl") and "a" in mode:
+            raise OSError(28, "No space left on device")
+        return real(path, mode, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", full)
+    with pytest.raises(TreeprepError, match=r"metrics\.jsonl: cannot write: no space left.*ENOSPC"):
+        train(cfg(data, tmp_path / "run", steps=1))
