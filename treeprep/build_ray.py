@@ -46,6 +46,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from treeprep.atomic import make_dirs
 from treeprep.engine import RenderTask, TreeTask
 from treeprep.errors import TreeprepError
 from treeprep.schemas import TREE_SCHEMA
@@ -160,7 +161,7 @@ class RayEngine:
         import ray.data
 
         shard_dir = os.path.abspath(os.path.join(task.out, "shards"))
-        os.makedirs(shard_dir, exist_ok=True)
+        make_dirs(shard_dir)
         paths = [os.path.abspath(p) for p in task.paths]
         if not paths:
             return []

@@ -12,6 +12,7 @@ import os
 
 import orjson
 
+from treeprep.atomic import writing
 from treeprep.shards import iter_trees
 
 
@@ -19,11 +20,12 @@ def export_sequences(out_dir: str, dest: str, *, groups: list[str] | None = None
     """Write every sequence of the build in ``out_dir`` to ``dest`` (JSONL). Returns the count."""
     n = 0
     tmp = dest + ".tmp"
-    with open(tmp, "wb") as f:
-        for tree in iter_trees(out_dir, groups=groups):
-            for rec in tree.iter_sequences():
-                f.write(orjson.dumps(rec))
-                f.write(b"\n")
-                n += 1
-    os.replace(tmp, dest)
+    with writing(dest, tmp):
+        with open(tmp, "wb") as f:
+            for tree in iter_trees(out_dir, groups=groups):
+                for rec in tree.iter_sequences():
+                    f.write(orjson.dumps(rec))
+                    f.write(b"\n")
+                    n += 1
+        os.replace(tmp, dest)
     return n

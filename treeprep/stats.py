@@ -38,6 +38,7 @@ from typing import Literal
 
 import numpy as np
 
+from treeprep.atomic import writing
 from treeprep.errors import ShardError
 from treeprep.flops import DEFAULT_MODEL, PRESETS, ModelShape, load_model
 from treeprep.pack import (
@@ -384,9 +385,10 @@ def write_plot(c: Collected, stats: dict, path: str) -> None:
         _plot_png(c, stats, path)
     else:
         tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(_html(c, stats))
-        os.replace(tmp, path)
+        with writing(path, tmp):
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(_html(c, stats))
+            os.replace(tmp, path)
 
 
 def _speedups(stats: dict) -> list[tuple[str, float]]:
@@ -438,9 +440,10 @@ def _plot_png(c: Collected, stats: dict, path: str) -> None:
     )
     fig.tight_layout()
     tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    os.replace(tmp, path)
+    with writing(path, tmp):
+        fig.savefig(tmp, dpi=90)
+        plt.close(fig)
+        os.replace(tmp, path)
 
 
 def _svg_bars(items: list[tuple[str, float]], fmt: str, width: int = 520) -> str:

@@ -100,6 +100,26 @@ def test_write_atomic_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert not target.exists() and not (tmp_path / "x.json.tmp").exists()
 
 
+def test_reports_plans_and_exports_fail_as_one_line_naming_the_path(tmp_path: Path) -> None:
+    """``stats --plot``, ``pack`` and ``export`` write through the same helper: a destination that
+    cannot be written (here a real OS error, a file where a folder must be) is one error line."""
+    from treeprep.export import export_sequences
+    from treeprep.pack import PackConfig, pack
+    from treeprep.stats import collect, compute_stats, write_plot
+
+    out = tmp_path / "out"
+    build(BuildConfig(inputs=[str(_logs(tmp_path))], out=str(out)))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(TreeprepError, match=r"a-file/seqs\.jsonl(\.tmp)?: cannot write"):
+        export_sequences(str(out), str(blocker / "seqs.jsonl"))
+    with pytest.raises(TreeprepError, match=r"a-file/stats\.html(\.tmp)?: cannot write"):
+        write_plot(collect(str(out)), compute_stats(str(out)), str(blocker / "stats.html"))
+    (out / "plans").write_text("not a folder")
+    with pytest.raises(TreeprepError, match=r"plans/.*: cannot write"):
+        pack(str(out), PackConfig(budget=64))
+
+
 # -- checkpoints ---------------------------------------------------------------------------------
 
 torch = pytest.importorskip("torch")

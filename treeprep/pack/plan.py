@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from treeprep.atomic import make_dirs, writing
 from treeprep.binpack import longest_processing_time, place
 from treeprep.errors import PackError, ShardError
 from treeprep.flops import DEFAULT_MODEL, ModelShape, load_model
@@ -448,17 +449,19 @@ def plan_build(out_dir: str, cfg: PackConfig) -> Plan:
 def write_plan(plan: Plan, plan_dir: str) -> None:
     """Write ``plan.arrow`` then ``summary.json``, each atomically (temporary name, rename); an
     older summary is removed first so a half-replaced plan is never taken for a whole one."""
-    os.makedirs(plan_dir, exist_ok=True)
+    make_dirs(plan_dir)
     summary_path = os.path.join(plan_dir, "summary.json")
-    if os.path.exists(summary_path):
-        os.remove(summary_path)
     path = os.path.join(plan_dir, "plan.arrow")
-    with pa.OSFile(path + ".tmp", "wb") as sink, ipc.new_file(sink, PLAN_SCHEMA) as w:
-        w.write_table(plan.table)
-    os.replace(path + ".tmp", path)
-    with open(summary_path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(plan.summary.model_dump_json(indent=2))
-    os.replace(summary_path + ".tmp", summary_path)
+    with writing(path, path + ".tmp"):
+        if os.path.exists(summary_path):
+            os.remove(summary_path)
+        with pa.OSFile(path + ".tmp", "wb") as sink, ipc.new_file(sink, PLAN_SCHEMA) as w:
+            w.write_table(plan.table)
+        os.replace(path + ".tmp", path)
+    with writing(summary_path, summary_path + ".tmp"):
+        with open(summary_path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(plan.summary.model_dump_json(indent=2))
+        os.replace(summary_path + ".tmp", summary_path)
 
 
 def pack(out_dir: str, cfg: PackConfig) -> tuple[str, Plan]:
