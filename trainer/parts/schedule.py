@@ -296,6 +296,15 @@ def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tens
     return g, {"loss": total.detach(), **mets}
 
 
+def _check_modes(mode: str, accumulate: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
+    if accumulate not in ACCUMULATE:
+        raise ValueError(
+            f"unknown hand-off accumulation {accumulate!r}; expected one of {', '.join(ACCUMULATE)}"
+        )
+
+
 def run_parts(
     model: torch.nn.Module,
     batch: Any,
@@ -317,28 +326,13 @@ def run_parts(
     ``"forward"`` right before each decoder forward and ``"backward"`` right before each backward
     (FSDP2 keeps ranks in lockstep through it). See the module docstring for the order, the modes
     and the memory bound."""
-    if mode not in MODES:
-        raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
-    if accumulate not in ACCUMULATE:
-        raise ValueError(
-            f"unknown hand-off accumulation {accumulate!r}; expected one of {', '.join(ACCUMULATE)}"
-        )
+    _check_modes(mode, accumulate)
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
-    run = _Runner(
-        model,
-        batch,
-        layout,
-        cfg,
-        attn,
-        autocast,
-        compact=mode == "recompute",
-        accumulate=accumulate,
-        before_pass=before_pass,
-    )
+    run = _Runner(model, batch, layout, cfg, attn, autocast, compact=mode == "recompute",
+                  accumulate=accumulate, before_pass=before_pass)  # fmt: skip
     check_inputs(batch, cfg)
-    dev = batch.input_ids.device
     dtype = run.sum_dtype
-    total = torch.zeros((), dtype=dtype, device=dev)
+    total = torch.zeros((), dtype=dtype, device=batch.input_ids.device)
     metrics: dict[str, torch.Tensor] = {}
     if cfg.loss == "gspo":
         run.linear_coef, pre = _gspo_coefficients(run)
