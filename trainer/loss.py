@@ -196,12 +196,14 @@ def objective(
     cfg: LossConfig,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of ``cfg`` from per-target log-probs ``lp`` [K] (and entropies [K], needed when
-    ``cfg.entropy_coef``) and the restored coefficients."""
+    ``cfg.entropy_coef``) and the restored coefficients. The metric ``loss_mass`` is the sum of
+    the loss's terms' absolute values: the scale of its float rounding, which a loss whose terms
+    cancel (RL advantages of both signs) can have far above the loss itself."""
     w = t.weight.to(lp.dtype)
     metrics: dict[str, torch.Tensor]
     if cfg.loss == "sft":
         total = -(w * lp).sum()
-        metrics = {"nll": total.detach()}
+        metrics = {"nll": total.detach(), "loss_mass": (w * lp).detach().abs().sum()}
     else:
         lo = 1.0 - cfg.clip_eps
         hi = 1.0 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
@@ -219,6 +221,8 @@ def objective(
         kl_u = _kl(ulp, t.ref_logp.to(lp.dtype), cfg.kl_estimator)
         kl = (t.unit_weight.to(lp.dtype) * kl_u).sum()
         total = total + cfg.kl_coef * kl
+        mass = (t.unit_weight.to(lp.dtype) * kl_u).detach().abs().sum()
+        metrics["loss_mass"] = metrics["loss_mass"] + abs(cfg.kl_coef) * mass
         metrics["kl"] = kl.detach()
         metrics["ref_kl_sum"] = kl_u.detach().sum()
         metrics["ref_units"] = torch.tensor(float(len(ulp)))
@@ -237,6 +241,8 @@ def objective(
             raise TreeprepError("an entropy term needs the entropies of the targets")
         e = (w * ent).sum()
         total = total - cfg.entropy_coef * e
+        mass = (w * ent).detach().abs().sum()
+        metrics["loss_mass"] = metrics["loss_mass"] + abs(cfg.entropy_coef) * mass
         metrics["entropy"] = e.detach()
     return total, metrics
 
@@ -257,9 +263,11 @@ def _clipped(
     ratio = torch.exp(ulp - old)
     clipped = ratio.clamp(lo, hi)
     ap, an = t.adv_pos.to(lp.dtype), t.adv_neg.to(lp.dtype)
-    total = -(ap * torch.minimum(ratio, clipped) + an * torch.maximum(ratio, clipped)).sum()
+    pos, neg = ap * torch.minimum(ratio, clipped), an * torch.maximum(ratio, clipped)
+    total = -(pos + neg).sum()
     return total, {
         "policy": total.detach(),
+        "loss_mass": (pos.detach().abs() + neg.detach().abs()).sum(),
         "clip_count": (ratio != clipped).sum().detach().float(),
         "units": torch.tensor(float(len(ratio))),
     }
@@ -281,6 +289,7 @@ def _gspo(
     total = -(c * surr).sum()
     return total, {
         "policy": total.detach(),
+        "loss_mass": (c * surr).detach().abs().sum(),
         "clip_count": ((ratio < lo) | (ratio > hi)).sum().detach().float(),
         "units": torch.tensor(float(len(c))),
     }

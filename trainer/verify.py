@@ -69,6 +69,8 @@ class VerifyReport:
     groups: list[GroupDiff] = field(default_factory=list)
     #: the loss of a float64 run of the linear layout; None when none ran
     loss_64: float | None = None
+    #: the linear loss's terms' absolute values summed (its rounding scale; 0: unknown)
+    loss_mass: float = 0.0
 
     @property
     def worst_rel(self) -> float:
@@ -80,14 +82,17 @@ class VerifyReport:
 
     @property
     def loss_rel(self) -> float:
-        return abs(self.loss_tree - self.loss_linear) / max(abs(self.loss_linear), 1e-30)
+        """The losses' difference relative to the loss's magnitude: the sum of its terms'
+        absolute values (an RL loss whose terms cancel rounds at that scale, not its own)."""
+        scale = max(abs(self.loss_linear), self.loss_mass, 1e-30)
+        return abs(self.loss_tree - self.loss_linear) / scale
 
     def _loss_ok(self) -> bool:
         if self.loss_rel <= self.tol:
             return True
         if self.loss_64 is None:
             return False
-        d = max(abs(self.loss_64), 1e-30)
+        d = max(abs(self.loss_64), self.loss_mass, 1e-30)
         tree, lin = abs(self.loss_tree - self.loss_64) / d, abs(self.loss_linear - self.loss_64) / d
         return tree <= max(self.tol, lin)
 
@@ -132,6 +137,7 @@ class VerifyReport:
             "worst_rel": self.worst_rel,
             "worst_abs": self.worst_abs,
             "loss_64": self.loss_64,
+            "loss_mass": self.loss_mass,
             "reason": self.reason,
             "groups": [g.__dict__ for g in self.groups],
         }
@@ -160,7 +166,8 @@ def _grads(model: torch.nn.Module, batch: TreeBatch, loss: str, attn: str | None
     for n, p in model.named_parameters():
         grads[n] = torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
     model.zero_grad(set_to_none=True)
-    return float(out.loss.detach()), grads
+    mass = out.metrics.get("loss_mass")
+    return float(out.loss.detach()), grads, 0.0 if mass is None else float(mass)
 
 
 def _grads_parts(
@@ -235,8 +242,8 @@ def verify_gradients(
     if budget is not None:
         lt, gt = _grads_parts(model, rows, tree, budget, handoff, loss, attn, adv_norm, **loss_kw)
     else:
-        lt, gt = _grads(model, tree, loss, attn, **loss_kw)
-    ll, gl = _grads(model, lin, loss, attn, **loss_kw)
+        lt, gt, _ = _grads(model, tree, loss, attn, **loss_kw)
+    ll, gl, mass = _grads(model, lin, loss, attn, **loss_kw)
     rep = VerifyReport(
         loss_tree=lt,
         loss_linear=ll,
@@ -245,6 +252,7 @@ def verify_gradients(
         targets_tree=tree.num_targets,
         targets_linear=lin.num_targets,
         tol=tol,
+        loss_mass=mass,
     )
     diffs = _diffs(gt, gl)
     rep.groups = [
@@ -253,7 +261,7 @@ def verify_gradients(
     is64 = next(model.parameters()).dtype == torch.float64
     if reference64 or (reference64 is None and not is64 and not rep.ok):
         m64 = copy.deepcopy(model).double()
-        rep.loss_64, g64 = _grads(m64, lin, loss, attn, **loss_kw)
+        rep.loss_64, g64, _ = _grads(m64, lin, loss, attn, **loss_kw)
         del m64
         to_tree, to_lin = dict(_diffs(gt, g64)), dict(_diffs(gl, g64))
         for g in rep.groups:

@@ -7,6 +7,7 @@ shown to land orders of magnitude above that.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -127,3 +128,20 @@ def test_random_trees_restore_gradients(seed, n_seq, roots, loss, norm) -> None:
     if rep.targets_linear == 0:
         return
     assert rep.ok and rep.worst_rel < 1e-5, rep.to_dict()
+
+
+def test_regression_a_cancelling_rl_loss_is_compared_at_its_magnitude() -> None:
+    """Hypothesis found it in a clean-clone run: a PPO loss of 7.1e-4 whose terms (advantages of
+    both signs) sum to 0.43 in absolute value rounds in float32 at the terms' scale; compared to
+    its own tiny value the tree and linear losses differed by 1.3e-5 while every gradient agreed
+    at 3.6e-7. The loss is compared relative to its terms' absolute sum (``loss_mass``)."""
+    rng = np.random.default_rng(56)
+    trees = [build_tree(random_group(rng, n_seq=4, roots=2, max_suffix=6)) for _ in range(2)]
+    rep = verify_gradients(
+        tiny(), rows_of(*trees), loss="ppo", norm="sequence-mean", attn="dense", clip_eps=0.1
+    )
+    assert rep.loss_mass > 100 * abs(rep.loss_linear)
+    assert rep.ok and rep.loss_rel < 1e-6, rep.to_dict()
+    # a loss that really differs, at the terms' scale, still fails
+    bad = dataclasses.replace(rep, loss_tree=rep.loss_linear + 1e-3 * rep.loss_mass)
+    assert not bad.ok and "the loss differs" in bad.reason
