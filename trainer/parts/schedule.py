@@ -19,13 +19,14 @@ A part without child parts runs forward and backward at once. Two modes for the 
   keys and values; leaving recomputes the forward from the same inputs (tokens plus prefix
   leaves), exactly as activation checkpointing does, then runs the backward.
 
-Memory bound (recompute): one part's activations (at most ``budget`` tokens, plus its attention
-over its prefix) + the stored keys and values of the parts on the stack and their gradient
-accumulators, i.e. O(layers x (stack parts x budget) x kv width). The stack holds the parts that
-contain the current part's root-to-node path, so for agent trees (one long main thread, short side
-branches) that is the K/V of the longest path; it never grows with the number of branches. In keep
-mode the graphs of the stack's parts add to it, which a long path cut into many parts cannot
-afford: that is why recompute is the default.
+Memory bound (recompute): one part's activations (at most ``budget`` tokens) + what the parts on
+the stack stored for their descendants (:mod:`.state`): only the rows of their keys and values
+that a descendant reads (the rows on the descendants' paths), once, in the run's compute dtype,
+and one gradient accumulator each; a descendant reads them in place. For agent trees (one long
+main thread, short side branches) that is twice the K/V of the longest path; it never grows with
+the number of branches. In keep mode every stored row is kept (the graphs hold them anyway) and
+the graphs of the stack's parts add to it, which a long path cut into many parts cannot afford:
+that is why recompute is the default.
 
 Exactness. Every loss term lives in exactly one part (the part holding the target's predecessor)
 with the tree's own restored coefficients, attention sees exactly the keys the whole tree would
