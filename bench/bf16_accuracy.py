@@ -12,12 +12,17 @@ every sequence run alone to float64 rounding). Against it, the relative L2 error
 
 The bar (issue 24): the tree with bf16 accumulators within 1.25x of the linear bf16 error.
 
-    python bench/bf16_accuracy.py --path 4096 --budget 512 [--json]
+``--autocast`` runs what ``treeprep train`` runs in bf16 instead: float32 weights under bf16
+autocast (the parts store their keys and values in bf16, the attention's compute dtype, although
+rotary leaves the keys float32), against the linear layout under the same autocast.
+
+    python bench/bf16_accuracy.py --path 4096 --budget 512 [--autocast] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -48,25 +53,34 @@ def main() -> None:
     ap.add_argument("--path", type=int, default=4096)
     ap.add_argument("--budget", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--autocast", action="store_true", help="float32 weights, bf16 autocast")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     row = agent_tree_row(a.path, seed=a.seed)
     kw = {"vocab_size": AGENT_VOCAB, "attn": "nodes", "seed": a.seed}
     m64 = load_model(a.model, dtype=torch.float64, **kw)
-    m16 = load_model(a.model, dtype=torch.bfloat16, **kw)
-    m16.load_state_dict({k: v.to(torch.bfloat16) for k, v in m64.state_dict().items()})
+    m16 = load_model(a.model, dtype=torch.float32 if a.autocast else torch.bfloat16, **kw)
+    rounded = {k: v.to(torch.bfloat16) for k, v in m64.state_dict().items()}
+    m16.load_state_dict({k: v.to(next(m16.parameters()).dtype) for k, v in rounded.items()})
     # the reference: the same bf16-rounded weights, in float64
-    m64.load_state_dict({k: v.to(torch.float64) for k, v in m16.state_dict().items()})
+    m64.load_state_dict({k: v.to(torch.float64) for k, v in rounded.items()})
+    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)) if (
+        a.autocast) else None  # fmt: skip
+    # under CPU autocast rotary leaves the keys float32 and the values bf16: ``nodes``' fused CPU
+    # kernel takes one dtype, so those runs attend with ``dense`` (SDPA casts under autocast)
+    attn = "dense" if a.autocast else "nodes"
     tree = TreeBatch.from_trees([row], norm="token-mean")
     lin = TreeBatch.from_trees([row], norm="token-mean", layout="linear")
     tree_loss(m64, tree, attn="nodes").loss.backward()
     ref = _grads(m64)
     out: dict[str, float | int] = {"tree_tokens": tree.num_tokens, "linear_tokens": lin.num_tokens}
-    tree_loss(m16, lin, attn="nodes").loss.backward()
+    with cast() if cast is not None else contextlib.nullcontext():
+        tree_loss(m16, lin, attn=attn).loss.backward()
     out["linear_bf16"] = _rel(_grads(m16), ref)
     for acc in ("model", "float32"):
         m16.zero_grad(set_to_none=True)
-        run_parts(m16, tree, LossConfig("sft"), budget=a.budget, attn="nodes", accumulate=acc)
+        run_parts(m16, tree, LossConfig("sft"), budget=a.budget, attn=attn, accumulate=acc,
+                  autocast=cast)  # fmt: skip
         out[f"parts_bf16_{acc}_accumulators"] = _rel(_grads(m16), ref)
     out["ratio_model_accumulators"] = out["parts_bf16_model_accumulators"] / out["linear_bf16"]
     if a.json:
