@@ -66,9 +66,7 @@ def main() -> None:
     m64.load_state_dict({k: v.to(torch.float64) for k, v in rounded.items()})
     cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)) if (
         a.autocast) else None  # fmt: skip
-    # under CPU autocast rotary leaves the keys float32 and the values bf16: ``nodes``' fused CPU
-    # kernel takes one dtype, so those runs attend with ``dense`` (SDPA casts under autocast)
-    attn = "dense" if a.autocast else "nodes"
+    attn = "nodes"
     tree = TreeBatch.from_trees([row], norm="token-mean")
     lin = TreeBatch.from_trees([row], norm="token-mean", layout="linear")
     tree_loss(m64, tree, attn="nodes").loss.backward()

@@ -35,8 +35,11 @@ _BWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 def fused_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether :func:`block_attention` can run this attention: the fused CPU kernel needs one
-    head width for queries, keys and values (multi-head latent attention's values are narrower)."""
+    head width for queries, keys and values (multi-head latent attention's values are narrower)
+    and one dtype (under autocast rotary leaves queries and keys float32, values bf16)."""
     if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
+        return False
+    if not q.dtype == k.dtype == v.dtype:
         return False
     return q.device.type == "cpu" and q.dtype in (
         torch.float32,

@@ -132,3 +132,17 @@ def test_nodes_runs_whole_root_paths_as_one_causal_call(monkeypatch: pytest.Monk
     out = tree_attention(q, k, v, tm, backend="nodes")
     assert not calls
     assert (out - ref).abs().max().item() < 1e-12
+
+
+def test_nodes_takes_mixed_dtypes_under_autocast() -> None:
+    """Under bf16 autocast rotary leaves queries and keys float32 while values are bf16; the
+    fused CPU kernel takes one dtype, so ``nodes`` runs its math path there (it raised
+    "expected scalar type Float but found BFloat16"), and agrees with ``dense``."""
+    b = _batch()
+    q, k, v = _qkv(b.num_tokens)
+    q, k, v = q.float(), k.float(), v.bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = tree_attention(q, k, v, TreeMask.from_batch(b, "dense"))
+        out = tree_attention(q, k, v, TreeMask.from_batch(b, "nodes"))
+    rel = float((out.float() - ref.float()).norm() / ref.float().norm())
+    assert rel < 1e-2, rel  # bf16 rounding of two summation orders
