@@ -54,6 +54,8 @@ def stats_cmd(
         cut=cut.value,
         head=head.value,
     )
+    if shape is not None:
+        stats["memory"] = _memory(shape, out)
     if plot is not None:
         write_plot(collected, stats, str(plot))
     if as_json:
@@ -64,6 +66,21 @@ def stats_cmd(
         from rich.console import Console
 
         Console(stderr=True).print(f"wrote {plot}")
+
+
+def _memory(shape: object, out: Path) -> dict:
+    """The memory model's prediction for the model on one H100 (bf16 autocast, AdamW, one rank):
+    the terms ``treeprep train --dry-run`` adds up, which takes the run's own set-up."""
+    from treeprep.memory import GPUS, BuildFacts, MemorySetup, dry_run
+
+    facts = BuildFacts.of(str(out))
+    d = dry_run(shape, MemorySetup(parallel="ddp"), facts, GPUS["h100"])  # type: ignore[arg-type]
+    keep = ("fits", "predicted_peak_bytes", "gpu", "gpu_memory_bytes", "budget",
+            "activation_checkpointing", "terms", "handoff_bytes_per_path_token",
+            "kv_bytes_per_path_token")  # fmt: skip
+    return {k: d[k] for k in keep} | {
+        "setup": "one H100, bf16 autocast, AdamW, one rank; treeprep train --dry-run for yours"
+    }
 
 
 _SHORT = {
@@ -104,6 +121,16 @@ def _render(s: dict, out: Path) -> None:
         t.add_row("ERR", f"{p['err']:.3f}")
         t.add_row("padding waste", f"{p['padding_waste']:.3f}")
         t.add_row(f"speedup after packing ({m['name']})", f"{p['model_speedup']:.2f}x")
+    if "memory" in s:
+        mem = s["memory"]
+        ck = ", checkpointing" if mem["activation_checkpointing"] else ""
+        t.add_row(
+            f"peak per GPU ({mem['gpu']}, budget {mem['budget']:,}{ck})",
+            f"{mem['predicted_peak_bytes'] / 2**30:.1f} GiB" + ("" if mem["fits"] else " (no fit)"),
+        )
+        t.add_row(
+            "hand-off state of the longest path", f"{mem['terms']['handoff'] / 2**30:.2f} GiB"
+        )
     con.print(t)
 
     d = Table(title="distributions")

@@ -272,6 +272,12 @@ def test_cli_json_table_and_plots(build, tmp_path: Path) -> None:
     assert all(k in d for k in API_KEYS) and "packing" in d
     r = CliRunner().invoke(app, ["stats", str(out), "--model", "llama-3.1-8b"])
     assert r.exit_code == 0 and "llama-3.1-8b" in r.stdout and "POR" in r.stdout
+    assert "peak per GPU (h100" in r.stdout and "hand-off state" in r.stdout
+    # --model adds the memory model's terms (issue 24 item 4), the ones train --dry-run adds up
+    r = CliRunner().invoke(app, ["stats", str(out), "--model", "qwen3-8b", "--json"])
+    mem = json.loads(r.stdout)["memory"]
+    assert mem["predicted_peak_bytes"] > mem["terms"]["parameters"] > 0 and mem["gpu"] == "h100"
+    assert mem["handoff_bytes_per_path_token"] == 36 * 8 * 128 * 2 * (2 + 2)  # qwen3-8b, bf16
     html = tmp_path / "s.html"
     r = CliRunner().invoke(app, ["stats", str(out), "--plot", str(html), "--json"])
     assert r.exit_code == 0 and "<svg" in html.read_text() and "qwen3-30b-a3b" in html.read_text()
