@@ -28,7 +28,16 @@ from treeprep.cli import options as opt
 from treeprep.errors import TreeprepError
 
 # the options of ``train`` that take more than a line to declare, one alias each
-RunDirOpt = Annotated[Path, typer.Option("--out", help="The run folder (metrics, checkpoints).")]
+RunDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="The run folder (metrics, checkpoints); default: a new runs/<date>-<build>-<model>.",
+    ),
+]
+OverwriteOpt = Annotated[
+    bool, typer.Option(help="Start fresh in an --out that holds an earlier run, deleting it.")
+]
 PlanOpt = Annotated[
     Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
 ]
@@ -94,7 +103,7 @@ LoraTargetsOpt = Annotated[
 def train_cmd(
     data: opt.BuildArg,
     model: opt.ModelOpt,
-    out: RunDirOpt = Path("runs/treeprep"),
+    out: RunDirOpt = None,
     plan: PlanOpt = None,
     loss: opt.LossOpt = opt.DEFAULT_LOSS,
     norm: opt.NormOpt = opt.DEFAULT_NORM,
@@ -132,6 +141,7 @@ def train_cmd(
     save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
     resume: ResumeOpt = None,
+    overwrite: OverwriteOpt = False,
     tensorboard: TensorboardOpt = False,
     prefetch: PrefetchOpt = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -152,6 +162,8 @@ def train_cmd(
         return
     if world_size != 1 or gpu_memory is not None:
         raise TreeprepError("--world-size and --gpu-memory are --dry-run options")
+    if out is None:
+        out = fresh_run_dir(data, model, resume)
     cfg = _config(locals())
     main = int(os.environ.get("RANK", "0")) == 0
     res = _train_with_progress(cfg, main, warn_no_probe=no_probe)
@@ -162,6 +174,29 @@ def train_cmd(
         typer.echo(json.dumps(summary, indent=2))
         return
     _print_summary(summary, res.run_dir)
+
+
+def fresh_run_dir(data: Path, model: str, resume: Path | str | None) -> Path:
+    """A new run folder, ``runs/<date>-<build>-<model>`` (``-2``, ``-3``... when taken), never a
+    shared default; with ``--resume RUN`` the run resumed. Under torchrun the ranks could name
+    different folders, so there ``--out`` is required."""
+    if resume:
+        r = Path(resume)
+        return r.parent.parent if r.parent.name == "checkpoints" else r
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise TreeprepError("under torchrun name the run folder with --out (every rank the same)")
+    import re
+    import time
+
+    def slug(p: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(p.rstrip("/")).name).strip("-") or "run"
+
+    base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug(str(data))}-{slug(model)}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 #: options of ``--dry-run`` alone (a run's world comes from torchrun, its memory from the GPU)

@@ -316,8 +316,28 @@ def _publish(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
     _fsync_dir(checkpoints_dir(run_dir))
     if keep is not None and keep > 0:
         for _s, path in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(path, ignore_errors=True)
+            if path != final:  # the checkpoint just written is never the one dropped
+                shutil.rmtree(path, ignore_errors=True)
     return final
+
+
+#: what a run writes in its folder (an earlier run is recognised, and overwritten, by these)
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "tensorboard")
+
+
+def earlier_run(run_dir: str) -> list[str]:
+    """The files of an earlier run in ``run_dir`` (empty: none)."""
+    return [f for f in RUN_FILES if os.path.exists(os.path.join(run_dir, f))]
+
+
+def clear_run(run_dir: str) -> None:
+    """Delete an earlier run's files (:data:`RUN_FILES` only: nothing else in the folder)."""
+    for f in earlier_run(run_dir):
+        path = os.path.join(run_dir, f)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 @dataclass

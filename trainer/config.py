@@ -90,6 +90,9 @@ class TrainConfig:
     save_final: bool = True
     #: resume from this checkpoint folder or run folder ("" or None: start fresh)
     resume: str | None = None
+    #: start fresh in a run folder that holds an earlier run, deleting that run's checkpoints,
+    #: metrics and config (refused without it: the earlier run is never lost by accident)
+    overwrite: bool = False
     #: TensorBoard event files under RUN/tensorboard (skipped when tensorboard is absent)
     tensorboard: bool = False
     #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range

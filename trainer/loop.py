@@ -92,13 +92,31 @@ def train(cfg: TrainConfig, *, callback: Callback | None = None) -> TrainResult:
         dist_mod.shutdown(info)
 
 
+def _claim_run_folder(cfg: TrainConfig, info: dist_mod.DistInfo) -> None:
+    """A fresh run never lands on an earlier one: refused unless resumed or ``overwrite``."""
+    if cfg.resume:
+        return
+    found = ckpt_mod.earlier_run(cfg.run_dir)
+    if found and not cfg.overwrite:
+        cps = ckpt_mod.list_checkpoints(cfg.run_dir)
+        last = f", last checkpoint step {cps[-1][0]}" if cps else ""
+        raise TrainingError(
+            f"{cfg.run_dir} holds an earlier run ({', '.join(found)}{last}); continue it with "
+            f"--resume {cfg.run_dir}, replace it with --overwrite, or pick another --out"
+        )
+    if found and info.is_main:
+        ckpt_mod.clear_run(cfg.run_dir)
+    dist_mod.barrier(info)
+
+
 def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None) -> TrainResult:
     emit = callback if (callback is not None and info.is_main) else (lambda e, d: None)
     dev = info.device
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % (2**32))
 
-    # ---- 1. set-up: the build, the model (checked and wrapped), the optimizer
+    # ---- 1. set-up: the run folder, the build, the model (checked and wrapped), the optimizer
+    _claim_run_folder(cfg, info)
     reader = BuildReader(cfg.data)
     resume = ckpt_mod.open_checkpoint(cfg.resume) if cfg.resume else None
     lm = _load_lm(cfg, reader, resume, info)
