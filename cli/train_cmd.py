@@ -240,7 +240,9 @@ def _train_with_progress(cfg: Any, main: bool, *, warn_no_probe: bool) -> Any:
     transformers.utils.logging.disable_progress_bar()  # our own bar; no tqdm lines on save
     if warn_no_probe and main:
         err.print("[yellow]warning: --no-probe: the model is not checked for exactness on trees[/]")
-    progress, cb = _progress(err) if main else (None, None)
+    progress, cb = (None, None)
+    if main:
+        progress, cb = _progress(err) if err.is_terminal else (None, _plain_lines(err))
     try:
         if progress is not None:
             progress.start()
@@ -288,6 +290,41 @@ def _print_summary(summary: dict[str, Any], run_dir: str) -> None:
     Console().print(t)
 
 
+def _start_line(d: dict[str, Any]) -> str:
+    return (
+        f"{d['params']:,} parameters on {d['device']} ({d['precision']}), "
+        f"{d['world_size']} process(es), plan {d['plan']} for {d['plan_world_size']} rank(s)"
+    )
+
+
+def _plain_lines(err: Any) -> Any:
+    """Without a terminal (SLURM, nohup, a redirect): one plain line per step, flushed, instead
+    of a progress bar that draws nothing there."""
+    import time
+
+    t0: list[float] = []
+
+    def cb(event: str, d: dict[str, Any]) -> None:
+        if event == "start":
+            t0.append(time.monotonic())
+            err.print(_start_line(d), soft_wrap=True)
+        elif event == "step":
+            err_ratio = 1.0 - d["tokens"] / d["tokens_linear"] if d["tokens_linear"] else 0.0
+            elapsed = time.monotonic() - t0[0] if t0 else 0.0
+            err.print(
+                f"step {d['step']}/{d['total_steps']} loss {d['loss']:.4f} lr {d['lr']:.2e} "
+                f"gnorm {d['grad_norm']:.3f} {d['tokens_per_s']:,.0f} tok/s "
+                f"ERR {err_ratio:.3f} elapsed {elapsed:.1f}s",
+                soft_wrap=True,
+                highlight=False,
+            )
+        elif event == "checkpoint":
+            err.print(f"checkpoint {d['path']}", soft_wrap=True, highlight=False)
+        err.file.flush()
+
+    return cb
+
+
 def _progress(err: Any) -> tuple[Any, Any]:
     from rich.progress import (
         BarColumn,
@@ -317,11 +354,7 @@ def _progress(err: Any) -> tuple[Any, Any]:
                     "train", total=d["total_steps"], completed=d["start_step"], info="loading"
                 )
             )
-            prog.console.print(
-                f"{d['params']:,} parameters on {d['device']} ({d['precision']}), "
-                f"{d['world_size']} process(es), plan {d['plan']} "
-                f"for {d['plan_world_size']} rank(s)"
-            )
+            prog.console.print(_start_line(d))
         elif event == "step" and task:
             prog.update(
                 task[0],

@@ -93,7 +93,7 @@ class TrainConfig:
     #: start fresh in a run folder that holds an earlier run, deleting that run's checkpoints,
     #: metrics and config (refused without it: the earlier run is never lost by accident)
     overwrite: bool = False
-    #: TensorBoard event files under RUN/tensorboard (skipped when tensorboard is absent)
+    #: TensorBoard event files under RUN/tensorboard (refused when tensorboard is absent)
     tensorboard: bool = False
     #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range
     #: [1 - clip_eps, 1 + clip_eps_high] (clip_eps_high None: clip_eps), the KL penalty against the

@@ -116,6 +116,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     np.random.seed(cfg.seed % (2**32))
 
     # ---- 1. set-up: the run folder, the build, the model (checked and wrapped), the optimizer
+    if cfg.tensorboard and info.is_main:
+        _tensorboard_writer()
     _claim_run_folder(cfg, info)
     reader = BuildReader(cfg.data)
     resume = ckpt_mod.open_checkpoint(cfg.resume) if cfg.resume else None
@@ -415,11 +417,19 @@ def _trim_metrics(path: str, step: int) -> None:
         os.replace(path + ".tmp", path)
 
 
+def _tensorboard_writer() -> Any:
+    """TensorBoard's SummaryWriter class; a run that asks for it without the package is refused
+    before it starts (it used to write nothing and say nothing)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise TrainingError(
+            "--tensorboard needs the tensorboard package (pip install tensorboard)"
+        ) from e
+    return SummaryWriter
+
+
 def _tensorboard(cfg: TrainConfig) -> Any:
     if not cfg.tensorboard:
         return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard is optional
-        return None
-    return SummaryWriter(os.path.join(cfg.run_dir, "tensorboard"))
+    return _tensorboard_writer()(os.path.join(cfg.run_dir, "tensorboard"))

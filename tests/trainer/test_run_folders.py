@@ -72,3 +72,31 @@ def test_a_missing_out_gets_a_new_folder_each_time(
     r = CliRunner().invoke(app, [*args[:5], "2", *args[6:], "--resume", str(run)])
     assert r.exit_code == 0, r.output
     assert [s for s, _ in ckpt_mod.list_checkpoints(str(run))][-1] == 2
+
+
+def test_without_a_terminal_every_step_is_one_plain_line(data: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 25 item 4, in part: under SLURM, nohup or a redirect the progress bar drew nothing,
+    so no step was reported at all; now each step is one flushed line on stderr."""
+    from treeprep.cli.app import app
+
+    args = ["train", str(data), "--model", "tiny-qwen3", "--steps", "2", "--budget", str(BUDGET),
+            "--device", "cpu", "--attn", "dense", "--out", str(tmp_path / "run")]  # fmt: skip
+    r = CliRunner().invoke(app, args)  # CliRunner's streams are not terminals
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if x.startswith("step ")]
+    assert [x.split()[1] for x in lines] == ["1/2", "2/2"], r.output
+    assert all(re.search(r"loss \d+\.\d+ .* tok/s ERR \d\.\d{3} elapsed", x) for x in lines)
+
+
+def test_tensorboard_without_the_package_is_refused_before_the_run(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        pytest.skip("tensorboard is installed")
+    run = tmp_path / "run"
+    with pytest.raises(TrainingError, match=r"pip install tensorboard"):
+        train(cfg(data, run, steps=1, tensorboard=True))
+    assert not run.exists()  # nothing written: a rerun is not refused as an earlier run
