@@ -201,7 +201,9 @@ def test_killed_render_workers_are_retried_without_duplicate_rows(
     tmp_path: Path, local_ray
 ) -> None:
     files = []
-    for i in range(4):
+    # enough files that rendering is still under way when the first is done (4 finished inside
+    # one poll once rendering got faster)
+    for i in range(12):
         path = tmp_path / f"f{i}.jsonl"
         rows = (
             {
