@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from treeprep.errors import TrainingError, TreeprepError
+from treeprep.memory import ACCUMULATE
 from treeprep.trainer.advantages import ADV_NORMS
 from treeprep.trainer.batch import LAYOUTS, NORMS
 from treeprep.trainer.distributed import PARALLEL
@@ -166,7 +167,7 @@ class TrainConfig:
             raise bad(f"cut {self.cut!r}; expected handoff or recompute")
         if self.handoff not in ("recompute", "keep"):
             raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
-        if self.handoff_accumulate not in ("model", "float32"):
+        if self.handoff_accumulate not in ACCUMULATE:
             raise bad(f"handoff_accumulate {self.handoff_accumulate!r}; expected model or float32")
         if self.handoff_accumulate == "float32" and self.precision in ("float32", "float64"):
             raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")

@@ -74,6 +74,8 @@ from treeprep.flops import ModelShape
 GIB = 2**30
 PRECISIONS = ("float32", "bfloat16", "float64")
 PARALLEL = ("ddp", "fsdp")
+#: how hand-off gradients are accumulated (the trainer's ``handoff_accumulate``, spelled here once
+#: so that this torch-free model and the trainer share it): the stored dtype, or float32
 ACCUMULATE = ("model", "float32")
 HANDOFF = ("recompute", "keep")
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}

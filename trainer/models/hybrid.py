@@ -31,6 +31,7 @@ states are one conv window and one [heads, dk, dv] matrix per branch point.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from dataclasses import dataclass
@@ -157,11 +158,13 @@ def _handed_state(tm: Any, layer: int, first_row: int) -> tuple[Any, Any]:
 CACHE_ARG_NAMES = ("cache", "cache_params")
 
 
+@functools.cache
 def cache_arg_name(forward: Any) -> str:
     """The name of the cache argument of a linear-attention layer's upstream ``forward``.
 
     treeprep calls that forward segment by segment with a :class:`SegmentCache`; a release that
-    renames or drops the argument must fail here, by name, never train on without its state."""
+    renames or drops the argument must fail here, by name, never train on without its state.
+    Read once per class's forward (cached): the tree forward asks on every layer call."""
     params = inspect.signature(forward).parameters
     for name in CACHE_ARG_NAMES:
         if name in params:

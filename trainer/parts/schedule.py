@@ -60,11 +60,11 @@ from treeprep.trainer.loss import (
 from treeprep.trainer.models import output_head, run_decoder
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
 from treeprep.trainer.parts.state import (
-    ACCUMULATE,
     HandOff,
     KVStore,
     LayerState,
     LinearState,
+    check_accumulate,
     prefix_segments,
 )
 
@@ -300,10 +300,7 @@ def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tens
 def _check_modes(mode: str, accumulate: str) -> None:
     if mode not in MODES:
         raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
-    if accumulate not in ACCUMULATE:
-        raise ValueError(
-            f"unknown hand-off accumulation {accumulate!r}; expected one of {', '.join(ACCUMULATE)}"
-        )
+    check_accumulate(accumulate)
 
 
 def run_parts(

@@ -47,17 +47,20 @@ import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
-
-#: how hand-off gradients are accumulated: in the stored (model) dtype, or float32
-ACCUMULATE: tuple[str, ...] = ("model", "float32")
+from treeprep.memory import ACCUMULATE
 
 
-def accumulator_dtype(dtype: torch.dtype, accumulate: str) -> torch.dtype:
-    """The dtype of the gradient accumulator of a stored tensor of ``dtype``."""
+def check_accumulate(accumulate: str) -> None:
+    """Refuse an unknown hand-off accumulation (:data:`treeprep.memory.ACCUMULATE`)."""
     if accumulate not in ACCUMULATE:
         raise TreeprepError(
             f"unknown hand-off accumulation {accumulate!r}; expected one of {', '.join(ACCUMULATE)}"
         )
+
+
+def accumulator_dtype(dtype: torch.dtype, accumulate: str) -> torch.dtype:
+    """The dtype of the gradient accumulator of a stored tensor of ``dtype``."""
+    check_accumulate(accumulate)
     if accumulate == "float32" and dtype in (torch.bfloat16, torch.float16):
         return torch.float32
     return dtype
