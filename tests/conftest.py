@@ -21,4 +21,4 @@ def _no_gpu() -> bool:
 
 
 if _no_gpu():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ["TRITON_INTERPRET"] = "1"

@@ -5,16 +5,14 @@ log-probs and, for an arbitrary per-target upstream gradient, its gradients of t
 the head's weight and bias: 1e-5 relative in float32. Then the same through treeprep's SFT and PPO
 losses (restored weights, clipped surrogate, KL against reference log-probs) on a tiny model.
 
-Without a GPU the Liger kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` while Liger
-is imported, since ``triton.jit`` reads it when a kernel is defined, and while each test runs) on
-CPU tensors, and the fused
-path's device list is widened to ``cpu`` for the test. The module is skipped where liger-kernel
+Without a GPU the Liger kernels run under Triton's interpreter on CPU tensors
+(``TRITON_INTERPRET=1``, set for the whole session by ``tests/conftest.py``: Triton reads it when
+first imported, which peft does long before this module), and the fused path's device list is
+widened to ``cpu`` for the test. The module is skipped where liger-kernel
 (the ``liger`` extra) is not installed. When to take the path is tested without Liger.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
@@ -29,24 +27,7 @@ from treeprep.trainer.models.run import SoftcappedHead  # noqa: E402
 from treeprep.trainer.targets import Targets  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
-
-def _import_liger() -> bool:
-    """Import Liger's kernels, interpreted when there is no GPU; False where not installed."""
-    interp = not torch.cuda.is_available()
-    old = os.environ.get("TRITON_INTERPRET")
-    if interp:
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        return fused_head.liger_function() is not None
-    finally:
-        if interp:
-            if old is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = old
-
-
-HAVE_LIGER = _import_liger()
+HAVE_LIGER = fused_head.liger_function() is not None
 needs_liger = pytest.mark.skipif(not HAVE_LIGER, reason="liger-kernel (the liger extra) missing")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -59,13 +40,6 @@ def test_an_installed_liger_keeps_the_per_row_backward() -> None:
     if importlib.util.find_spec("liger_kernel") is None:
         pytest.skip("liger-kernel (the liger extra) missing")
     assert HAVE_LIGER, "liger-kernel lacks fused_linear_cross_entropy_forward(token_grad_output=)"
-
-
-@pytest.fixture(autouse=True)
-def _interpreted(monkeypatch):
-    """Triton imports parts of itself lazily and checks the interpreter flag again then."""
-    if DEV.type == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
