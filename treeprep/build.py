@@ -76,7 +76,7 @@ from treeprep.schemas.manifest import Counts
 from treeprep.workfiles import WORK_FORMAT, FileJob, FileResult, OutIndex, lock_out, read_result
 
 if TYPE_CHECKING:
-    from treeprep.io import InputSet
+    from treeprep.io.inputs import InputSet
 
 __all__ = [
     "BuildConfig",
@@ -154,8 +154,8 @@ class BuildConfig:
 
 def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     """Run a whole build (see the module docstring). Returns the manifest it wrote."""
-    from treeprep.io import discover_inputs
-    from treeprep.paths import local_path, local_paths
+    from treeprep.io.inputs import discover_inputs
+    from treeprep.io.paths import local_path, local_paths
     from treeprep.render import Renderer
 
     cfg = replace(cfg, inputs=local_paths(cfg.inputs), out=local_path(cfg.out))  # file:// URLs

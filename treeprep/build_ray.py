@@ -23,7 +23,7 @@ byte identity follows from shared code rather than from a second implementation:
    trees together, and a worker writes the shard with :func:`treeprep.shards.write_shard` (whole
    trees per record batch, temporary name then rename).
 
-Paths: inputs and the output may be local paths or ``file://`` URLs (:mod:`treeprep.paths`). On
+Paths: inputs and the output may be local paths or ``file://`` URLs (:mod:`treeprep.io.paths`). On
 a multi-node cluster the output folder must be shared by the nodes (the work files and shards are
 written by workers), and treeprep must be installed on them. Ray is imported only here, and only
 when this engine is chosen.

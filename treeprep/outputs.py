@@ -22,7 +22,7 @@ from treeprep.schemas.manifest import Counts, DuplicateInput, InputEntry, ShardE
 from treeprep.workfiles import FileJob, FileResult
 
 if TYPE_CHECKING:
-    from treeprep.io import InputSet
+    from treeprep.io.inputs import InputSet
 
 
 def forget_manifest(out: str) -> set[str]:

@@ -42,7 +42,7 @@ import pyarrow.ipc as ipc
 
 from treeprep.atomic import commit, crash_point, make_dirs, writing
 from treeprep.errors import InputError, RenderError, TreeprepError
-from treeprep.jsonparse import nested_deeper
+from treeprep.io.jsonparse import nested_deeper
 from treeprep.schemas import Reject
 from treeprep.sequence import Sequence
 from treeprep.workfiles import (
@@ -72,7 +72,7 @@ _worker_state: dict = {}
 def init_worker(tokenizer: str | None, cfg_dict: dict, renderer: Renderer | None = None) -> None:
     """Set this process up for :func:`process_file`: the per-record limit, the renderer (the one
     given, else loaded from ``tokenizer``) and the options of :func:`worker_options`."""
-    from treeprep.io import set_max_record_bytes
+    from treeprep.io.lines import set_max_record_bytes
     from treeprep.render import Renderer
 
     set_max_record_bytes(cfg_dict.get("max_record_bytes", 16 << 20))
@@ -171,7 +171,7 @@ def _detect(job: FileJob) -> FormatSpec | None:
     when the first record breaks the size or depth limits, or when a compressed stream breaks
     before any format could be seen (the decoder's message, not "no known format")."""
     from treeprep.formats import detect_format
-    from treeprep.io import read_head_checked
+    from treeprep.io.compressed import read_head_checked
 
     head, broken = read_head_checked(job.path)
     spec = detect_format(job.path, head)

@@ -78,7 +78,8 @@ def detect_format(path: str, head: bytes) -> FormatSpec | None:
 
 
 def _detect(path: str, head: bytes) -> FormatSpec | None:
-    from treeprep.formats._sniff import second_look, strip_bom
+    from treeprep.formats._sniff import second_look
+    from treeprep.io.jsonparse import strip_bom
 
     head = strip_bom(head)
     for spec in formats().values():

@@ -1,9 +1,10 @@
 """Detection that does not depend on the first 64 KB of a file.
 
-The builder hands every sniffer the file's first 64 KB (``treeprep.io.read_head``). That is enough
-for most logs, but not when the first record is longer (a 70 KB first conversation, a tau2-bench
-results file whose keys come after a long policy), when the file is one pretty-printed JSON array
-(its first line is ``[``), or when it starts with a UTF-8 byte order mark. So detection runs twice:
+The builder hands every sniffer the file's first 64 KB (:func:`treeprep.io.compressed.read_head`).
+That is enough for most logs, but not when the first record is longer (a 70 KB first
+conversation, a tau2-bench results file whose keys come after a long policy), when the file is one
+pretty-printed JSON array (its first line is ``[``), or when it starts with a UTF-8 byte order mark.
+So detection runs twice:
 
 1. every sniffer on the head with any BOM removed (the cheap, usual path);
 2. when none accepts it and the head was cut, on a *skeleton* of the first record: the record read
@@ -24,7 +25,7 @@ from typing import Any
 import orjson
 
 from treeprep.errors import InputError
-from treeprep.formats._records import strip_bom
+from treeprep.io.jsonparse import strip_bom
 
 HEAD = 65536
 MAX_FIRST_RECORD = 256 << 20
@@ -68,7 +69,7 @@ def _parse_first(data: bytes, eof: bool) -> tuple[str, Any] | None:
 
 
 def _too_deep(value: Any) -> bool:
-    from treeprep.jsonparse import nested_deeper
+    from treeprep.io.jsonparse import nested_deeper
 
     return nested_deeper(value, MAX_SNIFF_DEPTH)
 
@@ -86,7 +87,7 @@ def _is_document(path: str) -> bool:
 def _read_capped(path: str, head: bytes, cap: int) -> tuple[str, Any] | None | int:
     """The first record read past ``head``, holding at most about ``cap`` bytes: the record,
     None when it is unreadable, or the number of bytes read when the record is longer."""
-    from treeprep.io import open_binary
+    from treeprep.io.compressed import open_binary
 
     size = HEAD
     try:
@@ -107,9 +108,9 @@ def _read_capped(path: str, head: bytes, cap: int) -> tuple[str, Any] | None | i
 
 def _fitting_line(path: str, limit: int, first_reason: str) -> tuple[str, Any] | None:
     """The first of the first :data:`MAX_LINES` lines that is a JSON record within the size and
-    depth limits; a longer line is never held (:func:`treeprep.io.iter_lines`). Raises
+    depth limits; a longer line is never held (:func:`treeprep.io.lines.iter_lines`). Raises
     :class:`~treeprep.errors.InputError` naming line 1 when none is."""
-    from treeprep.io import LineTooLong, iter_lines
+    from treeprep.io.lines import LineTooLong, iter_lines
 
     try:
         for i, (_lineno, raw) in enumerate(iter_lines(path, limit)):
@@ -156,7 +157,7 @@ def forget() -> None:
 
 
 def _read_first(path: str, head: bytes) -> tuple[str, Any] | None:
-    from treeprep.io import record_limit
+    from treeprep.io.lines import record_limit
 
     limit = record_limit()
     try:

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
-from treeprep.formats._records import as_list, expect, opt_list, opt_str, type_name
+from treeprep.formats._fields import as_list, expect, make_call, opt_list, opt_str, type_name
+from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -203,9 +203,8 @@ def to_call_fields(
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    for no, rec in iter_json_lines(path):
+    for no, rec in records(path, NAME, objects=True):
         if isinstance(rec, Reject):
-            rec.format = NAME
             yield rec
             continue
         req, resp = _split(rec)

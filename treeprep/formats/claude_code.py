@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
-from treeprep.formats._records import as_dict, expect, opt_str
+from treeprep.formats._fields import as_dict, expect, make_call, opt_str
+from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.anthropic import assistant_message
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
@@ -405,7 +405,7 @@ def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
             "call" + (" and the summariser prompt cannot be rebuilt" if f.is_compact else "")
         )
     tool_use_by_agent: dict[str, str] = {}
-    for no, rec in iter_json_lines(ppath):
+    for no, rec in records(ppath, NAME, objects=True):
         if isinstance(rec, Reject) or _misshapen(rec) is not None:
             continue  # reported when the parent file itself is read
         sess.add(_Line(no, rec, False))
@@ -554,9 +554,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     out: list[tuple[int, Item]] = []
     own: list[_Line] = []
     sess = _Session(path)
-    for no, rec in iter_json_lines(path):
+    for no, rec in records(path, NAME, objects=True):
         if isinstance(rec, Reject):
-            rec.format = NAME
             out.append((no, rec))
         elif (why := _misshapen(rec)) is not None:
             out.append((no, Reject(file=path, line=no, reason=why, format=NAME)))

@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import iter_records, one_of
+from treeprep.formats._fields import one_of
+from treeprep.formats._read import records
 from treeprep.formats._sniff import first_record
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import RecordError, validation_reason
@@ -144,9 +145,8 @@ class _Session:
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     s = _Session(path, opts)
-    for no, rec in iter_records(path):
+    for no, rec in records(path, NAME):
         if isinstance(rec, Reject):
-            rec.format = NAME
             yield rec
             continue
         p = rec.get("payload") if isinstance(rec, dict) else None

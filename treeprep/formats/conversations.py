@@ -42,14 +42,16 @@ import orjson
 from pydantic import ValidationError
 
 from treeprep.errors import InputError
-from treeprep.formats import aliases
-from treeprep.formats._records import (
-    chat_tool_call,
+from treeprep.formats._fields import (
+    TOOL_CALL_ROLES,
+    AliasError,
+    aliased,
+    canonical_role,
     file_stem,
-    load_document,
-    read_records,
+    openai_tool_calls,
     type_name,
 )
+from treeprep.formats._read import document, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     GROUP_KEYS,
@@ -60,7 +62,7 @@ from treeprep.formats.openai_chat import (
     number_of,
     validation_reason,
 )
-from treeprep.io import record_limit
+from treeprep.io.lines import record_limit
 from treeprep.schemas import ChatCall, Provenance, Reject
 from treeprep.schemas.records import Message
 
@@ -94,19 +96,7 @@ def _json_calls(value: Any, where: str) -> list[dict[str, Any]]:
                 f'{where}: expected a JSON tool call {{"name": ..., "arguments": ...}}, '
                 f"got text that is not JSON ({e})"
             ) from e
-    calls = value if isinstance(value, list) else [value]
-    out: list[dict[str, Any]] = []
-    for i, c in enumerate(calls):
-        w = f"{where}[{i}]" if isinstance(value, list) else where
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-            raise RecordError(f"{w}: expected a tool call object with a string 'name'")
-        args = c.get("arguments", c.get("parameters", {}))
-        if args is None:
-            args = {}
-        if not isinstance(args, dict | str):
-            raise RecordError(f"{w}.arguments: expected an object or a JSON string")
-        out.append(chat_tool_call(None, c["name"], args))
-    return out
+    return openai_tool_calls(value if isinstance(value, list) else [value], where)
 
 
 def _weight(m: dict[str, Any], where: str) -> bool:
@@ -142,17 +132,17 @@ def _message(m: Any, where: str, *, sharegpt: bool) -> tuple[dict[str, Any], boo
     if not isinstance(m, dict):
         raise RecordError(f"{where}: expected a message object, got {type_name(m)}")
     try:
-        raw_role = aliases.get(m, "role")
-        content = aliases.get(m, "content")
-    except aliases.AliasError as e:
+        raw_role = aliased(m, "role")
+        content = aliased(m, "content")
+    except AliasError as e:
         raise RecordError(f"{where}: {e}") from e
-    role = aliases.canonical_role(raw_role)
+    role = canonical_role(raw_role)
     if role is None:
         raise RecordError(
             f"{where}.{'from' if sharegpt else 'role'}: unknown role {raw_role!r} (expected "
             "system, user/human, assistant/gpt, tool/observation or function_call/tool_call)"
         )
-    if isinstance(raw_role, str) and raw_role.strip().lower() in aliases.TOOL_CALL_ROLES:
+    if isinstance(raw_role, str) and raw_role.strip().lower() in TOOL_CALL_ROLES:
         msg: dict[str, Any] = {
             "role": "assistant",
             "content": None,
@@ -388,7 +378,7 @@ def _reader(fmt: str):  # type: ignore[no-untyped-def]
             return
         if _is_json_doc(path):
             try:
-                doc = load_document(path)
+                doc = document(path).value
             except InputError as e:
                 yield Reject(file=e.file, line=e.line, reason=e.reason, format=fmt)
                 return
@@ -399,9 +389,12 @@ def _reader(fmt: str):  # type: ignore[no-untyped-def]
                 idx = i + 1 if isinstance(doc, list) else 0
                 yield from convert(rec, file=path, line=1, fmt=fmt, opts=opts, index=idx)
             return
-        yield from read_records(
-            path, fmt, lambda rec, line: convert(rec, file=path, line=line, fmt=fmt, opts=opts)
-        )
+        for line, rec in records(path, fmt):
+            yield from (
+                [rec]
+                if isinstance(rec, Reject)
+                else convert(rec, file=path, line=line, fmt=fmt, opts=opts)
+            )
 
     return read
 
@@ -434,15 +427,14 @@ def looks_like_conversation(rec: Any, key: str) -> bool:
         return False  # a per-call log (openai-chat), not a dataset record
     turns = rec[key]
     return all(isinstance(m, dict) for m in turns) and any(
-        aliases.canonical_role(aliases.get(m, "role") if _safe(m) else None) == "assistant"
-        for m in turns
+        canonical_role(aliased(m, "role") if _safe(m) else None) == "assistant" for m in turns
     )
 
 
 def _safe(m: dict[str, Any]) -> bool:
     try:
-        aliases.get(m, "role")
-    except aliases.AliasError:
+        aliased(m, "role")
+    except AliasError:
         return False
     return True
 

@@ -39,17 +39,10 @@ from typing import Any
 import orjson
 
 from treeprep.errors import RecordError
-from treeprep.formats._agentlogs import (
-    head_json_objects,
-    iter_json_lines,
-    line_of,
-    load_json,
-    make_call,
-    read_bytes,
-    system_message,
-)
-from treeprep.formats._records import expect, one_of, opt_list, type_name
+from treeprep.formats._fields import expect, make_call, one_of, opt_list, system_message, type_name
+from treeprep.formats._read import document, head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.io.compressed import read_all
 from treeprep.schemas import Reject
 
 NAME = "gemini-cli"
@@ -217,17 +210,19 @@ def _is_document(data: bytes) -> bool:
 
 def _events(path: str) -> Iterator[tuple[int, dict[str, Any]] | Reject]:
     """(line, record) for every record of a JSONL session or of a legacy JSON document."""
-    if _is_document(read_bytes(path)):
-        doc, text = load_json(path)
+    data = read_all(path)
+    if _is_document(data):
+        d = document(path, data=data, keep_non_finite=True)
+        doc = d.value
         if not _is_meta(doc) or not isinstance(doc.get("messages"), list):
             yield Reject(file=path, line=1, reason="expected a Gemini CLI session document")
             return
         yield 1, {k: v for k, v in doc.items() if k != "messages"}
         for m in doc["messages"]:
             mid = m.get("id") if isinstance(m, dict) else None
-            yield (line_of(text, f'"{mid}"') if isinstance(mid, str) else 1), m
+            yield (d.line_of(f'"{mid}"') if isinstance(mid, str) else 1), m
         return
-    for line, obj in iter_json_lines(path):
+    for line, obj in records(path, NAME, objects=True):
         yield obj if isinstance(obj, Reject) else (line, obj)
 
 

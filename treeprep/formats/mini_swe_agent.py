@@ -20,16 +20,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError, RecordError
-from treeprep.formats import aliases
-from treeprep.formats._agentlogs import group_or, load_json, make_call
-from treeprep.formats._records import (
-    chat_tool_call,
-    dicts,
+from treeprep.formats._fields import (
+    AliasError,
     file_stem,
+    group_or,
+    make_call,
+    openai_tool_calls,
     opt_dict,
     opt_str,
+    reasoning_of,
     type_name,
 )
+from treeprep.formats._read import document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -57,14 +59,10 @@ def _message(m: dict[str, Any], where: str) -> dict[str, Any]:
     """A transcript message in OpenAI form; RecordError (naming ``where``) when misshapen."""
     out: dict[str, Any] = {"role": m["role"], "content": m.get("content")}
     if m.get("tool_calls"):
-        calls = []
-        for j, tc in enumerate(dicts(m["tool_calls"], f"{where}.tool_calls")):
-            fn = opt_dict(tc.get("function"), f"{where}.tool_calls[{j}].function")
-            calls.append(chat_tool_call(tc.get("id"), fn.get("name", ""), fn.get("arguments", "")))
-        out["tool_calls"] = calls
+        out["tool_calls"] = openai_tool_calls(m["tool_calls"], f"{where}.tool_calls")
     if m.get("tool_call_id"):
         out["tool_call_id"] = m["tool_call_id"]
-    reasoning = aliases.reasoning_of(m)
+    reasoning = reasoning_of(m)
     if reasoning:
         out["reasoning_content"] = reasoning
     return out
@@ -79,8 +77,8 @@ def _response_reasoning(m: dict[str, Any], where: str) -> str | None:
     if not isinstance(resp_msg, dict):
         return None
     try:
-        return aliases.reasoning_of(resp_msg)
-    except aliases.AliasError as e:
+        return reasoning_of(resp_msg)
+    except AliasError as e:
         raise RecordError(f"{where}.extra.response.choices[0].message: {e}") from e
 
 
@@ -111,7 +109,7 @@ def _not_a_message(m: Any, where: str) -> str | None:
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    doc, _text = load_json(path)
+    doc = document(path, keep_non_finite=True).value
     if isinstance(doc, list):
         messages, gid = doc, _base(path)[: -len(".traj.json")] or _base(path)
     elif isinstance(doc, dict) and isinstance(doc.get("messages"), list):
@@ -135,7 +133,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         try:
             msg = _message(m, f"messages[{i}]")
             rc = _response_reasoning(m, f"messages[{i}]") if role == "assistant" else None
-        except (aliases.AliasError, RecordError) as e:
+        except (AliasError, RecordError) as e:
             reason = str(e) if isinstance(e, RecordError) else f"messages[{i}]: {e}"
             yield Reject(file=path, line=1, format=NAME, reason=reason)
             continue

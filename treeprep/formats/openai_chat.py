@@ -42,16 +42,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from treeprep.errors import InputError, RecordError
-from treeprep.formats import aliases
-from treeprep.formats._records import (
-    chat_tool_call,
-    load_document,
+from treeprep.formats._fields import (
+    AliasError,
     one_of,
-    read_records,
+    openai_tool_calls,
+    opt_str,
+    reasoning_of,
     type_name,
 )
+from treeprep.formats._read import document, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io import head_record, json_key_in
+from treeprep.io.jsonparse import head_record, json_key_in
 from treeprep.schemas import BRANCH_REASONS, ChatCall, Provenance, Reject
 
 NAME = "openai-chat"
@@ -201,43 +202,6 @@ def _content(v: Any, where: str) -> str | list[dict[str, Any]] | None:
     )
 
 
-def _opt_str(m: dict[str, Any], key: str, where: str) -> str | None:
-    v = m.get(key)
-    if v is None or isinstance(v, str):
-        return v
-    raise RecordError(f"{where}.{key}: expected a string, got {type_name(v)}")
-
-
-def str_at(m: dict[str, Any], key: str, where: str) -> str:
-    """``m[key]``, which must be a string."""
-    v = m.get(key)
-    if not isinstance(v, str):
-        raise RecordError(f"{where}.{key}: expected a string, got {type_name(v)}")
-    return v
-
-
-def arguments_of(args: Any, where: str) -> str | dict[str, Any]:
-    """Tool-call arguments as given: a JSON string or an object."""
-    if not isinstance(args, str | dict):
-        raise RecordError(f"{where}: expected a JSON string or an object, got {type_name(args)}")
-    return args
-
-
-def tool_call(tc: Any, where: str) -> dict[str, Any]:
-    """One chat tool call, keeping ``id``, ``function.name`` and ``function.arguments`` as given."""
-    if not isinstance(tc, dict):
-        raise RecordError(f"{where}: expected a tool call object, got {type_name(tc)}")
-    if tc.get("type", "function") not in ("function", None):
-        raise RecordError(f"{where}.type: expected 'function', got {tc.get('type')!r}")
-    fn = tc.get("function")
-    if not isinstance(fn, dict):
-        raise RecordError(f"{where}.function: expected an object, got {type_name(fn)}")
-    name = str_at(fn, "name", f"{where}.function")
-    args = fn.get("arguments", "")
-    args = arguments_of("" if args is None else args, f"{where}.function.arguments")
-    return chat_tool_call(_opt_str(tc, "id", where), name, args)
-
-
 def normalize_message(m: Any, where: str) -> dict[str, Any]:
     """One chat message as a plain dict for :class:`~treeprep.schemas.Message` (see module doc)."""
     if not isinstance(m, dict):
@@ -256,9 +220,7 @@ def normalize_message(m: Any, where: str) -> dict[str, Any]:
     if tcs:
         if role != "assistant":
             raise RecordError(f"{where}.tool_calls: only assistant messages make tool calls")
-        if not isinstance(tcs, list):
-            raise RecordError(f"{where}.tool_calls: expected an array, got {type_name(tcs)}")
-        out["tool_calls"] = [tool_call(tc, f"{where}.tool_calls[{i}]") for i, tc in enumerate(tcs)]
+        out["tool_calls"] = openai_tool_calls(tcs, f"{where}.tool_calls")
     if m.get("function_call") is not None:
         raise RecordError(
             f"{where}.function_call: legacy function_call is not supported (expected tool_calls)"
@@ -270,12 +232,12 @@ def normalize_message(m: Any, where: str) -> dict[str, Any]:
         if tid is not None and not isinstance(tid, str):
             raise RecordError(f"{where}.tool_call_id: expected a string, got {type_name(tid)}")
         out["tool_call_id"] = tid
-    name = _opt_str(m, "name", where)
+    name = opt_str(m.get("name"), f"{where}.name")
     if name is not None:
         out["name"] = name
     try:
-        reasoning = aliases.reasoning_of(m)
-    except aliases.AliasError as e:
+        reasoning = reasoning_of(m)
+    except AliasError as e:
         raise RecordError(f"{where}: {e}") from e
     if reasoning is not None:
         out["reasoning_content"] = reasoning
@@ -442,14 +404,17 @@ def _convert(
 
 
 def read_jsonl(path: str, opts: ReadOptions) -> Iterator[Item]:
-    return read_records(
-        path, NAME, lambda rec, line: [_convert(rec, file=path, line=line, fmt=NAME, opts=opts)]
-    )
+    for line, rec in records(path, NAME):
+        yield (
+            rec
+            if isinstance(rec, Reject)
+            else _convert(rec, file=path, line=line, fmt=NAME, opts=opts)
+        )
 
 
 def read_json(path: str, opts: ReadOptions) -> Iterator[Item]:
     try:
-        doc = load_document(path)
+        doc = document(path).value
     except InputError as e:
         yield Reject(file=e.file, line=e.line, reason=e.reason, format=NAME_JSON)
         return

@@ -47,22 +47,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import chat_tool_call, file_stem, read_records, type_name
+from treeprep.formats._fields import chat_tool_call, expect, file_stem, type_name
+from treeprep.formats._read import records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
-    arguments_of,
     branch_reason_of,
     group_of,
     normalize_message,
     normalize_tools,
     number_of,
     obj_at,
-    str_at,
     trajectory_of,
     validation_reason,
 )
-from treeprep.io import head_record, json_key_in
+from treeprep.io.jsonparse import head_record, json_key_in
 from treeprep.schemas import ChatCall, Provenance, Reject, TokenRollout
 
 NAME = "openai-responses"
@@ -172,12 +171,18 @@ def segments(items: Any, where: str) -> list[_Segment]:
                 turn.reasoning.append(text)
         elif typ == "function_call":
             turn = turn or _Turn()
-            cid = str_at(it, "call_id", w)
-            name = str_at(it, "name", w)
-            args = arguments_of(it.get("arguments", ""), f"{w}.arguments")
+            cid = expect(it.get("call_id"), f"{w}.call_id", str)
+            name = expect(it.get("name"), f"{w}.name", str)
+            args = expect(
+                it.get("arguments", ""),
+                f"{w}.arguments",
+                str,
+                dict,
+                what="a JSON string or an object",
+            )
             turn.tool_calls.append(chat_tool_call(cid, name, args))
         elif typ == "function_call_output":
-            cid = str_at(it, "call_id", w)
+            cid = expect(it.get("call_id"), f"{w}.call_id", str)
             output = it.get("output")
             msg = normalize_message({"role": "tool", "tool_call_id": cid, "content": output}, w)
             out.append(_Segment(msg))
@@ -465,9 +470,12 @@ def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> l
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    return read_records(
-        path, NAME, lambda rec, line: convert(rec, file=path, line=line, fmt=NAME, opts=opts)
-    )
+    for line, rec in records(path, NAME):
+        yield from (
+            [rec]
+            if isinstance(rec, Reject)
+            else convert(rec, file=path, line=line, fmt=NAME, opts=opts)
+        )
 
 
 def looks_like_responses(rec: Any) -> bool:

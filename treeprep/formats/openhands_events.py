@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._agentlogs import head_json_objects, iter_json_lines, make_call
-from treeprep.formats._records import expect, one_of, opt_dict, opt_list, opt_str
+from treeprep.formats._fields import expect, make_call, one_of, opt_dict, opt_list, opt_str
+from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -179,7 +179,7 @@ class _Stream:
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     events: list[tuple[int, dict[str, Any]]] = []
-    for line, obj in iter_json_lines(path):
+    for line, obj in records(path, NAME, objects=True):
         if isinstance(obj, Reject):
             yield obj
         elif not _is_event(obj):

@@ -28,9 +28,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError, RecordError
-from treeprep.formats import aliases
-from treeprep.formats._agentlogs import group_or, load_json, make_call
-from treeprep.formats._records import as_dict, chat_tool_call, dicts, file_stem, opt_dict, opt_list
+from treeprep.formats._fields import (
+    AliasError,
+    as_dict,
+    file_stem,
+    group_or,
+    make_call,
+    openai_tool_calls,
+    opt_list,
+    reasoning_of,
+)
+from treeprep.formats._read import document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -56,8 +64,8 @@ def _message(m: Any, where: str) -> dict[str, Any]:
     m = as_dict(m, where)
     out = {k: m[k] for k in _KEEP if k in m and m[k] is not None}
     try:
-        reasoning = aliases.reasoning_of(m)
-    except aliases.AliasError as e:
+        reasoning = reasoning_of(m)
+    except AliasError as e:
         raise RecordError(f"{where}: {e}") from e
     if reasoning is not None and m.get("role") == "assistant":
         out["reasoning_content"] = reasoning
@@ -66,11 +74,7 @@ def _message(m: Any, where: str) -> dict[str, Any]:
         if ids:
             out["tool_call_id"] = ids[0]
     if out.get("tool_calls"):
-        calls = []
-        for j, tc in enumerate(dicts(out["tool_calls"], f"{where}.tool_calls")):
-            fn = opt_dict(tc.get("function"), f"{where}.tool_calls[{j}].function")
-            calls.append(chat_tool_call(tc.get("id"), fn.get("name", ""), fn.get("arguments", "")))
-        out["tool_calls"] = calls
+        out["tool_calls"] = openai_tool_calls(out["tool_calls"], f"{where}.tool_calls")
     if isinstance(out.get("content"), list):
         out["content"] = [
             {"type": p.get("type", "text"), "text": p.get("text")} if isinstance(p, dict) else p
@@ -84,7 +88,7 @@ def _messages(ms: list[Any], where: str) -> list[dict[str, Any]]:
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    doc, _text = load_json(path)
+    doc = document(path, keep_non_finite=True).value
     if not isinstance(doc, dict) or not (
         isinstance(doc.get("trajectory"), list) or isinstance(doc.get("history"), list)
     ):

@@ -30,10 +30,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError, RecordError
-from treeprep.formats._agentlogs import group_or, line_of, list_element_lines, load_json, make_call
-from treeprep.formats._records import as_dict, chat_tool_call, dicts, file_stem, opt_dict, opt_str
+from treeprep.formats._fields import (
+    file_stem,
+    group_or,
+    make_call,
+    openai_tool_calls,
+    opt_dict,
+    opt_str,
+)
+from treeprep.formats._read import document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io import NonFinite, find_non_finite, find_value
+from treeprep.io.jsonparse import NonFinite, find_non_finite, find_value
 from treeprep.schemas import Reject
 
 TAU = "tau-bench"
@@ -68,22 +75,11 @@ def sniff_tau2(path: str, head: bytes) -> bool:
     return b'"environment_info"' in head or (b'"user_info"' in head and b'"agent_info"' in head)
 
 
-def _oa_tool_calls(tcs: Any, where: str) -> list[dict[str, Any]]:
-    out = []
-    for j, tc in enumerate(dicts(tcs, where)):
-        if "function" in tc:  # already OpenAI form (tau-bench)
-            fn = as_dict(tc["function"], f"{where}[{j}].function")
-            out.append(chat_tool_call(tc.get("id"), fn.get("name", ""), fn.get("arguments", "")))
-        else:  # tau2: {id, name, arguments: {...}, requestor}
-            out.append(chat_tool_call(tc.get("id"), tc.get("name", ""), tc.get("arguments") or {}))
-    return out
-
-
 def _tau_message(m: dict[str, Any], where: str) -> dict[str, Any]:
     """A tau / tau2 message in OpenAI form; RecordError naming ``where`` when misshapen."""
     out: dict[str, Any] = {"role": m.get("role"), "content": m.get("content")}
     if m.get("tool_calls"):
-        out["tool_calls"] = _oa_tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        out["tool_calls"] = openai_tool_calls(m["tool_calls"], f"{where}.tool_calls")
     if m.get("role") == "tool":
         out["tool_call_id"] = m.get("tool_call_id", m.get("id"))
         if m.get("name"):
@@ -161,10 +157,11 @@ def _float(v: Any) -> float | NonFinite | None:
 
 
 def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
-    doc, text = load_json(path)
+    d = document(path, keep_non_finite=True)
+    doc = d.value
     if not isinstance(doc, list):
         raise InputError(path, 1, "expected a tau-bench JSON list of {task_id, traj, reward}")
-    lines = list_element_lines(text, len(doc))
+    lines = d.element_lines(len(doc))
     stem = file_stem(path, _SUFFIXES)
     trials_seen: dict[str, int] = {}
     for i, e in enumerate(doc):
@@ -216,7 +213,8 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
 
 
 def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
-    doc, text = load_json(path)
+    d = document(path, keep_non_finite=True)
+    doc = d.value
     if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
         raise InputError(path, 1, "expected a tau2-bench results object with 'simulations'")
     try:
@@ -239,7 +237,7 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
             )
             continue
         sid = s.get("id")
-        line = line_of(text, f'"{sid}"') if isinstance(sid, str | int) and sid else 1
+        line = d.line_of(f'"{sid}"') if isinstance(sid, str | int) and sid else 1
         task = str(s.get("task_id"))
         n = trials_seen.get(task, 0)
         trials_seen[task] = n + 1

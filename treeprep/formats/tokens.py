@@ -28,7 +28,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._records import read_records, type_name
+from treeprep.formats._fields import type_name
+from treeprep.formats._read import records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -44,7 +45,7 @@ from treeprep.formats.openai_responses import (
     looks_like_responses,
     responses_items,
 )
-from treeprep.io import head_record, json_key_in
+from treeprep.io.jsonparse import head_record, json_key_in
 from treeprep.schemas import Reject, TokenRollout
 
 NAME = "tokens"
@@ -99,7 +100,10 @@ def convert(rec: Any, *, file: str, line: int, opts: ReadOptions) -> list[Item]:
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-    return read_records(path, NAME, lambda rec, line: convert(rec, file=path, line=line, opts=opts))
+    for line, rec in records(path, NAME):
+        yield from (
+            [rec] if isinstance(rec, Reject) else convert(rec, file=path, line=line, opts=opts)
+        )
 
 
 def _has_ids(rec: Any) -> bool:

@@ -7,21 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from treeprep.formats import ReadOptions, aliases, get_format
+from treeprep.formats import ReadOptions, get_format
+from treeprep.formats._fields import AliasError, aliased, canonical_role, reasoning_of
 from treeprep.schemas import ChatCall, Reject
 
 
 def test_get_reads_every_spelling_and_refuses_disagreeing_ones() -> None:
-    assert aliases.get({"reasoning": "r"}, "reasoning_content") == "r"
-    assert aliases.get({"reasoning_content": "r", "reasoning": "r"}, "reasoning_content") == "r"
-    with pytest.raises(aliases.AliasError, match="'reasoning_content' and 'reasoning'"):
-        aliases.get({"reasoning_content": "a", "reasoning": "b"}, "reasoning_content")
-    with pytest.raises(aliases.AliasError, match="expected a string"):
-        aliases.reasoning_of({"reasoning": {"effort": "high"}})
-    assert aliases.canonical_role("gpt") == "assistant"
-    assert aliases.canonical_role("function_call") == "assistant"
-    assert aliases.canonical_role("observation") == "tool"
-    assert aliases.canonical_role("robot") is None
+    assert aliased({"reasoning": "r"}, "reasoning_content") == "r"
+    assert aliased({"reasoning_content": "r", "reasoning": "r"}, "reasoning_content") == "r"
+    with pytest.raises(AliasError, match="'reasoning_content' and 'reasoning'"):
+        aliased({"reasoning_content": "a", "reasoning": "b"}, "reasoning_content")
+    with pytest.raises(AliasError, match="expected a string"):
+        reasoning_of({"reasoning": {"effort": "high"}})
+    assert canonical_role("gpt") == "assistant"
+    assert canonical_role("function_call") == "assistant"
+    assert canonical_role("observation") == "tool"
+    assert canonical_role("robot") is None
 
 
 def _mini_traj(tmp_path: Path, key: str) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 from treeprep.formats import ReadOptions, detect_format
-from treeprep.io import read_head
+from treeprep.io.compressed import read_head
 from treeprep.schemas import ChatCall, Reject
 
 SAMPLE = next(

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from treeprep.formats import ReadOptions, detect_format, get_format
-from treeprep.io import read_head
+from treeprep.io.compressed import read_head
 from treeprep.schemas import ChatCall, Reject
 
 ROOT = Path(__file__).resolve().parents[3]

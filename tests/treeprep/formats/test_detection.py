@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 
 from treeprep.formats import ReadOptions, detect_format
-from treeprep.io import read_head
+from treeprep.io.compressed import read_head
 from treeprep.schemas import ChatCall
 
 BOM = b"\xef\xbb\xbf"
@@ -119,7 +119,7 @@ def test_truly_unknown_long_file_stays_unrecognised(tmp_path: Path) -> None:
 def _with_record_limit(n: int):  # type: ignore[no-untyped-def]
     import contextlib
 
-    from treeprep.io import record_limit, set_max_record_bytes
+    from treeprep.io.lines import record_limit, set_max_record_bytes
 
     @contextlib.contextmanager
     def limited():  # type: ignore[no-untyped-def]

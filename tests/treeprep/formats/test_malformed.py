@@ -22,7 +22,7 @@ import pytest
 
 from treeprep.errors import InputError, TreeprepError
 from treeprep.formats import ReadOptions, detect_format, formats, get_format
-from treeprep.formats._records import as_dict, dicts, expect, opt_list, type_name
+from treeprep.formats._fields import as_dict, dicts, expect, opt_list, type_name
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
 SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"

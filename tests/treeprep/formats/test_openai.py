@@ -11,7 +11,8 @@ import pytest
 import zstandard
 
 from treeprep.formats import ReadOptions, detect_format, get_format
-from treeprep.io import expand_inputs, read_head
+from treeprep.io.compressed import read_head
+from treeprep.io.inputs import expand_inputs
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -165,9 +166,9 @@ def test_truncated_compressed_file_keeps_good_records(tmp_path: Path, codec: str
 
 def test_single_50mb_line_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the default limit per record is 16 MiB (issue 15 item 21, --max-record-mb); raised here
-    import treeprep.io
+    import treeprep.io.lines
 
-    monkeypatch.setitem(treeprep.io._limits, "record_bytes", 64 << 20)
+    monkeypatch.setitem(treeprep.io.lines._limits, "record_bytes", 64 << 20)
     big = "y" * (50 * 1024 * 1024)
     rec = _call(2)
     rec["messages"].append(

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from treeprep.formats import ReadOptions, detect_format
-from treeprep.io import read_head
+from treeprep.io.compressed import read_head
 from treeprep.schemas import ChatCall, Reject
 
 SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "openai_responses_aviary.jsonl"

@@ -29,7 +29,7 @@ from treeprep.build import BuildConfig, build
 from treeprep.errors import NativeTemplateMismatch, RenderError, TreeprepError
 from treeprep.formats import detect_format
 from treeprep.formats.base import ReadOptions
-from treeprep.io import read_head
+from treeprep.io.compressed import read_head
 from treeprep.render import Renderer
 from treeprep.render import builtin as bt
 from treeprep.render.native import FALLBACK_ERRORS, PORTS, find_port

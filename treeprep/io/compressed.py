@@ -31,6 +31,7 @@ __all__ = [
     "STREAM_ERRORS",
     "open_binary",
     "read1",
+    "read_all",
     "read_head",
     "read_head_checked",
     "stream_error",
@@ -177,8 +178,8 @@ def open_binary(path: str, *, checked: bool = True) -> BinaryIO:
 
     Reading a truncated or corrupt compressed stream raises (``EOFError``, ``gzip.BadGzipFile``,
     ``zlib.error``, ``zstandard.ZstdError`` or an internal truncation error);
-    :func:`treeprep.io.iter_lines` and :func:`treeprep.jsonparse.load_json_document` turn those
-    into :class:`InputError`. A ``.zst`` file is first checked frame by frame (``checked``, the
+    :func:`treeprep.io.lines.iter_lines` and :func:`read_all` turn those into
+    :class:`InputError`. A ``.zst`` file is first checked frame by frame (``checked``, the
     default): only bytes of frames that decoded whole and matched their checksum are handed out,
     then the error is raised. ``checked=False`` (sniffing a head) reads without that pass.
     """
@@ -207,6 +208,16 @@ def stream_error(path: str, line: int, e: BaseException) -> InputError:
     if not _codec(path):  # a plain file: an OS error while reading
         return InputError(path, line, f"cannot read: {e}")
     return InputError(path, line, f"truncated or corrupt {kind} stream: {e or type(e).__name__}")
+
+
+def read_all(path: str) -> bytes:
+    """The whole decompressed file (a document is parsed whole); :class:`InputError` with line 0
+    when it cannot be opened or its stream is broken."""
+    try:
+        with open_binary(path) as f:
+            return f.read()
+    except STREAM_ERRORS as e:
+        raise stream_error(path, 0, e) from e
 
 
 def read_head(path: str, n: int = 65536) -> bytes:

@@ -8,7 +8,7 @@ import pytest
 
 from treeprep.build import BuildConfig, build
 from treeprep.errors import TreeprepError
-from treeprep.paths import local_path, local_paths
+from treeprep.io.paths import local_path, local_paths
 
 
 def test_file_urls_become_local_paths_and_paths_stay_as_given(tmp_path: Path) -> None:

@@ -1,10 +1,9 @@
-"""treeprep.io: input expansion, transparent decompression, lines, JSON, and their failure modes."""
+"""treeprep.io.lines: lines and JSONL records of plain and compressed files, and their failure
+modes."""
 
 from __future__ import annotations
 
 import gzip
-import hashlib
-import os
 import zlib
 from pathlib import Path
 
@@ -12,18 +11,9 @@ import pytest
 import zstandard
 
 from treeprep.errors import InputError
-from treeprep.io import (
-    expand_inputs,
-    file_sha256,
-    head_record,
-    iter_json_records,
-    iter_lines,
-    json_key_in,
-    load_json_document,
-    open_binary,
-    parse_json_line,
-    read_head,
-)
+from treeprep.io.compressed import open_binary, read_head
+from treeprep.io.jsonparse import parse_json_line
+from treeprep.io.lines import iter_json_records, iter_lines
 from treeprep.schemas import Reject
 
 LINES = [b'{"i": %d, "text": "%s"}' % (i, b"abc" * (i % 50)) for i in range(30_000)]
@@ -40,56 +30,6 @@ def _zstd_streamed(data: bytes) -> bytes:
     """A frame without a content size (written by a streaming compressor)."""
     obj = zstandard.ZstdCompressor().compressobj()
     return obj.compress(data) + obj.flush()
-
-
-# --------------------------------------------------------------------------------------------
-# expand_inputs
-# --------------------------------------------------------------------------------------------
-
-
-def test_expand_inputs_files_folders_globs(tmp_path: Path) -> None:
-    (tmp_path / "d" / "sub").mkdir(parents=True)
-    (tmp_path / "d" / ".hidden").mkdir()
-    for rel in ["d/b.jsonl", "d/a.json", "d/sub/c.jsonl.gz", "d/.x.jsonl", "d/.hidden/y.jsonl"]:
-        (tmp_path / rel).write_bytes(b"{}\n")
-    (tmp_path / "top.jsonl").write_bytes(b"{}\n")
-    d = str(tmp_path / "d")
-    got = expand_inputs([d, str(tmp_path / "top.jsonl"), os.path.join(d, "b.jsonl")])
-    assert got == sorted(
-        [
-            (os.path.join(d, "a.json"), False),
-            (os.path.join(d, "b.jsonl"), True),  # also named explicitly: explicit wins
-            (os.path.join(d, "sub", "c.jsonl.gz"), False),
-            (str(tmp_path / "top.jsonl"), True),
-        ]
-    )
-    assert expand_inputs([str(tmp_path / "d" / "*.json*")]) == [
-        (os.path.join(d, "a.json"), False),
-        (os.path.join(d, "b.jsonl"), False),
-    ]
-    assert expand_inputs([str(tmp_path / "**" / "c.jsonl.gz")]) == [
-        (os.path.join(d, "sub", "c.jsonl.gz"), False)
-    ]
-
-
-@pytest.mark.parametrize("spec", ["missing.jsonl", "nothing-*.jsonl"])
-def test_expand_inputs_missing(tmp_path: Path, spec: str) -> None:
-    with pytest.raises(InputError) as ei:
-        expand_inputs([str(tmp_path / spec)])
-    assert ei.value.file == str(tmp_path / spec)
-    assert ei.value.line == 0
-    assert ei.value.reason == "no such file or folder"
-
-
-def test_file_sha256(tmp_path: Path) -> None:
-    p = tmp_path / "x.bin"
-    p.write_bytes(DATA)
-    assert file_sha256(str(p)) == hashlib.sha256(DATA).hexdigest()
-
-
-# --------------------------------------------------------------------------------------------
-# decompression and lines
-# --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -187,48 +127,6 @@ def test_single_50mb_line(tmp_path: Path) -> None:
     assert isinstance(rec, dict) and len(rec["messages"][0]["content"]) == len(big)
 
 
-# --------------------------------------------------------------------------------------------
-# JSON
-# --------------------------------------------------------------------------------------------
-
-
-def test_parse_json_line_rejects() -> None:
-    assert parse_json_line("f", 3, b'{"a": [1, 2]}') == {"a": [1, 2]}
-    r = parse_json_line("f", 7, b'{"a": "caf\xc3\xa9 \xff"}')
-    assert isinstance(r, Reject)
-    assert (r.file, r.line, r.reason) == ("f", 7, "invalid UTF-8 at byte 13")
-    r = parse_json_line("f", 8, b'{"a": 1,}')
-    assert isinstance(r, Reject) and r.line == 8 and r.reason.startswith("malformed JSON: ")
-    assert "column" in r.reason
-    r = parse_json_line("f", 9, b"42")
-    assert isinstance(r, Reject) and r.reason == "expected a JSON object, got int"
-
-
-def test_load_json_document(tmp_path: Path) -> None:
-    p = tmp_path / "ok.json.gz"
-    p.write_bytes(gzip.compress(b'{\n  "a": [1, 2]\n}\n'))
-    assert load_json_document(str(p)) == {"a": [1, 2]}
-
-    bad = tmp_path / "bad.json"
-    bad.write_bytes(b'{\n  "a": 1,\n  "b": ]\n}\n')
-    with pytest.raises(InputError) as ei:
-        load_json_document(str(bad))
-    assert (ei.value.file, ei.value.line) == (str(bad), 3)
-    assert ei.value.reason.startswith("malformed JSON at column 8")
-
-    utf = tmp_path / "utf.json"
-    utf.write_bytes(b'{\n  "a": "\xfe"\n}')
-    with pytest.raises(InputError) as ei:
-        load_json_document(str(utf))
-    assert (ei.value.line, ei.value.reason) == (2, "invalid UTF-8 at byte 10 (column 9)")
-
-    empty = tmp_path / "empty.json"
-    empty.write_bytes(b"  \n")
-    with pytest.raises(InputError) as ei:
-        load_json_document(str(empty))
-    assert (ei.value.line, ei.value.reason) == (0, "empty file")
-
-
 def test_iter_json_records(tmp_path: Path) -> None:
     p = tmp_path / "x.jsonl"
     p.write_bytes(b'{"a": 1}\n{oops\n\n[1]\n')
@@ -246,10 +144,10 @@ def test_iter_json_records(tmp_path: Path) -> None:
     )
 
 
-def test_sniff_helpers() -> None:
-    assert head_record(b'{"a": 1}\n{"b"') == {"a": 1}
-    assert head_record(b'{\n  "a": 1\n}') == {"a": 1}  # a whole small document
-    assert head_record(b'{"a": "cut in the mid') is None
-    head = b'{"text": "the key \\"prompt_token_ids\\": is quoted here", "generation_token_ids" : [1'
-    assert json_key_in(head, "generation_token_ids")
-    assert not json_key_in(head, "prompt_token_ids")
+def test_iter_json_records_skips_a_bom_on_line_1_only(tmp_path: Path) -> None:
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\xef\xbb\xbf{"b": 2}\n')
+    (first, second) = list(iter_json_records(str(p)))
+    assert first == (1, {"a": 1})
+    line, r = second  # a BOM inside the stream is not a BOM: the line is not JSON
+    assert line == 2 and isinstance(r, Reject) and r.reason.startswith("malformed JSON: ")

@@ -3,8 +3,10 @@
 * :func:`parse_json_line` never raises: a bad line becomes a :class:`~treeprep.schemas.Reject`
   (``invalid UTF-8 at byte N``, a non-finite number with its field, or orjson's message), so one
   bad record never stops a file.
-* :func:`load_json_document` reads a file holding one document and raises
-  :class:`~treeprep.errors.InputError` with the line (and the column in the reason).
+* :func:`parse_json_document` is the one loader of a whole JSON document (a file holding one
+  value): it raises :class:`~treeprep.errors.InputError` with the file, the line and what was
+  expected (the column in the reason); a leading UTF-8 byte order mark is skipped, and a
+  non-finite number is refused naming its field unless the caller keeps them as markers.
 * ``NaN``, ``Infinity`` and out-of-range numbers (Python's ``json.dump`` writes them by default)
   are refused by orjson; :func:`lenient_json_loads` keeps them as :class:`NonFinite` markers so
   that an adapter can reject only the records that hold one (:func:`find_non_finite`).
@@ -26,21 +28,31 @@ from typing import Any
 
 import orjson
 
-from treeprep.compressed import STREAM_ERRORS, open_binary, stream_error
 from treeprep.errors import InputError
 from treeprep.schemas import Reject
 
 __all__ = [
+    "BOM",
     "NonFinite",
     "find_non_finite",
     "find_value",
     "head_record",
     "json_key_in",
     "lenient_json_loads",
-    "load_json_document",
     "nested_deeper",
+    "parse_json_document",
     "parse_json_line",
+    "strip_bom",
 ]
+
+#: the UTF-8 byte order mark some editors and exporters start a file with; orjson refuses it
+#: ("BOM is not supported"), and it is legal only at the start of a stream
+BOM = b"\xef\xbb\xbf"
+
+
+def strip_bom(data: bytes) -> bytes:
+    """``data`` without a leading :data:`BOM`."""
+    return data[len(BOM) :] if data.startswith(BOM) else data
 
 
 def _utf8_error_at(raw: bytes) -> int | None:
@@ -136,16 +148,22 @@ def _walk_json(value: Any) -> Iterator[tuple[str, Any]]:
 def _non_finite_field(raw: bytes, msg: str) -> str | None:
     """``"FIELD: expected a finite number, got TEXT"`` when orjson refused ``raw`` only for a
     non-finite number, else None."""
-    if "infinity" not in msg and b"NaN" not in raw and b"Infinity" not in raw:
-        return None
-    try:
-        value = lenient_json_loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    at = find_non_finite(value)
+    value = _lenient_or_none(raw, msg)
+    at = None if value is None else find_non_finite(value)
     if at is None:
         return None
     return f"{at}: expected a finite number, got {find_value(value, at)}"
+
+
+def _lenient_or_none(raw: bytes, msg: str) -> Any:
+    """``raw`` parsed keeping non-finite numbers, when orjson's refusal (``msg``) may be only
+    for one of them; else None."""
+    if "infinity" not in msg and b"NaN" not in raw and b"Infinity" not in raw:
+        return None
+    try:
+        return lenient_json_loads(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _line_col(data: bytes, offset: int) -> tuple[int, int]:
@@ -154,26 +172,39 @@ def _line_col(data: bytes, offset: int) -> tuple[int, int]:
     return line, col
 
 
-def load_json_document(path: str) -> object:
-    """Parse a file holding one JSON document (``.gz``/``.zst`` decompressed).
+def parse_json_document(path: str, data: bytes, *, keep_non_finite: bool = False) -> Any:
+    """The one JSON document of ``data`` (the whole of file ``path``), or :class:`InputError`.
 
-    Raises :class:`InputError` with the line (and column in the reason) for malformed JSON or
-    invalid UTF-8, with line 0 for an empty file or an unreadable stream.
+    A leading :data:`BOM` is skipped. The error names ``path``, a line and what was expected:
+    line 0 for an empty file; the line (and column, in the reason) of malformed JSON or invalid
+    UTF-8; for a non-finite number (``NaN``, ``Infinity``, ``1e400``) its line and field. With
+    ``keep_non_finite`` such numbers are kept as :class:`NonFinite` markers instead, for an
+    adapter that rejects only the records holding one (:func:`find_non_finite`).
+
+    >>> parse_json_document("a.json", b'\\xef\\xbb\\xbf{"a": [1, 2]}')
+    {'a': [1, 2]}
+    >>> parse_json_document("a.json", b'{"t": NaN}')
+    Traceback (most recent call last):
+    ...
+    treeprep.errors.InputError: a.json:1: t: expected a finite number, got NaN
     """
-    try:
-        with open_binary(path) as f:
-            data = f.read()
-    except STREAM_ERRORS as e:
-        raise stream_error(path, 0, e) from e
-    if not data.strip():
+    body = strip_bom(data)
+    if not body.strip():
         raise InputError(path, 0, "empty file")
     try:
-        return orjson.loads(data)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as e:
         bad = _utf8_error_at(data)
         if bad is not None:
             line, col = _line_col(data, bad)
             raise InputError(path, line, f"invalid UTF-8 at byte {bad} (column {col})") from e
+        value = _lenient_or_none(body, str(e))
+        at = None if value is None else find_non_finite(value)
+        if at is not None:
+            if keep_non_finite:
+                return value
+            reason = f"{at}: expected a finite number, got {find_value(value, at)}"
+            raise InputError(path, e.lineno, reason) from e
         raise InputError(path, e.lineno, f"malformed JSON at column {e.colno}: {e.msg}") from e
 
 

@@ -1,75 +1,28 @@
-"""Reading input files: the front door of the pipeline's input side, and its line reader.
-
-Everything an adapter needs to get from a path on the command line to parsed records, with the
-error behaviour the build relies on. Each idea has its own module; this one re-exports them, so
-that ``from treeprep.io import ...`` stays the one import an adapter needs:
-
-* which files: :mod:`treeprep.inputs` (:func:`discover_inputs`, :func:`expand_inputs`),
-* their decompressed bytes: :mod:`treeprep.compressed` (:func:`open_binary`, :func:`read_head`),
-* their JSON: :mod:`treeprep.jsonparse` (:func:`parse_json_line`, :func:`load_json_document`,
-  non-finite numbers, sniffing helpers),
-* their lines and records: here.
+"""Lines and JSONL records of an input file, read in bounded memory.
 
 :func:`iter_lines` yields ``(line_number, bytes)`` reading fixed 1 MiB blocks: a line is the join
 of its pieces, made once, so a single 50 MB line costs one copy, not a quadratic series of them.
 A truncated or corrupt compressed stream yields every complete line and then raises
 :class:`~treeprep.errors.InputError` naming the line that was cut. A line longer than the
 per-record limit (:func:`set_max_record_bytes`) is never held: it is yielded as its length.
-:func:`iter_json_records` builds on it and never raises, so an adapter always reads to the end.
+:func:`iter_json_records` builds on it and never raises, so an adapter always reads to the end;
+a UTF-8 byte order mark at the start of line 1 (Windows editors, some exporters) is skipped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from treeprep.atomic import sha256_of as file_sha256
-from treeprep.compressed import (
-    BLOCK,
-    STREAM_ERRORS,
-    open_binary,
-    read1,
-    read_head,
-    read_head_checked,
-    stream_error,
-)
 from treeprep.errors import InputError
-from treeprep.inputs import InputFile, InputSet, discover_inputs, expand_inputs, printable
-from treeprep.jsonparse import (
-    NonFinite,
-    find_non_finite,
-    find_value,
-    head_record,
-    json_key_in,
-    lenient_json_loads,
-    load_json_document,
-    nested_deeper,
-    parse_json_line,
-)
+from treeprep.io.compressed import BLOCK, STREAM_ERRORS, open_binary, read1, stream_error
+from treeprep.io.jsonparse import parse_json_line, strip_bom
 from treeprep.schemas import Reject
 
 __all__ = [
     "MAX_RECORD_BYTES",
-    "InputFile",
-    "InputSet",
     "LineTooLong",
-    "NonFinite",
-    "discover_inputs",
-    "expand_inputs",
-    "file_sha256",
-    "find_non_finite",
-    "find_value",
-    "head_record",
     "iter_json_records",
     "iter_lines",
-    "json_key_in",
-    "lenient_json_loads",
-    "load_json_document",
-    "nested_deeper",
-    "open_binary",
-    "parse_json_line",
-    "printable",
-    "read_head",
-    "read_head_checked",
     "record_limit",
     "set_max_record_bytes",
 ]
@@ -178,6 +131,8 @@ def iter_json_records(path: str) -> Iterator[tuple[int, object]]:
                 )
                 yield lineno, Reject(file=path, line=lineno, reason=reason)
                 continue
+            if lineno == 1:
+                raw = strip_bom(raw)
             yield lineno, parse_json_line(path, lineno, raw)
     except InputError as e:
         yield e.line, Reject(file=e.file, line=e.line, reason=e.reason)

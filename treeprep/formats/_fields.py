@@ -1,0 +1,290 @@
+"""The fields of a record: typed accessors, the one table of field-name aliases, and the
+builders every adapter would otherwise write again (a chat tool call, a validated ChatCall).
+
+Typed accessors (:func:`expect`, :func:`as_dict`, :func:`opt_dict`, :func:`as_list`,
+:func:`opt_list`, :func:`opt_str`, :func:`dicts`) are how an adapter reads a field whose shape it
+needs: they return the value when it has that shape and otherwise raise
+:class:`~treeprep.errors.RecordError` saying where (a JSON path such as ``messages[3].content``)
+and what was expected, e.g. ``messages[3].content: expected a string, got int``. The adapter
+catches it once per record and turns it into a reject naming the file and line; a one-document
+file whose top level is wrong raises it as an :class:`~treeprep.errors.InputError` instead. One
+accessor rather than ad hoc ``isinstance`` checks keeps every such message alike, and a shape an
+adapter forgot to check still shows up: the fuzz test (``tests/treeprep/formats/
+test_malformed.py``) fails on any other exception.
+
+Aliases. Providers and tools spell the same thing differently: the model's reasoning is
+``reasoning_content`` (DeepSeek, vLLM, LiteLLM) or ``reasoning`` (OpenRouter, Ollama);
+ShareGPT-style datasets say ``from``/``value`` where OpenAI says ``role``/``content``, and name
+roles ``human``/``gpt``/``observation``. :data:`FIELDS` and :data:`ROLES` are the one table, so a
+spelling learnt for one format is learnt for all. It is deliberately small: an alias is added when
+a real format uses it. A field given under two spellings with different values is an
+:class:`AliasError`, not a silent choice.
+
+Tool calls. :func:`openai_tool_calls` is the one conversion of a list of OpenAI-style tool calls
+(``{id, type: "function", function: {name, arguments}}``, or the flat ``{id, name, arguments}``
+of tau2-bench and ShareGPT) into chat form (:func:`chat_tool_call`); arguments are kept as given,
+a JSON string or an object, because the renderer must see what the model wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from typing import Any
+
+from pydantic import ValidationError
+
+from treeprep.errors import RecordError
+from treeprep.formats.base import ReadOptions
+from treeprep.io.jsonparse import NonFinite
+from treeprep.schemas import ChatCall, Reject
+
+# --------------------------------------------------------------------------------------------
+# typed accessors: a value of the expected shape, or a RecordError naming its path
+# --------------------------------------------------------------------------------------------
+
+_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
+
+
+def type_name(v: object) -> str:
+    """The JSON name of ``v``'s type, for messages: ``null``, ``boolean``, ``int``, ``float``,
+    ``string``, ``array``, ``object`` (a non-finite number read leniently is named as such)."""
+    if v is None:
+        return "null"
+    if isinstance(v, NonFinite):
+        return f"non-finite number {v}"
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def one_of(v: object, allowed: Collection[str]) -> bool:
+    """Whether ``v`` is one of the strings ``allowed`` (False for any other value, including
+    an unhashable one: a set lookup with a list would raise TypeError)."""
+    return isinstance(v, str) and v in allowed
+
+
+def expect(v: Any, where: str, *types: type, what: str | None = None) -> Any:
+    """``v`` when it is an instance of one of ``types`` (``bool`` is never an ``int`` here, and a
+    non-finite marker never a string); else RecordError ``"<where>: expected <what>, got <type>"``.
+    """
+    ok = isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
+    if ok and isinstance(v, NonFinite) and NonFinite not in types:
+        ok = False
+    if not ok:
+        want = what or " or ".join(_NAMES.get(t, t.__name__) for t in types)
+        raise RecordError(f"{where}: expected {want}, got {type_name(v)}")
+    return v
+
+
+def as_dict(v: Any, where: str) -> dict[str, Any]:
+    """``v`` when it is a JSON object."""
+    return expect(v, where, dict)  # type: ignore[no-any-return]
+
+
+def opt_dict(v: Any, where: str) -> dict[str, Any]:
+    """``v`` when it is a JSON object, ``{}`` when null or absent."""
+    return {} if v is None else as_dict(v, where)
+
+
+def as_list(v: Any, where: str) -> list[Any]:
+    """``v`` when it is a JSON array."""
+    return expect(v, where, list)  # type: ignore[no-any-return]
+
+
+def opt_list(v: Any, where: str) -> list[Any]:
+    """``v`` when it is a JSON array, ``[]`` when null or absent."""
+    return [] if v is None else as_list(v, where)
+
+
+def opt_str(v: Any, where: str) -> str | None:
+    """``v`` when it is a string (None when null or absent)."""
+    return None if v is None else expect(v, where, str)  # type: ignore[no-any-return]
+
+
+def dicts(v: Any, where: str) -> list[dict[str, Any]]:
+    """``v`` when it is an array of objects (``[]`` when null or absent); the first element that is
+    not an object is named by its index."""
+    items = opt_list(v, where)
+    for i, x in enumerate(items):
+        as_dict(x, f"{where}[{i}]")
+    return items
+
+
+# --------------------------------------------------------------------------------------------
+# field-name aliases: the one table
+# --------------------------------------------------------------------------------------------
+
+#: canonical message field -> the keys it is read from, in order of preference
+FIELDS: dict[str, tuple[str, ...]] = {
+    "role": ("role", "from"),
+    "content": ("content", "value"),
+    "reasoning_content": ("reasoning_content", "reasoning"),
+    "tool_calls": ("tool_calls",),
+    "tool_call_id": ("tool_call_id",),
+}
+
+#: role spellings (ShareGPT, LLaMA-Factory, Axolotl, ms-swift) -> the canonical chat role.
+#: ``function_call``/``tool_call`` are assistant turns whose content is a JSON tool call;
+#: ``observation``/``tool_response``/``function`` are tool results.
+ROLES: dict[str, str] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "model": "assistant",
+    "bot": "assistant",
+    "tool": "tool",
+    "observation": "tool",
+    "tool_response": "tool",
+    "function": "tool",
+    "ipython": "tool",
+}
+
+#: role spellings whose content is a tool call written as JSON (``{"name", "arguments"}`` or a
+#: list of them), not text
+TOOL_CALL_ROLES: frozenset[str] = frozenset({"function_call", "tool_call"})
+
+
+class AliasError(ValueError):
+    """A field is given twice under different spellings with different values."""
+
+
+def aliased(m: dict[str, Any], field: str) -> Any:
+    """The value of ``field`` in ``m`` under any of its spellings (None when absent).
+
+    Two spellings that both carry a value must agree; otherwise :class:`AliasError`.
+
+    >>> aliased({"reasoning": "hmm"}, "reasoning_content")
+    'hmm'
+    """
+    found: tuple[str, Any] | None = None
+    for key in FIELDS[field]:
+        v = m.get(key)
+        if v is None:
+            continue
+        if found is None:
+            found = (key, v)
+        elif found[1] != v:
+            raise AliasError(
+                f"{found[0]!r} and {key!r} both give the {field} with different values"
+            )
+    return None if found is None else found[1]
+
+
+def key_of(m: dict[str, Any], field: str) -> str | None:
+    """The spelling under which ``field`` is present in ``m`` (None when absent)."""
+    return next((k for k in FIELDS[field] if m.get(k) is not None), None)
+
+
+def reasoning_of(m: dict[str, Any]) -> str | None:
+    """The message's reasoning text under any spelling; a non-string value is an AliasError.
+
+    OpenRouter also sends ``reasoning_details`` (structured, possibly encrypted); the plain text in
+    ``reasoning`` is what a chat template renders, so only the string fields are read.
+    """
+    v = aliased(m, "reasoning_content")
+    if v is None or isinstance(v, str):
+        return v
+    raise AliasError(f"{key_of(m, 'reasoning_content')}: expected a string, got {type(v).__name__}")
+
+
+def canonical_role(role: Any) -> str | None:
+    """The chat role for a spelling (None when unknown). Tool-call roles map to ``assistant``."""
+    if not isinstance(role, str):
+        return None
+    r = role.strip().lower()
+    if r in TOOL_CALL_ROLES:
+        return "assistant"
+    return ROLES.get(r)
+
+
+# --------------------------------------------------------------------------------------------
+# builders: tool calls, calls, groups
+# --------------------------------------------------------------------------------------------
+
+
+def chat_tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A tool call in chat-completions form (values as the adapter read them)."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def openai_tool_calls(v: Any, where: str) -> list[dict[str, Any]]:
+    """OpenAI-style tool calls (``[]`` when null or absent) in chat form; RecordError naming
+    the field that does not fit.
+
+    A call is ``{id, type: "function", function: {name, arguments}}`` (absent arguments are
+    ``""``) or, without ``function``, the flat ``{id, name, arguments}`` (``parameters`` is read
+    too; absent arguments are ``{}``). The name must be a string, the arguments a JSON string or
+    an object, the id a string or absent.
+
+    >>> openai_tool_calls([{"id": "c1", "function": {"name": "ls", "arguments": "{}"}}], "m")
+    [{'id': 'c1', 'type': 'function', 'function': {'name': 'ls', 'arguments': '{}'}}]
+    >>> openai_tool_calls([{"name": "ls"}], "m")
+    [{'id': None, 'type': 'function', 'function': {'name': 'ls', 'arguments': {}}}]
+    >>> openai_tool_calls([{"function": {"name": 3}}], "m")
+    Traceback (most recent call last):
+    ...
+    treeprep.errors.RecordError: m[0].function.name: expected a string, got int
+    """
+    out = []
+    for j, tc in enumerate(dicts(v, where)):
+        w = f"{where}[{j}]"
+        if "function" in tc:
+            if tc.get("type", "function") not in ("function", None):
+                raise RecordError(f"{w}.type: expected 'function', got {tc.get('type')!r}")
+            w = f"{w}.function"
+            fn = as_dict(tc["function"], w)
+            args = fn.get("arguments")
+            args = "" if args is None else args
+        else:
+            fn = tc
+            args = tc.get("arguments", tc.get("parameters"))
+            args = {} if args is None else args
+        name = expect(fn.get("name"), f"{w}.name", str)
+        expect(args, f"{w}.arguments", str, dict, what="a JSON string or an object")
+        out.append(chat_tool_call(opt_str(tc.get("id"), f"{where}[{j}].id"), name, args))
+    return out
+
+
+def file_stem(path: str, suffixes: tuple[str, ...]) -> str:
+    """The file's name without its folders and without ``suffixes``, removed in that order.
+
+    >>> file_stem("runs/a.jsonl.gz", (".gz", ".zst", ".jsonl"))
+    'a'
+    """
+    name = os.path.basename(path)
+    for ext in suffixes:
+        name = name.removesuffix(ext)
+    return name
+
+
+def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> ChatCall | Reject:
+    """Validate a ChatCall; a validation error becomes a Reject naming the file and line."""
+    try:
+        return ChatCall.model_validate(fields)
+    except ValidationError as e:
+        errs = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()[:3]
+        )
+        return Reject(
+            file=file,
+            line=line,
+            reason=f"invalid call: {errs}",
+            format=fmt,
+            call_id=fields.get("call_id"),
+        )
+
+
+def group_or(doc: dict[str, Any], opts: ReadOptions, default: str) -> str:
+    """The value of ``--group-by FIELD`` in ``doc`` when given and present, else ``default``."""
+    if opts.group_by and doc.get(opts.group_by) is not None:
+        return str(doc[opts.group_by])
+    return default
+
+
+def system_message(text: str | None) -> list[dict[str, Any]]:
+    """The system message of ``text`` as a one-element list (none when no text)."""
+    return [{"role": "system", "content": text}] if text else []
