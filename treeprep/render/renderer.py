@@ -205,7 +205,7 @@ class Renderer:
         if date is not None and fixed is None:
             raise TokenizerError(f"--date {date!r}: expected an ISO 8601 date, like 2025-06-30")
         if tokenizer_dir is None:
-            from treeprep.render import builtin as bt
+            import treeprep.render.builtin as bt
 
             builtin_source = override or bt.CHAT_TEMPLATE
             sha = bt.builtin_sha256()

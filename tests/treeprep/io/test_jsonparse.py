@@ -28,7 +28,6 @@ def test_parse_json_line_rejects() -> None:
     assert isinstance(r, Reject) and r.reason == "expected a JSON object, got int"
 
 
-
 def test_sniff_helpers() -> None:
     assert head_record(b'{"a": 1}\n{"b"') == {"a": 1}
     assert head_record(b'{\n  "a": 1\n}') == {"a": 1}  # a whole small document
