@@ -9,7 +9,7 @@ message is bookkeeping, not a message the model saw.
 
 The completion's reasoning, when the provider returned one, sits in
 ``extra.response.choices[0].message.reasoning_content`` (or ``reasoning``, OpenRouter's spelling:
-see :mod:`treeprep.formats.aliases`); it is kept on the completion only, since
+see :mod:`treeprep.formats._fields`); it is kept on the completion only, since
 the transcript (what later prompts carry) does not hold it. Tool schemas are not stored:
 ``--tools``. One group per run (``instance_id``, else the file name).
 """

@@ -12,7 +12,7 @@ hold ``messages``/``tools``/``model`` instead of the top level. Two layouts:
 
 Normalization is deliberately small, because the renderer must see what the model saw: content parts
 are kept as given (the renderer joins text parts), tool-call arguments are kept as given (a JSON
-string or an object), ``reasoning_content`` is kept (read through :mod:`treeprep.formats.aliases`,
+string or an object), ``reasoning_content`` is kept (read through :mod:`treeprep.formats._fields`,
 so OpenRouter's ``reasoning`` is the same field), role ``developer`` becomes ``system``, and
 provider extras (``index`` on tool calls, ``refusal``, ``function_call: null``, ``annotations``
 ...) are dropped. Everything else that does not fit is a reject naming the field: an unknown role,
