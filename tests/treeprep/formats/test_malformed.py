@@ -274,9 +274,10 @@ def test_stage1_turns_an_adapter_bug_into_a_counted_reject(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import treeprep.formats as formats_mod
-    from treeprep import worker
+    from treeprep.build.config import FileOptions
+    from treeprep.build.files import FileWorker
+    from treeprep.build.workfiles import FileJob
     from treeprep.formats.base import FormatSpec
-    from treeprep.workfiles import FileJob
 
     def buggy(path: str, opts: ReadOptions) -> Iterator[Any]:
         yield Reject(file=path, line=1, reason="a bad first line")
@@ -284,11 +285,11 @@ def test_stage1_turns_an_adapter_bug_into_a_counted_reject(
 
     spec = FormatSpec(name="buggy", sniff=lambda p, h: True, read=buggy)
     monkeypatch.setattr(formats_mod, "get_format", lambda name: spec)
-    monkeypatch.setattr(worker, "_worker_state", {"renderer": None, "cfg": {"format": "buggy"}})
     src = tmp_path / "in.jsonl"
     src.write_text("{}\n{}\n")
     job = FileJob(str(src), True, "k", str(tmp_path / "w"), "0" * 64, 6, name="in.jsonl")
-    result = worker.process_file(job)
+    worker = FileWorker(FileOptions(format="buggy"), renderer=None)  # type: ignore[arg-type]
+    result = worker.process(job)
     assert (result.records_read, result.records_rejected, result.sequences) == (2, 2, 0)
     rejects = [json.loads(x) for x in (tmp_path / "w" / "rejects.jsonl").read_text().splitlines()]
     assert rejects[1]["reason"] == (
