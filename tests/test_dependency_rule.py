@@ -7,7 +7,8 @@ including the lazy ones inside functions (which the import-time check cannot see
 private ``_names`` across packages. ``from treeprep import trainer`` (or ``from .. import
 trainer``) counts as importing ``treeprep.trainer``, and ``importlib.import_module("...")`` with a
 literal name counts as an import statement. ``treeprep.errors`` is the one module every package may
-use: it is a leaf that imports nothing.
+use: it is a leaf that imports nothing. Last, the same parse gives the graph of module imports, and
+no module may reach itself around a loop (strongly connected components; see ``CYCLE_SCOPE``).
 """
 
 from __future__ import annotations
