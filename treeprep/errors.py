@@ -30,6 +30,14 @@ class TooManyErrors(TreeprepError):
     """More rejects than ``--max-errors`` allows."""
 
 
+class EmptyBuildError(TreeprepError):
+    """No record reached a tree: there is nothing to train on (the rejects say why)."""
+
+
+class WorkerDied(TreeprepError):
+    """A stage-1 worker process died (killed, out of memory) while rendering a file."""
+
+
 class ShardError(TreeprepError):
     """A shard or manifest that cannot be used (missing, corrupt, other schema version)."""
 

@@ -9,7 +9,7 @@ read speeds side by side.
 
 Writes are atomic and durable: a shard is written to ``NAME.tmp``, fsynced and renamed; readers
 never see half a file. The writer deletes nothing: replacing an earlier build's shards is the
-build's job, and it deletes only the files a build wrote (:class:`treeprep.workfiles.OutIndex`).
+build's job, and it deletes only the files a build wrote (:class:`treeprep.build.out.OutIndex`).
 :class:`ShardWriter` cuts a stream of trees into shards of about ``shard_tokens`` tokens. Reading
 (manifest, shard paths, the schema-version check) is the contract's, in :mod:`treeprep.schemas`;
 :func:`iter_trees` turns shard rows back into :class:`~treeprep.trie.Tree` objects.

@@ -28,10 +28,10 @@ from hostile import (
     write_jsonl,
 )
 
-from treeprep.build import BuildConfig, EmptyBuildError, build
-from treeprep.errors import ShardError, TreeprepError
+from treeprep.build import BuildConfig, build
+from treeprep.build.out import lock_out
+from treeprep.errors import EmptyBuildError, ShardError, TreeprepError
 from treeprep.shards import iter_trees
-from treeprep.workfiles import lock_out
 
 
 def _inputs(root: Path, files: int = 4) -> Path:

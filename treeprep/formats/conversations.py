@@ -11,7 +11,7 @@ group and the trie merges them: training on the tree equals multi-turn SFT with 
   (``1`` or absent: a target). Any other weight is a reject.
 * Hugging Face / TRL ``messages`` datasets, JSONL or Parquet, with ``tools`` as a list or as a
   JSON string; ms-swift's ``tool_call``/``tool_response`` roles (a JSON tool call as content) and
-  Axolotl's spellings are read through :mod:`treeprep.formats.aliases`.
+  Axolotl's spellings are read through :mod:`treeprep.formats._fields`.
 
 ``sharegpt`` (``conversations`` list of ``from``/``value`` turns, as LLaMA-Factory, Axolotl and
 ms-swift read it): ``human``/``gpt``/``system`` turns, ``function_call`` turns whose value is a JSON

@@ -127,7 +127,7 @@ def test_openhands_real_fixture_rejects_with_reasons(tmp_path: Path) -> None:
     assert all("no user message" in r.reason for r in out)
     assert "whose call is not in the stream" in out[1].reason
     # every record rejected: the build stops (no manifest) and the rejects say why
-    from treeprep.build import EmptyBuildError
+    from treeprep.errors import EmptyBuildError
 
     with pytest.raises(EmptyBuildError, match="2 read, 2 rejected"):
         build(BuildConfig(inputs=[str(REAL_OH)], out=str(tmp_path / "o")))

@@ -267,35 +267,6 @@ def test_tau2_info_not_an_object_rejects_the_file_by_name(tmp_path: Path) -> Non
     assert r.reason == "simulations[0].reward_info: expected an object, got int"
 
 
-# ---- the last line of defence in stage 1 ---------------------------------------------------
-
-
-def test_stage1_turns_an_adapter_bug_into_a_counted_reject(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import treeprep.formats as formats_mod
-    from treeprep import worker
-    from treeprep.formats.base import FormatSpec
-    from treeprep.workfiles import FileJob
-
-    def buggy(path: str, opts: ReadOptions) -> Iterator[Any]:
-        yield Reject(file=path, line=1, reason="a bad first line")
-        raise TypeError("'int' object is not iterable")
-
-    spec = FormatSpec(name="buggy", sniff=lambda p, h: True, read=buggy)
-    monkeypatch.setattr(formats_mod, "get_format", lambda name: spec)
-    monkeypatch.setattr(worker, "_worker_state", {"renderer": None, "cfg": {"format": "buggy"}})
-    src = tmp_path / "in.jsonl"
-    src.write_text("{}\n{}\n")
-    job = FileJob(str(src), True, "k", str(tmp_path / "w"), "0" * 64, 6, name="in.jsonl")
-    result = worker.process_file(job)
-    assert (result.records_read, result.records_rejected, result.sequences) == (2, 2, 0)
-    rejects = [json.loads(x) for x in (tmp_path / "w" / "rejects.jsonl").read_text().splitlines()]
-    assert rejects[1]["reason"] == (
-        "internal error in adapter buggy: TypeError: 'int' object is not iterable"
-    )
-
-
 # ---- seeded mutations of every sample file ------------------------------------------------
 
 _ODD: list[Any] = [None, 1, -1, True, "", "x", [], {}, [1], {"a": None}, 1.5, float("nan")]

@@ -88,7 +88,7 @@ def test_a_hostile_template_rejects_records_and_the_build_finishes(
     logs.write_bytes(orjson.dumps(rec) + b"\n" + orjson.dumps(rec) + b"\n")
     # every record breaches the limits: each is a reject, and the build ends with the clean
     # "nothing to train on" error (no traceback, no hang, rejects written)
-    from treeprep.build import EmptyBuildError
+    from treeprep.errors import EmptyBuildError
 
     with pytest.raises(EmptyBuildError, match="2 read, 2 rejected"):
         build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "out"), chat_template=str(tpl)))

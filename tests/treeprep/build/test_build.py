@@ -15,15 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from treeprep import engine as engine_mod
 from treeprep.build import BuildConfig, build
+from treeprep.build import engines as engines_mod
 from treeprep.cli.app import app
 from treeprep.errors import TooManyErrors
 from treeprep.export import export_sequences
 from treeprep.schemas.manifest import load_manifest
 from treeprep.shards import iter_trees
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT / ".." / "shared" / "data"
 QWEN3 = SHARED / "tokenizers" / "qwen3"
 needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data is absent")
@@ -105,7 +105,7 @@ def test_a_killed_build_resumes_without_redoing_finished_inputs(
     build(BuildConfig(inputs=files, out=str(clean)))
 
     out = tmp_path / "out"
-    real = engine_mod.process_file
+    real = engines_mod.process_file
     seen: list[str] = []
 
     def dies_on_second(job):
@@ -114,13 +114,13 @@ def test_a_killed_build_resumes_without_redoing_finished_inputs(
             raise KeyboardInterrupt("killed")
         return real(job)
 
-    monkeypatch.setattr(engine_mod, "process_file", dies_on_second)
+    monkeypatch.setattr(engines_mod, "process_file", dies_on_second)
     with pytest.raises(KeyboardInterrupt):
         build(BuildConfig(inputs=files, out=str(out)))
     assert not (out / "manifest.json").exists()
 
     seen.clear()
-    monkeypatch.setattr(engine_mod, "process_file", lambda job: seen.append(job.path) or real(job))
+    monkeypatch.setattr(engines_mod, "process_file", lambda job: seen.append(job.path) or real(job))
     build(BuildConfig(inputs=files, out=str(out)))
     assert [Path(p).name for p in seen] == ["f1.jsonl", "f2.jsonl"]  # f0 finished before the kill
     assert _shard_bytes(out) == _shard_bytes(clean)

@@ -18,13 +18,13 @@ import pytest
 from typer.testing import CliRunner
 
 from treeprep.build import BuildConfig, build
-from treeprep.build_ray import plan_shards
+from treeprep.build.ray import plan_shards
 from treeprep.cli.app import app
 from treeprep.errors import TooManyErrors, TreeprepError
 from treeprep.shards import ShardWriter
 from treeprep.trie import build_tree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "sample_data"
 SHARED = ROOT / ".." / "shared" / "data"
 QWEN3 = SHARED / "tokenizers" / "qwen3"

@@ -1,7 +1,6 @@
-"""treeprep/workfiles.py: rendered sequences survive the work-file format (an Arrow IPC round
+"""treeprep.build.workfiles: rendered sequences survive the work-file format (an Arrow IPC round
 trip through pyarrow's own writer and reader) field for field (all but ``order`` and ``extra``,
-which the builder sets), with and without log-probs; an
-atomic write leaves the new bytes and no temporary file."""
+which the builder sets), with and without log-probs, and shared prefixes stay linked."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from treeprep.build.workfiles import WORK_SCHEMA, rows_to_sequences, sequences_to_batch
 from treeprep.sequence import Sequence
-from treeprep.workfiles import WORK_SCHEMA, rows_to_sequences, sequences_to_batch, write_atomic
 
 
 def _seqs() -> list[Sequence]:
@@ -73,14 +72,6 @@ def test_all_rows_with_logprobs_use_the_flat_list_path() -> None:
         _same(a, b)
 
 
-def test_write_atomic_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
-    path = tmp_path / "manifest.json"
-    path.write_bytes(b"old")
-    write_atomic(str(path), b"new bytes")
-    assert path.read_bytes() == b"new bytes"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
-
-
 # ---- issue 26 item 6: one long conversation costs its work file and memory O(turns) -------------
 
 
@@ -130,7 +121,7 @@ def test_regression_one_conversation_held_every_history_at_once(tmp_path: Path) 
 
 
 def test_shared_prefix_rows_round_trip_and_link_to_their_row() -> None:
-    from treeprep.workfiles import PrefixSharing
+    from treeprep.build.workfiles import PrefixSharing
 
     share = PrefixSharing()
     whole = [[1, 2, 3, 4], [1, 2, 3, 9, 9], [7], [7, 8]]

@@ -1,13 +1,15 @@
 """``treeprep build --engine ray``: the same two stages on Ray Data, writing the same bytes.
 
-The driver (this process) plans the jobs, writes ``rejects.jsonl`` and ``manifest.json`` exactly as
-:func:`treeprep.build.build` does; this module only replaces the engine of the two heavy stages,
+The driver (this process, :func:`treeprep.build.build`) plans the jobs and writes
+``rejects.jsonl`` and ``manifest.json`` whichever engine runs; this module only replaces the
+engine of the two heavy stages (:class:`~treeprep.build.engines.LocalEngine`),
 and every piece of work it hands to Ray calls the local engine's own function for that piece, so
 byte identity follows from shared code rather than from a second implementation:
 
 1. **Render** (:meth:`RayEngine.render`). The jobs without a ``done.json`` become a dataset of one
    row per file, mapped by a pool of ``workers`` actors (:class:`_RenderActor`), each of which
-   loads the renderer once and runs :func:`treeprep.worker.process_file` per file: the same work
+   loads the renderer once and runs :meth:`treeprep.build.files.FileWorker.process` per file:
+   the same work
    folder, work rows, rejects and ``done.json`` marker as the local engine. Resume is therefore
    one mechanism for both engines (a build started with one engine can be finished with the
    other), and a task Ray retries after a worker died rewrites the same folder under temporary
@@ -26,7 +28,7 @@ byte identity follows from shared code rather than from a second implementation:
 Paths: inputs and the output may be local paths or ``file://`` URLs (:mod:`treeprep.io.paths`). On
 a multi-node cluster the output folder must be shared by the nodes (the work files and shards are
 written by workers), and treeprep must be installed on them. Ray is imported only here, and only
-when this engine is chosen.
+when this engine is chosen (this module itself imports it inside its functions).
 
 Trade-offs: the trees are materialized in Ray's object store between the two shuffles (spilled to
 disk when large), and the group ids of all trees, not their tokens, pass through the driver.
@@ -39,7 +41,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import orjson
@@ -47,17 +49,17 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from treeprep.atomic import make_dirs
-from treeprep.engine import RenderTask, TreeTask
+from treeprep.build.config import BuildConfig, FileOptions
+from treeprep.build.files import FileWorker
+from treeprep.build.jobs import RenderTask, TreeTask
+from treeprep.build.workfiles import FileJob, FileResult, rows_to_sequences
 from treeprep.errors import TreeprepError
 from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry
 from treeprep.shards import write_shard
 from treeprep.trie import Tree, build_tree
-from treeprep.worker import init_worker, process_file, worker_options
-from treeprep.workfiles import FileJob, FileResult, rows_to_sequences
 
-if TYPE_CHECKING:
-    from treeprep.build import BuildConfig
+__all__ = ["RayEngine", "plan_shards", "ray_engine"]
 
 #: the per-tree sizes the driver collects to cut shards (the trees stay in the object store)
 _STATS = ["group_id", "num_nodes", "tokens_tree", "tokens_linear", "sequences"]
@@ -131,7 +133,7 @@ class RayEngine:
             _RenderActor,
             fn_constructor_kwargs={
                 "tokenizer": cfg.tokenizer,
-                "options": worker_options(cfg),
+                "options": cfg.file_options(),
                 "cwd": os.getcwd(),
             },
             batch_size=1,
@@ -227,8 +229,10 @@ def plan_shards(sizes: list[int], shard_tokens: int) -> list[int]:
     writing order: the index of each shard's first tree. Its rule: a shard is written once it
     holds ``shard_tokens`` tree tokens or more.
 
-    >>> plan_shards([5, 5, 5, 20, 1], 10)
-    [0, 2, 3, 4]
+    >>> plan_shards([5, 5, 5, 20, 1], 10)  # shards [5, 5], [5, 20], [1]
+    [0, 2, 4]
+    >>> plan_shards([30, 1, 1], 10)  # a tree over the limit closes its shard alone
+    [0, 1]
     """
     first: list[int] = []
     pending = 0
@@ -249,16 +253,16 @@ def plan_shards(sizes: list[int], shard_tokens: int) -> list[int]:
 class _RenderActor:
     """Stage 1 in a Ray actor: the renderer is loaded once per actor, then one file per call."""
 
-    def __init__(self, tokenizer: str | None, options: dict, cwd: str) -> None:
+    def __init__(self, tokenizer: str | None, options: FileOptions, cwd: str) -> None:
         if os.path.isdir(cwd):
             os.chdir(cwd)  # relative input and option paths mean what they meant to the driver
-        init_worker(tokenizer, options)
+        self.worker = FileWorker.load(tokenizer, options)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         done = []
         for job in batch.to_pylist():
             try:
-                done.append({**asdict(process_file(FileJob(**job))), "error": None})
+                done.append({**asdict(self.worker.process(FileJob(**job))), "error": None})
             except TreeprepError as e:  # Ray would hand the driver its text only, not the error
                 empty = dict.fromkeys(f.name for f in fields(FileResult))
                 done.append({**empty, "error": orjson.dumps(_error_fields(e)).decode()})
@@ -298,8 +302,8 @@ def _read_work_rows(batch: pa.Table) -> Iterator[pa.Table]:
 
 def _build_group(rows: pa.Table) -> pa.Table:
     """One group's work rows -> its tree as one row of :data:`TREE_SCHEMA` (plus ``sequences``),
-    the rows first put back in input order, as :func:`treeprep.workfiles.group_sequences` gives
-    them to the local engine."""
+    the rows first put back in input order, as
+    :func:`~treeprep.build.workfiles.group_sequences` gives them to the local engine."""
     rows = rows.sort_by([("file_index", "ascending"), ("row", "ascending")])
     gid = rows.column("group_id")[0].as_py()
     files = rows.column("file_index").to_numpy()

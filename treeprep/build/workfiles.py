@@ -18,22 +18,17 @@ Crash safety. Every file is written to a temporary name, fsynced and renamed
 :meth:`FileJob.is_done` checks them, so a work file that a crash, a full disk or a stray edit left
 short is redone rather than trusted.
 
-What a build owns in ``OUT``. :class:`OutIndex` (``OUT/.work/index.json``) lists the work folders
-and shard files builds into this folder wrote; a later build deletes only those (and the shards
-of the earlier manifest) when it no longer needs them, never a file it did not write.
-:func:`lock_out` takes an exclusive lock on ``OUT/.work/build.lock`` for the whole build, so two
-builds into one folder cannot interleave their temporary files: the second stops with an error.
+What a build owns in ``OUT`` besides these folders, and the lock on it, are
+:mod:`treeprep.build.out`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -41,8 +36,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from treeprep.atomic import crash_point, make_dirs, sha256_of, write_atomic, writing
-from treeprep.errors import TreeprepError
+from treeprep.atomic import crash_point, sha256_of, write_atomic
 from treeprep.sequence import Sequence
 
 WORK_SCHEMA = pa.schema(
@@ -73,8 +67,6 @@ WORK_BATCH = 512
 SEQUENCES = "sequences.arrow"
 REJECTS = "rejects.jsonl"
 DONE = "done.json"
-INDEX = "index.json"
-LOCK = "build.lock"
 #: the plain (non-list) columns of a work file, besides tokens, loss spans and log-probs
 _SCALARS = (
     "group_id",
@@ -385,104 +377,3 @@ def group_sequences(work: WorkFiles, rows: list[tuple[int, np.ndarray]]) -> list
                 s.prefix += len(seqs)
         seqs.extend(part)
     return seqs
-
-
-# --------------------------------------------------------------------------------------------
-# what builds own in OUT, and the lock
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class OutIndex:
-    """``OUT/.work/index.json``: the work folders (keys) and shard files builds into this OUT
-    wrote. Only these, and the shards of an earlier manifest, are ever deleted."""
-
-    path: str
-    work: set[str] = field(default_factory=set)
-    shards: set[str] = field(default_factory=set)
-
-    @classmethod
-    def load(cls, out: str) -> OutIndex:
-        path = os.path.join(out, ".work", INDEX)
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-            return cls(path, set(d.get("work", [])), set(d.get("shards", [])))
-        except (OSError, ValueError, AttributeError, TypeError):
-            return cls(path)  # no index (first build, or made before indexes): nothing owned
-
-    def save(self) -> None:
-        d = {"work": sorted(self.work), "shards": sorted(self.shards)}
-        write_atomic(self.path, json.dumps(d, indent=1).encode())
-
-    def add_shard(self, name: str) -> None:
-        """Record a shard before it is written, so a crash never leaves an unlisted one."""
-        if name not in self.shards:
-            self.shards.add(name)
-            self.save()
-
-    def drop_unused(self, out: str, work: set[str], shards: set[str]) -> None:
-        """Delete the owned work folders and shards this build did not use; keep the rest."""
-        for key in sorted(self.work - work):
-            if os.sep not in key and "/" not in key and key not in (".", ".."):
-                shutil.rmtree(os.path.join(out, ".work", key), ignore_errors=True)
-        for name in sorted(self.shards - shards):
-            if _is_shard_name(name):
-                for p in (os.path.join(out, name), os.path.join(out, name) + ".tmp"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(p)
-        self.work, self.shards = set(work), set(shards)
-        self.save()
-
-
-def _is_shard_name(name: str) -> bool:
-    parts = name.split("/")
-    return len(parts) == 2 and parts[0] == "shards" and parts[1] not in ("", ".", "..")
-
-
-#: descriptors of the ``OUT`` locks this process holds: a forked child closes them at once
-_held_locks: set[int] = set()
-
-
-def _drop_inherited_locks() -> None:
-    """In a forked child: close the lock descriptors the parent holds. An ``flock`` belongs to
-    the open file, which a fork shares, so a worker that outlived its build would otherwise
-    keep ``OUT`` locked against the rerun. The parent's lock is untouched."""
-    for fd in _held_locks:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held_locks.clear()
-
-
-_fork_hook = [False]  # registered on the first lock, not at import
-
-
-@contextlib.contextmanager
-def lock_out(out: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``OUT`` for a build; TreeprepError at once when another build
-    (in this or another process) holds it. The OS drops the lock when the holder dies. The lock
-    is not inherited: its descriptor is closed on exec (Python's default) and in a forked child
-    (:func:`_drop_inherited_locks`), so only the build's own process holds it."""
-    import fcntl
-
-    work = os.path.join(out, ".work")
-    make_dirs(work)
-    path = os.path.join(work, LOCK)
-    if not _fork_hook[0]:
-        os.register_at_fork(after_in_child=_drop_inherited_locks)
-        _fork_hook[0] = True
-    with writing(path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    _held_locks.add(fd)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            raise TreeprepError(
-                f"{out}: another treeprep build is writing this folder (lock {path} is held); "
-                "wait for it to finish or build into another --out"
-            ) from e
-        yield
-    finally:
-        _held_locks.discard(fd)
-        os.close(fd)

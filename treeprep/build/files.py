@@ -1,23 +1,25 @@
 """Stage 1 of a build in a worker: one input file in, its work folder out.
 
-A worker is set up once (:func:`init_worker`: the renderer, loaded or inherited, and the build's
-options as a plain picklable dict, :func:`worker_options`), then handed one
-:class:`~treeprep.workfiles.FileJob` at a time (:func:`process_file`). For each file it detects
+A :class:`FileWorker` holds what every file needs, set up once: the renderer (loaded, or
+inherited from the driver) and the build's :class:`~treeprep.build.config.FileOptions`. It is then
+handed one :class:`~treeprep.build.workfiles.FileJob` at a time (:meth:`FileWorker.process`). For
+each file it detects
 the format (or takes the forced one), reads the records with the format's adapter, renders each
 record to a token :class:`~treeprep.sequence.Sequence` and streams the sequences in batches into
 ``sequences.arrow`` (temporary name, then rename); every unusable record becomes a reject with
 its reason. ``rejects.jsonl`` and, last, ``done.json`` are written by
-:func:`treeprep.workfiles.finish_file`, so a file is either finished or redone on the rerun.
+:func:`treeprep.build.workfiles.finish_file`, so a file is either finished or redone on the
+rerun.
 
-The same function runs in every engine: inline, in a forked or spawned pool process
-(:mod:`treeprep.engine`) or in a Ray actor (:mod:`treeprep.build_ray`), which is why the bytes do
-not depend on the engine. The worker's state is a module-level dict rather than an object,
-because a process pool's initializer can only set globals.
+The same worker runs in every engine: inline, in a forked or spawned pool process
+(:mod:`treeprep.build.engines`) or in a Ray actor (:mod:`treeprep.build.ray`), which is why the
+bytes do not depend on the engine. A process pool's initializer can only set globals, so a pool
+process keeps its worker in this module (:func:`init_worker`) and runs :func:`process_file`.
 
 Detection is part of a file's work: a first record over the size or depth limits, or a
 compressed stream that breaks before any format is seen, makes the file one reject naming the
 line (:func:`_detect`), never a crashed build. Rows of one group share their common prefix with
-the row before (:class:`~treeprep.workfiles.PrefixSharing`), so a conversation of N turns
+the row before (:class:`~treeprep.build.workfiles.PrefixSharing`), so a conversation of N turns
 writes O(N) tokens.
 
 An adapter turns malformed records into rejects and raises InputError when the whole file is
@@ -36,16 +38,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from treeprep.atomic import commit, crash_point, make_dirs, writing
-from treeprep.errors import InputError, RenderError, TreeprepError
-from treeprep.io.jsonparse import nested_deeper
-from treeprep.schemas import Reject
-from treeprep.sequence import Sequence
-from treeprep.workfiles import (
+from treeprep.build.config import FileOptions
+from treeprep.build.workfiles import (
     WORK_BATCH,
     WORK_SCHEMA,
     FileJob,
@@ -54,77 +52,127 @@ from treeprep.workfiles import (
     finish_file,
     sequences_to_batch,
 )
+from treeprep.errors import InputError, RenderError, TreeprepError
+from treeprep.io.jsonparse import nested_deeper
+from treeprep.schemas import Reject
+from treeprep.sequence import Sequence
 
 if TYPE_CHECKING:
-    from treeprep.build import BuildConfig
     from treeprep.formats import FormatSpec, ReadOptions
     from treeprep.render import Renderer
 
-__all__ = ["MAX_JSON_DEPTH", "init_worker", "process_file", "worker_options"]
+__all__ = ["MAX_JSON_DEPTH", "FileWorker", "init_worker", "process_file"]
 
 #: the deepest nesting of JSON objects and arrays accepted in a call's tools and tool-call
 #: arguments (real schemas nest about ten deep; a JSON encoder recurses once per level)
 MAX_JSON_DEPTH = 100
 
-_worker_state: dict = {}
 
+class FileWorker:
+    """Stage 1, one file at a time, with the renderer and the options set up once."""
 
-def init_worker(tokenizer: str | None, cfg_dict: dict, renderer: Renderer | None = None) -> None:
-    """Set this process up for :func:`process_file`: the per-record limit, the renderer (the one
-    given, else loaded from ``tokenizer``) and the options of :func:`worker_options`."""
-    from treeprep.io.lines import set_max_record_bytes
-    from treeprep.render import Renderer
+    def __init__(self, options: FileOptions, renderer: Renderer) -> None:
+        from treeprep.io.lines import set_max_record_bytes
 
-    set_max_record_bytes(cfg_dict.get("max_record_bytes", 16 << 20))
-    _worker_state["renderer"] = (
-        renderer
-        if renderer is not None
-        else Renderer.load(
+        set_max_record_bytes(options.max_record_bytes)  # the per-record limit of this process
+        self.options = options
+        self.renderer = renderer
+
+    @classmethod
+    def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:
+        """A worker with its own renderer, loaded from ``tokenizer`` as ``options`` say."""
+        from treeprep.render import Renderer
+
+        renderer = Renderer.load(
             tokenizer,
-            native_templates=cfg_dict.get("native_templates", True),
-            chat_template=cfg_dict.get("chat_template"),
-            date=cfg_dict.get("date"),
+            native_templates=options.native_templates,
+            chat_template=options.chat_template,
+            date=options.date,
         )
+        return cls(options, renderer)
+
+    def process(self, job: FileJob) -> FileResult:
+        """Stage 1 for one file.
+
+        Writes ``sequences.arrow``, ``rejects.jsonl`` and, last, ``done.json`` under
+        ``job.work_dir``. A file that cannot be read (``job.error``) is one reject.
+        """
+        from treeprep.formats import get_format
+
+        make_dirs(job.work_dir)
+        if job.error is not None:
+            return _one_reject(job, 0, job.error)
+        fmt = self.options.format
+        try:
+            spec = get_format(fmt) if fmt else _detect(job)
+        except InputError as e:  # no record to detect the format by: the file's one reject
+            return _one_reject(job, e.line, _Names(job)(e.reason))
+        if spec is None:
+            return _unrecognised(job)
+        rejects: list[dict] = []
+        seq_path = job.sequences_path()
+        tmp = seq_path + ".tmp"
+        opts = _read_options(self.options)
+        with writing(seq_path, tmp):
+            with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
+                n_read, n_seq = _render_records(job, spec, opts, self.renderer, writer, rejects)
+        commit(tmp, seq_path)
+        crash_point("after-work-file")
+        result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
+        finish_file(job, result, rejects)
+        return result
+
+
+#: this process's worker, for :func:`process_file` (set by :func:`init_worker`)
+_worker: FileWorker | None = None
+
+
+def init_worker(
+    tokenizer: str | None, options: FileOptions, renderer: Renderer | None = None
+) -> None:
+    """Set this process up for :func:`process_file`: a worker with the renderer given (a forked
+    pool inherits the driver's), else one loaded from ``tokenizer``. A pool's initializer."""
+    global _worker
+    _worker = (
+        FileWorker(options, renderer)
+        if renderer is not None
+        else FileWorker.load(tokenizer, options)
     )
-    _worker_state["cfg"] = cfg_dict
 
 
-def worker_options(cfg: BuildConfig) -> dict:
-    """The options a stage-1 worker needs (what :func:`init_worker` takes), picklable."""
-    return {
-        "format": cfg.format,
-        "group_by": cfg.group_by,
-        "system_prompt": cfg.system_prompt,
-        "tools": cfg.tools,
-        "native_templates": cfg.native_templates,
-        "max_record_bytes": cfg.max_record_bytes,
-        "chat_template": cfg.chat_template,
-        "date": cfg.date,
-    }
+def process_file(job: FileJob) -> FileResult:
+    """Stage 1 for one file in this process's worker (:func:`init_worker`): what a pool runs."""
+    if _worker is None:
+        raise TreeprepError("internal error: stage 1 ran before init_worker")
+    return _worker.process(job)
 
 
-def _read_options(cfg: dict) -> ReadOptions:
+def _read_options(options: FileOptions) -> ReadOptions:
+    """The adapters' options: the system prompt and tools files read (per file, so that an
+    unreadable one stops the build with its own error, not a dead pool)."""
     from treeprep.formats import ReadOptions
 
     system_prompt = None
     tools = None
-    if cfg.get("system_prompt"):
+    if options.system_prompt:
         try:
-            with open(cfg["system_prompt"], encoding="utf-8") as f:
+            with open(options.system_prompt, encoding="utf-8") as f:
                 system_prompt = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise TreeprepError(f"{cfg['system_prompt']}: cannot read system prompt: {e}") from e
-    if cfg.get("tools"):
+            raise TreeprepError(f"{options.system_prompt}: cannot read system prompt: {e}") from e
+    if options.tools:
+        from treeprep.io.compressed import read_all
+        from treeprep.io.jsonparse import parse_json_document
+
         try:
-            with open(cfg["tools"], "rb") as f:
-                tools = orjson.loads(f.read())
-        except (OSError, orjson.JSONDecodeError) as e:
-            raise TreeprepError(f"{cfg['tools']}: cannot read tools JSON: {e}") from e
+            tools = parse_json_document(options.tools, read_all(options.tools))
+        except OSError as e:
+            raise TreeprepError(f"{options.tools}: cannot read tools JSON: {e}") from e
         if isinstance(tools, dict) and "tools" in tools:
             tools = tools["tools"]
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-            raise TreeprepError(f"{cfg['tools']}:1: expected a JSON list of tool schemas")
-    return ReadOptions(system_prompt=system_prompt, tools=tools, group_by=cfg.get("group_by"))
+            raise TreeprepError(f"{options.tools}:1: expected a JSON list of tool schemas")
+    return ReadOptions(system_prompt=system_prompt, tools=tools, group_by=options.group_by)
 
 
 def _default_group(name: str, group_by_folder: bool) -> str:
@@ -133,37 +181,6 @@ def _default_group(name: str, group_by_folder: bool) -> str:
 
 def _reject(**kw: Any) -> dict:
     return Reject(**kw).model_dump(exclude_none=True)
-
-
-def process_file(job: FileJob) -> FileResult:
-    """Stage 1 for one file, in a worker.
-
-    Writes ``sequences.arrow``, ``rejects.jsonl`` and, last, ``done.json`` under ``job.work_dir``.
-    A file that cannot be read (``job.error``) is one reject.
-    """
-    from treeprep.formats import get_format
-
-    cfg = _worker_state["cfg"]
-    make_dirs(job.work_dir)
-    if job.error is not None:
-        return _one_reject(job, 0, job.error)
-    try:
-        spec = get_format(cfg["format"]) if cfg.get("format") else _detect(job)
-    except InputError as e:  # no record to detect the format by: the file's one reject
-        return _one_reject(job, e.line, _Names(job)(e.reason))
-    if spec is None:
-        return _unrecognised(job)
-    rejects: list[dict] = []
-    seq_path = job.sequences_path()
-    tmp = seq_path + ".tmp"
-    with writing(seq_path, tmp):
-        with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
-            n_read, n_seq = _render_records(job, spec, _read_options(cfg), writer, rejects)
-    commit(tmp, seq_path)
-    crash_point("after-work-file")
-    result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
-    finish_file(job, result, rejects)
-    return result
 
 
 def _detect(job: FileJob) -> FormatSpec | None:
@@ -216,7 +233,7 @@ def _adapter_bug(job: FileJob, spec: FormatSpec, e: Exception, named: _Names) ->
     must not stop a build of thousands, so the rest of the file becomes one reject whose reason
     starts with ``internal error in adapter`` and names the exception: counted in the manifest
     and listed in ``rejects.jsonl`` like any reject, and easy to search for. Tests assert that no
-    input, however malformed, produces one (``tests/treeprep/test_formats_malformed.py``).
+    input, however malformed, produces one (``tests/treeprep/formats/test_malformed.py``).
     """
     why = f"internal error in adapter {spec.name}: {type(e).__name__}: {named(str(e))}"
     return _reject(file=job.name, line=0, reason=why, format=spec.name)
@@ -238,12 +255,12 @@ def _render_records(
     job: FileJob,
     spec: FormatSpec,
     opts: ReadOptions,
+    renderer: Renderer,
     writer: ipc.RecordBatchFileWriter,
     rejects: list[dict],
 ) -> tuple[int, int]:
     """Read the file's records, render them and write the sequences in batches; unusable records
     go to ``rejects``. Returns (records read, sequences written)."""
-    renderer = _worker_state["renderer"]
     named = _Names(job)
     n_read = n_seq = 0
     buf: list[Sequence] = []

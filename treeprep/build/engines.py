@@ -1,29 +1,26 @@
 """Who runs a build's two heavy stages: the :class:`Engine` interface and the local engine.
 
-:func:`treeprep.build.build` plans the jobs, then hands an engine two tasks, each one value:
-
-* :class:`RenderTask` (stage 1): every input file without a ``done.json`` is rendered into its
-  work folder by :func:`treeprep.worker.process_file`; one :class:`FileResult` per file comes back
-  as it finishes.
-* :class:`TreeTask` (stage 2): the work files are grouped by ``group_id``, one trie is built per
-  group in sorted group order and the trees are cut into shards; the shard entries come back and
-  the tree counts are added to the task's ``counts``.
+The driver (:func:`treeprep.build.build`) plans the jobs, then hands an engine the two tasks of
+:mod:`treeprep.build.jobs`: a :class:`~treeprep.build.jobs.RenderTask` (stage 1: one
+:class:`~treeprep.build.workfiles.FileResult` per file comes back as it finishes) and a
+:class:`~treeprep.build.jobs.TreeTask` (stage 2: the shard entries come back).
 
 Planning, rejects and the manifest stay in the driver, so every engine shares the ``done.json``
 markers and writes the same bytes. :class:`LocalEngine` is this process: stage 1 inline or in a
 pool of ``workers`` processes, stage 2 here. Ray Data is the other engine
-(:mod:`treeprep.build_ray`), chosen with :func:`open_engine`.
+(:mod:`treeprep.build.ray`); the driver chooses between them, so this module never imports Ray.
 
 Workers die with their build: a build killed by kill -9 or SIGTERM takes its pool with it
 (:func:`die_with_parent`), and a forked worker does not hold ``OUT``'s lock
-(:func:`treeprep.workfiles.lock_out`), so the rerun is never refused by a leftover worker.
+(:func:`treeprep.build.out.lock_out`), so the rerun is never refused by a leftover worker.
 
 The local pool keeps at most one file per process in flight, so that a worker that dies (kill -9,
-out of memory) is noticed at once and named: the build stops with :class:`WorkerDied` and the
-files finished so far are kept for the rerun. The cost is a little idle time at the end of the
-render, when the last files run on fewer processes than there are. Forked workers inherit the
-loaded renderer instead of loading it again (seconds per process). Stage 2 holds at most the
-largest group plus one shard's buffer in memory (:class:`~treeprep.workfiles.WorkFiles`).
+out of memory) is noticed at once and named: the build stops with
+:class:`~treeprep.errors.WorkerDied` and the files finished so far are kept for the rerun. The
+cost is a little idle time at the end of the render, when the last files run on fewer processes
+than there are. Forked workers inherit the loaded renderer instead of loading it again (seconds
+per process). Stage 2 holds at most the largest group plus one shard's buffer in memory
+(:class:`~treeprep.build.workfiles.WorkFiles`).
 """
 
 from __future__ import annotations
@@ -35,81 +32,21 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from treeprep.errors import TreeprepError
-from treeprep.schemas.manifest import Counts, ShardEntry
+from treeprep.build.config import FileOptions
+from treeprep.build.files import init_worker, process_file
+from treeprep.build.jobs import RenderTask, TreeTask
+from treeprep.build.workfiles import FileJob, FileResult, WorkFiles, group_rows, group_sequences
+from treeprep.errors import WorkerDied
+from treeprep.schemas.manifest import ShardEntry
 from treeprep.shards import ShardWriter
 from treeprep.trie import build_tree
-from treeprep.worker import init_worker, process_file, worker_options
-from treeprep.workfiles import FileJob, FileResult, WorkFiles, group_rows, group_sequences
 
-if TYPE_CHECKING:
-    from treeprep.build import BuildConfig
-    from treeprep.render import Renderer
-
-__all__ = [
-    "Engine",
-    "LocalEngine",
-    "Progress",
-    "RenderTask",
-    "TreeTask",
-    "WorkerDied",
-    "open_engine",
-    "work_paths",
-]
-
-#: Progress callback: (stage, done, total). Stages: "render" (files), "trees" (groups).
-Progress = Callable[[str, int, int], None]
-
-
-class WorkerDied(TreeprepError):
-    """A stage-1 worker process died (killed, out of memory) while rendering a file."""
-
-
-@dataclass
-class RenderTask:
-    """Stage 1 of a build: render every job without a ``done.json``."""
-
-    #: every input file of the build, in input order (finished ones included, for progress)
-    jobs: list[FileJob]
-    cfg: BuildConfig
-    #: the renderer the driver loaded (forked workers inherit it)
-    renderer: Renderer
-    on_progress: Progress | None = None
-
-    def start(self) -> tuple[list[FileJob], int]:
-        """The jobs left to render and the number finished before; reports that progress."""
-        todo = [j for j in self.jobs if not j.is_done()]
-        done = len(self.jobs) - len(todo)
-        self.report(done)
-        return todo, done
-
-    def report(self, done: int) -> None:
-        """Tell ``on_progress`` that ``done`` files of the build are rendered."""
-        if self.on_progress:
-            self.on_progress("render", done, len(self.jobs))
-
-
-@dataclass
-class TreeTask:
-    """Stage 2 of a build: the work files' groups as tries, cut into shards under ``out``."""
-
-    #: the work files to read, in job order (:func:`work_paths`)
-    paths: list[str]
-    out: str
-    #: a shard is closed once it holds this many tree tokens
-    shard_tokens: int
-    #: the tree counts of the manifest, added to in place
-    counts: Counts
-    on_progress: Progress | None = None
-    #: told each shard's manifest path before the shard is written (the build's index)
-    before_write: Callable[[str], None] | None = None
+__all__ = ["Engine", "LocalEngine", "die_with_parent"]
 
 
 class Engine(Protocol):
@@ -123,29 +60,6 @@ class Engine(Protocol):
         """Stage 2: one trie per group in sorted group order, cut into shards; the shard
         entries."""
         ...
-
-
-@contextmanager
-def open_engine(cfg: BuildConfig) -> Iterator[Engine]:
-    """The engine ``cfg.engine`` names, set up for the build and torn down after it."""
-    if cfg.engine == "ray":
-        from treeprep.build_ray import ray_engine
-
-        with ray_engine(cfg) as engine:
-            yield engine
-    else:
-        yield LocalEngine()
-
-
-def work_paths(jobs: list[FileJob], results: dict[str, FileResult]) -> list[str]:
-    """The work files stage 2 reads, in job order (files with sequences only)."""
-    paths = []
-    for job in jobs:
-        res = results[job.name]
-        p = job.sequences_path()
-        if not res.skipped and res.sequences and os.path.exists(p):
-            paths.append(p)
-    return paths
 
 
 class LocalEngine:
@@ -189,7 +103,7 @@ class LocalEngine:
 
 
 def _run_inline(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
-    init_worker(task.cfg.tokenizer, worker_options(task.cfg), task.renderer)
+    init_worker(task.cfg.tokenizer, task.cfg.file_options(), task.renderer)
     for job in todo:
         yield process_file(job)
 
@@ -197,7 +111,7 @@ def _run_inline(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
 def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
     """Stage 1 in ``cfg.workers`` processes, at most one file per process in flight, so that a
     worker that dies (kill -9, out of memory) is noticed at once and named: the build stops
-    with :class:`WorkerDied`; the files finished so far are kept for the rerun."""
+    with :class:`~treeprep.errors.WorkerDied`; the files finished so far are kept for the rerun."""
     cfg = task.cfg
     procs = min(cfg.workers, len(todo))
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -205,7 +119,7 @@ def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
         # forked workers inherit the loaded renderer (importing transformers and loading a
         # tokenizer costs seconds per process); the tokenizers library disables its own thread
         # pool in a forked child, which it announces unless told so beforehand
-        init_worker(cfg.tokenizer, worker_options(cfg), task.renderer)
+        init_worker(cfg.tokenizer, cfg.file_options(), task.renderer)
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         pool = ProcessPoolExecutor(
             procs,
@@ -218,7 +132,7 @@ def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
             procs,
             mp_context=mp.get_context("spawn"),
             initializer=_init_spawned,
-            initargs=(os.getpid(), cfg.tokenizer, worker_options(cfg)),
+            initargs=(os.getpid(), cfg.tokenizer, cfg.file_options()),
         )
     try:
         with pool:
@@ -266,10 +180,10 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
-def _init_spawned(parent: int, tokenizer: str | None, cfg_dict: dict) -> None:
+def _init_spawned(parent: int, tokenizer: str | None, options: FileOptions) -> None:
     """Pool initializer of a spawned worker: die with the parent, then load the renderer."""
     die_with_parent(parent)
-    init_worker(tokenizer, cfg_dict)
+    init_worker(tokenizer, options)
 
 
 def _one_per_process(

@@ -1,0 +1,107 @@
+"""What a build is asked to do: :class:`BuildConfig`, and the part of it one file's work needs.
+
+:class:`BuildConfig` is the whole request (inputs, OUT, tokenizer, limits, engine) and checks its
+own fields. :class:`FileOptions` is the slice a stage-1 worker needs to render one input file
+(format, group field, system prompt and tools files, template choices, the per-record limit): a
+small frozen value, so it pickles into a pool process or a Ray actor as it is. This module is the
+first of the build package: it imports nothing of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from treeprep.errors import TreeprepError
+
+__all__ = ["BuildConfig", "FileOptions"]
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """The options stage 1 renders each file with (see :meth:`BuildConfig.file_options`)."""
+
+    format: str | None = None
+    group_by: str | None = None
+    system_prompt: str | None = None
+    tools: str | None = None
+    native_templates: bool = True
+    max_record_bytes: int = 16 << 20
+    chat_template: str | None = None
+    date: str | None = None
+
+
+@dataclass
+class BuildConfig:
+    """What ``treeprep build`` does. Paths are kept as given (they go into the manifest)."""
+
+    #: files, folders or globs; plain, ``.gz`` or ``.zst``
+    inputs: list[str]
+    #: the output folder (created; an earlier build's shards there are replaced)
+    out: str
+    #: a Hugging Face tokenizer folder; None uses the built-in byte-level ChatML tokenizer
+    tokenizer: str | None = None
+    #: force one input format for every file instead of detecting it per file
+    format: str | None = None
+    #: a record field whose value is the group id (default: the format's own group id)
+    group_by: str | None = None
+    #: processes rendering input files in parallel
+    workers: int = 1
+    #: stop with an error once more records than this are rejected (None: never)
+    max_errors: int | None = None
+    #: a file whose text is the system prompt, for formats whose logs hold none
+    system_prompt: str | None = None
+    #: a JSON file with a list of tool (function) schemas, for formats whose logs hold none
+    tools: str | None = None
+    #: render with a verified Python port of the chat template where there is one (False: jinja)
+    native_templates: bool = True
+    #: a jinja file to render with instead of the tokenizer's chat template
+    chat_template: str | None = None
+    #: the date (ISO 8601) a template's strftime_now reports for records without a timestamp
+    date: str | None = None
+    #: a shard is closed once it holds this many tree tokens
+    shard_tokens: int = 32 * 1024 * 1024
+    #: a JSONL record longer than this many bytes is rejected without being held in memory
+    max_record_bytes: int = 16 << 20
+    #: who runs the stages: this process and its pool, or Ray Data (:mod:`treeprep.build.ray`);
+    #: the bytes written are the same
+    engine: Literal["local", "ray"] = "local"
+    #: the Ray cluster to join (``ray.init(address=...)``); None starts a local Ray
+    ray_address: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise TreeprepError("no inputs given")
+        for name, least in (
+            ("workers", 1),
+            ("max_errors", 0),
+            ("shard_tokens", 1),
+            ("max_record_bytes", 1),
+        ):
+            value = getattr(self, name)
+            if value is None and name == "max_errors":  # the one optional limit
+                continue
+            if not isinstance(value, int):
+                raise TreeprepError(f"{name} must be an integer, got {value!r}")
+            if value < least:
+                raise TreeprepError(f"{name} must be >= {least}, got {value}")
+        if self.engine not in ("local", "ray"):
+            raise TreeprepError(f"engine must be 'local' or 'ray', got {self.engine!r}")
+
+    def file_options(self) -> FileOptions:
+        """The options a stage-1 worker renders each file with.
+
+        >>> BuildConfig(inputs=["logs"], out="o", format="openai").file_options().format
+        'openai'
+        """
+        return FileOptions(
+            format=self.format,
+            group_by=self.group_by,
+            system_prompt=self.system_prompt,
+            tools=self.tools,
+            native_templates=self.native_templates,
+            max_record_bytes=self.max_record_bytes,
+            chat_template=self.chat_template,
+            date=self.date,
+        )

@@ -1,0 +1,157 @@
+"""A build's work as the driver plans it and hands it to an engine.
+
+:func:`plan_jobs` turns every input file into a :class:`~treeprep.build.workfiles.FileJob`: the
+file hashed, and the work folder named by a key over everything its work depends on (its bytes,
+its name, the options, the tokenizer, the schema, the work-file layout and treeprep's version), so
+a rerun reuses a folder exactly when the work would come out the same.
+
+An engine (:mod:`treeprep.build.engines`) then gets two tasks, each one value:
+
+* :class:`RenderTask` (stage 1): every input file without a ``done.json`` is rendered into its
+  work folder by a :class:`~treeprep.build.files.FileWorker`; one
+  :class:`~treeprep.build.workfiles.FileResult` per file comes back as it finishes.
+* :class:`TreeTask` (stage 2): the work files (:func:`work_paths`) are grouped by ``group_id``,
+  one trie is built per group in sorted group order and the trees are cut into shards; the shard
+  entries come back and the tree counts are added to the task's ``counts``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from treeprep import __version__
+from treeprep.atomic import sha256_of
+from treeprep.build.config import BuildConfig
+from treeprep.build.workfiles import WORK_FORMAT, FileJob, FileResult
+from treeprep.errors import TreeprepError
+from treeprep.schemas import SCHEMA_VERSION
+from treeprep.schemas.manifest import Counts
+
+if TYPE_CHECKING:
+    from treeprep.io.inputs import InputSet
+    from treeprep.render import Renderer
+
+__all__ = ["Progress", "RenderTask", "TreeTask", "plan_jobs", "work_paths"]
+
+#: Progress callback: (stage, done, total). Stages: "render" (files), "trees" (groups).
+Progress = Callable[[str, int, int], None]
+
+
+def plan_jobs(
+    cfg: BuildConfig, inputs: InputSet, tokenizer_sha: str, work_root: str
+) -> list[FileJob]:
+    """Every input file, hashed, with the work folder its key names. A file that cannot be read
+    keeps its error (it becomes a reject)."""
+    options = _options_digest(cfg, tokenizer_sha)
+    jobs: list[FileJob] = []
+    for f in inputs.files:
+        sha, size, error = "", 0, f.error
+        if error is None:
+            try:
+                sha = sha256_of(f.path)
+                size = os.path.getsize(f.path)
+            except OSError as e:
+                error = f"cannot read: {e.strerror or e}"
+        key = _job_key(sha, options, f.name, f.explicit, error)
+        job = FileJob(f.path, f.explicit, key, os.path.join(work_root, key), sha, size, f.name)
+        job.error = error
+        jobs.append(job)
+    return jobs
+
+
+def _digest(parts: tuple[str, ...]) -> str:
+    """SHA-256 of ``parts``, each ended by a NUL byte (so no two tuples run together).
+
+    >>> _digest(("a", "bc")) == _digest(("ab", "c"))
+    False
+    """
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
+    """What every file's work depends on besides the file itself: format, options, tokenizer."""
+    return _digest(
+        (
+            cfg.format or "",
+            cfg.group_by or "",
+            tok_sha,
+            _file_digest(cfg.system_prompt),
+            _file_digest(cfg.tools),
+            str(cfg.max_record_bytes),
+            str(SCHEMA_VERSION),
+            WORK_FORMAT,
+            __version__,
+        )
+    )
+
+
+def _job_key(sha: str, options: str, name: str, explicit: bool, error: str | None) -> str:
+    """A file's work folder: its bytes, the options, and the name that goes into its records."""
+    return _digest((sha, options, name, str(explicit), error or ""))[:32]
+
+
+def _file_digest(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        return sha256_of(path)
+    except OSError as e:
+        raise TreeprepError(f"{path}: cannot read: {e}") from e
+
+
+@dataclass
+class RenderTask:
+    """Stage 1 of a build: render every job without a ``done.json``."""
+
+    #: every input file of the build, in input order (finished ones included, for progress)
+    jobs: list[FileJob]
+    cfg: BuildConfig
+    #: the renderer the driver loaded (forked workers inherit it)
+    renderer: Renderer
+    on_progress: Progress | None = None
+
+    def start(self) -> tuple[list[FileJob], int]:
+        """The jobs left to render and the number finished before; reports that progress."""
+        todo = [j for j in self.jobs if not j.is_done()]
+        done = len(self.jobs) - len(todo)
+        self.report(done)
+        return todo, done
+
+    def report(self, done: int) -> None:
+        """Tell ``on_progress`` that ``done`` files of the build are rendered."""
+        if self.on_progress:
+            self.on_progress("render", done, len(self.jobs))
+
+
+@dataclass
+class TreeTask:
+    """Stage 2 of a build: the work files' groups as tries, cut into shards under ``out``."""
+
+    #: the work files to read, in job order (:func:`work_paths`)
+    paths: list[str]
+    out: str
+    #: a shard is closed once it holds this many tree tokens
+    shard_tokens: int
+    #: the tree counts of the manifest, added to in place
+    counts: Counts
+    on_progress: Progress | None = None
+    #: told each shard's manifest path before the shard is written (the build's index)
+    before_write: Callable[[str], None] | None = None
+
+
+def work_paths(jobs: list[FileJob], results: dict[str, FileResult]) -> list[str]:
+    """The work files stage 2 reads, in job order (files with sequences only)."""
+    paths = []
+    for job in jobs:
+        res = results[job.name]
+        p = job.sequences_path()
+        if not res.skipped and res.sequences and os.path.exists(p):
+            paths.append(p)
+    return paths
