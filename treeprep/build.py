@@ -55,9 +55,9 @@ import hashlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from treeprep import __version__
+from treeprep import __version__, modes
 from treeprep.atomic import crash_point, sha256_of
 from treeprep.engine import (
     Engine,
@@ -127,7 +127,7 @@ class BuildConfig:
     max_record_bytes: int = 16 << 20
     #: who runs the stages: this process and its pool, or Ray Data (:mod:`treeprep.build_ray`);
     #: the bytes written are the same
-    engine: Literal["local", "ray"] = "local"
+    engine: modes.Engine = modes.Engine.local
     #: the Ray cluster to join (``ray.init(address=...)``); None starts a local Ray
     ray_address: str | None = None
     extra: dict = field(default_factory=dict)
@@ -148,8 +148,7 @@ class BuildConfig:
                 raise TreeprepError(f"{name} must be an integer, got {value!r}")
             if value < least:
                 raise TreeprepError(f"{name} must be >= {least}, got {value}")
-        if self.engine not in ("local", "ray"):
-            raise TreeprepError(f"engine must be 'local' or 'ray', got {self.engine!r}")
+        modes.coerce_modes(self, TreeprepError)
 
 
 def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
