@@ -14,6 +14,7 @@ train, never here.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -32,7 +33,7 @@ from treeprep.errors import TreeprepError
 class _Commands(TyperGroup):
     """The commands, refusing old spellings (:mod:`treeprep.cli.renames`) before typer parses."""
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         cmd = self.get_command(ctx, args[0]) if args else None
         if cmd is not None:
             params = cmd.params

@@ -23,6 +23,7 @@ import typer
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape, load_model
 from treeprep.memory import GPUS, BuildFacts, MemorySetup, dry_run, shape_from_preset
+from treeprep.modes import Parallel
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
@@ -61,7 +62,7 @@ def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
         precision=prec,
         autocast=True,
         world_size=p["world_size"],
-        parallel=parallel,
+        parallel=Parallel(parallel),
         optimizer_states=states,
         activation_checkpointing=p["activation_checkpointing"],
         handoff_accumulate=p["handoff_accumulate"],

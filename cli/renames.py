@@ -8,6 +8,8 @@ this table before typer parses it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 #: command -> old option -> the new option
 OPTIONS: dict[str, dict[str, str]] = {
     "train": {"--handoff": "--part-graph"},
@@ -23,7 +25,7 @@ POSITIONAL: dict[str, str] = {"show": "--group"}
 
 
 def refusal(
-    command: str, args: list[str], valued: set[str] = frozenset(), arguments: int = 1
+    command: str, args: list[str], valued: Collection[str] = (), arguments: int = 1
 ) -> str | None:
     """Why the arguments of ``command`` are refused (an old spelling, with the new one), or
     None. ``valued``: the command's options that take a value; ``arguments``: how many

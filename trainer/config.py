@@ -230,7 +230,7 @@ def config_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 def precision(cfg: TrainConfig, dev: torch.device) -> tuple[str, Any]:
     """The run's precision name and its autocast factory (None: no autocast)."""
-    prec = cfg.precision
+    prec: str = cfg.precision
     if prec == "auto":
         prec = "bfloat16" if dev.type == "cuda" else "float32"
     if prec == "bfloat16":
