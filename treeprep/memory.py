@@ -52,15 +52,15 @@ fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast
 cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
 (``layer_backward``); without checkpointing the matmuls keep the bf16 weight copies through the
 last two phases too, with checkpointing they are freed when the forward's autocast region closes.
-In ``keep`` mode the graphs of every part on the path's stack (``ceil(path / budget)`` parts)
-are live at once.
+With ``part_graph="keep"`` the graphs of every part on the path's stack
+(``ceil(path / budget)`` parts) are live at once.
 
 Not counted: the CUDA context and allocator fragmentation (leave a few GiB), buffers of a
 collective, and the caller's batch tensors (a few bytes per token).
 
 Step time: the FLOPs of :meth:`ModelShape.breakdown` for the build's largest tree (the LM head on
 every token: an upper bound), plus one more forward of the layers with checkpointing and of the
-inner parts' tokens in ``recompute`` mode, at :data:`MFU` of the GPU's dense peak.
+inner parts' tokens under ``part_graph="recompute"``, at :data:`MFU` of the GPU's dense peak.
 """
 
 from __future__ import annotations
