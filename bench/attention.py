@@ -1,7 +1,7 @@
 """bench/attention: what each tree-attention layout costs on the real Claude Code session.
 
 The session (``../shared/data/logs/claude-code``, Qwen3 tokenizer: 4 trees, 411k unique tokens,
-the largest 378k) is planned at a 131,072-token budget with ``cut="recompute"`` (whole
+the largest 378k) is planned at a 131,072-token budget with ``cut="prefix"`` (whole
 micro-batches of at most the budget; the default hand-off plan runs the 378k-token tree as parts
 with handed-over prefixes instead, which this benchmark does not lay out yet), with
 :func:`treeprep.trainer.plan_batches.make_plan`, and for every micro-batch this prints:
@@ -104,7 +104,7 @@ def main() -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     reader = BuildReader(str(ensure_build(work)))
-    plan = make_plan(reader, budget=a.budget, cut="recompute")
+    plan = make_plan(reader, budget=a.budget, cut="prefix")
     rows = []
     for step in plan.steps:
         for mb in step.slots[0]:

@@ -163,7 +163,7 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         optimizer_states=0,
         accumulated_gradients=False,
         activation_checkpointing=bool(spec.get("checkpointing")),
-        handoff=mode,
+        part_graph=mode,
     )
     budget = spec["budget"] or r["tokens_tree"]
     t = terms(

@@ -4,16 +4,22 @@ Commands are registered here, explicitly, one line each (a missing module is an 
 a command that silently disappears). Every command builds a config, calls one library function and
 renders the result: rich tables for people on stdout, ``--json`` for scripts, progress and logs on
 stderr. A :class:`~treeprep.errors.TreeprepError` is caught here once and becomes a clean message
-and exit code 1. Mode options are Enums (:mod:`treeprep.cli.options`) so typer lists and checks
-their choices. The trainer and torch are imported inside the commands that train, never here.
+and exit code 1. Mode options are the StrEnums of :mod:`treeprep.modes` so typer lists and checks
+their choices; one grammar (:mod:`treeprep.cli.options`): ``BUILD`` positional, ``-o/--out`` for
+what a command writes, all else named. Old spellings are refused with the new ones
+(:mod:`treeprep.cli.renames`). The trainer and torch are imported inside the commands that
+train, never here.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
+from treeprep.cli import renames
 from treeprep.cli.build_cmd import build_cmd
 from treeprep.cli.export_cmd import export_cmd
 from treeprep.cli.pack_cmd import pack_cmd
@@ -23,8 +29,29 @@ from treeprep.cli.train_cmd import train_cmd
 from treeprep.cli.verify_cmd import verify_cmd
 from treeprep.errors import TreeprepError
 
+
+class _Commands(TyperGroup):
+    """The commands, refusing old spellings (:mod:`treeprep.cli.renames`) before typer parses."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        cmd = self.get_command(ctx, args[0]) if args else None
+        if cmd is not None:
+            params = cmd.params
+            valued = {
+                o
+                for p in params
+                if p.param_type_name == "option" and not getattr(p, "is_flag", False)
+                for o in p.opts
+            }
+            arguments = sum(p.param_type_name == "argument" for p in params)
+            if why := renames.refusal(args[0], args[1:], valued, arguments):
+                raise typer.BadParameter(why, ctx)  # a usage error: exit code 2
+        return super().parse_args(ctx, args)
+
+
 app = typer.Typer(
     name="treeprep",
+    cls=_Commands,
     help="Agent logs to token prefix trees, and exact tree training.",
     no_args_is_help=True,
     add_completion=False,

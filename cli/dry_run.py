@@ -23,6 +23,7 @@ import typer
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape, load_model
 from treeprep.memory import GPUS, BuildFacts, MemorySetup, dry_run, shape_from_preset
+from treeprep.modes import Parallel
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
@@ -50,10 +51,10 @@ def model_shape(spec: str, vocab: int | None = None) -> ModelShape:
 
 def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
     """The memory setup of the train command's options."""
-    prec = p["precision"].value
+    prec = p["precision"]
     if prec == "auto":
         prec = "bfloat16"  # a GPU run
-    if p["optimizer"].value == "adamw":
+    if p["optimizer"] == "adamw":
         states = 2
     else:
         states = 1 if p["momentum"] else 0
@@ -61,11 +62,11 @@ def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
         precision=prec,
         autocast=True,
         world_size=p["world_size"],
-        parallel=parallel,
+        parallel=Parallel(parallel),
         optimizer_states=states,
         activation_checkpointing=p["activation_checkpointing"],
-        handoff_accumulate=p["handoff_accumulate"].value,
-        handoff=p["handoff"].value,
+        handoff_accumulate=p["handoff_accumulate"],
+        part_graph=p["part_graph"],
         chunk=p["chunk"],
     )
 
@@ -77,7 +78,7 @@ def dry_run_cmd(p: dict[str, Any]) -> None:
     gpu = GPUS[p["gpu"].value]
     mem = parse_bytes(p["gpu_memory"]) if p["gpu_memory"] else None
     shape = model_shape(p["model"], p.get("vocab_size"))
-    facts = BuildFacts.of(str(p["data"]))
+    facts = BuildFacts.of(str(p["build"]))
     given = p["parallel"].value if p["parallel"] is not None else None
     for par in [given] if given else ["ddp", "fsdp"]:
         out = dry_run(

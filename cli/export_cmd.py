@@ -7,10 +7,13 @@ from typing import Annotated
 
 import typer
 
+from treeprep.cli import options as opt
+
 
 def export_cmd(
-    out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
-    dest: Annotated[Path, typer.Option("-o", "--output", help="JSONL file to write.")],
+    build: opt.BuildArg,
+    *,
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write.")],
     group: Annotated[
         list[str] | None, typer.Option(help="Only these group ids (repeatable).")
     ] = None,
@@ -20,5 +23,5 @@ def export_cmd(
 
     from treeprep.export import export_sequences
 
-    n = export_sequences(str(out), str(dest), groups=group or None)
-    Console(stderr=True).print(f"wrote {n:,} sequences to {dest}")
+    n = export_sequences(str(build), str(out), groups=group or None)
+    Console(stderr=True).print(f"wrote {n:,} sequences to {out}")

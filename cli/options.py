@@ -1,10 +1,10 @@
-"""Mode options of the commands, as Enums so that typer lists the choices in ``--help`` and
-refuses anything else before a command runs.
+"""The options that several commands share, and the one grammar of the command line.
 
-The values mirror the trainer's ``Literal`` types (``LossName``, ``Norm``, ``Layout``, the attention
-``Backend``, ``Parallel``, ``AdvNorm``, ``KlEstimator``); they are repeated here, not imported,
-because the CLI imports the trainer (and torch) only inside the commands that train.
-``tests/cli/test_options.py`` checks that both lists agree. ``--device`` stays a string: it takes
+Grammar: a command that reads an existing build takes it as its one positional argument, ``BUILD``
+(:data:`BuildArg`); what a command writes is ``-o/--out``; everything else is a named option
+(keyword-only in the command's signature). Mode options are the StrEnums of
+:mod:`treeprep.modes`, the same the trainer's config is typed with, so typer lists the choices in
+``--help`` and refuses anything else before a command runs. ``--device`` stays a string: it takes
 any torch device (``cuda:1``).
 
 Options that several commands share are declared here once (``Annotated`` aliases: the build
@@ -18,113 +18,41 @@ into what the library takes (an Enum's value, a path's string).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum, StrEnum
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-
-class Loss(StrEnum):
-    sft = "sft"
-    ppo = "ppo"
-    grpo = "grpo"
-    gspo = "gspo"
-
-
-class Norm(StrEnum):
-    sum = "sum"
-    sequence_mean = "sequence-mean"
-    token_mean = "token-mean"
-    trajectory_mean = "trajectory-mean"
-
-
-class AdvNorm(StrEnum):
-    """How rewards become advantages over a group's trajectories."""
-
-    grpo = "grpo"
-    dr_grpo = "dr-grpo"
-    rloo = "rloo"
-    none = "none"
-
-
-class KlEstimator(StrEnum):
-    k1 = "k1"
-    k3 = "k3"
-
-
-class Layout(StrEnum):
-    tree = "tree"
-    linear = "linear"
-
-
-class Attn(StrEnum):
-    auto = "auto"
-    dense = "dense"
-    nodes = "nodes"
-    flex = "flex"
-    flash = "flash"
-
-
-class Optimizer(StrEnum):
-    adamw = "adamw"
-    sgd = "sgd"
-
-
-class Precision(StrEnum):
-    auto = "auto"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float64 = "float64"
-
-
-class Parallel(StrEnum):
-    ddp = "ddp"
-    fsdp = "fsdp"
-
-
-class Cut(StrEnum):
-    """How ``pack`` runs a tree larger than the budget."""
-
-    handoff = "handoff"
-    recompute = "recompute"
-
-
-class Handoff(StrEnum):
-    """How ``train``/``verify`` run hand-off parts (see treeprep.trainer.parts.schedule)."""
-
-    recompute = "recompute"
-    keep = "keep"
-
-
-class HandoffAccumulate(StrEnum):
-    """Gradient accumulators of the handed-over keys and values (treeprep.trainer.config)."""
-
-    model = "model"
-    float32 = "float32"
-
-
-class Gpu(StrEnum):
-    """The GPU ``train --dry-run`` predicts for (treeprep.memory.GPUS)."""
-
-    h100 = "h100"
-    h200 = "h200"
-
-
-class Head(StrEnum):
-    """Where the FLOP estimate runs the LM head."""
-
-    targets = "targets"
-    all = "all"
-
+from treeprep.modes import AdvNorm, Attn, Cut, KlEstimator, Loss, Norm, PartGraph
 
 # --------------------------------------------------------------------------------------------
 # the model options, shared by ``train`` and ``verify``
 # --------------------------------------------------------------------------------------------
 
-BuildArg = Annotated[Path, typer.Argument(help="A build folder (OUT with manifest.json).")]
+BuildArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="BUILD", help="A build folder (treeprep build -o BUILD).", show_default=False
+    ),
+]
 ModelOpt = Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")]
 AttnOpt = Annotated[Attn, typer.Option(help="Attention backend.")]
+CutOpt = Annotated[
+    Cut,
+    typer.Option(
+        help="Trees over the budget: handoff (one slot; parts hand keys/values over, nothing "
+        "recomputed, no path limit) or prefix (cut into parts that each recompute their prefix; "
+        "paths must fit)."
+    ),
+]
+PartGraphOpt = Annotated[
+    PartGraph,
+    typer.Option(
+        help="What a hand-off part keeps of its graph: recompute (the part is recomputed for "
+        "its backward) or keep (the graphs of the parts on the depth-first stack)."
+    ),
+]
 
 # --------------------------------------------------------------------------------------------
 # the objective's options, shared by ``train`` and ``verify`` so that both have the same defaults

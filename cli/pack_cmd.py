@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from treeprep.cli.options import Cut
+from treeprep.cli import options as opt
+from treeprep.modes import Cut
 
 
 def pack_cmd(
-    out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
+    build: opt.BuildArg,
+    *,
     budget: Annotated[
         int, typer.Option(help="Tokens computed at once per micro-batch (recomputed included).")
     ],
-    cut: Annotated[
-        Cut,
-        typer.Option(
-            help="Trees over the budget: handoff (parts hand keys/values over, nothing "
-            "recomputed, no path limit) or recompute (prefixes recomputed; paths must fit)."
-        ),
-    ] = Cut.handoff,
+    cut: opt.CutOpt = Cut.handoff,
     world_size: Annotated[int, typer.Option(help="Data-parallel ranks.")] = 1,
     steps_of: Annotated[
         int, typer.Option(help="Micro-batches per rank per optimizer step (accumulation).")
@@ -32,7 +27,8 @@ def pack_cmd(
         str | None, typer.Option(help="Cost model for rank balancing: preset or config.json.")
     ] = None,
     name: Annotated[
-        str | None, typer.Option(help="Plan folder name under OUT/plans/ (default from settings).")
+        str | None,
+        typer.Option(help="Plan folder name under BUILD/plans/ (default from settings)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -50,9 +46,9 @@ def pack_cmd(
         seed=seed,
         model=model or DEFAULT_MODEL,
         name=name,
-        cut=cut.value,
+        cut=cut,
     )
-    plan_dir, plan = pack(str(out), cfg)
+    plan_dir, plan = pack(str(build), cfg)
     s = plan.summary
     if as_json:
         d = s.model_dump(exclude={"step_info"})

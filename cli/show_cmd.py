@@ -8,11 +8,14 @@ from typing import Annotated
 
 import typer
 
+from treeprep.cli import options as opt
+
 
 def show_cmd(
-    out: Annotated[Path, typer.Argument(help="A build folder (treeprep build -o OUT).")],
+    build: opt.BuildArg,
+    *,
     group: Annotated[
-        str | None, typer.Argument(help="Group (tree) id; default: the largest tree.")
+        str | None, typer.Option(help="Group (tree) id; default: the largest tree.")
     ] = None,
     tokenizer: Annotated[
         Path | None,
@@ -29,6 +32,7 @@ def show_cmd(
 
     from treeprep import show as sh
 
+    out = build
     if list_groups:
         rows = sh.list_groups(str(out))
         if as_json:

@@ -8,23 +8,23 @@ from typing import Annotated
 
 import typer
 
-from treeprep.cli.options import Cut, Head
+from treeprep.cli import options as opt
+from treeprep.modes import Cut, Head
 
 
 def stats_cmd(
-    out: Annotated[Path, typer.Argument(help="A treeprep build folder.")],
+    build: opt.BuildArg,
+    *,
     model: Annotated[
         str | None,
         typer.Option(help="Model for the FLOP estimate: a preset (qwen3-8b, ...) or config.json."),
     ] = None,
-    cut: Annotated[
-        Cut, typer.Option(help="With --budget: trees over it run as handoff parts or recompute.")
-    ] = Cut.handoff,
+    cut: opt.CutOpt = Cut.handoff,
     budget: Annotated[
         int | None, typer.Option(help="Plan packing in memory with this token budget.")
     ] = None,
     plan: Annotated[
-        Path | None, typer.Option(help="Report an existing plan folder (OUT/plans/NAME).")
+        Path | None, typer.Option(help="Report an existing plan folder (BUILD/plans/NAME).")
     ] = None,
     head: Annotated[
         Head,
@@ -42,6 +42,7 @@ def stats_cmd(
     from treeprep.flops import load_model
     from treeprep.stats import collect, read_plan_summary, summarize, write_plot
 
+    out = build
     shape = load_model(model) if model else None
     summary = read_plan_summary(str(out), str(plan)) if plan else None
     collected = collect(str(out))
@@ -51,8 +52,8 @@ def stats_cmd(
         budget=budget,
         plan=summary,
         out_dir=str(out),
-        cut=cut.value,
-        head=head.value,
+        cut=cut,
+        head=head,
     )
     if shape is not None:
         stats["memory"] = _memory(shape, out)

@@ -2,13 +2,13 @@
 
 One process::
 
-    treeprep train OUT --model tiny-qwen3 --steps 20 --out runs/tiny
+    treeprep train BUILD --model tiny-qwen3 --steps 20 -o runs/tiny
 
 Many (DDP, or FSDP2 with ``--parallel fsdp``), ranks taking the plan's balanced assignment::
 
-    treeprep pack OUT --budget 16384 --world-size 8 --steps-of 4
-    torchrun --nproc-per-node 8 -m treeprep.cli train OUT --model DIR \\
-        --plan OUT/plans/b16384-w8-n4-s0 --out runs/big
+    treeprep pack BUILD --budget 16384 --world-size 8 --steps-of 4
+    torchrun --nproc-per-node 8 -m treeprep.cli train BUILD --model DIR \\
+        --plan BUILD/plans/b16384-w8-n4-s0 -o runs/big
 
 The command builds a :class:`~treeprep.trainer.loop.TrainConfig`, calls
 :func:`~treeprep.trainer.loop.train` and renders: a rich progress bar on stderr (rank 0 only), a
@@ -26,12 +26,24 @@ import typer
 
 from treeprep.cli import options as opt
 from treeprep.errors import TreeprepError
+from treeprep.modes import (
+    Accumulate,
+    Attn,
+    Cut,
+    Gpu,
+    Layout,
+    Optimizer,
+    Parallel,
+    PartGraph,
+    Precision,
+)
 
 # the options of ``train`` that take more than a line to declare, one alias each
 RunDirOpt = Annotated[
     Path | None,
     typer.Option(
         "--out",
+        "-o",
         help="The run folder (metrics, checkpoints); default: a new runs/<date>-<build>-<model>.",
     ),
 ]
@@ -41,7 +53,7 @@ OverwriteOpt = Annotated[
 PlanOpt = Annotated[
     Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
 ]
-LayoutOpt = Annotated[opt.Layout, typer.Option(help="tree, or linear (the baseline).")]
+LayoutOpt = Annotated[Layout, typer.Option(help="tree, or linear (the baseline).")]
 BudgetOpt = Annotated[
     int | None,
     typer.Option(
@@ -49,15 +61,8 @@ BudgetOpt = Annotated[
         "--dry-run the suggested budget); a tree over it runs as hand-off parts."
     ),
 ]
-CutOpt = Annotated[
-    opt.Cut, typer.Option(help="Trees over the budget (without --plan): handoff or recompute.")
-]
-HandoffOpt = Annotated[
-    opt.Handoff,
-    typer.Option(help="Hand-off parts: recompute a part for its backward, or keep its graph."),
-]
 HandoffAccumulateOpt = Annotated[
-    opt.HandoffAccumulate,
+    Accumulate,
     typer.Option(
         help="Gradient accumulators of the handed-over keys and values: in their own dtype "
         "(model), or float32 (bf16 runs)."
@@ -72,14 +77,14 @@ DryRunOpt = Annotated[
     ),
 ]
 WorldSizeOpt = Annotated[int, typer.Option(help="--dry-run: the ranks to predict for.")]
-GpuOpt = Annotated[opt.Gpu, typer.Option(help="--dry-run: the GPU (memory and peak FLOP/s).")]
+GpuOpt = Annotated[Gpu, typer.Option(help="--dry-run: the GPU (memory and peak FLOP/s).")]
 GpuMemoryOpt = Annotated[
     str | None,
     typer.Option(help="--dry-run: memory per GPU, e.g. 80GiB, 141GB (default: the GPU's)."),
 ]
 StepsOfOpt = Annotated[int, typer.Option(help="Micro-batches per rank per step (without --plan).")]
 PrecisionOpt = Annotated[
-    opt.Precision,
+    Precision,
     typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU; float64 for verification."),
 ]
 CheckpointingOpt = Annotated[
@@ -101,7 +106,8 @@ LoraTargetsOpt = Annotated[
 
 
 def train_cmd(
-    data: opt.BuildArg,
+    build: opt.BuildArg,
+    *,
     model: opt.ModelOpt,
     out: RunDirOpt = None,
     plan: PlanOpt = None,
@@ -114,16 +120,16 @@ def train_cmd(
     kl_estimator: opt.KlEstimatorOpt = opt.DEFAULT_KL_ESTIMATOR,
     entropy_coef: opt.EntropyCoefOpt = 0.0,
     chunk: opt.ChunkOpt = opt.DEFAULT_CHUNK,
-    layout: LayoutOpt = opt.Layout.tree,
-    attn: opt.AttnOpt = opt.Attn.auto,
+    layout: LayoutOpt = Layout.tree,
+    attn: opt.AttnOpt = Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
     budget: BudgetOpt = None,
-    cut: CutOpt = opt.Cut.handoff,
-    handoff: HandoffOpt = opt.Handoff.recompute,
-    handoff_accumulate: HandoffAccumulateOpt = opt.HandoffAccumulate.model,
+    cut: opt.CutOpt = Cut.handoff,
+    part_graph: opt.PartGraphOpt = PartGraph.recompute,
+    handoff_accumulate: HandoffAccumulateOpt = Accumulate.model,
     steps_of: StepsOfOpt = 1,
-    optimizer: Annotated[opt.Optimizer, typer.Option(help="The optimizer.")] = opt.Optimizer.adamw,
+    optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
     min_lr_ratio: Annotated[float, typer.Option(help="Final lr / peak lr (cosine).")] = 0.1,
     warmup: Annotated[int, typer.Option(help="Linear warmup steps.")] = 0,
@@ -131,11 +137,11 @@ def train_cmd(
     momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.0,
     grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
-    precision: PrecisionOpt = opt.Precision.auto,
+    precision: PrecisionOpt = Precision.auto,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     activation_checkpointing: CheckpointingOpt = False,
     parallel: Annotated[
-        opt.Parallel | None,
+        Parallel | None,
         typer.Option(help="Under torchrun (default ddp; --dry-run: ddp where it fits, else fsdp)."),
     ] = None,
     save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
@@ -151,7 +157,7 @@ def train_cmd(
     lora_targets: LoraTargetsOpt = None,
     dry_run: DryRunOpt = False,
     world_size: WorldSizeOpt = 1,
-    gpu: GpuOpt = opt.Gpu.h100,
+    gpu: GpuOpt = Gpu.h100,
     gpu_memory: GpuMemoryOpt = None,
 ) -> None:
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
@@ -163,7 +169,7 @@ def train_cmd(
     if world_size != 1 or gpu_memory is not None:
         raise TreeprepError("--world-size and --gpu-memory are --dry-run options")
     if out is None:
-        out = fresh_run_dir(data, model, resume)
+        out = fresh_run_dir(build, model, resume)
     cfg = _config(locals())
     main = int(os.environ.get("RANK", "0")) == 0
     res = _train_with_progress(cfg, main, warn_no_probe=no_probe)
@@ -202,7 +208,7 @@ def fresh_run_dir(data: Path, model: str, resume: Path | str | None) -> Path:
 #: options of ``--dry-run`` alone (a run's world comes from torchrun, its memory from the GPU)
 DRY_RUN_ONLY = ("dry_run", "world_size", "gpu", "gpu_memory")
 #: options named differently from the ``TrainConfig`` fields they set
-_RENAMED = {"out": "run_dir", "warmup": "warmup_steps"}
+_RENAMED = {"build": "data", "out": "run_dir", "warmup": "warmup_steps"}
 
 
 def _config(params: dict[str, Any]) -> Any:

@@ -19,6 +19,7 @@ import typer
 
 from treeprep.cli import options as opt
 from treeprep.errors import TreeprepError
+from treeprep.modes import PartGraph
 
 
 def _select_rows(out: Path, groups: int, max_tokens: int) -> tuple[list[dict], list[str]]:
@@ -41,7 +42,8 @@ def _select_rows(out: Path, groups: int, max_tokens: int) -> tuple[list[dict], l
 
 
 def verify_cmd(
-    out: opt.BuildArg,
+    build: opt.BuildArg,
+    *,
     model: opt.ModelOpt,
     groups: Annotated[int, typer.Option(help="Trees to check, in shard order.")] = 4,
     loss: opt.LossOpt = opt.DEFAULT_LOSS,
@@ -69,14 +71,13 @@ def verify_cmd(
             help="Run every tree over this many tokens as hand-off parts (the tree side)."
         ),
     ] = None,
-    handoff: Annotated[
-        opt.Handoff, typer.Option(help="Hand-off mode with --budget.")
-    ] = opt.Handoff.recompute,
+    part_graph: opt.PartGraphOpt = PartGraph.recompute,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check that the tree loss restores the linearized gradients exactly (with --budget: that
     trees executed as hand-off parts do)."""
     objective = opt.objective(locals())
+    out = build
     from rich.console import Console
 
     err = Console(stderr=True)
@@ -96,11 +97,15 @@ def verify_cmd(
     m = _load_model(out, rows, model, precision, device, attn.value, seed)
     if budget is not None and budget < 1:
         raise TreeprepError(f"--budget must be >= 1, got {budget}")
-    split = "" if budget is None else f", hand-off parts of <= {budget:,} tokens ({handoff.value})"
+    split = (
+        ""
+        if budget is None
+        else f", hand-off parts of <= {budget:,} tokens (part graph: {part_graph})"
+    )
     what = f"{loss.value}, {norm.value}, attention {attn.value}{split}"
     err.print(f"verifying {len(rows)} trees: {what} ...")
     rep = verify_gradients(
-        m, rows, attn=attn.value, tol=tol, budget=budget, handoff=handoff.value, **objective
+        m, rows, attn=attn.value, tol=tol, budget=budget, part_graph=part_graph, **objective
     )
     if as_json:
         d = rep.to_dict()

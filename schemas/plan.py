@@ -22,7 +22,7 @@ Vocabulary:
   :func:`treeprep.schemas.parts.handoff_cuts` (``handoff_cuts``: part boundaries in the tree's
   token order; ``handoff_parents``: each part's parent part, -1 for a root part; parts run in that
   order, each handing its keys and values to its descendants, so nothing is recomputed and at most
-  ``budget`` tokens are computed at once). With ``cut="recompute"`` a larger tree is instead cut
+  ``budget`` tokens are computed at once). With ``cut="prefix"`` a larger tree is instead cut
   at node boundaries: a part *computes* ``nodes`` and *recomputes*
   ``prefix_nodes``, the root-to-``p`` path above it; every node of ``nodes`` has its parent in
   ``nodes`` or equal to ``p`` (the last prefix node), or is a root when the prefix is empty. The
@@ -60,7 +60,9 @@ no prefix is recomputed, so ``err == por`` at any budget.
 from __future__ import annotations
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from treeprep.modes import Cut
 
 PLAN_VERSION = 2
 
@@ -121,8 +123,9 @@ class PlanSummary(_Model):
     seed: int
     cost_model: CostModel
     trees: int
-    #: how trees over the budget run: handoff (parts hand K/V over) or recompute (prefixes)
-    cut: str = "handoff"
+    #: how trees over the budget run: handoff (parts hand K/V over) or prefix (cut into parts
+    #: that recompute their prefixes; plans written before the rename say ``recompute``)
+    cut: Cut = Cut.handoff
     #: trees cut into more than one part, and the number of plan rows in all
     split_trees: int
     parts: int
@@ -148,6 +151,12 @@ class PlanSummary(_Model):
     imbalance_mean: float
     imbalance_max: float
     step_info: list[StepInfo] = Field(default_factory=list)
+
+    @field_validator("cut", mode="before")
+    @classmethod
+    def _old_cut_name(cls, value: object) -> object:
+        """``recompute``, the name of ``prefix`` in plans written before the rename."""
+        return Cut.prefix if value == "recompute" else value
 
 
 def read_plan(plan_dir: str) -> tuple[pa.Table, PlanSummary]:

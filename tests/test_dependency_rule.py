@@ -6,9 +6,10 @@ then statically: every source file is parsed with ``ast`` and every import state
 including the lazy ones inside functions (which the import-time check cannot see) and imports of
 private ``_names`` across packages. ``from treeprep import trainer`` (or ``from .. import
 trainer``) counts as importing ``treeprep.trainer``, and ``importlib.import_module("...")`` with a
-literal name counts as an import statement. ``treeprep.errors`` is the one module every package may
-use: it is a leaf that imports nothing. Last, the same parse gives the graph of module imports, and
-no module may reach itself around a loop (strongly connected components; see ``CYCLE_SCOPE``).
+literal name counts as an import statement. ``treeprep.errors`` and ``treeprep.modes`` are the
+modules every package may use: leaves that import nothing of treeprep. Last, the same parse gives
+the graph of module imports, and no module may reach itself around a loop (strongly connected
+components; see ``CYCLE_SCOPE``).
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def test_static_schemas_import_nothing_of_the_other_rooms() -> None:
     def rule(mod: str, names: list[str], lazy: bool) -> str | None:
         if _top(mod) in {"torch", "polars", "transformers", "typer"}:
             return "schemas use pydantic and pyarrow only"
-        if _top(mod) == "treeprep" and mod != "treeprep.errors":
+        if _top(mod) == "treeprep" and mod not in ("treeprep.errors", "treeprep.modes"):
             if _package_of(mod) != "treeprep.schemas":
                 return "schemas import nothing from treeprep, trainer or cli"
         return None

@@ -24,17 +24,13 @@ A tree must train exactly like its linearized sequences. The public API, small o
 * :func:`verify_gradients` (``verify.py``): tree versus linear gradients per parameter group.
 """
 
-from treeprep.trainer.attention import BACKENDS, TreeMask, choose_backend, tree_attention
-from treeprep.trainer.batch import LAYOUTS, NORMS, TreeBatch
-from treeprep.trainer.loss import LOSSES, LossOutput, sequence_logprobs, token_logprobs, tree_loss
+from treeprep.trainer.attention import TreeMask, choose_backend, tree_attention
+from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.loss import LossOutput, sequence_logprobs, token_logprobs, tree_loss
 from treeprep.trainer.models import PRESETS, Preset, decoder_hidden, load_model, tree_logits
 from treeprep.trainer.verify import VerifyReport, verify_gradients
 
 __all__ = [
-    "BACKENDS",
-    "LAYOUTS",
-    "LOSSES",
-    "NORMS",
     "PRESETS",
     "LossOutput",
     "Preset",

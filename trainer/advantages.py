@@ -38,14 +38,12 @@ whole tree, before a plan cuts it into parts or lays its sequences out one by on
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from treeprep.errors import TreeprepError
-
-AdvNorm = Literal["grpo", "dr-grpo", "rloo", "none"]
-ADV_NORMS: tuple[str, ...] = ("grpo", "dr-grpo", "rloo", "none")
+from treeprep.modes import AdvNorm
 
 
 def _get(row: Any, key: str, default: Any = None) -> Any:
@@ -89,10 +87,7 @@ def trajectory_tokens(row: Any, traj: np.ndarray | None = None) -> np.ndarray:
 
 def normalize(rewards: np.ndarray, adv_norm: str) -> np.ndarray:
     """Advantages of a group's trajectory rewards (one per trajectory; module docstring)."""
-    if adv_norm not in ADV_NORMS:
-        raise TreeprepError(
-            f"unknown adv_norm {adv_norm!r}; expected one of {', '.join(ADV_NORMS)}"
-        )
+    adv_norm = AdvNorm.of(adv_norm, "adv_norm", TreeprepError)
     r = np.asarray(rewards, dtype=np.float64)
     if adv_norm == "none":
         return r.copy()

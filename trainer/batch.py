@@ -73,22 +73,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.advantages import ADV_NORMS
+from treeprep.modes import AdvNorm, Layout, Norm
 from treeprep.trainer.assembly import Assembled, Missing, assemble, read_tree
 from treeprep.trainer.targets import Targets
 
-__all__ = ["LAYOUTS", "NORMS", "Layout", "Missing", "Norm", "TreeBatch"]
-
-Norm = Literal["sum", "sequence-mean", "token-mean", "trajectory-mean"]
-Layout = Literal["tree", "linear"]
-NORMS: tuple[str, ...] = ("sum", "sequence-mean", "token-mean", "trajectory-mean")
-LAYOUTS: tuple[str, ...] = ("tree", "linear")
+__all__ = ["Missing", "TreeBatch"]
 
 
 @dataclass
@@ -201,12 +196,12 @@ class TreeBatch:
         cls,
         rows: Iterable[Any],
         *,
-        norm: Norm = "sum",
-        layout: Layout = "tree",
+        norm: Norm | str = Norm.sum,
+        layout: Layout | str = Layout.tree,
         total_tokens: float | None = None,
         total_sequences: float | None = None,
         total_trajectories: float | None = None,
-        adv_norm: str = "grpo",
+        adv_norm: AdvNorm | str = AdvNorm.grpo,
         device: str | torch.device = "cpu",
     ) -> TreeBatch:
         """Pack tree rows (shard rows as dicts, or :class:`treeprep.trie.Tree`-like objects).
@@ -216,14 +211,9 @@ class TreeBatch:
         rewards into advantages over each tree's trajectories where a tree has no advantages.
         ``layout="linear"`` lays every sequence copy out on its own.
         """
-        if norm not in NORMS:
-            raise TreeprepError(f"unknown norm {norm!r}; expected one of {', '.join(NORMS)}")
-        if layout not in LAYOUTS:
-            raise TreeprepError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
-        if adv_norm not in ADV_NORMS:
-            raise TreeprepError(
-                f"unknown adv_norm {adv_norm!r}; expected one of {', '.join(ADV_NORMS)}"
-            )
+        norm = Norm.of(norm, "norm", TreeprepError)
+        layout = Layout.of(layout, "layout", TreeprepError)
+        adv_norm = AdvNorm.of(adv_norm, "adv_norm", TreeprepError)
         trees = [read_tree(r, i, adv_norm) for i, r in enumerate(rows)]
         if not trees:
             raise TreeprepError("a batch needs at least one tree")

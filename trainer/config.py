@@ -21,11 +21,22 @@ from typing import Any
 import torch
 
 from treeprep.errors import TrainingError, TreeprepError
-from treeprep.memory import ACCUMULATE
-from treeprep.trainer.advantages import ADV_NORMS
-from treeprep.trainer.batch import LAYOUTS, NORMS
-from treeprep.trainer.distributed import PARALLEL
-from treeprep.trainer.loss import KL_ESTIMATORS, LOSSES, LossConfig
+from treeprep.modes import (
+    Accumulate,
+    AdvNorm,
+    Attn,
+    Cut,
+    KlEstimator,
+    Layout,
+    Loss,
+    Norm,
+    Optimizer,
+    Parallel,
+    PartGraph,
+    Precision,
+    coerce_modes,
+)
+from treeprep.trainer.loss import LossConfig
 
 
 @dataclass
@@ -41,15 +52,15 @@ class TrainConfig:
     #: a plan folder from ``treeprep pack``; None plans in memory with ``budget``/``steps_of``
     plan: str | None = None
     #: sft, ppo, grpo or gspo
-    loss: str = "sft"
+    loss: Loss = Loss.sft
     #: sum, token-mean, sequence-mean or trajectory-mean (over the step's global batch)
-    norm: str = "token-mean"
+    norm: Norm = Norm.token_mean
     #: advantages from rewards, over each group's trajectories: grpo, dr-grpo, rloo or none
-    adv_norm: str = "grpo"
+    adv_norm: AdvNorm = AdvNorm.grpo
     #: tree (packed tries) or linear (every sequence on its own: the baseline)
-    layout: str = "tree"
+    layout: Layout = Layout.tree
     #: attention backend: auto, dense, nodes, flex, flash
-    attn: str = "auto"
+    attn: Attn = Attn.auto
     #: optimizer steps to run (cycling through epochs); None: ``epochs`` epochs
     steps: int | None = None
     #: epochs to run when ``steps`` is None (default 1)
@@ -62,7 +73,7 @@ class TrainConfig:
     #: runs every rank's micro-batches
     plan_world_size: int | None = None
     #: adamw or sgd
-    optimizer: str = "adamw"
+    optimizer: Optimizer = Optimizer.adamw
     lr: float = 3e-4
     #: the cosine schedule ends at lr * min_lr_ratio
     min_lr_ratio: float = 0.1
@@ -76,13 +87,13 @@ class TrainConfig:
     seed: int = 0
     #: auto (bf16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast) or float64
     #: (weights, coefficients and loss: verification runs)
-    precision: str = "auto"
+    precision: Precision = Precision.auto
     #: auto, cpu, cuda
     device: str = "auto"
     #: recompute each decoder layer in the backward pass (less memory, ~1/3 more compute)
     activation_checkpointing: bool = False
     #: ddp or fsdp when run under torchrun with more than one process
-    parallel: str = "ddp"
+    parallel: Parallel = Parallel.ddp
     #: checkpoint every N optimizer steps (None: only at the end)
     save_every: int | None = None
     #: keep the newest N checkpoints (None: all)
@@ -102,21 +113,21 @@ class TrainConfig:
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     kl_coef: float = 0.0
-    kl_estimator: str = "k3"
+    kl_estimator: KlEstimator = KlEstimator.k3
     entropy_coef: float = 0.0
     #: LM-head chunk (rows) in the loss
     chunk: int = 4096
     #: a preset's vocabulary (None: the build tokenizer's); ignored for model folders
     vocab_size: int | None = None
-    #: how a tree larger than the budget runs as hand-off parts: recompute (bounded memory,
-    #: one extra forward of the inner parts) or keep (graphs of the depth-first stack kept)
-    handoff: str = "recompute"
+    #: what a hand-off part keeps of its graph: recompute (bounded memory, one extra forward of
+    #: the inner parts) or keep (graphs of the depth-first stack kept)
+    part_graph: PartGraph = PartGraph.recompute
     #: gradient accumulators of the handed-over keys and values: model (the stored value's
     #: dtype) or float32 (bf16 runs only: more memory, float32 sums)
-    handoff_accumulate: str = "model"
-    #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut with
-    #: recomputed prefixes (recompute; every path must fit the budget)
-    cut: str = "handoff"
+    handoff_accumulate: Accumulate = Accumulate.model
+    #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut into
+    #: parts that recompute their prefixes (prefix; every path must fit the budget)
+    cut: Cut = Cut.handoff
     #: run the probe before training (tree vs linear layout on a small tree); the structural
     #: check of the token mixers always runs (:mod:`treeprep.trainer.models.guard`)
     probe: bool = True
@@ -134,25 +145,8 @@ class TrainConfig:
         def bad(msg: str) -> TrainingError:
             return TrainingError(f"train config: {msg}")
 
-        if self.loss not in LOSSES:
-            raise bad(f"loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
-        if self.norm not in NORMS:
-            raise bad(f"norm {self.norm!r}; expected one of {', '.join(NORMS)}")
-        if self.layout not in LAYOUTS:
-            raise bad(f"layout {self.layout!r}; expected one of {', '.join(LAYOUTS)}")
-        if self.optimizer not in ("adamw", "sgd"):
-            raise bad(f"optimizer {self.optimizer!r}; expected adamw or sgd")
-        if self.precision not in ("auto", "float32", "bfloat16", "float64"):
-            raise bad(f"precision {self.precision!r}; expected auto, float32, bfloat16 or float64")
-        if self.adv_norm not in ADV_NORMS:
-            raise bad(f"adv_norm {self.adv_norm!r}; expected one of {', '.join(ADV_NORMS)}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise bad(
-                f"kl_estimator {self.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}"
-            )
+        coerce_modes(self, TrainingError, "train config: ")  # plain strings from Python callers
         self.loss_config()  # validates the clip range and the chunk
-        if self.parallel not in PARALLEL:
-            raise bad(f"parallel {self.parallel!r}; expected ddp or fsdp")
         if self.steps is not None and self.epochs is not None:
             raise bad("give steps or epochs, not both")
         if self.steps is not None and self.steps < 1:
@@ -163,12 +157,6 @@ class TrainConfig:
             raise bad("budget and steps_of must be >= 1")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
             raise bad("lr must be > 0, min_lr_ratio in [0, 1], warmup_steps >= 0")
-        if self.cut not in ("handoff", "recompute"):
-            raise bad(f"cut {self.cut!r}; expected handoff or recompute")
-        if self.handoff not in ("recompute", "keep"):
-            raise bad(f"handoff {self.handoff!r}; expected recompute or keep")
-        if self.handoff_accumulate not in ACCUMULATE:
-            raise bad(f"handoff_accumulate {self.handoff_accumulate!r}; expected model or float32")
         if self.handoff_accumulate == "float32" and self.precision in ("float32", "float64"):
             raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")
         if self.save_every is not None and self.save_every < 1:
@@ -179,13 +167,13 @@ class TrainConfig:
         """The objective of this run."""
         try:
             return LossConfig(
-                self.loss,  # type: ignore[arg-type]
+                self.loss,
                 clip_eps=self.clip_eps,
                 clip_eps_high=self.clip_eps_high,
                 kl_coef=self.kl_coef,
                 entropy_coef=self.entropy_coef,
                 chunk=self.chunk,
-                kl_estimator=self.kl_estimator,  # type: ignore[arg-type]
+                kl_estimator=self.kl_estimator,
             )
         except TreeprepError as e:
             raise TrainingError(f"train config: {e}") from e
@@ -242,7 +230,7 @@ def config_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 def precision(cfg: TrainConfig, dev: torch.device) -> tuple[str, Any]:
     """The run's precision name and its autocast factory (None: no autocast)."""
-    prec = cfg.precision
+    prec: str = cfg.precision
     if prec == "auto":
         prec = "bfloat16" if dev.type == "cuda" else "float32"
     if prec == "bfloat16":

@@ -30,15 +30,13 @@ import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from treeprep.errors import TreeprepError
-
-Parallel = Literal["ddp", "fsdp"]
-PARALLEL: tuple[str, ...] = ("ddp", "fsdp")
+from treeprep.modes import Parallel
 
 
 @dataclass
@@ -131,8 +129,7 @@ def decoder_layers(lm: torch.nn.Module) -> list[torch.nn.Module]:
 
 def wrap(module: LossModule, info: DistInfo, parallel: str) -> torch.nn.Module:
     """Apply DDP or FSDP2 to ``module`` (returned unchanged in a single process)."""
-    if parallel not in PARALLEL:
-        raise TreeprepError(f"unknown parallelism {parallel!r}; expected ddp or fsdp")
+    parallel = Parallel.of(parallel, "parallel", TreeprepError)
     if not info.distributed:
         return module
     if parallel == "ddp":

@@ -56,21 +56,16 @@ runs the same code on its own slice of the targets: :func:`loss_from_hidden`. Me
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from treeprep.errors import TreeprepError
+from treeprep.modes import KlEstimator, Loss, coerce_modes
 from treeprep.trainer import fused_head
 from treeprep.trainer.batch import Missing, TreeBatch
 from treeprep.trainer.models import decoder_hidden, output_head
 from treeprep.trainer.targets import Targets
-
-LossName = Literal["sft", "ppo", "grpo", "gspo"]
-LOSSES: tuple[str, ...] = ("sft", "ppo", "grpo", "gspo")
-KlEstimator = Literal["k1", "k3"]
-KL_ESTIMATORS: tuple[str, ...] = ("k3", "k1")
 
 
 @dataclass
@@ -86,7 +81,7 @@ class LossOutput:
 class LossConfig:
     """The objective and its knobs (see the module docstring)."""
 
-    loss: LossName = "sft"
+    loss: Loss = Loss.sft
     #: eps_low of the clip range [1 - clip_eps, 1 + clip_eps_high]
     clip_eps: float = 0.2
     #: eps_high (DAPO's decoupled clip); None: clip_eps
@@ -98,16 +93,10 @@ class LossConfig:
     #: LM-head rows per chunk
     chunk: int = 4096
     #: k3 or k1 (module docstring)
-    kl_estimator: KlEstimator = "k3"
+    kl_estimator: KlEstimator = KlEstimator.k3
 
     def __post_init__(self) -> None:
-        if self.loss not in LOSSES:
-            raise TreeprepError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise TreeprepError(
-                f"unknown kl_estimator {self.kl_estimator!r}; expected one of "
-                f"{', '.join(KL_ESTIMATORS)}"
-            )
+        coerce_modes(self, TreeprepError)
         if not 0.0 <= self.clip_eps < 1.0:
             raise TreeprepError(f"clip_eps must be in [0, 1), got {self.clip_eps}")
         if self.clip_eps_high is not None and self.clip_eps_high < 0.0:
@@ -339,25 +328,25 @@ def tree_loss(
     model: torch.nn.Module,
     batch: TreeBatch,
     *,
-    loss: LossName = "sft",
+    loss: Loss | str = Loss.sft,
     attn: str | None = None,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     kl_coef: float = 0.0,
     entropy_coef: float = 0.0,
-    kl_estimator: KlEstimator = "k3",
+    kl_estimator: KlEstimator | str = KlEstimator.k3,
     chunk: int = 4096,
 ) -> LossOutput:
     """The chosen loss on a packed batch (see the module docstring); the KL term reads the
     batch's reference log-probs."""
     cfg = LossConfig(
-        loss,
+        Loss.of(loss, "loss", TreeprepError),
         clip_eps=clip_eps,
         clip_eps_high=clip_eps_high,
         kl_coef=kl_coef,
         entropy_coef=entropy_coef,
         chunk=chunk,
-        kl_estimator=kl_estimator,
+        kl_estimator=KlEstimator.of(kl_estimator, "kl_estimator", TreeprepError),
     )
     return loss_with_config(model, batch, cfg, attn=attn)
 

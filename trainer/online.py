@@ -236,7 +236,7 @@ class OnlineStep:
         cfg: LossConfig,
         *,
         attn: str = "auto",
-        handoff: str = "recompute",
+        part_graph: str = "recompute",
     ) -> tuple[float, dict[str, float]]:
         """Forward and backward of every micro-batch on ``model`` (gradients land in ``.grad``);
         returns the step's loss and metrics (``clip_frac``, ``approx_kl``, ``entropy``, ...)."""
@@ -248,7 +248,7 @@ class OnlineStep:
         for b, parts in zip(self.micro_batches, self.handoff, strict=True):
             if parts:
                 assert self.budget is not None
-                out = run_parts(model, b, cfg, budget=self.budget, mode=handoff, attn=attn)  # type: ignore[arg-type]
+                out = run_parts(model, b, cfg, budget=self.budget, mode=part_graph, attn=attn)
                 loss, mets = out.loss, out.metrics
             else:
                 o = loss_with_config(model, b, cfg, attn=None if attn == "auto" else attn)

@@ -46,6 +46,7 @@ import torch
 
 from treeprep.binpack import first_fit_decreasing, longest_processing_time
 from treeprep.errors import ShardError, TreeprepError
+from treeprep.modes import Cut
 from treeprep.schemas import SCHEMA_VERSION, Manifest
 from treeprep.schemas.plan import PLAN_VERSION, PlanSummary
 from treeprep.schemas.shard import read_shard
@@ -351,13 +352,14 @@ def make_plan(
     steps_of: int = 1,
     seed: int = 0,
     cost_model: Any = None,
-    cut: str = "handoff",
+    cut: Cut | str = Cut.handoff,
 ) -> EpochPlan:
     """Plan in memory with :mod:`treeprep.pack` (what ``treeprep pack`` would write).
 
     ``cost_model`` is a :class:`treeprep.flops.ModelShape` (default: the packer's default)."""
     from treeprep.pack import PackConfig, load_forest, plan_forest
 
+    cut = Cut.of(cut, "cut", TreeprepError)
     cfg = PackConfig(budget=budget, world_size=world_size, steps_of=steps_of, seed=seed, cut=cut)
     plan = plan_forest(
         load_forest(reader.out_dir), cfg, manifest_sha=reader.manifest_sha256, model=cost_model

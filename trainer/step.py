@@ -166,13 +166,12 @@ def _forward_backward(
     gate = sharded.before_pass if sharded is not None else None
     if b.handoff is not None:
         inner = dist_mod.unwrap(fwd)
-        mode: Any = cfg.handoff
         res = run_parts(
             inner.lm,
             b,
             cfg.loss_config(),
             budget=budget,
-            mode=mode,
+            mode=cfg.part_graph,
             attn=cfg.attn,
             autocast=inner.autocast,
             loss_scale=world_scale,

@@ -225,12 +225,13 @@ def verify_gradients(
     attn: str | None = None,
     tol: float = 1e-5,
     budget: int | None = None,
-    handoff: str = "recompute",
+    part_graph: str = "recompute",
     reference64: bool | None = None,
     **loss_kw: Any,
 ) -> VerifyReport:
     """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout. With a
-    ``budget``, trees larger than it run as hand-off parts (:mod:`treeprep.trainer.parts`).
+    ``budget``, trees larger than it run as hand-off parts (:mod:`treeprep.trainer.parts`),
+    each keeping its graph or recomputing it as ``part_graph`` says (recompute or keep).
     ``loss_kw`` are :func:`~treeprep.trainer.loss.tree_loss`'s objective knobs (clip range, KL,
     entropy). Differences are measured in float64 whatever the model's dtype. ``reference64``:
     run the float64 reference (module docstring) always (True), never (False), or when a model
@@ -240,7 +241,9 @@ def verify_gradients(
     tree = TreeBatch.from_trees(rows, layout="tree", **kw)
     lin = TreeBatch.from_trees(rows, layout="linear", **kw)
     if budget is not None:
-        lt, gt = _grads_parts(model, rows, tree, budget, handoff, loss, attn, adv_norm, **loss_kw)
+        lt, gt = _grads_parts(
+            model, rows, tree, budget, part_graph, loss, attn, adv_norm, **loss_kw
+        )
     else:
         lt, gt, _ = _grads(model, tree, loss, attn, **loss_kw)
     ll, gl, mass = _grads(model, lin, loss, attn, **loss_kw)

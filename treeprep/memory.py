@@ -52,15 +52,15 @@ fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast
 cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
 (``layer_backward``); without checkpointing the matmuls keep the bf16 weight copies through the
 last two phases too, with checkpointing they are freed when the forward's autocast region closes.
-In ``keep`` mode the graphs of every part on the path's stack (``ceil(path / budget)`` parts)
-are live at once.
+With ``part_graph="keep"`` the graphs of every part on the path's stack
+(``ceil(path / budget)`` parts) are live at once.
 
 Not counted: the CUDA context and allocator fragmentation (leave a few GiB), buffers of a
 collective, and the caller's batch tensors (a few bytes per token).
 
 Step time: the FLOPs of :meth:`ModelShape.breakdown` for the build's largest tree (the LM head on
 every token: an upper bound), plus one more forward of the layers with checkpointing and of the
-inner parts' tokens in ``recompute`` mode, at :data:`MFU` of the GPU's dense peak.
+inner parts' tokens under ``part_graph="recompute"``, at :data:`MFU` of the GPU's dense peak.
 """
 
 from __future__ import annotations
@@ -70,14 +70,9 @@ from dataclasses import dataclass
 
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
+from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, coerce_modes
 
 GIB = 2**30
-PRECISIONS = ("float32", "bfloat16", "float64")
-PARALLEL = ("ddp", "fsdp")
-#: how hand-off gradients are accumulated (the trainer's ``handoff_accumulate``, spelled here once
-#: so that this torch-free model and the trainer share it): the stored dtype, or float32
-ACCUMULATE = ("model", "float32")
-HANDOFF = ("recompute", "keep")
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
 #: assumed model FLOP utilisation of a training step (the fraction of the dense peak reached)
 MFU = 0.4
@@ -105,19 +100,20 @@ class MemorySetup:
     """How a run holds its model and batch (the fields mirror ``TrainConfig``)."""
 
     #: float32, bfloat16 or float64
-    precision: str = "bfloat16"
+    precision: Precision = Precision.bfloat16
     #: bf16 as autocast over float32 weights (the trainer); False: weights in bf16
     autocast: bool = True
     world_size: int = 1
     #: ddp (replicated states) or fsdp (sharded by the world size)
-    parallel: str = "fsdp"
+    parallel: Parallel = Parallel.fsdp
     #: optimizer moments per parameter: 2 AdamW, 1 SGD with momentum, 0 none
     optimizer_states: int = 2
     activation_checkpointing: bool = False
     #: gradient accumulators of the handed-over state: the stored value's dtype, or float32
-    handoff_accumulate: str = "model"
-    #: recompute (one part's graph at a time) or keep (the graphs of the path's parts)
-    handoff: str = "recompute"
+    handoff_accumulate: Accumulate = Accumulate.model
+    #: what a hand-off part keeps of its graph: recompute (one part's graph at a time) or keep
+    #: (the graphs of the path's parts)
+    part_graph: PartGraph = PartGraph.recompute
     #: LM-head rows per chunk in the loss
     chunk: int = 4096
     #: gradients live through the step (accumulation over parts and micro-batches); False: one
@@ -125,14 +121,9 @@ class MemorySetup:
     accumulated_gradients: bool = True
 
     def __post_init__(self) -> None:
-        def check(name: str, ok: tuple[str, ...]) -> None:
-            if getattr(self, name) not in ok:
-                raise TreeprepError(f"memory: {name} must be one of {', '.join(ok)}")
-
-        check("precision", PRECISIONS)
-        check("parallel", PARALLEL)
-        check("handoff_accumulate", ACCUMULATE)
-        check("handoff", HANDOFF)
+        coerce_modes(self, TreeprepError, "memory: ")
+        if self.precision == Precision.auto:
+            raise TreeprepError("memory: precision auto; give float32, bfloat16 or float64")
         if self.world_size < 1 or self.chunk < 1 or self.optimizer_states < 0:
             raise TreeprepError("memory: world_size and chunk must be >= 1, optimizer_states >= 0")
 
@@ -232,7 +223,7 @@ def terms(
         saved = tokens * (m.layers * m.hidden * a + outside)
     else:
         saved = tokens * (m.layers * per_layer + outside)
-    if s.handoff == "keep" and path > budget:
+    if s.part_graph == "keep" and path > budget:
         saved *= math.ceil(path / budget)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
@@ -308,7 +299,7 @@ def step_seconds(
     br = m.breakdown(tokens, pairs)
     body = sum(v for k, v in br.items() if k != "lm_head")
     extra = body / 3 if s.activation_checkpointing else 0.0
-    if s.handoff == "recompute" and tokens > budget:
+    if s.part_graph == "recompute" and tokens > budget:
         extra += body / 3 * min(1.0, max(0, path - budget) / tokens)
     rate = (gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops) * MFU
     if s.precision == "float64":

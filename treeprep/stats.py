@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from treeprep.atomic import writing
 from treeprep.errors import ShardError
 from treeprep.flops import DEFAULT_MODEL, PRESETS, ModelShape, load_model
+from treeprep.modes import Cut, Head
 from treeprep.pack import (
     Forest,
     PackConfig,
@@ -52,10 +52,6 @@ from treeprep.pack import (
 from treeprep.pack import read_plan_summary as _read_plan_summary
 from treeprep.schemas.manifest import load_manifest
 from treeprep.schemas.plan import PlanSummary
-
-Head = Literal["all", "targets"]
-#: where the FLOP estimate runs the LM head: every fed token, or the trained targets only
-HEADS: tuple[str, ...] = ("all", "targets")
 
 #: quantiles reported for every distribution
 QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -190,13 +186,12 @@ def summarize(
     budget: int | None = None,
     plan: PlanSummary | None = None,
     out_dir: str | None = None,
-    cut: str = "handoff",
-    head: Head = "targets",
+    cut: Cut | str = Cut.handoff,
+    head: Head | str = Head.targets,
 ) -> dict:
     """The stats dict from collected arrays (see the module docstring for the keys); ``cut``
     is how an in-memory plan runs trees over the budget (``handoff``: ERR == POR)."""
-    if head not in HEADS:
-        raise ValueError(f"head must be one of {', '.join(HEADS)}, got {head!r}")
+    head = Head.of(head, "head")
     counts = c.manifest.get("counts", {})
     tl = int(c.tokens_linear.sum())
     tt = int(c.tokens_tree.sum())
@@ -245,7 +240,7 @@ def summarize(
     if plan is None and budget is not None:
         if out_dir is None:
             raise ValueError("summarize(budget=...) needs out_dir")
-        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL, cut=cut)
+        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL, cut=Cut.of(cut, "cut", PackError))
         sha = manifest_sha256(out_dir)
         try:
             plan = plan_forest(c.forest, cfg, manifest_sha=sha, model=shape).summary
@@ -339,8 +334,8 @@ def compute_stats(
     model: str | ModelShape | None = None,
     budget: int | None = None,
     plan: str | None = None,
-    cut: str = "handoff",
-    head: Head = "targets",
+    cut: Cut | str = Cut.handoff,
+    head: Head | str = Head.targets,
 ) -> dict:
     """Stats of a finished build as a JSON-able dict.
 

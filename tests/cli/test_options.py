@@ -1,30 +1,12 @@
-"""The CLI's mode Enums: the same choices as the trainer's Literal types, checked by typer."""
+"""The CLI's options: the modes of treeprep.modes, listed and checked by typer; train and verify
+share the objective's defaults; one grammar (BUILD positional, options named)."""
 
 from __future__ import annotations
-
-import typing
 
 import pytest
 from typer.testing import CliRunner
 
-from treeprep.cli import options
 from treeprep.cli.app import app
-
-
-def test_enums_match_the_trainer_literals() -> None:
-    pytest.importorskip("torch")
-    from treeprep.trainer import advantages, attention, batch, distributed, loss
-
-    def values(e: type) -> tuple[str, ...]:
-        return tuple(m.value for m in e)
-
-    assert values(options.Loss) == typing.get_args(loss.LossName)
-    assert values(options.Norm) == typing.get_args(batch.Norm)
-    assert values(options.Layout) == typing.get_args(batch.Layout)
-    assert values(options.Attn) == ("auto", *typing.get_args(attention.Backend))
-    assert values(options.Parallel) == typing.get_args(distributed.Parallel)
-    assert values(options.AdvNorm) == typing.get_args(advantages.AdvNorm)
-    assert values(options.KlEstimator) == typing.get_args(loss.KlEstimator)
 
 
 def test_train_and_verify_share_the_objective_defaults() -> None:
@@ -57,6 +39,51 @@ def test_typer_lists_and_refuses_choices() -> None:
     r = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "250"})
     assert r.exit_code == 0
     assert "sequence-mean" in r.stdout and "gspo" in r.stdout
+    assert "<recompute|keep>" in r.stdout and "<handoff|prefix>" in r.stdout
     r = CliRunner().invoke(app, ["verify", "x", "--model", "m", "--loss", "nope"])
     assert r.exit_code == 2
     assert "nope" in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (
+            ["train", "b", "--model", "m", "--part-graph", "drop"],
+            "'drop' is not one of 'recompute', 'keep'",
+        ),
+        (
+            ["pack", "b", "--budget", "9", "--cut", "slice"],
+            "'slice' is not one of 'handoff', 'prefix'",
+        ),
+        (["stats", "b", "--head", "some"], "'some' is not one of 'targets', 'all'"),
+    ],
+)
+def test_a_bad_mode_on_the_command_line_names_the_option_and_choices(args, shown) -> None:
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert r.exit_code == 2
+    assert shown in " ".join(r.output.split())
+    assert f"'{args[-2]}'" in r.output
+
+
+def test_a_bad_mode_from_python_names_the_field_and_choices() -> None:
+    from treeprep.errors import PackError
+    from treeprep.pack import PackConfig
+
+    with pytest.raises(PackError, match="^cut 'slice'; expected one of handoff, prefix$"):
+        PackConfig(budget=8, cut="slice")  # type: ignore[arg-type]
+
+
+def test_every_command_reads_its_build_as_the_one_positional_build() -> None:
+    import inspect
+
+    from treeprep.cli.app import app as typer_app
+
+    for info in typer_app.registered_commands:
+        if info.name == "build":
+            continue  # reads logs, writes BUILD with -o
+        params = list(inspect.signature(info.callback).parameters.values())
+        assert params[0].name == "build", info.name
+        assert all(p.kind is p.KEYWORD_ONLY for p in params[1:]), info.name
+        r = CliRunner().invoke(app, [info.name, "--help"], env={"COLUMNS": "250"})
+        assert "BUILD" in r.stdout, info.name

@@ -62,10 +62,10 @@ def test_largest_tree_default_and_max_nodes(out):
 
 
 def test_cli_json_list_and_unknown_group(out):
-    r = CliRunner().invoke(app, ["show", out, SESSION, "--json"])
+    r = CliRunner().invoke(app, ["show", out, "--group", SESSION, "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["group_id"] == SESSION
     r = CliRunner().invoke(app, ["show", out, "--list", "--json"])
     assert r.exit_code == 0 and len(json.loads(r.stdout)) == 3  # session + 2 tau tasks
-    r = CliRunner().invoke(app, ["show", out, "no-such-group"])
+    r = CliRunner().invoke(app, ["show", out, "--group", "no-such-group"])
     assert r.exit_code != 0 and "no tree for group" in str(r.exception)

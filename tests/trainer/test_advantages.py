@@ -49,5 +49,7 @@ def test_equal_rewards_give_zero_advantages_not_nan() -> None:
 
 
 def test_unknown_mode_is_refused() -> None:
-    with pytest.raises(TreeprepError, match="unknown adv_norm 'ppo'"):
+    with pytest.raises(
+        TreeprepError, match="^adv_norm 'ppo'; expected one of grpo, dr-grpo, rloo, none$"
+    ):
         normalize(R, "ppo")

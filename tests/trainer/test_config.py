@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from treeprep.errors import TrainingError  # noqa: E402
+from treeprep.modes import Cut, Loss, Norm, PartGraph, Precision  # noqa: E402
 from treeprep.trainer.config import TrainConfig, config_dict, precision  # noqa: E402
 
 
@@ -24,17 +25,20 @@ def _cfg(**kw) -> TrainConfig:
         ("loss", "dpo", "loss 'dpo'; expected one of sft"),
         ("norm", "mean", "norm 'mean'"),
         ("layout", "flat", "layout 'flat'"),
-        ("optimizer", "lion", "optimizer 'lion'; expected adamw or sgd"),
+        ("optimizer", "lion", "optimizer 'lion'; expected one of adamw, sgd"),
         ("precision", "fp8", "precision 'fp8'"),
         ("adv_norm", "zscore", "adv_norm 'zscore'"),
         ("kl_estimator", "k2", "kl_estimator 'k2'"),
-        ("parallel", "zero3", "parallel 'zero3'; expected ddp or fsdp"),
+        ("parallel", "zero3", "parallel 'zero3'; expected one of ddp, fsdp"),
         ("steps", 0, "steps must be >= 1, got 0"),
         ("epochs", 0, "epochs must be >= 1, got 0"),
         ("budget", 0, "budget and steps_of must be >= 1"),
         ("min_lr_ratio", 2.0, "lr must be > 0, min_lr_ratio in [0, 1]"),
-        ("cut", "slice", "cut 'slice'"),
-        ("handoff", "drop", "handoff 'drop'"),
+        ("cut", "slice", "cut 'slice'; expected one of handoff, prefix"),
+        ("cut", "recompute", "cut 'recompute'; expected one of handoff, prefix"),
+        ("part_graph", "drop", "part_graph 'drop'; expected one of recompute, keep"),
+        ("handoff_accumulate", "fp16", "handoff_accumulate 'fp16'; expected one of model, float32"),
+        ("attn", "paged", "attn 'paged'; expected one of auto, dense, nodes, flex, flash"),
         ("save_every", 0, "save_every must be >= 1"),
         ("clip_eps", 1.5, "clip_eps must be in [0, 1), got 1.5"),
         ("chunk", 0, "chunk must be >= 1"),
@@ -52,6 +56,17 @@ def test_json_form_round_trips_and_prefetch_is_on_by_default() -> None:
     assert d["prefetch"] is True and d["betas"] == [0.8, 0.9]
     assert TrainConfig(**d) == cfg
     assert TrainConfig(**(d | {"prefetch": False})).prefetch is False
+
+
+def test_plain_strings_become_the_modes_and_json_holds_strings() -> None:
+    cfg = _cfg(loss="grpo", norm="sum", cut="prefix", part_graph="keep", precision="float64")
+    assert cfg.loss is Loss.grpo and cfg.norm is Norm.sum and cfg.cut is Cut.prefix
+    assert cfg.part_graph is PartGraph.keep and cfg.precision is Precision.float64
+    assert cfg.loss_config().loss is Loss.grpo
+    text = json.dumps(config_dict(cfg))
+    d = json.loads(text)
+    assert (d["loss"], d["cut"], d["part_graph"]) == ("grpo", "prefix", "keep")
+    assert type(d["loss"]) is str and '"norm": "sum"' in text
 
 
 def test_precision_modes() -> None:

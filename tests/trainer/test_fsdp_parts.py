@@ -77,7 +77,7 @@ def _cfg(loss: str, mode: str):
     from treeprep.trainer.config import TrainConfig
 
     return TrainConfig(
-        data="unused", run_dir="unused", model="tiny-qwen3", loss=loss, handoff=mode,
+        data="unused", run_dir="unused", model="tiny-qwen3", loss=loss, part_graph=mode,
         attn="dense", norm="sum", parallel="fsdp", device="cpu",
     )  # fmt: skip
 

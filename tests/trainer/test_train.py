@@ -96,7 +96,7 @@ def cfg(data: Path, run: Path, **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
-@pytest.mark.parametrize("cut", ["handoff", "recompute"])
+@pytest.mark.parametrize("cut", ["handoff", "prefix"])
 def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path, cut: str) -> None:
     reader = BuildReader(str(data))
     plan = make_plan(reader, budget=BUDGET, steps_of=2, cut=cut)
@@ -117,7 +117,7 @@ def test_plan_cuts_trees_and_covers_every_sequence_once(data: Path, cut: str) ->
             assert sorted(seen[tree["group_id"]]) == list(range(len(tree["seq_node"])))
 
 
-@pytest.mark.parametrize("cut", ["handoff", "recompute"])
+@pytest.mark.parametrize("cut", ["handoff", "prefix"])
 def test_tree_layout_trains_like_linear_layout(data: Path, tmp_path: Path, cut: str) -> None:
     """Every step's loss and the weights after 3 SGD steps equal the linear baseline's: the
     restored weights and the step-global normalization hold across hand-off parts (or cut trees

@@ -69,7 +69,10 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
 
 
 def test_bad_setup_is_refused() -> None:
-    with pytest.raises(TreeprepError, match="handoff_accumulate"):
+    with pytest.raises(
+        TreeprepError,
+        match="^memory: handoff_accumulate .float16.; expected one of model, float32$",
+    ):
         MemorySetup(handoff_accumulate="float16")
 
 

@@ -228,8 +228,8 @@ def test_budget_with_handoff_gives_err_equal_to_por(build) -> None:
 
 def test_budget_and_plan_give_the_packing_figures(build) -> None:
     out, trees = build
-    s = compute_stats(str(out), budget=14, cut="recompute")
-    p = plan_forest(load_forest(str(out)), PackConfig(budget=14, cut="recompute")).summary
+    s = compute_stats(str(out), budget=14, cut="prefix")
+    p = plan_forest(load_forest(str(out)), PackConfig(budget=14, cut="prefix")).summary
     pk = s["packing"]
     assert (pk["tokens_pack"], pk["err"], pk["padding_waste"]) == (
         p.tokens_pack,
@@ -241,10 +241,10 @@ def test_budget_and_plan_give_the_packing_figures(build) -> None:
     assert pk["linear_speedup"] == pytest.approx(s["tokens_linear"] / pk["tokens_pack"])
     assert pk["model_speedup"] < s["model"]["speedup"]
     # a budget below the longest path (13 tokens) keeps the counts and names the problem
-    bad = compute_stats(str(out), budget=12, cut="recompute")
+    bad = compute_stats(str(out), budget=12, cut="prefix")
     assert bad["tokens_tree"] == s["tokens_tree"]
     assert "13 tokens, over the budget of 12" in bad["packing"]["error"]
-    plan_dir, _ = pack(str(out), PackConfig(budget=14, world_size=2, cut="recompute"))
+    plan_dir, _ = pack(str(out), PackConfig(budget=14, world_size=2, cut="prefix"))
     s2 = compute_stats(str(out), plan=plan_dir)
     assert s2["packing"]["world_size"] == 2 and s2["packing"]["tokens_pack"] == pk["tokens_pack"]
     # a plan belongs to one build: another manifest is refused
@@ -301,7 +301,7 @@ def test_cli_pack_writes_plan_and_reports(build) -> None:
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["err"] == d["por"] and d["handoff_trees"] > 0
-    r = CliRunner().invoke(app, ["pack", str(out), "--budget", "4", "--cut", "recompute"])
+    r = CliRunner().invoke(app, ["pack", str(out), "--budget", "4", "--cut", "prefix"])
     assert r.exit_code != 0
 
 

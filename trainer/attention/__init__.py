@@ -5,9 +5,7 @@ See :mod:`.backends` for the interface and the choice, :mod:`.mask` for the rule
 """
 
 from treeprep.trainer.attention.backends import (
-    BACKENDS,
     DENSE_MAX_TOKENS,
-    Backend,
     choose_backend,
     tree_attention,
 )
@@ -18,9 +16,7 @@ from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 __all__ = [
     "ATTN_NAME",
-    "BACKENDS",
     "DENSE_MAX_TOKENS",
-    "Backend",
     "LayerOptions",
     "PLAIN",
     "Chains",

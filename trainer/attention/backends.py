@@ -21,11 +21,11 @@ the backward: one more copy of the path's keys and values per part).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 import torch
 
 from treeprep.errors import TreeprepError
+from treeprep.modes import Attn
 from treeprep.trainer.attention.call import AttentionCall, Direct, Prefix
 from treeprep.trainer.attention.dense import dense_attention
 from treeprep.trainer.attention.flash import flash_available, flash_tree_attention
@@ -34,8 +34,6 @@ from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.nodes import nodes_attention
 from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
-Backend = Literal["dense", "nodes", "flex", "flash"]
-BACKENDS: tuple[str, ...] = ("dense", "nodes", "flex", "flash")
 #: above this many packed tokens the CPU default switches from ``dense`` to ``nodes``
 DENSE_MAX_TOKENS = 4096
 
@@ -54,10 +52,7 @@ def choose_backend(
     queries and ``num_keys`` keys (prefix rows included; default: the queries)."""
     dev = torch.device(device)
     if attn != "auto":
-        if attn not in BACKENDS:
-            raise TreeprepError(
-                f"unknown attention backend {attn!r}; expected auto or one of {', '.join(BACKENDS)}"
-            )
+        attn = Attn.of(attn, "attention backend", TreeprepError)
         if attn == "flash" and not flash_available():
             raise TreeprepError(
                 "attention backend 'flash' needs flash-attn (pip install flash-attn)"

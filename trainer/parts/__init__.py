@@ -5,16 +5,13 @@
 """
 
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
-from treeprep.trainer.parts.schedule import MODES, Mode, PartsOutput, run_parts
-from treeprep.trainer.parts.state import ACCUMULATE, HandOff, KVStore, LinearState
+from treeprep.trainer.parts.schedule import PartsOutput, run_parts
+from treeprep.trainer.parts.state import HandOff, KVStore, LinearState
 
 __all__ = [
-    "ACCUMULATE",
-    "MODES",
     "HandOff",
     "KVStore",
     "LinearState",
-    "Mode",
     "PartLayout",
     "PartSpec",
     "PartsOutput",

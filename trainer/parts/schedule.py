@@ -44,11 +44,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
+from treeprep.errors import TreeprepError
+from treeprep.modes import PartGraph
 from treeprep.trainer.attention import TreeMask, choose_backend
 from treeprep.trainer.loss import (
     LossConfig,
@@ -67,9 +69,6 @@ from treeprep.trainer.parts.state import (
     check_accumulate,
     prefix_segments,
 )
-
-Mode = Literal["keep", "recompute"]
-MODES: tuple[str, ...] = ("recompute", "keep")
 
 
 @dataclass
@@ -298,8 +297,7 @@ def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tens
 
 
 def _check_modes(mode: str, accumulate: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"unknown hand-off mode {mode!r}; expected one of {', '.join(MODES)}")
+    PartGraph.of(mode, "part graph", TreeprepError)
     check_accumulate(accumulate)
 
 
@@ -309,7 +307,7 @@ def run_parts(
     cfg: LossConfig,
     *,
     budget: int,
-    mode: Mode = "recompute",
+    mode: PartGraph | str = PartGraph.recompute,
     attn: str = "auto",
     autocast: Any = None,
     loss_scale: float = 1.0,
@@ -380,4 +378,4 @@ def run_parts(
     )
 
 
-__all__ = ["MODES", "Mode", "PartsOutput", "part_mask", "run_parts"]
+__all__ = ["PartsOutput", "part_mask", "run_parts"]

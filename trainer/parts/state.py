@@ -47,15 +47,12 @@ import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.memory import ACCUMULATE
+from treeprep.modes import Accumulate
 
 
 def check_accumulate(accumulate: str) -> None:
-    """Refuse an unknown hand-off accumulation (:data:`treeprep.memory.ACCUMULATE`)."""
-    if accumulate not in ACCUMULATE:
-        raise TreeprepError(
-            f"unknown hand-off accumulation {accumulate!r}; expected one of {', '.join(ACCUMULATE)}"
-        )
+    """Refuse an unknown hand-off accumulation (:class:`treeprep.modes.Accumulate`)."""
+    Accumulate.of(accumulate, "hand-off accumulation", TreeprepError)
 
 
 def accumulator_dtype(dtype: torch.dtype, accumulate: str) -> torch.dtype:

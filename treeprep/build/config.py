@@ -10,8 +10,8 @@ first of the build package: it imports nothing of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
+from treeprep import modes
 from treeprep.errors import TreeprepError
 
 __all__ = ["BuildConfig", "FileOptions"]
@@ -65,7 +65,7 @@ class BuildConfig:
     max_record_bytes: int = 16 << 20
     #: who runs the stages: this process and its pool, or Ray Data (:mod:`treeprep.build.ray`);
     #: the bytes written are the same
-    engine: Literal["local", "ray"] = "local"
+    engine: modes.Engine = modes.Engine.local
     #: the Ray cluster to join (``ray.init(address=...)``); None starts a local Ray
     ray_address: str | None = None
     extra: dict = field(default_factory=dict)
@@ -86,8 +86,7 @@ class BuildConfig:
                 raise TreeprepError(f"{name} must be an integer, got {value!r}")
             if value < least:
                 raise TreeprepError(f"{name} must be >= {least}, got {value}")
-        if self.engine not in ("local", "ray"):
-            raise TreeprepError(f"engine must be 'local' or 'ray', got {self.engine!r}")
+        modes.coerce_modes(self, TreeprepError)
 
     def file_options(self) -> FileOptions:
         """The options a stage-1 worker renders each file with.

@@ -35,6 +35,7 @@ from treeprep.atomic import make_dirs, writing
 from treeprep.binpack import longest_processing_time, place
 from treeprep.errors import PackError, ShardError
 from treeprep.flops import DEFAULT_MODEL, ModelShape, load_model
+from treeprep.modes import Cut, coerce_modes
 from treeprep.pack.cut import TreeCut, cut_tree
 from treeprep.pack.forest import Forest, load_forest
 from treeprep.schemas.manifest import manifest_sha256
@@ -62,8 +63,8 @@ class PackConfig:
     #: plan folder name under OUT/plans/ (default from the settings)
     name: str | None = None
     #: trees over the budget: handoff (one slot, parts hand K/V over: nothing recomputed) or
-    #: recompute (cut at node boundaries, each part recomputes its prefix; paths must fit)
-    cut: str = "handoff"
+    #: prefix (cut at node boundaries, each part recomputes its prefix; paths must fit)
+    cut: Cut = Cut.handoff
 
     def __post_init__(self) -> None:
         if self.budget < 1:
@@ -72,8 +73,7 @@ class PackConfig:
             raise PackError(f"world_size must be >= 1, got {self.world_size}")
         if self.steps_of < 1:
             raise PackError(f"steps_of must be >= 1, got {self.steps_of}")
-        if self.cut not in ("handoff", "recompute"):
-            raise PackError(f"cut {self.cut!r}: expected handoff or recompute")
+        coerce_modes(self, PackError)
         if self.name is not None and (not self.name or "/" in self.name or self.name[0] == "."):
             raise PackError(f"plan name {self.name!r}: expected a plain folder name")
 
@@ -82,7 +82,7 @@ class PackConfig:
         if self.name:
             return self.name
         base = f"b{self.budget}-w{self.world_size}-n{self.steps_of}-s{self.seed}"
-        return base if self.cut == "handoff" else base + "-recompute"
+        return base if self.cut == Cut.handoff else f"{base}-{self.cut}"
 
 
 @dataclass
@@ -132,7 +132,7 @@ def plan_forest(
 ) -> Plan:
     """Plan a forest (see :mod:`treeprep.pack`). Pure: reads nothing, writes nothing."""
     shape = model or load_model(cfg.model)
-    if cfg.cut == "recompute":
+    if cfg.cut == Cut.prefix:
         _check_paths(forest, cfg.budget)
     items = _make_items(forest, cfg.budget, shape, cfg.cut)
     steps = _assign_steps(items, forest.num_trees, cfg)

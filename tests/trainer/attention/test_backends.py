@@ -110,7 +110,9 @@ def test_auto_choice_and_overrides() -> None:
     assert choose_backend("cpu", 100, num_keys=150) == "nodes"  # a hand-off part reads in place
     assert choose_backend("cuda", 100) == "flex"
     assert choose_backend("cpu", 100, "nodes") == "nodes"
-    with pytest.raises(TreeprepError, match="unknown attention backend"):
+    with pytest.raises(
+        TreeprepError, match="^attention backend 'paged'; expected one of auto, dense"
+    ):
         choose_backend("cpu", 100, "paged")
     with pytest.raises(TreeprepError, match="flash"):
         choose_backend("cpu", 100, "flash")

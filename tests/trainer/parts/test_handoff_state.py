@@ -73,7 +73,9 @@ def test_parts_are_float64_exact(name: str) -> None:
 def test_final_logit_softcapping_runs_in_parts(mode: str) -> None:
     rows = rows_of(group_tree(33, n_seq=6, roots=2))
     model = _model("tiny-gemma3", torch.float32, final_logit_softcapping=3.0)
-    rep = verify_gradients(model, rows, loss="grpo", norm="sequence-mean", budget=6, handoff=mode)
+    rep = verify_gradients(
+        model, rows, loss="grpo", norm="sequence-mean", budget=6, part_graph=mode
+    )
     assert rep.ok and rep.worst_rel < 1e-5, rep.to_dict()
     # the cap changes the loss: the wrapper is really in the path
     plain = _model("tiny-gemma3", torch.float32)

@@ -255,7 +255,7 @@ def forests(draw) -> list[Tree]:
 def test_plan_properties_on_random_forests(trees, slack, world, steps_of, seed) -> None:
     f = forest_of(trees)
     budget = int(f.longest_path().max()) + slack
-    cfg = PackConfig(budget=budget, world_size=world, steps_of=steps_of, seed=seed, cut="recompute")
+    cfg = PackConfig(budget=budget, world_size=world, steps_of=steps_of, seed=seed, cut="prefix")
     plan = plan_forest(f, cfg)
     check_plan(trees, plan.table, plan.summary, budget)
     again = plan_forest(forest_of(trees), cfg)  # deterministic for a seed
@@ -299,7 +299,7 @@ def test_cut_sibling_fan_recomputes_the_shared_prefix_once_per_part() -> None:
     # one child (the first of the heaviest, ties in pre-order) moves to its own part
     assert cut.part_of_node.tolist() == [0, 1, 0, 0]
     assert cut.prefix_end.tolist() == [-1, 0]
-    plan = plan_forest(forest_of([tree]), PackConfig(budget=22, cut="recompute"))
+    plan = plan_forest(forest_of([tree]), PackConfig(budget=22, cut="prefix"))
     s = plan.summary
     assert (s.tokens_tree, s.tokens_pack, s.tokens_recomputed) == (28, 38, 10)
     assert s.tokens_linear == 48
@@ -315,7 +315,7 @@ def test_cut_siblings_share_one_part_when_they_fit_together() -> None:
     cut = cut_tree(tree.node_parent, tree.node_length, tree.node_depth, 22)
     assert sorted(Counter(cut.part_of_node.tolist()).values()) == [2, 3]
     assert len(cut.prefix_end) == 2
-    plan = plan_forest(forest_of([tree]), PackConfig(budget=22, cut="recompute"))
+    plan = plan_forest(forest_of([tree]), PackConfig(budget=22, cut="prefix"))
     assert plan.summary.tokens_pack == 34 + 10
     check_plan([tree], plan.table, plan.summary, 22)
 
@@ -331,7 +331,7 @@ def test_long_chain_with_side_branches_cuts_at_the_deepest_fork() -> None:
     tree = _tree("chain", seqs)
     f = forest_of([tree])
     assert int(f.longest_path()[0]) == 23 and tree.tokens_tree == 32
-    plan = plan_forest(f, PackConfig(budget=24, cut="recompute"))
+    plan = plan_forest(f, PackConfig(budget=24, cut="prefix"))
     check_plan([tree], plan.table, plan.summary, 24)
     # cheapest: split off the deepest node whose removal fits: err stays close to por
     assert plan.summary.tokens_pack < 2 * tree.tokens_tree
@@ -340,7 +340,7 @@ def test_long_chain_with_side_branches_cuts_at_the_deepest_fork() -> None:
 def test_multiple_roots_split_without_recomputation() -> None:
     seqs = [[1] * 8, [2] * 8, [3] * 8]
     tree = _tree("roots", seqs)
-    plan = plan_forest(forest_of([tree]), PackConfig(budget=16, cut="recompute"))
+    plan = plan_forest(forest_of([tree]), PackConfig(budget=16, cut="prefix"))
     assert plan.summary.tokens_recomputed == 0
     assert plan.summary.parts == 2
     check_plan([tree], plan.table, plan.summary, 16)
@@ -349,7 +349,7 @@ def test_multiple_roots_split_without_recomputation() -> None:
 def test_path_longer_than_budget_names_the_group_and_length() -> None:
     tree = _tree("too-long", [[1] * 30, [1] * 10 + [2] * 5])
     with pytest.raises(PackError, match=r"'too-long'.*30 tokens.*budget of 20"):
-        plan_forest(forest_of([tree]), PackConfig(budget=20, cut="recompute"))
+        plan_forest(forest_of([tree]), PackConfig(budget=20, cut="prefix"))
 
 
 def test_small_trees_fill_micro_batches_and_ranks_balance_by_cost() -> None:
@@ -367,7 +367,7 @@ def test_tree_needing_more_slots_than_a_step_gets_a_longer_step() -> None:
     seqs = [[r] * 10 for r in range(6)]  # six 10-token roots
     tree = _tree("wide", seqs)
     plan = plan_forest(
-        forest_of([tree]), PackConfig(budget=10, world_size=2, steps_of=1, cut="recompute")
+        forest_of([tree]), PackConfig(budget=10, world_size=2, steps_of=1, cut="prefix")
     )
     s = plan.summary
     assert s.steps == 1 and s.step_info[0].micro_batches_per_rank == 3

@@ -1,0 +1,192 @@
+"""Every mode of treeprep, spelled once: one :class:`~enum.StrEnum` per choice a user makes.
+
+The pipeline, the trainer and the CLI all import their modes from here (this module imports only
+the standard library, so the torch-free CLI and the memory model may use it too). typer lists a
+mode's choices in ``--help`` and refuses anything else; a Python caller may pass the plain string
+(``loss="grpo"``), which the config coerces with :meth:`Mode.of`, the one check of a mode value:
+it names the field and the choices. A member is a ``str`` (``Loss.sft == "sft"``) and prints and
+serializes as its value, so ``config.json`` and plan files hold the plain strings.
+
+Names: ``Cut`` is how ``pack`` runs a tree over the budget (``handoff``: one slot whose parts hand
+their keys and values over; ``prefix``: cut into parts that each recompute their prefix), and
+``PartGraph`` what a hand-off part keeps of its graph for the backward (``recompute``: nothing,
+recompute the part; ``keep``: the graphs of the parts on the depth-first stack).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from enum import StrEnum
+from typing import Any, Self
+
+
+class Mode(StrEnum):
+    """A mode: a str whose choices are the members' values."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    @classmethod
+    def choices(cls) -> tuple[str, ...]:
+        return tuple(m.value for m in cls)
+
+    @classmethod
+    def of(
+        cls, value: Any, field: str, error: type[Exception] = ValueError, prefix: str = ""
+    ) -> Self:
+        """``value`` as a member of this mode, or ``error`` naming ``field`` and the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(cls.choices())
+            raise error(f"{prefix}{field} {value!r}; expected one of {choices}") from None
+
+
+def coerce_modes(obj: Any, error: type[Exception] = ValueError, prefix: str = "") -> None:
+    """Turn every field of the dataclass ``obj`` typed with a :class:`Mode` (or ``Mode | None``)
+    into its member; a value outside the mode raises ``error`` (see :meth:`Mode.of`)."""
+    for name, mode in _mode_fields(type(obj)).items():
+        value = getattr(obj, name)
+        if value is not None:
+            # object.__setattr__: frozen dataclasses too
+            object.__setattr__(obj, name, mode.of(value, name, error, prefix))
+
+
+_FIELDS: dict[type, dict[str, type[Mode]]] = {}
+
+
+def _mode_fields(cls: type) -> dict[str, type[Mode]]:
+    """The fields of dataclass ``cls`` typed with a Mode (``Mode`` or ``Mode | None``)."""
+    if cls not in _FIELDS:
+        hints = typing.get_type_hints(cls)
+        found: dict[str, type[Mode]] = {}
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            args = typing.get_args(hint) or (hint,)
+            modes = [a for a in args if isinstance(a, type) and issubclass(a, Mode)]
+            if modes:
+                found[f.name] = modes[0]
+        _FIELDS[cls] = found
+    return _FIELDS[cls]
+
+
+# --------------------------------------------------------------------------------------------
+# the objective (trainer.loss, trainer.advantages, trainer.batch)
+# --------------------------------------------------------------------------------------------
+
+
+class Loss(Mode):
+    sft = "sft"
+    ppo = "ppo"
+    grpo = "grpo"
+    gspo = "gspo"
+
+
+class Norm(Mode):
+    """How the loss is aggregated over the step (trainer.batch)."""
+
+    sum = "sum"
+    sequence_mean = "sequence-mean"
+    token_mean = "token-mean"
+    trajectory_mean = "trajectory-mean"
+
+
+class AdvNorm(Mode):
+    """How rewards become advantages over a group's trajectories."""
+
+    grpo = "grpo"
+    dr_grpo = "dr-grpo"
+    rloo = "rloo"
+    none = "none"
+
+
+class KlEstimator(Mode):
+    k3 = "k3"
+    k1 = "k1"
+
+
+# --------------------------------------------------------------------------------------------
+# how a run executes
+# --------------------------------------------------------------------------------------------
+
+
+class Layout(Mode):
+    """tree (packed tries) or linear (every sequence on its own: the baseline)."""
+
+    tree = "tree"
+    linear = "linear"
+
+
+class Attn(Mode):
+    """The attention backend; ``auto`` picks one by device and size (trainer.attention)."""
+
+    auto = "auto"
+    dense = "dense"
+    nodes = "nodes"
+    flex = "flex"
+    flash = "flash"
+
+
+class Optimizer(Mode):
+    adamw = "adamw"
+    sgd = "sgd"
+
+
+class Precision(Mode):
+    """auto: bf16 autocast on CUDA, float32 on CPU; float64 for verification runs."""
+
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float64 = "float64"
+
+
+class Parallel(Mode):
+    ddp = "ddp"
+    fsdp = "fsdp"
+
+
+class Cut(Mode):
+    """How a tree larger than the budget runs: one slot of hand-off parts, or cut into parts
+    that each recompute their prefix (every root-to-leaf path must then fit the budget)."""
+
+    handoff = "handoff"
+    prefix = "prefix"
+
+
+class PartGraph(Mode):
+    """What a hand-off part keeps of its graph: recompute the part for its backward (bounded
+    memory), or keep the graphs of the parts on the depth-first stack."""
+
+    recompute = "recompute"
+    keep = "keep"
+
+
+class Accumulate(Mode):
+    """Gradient accumulators of the handed-over keys and values: the stored value's dtype
+    (model), or float32 (bf16 runs)."""
+
+    model = "model"
+    float32 = "float32"
+
+
+class Head(Mode):
+    """Where the FLOP estimate runs the LM head: on the trained targets, or every fed token."""
+
+    targets = "targets"
+    all = "all"
+
+
+class Engine(Mode):
+    """Who runs a build: this machine's process pool, or Ray Data."""
+
+    local = "local"
+    ray = "ray"
+
+
+class Gpu(Mode):
+    """The GPU ``train --dry-run`` predicts for (treeprep.memory.GPUS)."""
+
+    h100 = "h100"
+    h200 = "h200"
