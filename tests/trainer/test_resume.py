@@ -155,3 +155,11 @@ def test_cli_resume_says_resumed_from_step_n_of_m(data: Path, tmp_path: Path) ->
     r = CliRunner().invoke(app, [*args[:-2], "--steps", "1"])
     assert r.exit_code != 0  # a fresh run into the folder: refused
     assert "holds an earlier run" in str(r.exception)
+
+
+def test_cli_resume_auto_needs_out(data: Path, tmp_path: Path) -> None:  # noqa: F811
+    from treeprep.cli.app import app
+
+    r = CliRunner().invoke(app, ["train", str(data), "--model", "tiny-qwen3", "--resume", "auto"])
+    assert r.exit_code != 0
+    assert "--resume auto needs --out" in str(r.exception)
