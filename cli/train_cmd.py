@@ -91,7 +91,15 @@ CheckpointingOpt = Annotated[
     bool, typer.Option(help="Recompute decoder layers in backward (saves memory).")
 ]
 ResumeOpt = Annotated[
-    Path | None, typer.Option(help="A checkpoint folder, or a run folder (its newest).")
+    str | None,
+    typer.Option(
+        help="auto: the newest whole checkpoint in --out (a fresh start if none); or a checkpoint "
+        "folder, or a run folder (its newest). Refused when the data, plan or math changed."
+    ),
+]
+SaveMinutesOpt = Annotated[
+    float,
+    typer.Option(help="Also checkpoint every N minutes of wall time (0: off)."),
 ]
 NoProbeOpt = Annotated[
     bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
@@ -145,6 +153,7 @@ def train_cmd(
         typer.Option(help="Under torchrun (default ddp; --dry-run: ddp where it fits, else fsdp)."),
     ] = None,
     save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
+    save_minutes: SaveMinutesOpt = 30.0,
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
     resume: ResumeOpt = None,
     overwrite: OverwriteOpt = False,
@@ -173,19 +182,39 @@ def train_cmd(
     cfg = _config(locals())
     main = int(os.environ.get("RANK", "0")) == 0
     res = _train_with_progress(cfg, main, warn_no_probe=no_probe)
-    if not main:
-        return
-    summary = _summary(res, layout.value)
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
-    _print_summary(summary, res.run_dir)
+    if main:
+        summary = _summary(res, layout.value)
+        if as_json:
+            typer.echo(json.dumps(summary, indent=2))
+        else:
+            _print_summary(summary, res.run_dir)
+    if res.stopped is not None:
+        _stopped(res, main)
+
+
+def _stopped(res: Any, main: bool) -> None:
+    """A run stopped by a signal, after its checkpoint: one line, and the signal's exit status
+    (128 + its number, the shell's convention; :mod:`treeprep.trainer.preemption`)."""
+    from treeprep.trainer.preemption import exit_code
+
+    if main:
+        from rich.console import Console
+
+        Console(stderr=True).print(
+            f"stopped by {res.stopped} after step {res.steps}: checkpoint {res.checkpoint}; "
+            f"continue with --resume auto --out {res.run_dir}",
+            soft_wrap=True,
+            highlight=False,
+        )
+    raise typer.Exit(exit_code(res.stopped))
 
 
 def fresh_run_dir(data: Path, model: str, resume: Path | str | None) -> Path:
     """A new run folder, ``runs/<date>-<build>-<model>`` (``-2``, ``-3``... when taken), never a
     shared default; with ``--resume RUN`` the run resumed. Under torchrun the ranks could name
     different folders, so there ``--out`` is required."""
+    if resume == "auto":
+        raise TreeprepError("--resume auto needs --out: the run folder to continue")
     if resume:
         r = Path(resume)
         return r.parent.parent if r.parent.name == "checkpoints" else r
@@ -228,6 +257,7 @@ def _config(params: dict[str, Any]) -> Any:
     kw.update(
         grad_clip=params["grad_clip"] or None,
         keep=params["keep"] or None,
+        save_minutes=params["save_minutes"] or None,
         lora_targets=params["lora_targets"] or None,
         probe=not params["no_probe"],
     )
@@ -277,6 +307,7 @@ def _summary(res: Any, layout: str) -> dict[str, Any]:
         "tokens_per_s": sum(m.tokens for m in hist) / tot_t if tot_t else 0.0,
         "linear_tokens_per_s": sum(m.tokens_linear for m in hist) / tot_t if tot_t else 0.0,
         "checkpoint": res.checkpoint,
+        "stopped": res.stopped,
         "metrics": os.path.join(res.run_dir, "metrics.jsonl"),
     }
 
@@ -296,6 +327,17 @@ def _print_summary(summary: dict[str, Any], run_dir: str) -> None:
     Console().print(t)
 
 
+def _resumed_lines(d: dict[str, Any]) -> list[str]:
+    """``resumed from step N of M`` first, then the safe settings that changed and warnings."""
+    r = d.get("resumed")
+    if not r:
+        return []
+    lines = [f"resumed from step {r['step']} of {d['total_steps']} ({r['path']})"]
+    if r["changed"]:
+        lines.append("changed since the checkpoint: " + ", ".join(r["changed"]))
+    return lines + [f"warning: {w}" for w in r["warnings"]]
+
+
 def _start_line(d: dict[str, Any]) -> str:
     return (
         f"{d['params']:,} parameters on {d['device']} ({d['precision']}), "
@@ -313,7 +355,8 @@ def _plain_lines(err: Any) -> Any:
     def cb(event: str, d: dict[str, Any]) -> None:
         if event == "start":
             t0.append(time.monotonic())
-            err.print(_start_line(d), soft_wrap=True)
+            for line in [*_resumed_lines(d), _start_line(d)]:
+                err.print(line, soft_wrap=True, highlight=False, markup=False)
         elif event == "step":
             err_ratio = 1.0 - d["tokens"] / d["tokens_linear"] if d["tokens_linear"] else 0.0
             elapsed = time.monotonic() - t0[0] if t0 else 0.0
@@ -360,7 +403,8 @@ def _progress(err: Any) -> tuple[Any, Any]:
                     "train", total=d["total_steps"], completed=d["start_step"], info="loading"
                 )
             )
-            prog.console.print(_start_line(d))
+            for line in [*_resumed_lines(d), _start_line(d)]:
+                prog.console.print(line, highlight=False, markup=False)
         elif event == "step" and task:
             prog.update(
                 task[0],

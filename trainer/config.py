@@ -96,11 +96,15 @@ class TrainConfig:
     parallel: Parallel = Parallel.ddp
     #: checkpoint every N optimizer steps (None: only at the end)
     save_every: int | None = None
+    #: also checkpoint when this many minutes of wall time passed since the last checkpoint (or
+    #: the start): a preempted or crashed run loses at most this much (None or 0: off)
+    save_minutes: float | None = 30.0
     #: keep the newest N checkpoints (None: all)
     keep: int | None = 2
     #: save a checkpoint after the last step
     save_final: bool = True
-    #: resume from this checkpoint folder or run folder ("" or None: start fresh)
+    #: resume from this checkpoint folder or run folder; "auto": the newest whole checkpoint of
+    #: ``run_dir``, or a fresh start when it has none ("" or None: start fresh)
     resume: str | None = None
     #: start fresh in a run folder that holds an earlier run, deleting that run's checkpoints,
     #: metrics and config (refused without it: the earlier run is never lost by accident)
@@ -161,6 +165,8 @@ class TrainConfig:
             raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")
         if self.save_every is not None and self.save_every < 1:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
+        if self.save_minutes is not None and not self.save_minutes >= 0:
+            raise bad(f"save_minutes must be >= 0, got {self.save_minutes}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
 
     def loss_config(self) -> LossConfig:
@@ -211,6 +217,9 @@ class TrainResult:
     checkpoint: str | None
     plan_source: str
     world_size: int
+    #: the signal that stopped the run early (after a checkpoint), e.g. "SIGTERM"; None: it ran
+    #: to its end
+    stopped: str | None = None
 
     @property
     def losses(self) -> list[float]:

@@ -23,11 +23,16 @@
    log-probs, per unit), ``entropy`` (per target), ``ref_kl`` (against the reference log-probs, per
    unit, when the rollouts carry them) and ``adv_mean`` / ``adv_std`` / ``adv_min`` / ``adv_max``
    over the step's trained sequences (duplicates counted).
-4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps and at the end,
-   atomically; ``resume`` restores weights, optimizer, schedule, data position and random state,
-   so that the losses after resuming equal those of an uninterrupted run (tested exactly on CPU).
-   The glue between the loop and the checkpoint files (:func:`save`, the resume checks, the
-   metrics log cut back to the resumed step) stays here.
+4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps, every
+   ``save_minutes`` of wall time, at the end, and when a stop signal arrived
+   (:mod:`treeprep.trainer.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary,
+   all ranks together, and the run returns with ``stopped`` set), atomically. ``resume`` (a
+   folder, or ``auto``: the run folder's newest checkpoint) is first checked against the run's
+   identity (:mod:`treeprep.trainer.run_identity`: the build by content, the tokenizer, the model,
+   the plan and every setting that changes the math), then restores weights, optimizer,
+   schedule, data position and random state, so that the losses after resuming equal those of an
+   uninterrupted run (tested exactly on CPU). The glue between the loop and the checkpoint files
+   (:func:`save`, the metrics log cut back to the resumed step) stays here.
 
 Single-process runs of a plan made for W ranks run every rank's micro-batches themselves: that is
 the reference the multi-process test compares against.
@@ -55,6 +60,7 @@ from treeprep.atomic import make_dirs, writing
 from treeprep.errors import TrainingError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
+from treeprep.trainer import preemption
 from treeprep.trainer.config import (
     Callback,
     StepMetrics,
@@ -66,6 +72,13 @@ from treeprep.trainer.config import (
 from treeprep.trainer.data import Epochs, Prefetch, check_compatible, step_work, tokenizer_sha256
 from treeprep.trainer.models import PRESETS, apply_lora, guard_model, load_model
 from treeprep.trainer.plan_batches import BuildReader
+from treeprep.trainer.preemption import StopSignals
+from treeprep.trainer.run_identity import (
+    ResumeNotes,
+    check_optimizer_format,
+    check_resume,
+    run_identity,
+)
 from treeprep.trainer.step import Stepper, StepResult, lr_factor, make_optimizer, make_schedule
 
 __all__ = [
@@ -92,17 +105,26 @@ def train(cfg: TrainConfig, *, callback: Callback | None = None) -> TrainResult:
         dist_mod.shutdown(info)
 
 
-def _claim_run_folder(cfg: TrainConfig, info: dist_mod.DistInfo) -> None:
-    """A fresh run never lands on an earlier one: refused unless resumed or ``overwrite``."""
-    if cfg.resume:
+def _resume_path(cfg: TrainConfig) -> str | None:
+    """The checkpoint (or run folder) to resume: ``auto`` is the run folder's newest whole
+    checkpoint, or None (a fresh start) when it has none."""
+    if cfg.resume == "auto":
+        return ckpt_mod.latest_checkpoint(cfg.run_dir)
+    return cfg.resume or None
+
+
+def _claim_run_folder(cfg: TrainConfig, info: dist_mod.DistInfo, resume: str | None) -> None:
+    """A fresh run never lands on an earlier one: refused unless resumed or ``overwrite``, or
+    ``resume="auto"`` found no checkpoint (the earlier run saved nothing to continue)."""
+    if resume:
         return
     found = ckpt_mod.earlier_run(cfg.run_dir)
-    if found and not cfg.overwrite:
+    if found and not (cfg.overwrite or cfg.resume == "auto"):
         cps = ckpt_mod.list_checkpoints(cfg.run_dir)
         last = f", last checkpoint step {cps[-1][0]}" if cps else ""
         raise TrainingError(
             f"{cfg.run_dir} holds an earlier run ({', '.join(found)}{last}); continue it with "
-            f"--resume {cfg.run_dir}, replace it with --overwrite, or pick another --out"
+            f"--resume auto, replace it with --overwrite, or pick another --out"
         )
     if found and info.is_main:
         ckpt_mod.clear_run(cfg.run_dir)
@@ -115,14 +137,17 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % (2**32))
 
-    # ---- 1. set-up: the run folder, the build, the model (checked and wrapped), the optimizer
+    # ---- 1. set-up: the run folder, the build, the resume checks, the model, the optimizer
     if cfg.tensorboard and info.is_main:
         _tensorboard_writer()
-    _claim_run_folder(cfg, info)
+    resume_path = _resume_path(cfg)
+    _claim_run_folder(cfg, info, resume_path)
     reader = BuildReader(cfg.data)
-    resume = ckpt_mod.open_checkpoint(cfg.resume) if cfg.resume else None
-    lm = _load_lm(cfg, reader, resume, info)
     prec, autocast = precision(cfg, dev)
+    ident = _identity(cfg, reader, info, prec)
+    resume = ckpt_mod.open_checkpoint(resume_path) if resume_path else None
+    notes = _check_resume(resume, ident, cfg, info) if resume is not None else None
+    lm = _load_lm(cfg, reader, resume, info)
     module = dist_mod.LossModule(lm, {"attn": None, **asdict(cfg.loss_config())}, autocast)
     wrapped = dist_mod.wrap(module, info, cfg.parallel)
     params = [p for p in wrapped.parameters() if p.requires_grad]
@@ -137,14 +162,17 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         total = sum(len(epochs.get(e).steps) for e in range(cfg.epochs or 1))
     sched = make_schedule(opt, cfg, total)
     step, epoch, epoch_step = 0, 0, 0
-    if resume is not None:
+    resumed = None
+    if resume is not None and notes is not None:
         step, epoch, epoch_step = _restore(resume, wrapped, opt, sched, cfg, info)
+        resumed = {"step": step, "path": resume.path, "changed": notes.changed,
+                   "warnings": notes.warnings}  # fmt: skip
     log = _RunLog(cfg, info, step)
     emit("start", {
         "total_steps": total, "start_step": step, "world_size": info.world_size,
         "plan": first.source, "plan_world_size": first.world_size, "device": str(dev),
         "precision": prec, "params": sum(p.numel() for p in lm.parameters()),
-        "tensorboard": log.writer is not None,
+        "tensorboard": log.writer is not None, "resumed": resumed,
     })  # fmt: skip
 
     # ---- 3. steps, each fed by the data of section 2 (built one step ahead with prefetch)
@@ -152,42 +180,66 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     my_ranks = list(range(first.world_size)) if not info.distributed else [info.rank]
     works = step_work(cfg, reader, epochs, start=(epoch, epoch_step), count=total - step,
                       ranks=my_ranks, budget=first.budget, device=dev)  # fmt: skip
+    saver = _Saver(cfg, info, (wrapped, opt, sched), ident, resume.path if resume else None)
     history: list[StepMetrics] = []
-    last_ckpt: str | None = resume.path if resume is not None else None
     try:
-        with Prefetch(works, enabled=cfg.prefetch, device=dev) as feed:
-            while True:
-                t0 = time.perf_counter()
-                work = next(feed, None)
-                if work is None:
-                    break
-                epoch, epoch_step = work.epoch, work.epoch_step
-                where = f"step {step + 1} (epoch {epoch}, plan step {epoch_step})"
-                res = stepper.run(
-                    work.batches, handoff=work.handoff, where=where, last_ckpt=last_ckpt
-                )
-                if dev.type == "cuda":
-                    torch.cuda.synchronize(dev)
-                step, epoch_step = step + 1, epoch_step + 1
-                m = _step_metrics(step, epoch, res, time.perf_counter() - t0)
-                history.append(m)
-                log.write(m)
-                emit("step", m.to_dict() | {"total_steps": total})
-
-                # ---- 4. checkpoints
-                done = step >= total or (
-                    cfg.epochs is not None
-                    and epoch_step >= work.epoch_steps
-                    and epoch + 1 >= cfg.epochs
-                )
-                if (cfg.save_every and step % cfg.save_every == 0) or (done and cfg.save_final):
-                    last_ckpt = save(cfg, info, wrapped, opt, sched, step, epoch, epoch_step, m)
-                    emit("checkpoint", {"step": step, "path": last_ckpt})
-                if done:
-                    break
+        with StopSignals() as signals, Prefetch(works, enabled=cfg.prefetch, device=dev) as feed:
+            step, stopped = _run_steps(cfg, info, feed, stepper, saver, signals, log, emit,
+                                       step=step, total=total, history=history)  # fmt: skip
     finally:
         log.close()
-    return TrainResult(cfg.run_dir, step, history, last_ckpt, first.source, info.world_size)
+    return TrainResult(
+        cfg.run_dir, step, history, saver.last, first.source, info.world_size, stopped
+    )
+
+
+def _run_steps(
+    cfg: TrainConfig,
+    info: dist_mod.DistInfo,
+    feed: Any,
+    stepper: Stepper,
+    saver: _Saver,
+    signals: StopSignals,
+    log: _RunLog,
+    emit: Callback,
+    *,
+    step: int,
+    total: int,
+    history: list[StepMetrics],
+) -> tuple[int, str | None]:
+    """Sections 3 and 4: the steps, and the checkpoints at step boundaries (every ``save_every``
+    steps, every ``save_minutes``, at the end, and on a stop signal). Returns the last step and
+    the signal that stopped the run early (None: it ran to its end)."""
+    while True:
+        t0 = time.perf_counter()
+        work = next(feed, None)
+        if work is None:
+            return step, None
+        epoch, epoch_step = work.epoch, work.epoch_step
+        where = f"step {step + 1} (epoch {epoch}, plan step {epoch_step})"
+        res = stepper.run(work.batches, handoff=work.handoff, where=where, last_ckpt=saver.last)
+        if info.device.type == "cuda":
+            torch.cuda.synchronize(info.device)
+        step, epoch_step = step + 1, epoch_step + 1
+        m = _step_metrics(step, epoch, res, time.perf_counter() - t0)
+        history.append(m)
+        log.write(m)
+        emit("step", m.to_dict() | {"total_steps": total})
+
+        # ---- 4. checkpoints (a decision every rank takes together)
+        done = step >= total or (
+            cfg.epochs is not None and epoch_step >= work.epoch_steps and epoch + 1 >= cfg.epochs
+        )
+        stop, due = preemption.agree([signals.received is not None, saver.due()], info)
+        stop = stop and not done
+        every = cfg.save_every is not None and step % cfg.save_every == 0
+        if every or due or stop or (done and cfg.save_final):
+            saver.save(step, epoch, epoch_step, m)
+            emit("checkpoint", {"step": step, "path": saver.last})
+        if stop:
+            return step, signals.received or "SIGTERM"  # a signal that reached another rank
+        if done:
+            return step, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,7 +267,6 @@ def _load_lm(
     if cfg.lora_r:
         lm = apply_lora(lm, r=cfg.lora_r, alpha=cfg.lora_alpha, targets=cfg.lora_targets)
     if resume is not None:
-        _check_resume(resume, cfg, info)
         ckpt_mod.load_model_weights(lm, resume)
     lm.to(info.device)
     guard_model(lm, run_probe=cfg.probe, seed=cfg.seed)  # refuses what is not exact on trees
@@ -333,6 +384,34 @@ def _restore(
     return step, epoch, epoch_step
 
 
+class _Saver:
+    """Writes the run's checkpoints (every rank calls :meth:`save`) and keeps the clock of
+    ``save_minutes``; :attr:`last` is the newest checkpoint of the run."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        info: dist_mod.DistInfo,
+        state: tuple[torch.nn.Module, torch.optim.Optimizer, Any],
+        identity: dict[str, Any],
+        last: str | None,
+    ) -> None:
+        self.cfg, self.info, self.state, self.identity, self.last = cfg, info, state, identity, last
+        self.since = time.monotonic()
+
+    def due(self) -> bool:
+        """``save_minutes`` of wall time have passed since the last checkpoint (or the start)."""
+        mins = self.cfg.save_minutes
+        return bool(mins) and time.monotonic() - self.since >= 60 * float(mins or 0)
+
+    def save(self, step: int, epoch: int, epoch_step: int, m: StepMetrics | None) -> str:
+        wrapped, opt, sched = self.state
+        self.last = save(self.cfg, self.info, wrapped, opt, sched, step, epoch, epoch_step, m,
+                         identity=self.identity)  # fmt: skip
+        self.since = time.monotonic()
+        return self.last
+
+
 def save(
     cfg: TrainConfig,
     info: dist_mod.DistInfo,
@@ -343,8 +422,11 @@ def save(
     epoch: int,
     epoch_step: int,
     last: StepMetrics | None,
+    *,
+    identity: dict[str, Any] | None = None,
 ) -> str:
-    """Write a checkpoint atomically (every rank calls it); returns its final folder."""
+    """Write a checkpoint atomically (every rank calls it); returns its final folder. The run's
+    ``identity`` (:mod:`.run_identity`) is what a resume is checked against."""
     tmp = ckpt_mod.begin_save(cfg.run_dir, step, info.is_main)
     dist_mod.barrier(info)
     ckpt_mod.save_rng(tmp, info.rank)
@@ -369,6 +451,7 @@ def save(
                 "world_size": info.world_size,
                 "parallel": cfg.parallel if info.distributed else "none",
                 "config": config_dict(cfg),
+                "identity": identity,
                 "metrics": last.to_dict() if last is not None else None,
             },
             tokenizer_dir=tok_dir,
@@ -378,22 +461,25 @@ def save(
     return os.path.join(ckpt_mod.checkpoints_dir(cfg.run_dir), os.path.basename(final))
 
 
-def _check_resume(ck: ckpt_mod.Checkpoint, cfg: TrainConfig, info: dist_mod.DistInfo) -> None:
-    st = ck.state
-    fmt_then = st.get("parallel", "none")
-    fmt_now = cfg.parallel if info.distributed else "none"
-    if (fmt_then == "fsdp") != (fmt_now == "fsdp"):
-        raise ckpt_mod.CheckpointError(
-            f"{ck.path}: optimizer state saved under {fmt_then}, this run uses {fmt_now}; "
-            "resume with the same parallelism"
-        )
-    then = st.get("config", {})
-    for k in ("data", "loss", "norm", "adv_norm", "layout", "optimizer"):
-        if k in then and then[k] != getattr(cfg, k):
-            raise ckpt_mod.CheckpointError(
-                f"{ck.path}: checkpoint was made with {k}={then[k]!r}, this run has "
-                f"{k}={getattr(cfg, k)!r}"
-            )
+def _identity(
+    cfg: TrainConfig, reader: BuildReader, info: dist_mod.DistInfo, prec: str
+) -> dict[str, Any]:
+    """This run's identity (:func:`.run_identity.run_identity`)."""
+    tok = reader.manifest.tokenizer
+    return run_identity(
+        cfg,
+        manifest_sha256=reader.manifest_sha256,
+        tokenizer={"name": tok.name, "sha256": tok.sha256},
+        plan_world_size=cfg.plan_world_size or info.world_size,
+        precision=prec,
+    )
+
+
+def _check_resume(
+    ck: ckpt_mod.Checkpoint, ident: dict[str, Any], cfg: TrainConfig, info: dist_mod.DistInfo
+) -> ResumeNotes:
+    check_optimizer_format(ck.path, ck.state, cfg.parallel if info.distributed else "none")
+    return check_resume(ck.path, ck.state, ident, cfg)
 
 
 def _trim_metrics(path: str, step: int) -> None:

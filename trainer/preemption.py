@@ -1,0 +1,78 @@
+"""Stopping a run on a signal without losing it: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1.
+
+Schedulers announce the end of a job with a signal: SLURM sends SIGTERM at preemption or time
+limit (and SIGUSR1 ahead of it with ``--signal=USR1@90``), Kubernetes SIGTERM on eviction, a
+person Ctrl-C. :class:`StopSignals` turns the first of these into a request that the loop reads at
+the next step boundary, where it saves a whole checkpoint and returns; it never interrupts a step
+or a save in the middle. A second signal means "now": the previous handlers are put back and the
+signal is raised again (Ctrl-C becomes ``KeyboardInterrupt``, SIGTERM ends the process), so the
+kill -9 guarantees are all that is left, and they hold (checkpoints are atomic).
+
+Under torchrun every rank installs the handlers; a signal may reach one rank only (``kill`` of one
+process) or all (Ctrl-C to the process group, torchrun forwarding its SIGTERM). :func:`agree` sums
+the ranks' flags at each step boundary, so all ranks stop at the same step and save together (the
+save is collective). Handlers can only be installed from the main thread; elsewhere (a run
+started from a worker thread) the signals keep their handlers and nothing is requested.
+
+The process then exits with ``128 + signal number`` (143 for SIGTERM, 130 for Ctrl-C, 138 for
+SIGUSR1): the shell's convention for a process ended by a signal, which torchrun and schedulers
+read as "did not finish" (a job that stopped early must not look done to a requeue script).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType, TracebackType
+from typing import Any
+
+from treeprep.trainer import distributed as dist_mod
+
+#: the signals that ask for a checkpoint and a stop
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR1", None)) if s is not None
+)
+
+
+def exit_code(signame: str) -> int:
+    """``128 + n`` for the signal named ``signame`` (the shell's exit status of a signal)."""
+    return 128 + int(signal.Signals[signame])
+
+
+class StopSignals:
+    """Within ``with``: the first stop signal sets :attr:`received` (its name); a second one
+    exits at once through the handlers that were there before."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._old: dict[signal.Signals, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for s in STOP_SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old if old is not None else signal.SIG_DFL)
+        self._old.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signal.Signals(signum).name
+            return
+        self._restore()  # the second signal: the old handler (KeyboardInterrupt, or the default)
+        signal.raise_signal(signum)
+        os._exit(128 + signum)  # an old handler that ignored it: still exit at once
+
+
+def agree(flags: list[bool], info: dist_mod.DistInfo) -> list[bool]:
+    """Each flag true on any rank, on every rank (one small all-reduce under torchrun)."""
+    return [v > 0 for v in dist_mod.all_reduce_sum([float(f) for f in flags], info)]
