@@ -49,7 +49,7 @@ import torch
 from treeprep.errors import ShardError, TrainingError
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.config import TrainConfig
-from treeprep.trainer.models import PRESETS
+from treeprep.trainer.models.presets import PRESETS
 from treeprep.trainer.plan_batches import (
     BuildReader,
     EpochPlan,

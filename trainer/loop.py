@@ -64,7 +64,10 @@ from treeprep.trainer.config import (
     precision,
 )
 from treeprep.trainer.data import Epochs, Prefetch, check_compatible, step_work, tokenizer_sha256
-from treeprep.trainer.models import PRESETS, apply_lora, guard_model, load_model
+from treeprep.trainer.models.guard import guard_model
+from treeprep.trainer.models.load import load_model
+from treeprep.trainer.models.lora import apply_lora
+from treeprep.trainer.models.presets import PRESETS
 from treeprep.trainer.plan_batches import BuildReader
 from treeprep.trainer.step import Stepper, StepResult, lr_factor, make_optimizer, make_schedule
 

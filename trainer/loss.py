@@ -64,7 +64,7 @@ from torch.utils.checkpoint import checkpoint
 from treeprep.errors import TreeprepError
 from treeprep.trainer import fused_head
 from treeprep.trainer.batch import Missing, TreeBatch
-from treeprep.trainer.models import decoder_hidden, output_head
+from treeprep.trainer.models.run import decoder_hidden, output_head
 from treeprep.trainer.targets import Targets
 
 LossName = Literal["sft", "ppo", "grpo", "gspo"]

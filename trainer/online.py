@@ -240,7 +240,7 @@ class OnlineStep:
     ) -> tuple[float, dict[str, float]]:
         """Forward and backward of every micro-batch on ``model`` (gradients land in ``.grad``);
         returns the step's loss and metrics (``clip_frac``, ``approx_kl``, ``entropy``, ...)."""
-        from treeprep.trainer.parts import run_parts
+        from treeprep.trainer.parts.schedule import run_parts
 
         self.check_vocab(model)
         total = 0.0

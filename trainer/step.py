@@ -161,7 +161,7 @@ def _forward_backward(
 ) -> tuple[torch.Tensor, Any]:
     """One micro-batch: as hand-off parts when it has them, else one forward and backward;
     ``sharded`` is told before each pass."""
-    from treeprep.trainer.parts import run_parts
+    from treeprep.trainer.parts.schedule import run_parts
 
     gate = sharded.before_pass if sharded is not None else None
     if b.handoff is not None:

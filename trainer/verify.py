@@ -184,7 +184,7 @@ def _grads_parts(
     """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts,
     with the whole batch's normalizers (so the sum is the same loss)."""
     from treeprep.trainer.loss import LossConfig
-    from treeprep.trainer.parts import run_parts
+    from treeprep.trainer.parts.schedule import run_parts
 
     n_tok, n_seq, n_traj = whole.totals()
     dev = whole.device
