@@ -40,7 +40,7 @@ from treeprep.errors import TrainingError
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.config import TrainConfig
-from treeprep.trainer.plan_batches import NULL_ROW
+from treeprep.trainer.data.rows import NULL_ROW
 
 
 def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
