@@ -159,11 +159,11 @@ def step_batches(
                 row_batches.append(TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"}))
                 continue
             b = TreeBatch.from_trees(rows, **kw)
-            h = handoff.get((r, m))
-            if h is not None:
+            ref = handoff.get((r, m))
+            if ref is not None:
                 b.handoff = (
-                    np.asarray(h.handoff_cuts, dtype=np.int64),
-                    np.asarray(h.handoff_parents, dtype=np.int64),
+                    np.asarray(ref.handoff_cuts, dtype=np.int64),
+                    np.asarray(ref.handoff_parents, dtype=np.int64),
                 )
             row_batches.append(b)
         out.append(row_batches)
