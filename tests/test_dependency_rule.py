@@ -306,3 +306,116 @@ def test_static_check_allows_what_the_rule_allows(tmp_path: Path) -> None:
         "def cmd():\n    from treeprep import trainer\n    import torch\n"
     )
     assert _violations("cli", _cli_rule, tmp_path) == []
+
+
+# --------------------------------------------------------------------------------------------
+# cycles and facades: no module imports itself back, no trainer module imports a package facade
+# --------------------------------------------------------------------------------------------
+
+#: the folders whose import graph is kept free of cycles (the pipeline's build modules join it
+#: when the build/ package lands)
+ACYCLIC = ("schemas", "trainer", "cli")
+
+
+def _module_names(folders: tuple[str, ...], root: Path = ROOT) -> dict[str, Path]:
+    names = {}
+    for folder in folders:
+        for path in (root / folder).rglob("*.py"):
+            rel = path.relative_to(root / folder).with_suffix("")
+            names[".".join([PACKAGES[folder], *(p for p in rel.parts if p != "__init__")])] = path
+    return names
+
+
+def _graph(folders: tuple[str, ...], root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the project modules it imports (top-level or inside functions). ``from pkg import
+    name`` reaches ``pkg.name`` when that is a module, else ``pkg`` (its facade); the parents a
+    Python import also runs are not edges (a package facade would otherwise close a cycle with
+    every module under it)."""
+    mods = _module_names(folders, root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for folder in folders:
+        for where, _, mod, names, _ in _imports(folder, root):
+            rel = Path(where.split(":")[0]).relative_to(folder).with_suffix("")
+            this = ".".join([PACKAGES[folder], *(p for p in rel.parts if p != "__init__")])
+            subs = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in mods]
+            graph[this] |= set(subs)
+            if mod in mods and (not names or len(subs) < len(names)):
+                graph[this].add(mod)
+            graph[this].discard(this)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_static_no_import_cycle() -> None:
+    assert _cycles(_graph(ACYCLIC)) == []
+
+
+def _facade_imports(folder: str, root: Path = ROOT) -> list[str]:
+    """Imports of a package's facade (its ``__init__``) for a name, by a module of the folder."""
+    mods = _module_names((folder,), root)
+    facades = {m for m, p in mods.items() if p.name == "__init__.py"}
+    bad = []
+    for where, _, mod, names, _ in _imports(folder, root):
+        if where.split(":")[0].endswith("__init__.py") or mod not in facades:
+            continue
+        attrs = [n for n in names if f"{mod}.{n}" not in mods]
+        if attrs or not names:
+            bad.append(f"{where}: {mod} {attrs}")
+    return bad
+
+
+def test_static_trainer_modules_import_the_defining_module_not_a_facade() -> None:
+    """``treeprep.trainer`` and its subpackages re-export names for users; inside the trainer a
+    module imports the module that defines a name (a facade import closes a cycle as soon as the
+    facade re-exports the importer)."""
+    assert _facade_imports("trainer") == []
+
+
+def test_static_cycle_and_facade_checks_see_them(tmp_path: Path) -> None:
+    (tmp_path / "trainer" / "sub").mkdir(parents=True)
+    (tmp_path / "trainer" / "__init__.py").write_text("from treeprep.trainer.a import A\n")
+    (tmp_path / "trainer" / "a.py").write_text("A = 1\n\n\ndef f():\n    from . import b\n")
+    (tmp_path / "trainer" / "b.py").write_text("from treeprep.trainer.sub.c import C\n")
+    (tmp_path / "trainer" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "trainer" / "sub" / "c.py").write_text(
+        "from treeprep.trainer import A\nfrom treeprep.trainer import a\nC = A\n"
+    )
+    graph = _graph(("trainer",), tmp_path)
+    assert graph["treeprep.trainer.sub.c"] == {"treeprep.trainer", "treeprep.trainer.a"}
+    # c -> a -> b -> c (lazily, relatively), and c -> the facade -> a
+    assert _cycles(graph) == [
+        ["treeprep.trainer", "treeprep.trainer.a", "treeprep.trainer.b", "treeprep.trainer.sub.c"]
+    ]
+    (bad,) = _facade_imports("trainer", tmp_path)
+    assert bad.startswith("trainer/sub/c.py:1: treeprep.trainer ['A']")
