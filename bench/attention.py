@@ -4,7 +4,7 @@ The session (``../shared/data/logs/claude-code``, Qwen3 tokenizer: 4 trees, 411k
 the largest 378k) is planned at a 131,072-token budget with ``cut="prefix"`` (whole
 micro-batches of at most the budget; the default hand-off plan runs the 378k-token tree as parts
 with handed-over prefixes instead, which this benchmark does not lay out yet), with
-:func:`treeprep.trainer.plan_batches.make_plan`, and for every micro-batch this prints:
+:func:`treeprep.trainer.data.plans.make_plan`, and for every micro-batch this prints:
 
 * ``tokens``: T, the tokens it feeds (the planner's recomputed prefix included);
 * ``block_mask_bytes``: the FlexAttention block mask built from node intervals
@@ -99,7 +99,9 @@ def main() -> None:
     import torch
 
     from treeprep.trainer.batch import TreeBatch
-    from treeprep.trainer.plan_batches import BuildReader, make_plan, part_row
+    from treeprep.trainer.data.plans import make_plan
+    from treeprep.trainer.data.reader import BuildReader
+    from treeprep.trainer.data.rows import part_row
 
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)

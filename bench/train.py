@@ -116,7 +116,8 @@ def ensure_build(name: str, work: Path, scale: str) -> Path:
 
 def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
     """FLOPs each layout feeds over the timed steps (2 .. ``steps``) of the in-memory plan."""
-    from treeprep.trainer.plan_batches import BuildReader, make_plan
+    from treeprep.trainer.data.plans import make_plan
+    from treeprep.trainer.data.reader import BuildReader
 
     reader = BuildReader(str(data))
     plans: dict[int, object] = {}

@@ -1,10 +1,13 @@
 """``treeprep verify``: gradients on the tree layout versus the linear layout, before GPU hours.
 
-Reads the first ``--groups`` trees of a build (skipping, and naming, trees whose linear layout is
-over ``--max-tokens``), runs the chosen loss on the packed tries and on every sequence laid out on
-its own, and prints the two loss values and the worst absolute and relative gradient difference per
-parameter group. In float32, a group over ``--tol`` is measured against a float64 run of the
-linear layout: it fails (exit code 1) only when the tree is further from float64 than the
+Options to a :class:`~treeprep.trainer.verify.VerifyConfig`, the check
+(:func:`~treeprep.trainer.verify.verify_build`), the report rendered. The check reads the first
+``--groups`` trees of a build (skipping, and naming, trees whose linear layout is over
+``--max-tokens``), loads the model checked against the build like ``train`` does (a model folder of
+another tokenizer is refused), runs the chosen loss on the packed tries and on every sequence laid
+out on its own, and prints the two loss values and the worst absolute and relative gradient
+difference per parameter group. In float32, a group over ``--tol`` is measured against a float64 run
+of the linear layout: it fails (exit code 1) only when the tree is further from float64 than the
 per-sequence reference is (and more than ``--tol``), and the verdict says which. torch and the
 trainer are imported inside the command only.
 """
@@ -12,33 +15,12 @@ trainer are imported inside the command only.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from treeprep.cli import options as opt
-from treeprep.errors import TreeprepError
 from treeprep.modes import PartGraph
-
-
-def _select_rows(out: Path, groups: int, max_tokens: int) -> tuple[list[dict], list[str]]:
-    from treeprep.schemas.shard import open_shard, shard_paths
-
-    rows: list[dict] = []
-    skipped: list[str] = []
-    for path in shard_paths(str(out)):
-        table = open_shard(path)
-        lin = table.column("tokens_linear").to_pylist()
-        for i, n in enumerate(lin):
-            if len(rows) >= groups:
-                return rows, skipped
-            row = table.slice(i, 1).to_pylist()[0]
-            if n > max_tokens:
-                skipped.append(f"{row['group_id']} ({n:,} linear tokens)")
-                continue
-            rows.append(row)
-    return rows, skipped
 
 
 def verify_cmd(
@@ -76,73 +58,29 @@ def verify_cmd(
 ) -> None:
     """Check that the tree loss restores the linearized gradients exactly (with --budget: that
     trees executed as hand-off parts do)."""
-    objective = opt.objective(locals())
-    out = build
     from rich.console import Console
 
+    from treeprep.trainer.verify import VerifyConfig, verify_build
+
+    cfg = VerifyConfig(
+        build=str(build), model=model, groups=groups, objective=opt.objective(locals()),
+        precision=precision, attn=attn.value, tol=tol, max_tokens=max_tokens, device=device,
+        seed=seed, budget=budget, part_graph=part_graph,
+    )  # fmt: skip
     err = Console(stderr=True)
-    if groups < 1:
-        raise TreeprepError(f"--groups must be >= 1, got {groups}")
-    rows, skipped = _select_rows(out, groups, max_tokens)
-    for s in skipped:
-        err.print(f"[yellow]skipped {s}: over --max-tokens[/]")
-    if not rows:
-        raise TreeprepError(f"{out}: no tree within --max-tokens {max_tokens:,} to verify")
-
-    from treeprep.trainer import verify_gradients
-
-    if precision not in ("float32", "float64"):
-        raise TreeprepError(f"--precision {precision!r}: expected float32 or float64")
-    err.print(f"loading {model} ...")
-    m = _load_model(out, rows, model, precision, device, attn.value, seed)
-    if budget is not None and budget < 1:
-        raise TreeprepError(f"--budget must be >= 1, got {budget}")
-    split = (
-        ""
-        if budget is None
-        else f", hand-off parts of <= {budget:,} tokens (part graph: {part_graph})"
-    )
-    what = f"{loss.value}, {norm.value}, attention {attn.value}{split}"
-    err.print(f"verifying {len(rows)} trees: {what} ...")
-    rep = verify_gradients(
-        m, rows, attn=attn.value, tol=tol, budget=budget, part_graph=part_graph, **objective
-    )
+    run = verify_build(cfg, log=lambda line: err.print(line, markup=False))
+    rep = run.report
     if as_json:
         d = rep.to_dict()
         d["model"] = model
-        d["trees"] = [r["group_id"] for r in rows]
-        d["skipped"] = skipped
+        d["trees"] = run.trees
+        d["skipped"] = run.skipped
         d["budget"] = budget
         typer.echo(json.dumps(d, indent=2))
     else:
         _print_report(rep, tol)
     if not rep.ok:
         raise typer.Exit(1)
-
-
-def _load_model(
-    out: Path, rows: list[dict], model: str, precision: str, device: str, attn: str, seed: int
-) -> Any:
-    """The model to verify with: a preset's vocabulary grows to the rows' largest token id; a
-    model folder whose vocabulary is smaller than that is refused (another tokenizer's shards)."""
-    import torch
-
-    from treeprep.trainer import PRESETS, load_model
-
-    dtype = torch.float64 if precision == "float64" else torch.float32
-    vocab = None
-    if model in PRESETS:
-        top = max(max(r["input_ids"]) for r in rows) + 1
-        vocab = max(PRESETS[model].vocab_size, top)
-    m = load_model(model, dtype=dtype, device=device, attn=attn, seed=seed, vocab_size=vocab)
-    if model not in PRESETS:
-        top = max(max(r["input_ids"]) for r in rows)
-        if top >= m.config.vocab_size:
-            raise TreeprepError(
-                f"{out}: token id {top} is outside the model's vocabulary "
-                f"({m.config.vocab_size}); were the shards built with another tokenizer?"
-            )
-    return m
 
 
 def _print_report(rep: Any, tol: float) -> None:

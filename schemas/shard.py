@@ -30,6 +30,11 @@ Layout of a row (all ``node_*`` lists have ``num_nodes`` entries, all ``seq_*`` 
 * ``seq_ref_logprobs[s]``: a reference policy's log-probs of the trained tokens in order (what a
   KL penalty compares against), or null.
 
+:func:`validate_tree_row` checks one row against this layout (what a trainer must be able to rely
+on before it packs a tree): node columns of one length, nodes contiguous in DFS order, parents
+before children, subtree ends and depths consistent, sequence columns of one length, loss spans in
+pairs and per-token values (log-probs) of one per trained token.
+
 With these, any normalization of the linearized loss (token sum, per-sequence mean, batch token
 mean, GRPO's 1/(G|o_i|)) and any advantage weighting can be restored exactly per token.
 
@@ -45,7 +50,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -193,3 +201,74 @@ def open_shard(path: str, columns: list[str] | None = None) -> pa.Table:
     table = read_shard(path)
     check_shard_schema(table, path)
     return table.select(columns) if columns else table
+
+
+# --------------------------------------------------------------------------------------------
+# one row
+# --------------------------------------------------------------------------------------------
+
+
+def _get(row: Any, key: str) -> Any:
+    return row[key] if isinstance(row, Mapping) else getattr(row, key)
+
+
+def _opt(row: Any, key: str) -> Any:
+    return row.get(key) if isinstance(row, Mapping) else getattr(row, key, None)
+
+
+def _ints(row: Any, key: str) -> np.ndarray:
+    return np.asarray(_get(row, key), dtype=np.int64)
+
+
+def validate_tree_row(row: Any, name: str = "tree") -> None:
+    """ShardError (a :class:`~treeprep.errors.TreeprepError`) naming ``name`` unless ``row`` (a
+    shard row as a dict, or an object with the same attributes) is a tree of this layout: see the
+    module docstring. ``seq_ref_logprobs`` may be absent."""
+    _validate_nodes(row, name)
+    nn = len(_get(row, "node_parent"))
+    seq_node = _ints(row, "seq_node")
+    ns = len(seq_node)
+    spans_raw, lps_raw = _get(row, "seq_loss_spans"), _get(row, "seq_logprobs")
+    refs_raw = _opt(row, "seq_ref_logprobs")
+    counts, adv = _get(row, "seq_count"), _get(row, "seq_advantage")
+    if not (len(counts) == len(spans_raw) == len(lps_raw) == len(adv) == ns):
+        raise ShardError(f"{name}: seq_* columns disagree in length")
+    if refs_raw is not None and len(refs_raw) != ns:
+        raise ShardError(f"{name}: seq_ref_logprobs disagrees in length")
+    if ((seq_node < 0) | (seq_node >= nn)).any():
+        raise ShardError(f"{name}: seq_node out of range")
+    trained = []
+    for s, sp in enumerate(spans_raw):
+        b = np.asarray(sp if sp is not None else [], dtype=np.int64)
+        if len(b) % 2:
+            raise ShardError(f"{name}: sequence {s} has an odd number of loss span bounds")
+        trained.append(int((b[1::2] - b[0::2]).sum()) if len(b) else 0)
+    for raw, what in ((lps_raw, "log-probs"), (refs_raw, "reference log-probs")):
+        for s, v in enumerate(raw or ()):
+            if v is not None and len(v) != trained[s]:
+                raise ShardError(
+                    f"{name}: sequence {s} has {len(v)} {what} for {trained[s]} trained tokens"
+                )
+
+
+def _validate_nodes(row: Any, name: str) -> None:
+    """The node columns of :func:`validate_tree_row`."""
+    ids = _get(row, "input_ids")
+    parent, offset, length = (_ints(row, k) for k in ("node_parent", "node_offset", "node_length"))
+    depth, last = _ints(row, "node_depth"), _ints(row, "node_last")
+    nn = len(parent)
+    if not (len(offset) == len(length) == len(depth) == len(last) == nn) or nn == 0:
+        raise ShardError(f"{name}: node_* columns disagree in length or are empty")
+    if (length <= 0).any():
+        raise ShardError(f"{name}: a node has no tokens (node_length must be >= 1)")
+    expect_off = np.concatenate([[0], np.cumsum(length)[:-1]])
+    if not np.array_equal(offset, expect_off) or int(length.sum()) != len(ids):
+        raise ShardError(f"{name}: nodes are not contiguous in DFS order over input_ids")
+    ar = np.arange(nn)
+    if ((parent >= ar) | (parent < -1)).any():
+        raise ShardError(f"{name}: node_parent must point to an earlier node (pre-order) or -1")
+    if ((last < ar) | (last >= nn)).any():
+        raise ShardError(f"{name}: node_last out of range")
+    pp = np.maximum(parent, 0)
+    if not np.array_equal(depth, np.where(parent >= 0, depth[pp] + length[pp], 0)):
+        raise ShardError(f"{name}: node_depth is not the parent's depth plus its length")

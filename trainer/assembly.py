@@ -5,8 +5,9 @@ of :class:`~treeprep.trainer.batch.TreeBatch`, written down in that module's doc
 module computes them, in steps that each hold one idea:
 
 1. :func:`read_tree` checks a row (shard row dict, or a :class:`treeprep.trie.Tree`-like object)
-   and turns it into arrays, with the tree's advantages (given, or from rewards over its
-   trajectories) and each trajectory's trained targets;
+   with the schema's :func:`~treeprep.schemas.shard.validate_tree_row` and turns it into arrays,
+   with the tree's advantages (given, or from rewards over its trajectories) and each
+   trajectory's trained targets;
 2. :func:`_pack` lays the trees out: each tree once (tree layout) or every copy of every sequence
    on its own (linear layout), and records each sequence entry's packed targets; the root-to-node
    token paths come from :func:`treeprep.treeindex.path_offsets`;
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from treeprep.errors import TreeprepError
+from treeprep.schemas.shard import validate_tree_row
 from treeprep.trainer.advantages import group_advantages, trajectory_index, trajectory_tokens
 from treeprep.treeindex import path_offsets
 
@@ -45,22 +47,11 @@ def _opt(row: Any, key: str) -> Any:
     return getattr(row, key, None)
 
 
-def _per_token(raw: Any, spans: list[np.ndarray], name: str, what: str) -> list[np.ndarray | None]:
+def _per_token(raw: Any, n: int) -> list[np.ndarray | None]:
     """Per sequence, a float64 array of one value per trained token (or None)."""
-    out: list[np.ndarray | None] = []
-    for s, sp in enumerate(spans):
-        v = None if raw is None else raw[s]
-        if v is None:
-            out.append(None)
-            continue
-        arr = np.asarray(v, dtype=np.float64)
-        n_tr = int((sp[1::2] - sp[0::2]).sum()) if len(sp) else 0
-        if len(arr) != n_tr:
-            raise TreeprepError(
-                f"{name}: sequence {s} has {len(arr)} {what} for {n_tr} trained tokens"
-            )
-        out.append(arr)
-    return out
+    if raw is None:
+        return [None] * n
+    return [None if v is None else np.asarray(v, dtype=np.float64) for v in raw]
 
 
 @dataclass
@@ -86,7 +77,10 @@ class TreeArrays:
 
 
 def read_tree(row: Any, index: int, adv_norm: str = "grpo") -> TreeArrays:
+    """One row as arrays, checked (:func:`treeprep.schemas.shard.validate_tree_row`), with its
+    advantages and each trajectory's trained targets."""
     name = f"tree {index} ({_get(row, 'group_id')!r})"
+    validate_tree_row(row, name)
 
     def i32(k: str) -> np.ndarray:
         return np.asarray(_get(row, k), dtype=np.int64)
@@ -94,42 +88,15 @@ def read_tree(row: Any, index: int, adv_norm: str = "grpo") -> TreeArrays:
     ids = i32("input_ids")
     parent, offset, length = i32("node_parent"), i32("node_offset"), i32("node_length")
     depth, last = i32("node_depth"), i32("node_last")
-    nn = len(parent)
-    if not (len(offset) == len(length) == len(depth) == len(last) == nn) or nn == 0:
-        raise TreeprepError(f"{name}: node_* columns disagree in length or are empty")
-    if (length <= 0).any():
-        raise TreeprepError(f"{name}: a node has no tokens (node_length must be >= 1)")
-    expect_off = np.concatenate([[0], np.cumsum(length)[:-1]])
-    if not np.array_equal(offset, expect_off) or int(length.sum()) != len(ids):
-        raise TreeprepError(f"{name}: nodes are not contiguous in DFS order over input_ids")
-    ar = np.arange(nn)
-    if ((parent >= ar) | (parent < -1)).any():
-        raise TreeprepError(f"{name}: node_parent must point to an earlier node (pre-order) or -1")
-    if ((last < ar) | (last >= nn)).any():
-        raise TreeprepError(f"{name}: node_last out of range")
-    has_p = parent >= 0
-    pdep = np.where(has_p, depth[np.maximum(parent, 0)] + length[np.maximum(parent, 0)], 0)
-    if not np.array_equal(depth, pdep):
-        raise TreeprepError(f"{name}: node_depth is not the parent's depth plus its length")
     seq_node = i32("seq_node")
     ns = len(seq_node)
     counts = i32("seq_count")
-    spans_raw = _get(row, "seq_loss_spans")
-    lps_raw = _get(row, "seq_logprobs")
-    refs_raw = _opt(row, "seq_ref_logprobs")
+    spans = [
+        np.asarray(s if s is not None else [], dtype=np.int64) for s in _get(row, "seq_loss_spans")
+    ]
+    lps = _per_token(_get(row, "seq_logprobs"), ns)
+    refs = _per_token(_opt(row, "seq_ref_logprobs"), ns)
     adv_raw = _get(row, "seq_advantage")
-    if not (len(counts) == len(spans_raw) == len(lps_raw) == len(adv_raw) == ns):
-        raise TreeprepError(f"{name}: seq_* columns disagree in length")
-    if refs_raw is not None and len(refs_raw) != ns:
-        raise TreeprepError(f"{name}: seq_ref_logprobs disagrees in length")
-    if ((seq_node < 0) | (seq_node >= nn)).any():
-        raise TreeprepError(f"{name}: seq_node out of range")
-    spans = [np.asarray(s if s is not None else [], dtype=np.int64) for s in spans_raw]
-    for s, sp in enumerate(spans):
-        if len(sp) % 2:
-            raise TreeprepError(f"{name}: sequence {s} has an odd number of loss span bounds")
-    lps = _per_token(lps_raw, spans, name, "log-probs")
-    refs = _per_token(refs_raw, spans, name, "reference log-probs")
     traj = trajectory_index(row)
     prepared = _opt(row, "seq_trajectory_tokens")
     error = _opt(row, "advantage_error")

@@ -64,9 +64,9 @@ own one-node tree: the baseline a linearizing trainer would run, packed by docum
 The assembly itself (rows checked, laid out, coefficients summed) is host work in numpy,
 :mod:`treeprep.trainer.assembly`; this module holds the batch it fills and the copy of its arrays
 to the device (on CUDA from pinned memory, non-blocking, so that a batch built in the prefetch
-thread, :mod:`treeprep.trainer.data`, overlaps the running step). Facts the loss must check (a
-missing advantage or reference log-prob: :class:`Missing`) are found in numpy there too, so the
-loss never reads a device tensor back to refuse a batch.
+thread, :mod:`treeprep.trainer.data.prefetch`, overlaps the running step). Facts the loss must
+check (a missing advantage or reference log-prob: :class:`Missing`) are found in numpy there too,
+so the loss never reads a device tensor back to refuse a batch.
 """
 
 from __future__ import annotations

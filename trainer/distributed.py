@@ -15,7 +15,7 @@ either
 
 Both average gradients over ranks. The loop multiplies each rank's loss by the world size, so
 the update is the gradient of the *sum* of the ranks' losses: with the global normalizers of
-:mod:`treeprep.trainer.plan_batches` that sum is the linearized loss of the step's global batch,
+:mod:`treeprep.trainer.data.steps` that sum is the linearized loss of the step's global batch,
 the same one a single process computes when it runs every rank's micro-batches itself.
 
 Processes come from ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``

@@ -41,8 +41,8 @@ Determinism on the CPU: seeded weights (presets), a deterministic plan, no dropo
 operations in the same order; the run is bit-identical for the same thread count, with prefetch
 on or off.
 
-``TrainConfig``, ``StepMetrics``, ``TrainResult``, ``lr_factor``, ``check_compatible`` and
-``tokenizer_sha256`` are re-exported here, where the CLI, the benchmarks and the tests import them.
+``TrainConfig``, ``StepMetrics``, ``TrainResult`` and ``lr_factor`` are re-exported here, where
+the CLI, the benchmarks and the tests import them.
 """
 
 from __future__ import annotations
@@ -69,9 +69,13 @@ from treeprep.trainer.config import (
     config_dict,
     precision,
 )
-from treeprep.trainer.data import Epochs, Prefetch, check_compatible, step_work, tokenizer_sha256
-from treeprep.trainer.models import PRESETS, apply_lora, guard_model, load_model
-from treeprep.trainer.plan_batches import BuildReader
+from treeprep.trainer.data.plans import Epochs
+from treeprep.trainer.data.prefetch import Prefetch
+from treeprep.trainer.data.reader import BuildReader, model_for_build
+from treeprep.trainer.data.steps import step_work
+from treeprep.trainer.models.guard import guard_model
+from treeprep.trainer.models.lora import apply_lora
+from treeprep.trainer.models.presets import PRESETS
 from treeprep.trainer.preemption import StopSignals
 from treeprep.trainer.run_identity import (
     ResumeNotes,
@@ -87,10 +91,8 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "TrainingError",
-    "check_compatible",
     "lr_factor",
     "save",
-    "tokenizer_sha256",
     "train",
 ]
 
@@ -256,14 +258,9 @@ def _load_lm(
     """The model on the device in training mode: checked against the build, with LoRA, the
     resumed weights and activation checkpointing as configured, and refused by the guard when
     treeprep cannot train it exactly."""
-    vocab = None
-    if cfg.model in PRESETS:
-        vocab = cfg.vocab_size or reader.manifest.tokenizer.vocab_size
-        vocab = max(vocab, reader.max_token_id() + 1)
     wdtype = torch.float64 if cfg.precision == "float64" else torch.float32
-    lm = load_model(cfg.model, dtype=wdtype, device="cpu", attn=cfg.attn, seed=cfg.seed,
-                    vocab_size=vocab)  # fmt: skip
-    check_compatible(reader, cfg.model, int(lm.config.vocab_size))
+    lm = model_for_build(reader, cfg.model, dtype=wdtype, attn=cfg.attn, seed=cfg.seed,
+                         vocab_size=cfg.vocab_size)  # fmt: skip
     if cfg.lora_r:
         lm = apply_lora(lm, r=cfg.lora_r, alpha=cfg.lora_alpha, targets=cfg.lora_targets)
     if resume is not None:

@@ -64,7 +64,7 @@ from treeprep.errors import TreeprepError
 from treeprep.modes import KlEstimator, Loss, coerce_modes
 from treeprep.trainer import fused_head
 from treeprep.trainer.batch import Missing, TreeBatch
-from treeprep.trainer.models import decoder_hidden, output_head
+from treeprep.trainer.models.run import decoder_hidden, output_head
 from treeprep.trainer.targets import Targets
 
 

@@ -2,8 +2,8 @@
 
 A loss returns detached sums (:mod:`treeprep.trainer.loss`), never averages, because averaging
 per micro-batch and then adding (or averaging the averages) weighs micro-batches instead of tokens.
-:class:`StepSums` accumulates them over a step's micro-batches; :meth:`StepSums.finish` reduces
-them over ranks once and divides:
+:class:`StepMetricSums` accumulates them over a step's micro-batches;
+:meth:`StepMetricSums.finish` reduces them over ranks once and divides:
 
 * ``clip_frac`` = clipped RL units / RL units (``clip_count`` / ``units``; per sequence for gspo);
 * ``approx_kl`` = sum of k3(old, current) over units / units (``approx_kl_sum`` / ``token_units``):
@@ -33,8 +33,9 @@ RATIOS: dict[str, tuple[str, str]] = {
 _SUMS = sorted({n for pair in RATIOS.values() for n in pair} | {"kl", "entropy"})
 
 
-class StepSums:
-    """Additive metric sums and advantage moments of one step (one rank's share)."""
+class StepMetricSums:
+    """Additive metric sums (clip counts, KL and entropy sums, unit counts) and advantage moments
+    of one step (one rank's share), from which :meth:`finish` divides the step's metrics."""
 
     def __init__(self) -> None:
         self.sums: dict[str, Any] = {}

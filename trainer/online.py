@@ -39,7 +39,7 @@ from treeprep.sequence import Sequence as TokenSequence
 from treeprep.trainer.advantages import prepare_row, trained_targets
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.loss import LossConfig, loss_with_config
-from treeprep.trainer.metrics import StepSums
+from treeprep.trainer.metrics import StepMetricSums
 from treeprep.trie import build_tree
 
 
@@ -240,11 +240,11 @@ class OnlineStep:
     ) -> tuple[float, dict[str, float]]:
         """Forward and backward of every micro-batch on ``model`` (gradients land in ``.grad``);
         returns the step's loss and metrics (``clip_frac``, ``approx_kl``, ``entropy``, ...)."""
-        from treeprep.trainer.parts import run_parts
+        from treeprep.trainer.parts.schedule import run_parts
 
         self.check_vocab(model)
         total = 0.0
-        sums = StepSums()
+        sums = StepMetricSums()
         for b, parts in zip(self.micro_batches, self.handoff, strict=True):
             if parts:
                 assert self.budget is not None

@@ -14,7 +14,7 @@ in this order:
    them layer by layer, the ranks run their passes in lockstep and each backward
    reduce-scatters (:class:`~.distributed.ShardedHandOff`).
 2. **Reductions.** The loss and the token counts are summed over ranks, the metric sums are
-   reduced and divided (:class:`~treeprep.trainer.metrics.StepSums`).
+   reduced and divided (:class:`~treeprep.trainer.metrics.StepMetricSums`).
 3. **Clip and guard.** The global gradient norm is clipped (``grad_clip``; always logged); a
    non-finite loss or norm raises before the update, naming the step and the last good checkpoint.
 4. **Update.** The optimizer and the schedule step, the gradients are dropped.
@@ -40,7 +40,7 @@ from treeprep.errors import TrainingError
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.config import TrainConfig
-from treeprep.trainer.plan_batches import NULL_ROW
+from treeprep.trainer.data.rows import NULL_ROW
 
 
 def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
@@ -76,8 +76,12 @@ def make_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig, total: int) -> A
 
 
 @dataclass
-class StepCounts:
-    """One rank's (then, after :meth:`reduce`, every rank's) sums over a step's micro-batches."""
+class StepLossAndCounts:
+    """What a step ran, summed over its micro-batches on one rank (then, after :meth:`reduce`,
+    over every rank): the loss, and the work counts (tokens fed, their linear equivalent, trained
+    targets, real micro-batches). Not the loss normalizers (those are planned before the step:
+    :class:`~treeprep.trainer.data.steps.StepNormalizers`) nor the metric sums
+    (:class:`~treeprep.trainer.metrics.StepMetricSums`), whose finished values land in ``extra``."""
 
     loss: Any = 0.0  # a 0-dim tensor on the device until reduced
     tokens: int = 0
@@ -86,19 +90,19 @@ class StepCounts:
     micro_batches: int = 0  # real ones: null micro-batches of empty slots excluded
     extra: dict[str, float] = field(default_factory=dict)
 
-    def reduce(self, info: dist_mod.DistInfo) -> StepCounts:
+    def reduce(self, info: dist_mod.DistInfo) -> StepLossAndCounts:
         """The sums over all ranks (the loss as a float)."""
         counts = [self.tokens, self.tokens_linear, self.targets, self.micro_batches]
         red = dist_mod.all_reduce_sum([float(self.loss)] + [float(x) for x in counts], info)
         tok, tok_lin, targets, mbs = (int(x) for x in red[1:])
-        return StepCounts(red[0], tok, tok_lin, targets, mbs, self.extra)
+        return StepLossAndCounts(red[0], tok, tok_lin, targets, mbs, self.extra)
 
 
 @dataclass
 class StepResult:
     """What a step did, for the step's metrics."""
 
-    sums: StepCounts  # reduced over ranks
+    sums: StepLossAndCounts  # reduced over ranks
     grad_norm: float
     lr: float  # the learning rate the update used
 
@@ -112,19 +116,19 @@ def micro_batches(
     info: dist_mod.DistInfo,
     handoff: bool,
     sharded: dist_mod.ShardedHandOff | None = None,
-) -> StepCounts:
+) -> StepLossAndCounts:
     """Forward and backward of one step's micro-batches (gradients accumulate in ``.grad``).
 
     A micro-batch over the budget is one tree run as hand-off parts (:mod:`.parts`). Such a step
     accumulates every micro-batch locally and the caller all-reduces the gradients once (the
     parts' several backward passes per micro-batch do not fit DDP's one-backward hook), unless
     ``sharded`` (FSDP2) runs every pass in lockstep and reduce-scatters after each backward."""
-    from treeprep.trainer.metrics import StepSums
+    from treeprep.trainer.metrics import StepMetricSums
 
     inner = dist_mod.unwrap(wrapped)
     n_mb = len(batches[0])
-    out = StepCounts()
-    mets_sums = StepSums()
+    out = StepLossAndCounts()
+    mets_sums = StepMetricSums()
     # the lockstep of a sharded step ends (every rank done, the root reduced) before the
     # metrics' own collectives
     with sharded.step() if sharded is not None else contextlib.nullcontext():
@@ -161,7 +165,7 @@ def _forward_backward(
 ) -> tuple[torch.Tensor, Any]:
     """One micro-batch: as hand-off parts when it has them, else one forward and backward;
     ``sharded`` is told before each pass."""
-    from treeprep.trainer.parts import run_parts
+    from treeprep.trainer.parts.schedule import run_parts
 
     gate = sharded.before_pass if sharded is not None else None
     if b.handoff is not None:
@@ -227,7 +231,7 @@ class Stepper:
         self.opt.zero_grad(set_to_none=True)
         return StepResult(sums, grad_norm, lr_now)
 
-    def _forward_backward(self, batches: list[list[TreeBatch]], handoff: bool) -> StepCounts:
+    def _forward_backward(self, batches: list[list[TreeBatch]], handoff: bool) -> StepLossAndCounts:
         cfg, info, wrapped = self.cfg, self.info, self.wrapped
         args = (wrapped, batches, cfg, self.budget, self.world_scale, info)
         if handoff and cfg.parallel == "fsdp" and info.distributed:

@@ -19,19 +19,28 @@ tree is within ``tol`` of float64 or no further from it than the reference is; i
 treeprep is worse than the reference, and the report says so (:attr:`VerifyReport.reason`). The
 float64 run costs about one more forward and backward in float64 and a copy of the weights, and
 runs only when needed (``reference64=True`` always runs it).
+
+:func:`verify_build` is the whole command: a :class:`VerifyConfig` names a build, a model and the
+objective; it reads the first ``groups`` trees of the build (skipping, and naming, those whose
+linear layout is over ``max_tokens``), loads the model checked against the build
+(:func:`~treeprep.trainer.data.reader.model_for_build`, the same check as training: a model folder
+of another tokenizer is refused) and returns the :class:`VerifyReport` with what it skipped.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from treeprep.errors import TreeprepError
+from treeprep.modes import Attn, PartGraph, coerce_modes
 from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.loss import tree_loss
 
 
@@ -184,7 +193,7 @@ def _grads_parts(
     """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts,
     with the whole batch's normalizers (so the sum is the same loss)."""
     from treeprep.trainer.loss import LossConfig
-    from treeprep.trainer.parts import run_parts
+    from treeprep.trainer.parts.schedule import run_parts
 
     n_tok, n_seq, n_traj = whole.totals()
     dev = whole.device
@@ -225,7 +234,7 @@ def verify_gradients(
     attn: str | None = None,
     tol: float = 1e-5,
     budget: int | None = None,
-    part_graph: str = "recompute",
+    part_graph: PartGraph | str = PartGraph.recompute,
     reference64: bool | None = None,
     **loss_kw: Any,
 ) -> VerifyReport:
@@ -291,3 +300,102 @@ def _diffs(
         g[2] += float(((a - b) ** 2).sum())
         g[3] += float((b**2).sum())
     return [(k, (int(v[0]), v[1], v[2], v[3])) for k, v in acc.items()]
+
+
+# --------------------------------------------------------------------------------------------
+# the command: a build, a model, an objective
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class VerifyConfig:
+    """What ``treeprep verify`` checks (module docstring)."""
+
+    #: the build folder
+    build: str
+    #: a preset name or a local model folder
+    model: str
+    #: trees to check, in shard order
+    groups: int = 4
+    #: the objective: :func:`~treeprep.trainer.loss.tree_loss`'s ``loss``, ``norm``, ``adv_norm``
+    #: and knobs (clip range, KL, entropy, chunk), as :func:`verify_gradients` takes them
+    objective: dict[str, Any] = field(default_factory=dict)
+    #: float32, or float64 (weights, coefficients and loss)
+    precision: str = "float32"
+    attn: Attn = Attn.auto
+    #: the largest relative L2 difference allowed
+    tol: float = 1e-5
+    #: skip trees whose linear layout has more tokens than this
+    max_tokens: int = 65536
+    device: str = "cpu"
+    #: seed of a preset's random weights
+    seed: int = 0
+    #: run every tree over this many tokens as hand-off parts (the tree side)
+    budget: int | None = None
+    #: what a hand-off part keeps of its graph while its descendants run
+    part_graph: PartGraph = PartGraph.recompute
+
+    def __post_init__(self) -> None:
+        coerce_modes(self, TreeprepError, prefix="--")
+        if self.groups < 1:
+            raise TreeprepError(f"--groups must be >= 1, got {self.groups}")
+        if self.precision not in ("float32", "float64"):
+            raise TreeprepError(f"--precision {self.precision!r}: expected float32 or float64")
+        if self.budget is not None and self.budget < 1:
+            raise TreeprepError(f"--budget must be >= 1, got {self.budget}")
+
+
+@dataclass
+class VerifyRun:
+    """What :func:`verify_build` did: the report, the trees checked and those skipped."""
+
+    report: VerifyReport
+    trees: list[str]
+    skipped: list[str]
+
+
+def select_rows(reader: BuildReader, groups: int, max_tokens: int) -> tuple[list[dict], list[str]]:
+    """The first ``groups`` trees of the build within ``max_tokens`` linear tokens, and the names
+    of those skipped on the way."""
+    from treeprep.schemas.shard import open_shard, shard_path
+
+    rows: list[dict] = []
+    skipped: list[str] = []
+    for name in reader.shard_names:
+        table = open_shard(shard_path(reader.out_dir, name))
+        for i, n in enumerate(table.column("tokens_linear").to_pylist()):
+            if len(rows) >= groups:
+                return rows, skipped
+            row = table.slice(i, 1).to_pylist()[0]
+            if n > max_tokens:
+                skipped.append(f"{row['group_id']} ({n:,} linear tokens)")
+                continue
+            rows.append(row)
+    return rows, skipped
+
+
+def verify_build(cfg: VerifyConfig, *, log: Callable[[str], None] | None = None) -> VerifyRun:
+    """Verify ``cfg.build`` with ``cfg.model`` (module docstring); ``log`` hears the progress."""
+    say = log or (lambda _: None)
+    reader = BuildReader(cfg.build)
+    rows, skipped = select_rows(reader, cfg.groups, cfg.max_tokens)
+    for s in skipped:
+        say(f"skipped {s}: over --max-tokens")
+    if not rows:
+        raise TreeprepError(
+            f"{cfg.build}: no tree within --max-tokens {cfg.max_tokens:,} to verify"
+        )
+    say(f"loading {cfg.model} ...")
+    dtype = torch.float64 if cfg.precision == "float64" else torch.float32
+    model = model_for_build(
+        reader, cfg.model, dtype=dtype, device=cfg.device, attn=cfg.attn, seed=cfg.seed
+    )
+    o = cfg.objective
+    split = "" if cfg.budget is None else f", hand-off parts of <= {cfg.budget:,} tokens"
+    what = f"{o.get('loss', 'sft')}, {o.get('norm', 'token-mean')}, attention {cfg.attn}"
+    say(f"verifying {len(rows)} trees: {what}{split} (part graph: {cfg.part_graph}) ...")
+    rep = verify_gradients(
+        model, rows, attn=cfg.attn, tol=cfg.tol, budget=cfg.budget, part_graph=cfg.part_graph,
+        **cfg.objective,
+    )  # fmt: skip
+    return VerifyRun(rep, [r["group_id"] for r in rows], skipped)

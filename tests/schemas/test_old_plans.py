@@ -51,7 +51,8 @@ def test_an_old_plan_is_todays_plan_and_trains_its_build(tmp_path: Path) -> None
     assert new_text == old_text.replace('"cut": "recompute"', '"cut": "prefix"')
 
     pytest.importorskip("torch")
-    from treeprep.trainer.plan_batches import BuildReader, load_plan
+    from treeprep.trainer.data.plans import load_plan
+    from treeprep.trainer.data.reader import BuildReader
 
     copied = out / "plans" / "old"
     shutil.copytree(OLD, copied)

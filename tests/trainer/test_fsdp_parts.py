@@ -159,8 +159,8 @@ def _sharded(loss: str, mode: str, info) -> tuple[dict, Probe, dict]:
     from torch.distributed.tensor import DTensor
 
     from treeprep.trainer import TreeBatch
+    from treeprep.trainer.data.rows import NULL_ROW
     from treeprep.trainer.distributed import ShardedHandOff, wrap
-    from treeprep.trainer.plan_batches import NULL_ROW
     from treeprep.trainer.step import micro_batches
 
     cfg = _cfg(loss, mode)

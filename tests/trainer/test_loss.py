@@ -126,8 +126,8 @@ def test_entropy_bonus_needs_entropies() -> None:
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"loss": "dpo"}, "unknown loss"),
-        ({"kl_estimator": "k2"}, "unknown kl_estimator"),
+        ({"loss": "dpo"}, "loss .dpo.; expected one of sft, ppo, grpo, gspo"),
+        ({"kl_estimator": "k2"}, "kl_estimator .k2.; expected one of k3, k1"),
         ({"clip_eps": 1.0}, "clip_eps must be in"),
         ({"clip_eps_high": -0.1}, "clip_eps_high must be"),
         ({"chunk": 0}, "chunk must be"),

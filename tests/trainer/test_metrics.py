@@ -1,6 +1,6 @@
-"""trainer/metrics.py ``StepSums``: a step's ratios are sums over all its micro-batches divided
-once (not averages of per-micro-batch averages), and the advantage moments count every trained
-call of a sequence entry, against numpy on the expanded list."""
+"""trainer/metrics.py ``StepMetricSums``: a step's ratios are sums over all its micro-batches
+divided once (not averages of per-micro-batch averages), and the advantage moments count every
+trained call of a sequence entry, against numpy on the expanded list."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from treeprep.trainer.metrics import StepSums  # noqa: E402
+from treeprep.trainer.metrics import StepMetricSums  # noqa: E402
 
 ONE_PROCESS = SimpleNamespace(distributed=False)
 
@@ -25,7 +25,7 @@ def _batch(adv: list[float], trained: list[int], count: list[int]) -> SimpleName
 
 
 def test_ratios_weigh_units_not_micro_batches() -> None:
-    s = StepSums()
+    s = StepMetricSums()
     s.add({"clip_count": 1.0, "units": 2.0, "entropy_sum": 3.0, "targets": 10.0})
     s.add({"clip_count": 0.0, "units": 8.0, "entropy_sum": 1.0, "targets": 30.0})
     out = s.finish(ONE_PROCESS)
@@ -35,7 +35,7 @@ def test_ratios_weigh_units_not_micro_batches() -> None:
 
 
 def test_penalty_terms_are_logged_as_terms() -> None:
-    s = StepSums()
+    s = StepMetricSums()
     s.add({"kl": 0.25, "entropy": 1.5})
     s.add({"kl": 0.5})
     out = s.finish(ONE_PROCESS)
@@ -43,7 +43,7 @@ def test_penalty_terms_are_logged_as_terms() -> None:
 
 
 def test_advantage_moments_count_every_trained_call() -> None:
-    s = StepSums()
+    s = StepMetricSums()
     # sequence entries: (advantage, trained targets, calls); untrained and NaN entries skipped
     s.add_batch(_batch([1.0, -2.0, 5.0], [3, 1, 0], [2, 1, 4]))
     s.add_batch(_batch([0.5, float("nan")], [1, 2], [3, 1]))

@@ -17,7 +17,7 @@ from treeprep.trainer import TreeBatch, load_model, tree_loss  # noqa: E402
 from treeprep.trainer import distributed as dist_mod  # noqa: E402
 from treeprep.trainer.config import TrainConfig  # noqa: E402
 from treeprep.trainer.step import (  # noqa: E402
-    StepCounts,
+    StepLossAndCounts,
     Stepper,
     lr_factor,
     make_optimizer,
@@ -88,7 +88,7 @@ def test_a_non_finite_loss_stops_before_the_update() -> None:
 
 
 def test_counts_alone_reduce_to_themselves() -> None:
-    c = StepCounts(torch.tensor(2.5, dtype=torch.float64), 10, 30, 7, 2, {"entropy": 1.0})
+    c = StepLossAndCounts(torch.tensor(2.5, dtype=torch.float64), 10, 30, 7, 2, {"entropy": 1.0})
     r = c.reduce(ALONE)
     assert (r.loss, r.tokens, r.tokens_linear, r.targets, r.micro_batches) == (2.5, 10, 30, 7, 2)
     assert isinstance(r.loss, float) and r.extra == {"entropy": 1.0}

@@ -23,8 +23,9 @@ from typer.testing import CliRunner  # noqa: E402
 from treeprep.build import BuildConfig, build  # noqa: E402
 from treeprep.errors import ShardError, TreeprepError  # noqa: E402
 from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.data.plans import make_plan  # noqa: E402
+from treeprep.trainer.data.reader import BuildReader  # noqa: E402
 from treeprep.trainer.loop import TrainConfig, TrainingError, train  # noqa: E402
-from treeprep.trainer.plan_batches import BuildReader, make_plan  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 QWEN3 = DATA / "tokenizers" / "qwen3"
@@ -275,7 +276,7 @@ def test_refuses_other_schema_version(data: Path, tmp_path: Path) -> None:
 def test_refuses_shards_of_another_tokenizer(data: Path, tmp_path: Path) -> None:
     from treeprep.render import Renderer
     from treeprep.trainer import load_model
-    from treeprep.trainer.loop import tokenizer_sha256
+    from treeprep.trainer.data.reader import tokenizer_sha256
 
     mdir = tmp_path / "model"
     load_model("tiny-qwen3", vocab_size=151936).save_pretrained(mdir)
@@ -403,7 +404,7 @@ def test_tampered_plans_are_refused(data: Path, tmp_path: Path) -> None:
     import pyarrow.ipc as ipc
 
     from treeprep.pack import PackConfig, pack
-    from treeprep.trainer.plan_batches import load_plan
+    from treeprep.trainer.data.plans import load_plan
 
     out = tmp_path / "build"
     shutil.copytree(data, out)
@@ -434,7 +435,7 @@ def test_tampered_plans_are_refused(data: Path, tmp_path: Path) -> None:
 def _prefetch_threads() -> list:
     import threading
 
-    from treeprep.trainer.data import THREAD_NAME
+    from treeprep.trainer.data.prefetch import THREAD_NAME
 
     return [t for t in threading.enumerate() if t.name == THREAD_NAME and t.is_alive()]
 
@@ -447,7 +448,8 @@ def test_prefetch_is_bit_identical_to_building_batches_inline(
     boundary (4 steps; the plan has 3), and no thread is left when train() returns."""
     import threading
 
-    from treeprep.trainer import data as data_mod
+    from treeprep.trainer.data import prefetch as prefetch_mod
+    from treeprep.trainer.data import steps as data_mod
 
     built_in: dict[bool, list[str]] = {True: [], False: []}
     real = data_mod.step_batches
@@ -461,7 +463,7 @@ def test_prefetch_is_bit_identical_to_building_batches_inline(
         monkeypatch.setattr(data_mod, "step_batches", spy)
         runs[prefetch] = train(cfg(data, tmp_path / str(prefetch), steps=4, prefetch=prefetch))
         assert not _prefetch_threads()
-    assert built_in[True] == [data_mod.THREAD_NAME] * 4
+    assert built_in[True] == [prefetch_mod.THREAD_NAME] * 4
     assert built_in[False] == ["MainThread"] * 4
     on, off = runs[True].history, runs[False].history
     assert [m.epoch for m in on] == [0, 0, 0, 1]
@@ -481,7 +483,7 @@ def test_error_building_a_batch_surfaces_from_train(
     """An error raised while the second step's batches are built (in the prefetch thread, or
     inline) comes out of train() as itself, after the first step; no thread is left, and none is
     left either when the step itself fails while the next batches are being built."""
-    from treeprep.trainer import data as data_mod
+    from treeprep.trainer.data import steps as data_mod
 
     real = data_mod.step_batches
     calls: list[int] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,30 @@ REAL_LOGS = [
 
 
 def _write_build(out: Path, trees) -> None:
-    from treeprep.schemas.manifest import Manifest  # noqa: F401  (the contract exists)
+    """A finished build of ready trees: shards and a manifest (of the builtin byte tokenizer)."""
+    from treeprep.schemas import SCHEMA_VERSION
+    from treeprep.schemas.manifest import Counts, Manifest, ShardEntry, TokenizerIdentity
     from treeprep.shards import write_shard
 
     (out / "shards").mkdir(parents=True)
     size, sha = write_shard(trees, str(out / "shards" / "00000.arrow"))
-    (out / "manifest.json").write_text(
-        json.dumps({"shards": [{"path": "shards/00000.arrow", "bytes": size, "sha256": sha}]})
-    )
+    nseq = sum(int(t.seq_count.sum()) for t in trees)
+    tt, tl = sum(t.tokens_tree for t in trees), sum(t.tokens_linear for t in trees)
+    m = Manifest(
+        schema_version=SCHEMA_VERSION,
+        treeprep_version="test",
+        tokenizer=TokenizerIdentity(
+            name="builtin-bytes", sha256="0", chat_template_sha256="0", vocab_size=256
+        ),
+        counts=Counts(
+            records_read=nseq, records_in_trees=nseq, records_rejected=0, trees=len(trees),
+            sequences=nseq, nodes=sum(t.num_nodes for t in trees), tokens_linear=tl,
+            tokens_tree=tt,
+        ),
+        shards=[ShardEntry(path="shards/00000.arrow", bytes=size, sha256=sha, trees=len(trees),
+                           tokens_tree=tt, tokens_linear=tl)],
+    )  # fmt: skip
+    (out / "manifest.json").write_text(m.model_dump_json(indent=2))
 
 
 def test_verify_passes_on_generated_shards(tmp_path: Path) -> None:
@@ -51,6 +68,22 @@ def test_verify_fails_past_the_tolerance(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["verify", str(tmp_path), "--model", "tiny-qwen3", "--tol", "0"])
     assert r.exit_code == 1
     assert "FAIL" in r.stdout
+
+
+@pytest.mark.skipif(not QWEN3.exists(), reason="../shared/data is not present")
+def test_verify_refuses_a_model_of_another_tokenizer(tmp_path: Path) -> None:
+    """A model folder whose tokenizer is not the build's is refused, as train refuses it (verify
+    loaded it and passed: its vocabulary was large enough for the build's token ids)."""
+    from treeprep.trainer.models.load import load_model
+
+    _write_build(tmp_path / "build", [group_tree(44)])
+    mdir = tmp_path / "model"
+    load_model("tiny-qwen3", vocab_size=151936).save_pretrained(mdir)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(QWEN3 / f, mdir / f)
+    r = CliRunner().invoke(app, ["verify", str(tmp_path / "build"), "--model", str(mdir)])
+    assert r.exit_code != 0
+    assert "another tokenizer" in str(r.exception), r.output
 
 
 def test_verify_refuses_a_folder_without_a_build(tmp_path: Path) -> None:

@@ -29,6 +29,11 @@ tokens are contiguous and its queries see, bottom-right causally, its own tokens
 keys are a few contiguous *segments* of the packed sequence (one per ancestor chain: the head of
 that chain up to the end of the ancestor node) plus the leading prefix rows. Attention runs over
 those segments in place and merges them with one softmax, so no key row is ever copied.
+
+This module is a leaf of the attention package: it imports no backend. Which backend runs a mask
+is chosen by the callers that build one (:mod:`treeprep.trainer.models.run`,
+:mod:`treeprep.trainer.parts.schedule`) with
+:func:`~treeprep.trainer.attention.backends.choose_backend`.
 """
 
 from __future__ import annotations
@@ -182,10 +187,10 @@ class TreeMask:
     _cache: Memo = field(default_factory=Memo, repr=False)
 
     @classmethod
-    def from_batch(cls, batch: Any, attn: str = "auto") -> TreeMask:
-        """The mask of a packed :class:`~treeprep.trainer.batch.TreeBatch` (no prefix)."""
-        from treeprep.trainer.attention.backends import choose_backend
-
+    def from_batch(cls, batch: Any, backend: str) -> TreeMask:
+        """The mask of a packed :class:`~treeprep.trainer.batch.TreeBatch` (no prefix), run by
+        ``backend`` (a backend's name, chosen by the caller:
+        :func:`~treeprep.trainer.attention.backends.choose_backend`)."""
         node = batch.token_node
         last = batch.node_last[node]
         idx = torch.arange(batch.num_tokens, device=node.device)
@@ -200,7 +205,7 @@ class TreeMask:
             node_length=batch.node_length.cpu().numpy(),
             node_parent=batch.node_parent.cpu().numpy(),
             node_prefix=np.zeros(nn, dtype=np.int64),
-            backend=choose_backend(batch.device, batch.num_tokens, attn),
+            backend=backend,
             q_depth=batch.position_ids,
             k_depth=batch.position_ids,
         )

@@ -14,7 +14,7 @@ import os
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.trainer.attention import ATTN_NAME, register_attention
+from treeprep.trainer.attention.hf import ATTN_NAME, register_attention
 from treeprep.trainer.models.hybrid import install_linear_attention
 from treeprep.trainer.models.presets import PRESETS
 

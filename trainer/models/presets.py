@@ -7,7 +7,9 @@ never imports a model class and a family is data, not code.
 
 The tiny presets (``tiny-<family>``: 2-4 layers, hidden 64) exist so that every supported family
 runs end to end in seconds on a CPU; their sliding windows (4 tokens) are shorter than the test
-trees, so that windows matter.
+trees, so that windows matter. The full-size presets (``qwen3-0.6b`` ... ``qwen3-8b``) take their
+shapes from the one table of published shapes, :data:`treeprep.flops.PRESETS`, which the
+pipeline's cost model reads too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from treeprep.flops import PRESETS as SHAPES
 from treeprep.trainer.models.families import FAMILIES, build_config
 
 
@@ -197,11 +200,29 @@ PRESETS: dict[str, Preset] = {
     ),
     # about 50M parameters without the embeddings: the CPU benchmark model
     "small-qwen3": Preset("qwen3", 512, 1536, 8, 8, 4, 64),
-    "qwen3-0.6b": Preset("qwen3", 1024, 3072, 28, 16, 8, 128, tie_word_embeddings=True),
-    "qwen3-1.7b": Preset("qwen3", 2048, 6144, 28, 16, 8, 128, tie_word_embeddings=True),
-    "qwen3-4b": Preset("qwen3", 2560, 9728, 36, 32, 8, 128, tie_word_embeddings=True),
-    "qwen3-8b": Preset("qwen3", 4096, 12288, 36, 32, 8, 128),
 }
+
+
+def real_preset(name: str, family: str) -> Preset:
+    """The random-weight preset of a real model, from its published shape in the one table of
+    them, :data:`treeprep.flops.PRESETS` (dense models; the family names its config class)."""
+    m = SHAPES[name]
+    if m.experts or m.linear_layers or m.window_layers:
+        raise ValueError(f"{name}: only dense full-attention shapes map onto a preset")
+    return Preset(
+        family, m.hidden, m.intermediate, m.layers, m.heads, m.kv_heads, m.head_dim,
+        vocab_size=m.vocab, tie_word_embeddings=m.tie_embeddings,
+    )  # fmt: skip
+
+
+#: the real models a random-weight preset exists for (their shapes: :data:`treeprep.flops.PRESETS`)
+REAL_PRESETS = {
+    "qwen3-0.6b": "qwen3",
+    "qwen3-1.7b": "qwen3",
+    "qwen3-4b": "qwen3",
+    "qwen3-8b": "qwen3",
+}
+PRESETS.update({name: real_preset(name, family) for name, family in REAL_PRESETS.items()})
 
 
 def preset_dict(name: str) -> dict:

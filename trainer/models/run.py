@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-from treeprep.trainer.attention import ATTN_NAME, TreeMask, register_attention
+from treeprep.trainer.attention.backends import choose_backend
+from treeprep.trainer.attention.hf import ATTN_NAME, register_attention
+from treeprep.trainer.attention.mask import TreeMask
 
 
 class SoftcappedHead(torch.nn.Module):
@@ -61,7 +63,8 @@ def run_decoder(
 
 def decoder_hidden(model: torch.nn.Module, batch: Any, attn: str | None = None) -> torch.Tensor:
     """Run the decoder over the packed trees; returns the final hidden states h_TE (normed)."""
-    tm = TreeMask.from_batch(batch, attn or getattr(model, "treeprep_attn", "auto"))
+    attn = attn or getattr(model, "treeprep_attn", "auto")
+    tm = TreeMask.from_batch(batch, choose_backend(batch.device, batch.num_tokens, attn))
     return run_decoder(model, batch.input_ids, batch.position_ids, tm)
 
 

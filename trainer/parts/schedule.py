@@ -51,7 +51,8 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import PartGraph
-from treeprep.trainer.attention import TreeMask, choose_backend
+from treeprep.trainer.attention.backends import choose_backend
+from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.loss import (
     LossConfig,
     check_inputs,
@@ -59,7 +60,7 @@ from treeprep.trainer.loss import (
     loss_from_hidden,
     objective,
 )
-from treeprep.trainer.models import output_head, run_decoder
+from treeprep.trainer.models.run import output_head, run_decoder
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
 from treeprep.trainer.parts.state import (
     HandOff,

@@ -57,12 +57,12 @@ def test_structure_refuses_unknown_mixers() -> None:
 
 
 def test_train_refuses_a_model_that_fails(data: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
-    import treeprep.trainer.loop as loop_mod
+    import treeprep.trainer.data.reader as reader_mod
 
     def broken(*a, **k):
         return _broken_hybrid_vocab(k.get("vocab_size") or 512)
 
-    monkeypatch.setattr(loop_mod, "load_model", broken)
+    monkeypatch.setattr(reader_mod, "load_model", broken)  # what train loads its model with
     with pytest.raises(ModelRefused, match="disagree"):
         train(cfg(data, tmp_path / "run", steps=1, model="tiny-qwen3-5"))
     assert not (tmp_path / "run" / "checkpoints").exists()

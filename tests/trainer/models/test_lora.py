@@ -50,7 +50,7 @@ def test_lora_run_saves_an_adapter_peft_loads(data: Path, tmp_path: Path) -> Non
     assert (mdir / "adapter_config.json").is_file()
     assert (mdir / "adapter_model.safetensors").is_file()
     assert not (mdir / "model.safetensors").exists()
-    from treeprep.trainer.plan_batches import BuildReader
+    from treeprep.trainer.data.reader import BuildReader
 
     reader = BuildReader(str(data))
     vocab = max(reader.manifest.tokenizer.vocab_size, reader.max_token_id() + 1)

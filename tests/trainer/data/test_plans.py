@@ -1,4 +1,4 @@
-"""trainer/plan_batches.py ``validate_plan``: a plan that does not describe the build exactly is
+"""trainer/data/plans.py ``validate_plan``: a plan that does not describe the build exactly is
 refused, naming the step, rank and micro-batch (or the tree) and what is wrong.
 
 A small build of three groups (two GRPO groups of three samples, one two-call agent chain) is
@@ -18,12 +18,8 @@ pytest.importorskip("torch")
 
 from treeprep.build import BuildConfig, build  # noqa: E402
 from treeprep.errors import ShardError  # noqa: E402
-from treeprep.trainer.plan_batches import (  # noqa: E402
-    BuildReader,
-    EpochPlan,
-    make_plan,
-    validate_plan,
-)
+from treeprep.trainer.data.plans import EpochPlan, make_plan, validate_plan  # noqa: E402
+from treeprep.trainer.data.reader import BuildReader  # noqa: E402
 
 BUDGET = 64
 

@@ -1,19 +1,18 @@
-"""trainer/data.py: the prefetch thread (order, one step ahead, errors, shutdown) and the walk
-over epochs and steps. The end-to-end checks (bit-identical runs with prefetch on and off, an
-error of batch building out of train()) are in test_train.py."""
+"""trainer/data/prefetch.py: the prefetch thread (order, one step ahead, errors, shutdown). The
+end-to-end checks (bit-identical runs with prefetch on and off, an error of batch building out of
+train()) are in test_train.py."""
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 import pytest
 
 pytest.importorskip("torch")
 
 from treeprep.errors import ShardError  # noqa: E402
-from treeprep.trainer.data import THREAD_NAME, Prefetch, step_plans  # noqa: E402
+from treeprep.trainer.data.prefetch import THREAD_NAME, Prefetch  # noqa: E402
 
 
 def _alive() -> list[threading.Thread]:
@@ -106,32 +105,3 @@ def test_leaving_early_stops_and_joins_the_producer() -> None:
         next(items)
         raise RuntimeError("step failed")
     assert not _alive()
-
-
-@dataclass
-class _Plan:
-    steps: list[str]
-
-
-class _Epochs:
-    def __init__(self, sizes: list[int]) -> None:
-        self.sizes = sizes
-        self.asked: list[int] = []
-
-    def get(self, epoch: int) -> _Plan:
-        self.asked.append(epoch)
-        return _Plan([f"e{epoch}s{i}" for i in range(self.sizes[epoch])])
-
-
-def test_step_plans_walk_epochs_like_the_loop_counts_them() -> None:
-    ep = _Epochs([3, 3, 3, 3])
-    walk = [(e, s, st) for e, s, _, st in step_plans(ep, 0, 1, 5, None)]  # type: ignore[arg-type]
-    assert walk == [(0, 1, "e0s1"), (0, 2, "e0s2"), (1, 0, "e1s0"), (1, 1, "e1s1"), (1, 2, "e1s2")]
-    # a resumed position at the end of an epoch moves on; the epoch limit stops the walk
-    # without making the next epoch's plan
-    ep = _Epochs([3, 3, 3, 3])
-    walk = [(e, s) for e, s, _, _ in step_plans(ep, 0, 3, 10, 2)]  # type: ignore[arg-type]
-    assert walk == [(1, 0), (1, 1), (1, 2)]
-    assert 2 not in ep.asked
-    assert list(step_plans(_Epochs([3]), 1, 0, 4, 1)) == []  # type: ignore[arg-type]
-    assert list(step_plans(_Epochs([3]), 0, 0, 0, None)) == []  # type: ignore[arg-type]
