@@ -30,8 +30,9 @@ Configurations:
   58M in all), float32, budget 4096, attention ``nodes`` (each node attends its ancestors only, so
   both layouts compute exactly the (query, key) pairs the FLOP model counts; ``dense`` computes
   budget^2 pairs per micro-batch whatever the layout, which flatters the tree layout);
-* ``gpu``: ``qwen3-0.6b`` and ``qwen3-1.7b`` shapes (random weights, full 151,936 vocabulary), bf16
-  autocast, budgets 16k and 32k, attention ``auto`` (FlexAttention), a longer agent workload.
+* ``gpu``: ``qwen3-0.6b``, ``qwen3-1.7b`` and ``qwen3-4b`` shapes (random weights, full 151,936
+  vocabulary), bf16 autocast, budgets 16k and 32k, attention ``auto`` (FlexAttention), a longer
+  agent workload.
 
     python bench/train.py                       # cpu, both workloads, 4 steps x 2 rounds
     python bench/train.py --workload agent --steps 6
@@ -273,7 +274,7 @@ CONFIGS = {
             "device": "cuda",
             "scale": "gpu",
         }  # fmt: skip
-        for m in ("qwen3-0.6b", "qwen3-1.7b")
+        for m in ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b")
         for b in (16384, 32768)
     ],
 }
