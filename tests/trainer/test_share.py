@@ -115,3 +115,29 @@ def test_merged_gradients_equal_unmerged(loss: str, norm: str) -> None:
         lm, gm = _grads(m, merged, loss)
         assert ((gm - gp).norm() / gp.norm()).item() < rtol
         assert abs(lm - lp) <= rtol * max(abs(lp), 1e-3)
+
+
+def test_online_step_merges_groups_with_the_same_loss() -> None:
+    """``build_step`` (item 5): GRPO groups with one system prompt, merged in one micro-batch."""
+    from treeprep.trainer.online import Rollout, build_step
+
+    rng = np.random.default_rng(7)
+    system = rng.integers(0, VOCAB, 20).tolist()
+    rollouts = []
+    for g in range(3):
+        task = rng.integers(0, VOCAB, 5).tolist()
+        for k in range(3):
+            out = rng.integers(0, VOCAB, 6).tolist()
+            ids = system + task + out
+            mask = [0] * (len(ids) - 6) + [1] * 6
+            lp = (-rng.random(len(ids))).tolist()
+            rollouts.append(Rollout(ids, mask, lp, reward=float(k), group_id=f"g{g}"))
+    model = tiny()
+    kw = {"norm": "sequence-mean", "budget": 4096}
+    plain = build_step(rollouts, **kw, share_prefixes=False)
+    merged = build_step(rollouts, **kw)
+    assert len(merged.micro_batches) == len(plain.micro_batches) == 1
+    assert merged.micro_batches[0].num_tokens == plain.micro_batches[0].num_tokens - 2 * 20
+    _, gp = _grads(model, plain.micro_batches[0], "grpo")
+    _, gm = _grads(model, merged.micro_batches[0], "grpo")
+    assert ((gm - gp).norm() / gp.norm()).item() < 1e-5

@@ -150,6 +150,17 @@ def merge_forest(
 ) -> Forest:
     """Merge trees (each in pre-order, its nodes' tokens contiguous) into one :class:`Forest`."""
     b = _Builder()
+    return b.layout(_insert_all(b, input_ids, node_parent, node_offset, node_length))
+
+
+def _insert_all(
+    b: _Builder,
+    input_ids: Sequence[np.ndarray],
+    node_parent: Sequence[np.ndarray],
+    node_offset: Sequence[np.ndarray],
+    node_length: Sequence[np.ndarray],
+) -> list[np.ndarray]:
+    """Insert every tree's nodes in pre-order; per tree, its tokens' ids in the forest."""
     maps: list[np.ndarray] = []
     for ids, par, off, ln in zip(input_ids, node_parent, node_offset, node_length, strict=True):
         ids = np.asarray(ids, dtype=np.int64)
@@ -160,4 +171,17 @@ def merge_forest(
             below = -1 if par[v] < 0 else int(end[par[v]])
             end[v] = b.insert(ids[a : a + n], below, out[a : a + n]) if n else below
         maps.append(out)
-    return b.layout(maps)
+    return maps
+
+
+def merged_tokens(
+    input_ids: Sequence[np.ndarray],
+    node_parent: Sequence[np.ndarray],
+    node_offset: Sequence[np.ndarray],
+    node_length: Sequence[np.ndarray],
+) -> int:
+    """Tokens of the forest that merges these trees (what a micro-batch holding them feeds with
+    shared prefixes), without laying it out."""
+    b = _Builder()
+    _insert_all(b, input_ids, node_parent, node_offset, node_length)
+    return b.next_uid
