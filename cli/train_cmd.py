@@ -129,6 +129,9 @@ def train_cmd(
     entropy_coef: opt.EntropyCoefOpt = 0.0,
     chunk: opt.ChunkOpt = opt.DEFAULT_CHUNK,
     layout: LayoutOpt = Layout.tree,
+    share_prefixes: Annotated[
+        bool, typer.Option(help="Feed the common openings of a micro-batch's trees once.")
+    ] = True,
     attn: opt.AttnOpt = Attn.auto,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,

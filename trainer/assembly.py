@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from treeprep.errors import TreeprepError
+from treeprep.pack.share import Forest, merge_forest
 from treeprep.schemas.shard import validate_tree_row
 from treeprep.trainer.advantages import group_advantages, trajectory_index, trajectory_tokens
 from treeprep.treeindex import path_offsets
@@ -176,6 +177,17 @@ class _Packed:
         self.tok_base += len(t.input_ids)
         self.node_base += len(t.node_parent)
 
+    def add_forest(self, f: Forest) -> None:
+        """Every tree merged into one forest (``share``): shared openings laid out once."""
+        self.ids.append(f.input_ids)
+        self.pos.append(f.position_ids)
+        self.start.append(f.node_start)
+        self.length.append(f.node_length)
+        self.parent.append(f.node_parent)
+        self.last.append(f.node_last)
+        self.tok_base = len(f.input_ids)
+        self.node_base = len(f.node_start)
+
     def add_path(self, ids: np.ndarray) -> int:
         """One sequence copy as its own one-node tree (linear layout); its first packed index."""
         n, base = len(ids), self.tok_base
@@ -205,10 +217,19 @@ class _Packed:
         self.tree.append(ti)
 
 
-def _pack(trees: list[TreeArrays], layout: str) -> _Packed:
-    """Lay the trees out (module docstring): in the tree layout each tree once, in the linear
-    layout every copy of every sequence on its own; each entry with its packed targets."""
+def _pack(trees: list[TreeArrays], layout: str, share: bool = False) -> _Packed:
+    """Lay the trees out (module docstring): in the tree layout each tree once (with ``share``,
+    the trees merged into one forest, :mod:`treeprep.pack.share`), in the linear layout every copy
+    of every sequence on its own; each entry with its packed targets."""
     pk = _Packed()
+    forest = None
+    if layout == "tree" and share and len(trees) > 1:
+        forest = merge_forest(
+            [t.input_ids for t in trees],
+            [t.node_parent for t in trees],
+            [t.node_offset for t in trees],
+            [t.node_length for t in trees],
+        )
     for ti, t in enumerate(trees):
         paths = path_offsets(t.node_parent, t.node_offset, t.node_length, t.seq_node)
         pk.tokens_linear += int(
@@ -220,13 +241,17 @@ def _pack(trees: list[TreeArrays], layout: str) -> _Packed:
                 raise TreeprepError(f"{t.name}: sequence {s} has a loss span past its length")
             keep = depths > 0  # a path's first token has no predecessor: never a target
             if layout == "tree":
-                pk.add_entry(t, ti, s, path[depths[keep]] + pk.tok_base, keep, int(t.seq_count[s]))
+                at = path[depths[keep]]
+                tgt = at + pk.tok_base if forest is None else forest.token_map[ti][at]
+                pk.add_entry(t, ti, s, tgt, keep, int(t.seq_count[s]))
                 continue
             for _ in range(int(t.seq_count[s])):
                 base = pk.add_path(t.input_ids[path])
                 pk.add_entry(t, ti, s, depths[keep] + base, keep, 1)
-        if layout == "tree":
+        if layout == "tree" and forest is None:
             pk.add_tree(t)
+    if forest is not None:
+        pk.add_forest(forest)
     return pk
 
 
@@ -352,10 +377,12 @@ def assemble(
     norm: str,
     layout: str,
     totals: tuple[float | None, float | None, float | None],
+    share: bool = False,
 ) -> Assembled:
     """Lay ``trees`` out and compute every coefficient (the batch module's docstring);
-    ``totals`` override the batch's own (N, S, Tr) where given."""
-    pk = _pack(trees, layout)
+    ``totals`` override the batch's own (N, S, Tr) where given; ``share`` merges the trees'
+    common prefixes into one forest (tree layout only)."""
+    pk = _pack(trees, layout, share)
     nodes = _node_arrays(pk)
     n_s, coef, own = _normalizers(pk, norm, totals)
     cnt = np.array(pk.cnt, dtype=np.float64)

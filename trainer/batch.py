@@ -203,13 +203,16 @@ class TreeBatch:
         total_trajectories: float | None = None,
         adv_norm: AdvNorm | str = AdvNorm.grpo,
         device: str | torch.device = "cpu",
+        share_prefixes: bool = False,
     ) -> TreeBatch:
         """Pack tree rows (shard rows as dicts, or :class:`treeprep.trie.Tree`-like objects).
 
         ``norm`` picks c_s (module docstring); ``total_tokens`` / ``total_sequences`` /
         ``total_trajectories`` override the batch's own N, S and Tr. ``adv_norm`` normalizes
         rewards into advantages over each tree's trajectories where a tree has no advantages.
-        ``layout="linear"`` lays every sequence copy out on its own.
+        ``layout="linear"`` lays every sequence copy out on its own. ``share_prefixes`` merges
+        the trees' common prefixes into one forest (:mod:`treeprep.pack.share`): the same
+        sequences, coefficients and loss, the shared openings fed once.
         """
         norm = Norm.of(norm, "norm", TreeprepError)
         layout = Layout.of(layout, "layout", TreeprepError)
@@ -218,7 +221,8 @@ class TreeBatch:
         if not trees:
             raise TreeprepError("a batch needs at least one tree")
         totals = (total_tokens, total_sequences, total_trajectories)
-        return _on_device(assemble(trees, norm, layout, totals), norm, layout, device)
+        a = assemble(trees, norm, layout, totals, share_prefixes)
+        return _on_device(a, norm, layout, device)
 
     @classmethod
     def from_table(cls, table: Any, **kw: Any) -> TreeBatch:

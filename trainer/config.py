@@ -59,6 +59,9 @@ class TrainConfig:
     adv_norm: AdvNorm = AdvNorm.grpo
     #: tree (packed tries) or linear (every sequence on its own: the baseline)
     layout: Layout = Layout.tree
+    #: merge the common prefixes of the trees of a micro-batch into one forest (fed once; the
+    #: same sequences, coefficients and loss: :mod:`treeprep.pack.share`)
+    share_prefixes: bool = True
     #: attention backend: auto, dense, nodes, flex, flash
     attn: Attn = Attn.auto
     #: optimizer steps to run (cycling through epochs); None: ``epochs`` epochs

@@ -268,6 +268,7 @@ def build_step(
     budget: int | None = None,
     device: str | torch.device = "cpu",
     vocab_size: int | None = None,
+    share_prefixes: bool = True,
 ) -> OnlineStep:
     """Tries, advantages and micro-batches of one step's rollouts (module docstring).
 
@@ -275,7 +276,8 @@ def build_step(
     a tree over it as hand-off parts. Every rollout is checked first (whole token ids in
     ``[0, vocab_size)``, a 0/1 loss mask, finite log-probs at trained tokens, a finite reward and
     advantage); a refusal names the rollout's index and the field. Without ``vocab_size`` the ids
-    are checked against the model's vocabulary when the step runs."""
+    are checked against the model's vocabulary when the step runs. ``share_prefixes`` merges the
+    common prefixes of the groups packed into one micro-batch (:mod:`treeprep.pack.share`)."""
     groups: dict[str, list[TokenSequence]] = {}
     max_ids: list[int] = []
     for i, r in enumerate(rollouts):
@@ -302,6 +304,7 @@ def build_step(
         "total_sequences": n_seq,
         "total_trajectories": float(len(trajs)),
         "device": device,
+        "share_prefixes": share_prefixes,
     }
     bins = _pack([len(r["input_ids"]) for r in rows], budget)
     batches = [TreeBatch.from_trees([rows[i] for i in b], **kw) for b in bins]

@@ -236,6 +236,7 @@ def verify_gradients(
     budget: int | None = None,
     part_graph: PartGraph | str = PartGraph.recompute,
     reference64: bool | None = None,
+    share_prefixes: bool = False,
     **loss_kw: Any,
 ) -> VerifyReport:
     """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout. With a
@@ -244,10 +245,11 @@ def verify_gradients(
     ``loss_kw`` are :func:`~treeprep.trainer.loss.tree_loss`'s objective knobs (clip range, KL,
     entropy). Differences are measured in float64 whatever the model's dtype. ``reference64``:
     run the float64 reference (module docstring) always (True), never (False), or when a model
-    that is not float64 is over ``tol`` (None)."""
+    that is not float64 is over ``tol`` (None). ``share_prefixes``: the tree side merges the
+    trees' common prefixes into one forest (:mod:`treeprep.pack.share`)."""
     dev = next(model.parameters()).device
     kw: dict[str, Any] = {"norm": norm, "adv_norm": adv_norm, "device": dev}
-    tree = TreeBatch.from_trees(rows, layout="tree", **kw)
+    tree = TreeBatch.from_trees(rows, layout="tree", share_prefixes=share_prefixes, **kw)
     lin = TreeBatch.from_trees(rows, layout="linear", **kw)
     if budget is not None:
         lt, gt = _grads_parts(

@@ -482,3 +482,46 @@ def _html(c: Collected, stats: dict) -> str:
         parts += [f"<h3>{title}</h3>", _svg_bars(items, "{:,.0f}")]
     parts.append("</body>")
     return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# cross-tree sharing (issue 29): what merging the trees' common openings would save
+# --------------------------------------------------------------------------------------------
+
+
+def cross_tree_sharing(out_dir: str, budget: int | None = None) -> dict[str, float | int]:
+    """Per-tree POR against the POR when trees share their common prefixes
+    (:mod:`treeprep.pack.share`): all trees merged into one forest, and (with ``budget``) trees in
+    shard order merged in consecutive groups whose merged tokens fit the budget (a tree over the
+    budget stays alone; an estimate of one micro-batch's sharing, not a plan's)."""
+    from treeprep.pack.share import merged_tokens
+    from treeprep.shards import iter_trees
+
+    trees = list(iter_trees(out_dir))
+
+    def merged(ts: list) -> int:
+        cols = ("input_ids", "node_parent", "node_offset", "node_length")
+        return merged_tokens(*([getattr(t, c) for t in ts] for c in cols))
+
+    tl = sum(t.tokens_linear for t in trees)
+    tt = sum(t.tokens_tree for t in trees)
+    out: dict[str, float | int] = {
+        "trees": len(trees),
+        "tokens_linear": tl,
+        "tokens_tree": tt,
+        "tokens_shared_all": merged(trees),
+    }
+    if budget is not None:
+        fed: int = 0
+        group: list = []
+        for t in trees:
+            if group and merged([*group, t]) > budget:
+                fed += merged(group)
+                group = []
+            group.append(t)
+        out["budget"] = budget
+        out["tokens_shared_budget"] = fed + (merged(group) if group else 0)
+    for k in ("tree", "shared_all", "shared_budget"):
+        if f"tokens_{k}" in out and tl:
+            out[f"por_{k}"] = 1 - out[f"tokens_{k}"] / tl
+    return out

@@ -106,10 +106,13 @@ def step_batches(
     adv_norm: str = "grpo",
     budget: int,
     device: str | torch.device = "cpu",
+    share_prefixes: bool = True,
 ) -> list[list[TreeBatch]]:
     """The micro-batches of ``step`` for each rank in ``ranks`` (every rank the same count;
     empty slots hold a null micro-batch). Normalizers are the step's global totals; advantages
-    from rewards are normalized by ``adv_norm`` over each whole tree's trajectories."""
+    from rewards are normalized by ``adv_norm`` over each whole tree's trajectories.
+    ``share_prefixes`` merges the common prefixes of a tree micro-batch's trees into one forest
+    (a hand-off row is alone in its micro-batch, so it is never merged)."""
     totals = step_normalizers(reader, step)
     world = len(step.slots)
     kw: dict[str, Any] = {
@@ -158,8 +161,8 @@ def step_batches(
             if not rows:
                 row_batches.append(TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"}))
                 continue
-            b = TreeBatch.from_trees(rows, **kw)
             ref = handoff.get((r, m))
+            b = TreeBatch.from_trees(rows, **kw, share_prefixes=share_prefixes and ref is None)
             if ref is not None:
                 b.handoff = (
                     np.asarray(ref.handoff_cuts, dtype=np.int64),
@@ -213,6 +216,7 @@ def step_work(
     """The steps :func:`step_plans` walks, each with its micro-batches built for ``ranks``."""
     for epoch, epoch_step, plan, sp in step_plans(epochs, *start, count, cfg.epochs):
         batches = step_batches(reader, sp, ranks=ranks, layout=cfg.layout, norm=cfg.norm,
-                               adv_norm=cfg.adv_norm, budget=budget, device=device)  # fmt: skip
+                               adv_norm=cfg.adv_norm, budget=budget, device=device,
+                               share_prefixes=cfg.share_prefixes)  # fmt: skip
         handoff = any(p.handoff_cuts for p in sp.parts)
         yield StepWork(epoch, epoch_step, len(plan.steps), handoff, batches)
