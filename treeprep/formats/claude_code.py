@@ -49,12 +49,12 @@ be linked to its ``Task`` call, and a compaction summariser's prompt cannot be r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.errors import RecordError
+from treeprep.formats._claude_layout import not_a_chain, parent_session_path
 from treeprep.formats._fields import as_dict, expect, make_call, opt_str
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.anthropic import assistant_message
@@ -74,14 +74,12 @@ _TYPES = {
 }
 
 
-#: the keys of Claude Code's own envelope (session, the uuid/parentUuid chain, the CLI version)
 _SIGNATURE = ("sessionId", "parentUuid", "uuid", "version")
 
 
 def sniff(path: str, head: bytes) -> bool:
-    """A JSONL file whose lines carry Claude Code's envelope: ``sessionId``, ``uuid``,
-    ``parentUuid`` and ``version`` (look-alikes such as iFlow CLI's sessions are then told apart
-    by their chain: :func:`_not_a_chain`)."""
+    """A JSONL file whose lines carry Claude Code's envelope :data:`_SIGNATURE` (look-alikes are
+    told apart by their chain: :func:`~treeprep.formats._claude_layout.not_a_chain`)."""
     objs = head_json_objects(head)
     for o in objs:
         t = o.get("type")
@@ -345,24 +343,6 @@ def _prompt(
     return msgs, last_resp, compacted
 
 
-def _parent_session_path(path: str, session_id: str | None) -> str | None:
-    """The parent session file of a sub-agent transcript (or .gz/.zst): ``<dir>/<session>.jsonl``
-    for ``<dir>/<session>/subagents/agent-x.jsonl``, and for the flat layout of Claude Code before
-    2.1.2, ``<dir>/<sessionId>.jsonl`` next to ``<dir>/agent-x.jsonl``."""
-    here = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(here) == "subagents":
-        stem = os.path.dirname(here)
-    elif session_id and os.path.basename(path).startswith("agent-"):
-        stem = os.path.join(here, os.path.basename(session_id))
-    else:
-        return None
-    for ext in (".jsonl", ".jsonl.gz", ".jsonl.zst"):
-        cand = stem + ext
-        if os.path.exists(cand) and not os.path.samefile(cand, path):
-            return cand
-    return None
-
-
 def _inline_agent(chain: list[_Line], first: _Line) -> str:
     """``sidechain-<uuid>`` named after the first sidechain line of an inline sub-agent thread."""
     root = next((x for x in chain if x.rec.get("isSidechain")), first)
@@ -401,7 +381,7 @@ def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
     Returns (the API response whose Task call started the sub-agent, or None; the reason every
     call is rejected when the parent session file is absent, else None).
     """
-    ppath = _parent_session_path(f.path, f.session_id)
+    ppath = parent_session_path(f.path, f.session_id)
     if ppath is None:
         return None, (
             f"sub-agent transcript (agentId {f.agent_id}) of session {f.session_id}: its parent "
@@ -547,28 +527,6 @@ class _CallContext:
     seen_compactions: set[str] = field(default_factory=set)
 
 
-def _not_a_chain(own: list[_Line]) -> str | None:
-    """Why the file's ``parentUuid`` links are not Claude Code's chain, or None.
-
-    Claude Code chains each line to the one before it, so only the first API response can hang
-    off the first user line. A look-alike (iFlow CLI writes a Claude-Code-like envelope) hangs
-    every assistant line off the first user line: the chain would give every call the same
-    prompt, with no tool result in it.
-    """
-    first = next((ln for ln in own if ln.rec.get("type") == "user"), None)
-    assistant = [ln for ln in own if ln.rec.get("type") == "assistant"]
-    if first is None or not assistant:
-        return None
-    responses = {ln.rec["message"].get("id") or ln.rec.get("uuid") for ln in assistant}
-    if len(responses) < 2 or any(ln.rec.get("parentUuid") != first.rec["uuid"] for ln in assistant):
-        return None
-    return (
-        f"every assistant line ({len(assistant)} lines, {len(responses)} responses) hangs off the "
-        f"first user line (line {first.no}): not Claude Code's parentUuid chain (iFlow CLI "
-        "sessions have this shape), so no call's prompt can be rebuilt from it"
-    )
-
-
 def _misshapen(rec: dict[str, Any]) -> str | None:
     try:
         _check_line(rec)
@@ -592,7 +550,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         else:
             own.append(_Line(no, rec, True))
     f = _identify(path, own)
-    look_alike = _not_a_chain(own)
+    look_alike = not_a_chain(own)
     for ln in own:
         sess.add(ln)
     task_call, parent_missing = _link_parent(sess, f) if f.sidechain else (None, None)
@@ -604,11 +562,13 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             continue
         if lines[0].rec["message"].get("model") == "<synthetic>":
             continue  # written by Claude Code itself (an error notice), not an API response
+        no = lines[0].no
         if look_alike is not None:
-            no = lines[0].no
-            out.append((no, Reject(file=path, line=no, reason=look_alike, format=NAME, call_id=mid)))
-            continue
-        out.append((lines[0].no, _call(sess, f, mid, lines, ctx)))
+            out.append(
+                (no, Reject(file=path, line=no, reason=look_alike, format=NAME, call_id=mid))
+            )
+        else:
+            out.append((no, _call(sess, f, mid, lines, ctx)))
     out.sort(key=lambda x: x[0])
     for _no, item in out:
         yield item

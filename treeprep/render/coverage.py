@@ -100,10 +100,9 @@ def _words(text: str) -> list[str]:
 
 
 def _words_present(text: str, span: str) -> bool:
-    """Do the words of ``text`` appear as one run of the words of ``span``?"""
-    want, have = _words(text), _words(span)
-    n = len(want)
-    return any(have[i : i + n] == want for i in range(len(have) - n + 1))
+    """Do the words of ``text`` appear as one run of the words of ``span``? (each run of
+    whitespace read as one space, so a template's markup may follow the last word directly)"""
+    return " ".join(_words(text)) in " ".join(_words(span))
 
 
 def _is_empty(completion: dict[str, Any], span: str) -> bool:
