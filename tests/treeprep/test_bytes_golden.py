@@ -8,7 +8,8 @@ or the plan. The build runs from the repository root (the adversarial suite chec
 bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
 (issue 11: hand-off rows and their columns), the sample files for the new formats and the
 OpenHands V1 event stream, now read (issue 14: real-log shards unchanged), and shard schema
-version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns).
+version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns). The sample was re-recorded
+for issue 27 item 1: the Codex sample's web_search_call turn is now a call (was a reject).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -27,15 +28,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "b443d5dfb80c992e6e353c81b586328b8f7837f2868547008b21e8d29723a7a0",
+    "manifest.json": "11ebe00707f4b35a80e2646740524de09e36e615fc33dbecf9cf4dcf41ede51e",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "6983f8e80699f0c260c7930014fc301b2d921567f7634e4ceac7ade59d30573f"
+        "a8bae7ae92c3ea3a6d7a9556298bfd8dcb68f8da53ba255c66a34a3ae2b8d4c5"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "3404dbc82bf2a2a87694f41745452ecc7e932fa3dfe4019bfedf93613c23db0b"
+        "c94ccb211c4a7524cf01d5404775f6e7d3e7d7e10f6fffe0e1f435ba0603c1d2"
     ),
-    "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
-    "shards/shard-00000.arrow": "cc2fc7d2b9c137456064f4a717e444071b7d58ae6149f7e499af3fe56c7888bc",
+    "rejects.jsonl": "960e380351bd59fe229666a9b73633a9a449384ad57af0fdff0847d053632ca5",
+    "shards/shard-00000.arrow": "71b3ea173129e33e07cb3dc0e77f05a8ad9bf83d74cbe4244c1e849d385a6e43",
 }
 
 REAL_GOLDEN = {

@@ -288,3 +288,23 @@ def group_or(doc: dict[str, Any], opts: ReadOptions, default: str) -> str:
 def system_message(text: str | None) -> list[dict[str, Any]]:
     """The system message of ``text`` as a one-element list (none when no text)."""
     return [{"role": "system", "content": text}] if text else []
+
+
+#: the part types of LLaMA-Factory v1 ``messages`` (``{"type", "value"}`` parts) read as chat
+VALUE_PART_TYPES = frozenset({"text", "reasoning", "tool_call"})
+
+
+def value_parts(content: Any) -> tuple[str, str | None, list[Any]] | None:
+    """LLaMA-Factory v1 content parts ``[{"type": "text"|"reasoning"|"tool_call", "value"}]`` as
+    (the text, the reasoning or None, the tool-call values in order); None when ``content`` is not
+    such a list (other part types, an image, are left to the renderer to name)."""
+    if not isinstance(content, list) or not content:
+        return None
+    if not all(
+        isinstance(p, dict) and p.get("type") in VALUE_PART_TYPES and "value" in p for p in content
+    ):
+        return None
+    text = "".join(str(p["value"]) for p in content if p["type"] == "text")
+    thought = [str(p["value"]) for p in content if p["type"] == "reasoning"]
+    calls = [p["value"] for p in content if p["type"] == "tool_call"]
+    return text, ("\n".join(thought) if thought else None), calls

@@ -49,12 +49,12 @@ be linked to its ``Task`` call, and a compaction summariser's prompt cannot be r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.errors import RecordError
+from treeprep.formats._claude_layout import not_a_chain, parent_session_path
 from treeprep.formats._fields import as_dict, expect, make_call, opt_str
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.anthropic import assistant_message
@@ -74,22 +74,20 @@ _TYPES = {
 }
 
 
+_SIGNATURE = ("sessionId", "parentUuid", "uuid", "version")
+
+
 def sniff(path: str, head: bytes) -> bool:
-    """A JSONL file whose lines carry Claude Code's ``parentUuid``/``sessionId`` envelope."""
+    """A JSONL file whose lines carry Claude Code's envelope :data:`_SIGNATURE` (look-alikes are
+    told apart by their chain: :func:`~treeprep.formats._claude_layout.not_a_chain`)."""
     objs = head_json_objects(head)
     for o in objs:
         t = o.get("type")
-        if (
-            isinstance(t, str)
-            and t in _TYPES
-            and "sessionId" in o
-            and "parentUuid" in o
-            and "uuid" in o
-        ):
+        if isinstance(t, str) and t in _TYPES and all(k in o for k in _SIGNATURE):
             return True
     if not objs and head.lstrip().startswith(b"{"):
         # a first line longer than the head: fall back to the envelope's keys
-        return b'"parentUuid"' in head and b'"sessionId"' in head and b'"isSidechain"' in head
+        return all(f'"{k}"'.encode() in head for k in (*_SIGNATURE, "isSidechain"))
     return False
 
 
@@ -345,19 +343,6 @@ def _prompt(
     return msgs, last_resp, compacted
 
 
-def _parent_session_path(path: str) -> str | None:
-    """``<dir>/<session>/subagents/agent-x.jsonl`` -> ``<dir>/<session>.jsonl`` (or .gz/.zst)."""
-    sub = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(sub) != "subagents":
-        return None
-    sess_dir = os.path.dirname(sub)
-    for ext in (".jsonl", ".jsonl.gz", ".jsonl.zst"):
-        cand = sess_dir + ext
-        if os.path.exists(cand):
-            return cand
-    return None
-
-
 def _inline_agent(chain: list[_Line], first: _Line) -> str:
     """``sidechain-<uuid>`` named after the first sidechain line of an inline sub-agent thread."""
     root = next((x for x in chain if x.rec.get("isSidechain")), first)
@@ -396,12 +381,13 @@ def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
     Returns (the API response whose Task call started the sub-agent, or None; the reason every
     call is rejected when the parent session file is absent, else None).
     """
-    ppath = _parent_session_path(f.path)
+    ppath = parent_session_path(f.path, f.session_id)
     if ppath is None:
         return None, (
             f"sub-agent transcript (agentId {f.agent_id}) of session {f.session_id}: its parent "
             f"session file {f.session_id}.jsonl is absent (expected next to the "
-            "'<session>/subagents/' folder), so the sub-agent cannot be linked to its Task "
+            "'<session>/subagents/' folder, or next to the agent file in the flat layout of "
+            "Claude Code before 2.1.2), so the sub-agent cannot be linked to its Task "
             "call" + (" and the summariser prompt cannot be rebuilt" if f.is_compact else "")
         )
     tool_use_by_agent: dict[str, str] = {}
@@ -564,6 +550,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         else:
             own.append(_Line(no, rec, True))
     f = _identify(path, own)
+    look_alike = not_a_chain(own)
     for ln in own:
         sess.add(ln)
     task_call, parent_missing = _link_parent(sess, f) if f.sidechain else (None, None)
@@ -575,7 +562,13 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             continue
         if lines[0].rec["message"].get("model") == "<synthetic>":
             continue  # written by Claude Code itself (an error notice), not an API response
-        out.append((lines[0].no, _call(sess, f, mid, lines, ctx)))
+        no = lines[0].no
+        if look_alike is not None:
+            out.append(
+                (no, Reject(file=path, line=no, reason=look_alike, format=NAME, call_id=mid))
+            )
+        else:
+            out.append((no, _call(sess, f, mid, lines, ctx)))
     out.sort(key=lambda x: x[0])
     for _no, item in out:
         yield item

@@ -14,12 +14,23 @@ Each line is ``{"timestamp", "type", "payload"}`` (codex-rs ``RolloutLine``/``Ro
   and the rebuilt history is not stored) later calls are rejected, since their prompt is unknown.
 
 Codex sends the whole history on every request and appends to it, so each assistant turn (a
-maximal run of ``reasoning``/``function_call``/``custom_tool_call``/assistant ``message`` items) is
-one call whose prompt is every item before it. Items are converted by the ``openai-responses``
-adapter (:func:`treeprep.formats.openai_responses.segments`). Items treeprep cannot render
-(``local_shell_call``, ``web_search_call``, encrypted ``compaction``) reject every call whose prompt
-or completion holds them, naming the item and line; ``ghost_snapshot`` items are harness
-bookkeeping that Codex never sends and are skipped. Tool schemas are not stored: ``--tools``.
+maximal run of ``reasoning``/``function_call``/``custom_tool_call``/hosted-tool/assistant
+``message`` items) is one call whose prompt is every item before it. Items are converted by the
+``openai-responses`` adapter (:func:`treeprep.formats.openai_responses.segments`).
+
+Hosted tools stay in their turn and render as tool calls (:func:`_as_responses_item`):
+``web_search_call`` as ``web_search`` with its ``action`` as the arguments, ``local_shell_call``
+as ``local_shell`` with its ``action`` (its ``local_shell_call_output`` is the tool result),
+``image_generation_call`` as ``image_generation`` with its ``revised_prompt`` (the image itself
+has no text form). Encrypted ``compaction`` items reject every call whose prompt or completion
+holds them, naming the item and line; ``ghost_snapshot`` items are harness bookkeeping that Codex
+never sends and are skipped.
+
+The user turn: some rollouts (Codex Desktop) keep a user's message only as an ``event_msg``
+``user_message``. When no ``message`` item of the user holds that text before the next assistant
+turn, it is rebuilt as a user message at the event's place; a call whose prompt still has no user
+turn is rejected. Tool schemas: ``--tools``, else ``session_meta.dynamic_tools`` (``name``,
+``description``, ``input_schema``); Codex's built-in tools are not stored.
 """
 
 from __future__ import annotations
@@ -40,8 +51,9 @@ from treeprep.schemas import ChatCall, Provenance, Reject
 
 NAME = "codex"
 _LINE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
-_ASSISTANT = {"reasoning", "function_call", "custom_tool_call"}
-_UNSUPPORTED = {"local_shell_call", "web_search_call", "compaction", "compaction_summary"}
+_HOSTED = {"web_search_call", "local_shell_call", "image_generation_call"}
+_ASSISTANT = {"reasoning", "function_call", "custom_tool_call", *_HOSTED}
+_UNSUPPORTED = {"compaction", "compaction_summary"}
 _SKIP = {"ghost_snapshot"}
 
 
@@ -60,9 +72,34 @@ def _is_assistant(it: dict[str, Any]) -> bool:
     return one_of(t, _ASSISTANT) or (t == "message" and it.get("role") == "assistant")
 
 
-def _as_responses_item(it: dict[str, Any]) -> dict[str, Any]:
-    """Freeform custom tool calls as function calls (their raw input is the arguments string)."""
+def _hosted_call(it: dict[str, Any], line: int) -> dict[str, Any]:
+    """A hosted tool item as a function call: its name, and what the model asked for."""
+    t = str(it.get("type"))
+    cid = it.get("call_id") or it.get("id") or f"{t}@{line}"
+    if t == "image_generation_call":
+        args: Any = {"prompt": it.get("revised_prompt") or ""}
+    else:
+        args = it.get("action") if isinstance(it.get("action"), dict) else {}
+    return {
+        "type": "function_call",
+        "call_id": str(cid),
+        "name": t.removesuffix("_call"),
+        "arguments": args,
+    }
+
+
+def _as_responses_item(it: dict[str, Any], line: int = 0) -> dict[str, Any]:
+    """Freeform custom tool calls as function calls (their raw input is the arguments string),
+    hosted tool items as function calls (:func:`_hosted_call`), their outputs as tool results."""
     t = it.get("type")
+    if one_of(t, _HOSTED):
+        return _hosted_call(it, line)
+    if t == "local_shell_call_output":
+        return {
+            "type": "function_call_output",
+            "call_id": it.get("call_id") or it.get("id"),
+            "output": it.get("output"),
+        }
     if t == "custom_tool_call":
         return {
             "type": "function_call",
@@ -79,6 +116,37 @@ def _as_responses_item(it: dict[str, Any]) -> dict[str, Any]:
     return it
 
 
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _input_text(text: str) -> dict[str, Any]:
+    return {"type": "input_text", "text": text}
+
+
+def _dynamic_tools(meta: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """``session_meta.dynamic_tools`` ({name, description, input_schema}) as chat tool schemas."""
+    specs = meta.get("dynamic_tools")
+    if not isinstance(specs, list):
+        return None
+    out = []
+    for t in specs:
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            continue
+        fn: dict[str, Any] = {"name": t["name"]}
+        if isinstance(t.get("description"), str):
+            fn["description"] = t["description"]
+        schema = t.get("input_schema", t.get("inputSchema", t.get("parameters")))
+        if isinstance(schema, dict):
+            fn["parameters"] = schema
+        out.append({"type": "function", "function": fn})
+    return out or None
+
+
 class _Session:
     def __init__(self, path: str, opts: ReadOptions) -> None:
         self.path = path
@@ -91,6 +159,33 @@ class _Session:
         self.lost: int | None = None  # line of a compaction whose new history is not stored
         self.hint: str | None = None
         self.k = 0
+        self.tools: list[dict[str, Any]] | None = None
+        #: event_msg user_message texts since the last assistant turn: (line, text)
+        self.user_events: list[tuple[int, str]] = []
+        #: texts of the user message items since the last assistant turn
+        self.user_texts: list[str] = []
+
+    def add(self, no: int, it: dict[str, Any]) -> Iterator[Item]:
+        """One response item: an assistant item joins the turn, any other closes it."""
+        if not _is_assistant(it):
+            yield from self.flush()
+            self.history.append((no, it))
+            if it.get("type") == "message" and it.get("role") == "user":
+                self.user_texts.append(_text_of(it.get("content")))
+            return
+        if not self.turn:
+            self._rebuild_user_turns()
+        self.turn.append((no, it))
+
+    def _rebuild_user_turns(self) -> None:
+        """User messages logged only as event_msg user_message, put back at their place."""
+        for no, text in self.user_events:
+            if any(text.strip() in t for t in self.user_texts):
+                continue
+            item = {"type": "message", "role": "user", "content": [_input_text(text)]}
+            at = next((i for i, (n, _) in enumerate(self.history) if n > no), len(self.history))
+            self.history.insert(at, (no, item))
+        self.user_events, self.user_texts = [], []
 
     def flush(self) -> Iterator[Item]:
         if not self.turn:
@@ -121,9 +216,14 @@ class _Session:
                     "has no chat form), so the prompt or completion cannot be rendered"
                 )
         prompt = [{"role": "system", "content": self.system}] if self.system else []
-        items = [_as_responses_item(it) for _, it in self.history]
+        items = [_as_responses_item(it, no) for no, it in self.history]
         prompt.extend(s.message for s in segments(items, "history"))
-        done = segments([_as_responses_item(it) for _, it in turn], f"line {line}")
+        if not any(m.get("role") == "user" for m in prompt):
+            raise RecordError(
+                "the call's prompt has no user turn (no user message item and no event_msg "
+                "user_message before it)"
+            )
+        done = segments([_as_responses_item(it, no) for no, it in turn], f"line {line}")
         try:
             return ChatCall(
                 group_id=self.gid,
@@ -131,7 +231,7 @@ class _Session:
                 parent_call_id=f"{self.gid}#{self.k - 2}" if self.k > 1 else None,
                 model=self.model,
                 messages=prompt,  # type: ignore[arg-type]
-                tools=self.opts.tools,
+                tools=self.opts.tools if self.opts.tools is not None else self.tools,
                 completion=done[0].message,  # type: ignore[arg-type]
                 provenance=Provenance(exact_messages=True, reconstructed=True),
                 branch_reason=hint,  # type: ignore[arg-type]
@@ -164,9 +264,13 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             meta: dict[str, Any] = p["meta"] if isinstance(p.get("meta"), dict) else p
             if isinstance(meta.get("id"), str):
                 s.gid = meta["id"]
+            s.tools = _dynamic_tools(meta) or s.tools
             base = meta.get("base_instructions")
             if opts.system_prompt is None and isinstance(base, dict) and base.get("text"):
                 s.system = str(base["text"])
+        elif t == "event_msg" and p.get("type") == "user_message":
+            if isinstance(p.get("message"), str) and p["message"].strip():
+                s.user_events.append((no, p["message"]))
         elif t == "turn_context" and isinstance(p.get("model"), str):
             s.model = p["model"]
         elif t == "compacted":
@@ -179,13 +283,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             else:
                 s.lost = no
         elif t == "response_item":
-            if one_of(p.get("type"), _SKIP):
-                continue
-            if _is_assistant(p):
-                s.turn.append((no, p))
-            else:
-                yield from s.flush()
-                s.history.append((no, p))
+            if not one_of(p.get("type"), _SKIP):
+                yield from s.add(no, p)
     yield from s.flush()
 
 

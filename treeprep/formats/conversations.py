@@ -50,6 +50,7 @@ from treeprep.formats._fields import (
     file_stem,
     openai_tool_calls,
     type_name,
+    value_parts,
 )
 from treeprep.formats._read import document, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -152,6 +153,10 @@ def _message(m: Any, where: str, *, sharegpt: bool) -> tuple[dict[str, Any], boo
     plain = {k: v for k, v in m.items() if v is not None and k not in ("from", "value", "weight")}
     plain["role"] = role
     plain["content"] = content
+    if (parts := value_parts(content)) is not None:  # LLaMA-Factory v1 {type, value} parts
+        plain["content"], plain["reasoning_content"] = parts[0], parts[1]
+        calls = [c for i, v in enumerate(parts[2]) for c in _json_calls(v, f"{where}.content[{i}]")]
+        plain.update({"tool_calls": calls} if calls else {})
     if isinstance(plain.get("tool_calls"), list):
         plain["tool_calls"] = [
             (tc if not isinstance(tc, dict) else _drop_nulls(tc)) for tc in plain["tool_calls"]

@@ -18,11 +18,22 @@ What counts as present, in the order the completion has them:
 The last form is a weaker test by design: it cannot confuse a template's own markup with an
 argument, but it accepts a reordering of the values. Reasoning is not checked: a template without
 reasoning support drops it by design, and such logs are common.
+
+Templates normalize whitespace: Qwen3's moves an inline ``<think>...</think>`` out of the text and
+strips the newlines around it and at the end. When the text is not found verbatim, it counts as
+present if its words (whitespace-separated, the think tags words of their own) appear as one
+run of words of the span: only a lost word rejects. Such a call is *normalized*
+(:func:`completion_coverage` says so, the build counts it).
+
+An empty reply is never trained: a completion with no text, no tool call, and no reasoning that
+the span shows (Qwen3 renders it as ``<think>\n\n</think>\n\n<|im_end|>``: markup only) is
+rejected (:data:`EMPTY_REPLY`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,12 +86,54 @@ def _scalar_present(v: Any, text: str) -> bool:
     return json.dumps(v) in text or str(v) in text
 
 
+#: the reject reason of a call whose trained reply holds nothing the model said
+EMPTY_REPLY = (
+    "the completion is empty (no text, no tool call and no reasoning in the rendered loss span), "
+    "so training would teach an empty reply"
+)
+
+_TAG = re.compile(r"(</?think>)")
+
+
+def _words(text: str) -> list[str]:
+    return _TAG.sub(r" \1 ", text).split()
+
+
+def _words_present(text: str, span: str) -> bool:
+    """Do the words of ``text`` appear as one run of the words of ``span``? (each run of
+    whitespace read as one space, so a template's markup may follow the last word directly)"""
+    return " ".join(_words(text)) in " ".join(_words(span))
+
+
+def _is_empty(completion: dict[str, Any], span: str) -> bool:
+    content = completion.get("content") or ""
+    if completion.get("tool_calls") or (isinstance(content, str) and content.strip()):
+        return False
+    reasoning = completion.get("reasoning_content")
+    return not (isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() in span)
+
+
+def completion_coverage(completion: dict[str, Any], span: str) -> tuple[str | None, bool]:
+    """(what is missing, as :func:`completion_loss` says; was the text found only modulo the
+    template's whitespace normalization?)"""
+    if _is_empty(completion, span):
+        return EMPTY_REPLY, False
+    content = completion.get("content") or ""
+    normalized = False
+    if isinstance(content, str) and content.strip() and content.strip() not in span:
+        if not _words_present(content, span):
+            return "the completion's text does not appear", False
+        normalized = True
+    return _tool_calls_missing(completion, span), normalized
+
+
 def completion_loss(completion: dict[str, Any], span: str) -> str | None:
     """What of ``completion`` (a normalized assistant message) is missing from ``span``, the text
     of the rendered loss span, as a phrase for the reject reason; None when nothing is."""
-    content = completion.get("content") or ""
-    if isinstance(content, str) and content.strip() and content.strip() not in span:
-        return "the completion's text does not appear"
+    return completion_coverage(completion, span)[0]
+
+
+def _tool_calls_missing(completion: dict[str, Any], span: str) -> str | None:
     pos = 0
     calls = completion.get("tool_calls") or []
     for i, tc in enumerate(calls):

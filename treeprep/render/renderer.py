@@ -57,7 +57,7 @@ from treeprep.errors import (
     TemplateLimitError,
     TokenizerError,
 )
-from treeprep.render.coverage import completion_loss
+from treeprep.render.coverage import EMPTY_REPLY, completion_coverage
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.native import FALLBACK_ERRORS, find_verified_port
@@ -123,6 +123,36 @@ def normalize_message(m: Message, where: str = "message") -> dict[str, Any]:
     return d
 
 
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message whose text opens with one ``<think>...</think>`` block and that has no
+    ``reasoning_content`` (formats without a reasoning field) gets the block as its reasoning.
+
+    The split is the one Qwen3's template makes itself (reasoning with the newlines around it
+    stripped, the text after ``</think>`` with its leading newlines stripped), so templates that
+    split inline tags render the same tokens, and templates that take ``reasoning_content``
+    (gpt-oss's analysis channel) see the reasoning as reasoning. Text with a second tag, or
+    with words before the block, is left as it is.
+    """
+    content = d.get("content")
+    if (
+        d.get("role") != "assistant"
+        or d.get("reasoning_content") is not None
+        or not isinstance(content, str)
+        or not content.lstrip().startswith(_THINK_OPEN)
+        or content.count(_THINK_OPEN) != 1
+        or content.count(_THINK_CLOSE) != 1
+    ):
+        return d
+    head, tail = content.split(_THINK_CLOSE)
+    if _THINK_OPEN not in head:
+        return d
+    reasoning = head.rstrip("\n").split(_THINK_OPEN)[-1].lstrip("\n")
+    return {**d, "content": tail.lstrip("\n"), "reasoning_content": reasoning}
+
+
 # --------------------------------------------------------------------------------------------------
 # The renderer
 # --------------------------------------------------------------------------------------------------
@@ -168,6 +198,9 @@ class Renderer:
         self._native: RenderFn | None = None
         #: renders done by the port so far (the cross-check schedule counts them)
         self.native_renders = 0
+        #: calls whose text was found in the loss span only modulo the template's whitespace
+        #: normalization (:func:`treeprep.render.coverage.completion_coverage`)
+        self.normalized_calls = 0
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
         if native_templates:
@@ -360,9 +393,14 @@ class Renderer:
     # -- records ---------------------------------------------------------------------------------
 
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
-        """(messages, completion, tools) as passed to the chat template."""
-        msgs = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(rec.messages)]
-        comp = normalize_message(rec.completion, "completion")
+        """(messages, completion, tools) as passed to the chat template; an assistant text that
+        opens with an inline ``<think>`` block and has no reasoning field gets it as reasoning
+        (:func:`split_inline_think`)."""
+        msgs = [
+            split_inline_think(normalize_message(m, f"messages[{i}]"))
+            for i, m in enumerate(rec.messages)
+        ]
+        comp = split_inline_think(normalize_message(rec.completion, "completion"))
         return msgs, comp, (rec.tools or None)
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
@@ -428,7 +466,9 @@ class Renderer:
             if full_text.startswith(prompt_text)
             else self.decode(full_ids[n_p:])
         )
-        missing = completion_loss(comp, span_text)
+        missing, normalized = completion_coverage(comp, span_text)
+        if missing == EMPTY_REPLY:
+            raise RenderError(EMPTY_REPLY)
         if missing is not None:
             raise RenderError(
                 f"the chat template drops part of the completion: {missing} in the rendered loss "
@@ -440,6 +480,7 @@ class Renderer:
             branch = "reasoning-dropped"
         if self._native is None:
             self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
+        self.normalized_calls += normalized
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     # -- the branch hint -------------------------------------------------------------------------

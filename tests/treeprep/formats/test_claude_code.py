@@ -124,6 +124,7 @@ def _line(uuid, parent, type_, content, mid=None, **kw):
         "parentUuid": parent,
         "isSidechain": False,
         "sessionId": "s-bad",
+        "version": "1.0.98",
         "type": type_,
         "uuid": uuid,
         **kw,

@@ -27,9 +27,9 @@ def test_codex_sample() -> None:
     items = _items(SAMPLE)
     calls = [x for x in items if isinstance(x, ChatCall)]
     rejects = [x for x in items if isinstance(x, Reject)]
-    assert [c.call_id for c in calls] == [f"{SID}#{k}" for k in range(4)]
+    assert [c.call_id for c in calls] == [f"{SID}#{k}" for k in range(5)]
     assert {c.group_id for c in calls} == {SID} and {c.model for c in calls} == {"gpt-5-codex"}
-    c0, c1, c2, c3 = calls
+    c0, c1, c2, c3, c4 = calls
     assert c0.messages[0].role == "system" and "Codex" in (c0.messages[0].content or "")
     assert c0.completion.reasoning_content == "**Inspecting wc.py**"
     # every call continues the previous one exactly (Codex only appends)
@@ -46,9 +46,13 @@ def test_codex_sample() -> None:
         "Add a test too.",
         "Summary: fixed wc.py words(); user wants a test.",
     ]
-    assert [(r.line, r.reason.split(" (")[0]) for r in rejects] == [
-        (20, "line 19: web_search_call item")
-    ]
+    # the hosted web search stays in its turn, as a tool call before the turn's text
+    assert c4.completion.tool_calls is not None
+    ws = c4.completion.tool_calls[0].function
+    assert ws.name == "web_search"
+    assert ws.arguments == {"type": "search", "query": "pytest blank words"}
+    assert c4.completion.text() == "Added test_wc.py."
+    assert rejects == []
 
 
 def test_compaction_without_replacement_history_rejects_later_calls(tmp_path: Path) -> None:

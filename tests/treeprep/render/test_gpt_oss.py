@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.render import incremental as incremental_module
-from treeprep.render.coverage import completion_loss
+from treeprep.render.coverage import EMPTY_REPLY, completion_loss
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.template import DEFAULT_DATE, ChatTemplate
 from treeprep.render.tokenizer import load_folder
@@ -214,7 +214,7 @@ def test_completion_loss_cases() -> None:
     assert completion_loss(comp, "Hi. run<parameter=cmd>ls -l</parameter>") is None
     assert "text" in (completion_loss(comp, 'run {"cmd": "ls -l"}') or "")
     assert "arguments of tool call 1" in (completion_loss(comp, 'Hi. run {"cmd": "pwd"}') or "")
-    assert completion_loss({"role": "assistant", "content": ""}, "") is None
+    assert completion_loss({"role": "assistant", "content": ""}, "") == EMPTY_REPLY  # issue 27
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,144 @@
+"""Issue 27 item 5: inline <think> becomes reasoning, whitespace-normalized coverage, empty
+replies, and LLaMA-Factory v1 ``{type, value}`` parts (reasoning and tool calls) mapped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from treeprep.formats import ReadOptions, get_format
+from treeprep.render.coverage import EMPTY_REPLY, completion_coverage
+from treeprep.render.renderer import split_inline_think
+from treeprep.schemas import ChatCall
+
+ROOT = Path(__file__).resolve().parents[3]
+QWEN3 = ROOT / ".." / "shared" / "data" / "tokenizers" / "qwen3"
+needs_qwen3 = pytest.mark.skipif(
+    not (QWEN3 / "tokenizer.json").is_file(), reason="../shared/data is absent"
+)
+
+INLINE = "<think>\nAdd the two numbers.\n</think>\n\n\nThe answer is 4.\n\n"
+
+
+def test_split_inline_think() -> None:
+    d = split_inline_think({"role": "assistant", "content": INLINE})
+    assert d == {
+        "role": "assistant",
+        "content": "The answer is 4.\n\n",
+        "reasoning_content": "Add the two numbers.",
+    }
+    kept = [
+        {"role": "user", "content": INLINE},  # not the model's text
+        {"role": "assistant", "content": INLINE, "reasoning_content": "R"},  # has its field
+        {"role": "assistant", "content": "Hi <think>x</think> there"},  # words before the block
+        {"role": "assistant", "content": "<think>a</think> b <think>c</think>"},  # two blocks
+    ]
+    assert [split_inline_think(m) for m in kept] == kept
+
+
+def test_coverage_modulo_whitespace() -> None:
+    comp = {"role": "assistant", "content": "<think>plan</think>\n\n\nStep one.\n\nStep two.\n"}
+    span = "<think>\nplan\n</think>\n\nStep one.\nStep two.<|im_end|>"
+    assert completion_coverage(comp, span) == (None, True)
+    assert completion_coverage(comp, "<think>\nplan\n</think>\n\nStep one.<|im_end|>") == (
+        "the completion's text does not appear",
+        False,
+    )
+    assert completion_coverage({"role": "assistant", "content": "Step one."}, span) == (None, False)
+    empty = {"role": "assistant", "content": "", "reasoning_content": ""}
+    assert completion_coverage(empty, "<think>\n\n</think>\n\n<|im_end|>") == (EMPTY_REPLY, False)
+    shown = {"role": "assistant", "content": "", "reasoning_content": "plan"}
+    assert completion_coverage(shown, span) == (None, False)
+
+
+def _call(messages: list[dict], completion: dict) -> ChatCall:
+    return ChatCall(
+        group_id="g",
+        call_id="c",
+        messages=messages,  # type: ignore[arg-type]
+        completion=completion,  # type: ignore[arg-type]
+        source_file="f",
+        source_line=1,
+        source_format="openai-chat",
+    )
+
+
+@needs_qwen3
+def test_inline_think_renders_as_qwen3_does() -> None:
+    from transformers import AutoTokenizer  # the reference only
+
+    from treeprep.render import Renderer
+
+    r = Renderer.load(str(QWEN3))
+    hf = AutoTokenizer.from_pretrained(str(QWEN3), local_files_only=True)
+    msgs = [{"role": "user", "content": "2+2?"}]
+    comp = {"role": "assistant", "content": INLINE}
+    seq = r.render(_call(msgs, comp), group_id="g")
+    full = hf.apply_chat_template([*msgs, comp], tokenize=True, return_dict=False)
+    prompt = hf.apply_chat_template(
+        msgs, tokenize=True, return_dict=False, add_generation_prompt=True
+    )
+    assert list(seq.tokens) == list(full)
+    assert seq.loss_spans == [(len(prompt), len(full))]
+
+
+LF = {
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "value": "What is 2+2?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "reasoning", "value": "Use the calculator."},
+                {
+                    "type": "tool_call",
+                    "value": json.dumps({"name": "calc", "arguments": {"e": "2+2"}}),
+                },
+            ],
+        },
+        {"role": "tool", "content": [{"type": "text", "value": "4"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "reasoning", "value": "Done."}, {"type": "text", "value": "4"}],
+        },
+    ]
+}
+
+
+def _lf_calls(tmp_path: Path) -> list[ChatCall]:
+    p = tmp_path / "lf_v1.jsonl"
+    p.write_text(json.dumps(LF) + "\n")
+    items = list(get_format("chat-messages").read(str(p), ReadOptions()))
+    assert all(isinstance(x, ChatCall) for x in items), items
+    return items  # type: ignore[return-value]
+
+
+def test_llamafactory_v1_parts_are_mapped(tmp_path: Path) -> None:
+    c0, c1 = _lf_calls(tmp_path)
+    assert c0.completion.reasoning_content == "Use the calculator."
+    assert c0.completion.tool_calls is not None
+    assert c0.completion.tool_calls[0].function.name == "calc"
+    assert c0.completion.tool_calls[0].function.arguments == {"e": "2+2"}
+    assert c1.completion.text() == "4" and c1.completion.reasoning_content == "Done."
+    assert c1.messages[-1].role == "tool" and c1.messages[-1].text() == "4"
+
+
+@needs_qwen3
+def test_llamafactory_v1_parts_match_apply_chat_template(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer  # the reference only
+
+    from treeprep.render import Renderer
+
+    r = Renderer.load(str(QWEN3))
+    hf = AutoTokenizer.from_pretrained(str(QWEN3), local_files_only=True)
+    for call in _lf_calls(tmp_path):
+        msgs, comp, tools = r.normalize(call)
+        seq = r.render(call, group_id="g")
+        full = hf.apply_chat_template([*msgs, comp], tools=tools, tokenize=True, return_dict=False)
+        prompt = hf.apply_chat_template(
+            msgs, tools=tools, tokenize=True, return_dict=False, add_generation_prompt=True
+        )
+        assert list(seq.tokens) == list(full)
+        assert seq.loss_spans == [(len(prompt), len(full))]
+    assert r.normalized_calls == 0
