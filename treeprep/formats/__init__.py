@@ -24,6 +24,7 @@ _MODULES = (
     "swe_agent",
     "mini_swe_agent",
     "tau_bench",
+    "atif",
 )
 
 _cache: dict[str, FormatSpec] | None = None
