@@ -25,6 +25,7 @@ _MODULES = (
     "mini_swe_agent",
     "tau_bench",
     "atif",
+    "trajectory",
 )
 
 _cache: dict[str, FormatSpec] | None = None

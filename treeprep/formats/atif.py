@@ -276,9 +276,13 @@ class _Run:
 
 
 def _trajectory(doc: dict[str, Any], run: _Run, opts: ReadOptions, where: str) -> Iterator[Item]:
-    agent = opt_dict(doc.get("agent"), f"{where}agent")
+    try:
+        agent = opt_dict(doc.get("agent"), f"{where}agent")
+        tools = normalize_tools(agent.get("tool_definitions"), f"{where}agent.tool_definitions")
+    except RecordError as e:  # every call of this trajectory would need them
+        yield Reject(file=run.path, line=1, format=NAME, reason=str(e))
+        return
     model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
-    tools = normalize_tools(agent.get("tool_definitions"), f"{where}agent.tool_definitions")
     tools = tools or opts.tools
     msgs: list[dict[str, Any]] = []
     if opts.system_prompt and not any(
