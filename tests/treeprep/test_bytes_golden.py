@@ -8,7 +8,11 @@ or the plan. The build runs from the repository root (the adversarial suite chec
 bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
 (issue 11: hand-off rows and their columns), the sample files for the new formats and the
 OpenHands V1 event stream, now read (issue 14: real-log shards unchanged), and shard schema
-version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns).
+version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns). Issue 27 (items 2, 3, 7)
+re-recorded both: tau-bench/tau2 trials are their own trajectories (only the tau trees'
+per-sequence columns change: seq_trajectory_id, and identical calls of two trials are no longer
+merged into one entry; their tokens and nodes are the same), and the sample gained the
+trajectory-dataset and ATIF files (every other tree, and every other reject, is unchanged).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -27,27 +31,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "b443d5dfb80c992e6e353c81b586328b8f7837f2868547008b21e8d29723a7a0",
+    "manifest.json": "550706263f878c3b6496b1b416d2afcfe6dbdac8d90abc3f46dc95aae381abd9",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "6983f8e80699f0c260c7930014fc301b2d921567f7634e4ceac7ade59d30573f"
+        "851818abd3a5e48c2fd10ac63c6f22c627a48260ce15bd556e692f93597b3379"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "3404dbc82bf2a2a87694f41745452ecc7e932fa3dfe4019bfedf93613c23db0b"
+        "79e7bbe5dfe5dac412d85cee3b92bc260d09049308002b295ea5b9aed473d314"
     ),
-    "rejects.jsonl": "bd9675fb601040b7e10b3ef72f24d695411ee72536760b91724480cf17f08f6c",
-    "shards/shard-00000.arrow": "cc2fc7d2b9c137456064f4a717e444071b7d58ae6149f7e499af3fe56c7888bc",
+    "rejects.jsonl": "c7812f6227d3a02c8155331956666132ff93b19c21051f8c6a7daee1d60a5f62",
+    "shards/shard-00000.arrow": "8ae3cdba3fa5f2c6ca2f6369030f2281f7534955bb727bad408b3a15536cde70",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "ef0a5c028782e83ccf8951e2f828022f0752b9e8f33af920ac766c026c1a4c49",
+    "manifest.json": "5c5b86188df62f9ca7bf143f97204caa864236d5ad1838378a65b099f450a8b1",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "e1e582ee711f2b40cbab322a214b2631cd9c3c543fb0a10d1e660760983b2416"
+        "621457a43cada67b12a5e4f76b739b4ccf4bd0ff73d8b9575cea4b49a587a732"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "e7c4cf014c33d98f3b0ecee9e36a24eb641ef586595f99d11e7bc96941237f03"
+        "48ca404401d8574587172c2ab9469b17ec66b4b2d9b1e79b6040e7f30d83c364"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "a82776810595f39e2c9e8905c91dbb7b02364645ac426595d4cac9b21ab3dbda",
+    "shards/shard-00000.arrow": "322f755793cc0c4a44d92225558906ad8acb55f271e7d4c457f873c666a98d41",
 }
 
 

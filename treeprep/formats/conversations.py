@@ -30,7 +30,10 @@ JSON string to survive; Hugging Face datasets do that).
 Group: ``--group-by`` or ``group_id``/``task_id``/``session_id``/``id``/``conversation_id``,
 else ``<file name>:<line>``: one tree per conversation. Rejects: a record that does not fit is one
 reject naming the field (an unknown role, a ``function_call`` value that is not JSON, a bad
-``weight``, no assistant turn to train on); a target with nothing before it is rejected alone.
+``weight``, no assistant turn to train on); a target with nothing before it, or whose reply is
+empty (no text, reasoning or tool call), is rejected alone: it is never trained. A record's
+``trajectory_id`` (one run of a task, with ``--group-by`` naming the task) names its calls and
+its sample.
 """
 
 from __future__ import annotations

@@ -214,9 +214,11 @@ def looks_like_trajectory(rec: Any) -> bool:
     turns = rec.get("trajectory") if isinstance(rec, dict) else None
     if not isinstance(turns, list) or not turns or not all(isinstance(t, dict) for t in turns):
         return False
-    roles = {t.get("role") for t in turns}
+    roles = [t.get("role") for t in turns]
     known = set(ROLES) | set(PRESET.role_map)
-    return roles <= known and bool(roles & {"ai", "assistant"})
+    return all(isinstance(r, str) and r in known for r in roles) and any(
+        r in ("ai", "assistant") for r in roles
+    )
 
 
 def _read(path: str, opts: ReadOptions) -> Iterator[Item]:
