@@ -82,6 +82,18 @@ def build_cmd(
         str | None,
         typer.Option(help="Ray cluster to join with --engine ray (default: start a local Ray)."),
     ] = None,
+    field_map: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--map",
+            help="Field/role mapping for a chat-like dataset, KEY=VALUE, repeatable: "
+            "messages=trajectory, content=text, role.ai=assistant, mask=mask (reads every file "
+            "as trajectory-dataset).",
+        ),
+    ] = None,
+    map_file: Annotated[
+        Path | None, typer.Option(help="TOML file of the same mapping keys ([roles] table).")
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,
@@ -102,7 +114,7 @@ def build_cmd(
 
 
 #: options named differently from the ``BuildConfig`` fields they set
-_RENAMED = {"fmt": "format"}
+_RENAMED = {"fmt": "format", "field_map": "map"}
 
 
 def _config(params: dict[str, Any]) -> Any:

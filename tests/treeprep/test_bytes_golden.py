@@ -8,8 +8,12 @@ or the plan. The build runs from the repository root (the adversarial suite chec
 bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
 (issue 11: hand-off rows and their columns), the sample files for the new formats and the
 OpenHands V1 event stream, now read (issue 14: real-log shards unchanged), and shard schema
-version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns). The sample was re-recorded
-for issue 27 item 1: the Codex sample's web_search_call turn is now a call (was a reject).
+version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns). Issue 27 re-recorded
+them: the Codex sample's web_search_call turn is now a call (was a reject); tau-bench/tau2 trials
+are their own trajectories (only the tau trees' per-sequence columns change: seq_trajectory_id, and
+identical calls of two trials are no longer merged into one entry; their tokens and nodes are the
+same); the sample gained the trajectory-dataset and ATIF files (every other tree, and every other
+reject, is unchanged).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -28,27 +32,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "11ebe00707f4b35a80e2646740524de09e36e615fc33dbecf9cf4dcf41ede51e",
+    "manifest.json": "550706263f878c3b6496b1b416d2afcfe6dbdac8d90abc3f46dc95aae381abd9",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "a8bae7ae92c3ea3a6d7a9556298bfd8dcb68f8da53ba255c66a34a3ae2b8d4c5"
+        "851818abd3a5e48c2fd10ac63c6f22c627a48260ce15bd556e692f93597b3379"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "c94ccb211c4a7524cf01d5404775f6e7d3e7d7e10f6fffe0e1f435ba0603c1d2"
+        "79e7bbe5dfe5dac412d85cee3b92bc260d09049308002b295ea5b9aed473d314"
     ),
-    "rejects.jsonl": "960e380351bd59fe229666a9b73633a9a449384ad57af0fdff0847d053632ca5",
-    "shards/shard-00000.arrow": "71b3ea173129e33e07cb3dc0e77f05a8ad9bf83d74cbe4244c1e849d385a6e43",
+    "rejects.jsonl": "c7812f6227d3a02c8155331956666132ff93b19c21051f8c6a7daee1d60a5f62",
+    "shards/shard-00000.arrow": "8ae3cdba3fa5f2c6ca2f6369030f2281f7534955bb727bad408b3a15536cde70",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "ef0a5c028782e83ccf8951e2f828022f0752b9e8f33af920ac766c026c1a4c49",
+    "manifest.json": "5c5b86188df62f9ca7bf143f97204caa864236d5ad1838378a65b099f450a8b1",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "e1e582ee711f2b40cbab322a214b2631cd9c3c543fb0a10d1e660760983b2416"
+        "621457a43cada67b12a5e4f76b739b4ccf4bd0ff73d8b9575cea4b49a587a732"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "e7c4cf014c33d98f3b0ecee9e36a24eb641ef586595f99d11e7bc96941237f03"
+        "48ca404401d8574587172c2ab9469b17ec66b4b2d9b1e79b6040e7f30d83c364"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "a82776810595f39e2c9e8905c91dbb7b02364645ac426595d4cac9b21ab3dbda",
+    "shards/shard-00000.arrow": "322f755793cc0c4a44d92225558906ad8acb55f271e7d4c457f873c666a98d41",
 }
 
 

@@ -10,6 +10,7 @@ first of the build package: it imports nothing of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from treeprep import modes
 from treeprep.errors import TreeprepError
@@ -29,6 +30,8 @@ class FileOptions:
     max_record_bytes: int = 16 << 20
     chat_template: str | None = None
     date: str | None = None
+    #: ``--map``/``--map-file`` checked (a :class:`~treeprep.formats.trajectory.FieldMap`)
+    field_map: Any = None
 
 
 @dataclass
@@ -68,6 +71,10 @@ class BuildConfig:
     engine: modes.Engine = modes.Engine.local
     #: the Ray cluster to join (``ray.init(address=...)``); None starts a local Ray
     ray_address: str | None = None
+    #: ``--map KEY=VALUE`` field and role mapping for a chat-like dataset (trajectory-dataset)
+    map: list[str] = field(default_factory=list)
+    #: ``--map-file``: the same keys in a TOML file (``--map`` pairs win)
+    map_file: str | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,6 +94,13 @@ class BuildConfig:
             if value < least:
                 raise TreeprepError(f"{name} must be >= {least}, got {value}")
         modes.coerce_modes(self, TreeprepError)
+        self.field_map()  # a bad map stops the build before anything is read
+
+    def field_map(self) -> Any:
+        """The checked field map of ``--map``/``--map-file`` (None when neither is given)."""
+        from treeprep.formats.trajectory import parse_map
+
+        return parse_map(self.map or (), self.map_file)
 
     def file_options(self) -> FileOptions:
         """The options a stage-1 worker renders each file with.
@@ -94,8 +108,10 @@ class BuildConfig:
         >>> BuildConfig(inputs=["logs"], out="o", format="openai").file_options().format
         'openai'
         """
+        fmap = self.field_map()
         return FileOptions(
-            format=self.format,
+            format=self.format or ("trajectory-dataset" if fmap else None),
+            field_map=fmap,
             group_by=self.group_by,
             system_prompt=self.system_prompt,
             tools=self.tools,

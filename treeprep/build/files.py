@@ -172,7 +172,10 @@ def _read_options(options: FileOptions) -> ReadOptions:
             tools = tools["tools"]
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise TreeprepError(f"{options.tools}:1: expected a JSON list of tool schemas")
-    return ReadOptions(system_prompt=system_prompt, tools=tools, group_by=options.group_by)
+    extra = {"field_map": options.field_map} if options.field_map is not None else {}
+    return ReadOptions(
+        system_prompt=system_prompt, tools=tools, group_by=options.group_by, extra=extra
+    )
 
 
 def _default_group(name: str, group_by_folder: bool) -> str:

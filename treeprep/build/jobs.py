@@ -88,8 +88,15 @@ def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
             str(SCHEMA_VERSION),
             WORK_FORMAT,
             __version__,
+            *_map_digest(cfg),
         )
     )
+
+
+def _map_digest(cfg: BuildConfig) -> tuple[str, ...]:
+    """The field map's part of the options digest (nothing without one: earlier keys stay)."""
+    fmap = cfg.field_map()
+    return (fmap.model_dump_json(),) if fmap is not None else ()
 
 
 def _job_key(sha: str, options: str, name: str, explicit: bool, error: str | None) -> str:

@@ -24,6 +24,8 @@ _MODULES = (
     "swe_agent",
     "mini_swe_agent",
     "tau_bench",
+    "atif",
+    "trajectory",
 )
 
 _cache: dict[str, FormatSpec] | None = None

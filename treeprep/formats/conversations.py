@@ -30,12 +30,15 @@ JSON string to survive; Hugging Face datasets do that).
 Group: ``--group-by`` or ``group_id``/``task_id``/``session_id``/``id``/``conversation_id``,
 else ``<file name>:<line>``: one tree per conversation. Rejects: a record that does not fit is one
 reject naming the field (an unknown role, a ``function_call`` value that is not JSON, a bad
-``weight``, no assistant turn to train on); a target with nothing before it is rejected alone.
+``weight``, no assistant turn to train on); a target with nothing before it, or whose reply is
+empty (no text, reasoning or tool call), is rejected alone: it is never trained. A record's
+``trajectory_id`` (one run of a task, with ``--group-by`` naming the task) names its calls and
+its sample.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -66,6 +69,9 @@ from treeprep.formats.openai_chat import (
 from treeprep.io.lines import record_limit
 from treeprep.schemas import ChatCall, Provenance, Reject
 from treeprep.schemas.records import Message
+
+#: a dataset record -> a ``messages`` record (field mapping), RecordError when it does not fit
+Prepare = Callable[[Any, ReadOptions], Any]
 
 MESSAGES = "chat-messages"
 SHAREGPT = "sharegpt"
@@ -166,16 +172,18 @@ def _message(m: Any, where: str, *, sharegpt: bool) -> tuple[dict[str, Any], boo
 
 
 def conversation(
-    rec: Any, *, sharegpt: bool, from_struct: bool = False
+    rec: Any, *, sharegpt: bool, from_struct: bool = False, label: str | None = None
 ) -> tuple[list[dict[str, Any]], list[bool], list[str], list[dict[str, Any]] | None]:
     """(messages, target mask, where each message came from, tools) of one record.
 
-    Raises :class:`RecordError` when the record does not fit.
+    ``label`` names the turns' field in messages (a mapped dataset's own key). Raises
+    :class:`RecordError` when the record does not fit.
     """
     if not isinstance(rec, dict):
         raise RecordError(f"expected a JSON object, got {type_name(rec)}")
     key = "conversations" if sharegpt else "messages"
     turns = rec.get(key)
+    key = label or key
     if not isinstance(turns, list):
         raise RecordError(f"{key}: expected an array of turns, got {type_name(turns)}")
     messages: list[dict[str, Any]] = []
@@ -224,15 +232,21 @@ def convert(
     opts: ReadOptions,
     index: int = 0,
     from_struct: bool = False,
+    prepare: Prepare | None = None,
 ) -> Iterator[Item]:
     """Every target of one conversation as a ChatCall; a record that does not fit is one Reject.
 
     The calls are made one at a time, as they are read, and share the conversation's message
     objects (validated once): a record of N turns holds O(N) messages, not the O(N^2) of N
-    histories held at once."""
+    histories held at once. ``prepare`` turns a dataset's record into a ``messages`` record first
+    (field mapping) and names the dataset's turns field as ``prepare.label``."""
     try:
+        label = None
+        if prepare is not None:
+            label = _label(rec, opts)
+            rec = prepare(rec, opts)
         messages, targets, wheres, tools = conversation(
-            rec, sharegpt=fmt == SHAREGPT, from_struct=from_struct
+            rec, sharegpt=fmt == SHAREGPT, from_struct=from_struct, label=label
         )
         if not any(targets):
             raise RecordError(
@@ -246,18 +260,24 @@ def convert(
         yield Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)
         return
     model = rec.get("model") if isinstance(rec.get("model"), str) else None
+    tid = rec.get("trajectory_id")
+    tid = tid if isinstance(tid, str) and tid else None  # a run of a task: names its calls
+    stem = tid or gid
     shared = _validated(messages)
     k = 0
     for i, target in enumerate(targets):
         if not target:
             continue
         why = "an assistant turn with nothing before it to prompt it" if i == 0 else None
+        if why is None and _empty_reply(messages[i]):
+            why = "the assistant's reply is empty (no text, reasoning or tool call): not trained"
         if why is None:
             try:
                 yield ChatCall(
                     group_id=gid,
-                    call_id=f"{gid}#{k}",
-                    parent_call_id=f"{gid}#{k - 1}" if k else None,
+                    call_id=f"{stem}#{k}",
+                    trajectory_id=tid,
+                    parent_call_id=f"{stem}#{k - 1}" if k else None,
                     model=model,
                     messages=shared[:i],  # type: ignore[arg-type]
                     tools=tools,
@@ -272,8 +292,26 @@ def convert(
                 why = validation_reason(e)
         if why is not None:
             why = f"{wheres[i]}: {why}"
-            yield Reject(file=file, line=line, format=fmt, call_id=f"{gid}#{k}", reason=why)
+            yield Reject(file=file, line=line, format=fmt, call_id=f"{stem}#{k}", reason=why)
         k += 1
+
+
+def _empty_reply(m: dict[str, Any]) -> bool:
+    content = m.get("content")
+    text = (
+        content
+        if isinstance(content, str)
+        else "".join(
+            str(p.get("text") or "") if isinstance(p, dict) else "x" for p in content or []
+        )
+    )
+    return not (text or m.get("reasoning_content") or m.get("tool_calls"))
+
+
+def _label(rec: Any, opts: ReadOptions) -> str:
+    """The turns' field of a mapped record (``--map messages=...``, else ``trajectory``)."""
+    fm = opts.extra.get("field_map")
+    return str(getattr(fm, "messages", "trajectory"))
 
 
 def _validated(messages: list[dict[str, Any]]) -> list[Any]:
@@ -303,12 +341,23 @@ def _is_json_doc(path: str) -> bool:
 
 
 #: the top-level fields :func:`convert` reads (besides the turns): only these columns are read
-_FIELDS = ("system", "tools", "functions", "reward", "model", "metadata", *GROUP_KEYS)
+_FIELDS = (
+    "system",
+    "tools",
+    "functions",
+    "reward",
+    "model",
+    "metadata",
+    "trajectory_id",
+    *GROUP_KEYS,
+)
 #: rows per batch read from a Parquet row group
 _PARQUET_BATCH = 1024
 
 
-def _read_parquet(path: str, fmt: str, opts: ReadOptions) -> Iterator[Item]:
+def _read_parquet(
+    path: str, fmt: str, opts: ReadOptions, prepare: Prepare | None, more: set[str]
+) -> Iterator[Item]:
     """Rows of a Parquet file (``line`` is the 1-based row number), row group by row group.
 
     Only the columns :func:`convert` reads are materialized; a row whose columns hold more than
@@ -321,7 +370,7 @@ def _read_parquet(path: str, fmt: str, opts: ReadOptions) -> Iterator[Item]:
     broken = (OSError, ValueError, pa.ArrowException)  # what pyarrow raises on a bad file
     try:
         pf = pq.ParquetFile(path)
-        columns = _parquet_needed(pf.schema_arrow.names, fmt, opts)
+        columns = _parquet_needed(pf.schema_arrow.names, fmt, opts, more)
     except broken as e:
         yield Reject(file=path, line=0, reason=f"cannot read Parquet file: {e}", format=fmt)
         return
@@ -345,14 +394,17 @@ def _read_parquet(path: str, fmt: str, opts: ReadOptions) -> Iterator[Item]:
                 if rec is None:
                     yield Reject(file=path, line=row, reason=_too_big(size, limit), format=fmt)
                     continue
-                yield from convert(rec, file=path, line=row, fmt=fmt, opts=opts, from_struct=True)
+                yield from convert(
+                    rec, file=path, line=row, fmt=fmt, opts=opts, from_struct=True, prepare=prepare
+                )
     if row == 0:
         yield Reject(file=path, line=0, reason="Parquet file holds no rows", format=fmt)
 
 
-def _parquet_needed(names: list[str], fmt: str, opts: ReadOptions) -> list[str]:
-    """The columns of ``names`` that :func:`convert` reads, in file order."""
+def _parquet_needed(names: list[str], fmt: str, opts: ReadOptions, more: set[str]) -> list[str]:
+    """The columns of ``names`` that :func:`convert` reads (and ``more``), in file order."""
     want = {"conversations" if fmt == SHAREGPT else "messages", *_FIELDS, *_EXTRA_GROUP_KEYS}
+    want |= more
     if opts.group_by:
         want |= {opts.group_by, opts.group_by.split(".")[0]}
     return [n for n in names if n in want]
@@ -376,30 +428,45 @@ def _too_big(size: int, limit: int) -> str:
     return f"row is {size:,} bytes, over the limit of {limit:,} bytes per record (--max-record-mb)"
 
 
+def read_dataset(
+    path: str,
+    fmt: str,
+    opts: ReadOptions,
+    *,
+    prepare: Prepare | None = None,
+    more: set[str] | None = None,
+) -> Iterator[Item]:
+    """Every conversation of a JSONL, JSON or Parquet dataset file (see the module docstring);
+    ``prepare`` maps a record first, ``more`` names the Parquet columns it reads."""
+    if _is_parquet(path):
+        yield from _read_parquet(path, fmt, opts, prepare, more or set())
+        return
+    if _is_json_doc(path):
+        try:
+            doc = document(path).value
+        except InputError as e:
+            yield Reject(file=e.file, line=e.line, reason=e.reason, format=fmt)
+            return
+        recs = doc if isinstance(doc, list) else [doc]
+        if not recs:
+            yield Reject(file=path, line=1, reason="empty JSON array", format=fmt)
+        for i, rec in enumerate(recs):
+            idx = i + 1 if isinstance(doc, list) else 0
+            yield from convert(
+                rec, file=path, line=1, fmt=fmt, opts=opts, index=idx, prepare=prepare
+            )
+        return
+    for line, rec in records(path, fmt):
+        yield from (
+            [rec]
+            if isinstance(rec, Reject)
+            else convert(rec, file=path, line=line, fmt=fmt, opts=opts, prepare=prepare)
+        )
+
+
 def _reader(fmt: str):  # type: ignore[no-untyped-def]
     def read(path: str, opts: ReadOptions) -> Iterator[Item]:
-        if _is_parquet(path):
-            yield from _read_parquet(path, fmt, opts)
-            return
-        if _is_json_doc(path):
-            try:
-                doc = document(path).value
-            except InputError as e:
-                yield Reject(file=e.file, line=e.line, reason=e.reason, format=fmt)
-                return
-            recs = doc if isinstance(doc, list) else [doc]
-            if not recs:
-                yield Reject(file=path, line=1, reason="empty JSON array", format=fmt)
-            for i, rec in enumerate(recs):
-                idx = i + 1 if isinstance(doc, list) else 0
-                yield from convert(rec, file=path, line=1, fmt=fmt, opts=opts, index=idx)
-            return
-        for line, rec in records(path, fmt):
-            yield from (
-                [rec]
-                if isinstance(rec, Reject)
-                else convert(rec, file=path, line=line, fmt=fmt, opts=opts)
-            )
+        yield from read_dataset(path, fmt, opts)
 
     return read
 
@@ -444,11 +511,16 @@ def _safe(m: dict[str, Any]) -> bool:
     return True
 
 
+def sniff_dataset(path: str, head: bytes, key: str, looks: Callable[[Any], bool]) -> bool:
+    """A Parquet file with a ``key`` column, or a JSON(L) file whose first record ``looks`` so."""
+    if _is_parquet(path):
+        return head.startswith(b"PAR1") and key in _parquet_columns(path)
+    return looks(_first_record(path, head))
+
+
 def _sniffer(key: str):  # type: ignore[no-untyped-def]
     def sniff(path: str, head: bytes) -> bool:
-        if _is_parquet(path):
-            return head.startswith(b"PAR1") and key in _parquet_columns(path)
-        return looks_like_conversation(_first_record(path, head), key)
+        return sniff_dataset(path, head, key, lambda rec: looks_like_conversation(rec, key))
 
     return sniff
 

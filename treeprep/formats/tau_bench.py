@@ -21,7 +21,10 @@ out of the agent's prompts altogether, as tau2 builds the agent's view
 (``is_valid_agent_history_message``: a user message with ``tool_calls`` and a tool result for the
 user go to the environment and the user, never to the agent).
 
-Rewards: the trajectory's reward is set on every call of that trial.
+Rewards: the trajectory's reward is set on every call of that trial. Each trial is its own
+trajectory (``trajectory_id`` is the trial's call prefix, ``task-<id>/trial-<n>``, plus the
+simulation id in tau2), so a task's tree is a GRPO group of its trials and advantages are
+normalized over the trials, each counted once.
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ def _calls(
                 "group_id": gid,
                 "agent_id": "main",
                 "call_id": f"{call_prefix}/{k}",
+                "trajectory_id": call_prefix,
                 "parent_call_id": f"{call_prefix}/{k - 1}" if k else None,
                 "messages": messages[:i],
                 "tools": tools,

@@ -120,3 +120,29 @@ def test_regression_tau2_user_tool_calls_left_an_empty_user_turn(tmp_path):
         ("user", "Done, it works now."),
     ]
     assert all(m.content for m in last.messages)  # no empty user turn
+
+
+def test_each_trial_is_its_own_trajectory():
+    calls, rej = _split(TAU, ROOT / "sample_data" / "tau_bench_shop.json")
+    assert rej == []
+    by_group: dict[str, set[str]] = collections.defaultdict(set)
+    for c in calls:
+        assert c.trajectory_id is not None and c.call_id.startswith(c.trajectory_id + "/")
+        by_group[c.group_id].add(c.trajectory_id)
+    assert len(by_group) == 2 and all(len(t) == 2 for t in by_group.values())  # 2 tasks x 2
+    calls2, _ = _split(TAU2, ROOT / "sample_data" / "tau2_bench_shop.json")
+    assert len({c.trajectory_id for c in calls2}) == 2 and len({c.group_id for c in calls2}) == 1
+
+
+def test_trial_rewards_are_one_per_trajectory():
+    """A trial's calls share its reward; two trials of a task with rewards 1 and 0 were one
+    trajectory before (GRPO refused the tree: "has calls with rewards 1 and 0")."""
+    calls, _ = _split(TAU, ROOT / "sample_data" / "tau_bench_shop.json")
+    rewards: dict[str, set[float | None]] = collections.defaultdict(set)
+    for c in calls:
+        rewards[c.trajectory_id].add(c.reward)  # type: ignore[index]
+    assert all(len(r) == 1 for r in rewards.values())
+    per_task = collections.defaultdict(set)
+    for c in calls:
+        per_task[c.group_id].add(c.reward)
+    assert any(len(r) > 1 for r in per_task.values())  # trials of one task differ
