@@ -29,6 +29,13 @@ class FileOptions:
     max_record_bytes: int = 16 << 20
     chat_template: str | None = None
     date: str | None = None
+    # curation (treeprep.build.curate)
+    since: str | None = None
+    until: str | None = None
+    model_name: str | None = None
+    project: str | None = None
+    redact: modes.Redact = modes.Redact.off
+    reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
 
 
 @dataclass
@@ -68,6 +75,20 @@ class BuildConfig:
     engine: modes.Engine = modes.Engine.local
     #: the Ray cluster to join (``ray.init(address=...)``); None starts a local Ray
     ray_address: str | None = None
+    # curation (:mod:`treeprep.build.curate`, :mod:`treeprep.build.dedup`)
+    #: keep only calls made at or after / at or before this ISO 8601 date or time
+    since: str | None = None
+    until: str | None = None
+    #: keep only calls of this model (a name or a glob)
+    model_name: str | None = None
+    #: keep only calls made in this project (the working directory, or a folder above it; a glob)
+    project: str | None = None
+    #: replace secrets before rendering (``secrets``: detect-secrets, the ``redact`` extra)
+    redact: modes.Redact = modes.Redact.off
+    #: fit turns with text, reasoning and tool calls together into gpt-oss's template
+    reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
+    #: leave out calls that repeat an earlier file's call (same identity or same tokens)
+    dedup: bool = True
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,6 +108,12 @@ class BuildConfig:
             if value < least:
                 raise TreeprepError(f"{name} must be >= {least}, got {value}")
         modes.coerce_modes(self, TreeprepError)
+        from treeprep.render.template import parse_date
+
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and parse_date(value) is None:
+                raise TreeprepError(f"{name} {value!r}: expected an ISO 8601 date or time")
 
     def file_options(self) -> FileOptions:
         """The options a stage-1 worker renders each file with.
@@ -103,4 +130,10 @@ class BuildConfig:
             max_record_bytes=self.max_record_bytes,
             chat_template=self.chat_template,
             date=self.date,
+            since=self.since,
+            until=self.until,
+            model_name=self.model_name,
+            project=self.project,
+            redact=self.redact,
+            reasoning_merge=self.reasoning_merge,
         )

@@ -168,7 +168,10 @@ class RayEngine:
         if not paths:
             return []
         files = ray.data.from_items(
-            [{"file_index": i, "path": p} for i, p in enumerate(paths)],
+            [
+                {"file_index": i, "path": p, "drop": [int(r) for r in task.drop.get(q, [])]}
+                for i, (p, q) in enumerate(zip(paths, task.paths, strict=True))
+            ],
             override_num_blocks=min(len(paths), 4 * self.workers),  # a few read tasks per worker
         )
         rows = files.map_batches(_read_work_rows, batch_size=None, batch_format="pyarrow")
@@ -296,8 +299,12 @@ def _read_work_rows(batch: pa.Table) -> Iterator[pa.Table]:
             table = pa.Table.from_batches([rb])
             table = table.append_column("file_index", pa.array(np.full(n, f["file_index"])))
             table = table.append_column("row", pa.array(np.arange(start, start + n)))
+            if f["drop"]:  # duplicates left out (treeprep.build.dedup)
+                keep = ~np.isin(np.arange(start, start + n), np.asarray(f["drop"], np.int64))
+                table = table.filter(pa.array(keep))
             start += n
-            yield table
+            if table.num_rows:
+                yield table
 
 
 def _build_group(rows: pa.Table) -> pa.Table:

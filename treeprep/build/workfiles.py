@@ -27,8 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,11 +57,14 @@ WORK_SCHEMA = pa.schema(
         # the row of this file whose first prefix_len tokens come before ``tokens`` (-1: none)
         ("prefix_row", pa.int32()),
         ("prefix_len", pa.int32()),
+        # a digest of the whole sequence (tokens, loss spans, log-probs, reward, advantage):
+        # the cross-file deduplication's key (:mod:`treeprep.build.dedup`)
+        ("digest", pa.binary(16)),
     ]
 )
 #: the layout of a work file: part of every work folder's key, so a rerun after a change of
 #: layout never reads an older folder
-WORK_FORMAT = "2: prefix_row, prefix_len"
+WORK_FORMAT = "3: prefix_row, prefix_len, digest"
 #: sequences per record batch of a work file
 WORK_BATCH = 512
 SEQUENCES = "sequences.arrow"
@@ -145,6 +148,10 @@ class FileResult:
     sequences_sha256: str = ""
     rejects_bytes: int = 0
     rejects_sha256: str = ""
+    #: records the build's filters left out, by reason (never silently: the manifest counts them)
+    filtered: dict[str, int] = field(default_factory=dict)
+    #: what curation changed, by kind (``redacted:<secret kind>``, ``reasoning-merge:fold``)
+    curated: dict[str, int] = field(default_factory=dict)
 
 
 def finish_file(job: FileJob, result: FileResult, rejects: list[dict]) -> None:
@@ -193,9 +200,32 @@ class PrefixSharing:
         return seq
 
 
-def sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
-    """Rendered sequences as one record batch of :data:`WORK_SCHEMA`."""
+def sequence_digest(seq: Sequence) -> bytes:
+    """16 bytes naming what a sequence trains: its tokens, loss spans, log-probs, reward and
+    advantage (not its group, call or file), for deduplication across files.
+
+    >>> a = Sequence(tokens=np.arange(4, dtype=np.int32), loss_spans=[(2, 4)])
+    >>> b = Sequence(tokens=np.arange(4, dtype=np.int32), loss_spans=[(1, 4)])
+    >>> sequence_digest(a) == sequence_digest(a), sequence_digest(a) == sequence_digest(b)
+    (True, False)
+    """
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.asarray(seq.tokens, np.int32).tobytes())
+    h.update(orjson.dumps([list(map(int, sp)) for sp in seq.loss_spans]))
+    h.update(orjson.dumps([seq.reward, seq.advantage]))
+    for lp in (seq.logprobs, seq.ref_logprobs):
+        h.update(b"-" if lp is None else b"+" + np.asarray(lp, np.float32).tobytes())
+    return h.digest()
+
+
+def sequences_to_batch(seqs: list[Sequence], digests: list[bytes] | None = None) -> pa.RecordBatch:
+    """Rendered sequences as one record batch of :data:`WORK_SCHEMA`; ``digests`` are their
+    :func:`sequence_digest` values, taken before prefix sharing cut their tokens (default:
+    computed from the sequences as they are)."""
     cols: dict[str, Any] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
+    cols["digest"] = pa.array(
+        digests if digests is not None else [sequence_digest(s) for s in seqs], pa.binary(16)
+    )
     cols["prefix_row"] = pa.array([s.prefix for s in seqs], pa.int32())
     cols["prefix_len"] = pa.array([s.prefix_len for s in seqs], pa.int32())
     # list columns from one flat array and offsets (a list of per-row arrays converts row by row)
@@ -350,16 +380,23 @@ class WorkFiles:
 GroupRows = dict[str, list[tuple[int, np.ndarray]]]
 
 
-def group_rows(work: WorkFiles, paths: Iterable[str]) -> GroupRows:
-    """Add ``paths`` to ``work`` and find every group's rows in them, reading only ``group_id``."""
+def group_rows(
+    work: WorkFiles, paths: Iterable[str], drop: Mapping[str, np.ndarray] | None = None
+) -> GroupRows:
+    """Add ``paths`` to ``work`` and find every group's rows in them, reading only ``group_id``;
+    the rows ``drop`` lists for a path (duplicates, :mod:`treeprep.build.dedup`) are left out."""
     groups: GroupRows = {}
     for p in paths:
         ti = work.add(p)
         gids = work.group_ids(ti)
+        keep = np.ones(len(gids), bool)
+        if drop and p in drop:
+            keep[np.asarray(drop[p], np.int64)] = False
         order = np.argsort(gids, kind="stable")
         sorted_g = gids[order]
         bounds = np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1
         for seg in np.split(order, bounds):
+            seg = seg[keep[seg]]
             if len(seg):
                 groups.setdefault(str(gids[seg[0]]), []).append((ti, np.sort(seg)))
     work.release()
