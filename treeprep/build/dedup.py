@@ -5,14 +5,16 @@ dataset shipped in two splits) would otherwise be trained twice and inflate the 
 estimate. After stage 1, :func:`find_duplicates` reads the small columns of every work file, in
 job order, and marks a row as a duplicate of an earlier file's row when either
 
-* its **call identity** is the same: ``(source_format, group_id, agent_id, call_id)``, or
+* its **call identity** is the same: ``(source_format, group_id, trajectory_id, agent_id,
+  call_id)`` (the sample is part of it: two trials of one task may number their calls alike), or
 * its **token sequence** is the same: the :func:`~treeprep.build.workfiles.sequence_digest` of its
   tokens, loss spans, log-probs, reward and advantage (whatever its group or call id).
 
 Rows of one file are never duplicates of each other: the trie already merges exact copies within
-a group and keeps their count (k samples of one prompt are k samples). A duplicate row whose
-tokens a later, kept row of its file shares as a prefix (stage 1's prefix sharing) is kept, so
-that the kept row can be rebuilt; nothing else about it changes. Each dropped row is one record,
+a group and keeps their count (k samples of one prompt are k samples). A kept row that stage 1
+stored as a suffix of a dropped row (prefix sharing) gets its whole tokens back in stage 2
+(:func:`~treeprep.build.workfiles.group_sequences`, :func:`~treeprep.build.workfiles.drop_rows`).
+Each dropped row is one record,
 counted in the manifest as filtered (``duplicate call`` or ``duplicate tokens``), so
 ``records_read == records_in_trees + records_rejected + records_filtered`` still holds. A build
 with no duplicates drops nothing and writes the same bytes as without this pass.
@@ -32,7 +34,7 @@ __all__ = ["DUPLICATE_CALL", "DUPLICATE_TOKENS", "Duplicates", "find_duplicates"
 DUPLICATE_CALL = "duplicate call"
 DUPLICATE_TOKENS = "duplicate tokens"
 
-_COLUMNS = ["source_format", "group_id", "agent_id", "call_id", "digest", "prefix_row"]
+_COLUMNS = ["source_format", "group_id", "trajectory_id", "agent_id", "call_id", "digest"]
 
 
 @dataclass
@@ -54,13 +56,11 @@ def find_duplicates(paths: list[tuple[str, str]]) -> Duplicates:
     for fi, (name, path) in enumerate(paths):
         with pa.memory_map(path, "r") as src:
             table = ipc.open_file(src).read_all().select(_COLUMNS)
-        cols = {k: table.column(k).to_pylist() for k in _COLUMNS[:-1]}
-        prefix_row = table.column("prefix_row").to_numpy()
+        cols = {k: table.column(k).to_pylist() for k in _COLUMNS}
         n = table.num_rows
         why: list[str | None] = [None] * n
         for r in range(n):
-            call = (cols["source_format"][r], cols["group_id"][r], cols["agent_id"][r])
-            call = (*call, cols["call_id"][r])
+            call = tuple(cols[k][r] for k in _COLUMNS[:-1])
             digest = cols["digest"][r]
             if cols["call_id"][r] is not None and calls.get(call, fi) != fi:
                 why[r] = DUPLICATE_CALL
@@ -68,7 +68,6 @@ def find_duplicates(paths: list[tuple[str, str]]) -> Duplicates:
                 why[r] = DUPLICATE_TOKENS
             calls.setdefault(call, fi)
             digests.setdefault(digest, fi)
-        _keep_prefixes(why, prefix_row)
         dropped = [r for r in range(n) if why[r] is not None]
         if dropped:
             out.drop[path] = np.asarray(dropped, np.int64)
@@ -78,12 +77,3 @@ def find_duplicates(paths: list[tuple[str, str]]) -> Duplicates:
                 assert reason is not None
                 counts[reason] = counts.get(reason, 0) + 1
     return out
-
-
-def _keep_prefixes(why: list[str | None], prefix_row: np.ndarray) -> None:
-    """Keep (un-mark) every duplicate row whose tokens a kept row shares as its prefix; rows
-    share only with an earlier row, so one backward pass settles chains."""
-    for r in range(len(why) - 1, -1, -1):
-        p = int(prefix_row[r])
-        if why[r] is None and p >= 0:
-            why[p] = None

@@ -52,7 +52,7 @@ from treeprep.atomic import make_dirs
 from treeprep.build.config import BuildConfig, FileOptions
 from treeprep.build.files import FileWorker
 from treeprep.build.jobs import RenderTask, TreeTask
-from treeprep.build.workfiles import FileJob, FileResult, rows_to_sequences
+from treeprep.build.workfiles import FileJob, FileResult, drop_rows, rows_to_sequences
 from treeprep.errors import TreeprepError
 from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry
@@ -292,6 +292,16 @@ def _read_work_rows(batch: pa.Table) -> Iterator[pa.Table]:
     """A work file's rows, one record batch at a time, tagged with ``file_index`` and ``row``."""
     for f in batch.to_pylist():
         reader = ipc.open_file(pa.memory_map(f["path"], "r"))
+        if f["drop"]:  # duplicates left out (treeprep.build.dedup): the whole file at once
+            table = reader.read_all()
+            table = table.append_column(
+                "file_index", pa.array(np.full(len(table), f["file_index"]))
+            )
+            table = table.append_column("row", pa.array(np.arange(len(table))))
+            kept = drop_rows(table, np.asarray(f["drop"], np.int64))
+            if kept.num_rows:
+                yield kept
+            continue
         start = 0
         for b in range(reader.num_record_batches):
             rb = reader.get_batch(b)
@@ -299,12 +309,8 @@ def _read_work_rows(batch: pa.Table) -> Iterator[pa.Table]:
             table = pa.Table.from_batches([rb])
             table = table.append_column("file_index", pa.array(np.full(n, f["file_index"])))
             table = table.append_column("row", pa.array(np.arange(start, start + n)))
-            if f["drop"]:  # duplicates left out (treeprep.build.dedup)
-                keep = ~np.isin(np.arange(start, start + n), np.asarray(f["drop"], np.int64))
-                table = table.filter(pa.array(keep))
             start += n
-            if table.num_rows:
-                yield table
+            yield table
 
 
 def _build_group(rows: pa.Table) -> pa.Table:

@@ -287,7 +287,11 @@ def rows_to_sequences(
                 ref_logprobs=(
                     None if not ref.is_valid else ref.values.to_numpy(zero_copy_only=False)
                 ),
-                prefix=-1 if prefix_row[i] < 0 else where[int(file_of[i]), int(prefix_row[i])],
+                # a prefix row outside these rows (a duplicate left out) keeps prefix -1 and its
+                # prefix_len: group_sequences puts the prefix's tokens back
+                prefix=-1
+                if prefix_row[i] < 0
+                else where.get((int(file_of[i]), int(prefix_row[i])), -1),
                 prefix_len=prefix_len[i],
                 **{k: v[i] for k, v in cols.items()},
             )
@@ -409,8 +413,45 @@ def group_sequences(work: WorkFiles, rows: list[tuple[int, np.ndarray]]) -> list
     seqs: list[Sequence] = []
     for ti, r in rows:
         part = rows_to_sequences(work.rows(ti, r), r)
-        for s in part:
+        for k, s in enumerate(part):
             if s.prefix >= 0:
                 s.prefix += len(seqs)
+            elif s.prefix_len > 0:  # its prefix row was left out (a duplicate): made whole
+                s.tokens = whole_tokens(work.table(ti), int(r[k]))
+                s.prefix_len = 0
         seqs.extend(part)
     return seqs
+
+
+def whole_tokens(table: pa.Table, row: int) -> np.ndarray:
+    """Row ``row`` of a work file's table with the prefix it shares put back: its whole tokens."""
+    prefix_row = table.column("prefix_row")
+    chain = [row]
+    while (p := prefix_row[chain[-1]].as_py()) >= 0:
+        chain.append(p)
+    tokens, prefix_len = table.column("tokens"), table.column("prefix_len")
+    whole = tokens[chain[-1]].values.to_numpy(zero_copy_only=False)
+    for r in reversed(chain[:-1]):
+        tail = tokens[r].values.to_numpy(zero_copy_only=False)
+        whole = np.concatenate([whole[: prefix_len[r].as_py()], tail])
+    return whole.astype(np.int32, copy=False)
+
+
+def drop_rows(table: pa.Table, drop: np.ndarray) -> pa.Table:
+    """A whole work file's table without the rows ``drop``, the rows that shared a prefix with
+    a dropped row made whole (``prefix_row`` -1)."""
+    keep = np.ones(table.num_rows, bool)
+    keep[np.asarray(drop, np.int64)] = False
+    prefix_row = table.column("prefix_row").to_numpy().copy()
+    prefix_len = table.column("prefix_len").to_numpy().copy()
+    fix = [r for r in np.flatnonzero(keep) if prefix_row[r] >= 0 and not keep[prefix_row[r]]]
+    if fix:
+        tokens = table.column("tokens").to_pylist()
+        for r in fix:
+            tokens[r] = whole_tokens(table, int(r)).tolist()
+            prefix_row[r], prefix_len[r] = -1, 0
+        i = table.schema.get_field_index
+        table = table.set_column(i("tokens"), "tokens", pa.array(tokens, pa.list_(pa.int32())))
+        table = table.set_column(i("prefix_row"), "prefix_row", pa.array(prefix_row, pa.int32()))
+        table = table.set_column(i("prefix_len"), "prefix_len", pa.array(prefix_len, pa.int32()))
+    return table.filter(pa.array(keep))
