@@ -12,7 +12,6 @@ import typer
 from treeprep.cli import options as opt
 from treeprep.modes import ReasoningMerge, Redact
 
-
 #: the help panel of the curation options
 _CURATE: dict[str, Any] = {"rich_help_panel": "Curation"}
 

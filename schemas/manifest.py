@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-
 from typing import Any, ClassVar
 
 from pydantic import (

@@ -208,3 +208,12 @@ class ReasoningMerge(Mode):
     off = "off"
     drop = "drop"
     fold = "fold"
+
+
+class ExportFormat(Mode):
+    """What ``treeprep export`` writes: JSON lines, a Parquet file, or a folder that
+    ``datasets.load_from_disk`` opens."""
+
+    jsonl = "jsonl"
+    parquet = "parquet"
+    hf = "hf"

@@ -139,11 +139,8 @@ class Redactor:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
         from detect_secrets.settings import transient_settings
 
-        names = sorted(
-            c.__name__
-            for c in get_mapping_from_secret_type_to_class().values()
-            if c.__name__ not in _NOISY
-        )
+        detectors: list[type] = list(get_mapping_from_secret_type_to_class().values())
+        names = sorted(c.__name__ for c in detectors if c.__name__ not in _NOISY)
         with transient_settings({"plugins_used": [{"name": n} for n in names]}):
             yield self
 

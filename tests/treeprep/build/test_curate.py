@@ -170,7 +170,8 @@ SECRETS = {
 
 def test_redact_secrets_replaces_them_before_rendering(tmp_path: Path) -> None:
     pytest.importorskip("detect_secrets")
-    text = f"export AWS_ACCESS_KEY_ID={SECRETS['AWS Access Key']}\ngit push # {SECRETS['GitHub Token']}"
+    aws, github = SECRETS["AWS Access Key"], SECRETS["GitHub Token"]
+    text = f"export AWS_ACCESS_KEY_ID={aws}\ngit push # {github}"
     sha = "commit 3f786850e387550fdab836ed7e6dc881de23001b"  # a hash is not a secret
     recs = [
         {
