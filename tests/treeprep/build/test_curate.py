@@ -236,3 +236,30 @@ def test_reasoning_merge_counts_changed_calls(tmp_path: Path, how: str) -> None:
         assert c.completion.content is None
         assert c.completion.reasoning_content == "Check the file.\n\nLet me look."
     assert not merge_reasoning(c, ReasoningMerge(how))  # nothing left to merge
+
+
+GPT_OSS = ROOT / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"
+
+
+@pytest.mark.skipif(not GPT_OSS.exists(), reason="../shared/data is absent")
+def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -> None:
+    """gpt-oss's template refuses a turn with text, reasoning and a tool call; merged, the call
+    renders, and the folded text is trained in the analysis channel."""
+    turn = _claude_turn()
+    history = [
+        {"role": "user", "content": "list the files"},
+        turn,
+        {"role": "tool", "tool_call_id": "t", "content": "a.py"},
+    ]
+    recs = [{**_call(0), "messages": history, "completion": _claude_turn()}]
+    src = _jsonl(tmp_path / "a.jsonl", recs)
+    tok = str(GPT_OSS)
+    with pytest.raises(EmptyBuildError):
+        build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "off"), tokenizer=tok))
+    assert (
+        "Cannot pass both content and thinking" in (tmp_path / "off" / "rejects.jsonl").read_text()
+    )
+    for how in ("drop", "fold"):
+        out = tmp_path / how
+        m = build(BuildConfig(inputs=[str(src)], out=str(out), tokenizer=tok, reasoning_merge=how))
+        assert m.counts.records_in_trees == 1 and m.curation == {f"reasoning-merge:{how}": 1}
