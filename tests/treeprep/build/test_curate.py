@@ -60,6 +60,11 @@ def test_a_log_given_twice_is_trained_once(tmp_path: Path) -> None:
     assert _reconciles(out) == {"duplicate call": 3, "duplicate tokens": 1}
     assert m2.counts.records_read == 8 and m2.counts.records_in_trees == 4
     assert m2.counts.tokens_linear > m.counts.tokens_linear  # c.jsonl's second call is new
+    from treeprep.stats import compute_stats
+
+    st = compute_stats(str(out))
+    assert st["records_filtered"] == 4 and st["filtered"]["duplicate call"] == 3
+    assert st["tokens_linear"] == m2.counts.tokens_linear  # the estimate reads deduplicated trees
     off = tmp_path / "off"
     m3 = build(BuildConfig(inputs=[str(logs)], out=str(off), dedup=False))
     assert m3.counts.records_in_trees == 8 and m3.counts.records_filtered == 0
