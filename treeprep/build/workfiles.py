@@ -204,9 +204,11 @@ def sequence_digest(seq: Sequence) -> bytes:
     """16 bytes naming what a sequence trains: its tokens, loss spans, log-probs, reward and
     advantage (not its group, call or file), for deduplication across files.
 
-    >>> a = Sequence(tokens=np.arange(4, dtype=np.int32), loss_spans=[(2, 4)])
-    >>> b = Sequence(tokens=np.arange(4, dtype=np.int32), loss_spans=[(1, 4)])
-    >>> sequence_digest(a) == sequence_digest(a), sequence_digest(a) == sequence_digest(b)
+    >>> ids = np.arange(4, dtype=np.int32)
+    >>> a = Sequence(tokens=ids, loss_spans=[(2, 4)], group_id="g")
+    >>> b = Sequence(tokens=ids, loss_spans=[(1, 4)], group_id="g")
+    >>> c = Sequence(tokens=ids, loss_spans=[(2, 4)], group_id="other", call_id="x")
+    >>> sequence_digest(a) == sequence_digest(c), sequence_digest(a) == sequence_digest(b)
     (True, False)
     """
     h = hashlib.blake2b(digest_size=16)
