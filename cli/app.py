@@ -23,6 +23,7 @@ from treeprep.cli import renames
 from treeprep.cli.build_cmd import build_cmd
 from treeprep.cli.export_cmd import export_cmd
 from treeprep.cli.pack_cmd import pack_cmd
+from treeprep.cli.rejects_cmd import rejects_cmd
 from treeprep.cli.show_cmd import show_cmd
 from treeprep.cli.stats_cmd import stats_cmd
 from treeprep.cli.train_cmd import train_cmd
@@ -61,6 +62,7 @@ app = typer.Typer(
 app.command("build")(build_cmd)
 app.command("stats")(stats_cmd)
 app.command("export")(export_cmd)
+app.command("rejects")(rejects_cmd)
 app.command("show")(show_cmd)
 app.command("pack")(pack_cmd)
 app.command("verify")(verify_cmd)

@@ -10,6 +10,10 @@ from typing import Annotated, Any
 import typer
 
 from treeprep.cli import options as opt
+from treeprep.modes import ReasoningMerge, Redact
+
+#: the help panel of the curation options
+_CURATE: dict[str, Any] = {"rich_help_panel": "Curation"}
 
 
 class BuildEngine(StrEnum):
@@ -97,6 +101,50 @@ def build_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,
+    # curation (treeprep.build.curate, treeprep.build.dedup)
+    since: Annotated[
+        str | None,
+        typer.Option(help="Keep calls made at or after this ISO 8601 date/time.", **_CURATE),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(help="Keep calls made at or before this ISO 8601 date/time.", **_CURATE),
+    ] = None,
+    model_name: Annotated[
+        str | None, typer.Option(help="Keep calls of this model (name or glob).", **_CURATE)
+    ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep calls made in this project (working directory, a folder above it, or a "
+            "glob).",
+            **_CURATE,
+        ),
+    ] = None,
+    redact: Annotated[
+        Redact,
+        typer.Option(
+            help="Replace secrets (API keys, tokens, private keys) before rendering, with "
+            "detect-secrets (the redact extra).",
+            **_CURATE,
+        ),
+    ] = Redact.off,
+    reasoning_merge: Annotated[
+        ReasoningMerge,
+        typer.Option(
+            help="Turns with text, reasoning and tool calls together (Claude) for gpt-oss: drop "
+            "their reasoning, or fold the text into it.",
+            **_CURATE,
+        ),
+    ] = ReasoningMerge.off,
+    dedup: Annotated[
+        bool,
+        typer.Option(
+            "--dedup/--no-dedup",
+            help="Leave out calls that repeat an earlier file's call or token sequence.",
+            **_CURATE,
+        ),
+    ] = True,
 ) -> None:
     """Render logs with the model's chat template, deduplicate them into tries, write shards."""
     cfg = _config(locals())
@@ -148,6 +196,10 @@ def _print_manifest(manifest: Any, out: str, err: Any) -> None:
     Console().print(t)
     if c.records_rejected:
         err.print(f"[yellow]{c.records_rejected} records rejected: see {out}/rejects.jsonl[/]")
+    for reason, n in manifest.filtered.items():
+        err.print(f"{n:,} records left out: {reason}", highlight=False, markup=False)
+    for kind, n in manifest.curation.items():
+        err.print(f"curation: {kind}: {n:,}", highlight=False, markup=False)
     if manifest.duplicate_inputs:
         err.print(
             f"[yellow]{len(manifest.duplicate_inputs)} input paths lead to files already read "

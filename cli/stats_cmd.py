@@ -104,6 +104,8 @@ def _render(s: dict, out: Path) -> None:
     t = metrics_table(f"treeprep stats {out}")
     for k in ("records_read", "records_rejected", "trees", "sequences", "nodes", "branch_points"):
         t.add_row(k, f"{s[k]:,}")
+    for reason, n in {**s["filtered"], **s["curation"]}.items():  # curation (build options)
+        t.add_row(reason, f"{n:,}")
     t.add_row("tokens_linear (N_flat)", f"{s['tokens_linear']:,}")
     t.add_row("tokens_tree (N_tree)", f"{s['tokens_tree']:,}")
     t.add_row("POR", f"{s['por']:.3f}")

@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from treeprep.errors import ShardError
 from treeprep.schemas.tokenizer import TokenizerIdentity
@@ -22,6 +30,20 @@ from treeprep.schemas.tokenizer import TokenizerIdentity
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: fields added after the first manifests (curation, issue 27): left out of the JSON while
+    #: they hold their default, so a build that uses none of them keeps its bytes, and older
+    #: manifests, which lack them, load with the defaults
+    _omit_default: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        d = handler(self)
+        if isinstance(d, dict):
+            for k in self._omit_default:
+                default = type(self).model_fields[k].get_default(call_default_factory=True)
+                if k in d and d[k] == default:
+                    del d[k]
+        return d
 
 
 class InputEntry(_Model):
@@ -31,6 +53,10 @@ class InputEntry(_Model):
     format: str
     records_read: int
     records_rejected: int
+    #: records the build's filters or deduplication left out
+    records_filtered: int = 0
+
+    _omit_default = ("records_filtered",)
 
 
 def check_relative_path(path: str) -> str:
@@ -79,6 +105,11 @@ class Counts(_Model):
     nodes: int = 0
     tokens_linear: int = 0
     tokens_tree: int = 0
+    #: records left out by a filter or as duplicates (``Manifest.filtered`` says why):
+    #: ``records_read == records_in_trees + records_rejected + records_filtered``
+    records_filtered: int = 0
+
+    _omit_default = ("records_filtered",)
 
 
 class Manifest(_Model):
@@ -96,6 +127,14 @@ class Manifest(_Model):
     skipped_files: list[str] = Field(default_factory=list)
     #: second paths to input files already read, each read once
     duplicate_inputs: list[DuplicateInput] = Field(default_factory=list)
+    #: records left out, by reason: a filter (``before --since``, ...) or deduplication
+    #: (``duplicate call``, ``duplicate tokens``)
+    filtered: dict[str, int] = Field(default_factory=dict)
+    #: what curation changed, by kind: secrets replaced (``redacted:<kind>``), calls whose
+    #: reasoning was merged (``reasoning-merge:drop``/``fold``)
+    curation: dict[str, int] = Field(default_factory=dict)
+
+    _omit_default = ("filtered", "curation")
 
 
 # --------------------------------------------------------------------------------------------

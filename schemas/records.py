@@ -112,6 +112,8 @@ class ChatCall(_Model):
     branch_reason: BranchReason | None = None
     #: when the call was made (ISO 8601, as logged); a template that prints the date gets this one
     timestamp: str | None = None
+    #: the project the call was made in (the agent's working directory), where the log says
+    project: str | None = None
     source_file: str = ""
     source_line: int = 0
     source_format: str = ""

@@ -190,3 +190,30 @@ class Gpu(Mode):
 
     h100 = "h100"
     h200 = "h200"
+
+
+class Redact(Mode):
+    """What a build redacts before rendering: nothing, or secrets (API keys, tokens, private
+    keys) found by detect-secrets (the ``redact`` extra)."""
+
+    off = "off"
+    secrets = "secrets"
+
+
+class ReasoningMerge(Mode):
+    """How a build fits turns that carry text, reasoning and tool calls together into a template
+    that takes only some of them (gpt-oss): leave them (the template's error rejects the call),
+    drop the reasoning of history turns, or fold the text into the reasoning (analysis)."""
+
+    off = "off"
+    drop = "drop"
+    fold = "fold"
+
+
+class ExportFormat(Mode):
+    """What ``treeprep export`` writes: JSON lines, a Parquet file, or a folder that
+    ``datasets.load_from_disk`` opens."""
+
+    jsonl = "jsonl"
+    parquet = "parquet"
+    hf = "hf"

@@ -208,6 +208,12 @@ def summarize(
         "ideal_speedup": tl / tt if tt else 1.0,
         "records_read": int(counts.get("records_read", 0)),
         "records_rejected": int(counts.get("records_rejected", 0)),
+        # curation (issue 27): records left out by filters or as duplicates, by reason, and
+        # what was changed (secrets redacted, reasoning merged), by kind; the token counts
+        # above are of the deduplicated trees
+        "records_filtered": int(counts.get("records_filtered", 0)),
+        "filtered": dict(c.manifest.get("filtered", {})),
+        "curation": dict(c.manifest.get("curation", {})),
         "targets_linear": c.targets_linear,
         "targets_tree": c.targets_tree,
         "head": head,

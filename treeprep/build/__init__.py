@@ -22,7 +22,13 @@ Finally ``rejects.jsonl`` and ``manifest.json`` are written, the manifest last: 
 the build is whole. No timestamps or absolute paths are recorded, so the same inputs give the same
 bytes: every input is named by its path relative to the input root (:func:`treeprep.io.
 discover_inputs`) in group ids, ``seq_source``, rejects and the manifest. Counts reconcile:
-``records_read == records_in_trees + records_rejected``.
+``records_read == records_in_trees + records_rejected + records_filtered``.
+
+Curation: stage 1 filters, merges reasoning and redacts each record as the options ask
+(:mod:`~treeprep.build.curate`); between the stages, rows that repeat a call or a token sequence
+of an earlier file are left out (:mod:`~treeprep.build.dedup`). What they leave out is counted
+as filtered, by reason, in the manifest; a build with nothing to leave out writes the same
+bytes as one without them.
 
 What the build withstands (the README's "Guarantees" lists it for users): a file that cannot be
 read (dangling link, permissions, a non-UTF-8 name) or is not a regular file (a FIFO, a device)
@@ -42,10 +48,12 @@ listed before it:
 
 * :mod:`~treeprep.build.config`: :class:`BuildConfig`, and the
   :class:`~treeprep.build.config.FileOptions` a worker needs;
+* :mod:`~treeprep.build.curate`: the filters, redaction and reasoning merge stage 1 runs;
 * :mod:`~treeprep.build.workfiles`: the work folders, their ``done.json`` markers, the grouping of
   their rows;
 * :mod:`~treeprep.build.files`: stage 1 for one file
   (:class:`~treeprep.build.files.FileWorker`: detect, read, render, write the work file);
+* :mod:`~treeprep.build.dedup`: the duplicates across files, found between the stages;
 * :mod:`~treeprep.build.jobs`: the plan (one job per input file, keyed by everything its work
   depends on) and the two tasks handed to an engine;
 * :mod:`~treeprep.build.out`: what a build owns in ``OUT``: its lock, the index of what builds
@@ -69,6 +77,7 @@ from dataclasses import replace
 
 from treeprep.atomic import crash_point
 from treeprep.build.config import BuildConfig
+from treeprep.build.dedup import Duplicates, find_duplicates
 from treeprep.build.engines import Engine, LocalEngine
 from treeprep.build.jobs import Progress, RenderTask, TreeTask, plan_jobs, work_paths
 from treeprep.build.out import (
@@ -79,7 +88,7 @@ from treeprep.build.out import (
     write_manifest,
     write_rejects,
 )
-from treeprep.build.workfiles import FileResult, read_result
+from treeprep.build.workfiles import FileJob, FileResult, read_result
 from treeprep.errors import EmptyBuildError, TooManyErrors
 from treeprep.schemas import Manifest
 from treeprep.schemas.manifest import Counts
@@ -112,30 +121,34 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         with open_engine(cfg) as engine:
             task = RenderTask(jobs, cfg, renderer, on_progress)
             results = _render_files(task, engine.render, work_root)
+            paths = work_paths(jobs, results)
+            dups = find_duplicates(_named_paths(jobs, paths)) if cfg.dedup else Duplicates()
             trees = TreeTask(
-                work_paths(jobs, results),
-                cfg.out,
-                cfg.shard_tokens,
-                counts,
-                on_progress,
-                index.add_shard,
+                paths, cfg.out, cfg.shard_tokens, counts, on_progress, index.add_shard, dups.drop
             )
             shards = engine.write_trees(trees)
         index.drop_unused(cfg.out, {j.key for j in jobs}, {e.path for e in shards})
         write_rejects(jobs, cfg.out)
         manifest = make_manifest(
-            cfg.group_by, renderer.identity, jobs, results, counts, shards, inputs
+            cfg.group_by, renderer.identity, jobs, results, counts, shards, inputs, dups.by_file
         )
         if counts.records_in_trees == 0:
             raise EmptyBuildError(
                 f"no record reached a tree ({counts.records_read} read, "
-                f"{counts.records_rejected} rejected, {len(manifest.skipped_files)} files "
+                f"{counts.records_rejected} rejected, {counts.records_filtered} filtered, "
+                f"{len(manifest.skipped_files)} files "
                 f"skipped): nothing to train on, no manifest written; see "
                 f"{os.path.join(cfg.out, 'rejects.jsonl')}"
             )
         crash_point("before-manifest")
         write_manifest(cfg.out, manifest)
     return manifest
+
+
+def _named_paths(jobs: list[FileJob], paths: list[str]) -> list[tuple[str, str]]:
+    """(input file name, work file) for each work file stage 2 reads, in job order."""
+    names = {job.sequences_path(): job.name for job in jobs}
+    return [(names[p], p) for p in paths]
 
 
 @contextmanager

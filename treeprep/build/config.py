@@ -32,6 +32,13 @@ class FileOptions:
     date: str | None = None
     #: ``--map``/``--map-file`` checked (a :class:`~treeprep.formats.trajectory.FieldMap`)
     field_map: Any = None
+    # curation (treeprep.build.curate)
+    since: str | None = None
+    until: str | None = None
+    model_name: str | None = None
+    project: str | None = None
+    redact: modes.Redact = modes.Redact.off
+    reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
 
 
 @dataclass
@@ -75,6 +82,20 @@ class BuildConfig:
     map: list[str] = field(default_factory=list)
     #: ``--map-file``: the same keys in a TOML file (``--map`` pairs win)
     map_file: str | None = None
+    # curation (:mod:`treeprep.build.curate`, :mod:`treeprep.build.dedup`)
+    #: keep only calls made at or after / at or before this ISO 8601 date or time
+    since: str | None = None
+    until: str | None = None
+    #: keep only calls of this model (a name or a glob)
+    model_name: str | None = None
+    #: keep only calls made in this project (the working directory, or a folder above it; a glob)
+    project: str | None = None
+    #: replace secrets before rendering (``secrets``: detect-secrets, the ``redact`` extra)
+    redact: modes.Redact = modes.Redact.off
+    #: fit turns with text, reasoning and tool calls together into gpt-oss's template
+    reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
+    #: leave out calls that repeat an earlier file's call (same identity or same tokens)
+    dedup: bool = True
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -101,6 +122,12 @@ class BuildConfig:
         from treeprep.formats.trajectory import parse_map
 
         return parse_map(self.map or (), self.map_file)
+        from treeprep.render.template import parse_date
+
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and parse_date(value) is None:
+                raise TreeprepError(f"{name} {value!r}: expected an ISO 8601 date or time")
 
     def file_options(self) -> FileOptions:
         """The options a stage-1 worker renders each file with.
@@ -119,4 +146,10 @@ class BuildConfig:
             max_record_bytes=self.max_record_bytes,
             chat_template=self.chat_template,
             date=self.date,
+            since=self.since,
+            until=self.until,
+            model_name=self.model_name,
+            project=self.project,
+            redact=self.redact,
+            reasoning_merge=self.reasoning_merge,
         )

@@ -80,7 +80,7 @@ class LocalEngine:
     def write_trees(self, task: TreeTask) -> list[ShardEntry]:
         """Group rows across work files, one trie per group in sorted group order, shards."""
         work = WorkFiles()
-        groups = group_rows(work, task.paths)
+        groups = group_rows(work, task.paths, task.drop)
         writer = ShardWriter(task.out, task.shard_tokens, task.before_write)
         gids_sorted = sorted(groups)
         counts = task.counts

@@ -43,6 +43,7 @@ import pyarrow.ipc as ipc
 
 from treeprep.atomic import commit, crash_point, make_dirs, writing
 from treeprep.build.config import FileOptions
+from treeprep.build.curate import Curator
 from treeprep.build.workfiles import (
     WORK_BATCH,
     WORK_SCHEMA,
@@ -50,6 +51,7 @@ from treeprep.build.workfiles import (
     FileResult,
     PrefixSharing,
     finish_file,
+    sequence_digest,
     sequences_to_batch,
 )
 from treeprep.errors import InputError, RenderError, TreeprepError
@@ -113,12 +115,17 @@ class FileWorker:
         seq_path = job.sequences_path()
         tmp = seq_path + ".tmp"
         opts = _read_options(self.options)
-        with writing(seq_path, tmp):
+        curator = Curator(self.options)
+        with writing(seq_path, tmp), curator.active():
             with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
-                n_read, n_seq = _render_records(job, spec, opts, self.renderer, writer, rejects)
+                n_read, n_seq = _render_records(
+                    job, spec, opts, self.renderer, writer, rejects, curator
+                )
         commit(tmp, seq_path)
         crash_point("after-work-file")
         result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
+        result.filtered, result.curated = dict(sorted(curator.filtered.items())), curator.curated
+        result.curated = dict(sorted(result.curated.items()))
         finish_file(job, result, rejects)
         return result
 
@@ -261,12 +268,15 @@ def _render_records(
     renderer: Renderer,
     writer: ipc.RecordBatchFileWriter,
     rejects: list[dict],
+    curator: Curator,
 ) -> tuple[int, int]:
     """Read the file's records, render them and write the sequences in batches; unusable records
-    go to ``rejects``. Returns (records read, sequences written)."""
+    go to ``rejects``, and those the curator's filters leave out are counted there. Returns
+    (records read, sequences written)."""
     named = _Names(job)
     n_read = n_seq = 0
     buf: list[Sequence] = []
+    digests: list[bytes] = []
     sharing = PrefixSharing()
     items = spec.read(job.path, opts)
     while True:
@@ -292,6 +302,8 @@ def _render_records(
                 item.format = spec.name
             rejects.append(item.model_dump(exclude_none=True))
             continue
+        if not curator.keep(item):
+            continue
         item.source_file = named(item.source_file) or job.name
         if not item.source_format:
             item.source_format = spec.name
@@ -309,11 +321,13 @@ def _render_records(
         except RecursionError:
             rejects.append(_reject(**where, reason="nested too deep to render", format=spec.name))
             continue
+        digests.append(sequence_digest(seq))  # of the whole sequence, before sharing cuts it
         buf.append(sharing.share(seq, n_seq))
         n_seq += 1
         if len(buf) >= WORK_BATCH:
-            writer.write_batch(sequences_to_batch(buf))
+            writer.write_batch(sequences_to_batch(buf, digests))
             buf.clear()
+            digests.clear()
     if buf:
-        writer.write_batch(sequences_to_batch(buf))
+        writer.write_batch(sequences_to_batch(buf, digests))
     return n_read, n_seq

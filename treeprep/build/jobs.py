@@ -20,8 +20,10 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from treeprep import __version__
 from treeprep.atomic import sha256_of
@@ -89,6 +91,10 @@ def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
             WORK_FORMAT,
             __version__,
             *_map_digest(cfg),
+            # curation (the filters, redaction and reasoning merge run in stage 1)
+            *(str(v or "") for v in (cfg.since, cfg.until, cfg.model_name, cfg.project)),
+            str(cfg.redact),
+            str(cfg.reasoning_merge),
         )
     )
 
@@ -151,6 +157,8 @@ class TreeTask:
     on_progress: Progress | None = None
     #: told each shard's manifest path before the shard is written (the build's index)
     before_write: Callable[[str], None] | None = None
+    #: per work file: the rows to leave out (duplicates, :mod:`treeprep.build.dedup`)
+    drop: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def work_paths(jobs: list[FileJob], results: dict[str, FileResult]) -> list[str]:

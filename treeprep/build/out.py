@@ -194,16 +194,25 @@ def make_manifest(
     counts: Counts,
     shards: list[ShardEntry],
     inputs: InputSet,
+    duplicates: dict[str, dict[str, int]] | None = None,
 ) -> Manifest:
-    """The manifest, with the counts reconciled."""
+    """The manifest, with the counts reconciled. ``duplicates``: per file name, the records
+    deduplication left out, by reason (:class:`~treeprep.build.dedup.Duplicates`)."""
     entries: list[InputEntry] = []
     formats: dict[str, int] = {}
     skipped: list[str] = []
+    filtered: dict[str, int] = {}
+    curation: dict[str, int] = {}
     for job in jobs:
         res = results[job.name]
         if res.skipped:
             skipped.append(job.name)
             continue
+        why = dict(res.filtered)
+        for reason, n in (duplicates or {}).get(job.name, {}).items():
+            why[reason] = why.get(reason, 0) + n
+        _add(filtered, why)
+        _add(curation, res.curated)
         entries.append(
             InputEntry(
                 path=job.name,
@@ -212,16 +221,21 @@ def make_manifest(
                 format=res.format,
                 records_read=res.records_read,
                 records_rejected=res.records_rejected,
+                records_filtered=sum(why.values()),
             )
         )
         counts.records_read += res.records_read
         counts.records_rejected += res.records_rejected
         formats[res.format] = formats.get(res.format, 0) + res.records_read
     counts.records_in_trees = counts.sequences
-    if counts.records_read != counts.records_in_trees + counts.records_rejected:
+    counts.records_filtered = sum(filtered.values())
+    if counts.records_read != (
+        counts.records_in_trees + counts.records_rejected + counts.records_filtered
+    ):
         raise TreeprepError(
             f"internal error: counts do not reconcile: read {counts.records_read}, "
-            f"in trees {counts.records_in_trees}, rejected {counts.records_rejected}"
+            f"in trees {counts.records_in_trees}, rejected {counts.records_rejected}, "
+            f"filtered {counts.records_filtered}"
         )
     return Manifest(
         schema_version=SCHEMA_VERSION,
@@ -234,7 +248,14 @@ def make_manifest(
         formats=dict(sorted(formats.items())),
         skipped_files=skipped,
         duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
+        filtered=dict(sorted(filtered.items())),
+        curation=dict(sorted(curation.items())),
     )
+
+
+def _add(total: dict[str, int], more: dict[str, int]) -> None:
+    for k, n in more.items():
+        total[k] = total.get(k, 0) + n
 
 
 def write_manifest(out: str, manifest: Manifest) -> None:

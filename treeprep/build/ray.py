@@ -52,7 +52,7 @@ from treeprep.atomic import make_dirs
 from treeprep.build.config import BuildConfig, FileOptions
 from treeprep.build.files import FileWorker
 from treeprep.build.jobs import RenderTask, TreeTask
-from treeprep.build.workfiles import FileJob, FileResult, rows_to_sequences
+from treeprep.build.workfiles import FileJob, FileResult, drop_rows, rows_to_sequences
 from treeprep.errors import TreeprepError
 from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry
@@ -168,7 +168,10 @@ class RayEngine:
         if not paths:
             return []
         files = ray.data.from_items(
-            [{"file_index": i, "path": p} for i, p in enumerate(paths)],
+            [
+                {"file_index": i, "path": p, "drop": [int(r) for r in task.drop.get(q, [])]}
+                for i, (p, q) in enumerate(zip(paths, task.paths, strict=True))
+            ],
             override_num_blocks=min(len(paths), 4 * self.workers),  # a few read tasks per worker
         )
         rows = files.map_batches(_read_work_rows, batch_size=None, batch_format="pyarrow")
@@ -289,6 +292,16 @@ def _read_work_rows(batch: pa.Table) -> Iterator[pa.Table]:
     """A work file's rows, one record batch at a time, tagged with ``file_index`` and ``row``."""
     for f in batch.to_pylist():
         reader = ipc.open_file(pa.memory_map(f["path"], "r"))
+        if f["drop"]:  # duplicates left out (treeprep.build.dedup): the whole file at once
+            table = reader.read_all()
+            table = table.append_column(
+                "file_index", pa.array(np.full(len(table), f["file_index"]))
+            )
+            table = table.append_column("row", pa.array(np.arange(len(table))))
+            kept = drop_rows(table, np.asarray(f["drop"], np.int64))
+            if kept.num_rows:
+                yield kept
+            continue
         start = 0
         for b in range(reader.num_record_batches):
             rb = reader.get_batch(b)

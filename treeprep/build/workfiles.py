@@ -27,8 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,11 +57,14 @@ WORK_SCHEMA = pa.schema(
         # the row of this file whose first prefix_len tokens come before ``tokens`` (-1: none)
         ("prefix_row", pa.int32()),
         ("prefix_len", pa.int32()),
+        # a digest of the whole sequence (tokens, loss spans, log-probs, reward, advantage):
+        # the cross-file deduplication's key (:mod:`treeprep.build.dedup`)
+        ("digest", pa.binary(16)),
     ]
 )
 #: the layout of a work file: part of every work folder's key, so a rerun after a change of
 #: layout never reads an older folder
-WORK_FORMAT = "2: prefix_row, prefix_len"
+WORK_FORMAT = "3: prefix_row, prefix_len, digest"
 #: sequences per record batch of a work file
 WORK_BATCH = 512
 SEQUENCES = "sequences.arrow"
@@ -145,6 +148,10 @@ class FileResult:
     sequences_sha256: str = ""
     rejects_bytes: int = 0
     rejects_sha256: str = ""
+    #: records the build's filters left out, by reason (never silently: the manifest counts them)
+    filtered: dict[str, int] = field(default_factory=dict)
+    #: what curation changed, by kind (``redacted:<secret kind>``, ``reasoning-merge:fold``)
+    curated: dict[str, int] = field(default_factory=dict)
 
 
 def finish_file(job: FileJob, result: FileResult, rejects: list[dict]) -> None:
@@ -193,9 +200,34 @@ class PrefixSharing:
         return seq
 
 
-def sequences_to_batch(seqs: list[Sequence]) -> pa.RecordBatch:
-    """Rendered sequences as one record batch of :data:`WORK_SCHEMA`."""
+def sequence_digest(seq: Sequence) -> bytes:
+    """16 bytes naming what a sequence trains: its tokens, loss spans, log-probs, reward and
+    advantage (not its group, call or file), for deduplication across files.
+
+    >>> ids = np.arange(4, dtype=np.int32)
+    >>> a = Sequence(tokens=ids, loss_spans=[(2, 4)], group_id="g")
+    >>> b = Sequence(tokens=ids, loss_spans=[(1, 4)], group_id="g")
+    >>> c = Sequence(tokens=ids, loss_spans=[(2, 4)], group_id="other", call_id="x")
+    >>> sequence_digest(a) == sequence_digest(c), sequence_digest(a) == sequence_digest(b)
+    (True, False)
+    """
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.asarray(seq.tokens, np.int32).tobytes())
+    h.update(orjson.dumps([list(map(int, sp)) for sp in seq.loss_spans]))
+    h.update(orjson.dumps([seq.reward, seq.advantage]))
+    for lp in (seq.logprobs, seq.ref_logprobs):
+        h.update(b"-" if lp is None else b"+" + np.asarray(lp, np.float32).tobytes())
+    return h.digest()
+
+
+def sequences_to_batch(seqs: list[Sequence], digests: list[bytes] | None = None) -> pa.RecordBatch:
+    """Rendered sequences as one record batch of :data:`WORK_SCHEMA`; ``digests`` are their
+    :func:`sequence_digest` values, taken before prefix sharing cut their tokens (default:
+    computed from the sequences as they are)."""
     cols: dict[str, Any] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
+    cols["digest"] = pa.array(
+        digests if digests is not None else [sequence_digest(s) for s in seqs], pa.binary(16)
+    )
     cols["prefix_row"] = pa.array([s.prefix for s in seqs], pa.int32())
     cols["prefix_len"] = pa.array([s.prefix_len for s in seqs], pa.int32())
     # list columns from one flat array and offsets (a list of per-row arrays converts row by row)
@@ -257,7 +289,11 @@ def rows_to_sequences(
                 ref_logprobs=(
                     None if not ref.is_valid else ref.values.to_numpy(zero_copy_only=False)
                 ),
-                prefix=-1 if prefix_row[i] < 0 else where[int(file_of[i]), int(prefix_row[i])],
+                # a prefix row outside these rows (a duplicate left out) keeps prefix -1 and its
+                # prefix_len: group_sequences puts the prefix's tokens back
+                prefix=-1
+                if prefix_row[i] < 0
+                else where.get((int(file_of[i]), int(prefix_row[i])), -1),
                 prefix_len=prefix_len[i],
                 **{k: v[i] for k, v in cols.items()},
             )
@@ -350,16 +386,23 @@ class WorkFiles:
 GroupRows = dict[str, list[tuple[int, np.ndarray]]]
 
 
-def group_rows(work: WorkFiles, paths: Iterable[str]) -> GroupRows:
-    """Add ``paths`` to ``work`` and find every group's rows in them, reading only ``group_id``."""
+def group_rows(
+    work: WorkFiles, paths: Iterable[str], drop: Mapping[str, np.ndarray] | None = None
+) -> GroupRows:
+    """Add ``paths`` to ``work`` and find every group's rows in them, reading only ``group_id``;
+    the rows ``drop`` lists for a path (duplicates, :mod:`treeprep.build.dedup`) are left out."""
     groups: GroupRows = {}
     for p in paths:
         ti = work.add(p)
         gids = work.group_ids(ti)
+        keep = np.ones(len(gids), bool)
+        if drop and p in drop:
+            keep[np.asarray(drop[p], np.int64)] = False
         order = np.argsort(gids, kind="stable")
         sorted_g = gids[order]
         bounds = np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1
         for seg in np.split(order, bounds):
+            seg = seg[keep[seg]]
             if len(seg):
                 groups.setdefault(str(gids[seg[0]]), []).append((ti, np.sort(seg)))
     work.release()
@@ -372,8 +415,45 @@ def group_sequences(work: WorkFiles, rows: list[tuple[int, np.ndarray]]) -> list
     seqs: list[Sequence] = []
     for ti, r in rows:
         part = rows_to_sequences(work.rows(ti, r), r)
-        for s in part:
+        for k, s in enumerate(part):
             if s.prefix >= 0:
                 s.prefix += len(seqs)
+            elif s.prefix_len > 0:  # its prefix row was left out (a duplicate): made whole
+                s.tokens = whole_tokens(work.table(ti), int(r[k]))
+                s.prefix_len = 0
         seqs.extend(part)
     return seqs
+
+
+def whole_tokens(table: pa.Table, row: int) -> np.ndarray:
+    """Row ``row`` of a work file's table with the prefix it shares put back: its whole tokens."""
+    prefix_row = table.column("prefix_row")
+    chain = [row]
+    while (p := prefix_row[chain[-1]].as_py()) >= 0:
+        chain.append(p)
+    tokens, prefix_len = table.column("tokens"), table.column("prefix_len")
+    whole = tokens[chain[-1]].values.to_numpy(zero_copy_only=False)
+    for r in reversed(chain[:-1]):
+        tail = tokens[r].values.to_numpy(zero_copy_only=False)
+        whole = np.concatenate([whole[: prefix_len[r].as_py()], tail])
+    return whole.astype(np.int32, copy=False)
+
+
+def drop_rows(table: pa.Table, drop: np.ndarray) -> pa.Table:
+    """A whole work file's table without the rows ``drop``, the rows that shared a prefix with
+    a dropped row made whole (``prefix_row`` -1)."""
+    keep = np.ones(table.num_rows, bool)
+    keep[np.asarray(drop, np.int64)] = False
+    prefix_row = table.column("prefix_row").to_numpy().copy()
+    prefix_len = table.column("prefix_len").to_numpy().copy()
+    fix = [r for r in np.flatnonzero(keep) if prefix_row[r] >= 0 and not keep[prefix_row[r]]]
+    if fix:
+        tokens = table.column("tokens").to_pylist()
+        for r in fix:
+            tokens[r] = whole_tokens(table, int(r)).tolist()
+            prefix_row[r], prefix_len[r] = -1, 0
+        i = table.schema.get_field_index
+        table = table.set_column(i("tokens"), "tokens", pa.array(tokens, pa.list_(pa.int32())))
+        table = table.set_column(i("prefix_row"), "prefix_row", pa.array(prefix_row, pa.int32()))
+        table = table.set_column(i("prefix_len"), "prefix_len", pa.array(prefix_len, pa.int32()))
+    return table.filter(pa.array(keep))

@@ -498,6 +498,8 @@ def _call(
         "call_id": mid,
         "parent_call_id": parent_call,
         "model": first.rec["message"].get("model"),
+        "timestamp": _opt_text(first.rec.get("timestamp")),  # for --since/--until
+        "project": _opt_text(first.rec.get("cwd")),  # for --project
         "messages": [
             *([{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []),
             *messages,
@@ -575,3 +577,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
 
 
 FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=20)
+
+
+def _opt_text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -378,6 +378,7 @@ def chat_call(
             trajectory_id=trajectory_of(rec),
             parent_call_id=parent if isinstance(parent, str) else None,
             model=model if isinstance(model, str) else None,
+            timestamp=rec["timestamp"] if isinstance(rec.get("timestamp"), str) else None,
             messages=messages,  # type: ignore[arg-type]
             tools=tools,
             completion=completion,  # type: ignore[arg-type]

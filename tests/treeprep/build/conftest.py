@@ -16,7 +16,8 @@ def _write_calls(path: Path, groups: list[str]) -> str:
             rec = {
                 "group_id": g,
                 "call_id": f"{g}-{i}",
-                "messages": [{"role": "user", "content": f"question {i}"}],
+                # the group in the text: files of other groups are not copies (deduplication)
+                "messages": [{"role": "user", "content": f"question {i} of {g}"}],
                 "completion": {"role": "assistant", "content": f"answer {i}"},
             }
             f.write(orjson.dumps(rec) + b"\n")

@@ -265,3 +265,33 @@ def test_errors_come_back_as_treeprep_errors(tmp_path: Path, local_ray) -> None:
     assert type(res.exception) is TreeprepError
     assert "tools.json:1: expected a JSON list of tool schemas" in str(res.exception)
     assert not os.path.exists(tmp_path / "o2" / "manifest.json")
+
+
+def test_deduplicated_build_is_the_same_bytes_on_ray(tmp_path: Path, local_ray) -> None:
+    """Copies across files are left out alike by both engines, a kept row whose shared prefix
+    was a dropped duplicate made whole by both (issue 27: dedup)."""
+    import orjson
+
+    def call(g: str, i: int, more: bool = False) -> dict:
+        msgs = [{"role": "user", "content": f"question {i}"}]
+        if more:
+            msgs += [
+                {"role": "assistant", "content": f"answer {i}"},
+                {"role": "user", "content": "more"},
+            ]
+        return {
+            "group_id": g,
+            "call_id": f"{g}-{i}-{more}",
+            "messages": msgs,
+            "completion": {"role": "assistant", "content": f"answer {i}"},
+        }
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_bytes(b"".join(orjson.dumps(call("g", i)) + b"\n" for i in range(3)))
+    rows = [call("h", 0), call("h", 0, more=True), call("h", 7)]
+    (logs / "b.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "local")))
+    assert m.filtered == {"duplicate tokens": 1}
+    build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "ray"), engine="ray"))
+    _assert_same_bytes(tmp_path / "local", tmp_path / "ray")

@@ -1,0 +1,53 @@
+"""``treeprep rejects``: a build's rejects counted by reason, file and format, one example each."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from treeprep.cli import options as opt
+
+
+def rejects_cmd(
+    build: opt.BuildArg,
+    *,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    top: Annotated[int, typer.Option(help="Rows shown per table (--json: all).", min=1)] = 20,
+) -> None:
+    """Count a build's rejects by reason, by file and by format, with one example each."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from treeprep.rejects import summarize_rejects
+
+    s = summarize_rejects(str(build))
+    if as_json:
+        typer.echo(json.dumps(s.to_json(), indent=2))
+        return
+    console = Console()
+    console.print(
+        f"{s.records_rejected:,} of {s.records_read:,} records rejected, "
+        f"{s.records_filtered:,} filtered",
+        highlight=False,
+    )
+    for title, rows in (("reason", s.by_reason), ("file", s.by_file), ("format", s.by_format)):
+        if not rows:
+            continue
+        t = Table(title=f"rejects by {title}")
+        t.add_column(title, overflow="fold")
+        t.add_column("count", justify="right")
+        t.add_column("example", overflow="fold")
+        for key, tally in list(rows.items())[:top]:
+            ex = tally.example
+            where = f"{ex.get('file', '')}:{ex.get('line', 0)}"
+            t.add_row(key, f"{tally.count:,}", f"{where} {ex.get('reason', '')}")
+        console.print(t)
+    if s.filtered:
+        t = Table(title="filtered (left out by --since/--until/--model-name/--project, dedup)")
+        t.add_column("reason")
+        t.add_column("count", justify="right")
+        for reason, n in s.filtered.items():
+            t.add_row(reason, f"{n:,}")
+        console.print(t)

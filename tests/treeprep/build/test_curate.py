@@ -1,0 +1,270 @@
+"""Curation at build time (issue 27 item 8, and item 6's reasoning merge): deduplication across
+files, filters, secret redaction; every record left out is counted, by reason, and the counts
+reconcile."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from treeprep.build import BuildConfig, build
+from treeprep.build.curate import REDACTED, Filters, merge_reasoning
+from treeprep.errors import EmptyBuildError, TreeprepError
+from treeprep.export import export_sequences
+from treeprep.modes import ReasoningMerge
+from treeprep.schemas import ChatCall
+from treeprep.schemas.manifest import load_manifest
+
+ROOT = Path(__file__).resolve().parents[3]
+CLAUDE = ROOT / "sample_data" / "claude-code"
+
+
+def _call(i: int, *, group: str = "g", **kw) -> dict:
+    return {
+        "group_id": group,
+        "call_id": f"{group}-{i}",
+        "messages": [{"role": "user", "content": f"question {i}"}],
+        "completion": {"role": "assistant", "content": f"answer {i}"},
+        **kw,
+    }
+
+
+def _jsonl(path: Path, recs: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    return path
+
+
+def _reconciles(out: Path) -> dict:
+    m = load_manifest(str(out))
+    c = m.counts
+    assert c.records_read == c.records_in_trees + c.records_rejected + c.records_filtered
+    assert c.records_filtered == sum(m.filtered.values())
+    assert sum(e.records_filtered for e in m.inputs) == c.records_filtered
+    return m.filtered
+
+
+def test_a_log_given_twice_is_trained_once(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    _jsonl(logs / "a.jsonl", [_call(i) for i in range(3)])
+    shutil.copy(logs / "a.jsonl", logs / "b.jsonl")  # the same calls: same identity
+    # the same text under another group and call id: the same tokens
+    _jsonl(logs / "c.jsonl", [_call(0, group="h"), _call(9, group="h")])
+    once = tmp_path / "once"
+    m = build(BuildConfig(inputs=[str(logs / "a.jsonl")], out=str(once)))
+    out = tmp_path / "out"
+    m2 = build(BuildConfig(inputs=[str(logs)], out=str(out)))
+    assert _reconciles(out) == {"duplicate call": 3, "duplicate tokens": 1}
+    assert m2.counts.records_read == 8 and m2.counts.records_in_trees == 4
+    assert m2.counts.tokens_linear > m.counts.tokens_linear  # c.jsonl's second call is new
+    from treeprep.stats import compute_stats
+
+    st = compute_stats(str(out))
+    assert st["records_filtered"] == 4 and st["filtered"]["duplicate call"] == 3
+    assert st["tokens_linear"] == m2.counts.tokens_linear  # the estimate reads deduplicated trees
+    off = tmp_path / "off"
+    m3 = build(BuildConfig(inputs=[str(logs)], out=str(off), dedup=False))
+    assert m3.counts.records_in_trees == 8 and m3.counts.records_filtered == 0
+    assert "filtered" not in (off / "manifest.json").read_text()
+    assert m3.counts.tokens_linear > m2.counts.tokens_linear  # the estimate no longer inflated
+
+
+def test_same_tokens_under_another_identity_are_a_duplicate(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    _jsonl(logs / "a.jsonl", [_call(0), _call(1)])
+    _jsonl(logs / "b.jsonl", [_call(0, group="other"), _call(5, group="other")])
+    out = tmp_path / "out"
+    m = build(BuildConfig(inputs=[str(logs)], out=str(out)))
+    assert _reconciles(out) == {"duplicate tokens": 1}
+    assert m.counts.records_in_trees == 3
+    got = sorted(r["call_id"] for r in _export(out, tmp_path))
+    assert got == ["g-0", "g-1", "other-5"]
+
+
+def test_duplicates_within_one_file_are_kept(tmp_path: Path) -> None:
+    """k identical samples of one prompt are k samples: only copies in other files go."""
+    src = _jsonl(tmp_path / "a.jsonl", [_call(0), {**_call(0), "call_id": "again"}])
+    m = build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "out")))
+    assert m.counts.records_in_trees == 2 and m.counts.records_filtered == 0
+
+
+def test_a_duplicate_a_later_call_shares_as_prefix_is_kept(tmp_path: Path) -> None:
+    """Stage 1 stores a call's tokens after its shared prefix with the row before; a duplicate
+    row that a kept row needs for that prefix stays, and the kept row is whole."""
+    short = _call(0)
+    longer = {**_call(1), "messages": [*short["messages"], short["completion"]]}
+    longer["messages"].append({"role": "user", "content": "and more"})
+    logs = tmp_path / "logs"
+    _jsonl(logs / "a.jsonl", [short])
+    _jsonl(logs / "b.jsonl", [short, longer])
+    out = tmp_path / "out"
+    build(BuildConfig(inputs=[str(logs)], out=str(out)))
+    _reconciles(out)
+    ref = tmp_path / "ref"
+    build(BuildConfig(inputs=[str(logs / "b.jsonl")], out=str(ref)))
+    whole = {tuple(r["input_ids"]) for r in _export(ref, tmp_path)}
+    assert {tuple(r["input_ids"]) for r in _export(out, tmp_path)} == whole
+
+
+def _export(out: Path, tmp: Path) -> list[dict]:
+    dest = tmp / f"{out.name}.jsonl"
+    export_sequences(str(out), str(dest))
+    return [orjson.loads(line) for line in dest.read_bytes().splitlines()]
+
+
+def test_filters_count_what_they_leave_out(tmp_path: Path) -> None:
+    recs = [
+        _call(0, timestamp="2025-01-10T00:00:00Z", model="claude-opus-4"),
+        _call(1, timestamp="2025-03-10T00:00:00Z", model="claude-opus-4"),
+        _call(2, timestamp="2025-03-11T00:00:00Z", model="gpt-5"),
+        _call(3, model="claude-opus-4"),
+        _call(4, timestamp="2025-06-01T00:00:00Z"),
+    ]
+    src = _jsonl(tmp_path / "a.jsonl", recs)
+    out = tmp_path / "out"
+    cfg = BuildConfig(
+        inputs=[str(src)],
+        out=str(out),
+        since="2025-02-01",
+        until="2025-05-01",
+        model_name="claude-*",
+    )
+    m = build(cfg)
+    assert m.counts.records_in_trees == 1
+    assert _reconciles(out) == {
+        "after --until": 1,
+        "before --since": 1,
+        "model not --model-name": 1,
+        "no timestamp recorded (--since/--until)": 1,
+    }
+    with pytest.raises(EmptyBuildError, match="5 filtered"):
+        build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "o2"), model_name="nope"))
+    with pytest.raises(TreeprepError, match="ISO 8601"):
+        BuildConfig(inputs=[str(src)], out="x", since="last tuesday")
+
+
+def test_project_filter_reads_claude_code_cwd(tmp_path: Path) -> None:
+    assert '"cwd": "/home/dev/shop"' in next(CLAUDE.glob("*.jsonl")).read_text()
+    kept = build(BuildConfig(inputs=[str(CLAUDE)], out=str(tmp_path / "a"), project="/home/dev"))
+    assert kept.counts.records_filtered == 0 and kept.counts.records_in_trees > 0
+    gone = tmp_path / "b"
+    with pytest.raises(EmptyBuildError):
+        build(BuildConfig(inputs=[str(CLAUDE)], out=str(gone), project="/srv/other"))
+    since = build(BuildConfig(inputs=[str(CLAUDE)], out=str(tmp_path / "c"), since="2026-01-01"))
+    assert since.counts.records_in_trees == kept.counts.records_in_trees
+
+
+def test_filter_reasons_unit() -> None:
+    from types import SimpleNamespace as NS
+
+    f = Filters(project="/home/dev/shop")
+    assert f.reason(NS(project="/home/dev/shop/sub")) is None
+    assert f.reason(NS(project="/home/dev/shopping")) == "project not --project"
+    assert f.reason(NS()) == "no project recorded (--project)"
+    assert not Filters()
+
+
+SECRETS = {
+    "AWS Access Key": "AKIAIOSFODNN7EXAMPLE",
+    "GitHub Token": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+}
+
+
+def test_redact_secrets_replaces_them_before_rendering(tmp_path: Path) -> None:
+    pytest.importorskip("detect_secrets")
+    aws, github = SECRETS["AWS Access Key"], SECRETS["GitHub Token"]
+    text = f"export AWS_ACCESS_KEY_ID={aws}\ngit push # {github}"
+    sha = "commit 3f786850e387550fdab836ed7e6dc881de23001b"  # a hash is not a secret
+    recs = [
+        {
+            **_call(0),
+            "messages": [
+                {"role": "user", "content": "deploy"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "t1",
+                            "type": "function",
+                            "function": {"name": "sh", "arguments": '{"cmd": "env"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "t1", "content": f"{text}\n{sha}"},
+            ],
+        }
+    ]
+    src = _jsonl(tmp_path / "a.jsonl", recs)
+    out = tmp_path / "out"
+    m = build(BuildConfig(inputs=[str(src)], out=str(out), redact="secrets"))
+    assert m.curation == {"redacted:AWS Access Key": 1, "redacted:GitHub Token": 1}
+    dump = (out / "manifest.json").read_text()
+    assert "redacted:AWS Access Key" in dump
+    ids = _export(out, tmp_path)[0]["input_ids"]
+    rendered = bytes(i for i in ids if i < 256).decode("utf-8", "replace")
+    assert REDACTED in rendered and sha in rendered
+    assert not any(s in rendered for s in SECRETS.values())
+    plain = build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "plain")))
+    assert plain.curation == {}
+    assert "curation" not in (tmp_path / "plain" / "manifest.json").read_text()
+
+
+def _claude_turn() -> dict:
+    return {
+        "role": "assistant",
+        "content": "Let me look.",
+        "reasoning_content": "Check the file.",
+        "tool_calls": [
+            {"id": "t", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+        ],
+    }
+
+
+@pytest.mark.parametrize("how", ["drop", "fold"])
+def test_reasoning_merge_counts_changed_calls(tmp_path: Path, how: str) -> None:
+    recs = [
+        {**_call(0), "completion": _claude_turn()},
+        _call(1),
+    ]
+    src = _jsonl(tmp_path / "a.jsonl", recs)
+    m = build(BuildConfig(inputs=[str(src)], out=str(tmp_path / how), reasoning_merge=how))
+    assert m.curation == {f"reasoning-merge:{how}": 1}
+    c = ChatCall.model_validate({**_call(0), "completion": _claude_turn()})
+    assert merge_reasoning(c, ReasoningMerge(how))
+    if how == "drop":
+        assert c.completion.reasoning_content is None and c.completion.content == "Let me look."
+    else:
+        assert c.completion.content is None
+        assert c.completion.reasoning_content == "Check the file.\n\nLet me look."
+    assert not merge_reasoning(c, ReasoningMerge(how))  # nothing left to merge
+
+
+GPT_OSS = ROOT / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"
+
+
+@pytest.mark.skipif(not GPT_OSS.exists(), reason="../shared/data is absent")
+def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -> None:
+    """gpt-oss's template refuses a turn with text, reasoning and a tool call; merged, the call
+    renders, and the folded text is trained in the analysis channel."""
+    turn = _claude_turn()
+    history = [
+        {"role": "user", "content": "list the files"},
+        turn,
+        {"role": "tool", "tool_call_id": "t", "content": "a.py"},
+    ]
+    recs = [{**_call(0), "messages": history, "completion": _claude_turn()}]
+    src = _jsonl(tmp_path / "a.jsonl", recs)
+    tok = str(GPT_OSS)
+    with pytest.raises(EmptyBuildError):
+        build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "off"), tokenizer=tok))
+    assert (
+        "Cannot pass both content and thinking" in (tmp_path / "off" / "rejects.jsonl").read_text()
+    )
+    for how in ("drop", "fold"):
+        out = tmp_path / how
+        m = build(BuildConfig(inputs=[str(src)], out=str(out), tokenizer=tok, reasoning_merge=how))
+        assert m.counts.records_in_trees == 1 and m.curation == {f"reasoning-merge:{how}": 1}

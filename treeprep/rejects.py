@@ -1,0 +1,108 @@
+"""``treeprep rejects``: what a build could not use, summarized.
+
+A build's ``rejects.jsonl`` lists every unusable record (file, line, reason, format). This module
+counts them by reason, by file and by format, each with one example (the first in the file), and
+adds the records the build's filters and deduplication left out (the manifest's ``filtered``),
+which are not rejects but are not in the trees either. Reasons that differ only in numbers
+(``messages[3]: ...`` and ``messages[7]: ...``) are one reason: digits are read as ``N`` for
+counting; the example keeps the reject as written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import orjson
+
+from treeprep.errors import ShardError
+from treeprep.schemas.manifest import load_manifest
+
+__all__ = ["RejectSummary", "summarize_rejects"]
+
+_NUMBER = re.compile(r"\d+")
+
+
+@dataclass
+class Tally:
+    """One count and its first example."""
+
+    count: int = 0
+    example: dict = field(default_factory=dict)
+
+
+@dataclass
+class RejectSummary:
+    """A build's rejects counted three ways, and its filtered records by reason."""
+
+    records_read: int
+    records_rejected: int
+    records_filtered: int
+    by_reason: dict[str, Tally]
+    by_file: dict[str, Tally]
+    by_format: dict[str, Tally]
+    filtered: dict[str, int]
+
+    def to_json(self) -> dict:
+        def table(d: dict[str, Tally]) -> list[dict]:
+            return [{"key": k, "count": t.count, "example": t.example} for k, t in d.items()]
+
+        return {
+            "records_read": self.records_read,
+            "records_rejected": self.records_rejected,
+            "records_filtered": self.records_filtered,
+            "by_reason": table(self.by_reason),
+            "by_file": table(self.by_file),
+            "by_format": table(self.by_format),
+            "filtered": self.filtered,
+        }
+
+
+def reason_key(reason: str) -> str:
+    """A reason with its numbers read as N, for counting.
+
+    >>> reason_key("messages[3]: line 12 too long")
+    'messages[N]: line N too long'
+    """
+    return _NUMBER.sub("N", reason)
+
+
+def summarize_rejects(build_dir: str) -> RejectSummary:
+    """The rejects of the finished build in ``build_dir`` (ShardError when there is none), each
+    table sorted by count, largest first."""
+    manifest = load_manifest(build_dir)
+    path = os.path.join(build_dir, "rejects.jsonl")
+    by: tuple[dict[str, Tally], dict[str, Tally], dict[str, Tally]] = ({}, {}, {})
+    try:
+        with open(path, "rb") as f:
+            for no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rej = orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    raise ShardError(f"{path}:{no}: not a JSON line ({e})") from e
+                keys = (
+                    reason_key(str(rej.get("reason", ""))),
+                    str(rej.get("file", "")),
+                    str(rej.get("format") or "unknown"),
+                )
+                for table, key in zip(by, keys, strict=True):
+                    tally = table.setdefault(key, Tally(example=rej))
+                    tally.count += 1
+    except FileNotFoundError:
+        pass  # a build with no rejects file rejected nothing
+    except OSError as e:
+        raise ShardError(f"{path}: cannot read ({e})") from e
+    c = manifest.counts
+    reason, file, fmt = (dict(sorted(t.items(), key=lambda kv: (-kv[1].count, kv[0]))) for t in by)
+    return RejectSummary(
+        c.records_read,
+        c.records_rejected,
+        c.records_filtered,
+        reason,
+        file,
+        fmt,
+        dict(manifest.filtered),
+    )
