@@ -190,3 +190,13 @@ class Gpu(Mode):
 
     h100 = "h100"
     h200 = "h200"
+
+
+class ReportTo(Mode):
+    """An experiment tracker ``train --report-to`` sends each step's metrics to (an optional
+    extra of the same name: ``pip install 'treeprep[wandb]'``)."""
+
+    tensorboard = "tensorboard"
+    wandb = "wandb"
+    mlflow = "mlflow"
+    trackio = "trackio"
