@@ -112,7 +112,7 @@ class TrainConfig:
     overwrite: bool = False
     #: experiment trackers each step's metrics go to: tensorboard (RUN/tensorboard), wandb,
     #: mlflow, trackio (:mod:`.trackers`; a missing extra is refused before the run starts)
-    report_to: list[ReportTo] = field(default_factory=list)
+    report_to: list[str] = field(default_factory=list)
     #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range
     #: [1 - clip_eps, 1 + clip_eps_high] (clip_eps_high None: clip_eps), the KL penalty against the
     #: rollouts' reference log-probs and its estimator (k3 or k1), the entropy bonus
@@ -170,6 +170,7 @@ class TrainConfig:
         if self.save_minutes is not None and not self.save_minutes >= 0:
             raise bad(f"save_minutes must be >= 0, got {self.save_minutes}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
+        # a list of modes (coerce_modes takes single values): each checked here
         self.report_to = [ReportTo.of(r, "report_to", TrainingError, "train config: ")
                           for r in self.report_to or []]  # fmt: skip
 
