@@ -70,9 +70,9 @@ app.command("train", cls=TrainCommand)(train_cmd)
 
 def _version(value: bool) -> None:
     if value:
-        from treeprep import __version__
+        from importlib.metadata import version
 
-        typer.echo(f"treeprep {__version__}")
+        typer.echo(f"treeprep {version('treeprep')}")
         raise typer.Exit()
 
 

@@ -5,6 +5,7 @@ not load, a LoRA shape mismatch on resume); ``--tensorboard`` refused with its n
 from __future__ import annotations
 
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
 
 from test_train import BUDGET, data  # noqa: E402, F401  (the module's build fixture)
 
-from treeprep import __version__  # noqa: E402
 from treeprep.cli import app as app_mod  # noqa: E402
 from treeprep.cli.app import app  # noqa: E402
 from treeprep.cli.train_options import PANELS  # noqa: E402
@@ -35,7 +35,7 @@ def test_every_train_option_has_a_panel() -> None:
 
 def test_version() -> None:
     r = CliRunner().invoke(app, ["--version"])
-    assert r.exit_code == 0 and r.output.strip() == f"treeprep {__version__}"
+    assert r.exit_code == 0 and r.output.strip() == f"treeprep {version('treeprep')}"
 
 
 def test_tensorboard_flag_is_refused_with_its_new_spelling() -> None:
