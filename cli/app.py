@@ -14,7 +14,7 @@ train, never here.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -27,6 +27,7 @@ from treeprep.cli.rejects_cmd import rejects_cmd
 from treeprep.cli.show_cmd import show_cmd
 from treeprep.cli.stats_cmd import stats_cmd
 from treeprep.cli.train_cmd import train_cmd
+from treeprep.cli.train_options import TrainCommand
 from treeprep.cli.verify_cmd import verify_cmd
 from treeprep.errors import TreeprepError
 
@@ -66,7 +67,27 @@ app.command("rejects")(rejects_cmd)
 app.command("show")(show_cmd)
 app.command("pack")(pack_cmd)
 app.command("verify")(verify_cmd)
-app.command("train")(train_cmd)
+app.command("train", cls=TrainCommand)(train_cmd)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"treeprep {version('treeprep')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Agent logs to token prefix trees, and exact tree training."""
 
 
 def main() -> None:
@@ -74,8 +95,12 @@ def main() -> None:
         app()
     except TreeprepError as e:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False)
+        # escaped: a message's brackets (pip install 'treeprep[wandb]') are text, not markup
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True
+        )
         sys.exit(1)
 
 

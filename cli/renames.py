@@ -12,7 +12,10 @@ from collections.abc import Collection
 
 #: command -> old option -> the new option
 OPTIONS: dict[str, dict[str, str]] = {
-    "train": {"--handoff": "--part-graph"},
+    "train": {
+        "--handoff": "--part-graph",
+        "--tensorboard": "--report-to tensorboard",
+    },
     "verify": {"--handoff": "--part-graph"},
     "export": {"--output": "--out"},
 }

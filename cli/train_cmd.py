@@ -25,6 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from treeprep.cli import options as opt
+from treeprep.cli import train_options as topt
 from treeprep.errors import TreeprepError
 from treeprep.modes import (
     Accumulate,
@@ -104,7 +105,6 @@ SaveMinutesOpt = Annotated[
 NoProbeOpt = Annotated[
     bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
 ]
-TensorboardOpt = Annotated[bool, typer.Option(help="Write TensorBoard events (if installed).")]
 PrefetchOpt = Annotated[
     bool, typer.Option(help="Build the next step's batches in a background thread.")
 ]
@@ -117,6 +117,7 @@ def train_cmd(
     build: opt.BuildArg,
     *,
     model: opt.ModelOpt,
+    config: topt.ConfigOpt = None,
     out: RunDirOpt = None,
     plan: PlanOpt = None,
     loss: opt.LossOpt = opt.DEFAULT_LOSS,
@@ -160,7 +161,7 @@ def train_cmd(
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
     resume: ResumeOpt = None,
     overwrite: OverwriteOpt = False,
-    tensorboard: TensorboardOpt = False,
+    report_to: topt.ReportToOpt = None,
     prefetch: PrefetchOpt = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     no_probe: NoProbeOpt = False,
@@ -182,17 +183,33 @@ def train_cmd(
         raise TreeprepError("--world-size and --gpu-memory are --dry-run options")
     if out is None:
         out = fresh_run_dir(build, model, resume)
-    cfg = _config(locals())
+    params = dict(locals())
+    cfg = _config(params)
     main = int(os.environ.get("RANK", "0")) == 0
-    res = _train_with_progress(cfg, main, warn_no_probe=no_probe)
+    res = _train_with_progress(cfg, main, warn_no_probe=no_probe, options=params)
     if main:
         summary = _summary(res, layout.value)
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
         else:
             _print_summary(summary, res.run_dir)
+        if res.no_signal_steps:
+            _no_signal_warning(res)
     if res.stopped is not None:
         _stopped(res, main)
+
+
+def _no_signal_warning(res: Any) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(
+        f"warning: {res.no_signal_steps} of {len(res.history)} steps had no learning signal "
+        "(every advantage zero: each group's rewards were equal); they changed nothing but the "
+        "penalties",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
 
 
 def _stopped(res: Any, main: bool) -> None:
@@ -252,7 +269,7 @@ def _config(params: dict[str, Any]) -> Any:
     kw = {
         _RENAMED.get(k, k): opt.plain(v)
         for k, v in params.items()
-        if k not in ("as_json", "no_probe") + DRY_RUN_ONLY
+        if k not in ("as_json", "no_probe", "config") + DRY_RUN_ONLY
     }
     for k in ("budget", "parallel"):
         if params[k] is None:
@@ -262,13 +279,17 @@ def _config(params: dict[str, Any]) -> Any:
         keep=params["keep"] or None,
         save_minutes=params["save_minutes"] or None,
         lora_targets=params["lora_targets"] or None,
+        report_to=[opt.plain(r) for r in params["report_to"] or []],
         probe=not params["no_probe"],
     )
     return TrainConfig(**kw)
 
 
-def _train_with_progress(cfg: Any, main: bool, *, warn_no_probe: bool) -> Any:
-    """Run ``train`` with a progress bar on stderr (rank 0 only: ``main``)."""
+def _train_with_progress(
+    cfg: Any, main: bool, *, warn_no_probe: bool, options: dict[str, Any] | None = None
+) -> Any:
+    """Run ``train`` with a progress bar on stderr (rank 0 only: ``main``); ``options``, the
+    command's, are saved as ``RUN/config.toml`` when the run starts."""
     from rich.console import Console
 
     err = Console(stderr=True)
@@ -282,6 +303,8 @@ def _train_with_progress(cfg: Any, main: bool, *, warn_no_probe: bool) -> Any:
     progress, cb = (None, None)
     if main:
         progress, cb = _progress(err) if err.is_terminal else (None, _plain_lines(err))
+        if options is not None:
+            cb = _saving_config(cb, options, cfg.run_dir)
     try:
         if progress is not None:
             progress.start()
@@ -289,6 +312,18 @@ def _train_with_progress(cfg: Any, main: bool, *, warn_no_probe: bool) -> Any:
     finally:
         if progress is not None:
             progress.stop()
+
+
+def _saving_config(cb: Any, params: dict[str, Any], run_dir: str) -> Any:
+    """``cb``, writing ``RUN/config.toml`` first on the ``start`` event (after the run folder is
+    claimed and the resume checked: a refused run leaves the earlier run's file alone)."""
+
+    def wrapped(event: str, d: dict[str, Any]) -> None:
+        if event == "start":
+            topt.write_run_config(params, run_dir)
+        cb(event, d)
+
+    return wrapped
 
 
 def _summary(res: Any, layout: str) -> dict[str, Any]:
@@ -311,7 +346,10 @@ def _summary(res: Any, layout: str) -> dict[str, Any]:
         "linear_tokens_per_s": sum(m.tokens_linear for m in hist) / tot_t if tot_t else 0.0,
         "checkpoint": res.checkpoint,
         "stopped": res.stopped,
+        "no_signal_steps": res.no_signal_steps,
         "metrics": os.path.join(res.run_dir, "metrics.jsonl"),
+        "config": os.path.join(res.run_dir, "config.toml"),
+        "plot": res.plot,
     }
 
 
@@ -348,6 +386,17 @@ def _start_line(d: dict[str, Any]) -> str:
     )
 
 
+def _no_signal_line(d: dict[str, Any], print_: Any) -> None:
+    """A warning at a step without a learning signal (every advantage zero)."""
+    if d.get("no_signal"):
+        print_(
+            f"warning: step {d['step']} has no learning signal (every advantage is zero)",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
+
+
 def _plain_lines(err: Any) -> Any:
     """Without a terminal (SLURM, nohup, a redirect): one plain line per step, flushed, instead
     of a progress bar that draws nothing there."""
@@ -370,6 +419,7 @@ def _plain_lines(err: Any) -> Any:
                 soft_wrap=True,
                 highlight=False,
             )
+            _no_signal_line(d, err.print)
         elif event == "checkpoint":
             err.print(f"checkpoint {d['path']}", soft_wrap=True, highlight=False)
         err.file.flush()
@@ -417,6 +467,7 @@ def _progress(err: Any) -> tuple[Any, Any]:
                     f"{d['tokens_per_s']:,.0f} tok/s ({d['linear_tokens_per_s']:,.0f} linear-eq)"
                 ),
             )
+            _no_signal_line(d, prog.console.print)
         elif event == "checkpoint":
             prog.console.print(f"checkpoint {d['path']}")
 

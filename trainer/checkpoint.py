@@ -322,7 +322,14 @@ def _publish(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
 
 
 #: what a run writes in its folder (an earlier run is recognised, and overwritten, by these)
-RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "tensorboard")
+RUN_FILES = (
+    "config.json",
+    "config.toml",
+    "metrics.jsonl",
+    "checkpoints",
+    "tensorboard",
+    "train.png",
+)
 
 
 def earlier_run(run_dir: str) -> list[str]:
@@ -511,7 +518,14 @@ def _load_adapter(model: torch.nn.Module, sd: dict[str, torch.Tensor], ckpt: Che
         raise CheckpointError(f"{ckpt.model_dir}: a LoRA checkpoint needs peft") from e
     if not hasattr(model, "peft_config"):
         raise CheckpointError(f"{ckpt.model_dir}: a LoRA checkpoint; resume it with --lora-r")
-    res = set_peft_model_state_dict(model, sd)
+    try:
+        res = set_peft_model_state_dict(model, sd)
+    except RuntimeError as e:  # torch's "size mismatch for ...": another LoRA rank or model
+        lines = [ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln]
+        raise CheckpointError(
+            f"{ckpt.model_dir}: the adapter's shapes do not match the model (another --lora-r "
+            f"or another model?): {lines[0] if lines else str(e).splitlines()[0]}"
+        ) from e
     missing = [k for k in res.missing_keys if "lora_" in k]
     if missing or res.unexpected_keys:
         raise CheckpointError(

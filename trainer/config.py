@@ -34,6 +34,7 @@ from treeprep.modes import (
     Parallel,
     PartGraph,
     Precision,
+    ReportTo,
     coerce_modes,
 )
 from treeprep.trainer.loss import LossConfig
@@ -112,8 +113,9 @@ class TrainConfig:
     #: start fresh in a run folder that holds an earlier run, deleting that run's checkpoints,
     #: metrics and config (refused without it: the earlier run is never lost by accident)
     overwrite: bool = False
-    #: TensorBoard event files under RUN/tensorboard (refused when tensorboard is absent)
-    tensorboard: bool = False
+    #: experiment trackers each step's metrics go to: tensorboard (RUN/tensorboard), wandb,
+    #: mlflow, trackio (:mod:`.trackers`; a missing extra is refused before the run starts)
+    report_to: list[str] = field(default_factory=list)
     #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range
     #: [1 - clip_eps, 1 + clip_eps_high] (clip_eps_high None: clip_eps), the KL penalty against the
     #: rollouts' reference log-probs and its estimator (k3 or k1), the entropy bonus
@@ -171,6 +173,9 @@ class TrainConfig:
         if self.save_minutes is not None and not self.save_minutes >= 0:
             raise bad(f"save_minutes must be >= 0, got {self.save_minutes}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
+        # a list of modes (coerce_modes takes single values): each checked here
+        self.report_to = [ReportTo.of(r, "report_to", TrainingError, "train config: ")
+                          for r in self.report_to or []]  # fmt: skip
 
     def loss_config(self) -> LossConfig:
         """The objective of this run."""
@@ -223,6 +228,10 @@ class TrainResult:
     #: the signal that stopped the run early (after a checkpoint), e.g. "SIGTERM"; None: it ran
     #: to its end
     stopped: str | None = None
+    #: RL steps of this run without a learning signal (every trained advantage zero)
+    no_signal_steps: int = 0
+    #: the loss and throughput plot (RUN/train.png), when matplotlib is installed
+    plot: str | None = None
 
     @property
     def losses(self) -> list[float]:

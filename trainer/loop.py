@@ -17,12 +17,15 @@
 3. **Steps** (:mod:`treeprep.trainer.step`). Every rank runs its micro-batches (only the last
    synchronises gradients), the gradient is clipped, a non-finite loss or gradient norm stops the
    run with a clear error before the update, then the optimizer and the schedule step. Metrics go
-   to a JSONL file, an optional TensorBoard folder and the caller's callback (the CLI draws a
-   progress bar from it). Per step, beside the loss: ``clip_frac`` (clipped RL units over all units
-   of the step, all micro-batches and ranks), ``approx_kl`` (k3 of the current against the old
-   log-probs, per unit), ``entropy`` (per target), ``ref_kl`` (against the reference log-probs, per
-   unit, when the rollouts carry them) and ``adv_mean`` / ``adv_std`` / ``adv_min`` / ``adv_max``
-   over the step's trained sequences (duplicates counted).
+   to a JSONL file, the ``report_to`` trackers (:mod:`.trackers`) and the caller's callback (the
+   CLI draws a progress bar from it). Per step, beside the loss: ``clip_frac`` (clipped RL units
+   over all units of the step, all micro-batches and ranks), ``approx_kl`` (k3 of the current
+   against the old log-probs, per unit), ``entropy`` (per target), ``ref_kl`` (against the
+   reference log-probs, per unit, when the rollouts carry them) and ``adv_mean`` / ``adv_std`` /
+   ``adv_min`` / ``adv_max`` over the step's trained sequences (duplicates counted). RL steps whose
+   advantages are all zero teach nothing; they are counted (``TrainResult.no_signal_steps``) and
+   flagged to the callback. At the end ``RUN/train.png`` plots the loss and throughput
+   (:mod:`.plot`).
 4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps, every
    ``save_minutes`` of wall time, at the end, and when a stop signal arrived
    (:mod:`treeprep.trainer.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary,
@@ -60,7 +63,7 @@ from treeprep.atomic import make_dirs, writing
 from treeprep.errors import TrainingError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
-from treeprep.trainer import preemption
+from treeprep.trainer import preemption, trackers
 from treeprep.trainer.config import (
     Callback,
     StepMetrics,
@@ -73,9 +76,11 @@ from treeprep.trainer.data.plans import Epochs
 from treeprep.trainer.data.prefetch import Prefetch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.data.steps import step_work
+from treeprep.trainer.metrics import no_learning_signal
 from treeprep.trainer.models.guard import guard_model
 from treeprep.trainer.models.lora import apply_lora
 from treeprep.trainer.models.presets import PRESETS
+from treeprep.trainer.plot import plot_run
 from treeprep.trainer.preemption import StopSignals
 from treeprep.trainer.run_identity import (
     ResumeNotes,
@@ -140,8 +145,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     np.random.seed(cfg.seed % (2**32))
 
     # ---- 1. set-up: the run folder, the build, the resume checks, the model, the optimizer
-    if cfg.tensorboard and info.is_main:
-        _tensorboard_writer()
+    if info.is_main:
+        trackers.require(cfg.report_to)  # a missing extra is refused before anything loads
     resume_path = _resume_path(cfg)
     _claim_run_folder(cfg, info, resume_path)
     reader = BuildReader(cfg.data)
@@ -174,7 +179,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         "total_steps": total, "start_step": step, "world_size": info.world_size,
         "plan": first.source, "plan_world_size": first.world_size, "device": str(dev),
         "precision": prec, "params": sum(p.numel() for p in lm.parameters()),
-        "tensorboard": log.writer is not None, "resumed": resumed,
+        "report_to": [str(r) for r in cfg.report_to], "resumed": resumed,
     })  # fmt: skip
 
     # ---- 3. steps, each fed by the data of section 2 (built one step ahead with prefetch)
@@ -191,8 +196,10 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     finally:
         log.close()
     return TrainResult(
-        cfg.run_dir, step, history, saver.last, first.source, info.world_size, stopped
-    )
+        cfg.run_dir, step, history, saver.last, first.source, info.world_size, stopped,
+        no_signal_steps=sum(no_learning_signal(cfg.loss, m.extra) for m in history),
+        plot=plot_run(cfg.run_dir) if info.is_main else None,
+    )  # fmt: skip
 
 
 def _run_steps(
@@ -226,7 +233,8 @@ def _run_steps(
         m = _step_metrics(step, epoch, res, time.perf_counter() - t0)
         history.append(m)
         log.write(m)
-        emit("step", m.to_dict() | {"total_steps": total})
+        no_signal = no_learning_signal(cfg.loss, m.extra)
+        emit("step", m.to_dict() | {"total_steps": total, "no_signal": no_signal})
 
         # ---- 4. checkpoints (a decision every rank takes together)
         done = step >= total or (
@@ -328,32 +336,31 @@ def _step_metrics(step: int, epoch: int, res: StepResult, dt: float) -> StepMetr
 
 class _RunLog:
     """The run folder's ``config.json``, ``metrics.jsonl`` (cut back to ``step`` when resuming)
-    and TensorBoard events; written by the main rank only."""
+    and the ``report_to`` trackers (:mod:`.trackers`); written by the main rank only."""
 
     def __init__(self, cfg: TrainConfig, info: dist_mod.DistInfo, step: int) -> None:
         self.main = info.is_main
         self.metrics_path = os.path.join(cfg.run_dir, "metrics.jsonl")
-        self.writer = None
+        self.trackers: list[trackers.Tracker] = []
         if self.main:
             make_dirs(cfg.run_dir)
             path = os.path.join(cfg.run_dir, "config.json")
             with writing(path), open(path, "w", encoding="utf-8") as f:
                 json.dump(config_dict(cfg), f, indent=2)
             _trim_metrics(self.metrics_path, step)
-            self.writer = _tensorboard(cfg)
+            self.trackers = trackers.open_trackers(cfg.report_to, cfg.run_dir, config_dict(cfg))
 
     def write(self, m: StepMetrics) -> None:
         if not self.main:
             return
         with writing(self.metrics_path), open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(m.to_dict()) + "\n")
-        if self.writer is not None:
-            for k in ("loss", "lr", "grad_norm", "tokens_per_s", "linear_tokens_per_s"):
-                self.writer.add_scalar(f"train/{k}", getattr(m, k), m.step)
+        for t in self.trackers:
+            t.log(m.to_dict(), m.step)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        for t in self.trackers:
+            t.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -498,21 +505,3 @@ def _trim_metrics(path: str, step: int) -> None:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.writelines(keep)
         os.replace(path + ".tmp", path)
-
-
-def _tensorboard_writer() -> Any:
-    """TensorBoard's SummaryWriter class; a run that asks for it without the package is refused
-    before it starts (it used to write nothing and say nothing)."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as e:
-        raise TrainingError(
-            "--tensorboard needs the tensorboard package (pip install tensorboard)"
-        ) from e
-    return SummaryWriter
-
-
-def _tensorboard(cfg: TrainConfig) -> Any:
-    if not cfg.tensorboard:
-        return None
-    return _tensorboard_writer()(os.path.join(cfg.run_dir, "tensorboard"))

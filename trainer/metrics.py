@@ -107,3 +107,12 @@ class StepMetricSums:
             out["adv_min"] = -lo_hi[0]
             out["adv_max"] = lo_hi[1]
         return out
+
+
+def no_learning_signal(loss: str, metrics: dict[str, float]) -> bool:
+    """An RL step (``loss`` not sft) whose trained advantages are all zero (every group's rewards
+    equal under grpo, dr-grpo or rloo): its policy gradient is zero, the step teaches nothing but
+    the penalties. SFT steps, and steps without an advantage, are never counted."""
+    if loss == "sft" or "adv_min" not in metrics:
+        return False
+    return metrics["adv_min"] == 0.0 and metrics["adv_max"] == 0.0

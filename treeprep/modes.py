@@ -217,3 +217,13 @@ class ExportFormat(Mode):
     jsonl = "jsonl"
     parquet = "parquet"
     hf = "hf"
+
+
+class ReportTo(Mode):
+    """An experiment tracker ``train --report-to`` sends each step's metrics to (an optional
+    extra of the same name: ``pip install 'treeprep[wandb]'``)."""
+
+    tensorboard = "tensorboard"
+    wandb = "wandb"
+    mlflow = "mlflow"
+    trackio = "trackio"

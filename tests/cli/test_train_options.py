@@ -23,7 +23,7 @@ def test_prefetch_flag_sets_the_config(
 ) -> None:
     seen = []
 
-    def capture(cfg, main, *, warn_no_probe):  # type: ignore[no-untyped-def]
+    def capture(cfg, main, *, warn_no_probe, **kw):  # type: ignore[no-untyped-def]
         seen.append(cfg)
         raise _Stop
 

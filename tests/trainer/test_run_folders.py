@@ -97,6 +97,6 @@ def test_tensorboard_without_the_package_is_refused_before_the_run(
     if importlib.util.find_spec("tensorboard") is not None:
         pytest.skip("tensorboard is installed")
     run = tmp_path / "run"
-    with pytest.raises(TrainingError, match=r"pip install tensorboard"):
-        train(cfg(data, run, steps=1, tensorboard=True))
+    with pytest.raises(TrainingError, match=r"pip install 'treeprep\[tensorboard\]'"):
+        train(cfg(data, run, steps=1, report_to=["tensorboard"]))
     assert not run.exists()  # nothing written: a rerun is not refused as an earlier run
