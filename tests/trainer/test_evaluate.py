@@ -153,3 +153,33 @@ def test_bad_evaluation_settings_are_refused(data: Path, tmp_path: Path) -> None
         cfg(data, tmp_path, val_fraction=0.1, eval_data=str(data))
     with pytest.raises(TrainingError, match="eval_every must be >= 1, with"):
         cfg(data, tmp_path, eval_every=5)
+
+
+def test_cli_options_and_the_per_step_line(data: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from treeprep.cli.app import app
+
+    run = tmp_path / "run"
+    args = ["train", str(data), "--model", "tiny-qwen3", "--steps", "2", "--out", str(run),
+            "--budget", "96", "--device", "cpu", "--attn", "dense",
+            "--val-fraction", "0.25", "--eval-every", "1"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    # no terminal here: the plain per-step lines carry val_loss
+    assert "step 1/2 " in r.output and r.output.count(" val_loss ") == 2
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(isinstance(x["val_loss"], float) for x in lines)
+    config = json.loads((run / "config.json").read_text())
+    assert config["val_fraction"] == 0.25 and config["eval_every"] == 1
+
+
+def test_a_build_without_tokenizer_warns(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from treeprep.cli.app import app
+
+    _chains(tmp_path / "c.jsonl", 0, groups=2)
+    r = CliRunner().invoke(app, ["build", str(tmp_path / "c.jsonl"), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "no --tokenizer: the built-in byte tokenizer's ids suit only the tiny" in r.output
