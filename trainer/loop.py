@@ -23,6 +23,9 @@
    log-probs, per unit), ``entropy`` (per target), ``ref_kl`` (against the reference log-probs, per
    unit, when the rollouts carry them) and ``adv_mean`` / ``adv_std`` / ``adv_min`` / ``adv_max``
    over the step's trained sequences (duplicates counted).
+   With ``val_fraction`` or ``eval_data`` (:mod:`treeprep.trainer.evaluate`), held-out whole
+   trees never reach a step, and ``val_loss`` (the same loss over every validation tree, no
+   gradient) joins the step's metrics every ``eval_every`` steps and at the end.
 4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps, every
    ``save_minutes`` of wall time, at the end, and when a stop signal arrived
    (:mod:`treeprep.trainer.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary,
