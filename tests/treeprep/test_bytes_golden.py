@@ -8,7 +8,10 @@ or the plan. The build runs from the repository root (the adversarial suite chec
 bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
 (issue 11: hand-off rows and their columns), the sample files for the new formats and the
 OpenHands V1 event stream, now read (issue 14: real-log shards unchanged), and shard schema
-version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns).
+version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns). The real-log manifest (and
+the plan summary, which records its sha256) were re-recorded for issue 25 item 7: the tokenizer
+entry gained ``content_sha256``, the identity by content (shards, rejects and plan rows
+unchanged; builds of the built-in tokenizer unchanged).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -39,12 +42,12 @@ SAMPLE_GOLDEN = {
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "ef0a5c028782e83ccf8951e2f828022f0752b9e8f33af920ac766c026c1a4c49",
+    "manifest.json": "f383d8f945db2d7e2d7f2862cc17642b800f9436ac5f6ffa4343e9a79ff9e68e",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "e1e582ee711f2b40cbab322a214b2631cd9c3c543fb0a10d1e660760983b2416"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "e7c4cf014c33d98f3b0ecee9e36a24eb641ef586595f99d11e7bc96941237f03"
+        "5a384b545751e8c56212b27d19b8c14bcf42e5c4e3a11001f5a8a1c0cbe1d909"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
     "shards/shard-00000.arrow": "a82776810595f39e2c9e8905c91dbb7b02364645ac426595d4cac9b21ab3dbda",
