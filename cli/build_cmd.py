@@ -28,7 +28,10 @@ def build_cmd(
     out: Annotated[str, typer.Option("-o", "--out", help="Output folder (path or file:// URL).")],
     tokenizer: Annotated[
         Path | None,
-        typer.Option(help="Hugging Face tokenizer folder (default: built-in byte-level ChatML)."),
+        typer.Option(
+            help="Hugging Face tokenizer folder, or a hub id in the local HF cache (default: "
+            "built-in byte-level ChatML, for the tiny presets only)."
+        ),
     ] = None,
     fmt: Annotated[
         str | None, typer.Option("--format", help="Force one input format (default: detect).")
@@ -153,6 +156,13 @@ def build_cmd(
     if engine is BuildEngine.ray:
         _quiet_ray()
     err = Console(stderr=True)
+    if tokenizer is None:
+        err.print(
+            "warning: no --tokenizer: the built-in byte tokenizer's ids suit only the tiny "
+            "presets (random weights); `treeprep train` refuses this build for a model with its "
+            "own tokenizer. For a real model, build with --tokenizer MODEL_FOLDER_OR_HUB_ID",
+            style="yellow", soft_wrap=True, highlight=False, markup=False,
+        )  # fmt: skip
     manifest = _build_with_progress(cfg, err)
     _report_skipped(manifest.skipped_files, err)
     if as_json:

@@ -36,7 +36,12 @@ BuildArg = Annotated[
         metavar="BUILD", help="A build folder (treeprep build -o BUILD).", show_default=False
     ),
 ]
-ModelOpt = Annotated[str, typer.Option(help="A preset name or a local Hugging Face model folder.")]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        help="A preset name, a local Hugging Face model folder, or a hub id in the local HF cache."
+    ),
+]
 AttnOpt = Annotated[Attn, typer.Option(help="Attention backend.")]
 CutOpt = Annotated[
     Cut,

@@ -112,6 +112,17 @@ LoraTargetsOpt = Annotated[
     list[str] | None, typer.Option(help="LoRA target modules (default all linear).")
 ]
 
+ValFractionOpt = Annotated[
+    float,
+    typer.Option(help="Hold out this fraction of the build's whole trees (seeded) for val_loss."),
+]
+EvalDataOpt = Annotated[
+    Path | None, typer.Option(help="Another build to compute val_loss on (same tokenizer).")
+]
+EvalEveryOpt = Annotated[
+    int | None, typer.Option(help="Log val_loss every N steps (always at the end).")
+]
+
 
 def train_cmd(
     build: opt.BuildArg,
@@ -172,6 +183,9 @@ def train_cmd(
     world_size: WorldSizeOpt = 1,
     gpu: GpuOpt = Gpu.h100,
     gpu_memory: GpuMemoryOpt = None,
+    val_fraction: ValFractionOpt = 0.0,
+    eval_data: EvalDataOpt = None,
+    eval_every: EvalEveryOpt = None,
 ) -> None:
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
     if dry_run:
@@ -397,6 +411,11 @@ def _no_signal_line(d: dict[str, Any], print_: Any) -> None:
         )
 
 
+def _val(d: dict[str, Any]) -> str:
+    """`` val_loss X`` on a step that evaluated, else nothing."""
+    return f" val_loss {d['val_loss']:.4f}" if d.get("val_loss") is not None else ""
+
+
 def _plain_lines(err: Any) -> Any:
     """Without a terminal (SLURM, nohup, a redirect): one plain line per step, flushed, instead
     of a progress bar that draws nothing there."""
@@ -415,7 +434,7 @@ def _plain_lines(err: Any) -> Any:
             err.print(
                 f"step {d['step']}/{d['total_steps']} loss {d['loss']:.4f} lr {d['lr']:.2e} "
                 f"gnorm {d['grad_norm']:.3f} {d['tokens_per_s']:,.0f} tok/s "
-                f"ERR {err_ratio:.3f} elapsed {elapsed:.1f}s",
+                f"ERR {err_ratio:.3f} elapsed {elapsed:.1f}s" + _val(d),
                 soft_wrap=True,
                 highlight=False,
             )
@@ -459,6 +478,8 @@ def _progress(err: Any) -> tuple[Any, Any]:
             for line in [*_resumed_lines(d), _start_line(d)]:
                 prog.console.print(line, highlight=False, markup=False)
         elif event == "step" and task:
+            if "val_loss" in d:
+                prog.console.print(f"step {d['step']}{_val(d)}", highlight=False)
             prog.update(
                 task[0],
                 completed=d["step"],

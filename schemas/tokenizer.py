@@ -5,9 +5,16 @@ recomputes it for a model folder's own tokenizer and refuses shards built with a
 copies the same files into a checkpoint. So the file list, the hash and the template lookup live
 here, once, and a tokenizer folder hashes the same on both sides.
 
-The hash covers the bytes of the tokenizer files present in the folder (name and length framed, so
-two files cannot run into each other) plus the chat template actually used, which may come from
-``tokenizer_config.json`` or a ``chat_template.jinja`` file. Nothing here loads a tokenizer: the
+Two hashes. ``sha256`` covers the bytes of the tokenizer files present in the folder (name and
+length framed, so two files cannot run into each other) plus the chat template actually used,
+which may come from ``tokenizer_config.json`` or a ``chat_template.jinja`` file: it says which
+files a build read (and keys its work files). ``content_sha256`` (:func:`content_sha256`) is the
+identity by content that compatibility is decided on: the vocabulary, the merges, the added and
+named special tokens, the normalizer and pre-tokenizer (offset settings dropped) and the chat
+template, each in a canonical form, so a tokenizer re-saved by ``save_pretrained`` (which
+reorders and rewrites its files) is the same tokenizer, and one changed merge or token is not.
+Manifests written before it existed have no ``content_sha256``: they are still read, and
+compared by the byte hash (the compatibility path). Nothing here loads a tokenizer: the
 template lookup takes an already loaded Hugging Face tokenizer (duck-typed), so this module needs
 no transformers.
 """
@@ -15,10 +22,11 @@ no transformers.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 #: files whose bytes make up a tokenizer's identity (those present in the folder)
 TOKENIZER_FILES: tuple[str, ...] = (
@@ -45,6 +53,23 @@ class TokenizerIdentity(BaseModel):
     vocab_size: int
     #: the tokenizer folder as given on the command line (None for the built-in tokenizer)
     path: str | None = None
+    #: the identity by content (:func:`content_sha256`); None in manifests written before it and
+    #: for the built-in tokenizer (whose ``sha256`` is already defined by its content)
+    content_sha256: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_content(self, handler: Any) -> Any:
+        # absent rather than null when unset: builds without it keep their exact bytes
+        data = handler(self)
+        if isinstance(data, dict) and data.get("content_sha256") is None:
+            data.pop("content_sha256", None)
+        return data
+
+    @property
+    def identity(self) -> str:
+        """What compatibility is decided on: the content hash, or the byte hash of an old
+        manifest."""
+        return self.content_sha256 or self.sha256
 
 
 def sha256_text(s: str) -> str:
@@ -74,3 +99,59 @@ def chat_template_of(tokenizer: Any) -> str | None:
     if isinstance(template, dict):
         template = template.get("default")
     return template if isinstance(template, str) and template else None
+
+
+#: settings of the pre-tokenizer that change offsets only, never ids (``save_pretrained`` may
+#: rewrite them)
+_OFFSET_ONLY = frozenset({"trim_offsets"})
+
+
+def _without_offsets(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _without_offsets(x) for k, x in v.items() if k not in _OFFSET_ONLY}
+    if isinstance(v, list):
+        return [_without_offsets(x) for x in v]
+    return v
+
+
+def _merge_pair(m: Any) -> list[str]:
+    """A merge as a pair: ``"a b"`` (the older tokenizer.json form) or ``["a", "b"]``."""
+    if isinstance(m, str):
+        a, _, b = m.partition(" ")
+        return [a, b]
+    return [str(x) for x in m]
+
+
+def content_sha256(
+    tokenizer_json: dict[str, Any],
+    config: dict[str, Any],
+    special_tokens: dict[str, str],
+    template: str,
+) -> str:
+    """The identity by content of a tokenizer (module docstring): ``tokenizer_json`` is the
+    parsed ``tokenizer.json``, ``config`` the parsed ``tokenizer_config.json`` (its
+    ``added_tokens_decoder``), ``special_tokens`` the named special tokens (``bos_token``...) as
+    text, ``template`` the chat template."""
+    model = tokenizer_json.get("model") or {}
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel: token -> id, as ids in order
+        vocab = sorted(([int(i), t] for t, i in vocab.items()), key=lambda x: x[0])
+    added: dict[int, list[Any]] = {}
+    decl = config.get("added_tokens_decoder")
+    for tid, spec in decl.items() if isinstance(decl, dict) else []:
+        if isinstance(spec, dict) and isinstance(spec.get("content"), str):
+            added[int(tid)] = [spec["content"], bool(spec.get("special", False))]
+    for t in tokenizer_json.get("added_tokens") or []:
+        added[int(t["id"])] = [t["content"], bool(t.get("special", False))]
+    canonical = {
+        "model": {k: v for k, v in model.items() if k not in ("vocab", "merges")},
+        "vocab": vocab,
+        "merges": [_merge_pair(m) for m in model.get("merges") or []],
+        "added": sorted([i, *v] for i, v in added.items()),
+        "special": {k: v for k, v in sorted(special_tokens.items()) if v},
+        "normalizer": tokenizer_json.get("normalizer"),
+        "pre_tokenizer": _without_offsets(tokenizer_json.get("pre_tokenizer")),
+        "chat_template": template,
+    }
+    blob = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return sha256_text(blob)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from treeprep.errors import TrainingError, TreeprepError
+from treeprep.io.hub import local_folder
 from treeprep.modes import (
     Accumulate,
     AdvNorm,
@@ -38,6 +39,7 @@ from treeprep.modes import (
     coerce_modes,
 )
 from treeprep.trainer.loss import LossConfig
+from treeprep.trainer.models.presets import PRESETS
 
 
 @dataclass
@@ -46,7 +48,8 @@ class TrainConfig:
 
     #: the build folder (OUT with manifest.json)
     data: str
-    #: a preset name (random weights) or a local Hugging Face model folder
+    #: a preset name (random weights), a local Hugging Face model folder, or a hub id whose
+    #: snapshot is in the local HF cache (replaced by that folder)
     model: str
     #: the run folder: metrics.jsonl, config.json, checkpoints/
     run_dir: str
@@ -149,6 +152,13 @@ class TrainConfig:
     #: background thread while the current step runs (:mod:`treeprep.trainer.data`); the batches
     #: and so the results are the same with it off
     prefetch: bool = True
+    #: evaluation (:mod:`treeprep.trainer.evaluate`): hold out this fraction of the build's whole
+    #: trees (seeded by ``seed``; 0: none), or evaluate on the trees of another build
+    #: ``eval_data``; ``val_loss`` is logged every ``eval_every`` steps (None: at the end only)
+    #: and at the end
+    val_fraction: float = 0.0
+    eval_data: str | None = None
+    eval_every: int | None = None
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> TrainingError:
@@ -172,10 +182,23 @@ class TrainConfig:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
         if self.save_minutes is not None and not self.save_minutes >= 0:
             raise bad(f"save_minutes must be >= 0, got {self.save_minutes}")
+        if not 0 <= self.val_fraction < 1:
+            raise bad(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.val_fraction and self.eval_data:
+            raise bad("give val_fraction or eval_data, not both")
+        if self.eval_every is not None and (self.eval_every < 1 or not self.evaluates):
+            raise bad("eval_every must be >= 1, with val_fraction or eval_data")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
         # a list of modes (coerce_modes takes single values): each checked here
         self.report_to = [ReportTo.of(r, "report_to", TrainingError, "train config: ")
                           for r in self.report_to or []]  # fmt: skip
+        if self.model not in PRESETS:
+            self.model = local_folder(self.model, "--model")  # a hub id: its cached snapshot
+
+    @property
+    def evaluates(self) -> bool:
+        """The run has a validation set (``val_fraction`` or ``eval_data``)."""
+        return bool(self.val_fraction or self.eval_data)
 
     def loss_config(self) -> LossConfig:
         """The objective of this run."""

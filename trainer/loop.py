@@ -26,6 +26,9 @@
    advantages are all zero teach nothing; they are counted (``TrainResult.no_signal_steps``) and
    flagged to the callback. At the end ``RUN/train.png`` plots the loss and throughput
    (:mod:`.plot`).
+   With ``val_fraction`` or ``eval_data`` (:mod:`treeprep.trainer.evaluate`), held-out whole
+   trees never reach a step, and ``val_loss`` (the same loss over every validation tree, no
+   gradient) joins the step's metrics every ``eval_every`` steps and at the end.
 4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps, every
    ``save_minutes`` of wall time, at the end, and when a stop signal arrived
    (:mod:`treeprep.trainer.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary,
@@ -76,6 +79,7 @@ from treeprep.trainer.data.plans import Epochs
 from treeprep.trainer.data.prefetch import Prefetch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.data.steps import step_work
+from treeprep.trainer.evaluate import Evaluator, TrainSplit, held_out
 from treeprep.trainer.metrics import no_learning_signal
 from treeprep.trainer.models.guard import guard_model
 from treeprep.trainer.models.lora import apply_lora
@@ -163,6 +167,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     # ---- 2. data: the epochs, the step count and schedule, the position (resumed or 0)
     epochs = _open_epochs(cfg, reader, lm, info)
     first = epochs.get(0)
+    evaluator = _evaluator(cfg, reader, epochs, lm, first.budget)
     if cfg.steps is not None:
         total = cfg.steps
     else:
@@ -192,7 +197,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     try:
         with StopSignals() as signals, Prefetch(works, enabled=cfg.prefetch, device=dev) as feed:
             step, stopped = _run_steps(cfg, info, feed, stepper, saver, signals, log, emit,
-                                       step=step, total=total, history=history)  # fmt: skip
+                                       step=step, total=total, history=history,
+                                       evaluator=evaluator)  # fmt: skip
     finally:
         log.close()
     return TrainResult(
@@ -215,10 +221,12 @@ def _run_steps(
     step: int,
     total: int,
     history: list[StepMetrics],
+    evaluator: Evaluator | None = None,
 ) -> tuple[int, str | None]:
-    """Sections 3 and 4: the steps, and the checkpoints at step boundaries (every ``save_every``
-    steps, every ``save_minutes``, at the end, and on a stop signal). Returns the last step and
-    the signal that stopped the run early (None: it ran to its end)."""
+    """Sections 3 and 4: the steps, the validation loss (every ``eval_every`` steps and at the
+    end, as ``val_loss`` in the step's metrics), and the checkpoints at step boundaries (every
+    ``save_every`` steps, every ``save_minutes``, at the end, and on a stop signal). Returns the
+    last step and the signal that stopped the run early (None: it ran to its end)."""
     while True:
         t0 = time.perf_counter()
         work = next(feed, None)
@@ -231,15 +239,18 @@ def _run_steps(
             torch.cuda.synchronize(info.device)
         step, epoch_step = step + 1, epoch_step + 1
         m = _step_metrics(step, epoch, res, time.perf_counter() - t0)
+        done = step >= total or (
+            cfg.epochs is not None and epoch_step >= work.epoch_steps and epoch + 1 >= cfg.epochs
+        )
+        eval_due = cfg.eval_every is not None and step % cfg.eval_every == 0
+        if evaluator is not None and (eval_due or done):
+            m.extra["val_loss"] = evaluator.loss(stepper.wrapped, info)
         history.append(m)
         log.write(m)
         no_signal = no_learning_signal(cfg.loss, m.extra)
         emit("step", m.to_dict() | {"total_steps": total, "no_signal": no_signal})
 
         # ---- 4. checkpoints (a decision every rank takes together)
-        done = step >= total or (
-            cfg.epochs is not None and epoch_step >= work.epoch_steps and epoch + 1 >= cfg.epochs
-        )
         stop, due = preemption.agree([signals.received is not None, saver.due()], info)
         stop = stop and not done
         every = cfg.save_every is not None and step % cfg.save_every == 0
@@ -287,15 +298,20 @@ def _load_lm(
 def _open_epochs(
     cfg: TrainConfig, reader: BuildReader, lm: torch.nn.Module, info: dist_mod.DistInfo
 ) -> Epochs:
-    """The epoch plans, for the process world size (or ``plan_world_size``), checked: the first
-    has a step, and a plan folder was made for this many processes."""
+    """The epoch plans, for the process world size (or ``plan_world_size``), without the
+    held-out trees of ``val_fraction``, checked: the first has a step, and a plan folder was
+    made for this many processes."""
     from treeprep.flops import from_config
 
     cost = from_config(lm.config.to_dict(), name=str(cfg.model))
     plan_world = info.world_size
     if not cfg.plan and cfg.plan_world_size:
         plan_world = cfg.plan_world_size
-    epochs = Epochs(cfg, reader, plan_world, cost)
+    if cfg.val_fraction:
+        held = held_out(reader, cfg.val_fraction, cfg.seed)
+        epochs: Epochs = TrainSplit(cfg, reader, plan_world, cost, held)
+    else:
+        epochs = Epochs(cfg, reader, plan_world, cost)
     first = epochs.get(0)
     if not first.steps:  # else the loop would look for a first step forever
         raise TrainingError(
@@ -308,6 +324,18 @@ def _open_epochs(
             f"{info.world_size} processes; re-run treeprep pack --world-size {info.world_size}"
         )
     return epochs
+
+
+def _evaluator(
+    cfg: TrainConfig, reader: BuildReader, epochs: Epochs, lm: torch.nn.Module, budget: int
+) -> Evaluator | None:
+    """The run's validation set (:mod:`treeprep.trainer.evaluate`), or None without one."""
+    if isinstance(epochs, TrainSplit):
+        return Evaluator.of_split(cfg, epochs)
+    if cfg.eval_data:
+        vocab = int(lm.config.vocab_size)
+        return Evaluator.of_build(cfg, reader, vocab, budget, epochs.cost)
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -282,9 +282,13 @@ def test_refuses_shards_of_another_tokenizer(data: Path, tmp_path: Path) -> None
     load_model("tiny-qwen3", vocab_size=151936).save_pretrained(mdir)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(QWEN3 / f, mdir / f)
-    # the model folder's identity is exactly the one a build with that tokenizer records
-    assert tokenizer_sha256(str(mdir)) == Renderer.load(str(mdir)).identity.sha256
-    with pytest.raises(ShardError, match="another tokenizer.*--tokenizer"):
+    # the model folder's identity is exactly the one a build with that tokenizer records, by
+    # content and (for manifests written before that) by the files' bytes
+    ident = Renderer.load(str(mdir)).identity_by_content()
+    assert tokenizer_sha256(str(mdir)) == ident.content_sha256
+    assert tokenizer_sha256(str(mdir), by_content=False) == ident.sha256
+    # a build of the built-in byte tokenizer is refused, with the reason
+    with pytest.raises(ShardError, match="byte tokenizer, which only suits the tiny.*--tokenizer"):
         train(cfg(data, tmp_path / "run", model=str(mdir), steps=1))
 
 

@@ -13,7 +13,9 @@ them: the Codex sample's web_search_call turn is now a call (was a reject); tau-
 are their own trajectories (only the tau trees' per-sequence columns change: seq_trajectory_id, and
 identical calls of two trials are no longer merged into one entry; their tokens and nodes are the
 same); the sample gained the trajectory-dataset and ATIF files (every other tree, and every other
-reject, is unchanged).
+reject, is unchanged). The real-log manifest (and the plan
+summary, which records its sha256) gained the tokenizer's ``content_sha256``, the identity by
+content (issue 25 item 7: shards, rejects and plan rows unchanged by it).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """

@@ -4,7 +4,9 @@
   memory-maps shards on first use and hands out tree rows by (shard, row), read with the columns
   the trainer needs (:data:`ROW_COLUMNS`).
 * :func:`check_compatible` refuses shards built with another tokenizer than the model folder's
-  own, or holding token ids outside the model's vocabulary.
+  own (by content: a tokenizer re-saved by ``save_pretrained`` is the same one), built with the
+  built-in byte tokenizer for a model with its own, or holding token ids outside the model's
+  vocabulary.
 * :func:`model_for_build` loads the model a command trains or verifies on a build, checked
   against it: the one way ``treeprep train`` and ``treeprep verify`` get their model.
 
@@ -22,6 +24,7 @@ import pyarrow as pa
 import torch
 
 from treeprep.errors import ShardError, TrainingError
+from treeprep.io.hub import local_folder
 from treeprep.schemas import SCHEMA_VERSION, Manifest
 from treeprep.schemas.shard import read_shard
 from treeprep.trainer.models.load import load_model
@@ -137,44 +140,57 @@ class BuildReader:
 # --------------------------------------------------------------------------------------------
 
 
-def tokenizer_sha256(folder: str) -> str | None:
-    """The identity hash :mod:`treeprep.render` records in a manifest, for a model folder's own
-    tokenizer (None when the folder has no ``tokenizer.json``)."""
+def tokenizer_sha256(folder: str, *, by_content: bool = True) -> str | None:
+    """The identity :mod:`treeprep.render` records in a manifest, for a model folder's own
+    tokenizer: by content (``content_sha256``), or with ``by_content=False`` the byte hash of
+    its files (``sha256``, what manifests written before the identity by content hold). None
+    when the folder has no ``tokenizer.json`` or no chat template (then only the ids are
+    checked)."""
+    from treeprep.errors import TokenizerError
+    from treeprep.render.tokenizer import content_identity, folder_template
+    from treeprep.schemas.tokenizer import folder_sha256
+
     if not os.path.isfile(os.path.join(folder, "tokenizer.json")):
         return None
-    from pathlib import Path
-
-    from transformers import AutoTokenizer
-
-    from treeprep.schemas.tokenizer import chat_template_of, folder_sha256
-
     try:
-        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TrainingError(f"{folder}: cannot load the model's tokenizer: {e}") from e
-    template = chat_template_of(tok)
-    if template is None:
-        return None  # no chat template: the builds' identity cannot be compared; ids are checked
-    return folder_sha256(Path(folder), template)
+        template = folder_template(folder)
+        if template is None:
+            return None
+        return content_identity(folder) if by_content else folder_sha256(folder, template)
+    except TokenizerError as e:
+        raise TrainingError(f"{folder}: cannot read the model's tokenizer: {e}") from e
 
 
 def check_compatible(reader: BuildReader, model_spec: str, vocab_size: int) -> None:
-    """Refuse shards built with another tokenizer than the model folder's, or with token ids
-    outside the model's vocabulary."""
+    """Refuse shards built with another tokenizer than the model folder's (compared by content;
+    an old manifest without it by the files' bytes), shards of the built-in byte tokenizer for a
+    model folder with its own tokenizer, and token ids outside the model's vocabulary."""
+    from treeprep.render.builtin import NAME as BUILTIN_NAME
+
     tok = reader.manifest.tokenizer
-    if model_spec not in PRESETS and os.path.isdir(model_spec):
-        sha = tokenizer_sha256(model_spec)
-        if sha is not None and sha != tok.sha256:
-            raise ShardError(
-                f"{reader.out_dir}: shards were built with tokenizer {tok.name!r} (sha256 "
-                f"{tok.sha256[:12]}), but the model folder {model_spec} has another tokenizer "
-                f"(sha256 {sha[:12]}); rebuild with `treeprep build ... --tokenizer {model_spec}`"
-            )
     top = reader.max_token_id()
     if top >= vocab_size:
         raise ShardError(
             f"{reader.out_dir}: token id {top} is outside the model's vocabulary ({vocab_size}); "
             f"the shards were built with tokenizer {tok.name!r} ({tok.vocab_size} tokens)"
+        )
+    if model_spec in PRESETS or not os.path.isdir(model_spec):
+        return
+    has_own = os.path.isfile(os.path.join(model_spec, "tokenizer.json"))
+    if tok.name == BUILTIN_NAME and tok.path is None and has_own:
+        raise ShardError(
+            f"{reader.out_dir}: the build was made without --tokenizer, with the built-in byte "
+            f"tokenizer, which only suits the tiny presets (random weights); the model "
+            f"{model_spec} reads its own tokenizer's ids. Rebuild with "
+            f"`treeprep build ... --tokenizer {model_spec}`"
+        )
+    mine = tokenizer_sha256(model_spec, by_content=tok.content_sha256 is not None)
+    if mine is not None and mine != tok.identity:
+        how = "content" if tok.content_sha256 is not None else "file bytes, an older manifest"
+        raise ShardError(
+            f"{reader.out_dir}: shards were built with tokenizer {tok.name!r} ({how} sha256 "
+            f"{tok.identity[:12]}), but the model folder {model_spec} has another tokenizer "
+            f"(sha256 {mine[:12]}); rebuild with `treeprep build ... --tokenizer {model_spec}`"
         )
 
 
@@ -188,10 +204,13 @@ def model_for_build(
     seed: int = 0,
     vocab_size: int | None = None,
 ) -> Any:
-    """The model ``spec`` (a preset or a model folder) to train or verify ``reader``'s build on,
-    checked against it (:func:`check_compatible`). A preset's random embedding covers the build:
-    ``vocab_size`` (default: the build's tokenizer's) grown to the largest token id in it."""
+    """The model ``spec`` (a preset, a model folder, or a hub id in the local HF cache) to train
+    or verify ``reader``'s build on, checked against it (:func:`check_compatible`). A preset's
+    random embedding covers the build: ``vocab_size`` (default: the build's tokenizer's) grown
+    to the largest token id in it."""
     vocab = None
+    if spec not in PRESETS:
+        spec = local_folder(spec, "--model")  # a hub id: its snapshot in the local HF cache
     if spec in PRESETS:
         vocab = vocab_size or reader.manifest.tokenizer.vocab_size
         vocab = max(vocab, reader.max_token_id() + 1)

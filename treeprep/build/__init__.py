@@ -130,7 +130,14 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         index.drop_unused(cfg.out, {j.key for j in jobs}, {e.path for e in shards})
         write_rejects(jobs, cfg.out)
         manifest = make_manifest(
-            cfg.group_by, renderer.identity, jobs, results, counts, shards, inputs, dups.by_file
+            cfg.group_by,
+            renderer.identity_by_content(),
+            jobs,
+            results,
+            counts,
+            shards,
+            inputs,
+            dups.by_file,
         )
         if counts.records_in_trees == 0:
             raise EmptyBuildError(

@@ -68,7 +68,7 @@ from treeprep.render.template import (
     first_char_difference,
     parse_date,
 )
-from treeprep.render.tokenizer import load_folder
+from treeprep.render.tokenizer import content_identity, load_folder
 from treeprep.schemas import ChatCall, Message, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import folder_sha256, sha256_text
 from treeprep.sequence import Sequence
@@ -196,6 +196,8 @@ class Renderer:
         #: the name of the native template port in use (None: jinja renders every call)
         self.native_template: str | None = None
         self._native: RenderFn | None = None
+        #: the tokenizer folder and template the identity by content is computed from
+        self._identity_source: tuple[Path, str] | None = None
         #: renders done by the port so far (the cross-check schedule counts them)
         self.native_renders = 0
         #: calls whose text was found in the loss span only modulo the template's whitespace
@@ -261,6 +263,10 @@ class Renderer:
                 date=fixed,
             )
 
+        from treeprep.io.hub import local_folder
+
+        given = str(tokenizer_dir)
+        tokenizer_dir = local_folder(given, "--tokenizer")  # a hub id: its cached snapshot
         folder = load_folder(Path(tokenizer_dir))
         own = folder.chat_template
         source = override or own
@@ -270,7 +276,7 @@ class Renderer:
                 "tokenizer_config.json or a chat_template.jinja file, or pass --chat-template)"
             )
         ident = TokenizerIdentity(
-            name=Path(tokenizer_dir).resolve().name,
+            name=given if tokenizer_dir != given else Path(tokenizer_dir).resolve().name,
             # the folder's identity (with its own template, so that a model folder with the same
             # tokenizer accepts the build); the template used is chat_template_sha256
             sha256=folder_sha256(tokenizer_dir, own or source),
@@ -278,7 +284,7 @@ class Renderer:
             vocab_size=folder.vocab_size,
             path=str(tokenizer_dir),
         )
-        return cls(
+        renderer = cls(
             folder.backend,
             ChatTemplate(source, folder.special_tokens, limits=limits),
             ident,
@@ -287,6 +293,20 @@ class Renderer:
             native_templates=native_templates,
             date=fixed,
         )
+        renderer._identity_source = (Path(tokenizer_dir), source)
+        return renderer
+
+    def identity_by_content(self) -> TokenizerIdentity:
+        """:attr:`identity` with its ``content_sha256`` (what a manifest records). Computed on
+        request, not in :meth:`load`: it parses ``tokenizer.json`` once more, which the build's
+        workers need not do."""
+        if self._identity_source is None or self.identity.content_sha256 is not None:
+            return self.identity
+        folder, template = self._identity_source
+        self.identity = self.identity.model_copy(
+            update={"content_sha256": content_identity(folder, template)}
+        )
+        return self.identity
 
     @property
     def cache_key(self) -> str:

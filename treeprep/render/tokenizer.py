@@ -97,12 +97,7 @@ def load_folder(folder: str | Path) -> TokenizerFolder:
         backend = Tokenizer.from_file(str(tj))
     except Exception as e:  # the Rust side raises its own exception type
         raise TokenizerError(f"{tj}: cannot load the tokenizer: {e}") from e
-    cfg_path = folder / "tokenizer_config.json"
-    config = _read_json(cfg_path) if cfg_path.is_file() else {}
-    stm_path = folder / "special_tokens_map.json"
-    if stm_path.is_file():  # legacy file: its entries fill what the config leaves unset
-        for k, v in _read_json(stm_path).items():
-            config.setdefault(k, v)
+    config = _config(folder)
     # added tokens the config declares but tokenizer.json lacks are added, as transformers does
     decl = config.get("added_tokens_decoder")
     if isinstance(decl, dict):
@@ -122,24 +117,66 @@ def load_folder(folder: str | Path) -> TokenizerFolder:
                 backend.add_special_tokens([tok])
             else:
                 backend.add_tokens([tok])
-    template: str | None = None
+    return TokenizerFolder(
+        backend=backend,
+        chat_template=_template(folder, config),
+        special_tokens=_specials(config),
+        split_special_tokens=bool(config.get("split_special_tokens", False)),
+        vocab_size=backend.get_vocab_size(with_added_tokens=True),
+    )
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    """``tokenizer_config.json`` with the legacy ``special_tokens_map.json`` filling what it
+    leaves unset (empty when neither is there)."""
+    cfg_path = folder / "tokenizer_config.json"
+    config = _read_json(cfg_path) if cfg_path.is_file() else {}
+    stm_path = folder / "special_tokens_map.json"
+    if stm_path.is_file():  # legacy file: its entries fill what the config leaves unset
+        for k, v in _read_json(stm_path).items():
+            config.setdefault(k, v)
+    return config
+
+
+def _template(folder: Path, config: dict[str, Any]) -> str | None:
+    """The folder's chat template: ``chat_template.jinja`` wins over the config's entry."""
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
         try:
-            template = jinja_file.read_text(encoding="utf-8") or None
+            text = jinja_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise TokenizerError(f"{jinja_file}: cannot read: {e}") from e
-    if template is None:
-        template = template_of_config(config)
+        if text:
+            return text
+    return template_of_config(config)
+
+
+def _specials(config: dict[str, Any]) -> dict[str, str]:
+    """``bos_token`` etc. as text (those set)."""
     specials = {}
     for name in SPECIAL_TOKEN_NAMES:
         text = _token_text(config.get(name))
         if text is not None:
             specials[name] = text
-    return TokenizerFolder(
-        backend=backend,
-        chat_template=template,
-        special_tokens=specials,
-        split_special_tokens=bool(config.get("split_special_tokens", False)),
-        vocab_size=backend.get_vocab_size(with_added_tokens=True),
-    )
+    return specials
+
+
+def folder_template(folder: str | Path) -> str | None:
+    """The chat template a tokenizer folder renders with (None when it has none)."""
+    folder = Path(folder)
+    return _template(folder, _config(folder))
+
+
+def content_identity(folder: str | Path, template: str | None = None) -> str:
+    """The identity by content of a tokenizer folder
+    (:func:`treeprep.schemas.tokenizer.content_sha256`), with its own chat template unless
+    ``template`` is given (a folder without one: the template rendered with)."""
+    from treeprep.schemas.tokenizer import content_sha256
+
+    folder = Path(folder)
+    config = _config(folder)
+    own = _template(folder, config)
+    source = own if own is not None else template
+    if source is None:
+        raise TokenizerError(f"{folder}: the tokenizer has no chat template")
+    return content_sha256(_read_json(folder / "tokenizer.json"), config, _specials(config), source)
