@@ -34,24 +34,24 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "550706263f878c3b6496b1b416d2afcfe6dbdac8d90abc3f46dc95aae381abd9",
+    "manifest.json": "c2d130ee9f4bfe4e4784aa689cdd0b41d9bf248308cad3b6ecc1faf412e5eb80",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "851818abd3a5e48c2fd10ac63c6f22c627a48260ce15bd556e692f93597b3379"
+        "a90b63adbd9c5ebd2db98a70827c7a629b488a71932d1d794aecd637da23aa10"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "79e7bbe5dfe5dac412d85cee3b92bc260d09049308002b295ea5b9aed473d314"
+        "232185ce3ee286a67bc7cfa33bed0b364654416b9021d5700377ce8a7fe4e073"
     ),
-    "rejects.jsonl": "c7812f6227d3a02c8155331956666132ff93b19c21051f8c6a7daee1d60a5f62",
-    "shards/shard-00000.arrow": "8ae3cdba3fa5f2c6ca2f6369030f2281f7534955bb727bad408b3a15536cde70",
+    "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
+    "shards/shard-00000.arrow": "3934b65f1fd8637d5124b30dae633001807c4662bf1d00b82162abb1ed70c2a8",
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "5c5b86188df62f9ca7bf143f97204caa864236d5ad1838378a65b099f450a8b1",
+    "manifest.json": "524621abfc7a445b3085d01da198b5ef06735d189103d136fa0ee0048cadc6ec",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "621457a43cada67b12a5e4f76b739b4ccf4bd0ff73d8b9575cea4b49a587a732"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "48ca404401d8574587172c2ab9469b17ec66b4b2d9b1e79b6040e7f30d83c364"
+        "93049f810d5928ec8c5ff95461040111bf07844b93b2c7bbb9943d0b07b80526"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
     "shards/shard-00000.arrow": "322f755793cc0c4a44d92225558906ad8acb55f271e7d4c457f873c666a98d41",
