@@ -31,7 +31,9 @@ EVAL, DRY_RUN = "Evaluation", "Dry run (--dry-run)"
 
 #: option (parameter name) -> its panel in ``train --help``
 PANELS: dict[str, str] = {
-    **dict.fromkeys(["config", "plan", "layout", "budget", "cut", "steps_of"], DATA),
+    **dict.fromkeys(
+        ["config", "plan", "layout", "budget", "cut", "steps_of", "share_prefixes"], DATA
+    ),
     **dict.fromkeys(["steps", "epochs", "seed", "prefetch"], DATA),
     **dict.fromkeys(["model", "attn", "precision", "device", "activation_checkpointing"], MODEL),
     **dict.fromkeys(["lora_r", "lora_alpha", "lora_targets", "no_probe", "chunk"], MODEL),

@@ -26,7 +26,7 @@ def test_train_and_verify_share_the_objective_defaults() -> None:
     for name in shared:
         assert t[name].default == v[name].default, name
         assert t[name].annotation == v[name].annotation, name
-    tc = TrainConfig(data="d", model="m", run_dir="r")
+    tc = TrainConfig(data="d", model="tiny-qwen3", run_dir="r")
     lc = LossConfig()
     for name in shared:
         want = getattr(tc, name)
