@@ -70,6 +70,13 @@ class DuplicateInput(_Model):
     same_as: str
 
 
+class ExcludedInput(_Model):
+    """A folder that a folder or glob input reached but that was not read: a build's output."""
+
+    path: str
+    reason: str
+
+
 class Counts(_Model):
     records_read: int = 0
     records_in_trees: int = 0
@@ -96,6 +103,8 @@ class Manifest(_Model):
     skipped_files: list[str] = Field(default_factory=list)
     #: second paths to input files already read, each read once
     duplicate_inputs: list[DuplicateInput] = Field(default_factory=list)
+    #: folders left out of discovery (``OUT``, other builds), written only when there are any
+    excluded_inputs: list[ExcludedInput] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,7 +29,13 @@ from treeprep.atomic import commit, make_dirs, write_atomic, writing
 from treeprep.build.workfiles import FileJob, FileResult
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest, TokenizerIdentity
-from treeprep.schemas.manifest import Counts, DuplicateInput, InputEntry, ShardEntry
+from treeprep.schemas.manifest import (
+    Counts,
+    DuplicateInput,
+    ExcludedInput,
+    InputEntry,
+    ShardEntry,
+)
 
 if TYPE_CHECKING:
     from treeprep.io.inputs import InputSet
@@ -234,10 +240,13 @@ def make_manifest(
         formats=dict(sorted(formats.items())),
         skipped_files=skipped,
         duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
+        excluded_inputs=[ExcludedInput(path=p, reason=r) for p, r in inputs.excluded],
     )
 
 
 def write_manifest(out: str, manifest: Manifest) -> None:
     """``OUT/manifest.json``, last, atomically and durably."""
-    data = (manifest.model_dump_json(indent=2) + "\n").encode()
+    # excluded_inputs only when there are any: the manifests of other builds keep their bytes
+    unused = {"excluded_inputs"} if not manifest.excluded_inputs else None
+    data = (manifest.model_dump_json(indent=2, exclude=unused) + "\n").encode()
     write_atomic(os.path.join(out, "manifest.json"), data)
