@@ -96,6 +96,13 @@ class DuplicateInput(_Model):
     same_as: str
 
 
+class ExcludedInput(_Model):
+    """A folder that a folder or glob input reached but that was not read: a build's output."""
+
+    path: str
+    reason: str
+
+
 class Counts(_Model):
     records_read: int = 0
     records_in_trees: int = 0
@@ -134,7 +141,10 @@ class Manifest(_Model):
     #: reasoning was merged (``reasoning-merge:drop``/``fold``)
     curation: dict[str, int] = Field(default_factory=dict)
 
-    _omit_default = ("filtered", "curation")
+    #: folders left out of discovery (``OUT``, other builds), written only when there are any
+    excluded_inputs: list[ExcludedInput] = Field(default_factory=list)
+
+    _omit_default = ("filtered", "curation", "excluded_inputs")
 
 
 # --------------------------------------------------------------------------------------------

@@ -348,6 +348,43 @@ def test_out_inside_the_input_folder_is_not_read_back(tmp_path: Path) -> None:
     assert [i["path"] for i in manifest(tmp_path / "g")["inputs"]] == ["a.jsonl", "sub/b.jsonl"]
 
 
+def test_folders_left_out_are_listed_in_the_manifest(tmp_path: Path) -> None:
+    """Issue 26 item 10 leftover: the folders discovery left out are named, with the reason,
+    the same on a first build and its rerun; a build that left none out writes no such key, so
+    its bytes and older manifests stay as they were."""
+    from treeprep.schemas.manifest import load_manifest
+
+    logs = tmp_path / "logs"
+    write_jsonl(logs / "a.jsonl", good_rows(3, "a"))
+    write_jsonl(logs / "sub" / "b.jsonl", good_rows(2, "b"))
+    code, out = build_cli(logs / "old", logs / "sub")
+    assert code == 0, out
+    assert "excluded_inputs" not in manifest(logs / "old")  # nothing left out: no key
+    assert load_manifest(str(logs / "old")).excluded_inputs == []  # and it loads
+    expected = [
+        {"path": "o", "reason": "the build's output folder"},
+        {"path": "old", "reason": "holds a treeprep build (manifest.json)"},
+    ]
+    o = logs / "o"
+    for _ in range(2):  # before OUT exists, and once it holds a build
+        code, out = build_cli(o, logs)
+        assert code == 0, out
+        assert manifest(o)["excluded_inputs"] == expected
+    assert [e.path for e in load_manifest(str(o)).excluded_inputs] == ["o", "old"]
+    # a glob, OUT elsewhere: o is now another build; a folder with only a lock is one too
+    write_jsonl(logs / "locked" / "c.jsonl", good_rows(1, "c"))
+    (logs / "locked" / ".work").mkdir()
+    (logs / "locked" / ".work" / "build.lock").write_text("")
+    code, out = build_cli(tmp_path / "g", str(logs / "**" / "*.jsonl"))
+    assert code == 0, out
+    build = "holds a treeprep build (manifest.json)"
+    assert manifest(tmp_path / "g")["excluded_inputs"] == [
+        {"path": "locked", "reason": "holds a treeprep build's lock (.work/build.lock)"},
+        {"path": "o", "reason": build},
+        {"path": "old", "reason": build},
+    ]
+
+
 # ---- issue 26 item 3: a deeply nested first record is a reject, not a crashed detection ---------
 
 

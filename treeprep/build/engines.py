@@ -35,10 +35,10 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Protocol
+from typing import Any, Protocol
 
 from treeprep.build.config import FileOptions
-from treeprep.build.files import init_worker, process_file
+from treeprep.build.files import FileWorker, init_worker, process_file
 from treeprep.build.jobs import RenderTask, TreeTask
 from treeprep.build.workfiles import FileJob, FileResult, WorkFiles, group_rows, group_sequences
 from treeprep.errors import WorkerDied
@@ -119,20 +119,23 @@ def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
         # forked workers inherit the loaded renderer (importing transformers and loading a
         # tokenizer costs seconds per process); the tokenizers library disables its own thread
         # pool in a forked child, which it announces unless told so beforehand
+        fork = mp.get_context("fork")
+        # one template time budget for the build, in shared memory the workers inherit
+        task.renderer.template.share_budget(fork.Array("d", 2))
         init_worker(cfg.tokenizer, cfg.file_options(), task.renderer)
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         pool = ProcessPoolExecutor(
-            procs,
-            mp_context=mp.get_context("fork"),
-            initializer=die_with_parent,
-            initargs=(os.getpid(),),
+            procs, mp_context=fork, initializer=die_with_parent, initargs=(os.getpid(),)
         )
     else:
+        spawn = mp.get_context("spawn")
+        budget = spawn.Array("d", 2)
+        task.renderer.template.share_budget(budget)
         pool = ProcessPoolExecutor(
             procs,
-            mp_context=mp.get_context("spawn"),
+            mp_context=spawn,
             initializer=_init_spawned,
-            initargs=(os.getpid(), cfg.tokenizer, cfg.file_options()),
+            initargs=(os.getpid(), cfg.tokenizer, cfg.file_options(), budget),
         )
     try:
         with pool:
@@ -180,10 +183,13 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
-def _init_spawned(parent: int, tokenizer: str | None, options: FileOptions) -> None:
-    """Pool initializer of a spawned worker: die with the parent, then load the renderer."""
+def _init_spawned(parent: int, tokenizer: str | None, options: FileOptions, budget: Any) -> None:
+    """Pool initializer of a spawned worker: die with the parent, then load the renderer, whose
+    template counts its time budget in the build's shared ``budget``."""
     die_with_parent(parent)
-    init_worker(tokenizer, options)
+    renderer = FileWorker.load(tokenizer, options).renderer
+    renderer.template.share_budget(budget)
+    init_worker(tokenizer, options, renderer)
 
 
 def _one_per_process(

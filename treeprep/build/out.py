@@ -29,7 +29,13 @@ from treeprep.atomic import commit, make_dirs, write_atomic, writing
 from treeprep.build.workfiles import FileJob, FileResult
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest, TokenizerIdentity
-from treeprep.schemas.manifest import Counts, DuplicateInput, InputEntry, ShardEntry
+from treeprep.schemas.manifest import (
+    Counts,
+    DuplicateInput,
+    ExcludedInput,
+    InputEntry,
+    ShardEntry,
+)
 
 if TYPE_CHECKING:
     from treeprep.io.inputs import InputSet
@@ -250,6 +256,7 @@ def make_manifest(
         duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
         filtered=dict(sorted(filtered.items())),
         curation=dict(sorted(curation.items())),
+        excluded_inputs=[ExcludedInput(path=p, reason=r) for p, r in inputs.excluded],
     )
 
 
@@ -260,5 +267,5 @@ def _add(total: dict[str, int], more: dict[str, int]) -> None:
 
 def write_manifest(out: str, manifest: Manifest) -> None:
     """``OUT/manifest.json``, last, atomically and durably."""
-    data = (manifest.model_dump_json(indent=2) + "\n").encode()
+    data = (manifest.model_dump_json(indent=2) + "\n").encode()  # fields at defaults left out
     write_atomic(os.path.join(out, "manifest.json"), data)

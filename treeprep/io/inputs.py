@@ -60,15 +60,21 @@ class InputSet:
     files: list[InputFile]
     #: (name, name of the file it is the same file as): a second path to one file, read once
     duplicates: list[tuple[str, str]]
-    #: folders left out because a build wrote them (``OUT``, or one holding a treeprep manifest)
-    build_folders: list[str] = field(default_factory=list)
+    #: (name, reason): folders a folder or glob reached, left out because a build writes them
+    #: (``OUT``, or one holding a treeprep manifest or a build's lock), sorted by name
+    excluded: list[tuple[str, str]] = field(default_factory=list)
+
+
+#: why the build's own ``OUT`` is not read (listed whenever it lies in a folder searched, made yet
+#: or not, so that a first build and its rerun list the same)
+OUT_REASON = "the build's output folder"
 
 
 class _BuildFolders:
     """Folders that builds wrote: the build's own ``OUT`` and any folder holding a treeprep
     manifest or a build's lock (``.work/build.lock``). Their files are outputs, never inputs:
     reading an ``OUT`` that lies inside the input folder back in would change the next build's
-    bytes. The folders met are listed in ``found``."""
+    bytes. The folders met, other than ``OUT``, are listed in ``found`` with the reason."""
 
     def __init__(self, out: str | None) -> None:
         self._out: tuple[int, int] | None = None
@@ -79,7 +85,7 @@ class _BuildFolders:
             except OSError:
                 pass  # not made yet: a first build
         self._seen: dict[tuple[int, int], bool] = {}
-        self.found: list[str] = []
+        self.found: list[tuple[str, str]] = []
 
     def skip(self, folder: str) -> bool:
         """Whether ``folder`` is a build folder (looked at once per folder)."""
@@ -89,9 +95,10 @@ class _BuildFolders:
             return False
         key = (st.st_dev, st.st_ino)
         if key not in self._seen:
-            self._seen[key] = key == self._out or _holds_build(folder)
-            if self._seen[key]:
-                self.found.append(folder)
+            why = None if key == self._out else _holds_build(folder)
+            self._seen[key] = key == self._out or why is not None
+            if why is not None:
+                self.found.append((folder, why))
         return self._seen[key]
 
     def inside(self, path: str, base: str) -> bool:
@@ -105,21 +112,22 @@ class _BuildFolders:
         return False
 
 
-def _holds_build(folder: str) -> bool:
-    """Whether ``folder`` holds a build's lock or a treeprep manifest (``manifest.json`` whose
-    object has ``treeprep_version`` and ``shards``)."""
-    if os.path.isfile(os.path.join(folder, ".work", "build.lock")):
-        return True
+def _holds_build(folder: str) -> str | None:
+    """Why ``folder`` is a build's: it holds a treeprep manifest (``manifest.json`` whose object
+    has ``treeprep_version`` and ``shards``) or a build's lock; None when neither."""
     path = os.path.join(folder, "manifest.json")
     try:
         st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_MANIFEST:
-            return False
-        with open(path, "rb") as f:
-            doc = orjson.loads(f.read())
+        if stat.S_ISREG(st.st_mode) and st.st_size <= _MAX_MANIFEST:
+            with open(path, "rb") as f:
+                doc = orjson.loads(f.read())
+            if isinstance(doc, dict) and "treeprep_version" in doc and "shards" in doc:
+                return "holds a treeprep build (manifest.json)"
     except (OSError, orjson.JSONDecodeError):
-        return False
-    return isinstance(doc, dict) and "treeprep_version" in doc and "shards" in doc
+        pass
+    if os.path.isfile(os.path.join(folder, ".work", "build.lock")):
+        return "holds a treeprep build's lock (.work/build.lock)"
+    return None
 
 
 #: a ``manifest.json`` larger than this is not looked into (a treeprep manifest is far smaller)
@@ -258,13 +266,14 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
     input root, the deepest folder holding every named input, so building ``logs`` or
     ``/abs/path/logs`` gives the same names. Hidden files and folders are skipped, and so are
     the build's output folder ``out`` and any folder holding a treeprep manifest or a build's
-    lock, wherever a folder or glob reaches them (listed in ``build_folders``).
+    lock, wherever a folder or glob reaches them (listed in ``excluded`` with the reason).
     """
     builds = _BuildFolders(out)
     found: list[tuple[str, bool]] = []
     bases: list[str] = []
     bad: list[tuple[str, str]] = []
     seen_dirs: set[tuple[int, int]] = set()
+    searched: list[str] = []  # folders walked and glob bases: where OUT would be met
     for spec in specs:
         if os.path.isdir(spec):
             st = os.stat(spec)
@@ -274,6 +283,7 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
                 raise InputError(printable(spec), 0, "folder holds no files")
             found.extend((f, False) for f in files)
             bases.append(spec)
+            searched.append(spec)
         elif os.path.lexists(spec):  # a file, a link, or a FIFO or device (a reject)
             found.append((spec, True))
             bases.append(os.path.dirname(spec) or ".")
@@ -283,6 +293,7 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
                 raise InputError(printable(spec), 0, "no such file or folder")
             found.extend((f, False) for f in files)
             bases.append(_glob_base(spec))
+            searched.append(_glob_base(spec))
     root = os.path.commonpath([os.path.abspath(b) for b in bases])
 
     def name_of(path: str) -> str:
@@ -313,7 +324,21 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
                 continue
             first[(st.st_dev, st.st_ino)] = f
         unique.append(f)
-    return InputSet(unique, duplicates, builds.found)
+    excluded = {name_of(d): why for d, why in builds.found}
+    if out is not None and _searched(out, searched):
+        excluded[name_of(out)] = OUT_REASON
+    return InputSet(unique, duplicates, sorted(excluded.items()))
+
+
+def _searched(folder: str, searched: list[str]) -> bool:
+    """Whether ``folder`` lies, not hidden, inside one of the folders ``searched``."""
+    target = os.path.abspath(folder)
+    for base in searched:
+        rel = os.path.relpath(target, os.path.abspath(base))
+        parts = rel.split(os.sep)
+        if rel != "." and parts[0] != ".." and not any(_is_hidden(p) for p in parts):
+            return True
+    return False
 
 
 def expand_inputs(specs: list[str]) -> list[tuple[str, bool]]:

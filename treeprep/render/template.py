@@ -34,9 +34,12 @@ a :class:`~treeprep.errors.RenderError` for that record, never a crashed build:
   namespace are checked too, so a string doubled in a loop stops at the limit instead of growing
   to gigabytes; a ``MemoryError`` that slips through is caught as well;
 - depth: a ``RecursionError`` (a macro calling itself) is caught;
-- a time budget per process (``budget_s``): the seconds spent in renders that ran past their time
+- a time budget per build (``budget_s``): the seconds spent in renders that ran past their time
   limit add up, and once the budget is spent every render fails at once with that reason. The
-  probes a renderer runs when it is built stop at the first render that breaks a limit.
+  probes a renderer runs when it is built stop at the first render that breaks a limit. A build's
+  worker processes share one budget (:meth:`ChatTemplate.share_budget`: a shared-memory counter
+  the pool inherits), so ``--workers N`` spends one budget, not N; a render already running
+  when it runs out still finishes (at most one per worker past the budget).
 
 A breach is a :class:`~treeprep.errors.TemplateLimitError` (a ``RenderError``), so callers that
 probe a template can tell "the template refused this conversation" from "the template is
@@ -81,7 +84,7 @@ class RenderLimits:
     max_chars: int = 64 << 20
     #: the largest exponent ``**`` may use
     max_power: int = 4096
-    #: wall-clock seconds a process may spend, in all, in renders that ran past ``timeout_s``;
+    #: wall-clock seconds a build may spend, in all, in renders that ran past ``timeout_s``;
     #: once spent, every render fails at once (a hostile template costs a build minutes, not
     #: ``timeout_s`` per record and per probe for hours)
     budget_s: float = 120.0
@@ -432,9 +435,41 @@ class ChatTemplate:
         except Exception as e:  # a syntax error: nothing can be rendered with it
             raise RenderError(f"the chat template does not compile: {type(e).__name__}: {e}") from e
         self._dates: dict[datetime, Callable[[str], str]] = {}
-        #: renders that ran past the time limit, and the seconds they took (the budget's count)
-        self.overruns = 0
-        self.overrun_s = 0.0
+        #: renders that ran past the time limit, and the seconds they took (the budget's count):
+        #: this process's own, or the build's, shared by its workers (:meth:`share_budget`)
+        self._spent: Any = [0.0, 0.0]
+        self._shared: Any = None
+
+    @property
+    def overruns(self) -> int:
+        """Renders that ran past the time limit (in this build's processes once shared)."""
+        return int(self._spent[0])
+
+    @property
+    def overrun_s(self) -> float:
+        """Seconds those renders took: what the time budget counts."""
+        return float(self._spent[1])
+
+    def share_budget(self, shared: Any) -> None:
+        """Count the time budget in ``shared`` from now on: a ``multiprocessing`` array of two
+        doubles (renders past the time limit, their seconds) that a build's worker processes
+        share, so that they spend one budget together. What this template spent so far is added
+        to it; a forked worker inherits the sharing with the template."""
+        with shared.get_lock():
+            raw = shared.get_obj()
+            raw[0] += self._spent[0]
+            raw[1] += self._spent[1]
+        self._shared = shared
+        self._spent = raw  # read without the lock: a double is read whole
+
+    def _spend(self, seconds: float) -> None:
+        if self._shared is None:
+            self._spent[0] += 1
+            self._spent[1] += seconds
+            return
+        with self._shared.get_lock():
+            self._spent[0] += 1
+            self._spent[1] += seconds
 
     def render(
         self,
@@ -477,8 +512,7 @@ class ChatTemplate:
             _deadline[0] = float("inf")
         if why is not None:
             if breach == "time":
-                self.overruns += 1
-                self.overrun_s += time.monotonic() - start
+                self._spend(time.monotonic() - start)
             raise TemplateLimitError(why) if breach else RenderError(why)
         assert text is not None
         return text
@@ -487,7 +521,7 @@ class ChatTemplate:
         return (
             f"the chat template's time budget is spent: {self.overruns} renders ran past their "
             f"limit of {self.limits.timeout_s:g} s ({self.overrun_s:.0f} s in all, budget "
-            f"{self.limits.budget_s:g} s per process)"
+            f"{self.limits.budget_s:g} s per build)"
         )
 
     def _timeout_reason(self) -> str:

@@ -184,10 +184,49 @@ def test_regression_a_hostile_template_ran_every_probe_at_the_time_limit(
 
 def test_the_time_budget_fails_renders_at_once_once_spent() -> None:
     t = ChatTemplate(NESTED_LOOPS, limits=RenderLimits(timeout_s=0.05, budget_s=0.12))
-    for _ in range(3):  # 3 x 0.05 s past the limit spends the 0.12 s budget
+    # each render runs past the 0.05 s limit (by more on a loaded machine): they are timeouts
+    # until their seconds reach the 0.12 s budget, at most 3 of them
+    spent_before = []
+    while t.overrun_s < 0.12:
+        spent_before.append(t.overrun_s)
         with pytest.raises(RenderError, match="time limit"):
             t.render(MSGS, None, False)
-    assert t.overruns == 3
-    with pytest.raises(RenderError, match=r"time budget is spent: 3 renders ran past"):
+    n = t.overruns
+    assert n == len(spent_before) <= 3 and spent_before[-1] < 0.12
+    with pytest.raises(RenderError, match=rf"time budget is spent: {n} renders ran past"):
         t.render(MSGS, None, False)
-    assert t.overruns == 3  # refused before rendering
+    assert t.overruns == n  # refused before rendering
+
+
+def test_regression_the_time_budget_was_per_process_so_workers_multiplied_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 5: each of ``--workers N`` had its own budget, so a hostile template could
+    spend N budgets. One budget per build now: the renders past the time limit, the probe
+    included, add up to at most one budget, plus one render per worker that was already
+    running when it ran out."""
+    from treeprep.errors import EmptyBuildError
+    from treeprep.render import template as tm
+
+    timeout, budget, workers = 0.2, 3.0, 2
+    monkeypatch.setattr(
+        tm, "RenderLimits", lambda: RenderLimits(timeout_s=timeout, budget_s=budget)
+    )
+    tpl = tmp_path / "evil.jinja"
+    tpl.write_text(NESTED_LOOPS)
+    rec = orjson.dumps({"messages": MSGS, "completion": {"role": "assistant", "content": "yo"}})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(4):
+        (logs / f"calls{i}.jsonl").write_bytes((rec + b"\n") * 12)
+    out = tmp_path / "out"
+    cfg = BuildConfig(inputs=[str(logs)], out=str(out), chat_template=str(tpl), workers=workers)
+    with pytest.raises(EmptyBuildError, match="48 read, 48 rejected"):
+        build(cfg)
+    reasons = [orjson.loads(x)["reason"] for x in (out / "rejects.jsonl").read_bytes().splitlines()]
+    timed_out = sum("ran past its time limit" in r for r in reasons)
+    refused = [r for r in reasons if "time budget is spent" in r]
+    assert timed_out + len(refused) == 48
+    # the probe's overrun is one more; before the fix each worker spent its own 3 s (about 22)
+    assert 1 + timed_out <= budget / timeout + workers
+    assert refused and all("per build" in r for r in refused)
