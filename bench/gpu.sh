@@ -65,7 +65,7 @@ cat "$RES/env.txt"
 if [ "$dry" = 1 ]; then
     stage tests 300 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/data/test_prefetch.py
-    stage train 400 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
+    stage train 900 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
         --rounds 1 --json
     stage memory 300 memory.json $PY bench/memory.py --workload agent --path 2048 --budgets 512 \
         --modes recompute,linear --no-whole --json

@@ -175,6 +175,7 @@ def run_layout(
         data=str(data),
         model=spec["model"],
         run_dir=str(work / f"run-{layout}-{seed}"),
+        overwrite=True,  # a benchmark's runs are throwaway: a rerun replaces them
         layout=layout,
         budget=spec["budget"],
         steps=steps,
@@ -187,6 +188,8 @@ def run_layout(
         lr=1e-4,
     )
     res = train(cfg)
+    if res.stopped:  # a signal (a time limit's SIGTERM) stopped it at a step boundary
+        raise SystemExit(f"bench/train: the {layout} run was stopped by {res.stopped}")
     h = res.history[1:] if len(res.history) > 1 else res.history
     secs = sum(m.seconds for m in h)
     return {
