@@ -116,18 +116,18 @@ class BuildConfig:
                 raise TreeprepError(f"{name} must be >= {least}, got {value}")
         modes.coerce_modes(self, TreeprepError)
         self.field_map()  # a bad map stops the build before anything is read
-
-    def field_map(self) -> Any:
-        """The checked field map of ``--map``/``--map-file`` (None when neither is given)."""
-        from treeprep.formats.trajectory import parse_map
-
-        return parse_map(self.map or (), self.map_file)
         from treeprep.render.template import parse_date
 
         for name in ("since", "until"):
             value = getattr(self, name)
             if value is not None and parse_date(value) is None:
                 raise TreeprepError(f"{name} {value!r}: expected an ISO 8601 date or time")
+
+    def field_map(self) -> Any:
+        """The checked field map of ``--map``/``--map-file`` (None when neither is given)."""
+        from treeprep.formats.trajectory import parse_map
+
+        return parse_map(self.map or (), self.map_file)
 
     def file_options(self) -> FileOptions:
         """The options a stage-1 worker renders each file with.

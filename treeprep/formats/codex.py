@@ -154,6 +154,8 @@ class _Session:
         self.gid = os.path.basename(path)
         self.system: str | None = opts.system_prompt
         self.model: str | None = None
+        self.project: str | None = None  # session_meta.cwd, for --project
+        self.timestamp: str | None = None  # the latest line's, for --since/--until and the date
         self.history: list[tuple[int, dict[str, Any]]] = []
         self.turn: list[tuple[int, dict[str, Any]]] = []
         self.lost: int | None = None  # line of a compaction whose new history is not stored
@@ -230,6 +232,8 @@ class _Session:
                 call_id=call_id,
                 parent_call_id=f"{self.gid}#{self.k - 2}" if self.k > 1 else None,
                 model=self.model,
+                timestamp=self.timestamp,
+                project=self.project,
                 messages=prompt,  # type: ignore[arg-type]
                 tools=self.opts.tools if self.opts.tools is not None else self.tools,
                 completion=done[0].message,  # type: ignore[arg-type]
@@ -264,6 +268,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             meta: dict[str, Any] = p["meta"] if isinstance(p.get("meta"), dict) else p
             if isinstance(meta.get("id"), str):
                 s.gid = meta["id"]
+            if isinstance(meta.get("cwd"), str):
+                s.project = meta["cwd"]
             s.tools = _dynamic_tools(meta) or s.tools
             base = meta.get("base_instructions")
             if opts.system_prompt is None and isinstance(base, dict) and base.get("text"):
@@ -284,7 +290,9 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 s.lost = no
         elif t == "response_item":
             if not one_of(p.get("type"), _SKIP):
-                yield from s.add(no, p)
+                yield from s.add(no, p)  # may end the turn before: its calls take the older time
+            if isinstance(rec.get("timestamp"), str):
+                s.timestamp = rec["timestamp"]
     yield from s.flush()
 
 

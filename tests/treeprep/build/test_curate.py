@@ -157,6 +157,22 @@ def test_project_filter_reads_claude_code_cwd(tmp_path: Path) -> None:
     assert since.counts.records_in_trees == kept.counts.records_in_trees
 
 
+def test_project_and_time_filters_read_codex_session_meta(tmp_path: Path) -> None:
+    """Codex records its working directory in ``session_meta.cwd`` and a timestamp on every
+    line: both reach the calls, so --project and --since/--until filter Codex sessions too (they
+    were left out as "no project recorded")."""
+    codex = ROOT / "sample_data" / "codex"
+    assert '"cwd": "/home/dev/wc"' in next(codex.rglob("*.jsonl")).read_text()
+    kept = build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "a"), project="/home/dev"))
+    assert kept.counts.records_filtered == 0 and kept.counts.records_in_trees > 0
+    with pytest.raises(EmptyBuildError):
+        build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "b"), project="/srv/other"))
+    early = build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "c"), until="2025-12-31"))
+    assert early.counts.records_in_trees == kept.counts.records_in_trees
+    with pytest.raises(EmptyBuildError):  # the session is from 2025-11-02
+        build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "d"), since="2025-11-03"))
+
+
 def test_filter_reasons_unit() -> None:
     from types import SimpleNamespace as NS
 
