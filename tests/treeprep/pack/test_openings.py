@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from test_plan import _tree, forest_of, write_build
 from typer.testing import CliRunner
 
 from treeprep.cli.app import app
@@ -18,8 +19,6 @@ from treeprep.pack.openings import prefix_order, shared_tokens
 from treeprep.pack.share import merged_tokens
 from treeprep.schemas.plan import PlanSummary
 from treeprep.trie import Tree
-
-from test_plan import _tree, forest_of, write_build
 
 
 def with_openings(trees: list[Tree], cap: int = 16384) -> Forest:
@@ -50,7 +49,8 @@ def test_opening_is_the_chain_from_the_root_to_the_first_branch() -> None:
 
 def test_shared_tokens_counts_each_micro_batch_once() -> None:
     trees = [
-        _tree(g, [s]) for g, s in zip("abcd", [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [1, 2, 7], [8, 8]])
+        _tree(g, [s])
+        for g, s in zip("abcd", [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [1, 2, 7], [8, 8]], strict=True)
     ]
     f = with_openings(trees)
     every = np.arange(4)
