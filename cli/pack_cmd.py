@@ -30,6 +30,13 @@ def pack_cmd(
         str | None,
         typer.Option(help="Plan folder name under BUILD/plans/ (default from settings)."),
     ] = None,
+    group_by_prefix: Annotated[
+        bool,
+        typer.Option(
+            help="Order trees by their opening tokens (steps still in seeded order) so a "
+            "micro-batch's trees share long openings: fewer tokens fed, less random steps."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Bin-pack trees into micro-batches (a tree over the budget runs as hand-off parts, or is cut
@@ -47,6 +54,7 @@ def pack_cmd(
         model=model or DEFAULT_MODEL,
         name=name,
         cut=cut,
+        group_by_prefix=group_by_prefix,
     )
     plan_dir, plan = pack(str(build), cfg)
     s = plan.summary
@@ -65,6 +73,7 @@ def pack_cmd(
     t.add_row("tokens_tree (N_tree)", f"{s.tokens_tree:,}")
     t.add_row("tokens_pack (N_pack)", f"{s.tokens_pack:,}")
     t.add_row("recomputed prefix tokens", f"{s.tokens_recomputed:,}")
+    t.add_row("opening tokens shared in micro-batches", f"{s.tokens_shared:,}")
     t.add_row(f"hand-off trees / parts (cut {s.cut})", f"{s.handoff_trees:,} / {s.handoff_parts:,}")
     t.add_row("POR / ERR", f"{s.por:.3f} / {s.err:.3f}")
     t.add_row("padding waste", f"{s.padding_waste:.3f}")

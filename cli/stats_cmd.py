@@ -175,9 +175,36 @@ def _render(s: dict, out: Path) -> None:
             )
         con.print(b)
 
+    if "sharing" in s:
+        con.print(_sharing_table(s["sharing"]))
+
     sp = Table(title="estimated training speedup by model (unpacked)")
     sp.add_column("model")
     sp.add_column("speedup", justify="right")
     for name, v in s["speedup_by_model"].items():
         sp.add_row(name, f"{v:.2f}x")
     con.print(sp)
+
+
+def _sharing_table(x: dict) -> object:
+    """Cross-tree sharing: the trees' common openings fed once (treeprep.pack.share)."""
+    from rich.table import Table
+
+    t = Table(title="prefixes shared across trees")
+    for c in ("layout", "tokens fed", "POR"):
+        t.add_column(c, justify="right" if c != "layout" else "left")
+    t.add_row("each tree alone (per-tree POR)", f"{x['tokens_tree']:,}", f"{x['por_tree']:.3f}")
+    t.add_row("all trees merged", f"{x['tokens_shared_all']:,}", f"{x['por_shared_all']:.3f}")
+    if "tokens_shared_budget" in x:
+        t.add_row(
+            f"consecutive trees merged within budget {x['budget']:,} (estimate)",
+            f"{x['tokens_shared_budget']:,}",
+            f"{x['por_shared_budget']:.3f}",
+        )
+    if "plan_err" in x:
+        t.add_row(
+            f"the plan's micro-batches merged (ERR; {x['plan_tokens_shared']:,} shared)",
+            f"{x['plan_tokens_fed']:,}",
+            f"{x['plan_err']:.3f}",
+        )
+    return t

@@ -59,8 +59,17 @@ no prefix is recomputed, so ``err == por`` at any budget.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from treeprep.modes import Cut
 
@@ -95,6 +104,19 @@ PLAN_SCHEMA = pa.schema(
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: fields added after the first plans (issue 29): left out of the JSON while they hold their
+    #: default, so a plan that uses none of them keeps its bytes, and older plans load
+    _omit_default: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        d = handler(self)
+        if isinstance(d, dict):
+            for k in self._omit_default:
+                default = type(self).model_fields[k].get_default(call_default_factory=True)
+                if k in d and d[k] == default:
+                    del d[k]
+        return d
 
 
 class CostModel(_Model):
@@ -141,7 +163,11 @@ class PlanSummary(_Model):
     #: tokens fed: computed + recomputed prefixes (N_pack)
     tokens_pack: int
     tokens_recomputed: int
+    #: opening tokens fed once per micro-batch instead of once per tree: the trainer merges a
+    #: micro-batch's trees at their common openings (treeprep.pack.openings; a lower bound)
+    tokens_shared: int = 0
     por: float
+    #: 1 - (tokens_pack - tokens_shared) / tokens_linear
     err: float
     #: 1 - (tokens of the slots, a hand-off row counting as a full slot) / (slots * budget),
     #: over all micro-batch slots (empty ones included)
@@ -151,6 +177,10 @@ class PlanSummary(_Model):
     imbalance_mean: float
     imbalance_max: float
     step_info: list[StepInfo] = Field(default_factory=list)
+    #: trees ordered by their openings (pack --group-by-prefix), not by the seeded shuffle
+    group_by_prefix: bool = False
+
+    _omit_default = ("tokens_shared", "group_by_prefix")
 
     @field_validator("cut", mode="before")
     @classmethod

@@ -255,7 +255,20 @@ def summarize(
     if plan is not None:
         hp = ht if head == "targets" else plan.tokens_pack
         out["packing"] = _packing_block(plan, shape, (tl, pl, hl), hp)
+    if out_dir is not None:
+        out["sharing"] = _sharing_block(out_dir, plan)
     return out
+
+
+def _sharing_block(out_dir: str, plan: PlanSummary | None) -> dict:
+    """Cross-tree sharing (:func:`cross_tree_sharing`) at the plan's budget, with the plan's own
+    count: the opening tokens its micro-batches feed once, and its ERR (which counts them once)."""
+    d: dict = dict(cross_tree_sharing(out_dir, plan.budget if plan is not None else None))
+    if plan is not None:
+        d["plan_tokens_shared"] = plan.tokens_shared
+        d["plan_tokens_fed"] = plan.tokens_pack - plan.tokens_shared
+        d["plan_err"] = plan.err
+    return d
 
 
 def _model_block(m: ModelShape, linear: tuple[int, int, int], tree: tuple[int, int, int]) -> dict:
@@ -289,6 +302,7 @@ def _packing_block(p: PlanSummary, m: ModelShape, linear: tuple[int, int, int], 
         "handoff_trees": p.handoff_trees,
         "handoff_parts": p.handoff_parts,
         "err": p.err,
+        "tokens_shared": p.tokens_shared,
         "padding_waste": p.padding_waste,
         "split_trees": p.split_trees,
         "parts": p.parts,

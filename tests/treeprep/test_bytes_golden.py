@@ -16,6 +16,12 @@ same); the sample gained the trajectory-dataset and ATIF files (every other tree
 reject, is unchanged). The real-log manifest (and the plan
 summary, which records its sha256) gained the tokenizer's ``content_sha256``, the identity by
 content (issue 25 item 7: shards, rejects and plan rows unchanged by it).
+Issue 29 re-recorded both plan summaries, and only them (plan rows, shards, manifest and rejects
+unchanged): the summary gained ``tokens_shared``, the opening tokens that the trees of one
+micro-batch share and the trainer feeds once (116 in the sample plan, 66,787 in the real-log
+one), and ``err`` now counts them once (1 - (tokens_pack - tokens_shared) / tokens_linear). The
+field is left out while 0, so the sample summary with it removed and the old ``err`` hashes to
+the old value (checked when re-recording).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -39,7 +45,7 @@ SAMPLE_GOLDEN = {
         "a90b63adbd9c5ebd2db98a70827c7a629b488a71932d1d794aecd637da23aa10"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "232185ce3ee286a67bc7cfa33bed0b364654416b9021d5700377ce8a7fe4e073"
+        "6360b7404ed41fb788a47f7009dfc5d15f3b16bf92c4e20987672629a826d927"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
     "shards/shard-00000.arrow": "3934b65f1fd8637d5124b30dae633001807c4662bf1d00b82162abb1ed70c2a8",
@@ -51,7 +57,7 @@ REAL_GOLDEN = {
         "621457a43cada67b12a5e4f76b739b4ccf4bd0ff73d8b9575cea4b49a587a732"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "93049f810d5928ec8c5ff95461040111bf07844b93b2c7bbb9943d0b07b80526"
+        "5a7a502b263435844a408ab7e6932ca403252c6891cdcd364755ada1b665e0fd"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
     "shards/shard-00000.arrow": "322f755793cc0c4a44d92225558906ad8acb55f271e7d4c457f873c666a98d41",

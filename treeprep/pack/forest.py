@@ -42,6 +42,10 @@ class Forest:
     seq_length: np.ndarray
     #: other shard columns asked for by the loader
     extra: dict[str, pa.ChunkedArray] = field(default_factory=dict)
+    #: per tree, its opening's token ids (:func:`opening_lengths`): ``open_ids[open_off[t]:
+    #: open_off[t + 1]]``; None when the loader read no tokens (nothing is counted as shared)
+    open_off: np.ndarray | None = None
+    open_ids: np.ndarray | None = None
 
     @property
     def num_trees(self) -> int:
@@ -55,6 +59,14 @@ class Forest:
         self.seq_length = np.asarray(self.seq_length, dtype=np.int64)
         if self.num_trees and (np.diff(self.node_off) < 1).any():
             raise ShardError("a tree with no nodes")
+        if (self.open_off is None) != (self.open_ids is None):
+            raise ShardError("open_off and open_ids go together")
+
+    def opening(self, t: int) -> np.ndarray:
+        """Tree ``t``'s opening tokens (empty when none were read)."""
+        if self.open_off is None or self.open_ids is None:
+            return np.zeros(0, dtype=np.int32)
+        return self.open_ids[self.open_off[t] : self.open_off[t + 1]]
 
     # per-tree totals, all segment sums
     def node_pairs(self) -> np.ndarray:
@@ -95,6 +107,36 @@ class Forest:
         return self.node_parent[a:b], self.node_length[a:b], self.node_depth[a:b]
 
 
+#: tokens of a tree's opening kept for the sharing count: enough for a system prompt, tool schemas
+#: and a policy; sharing past it is not counted (the count is then a lower bound)
+OPENING_CAP = 16384
+
+
+def opening_lengths(
+    node_off: np.ndarray, node_parent: np.ndarray, node_length: np.ndarray, cap: int = OPENING_CAP
+) -> np.ndarray:
+    """Per tree: the tokens of its opening, the chain of nodes from node 0 down to the first node
+    with no child or several (pre-order: node v's first child is v + 1), capped at ``cap``. Every
+    tree of a micro-batch that shares tokens with another shares them in these chains unless it
+    branches inside the shared part or has several roots; the count is exact otherwise."""
+    node_off = np.asarray(node_off, dtype=np.int64)
+    nt = len(node_off) - 1
+    if nt <= 0:
+        return np.zeros(0, dtype=np.int64)
+    n = len(node_parent)
+    tree_of = np.repeat(np.arange(nt), np.diff(node_off))
+    has_parent = node_parent >= 0
+    kids = np.bincount((node_parent + node_off[tree_of])[has_parent], minlength=n)
+    # node i (not its tree's first) ends the chain unless node i - 1 has exactly one child
+    prev_kids = np.concatenate([[1], kids[:-1]])
+    stop = np.flatnonzero((prev_kids != 1) & (np.arange(n) != node_off[tree_of]))
+    stop = np.append(stop, n)
+    start, stop_tree = node_off[:-1], node_off[1:]
+    end = np.minimum(stop[np.searchsorted(stop, start + 1)], stop_tree)
+    cum = np.concatenate([[0], np.cumsum(node_length, dtype=np.int64)])
+    return np.minimum(cum[end] - cum[start], cap).astype(np.int64)
+
+
 def _flat(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     arr = col.combine_chunks()
     offs = np.asarray(arr.offsets, dtype=np.int64)
@@ -112,18 +154,30 @@ _PLAN_COLUMNS = [
 ]
 
 
-def load_forest(out_dir: str, *, extra: Sequence[str] = ()) -> Forest:
+def _openings(ids: pa.ChunkedArray, noff: np.ndarray, par: np.ndarray, ln: np.ndarray) -> tuple:
+    """One shard's trees' openings: (lengths, their tokens concatenated)."""
+    lens = opening_lengths(noff, par, ln)
+    ioff, vals = _flat(ids)
+    within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    return lens, vals[np.repeat(ioff[:-1], lens) + within].astype(np.int32)
+
+
+def load_forest(out_dir: str, *, extra: Sequence[str] = (), openings: bool = True) -> Forest:
     """The planning columns of every tree of a finished build; ``extra`` shard columns are kept
-    as they are in ``Forest.extra`` (one ChunkedArray each, trees in forest order)."""
+    as they are in ``Forest.extra`` (one ChunkedArray each, trees in forest order). With
+    ``openings``, each tree's opening tokens too (:func:`opening_lengths`; the shard is read
+    whole anyway, so this costs one gather of at most ``OPENING_CAP`` tokens per tree)."""
     names = [s.path for s in load_manifest(out_dir).shards]
     extras: dict[str, list] = {k: [] for k in extra}
     parts: dict[str, list] = {k: [] for k in ("shard", "row", "gid", "np", "nl", "nd", "sn", "sc")}
-    parts["sl"] = []
+    parts["sl"], parts["ol"], parts["oi"] = [], [], []
     noff = [np.zeros(1, dtype=np.int64)]
     soff = [np.zeros(1, dtype=np.int64)]
     nbase = sbase = 0
     for i, name in enumerate(names):
         cols = _PLAN_COLUMNS + [k for k in extra if k not in _PLAN_COLUMNS]
+        if openings and "input_ids" not in cols:
+            cols.append("input_ids")
         t = open_shard(os.path.join(out_dir, name), cols)
         n = t.num_rows
         for k in extra:
@@ -133,6 +187,10 @@ def load_forest(out_dir: str, *, extra: Sequence[str] = ()) -> Forest:
         parts["gid"].extend(t.column("group_id").to_pylist())
         o, v = _flat(t.column("node_parent"))
         parts["np"].append(v)
+        if openings:
+            ol, oi = _openings(t.column("input_ids"), o, v, _flat(t.column("node_length"))[1])
+            parts["ol"].append(ol)
+            parts["oi"].append(oi)
         noff.append(o[1:] + nbase)
         nbase += int(o[-1])
         parts["nl"].append(_flat(t.column("node_length"))[1])
@@ -161,6 +219,9 @@ def load_forest(out_dir: str, *, extra: Sequence[str] = ()) -> Forest:
         seq_count=cat("sc"),
         seq_length=cat("sl"),
     )
+    if openings:
+        f.open_off = np.concatenate([[0], np.cumsum(cat("ol"))]).astype(np.int64)
+        f.open_ids = cat("oi", np.int32)
     for k in extra:
         typ = TREE_SCHEMA.field(k).type
         f.extra[k] = pa.chunked_array(extras[k], type=typ)
