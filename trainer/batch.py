@@ -154,7 +154,7 @@ class TreeBatch:
 
     def to(self, device: str | torch.device) -> TreeBatch:
         """A copy with every tensor on ``device``."""
-        kw = {}
+        kw: dict[str, Any] = {}
         for f in fields(self):
             if f.name.startswith("_cache"):
                 continue

@@ -42,7 +42,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -130,7 +130,9 @@ def rng_state() -> dict[str, Any]:
     """This process's random state: python, numpy, torch CPU and (when present) CUDA, as
     tensors, ints and lists only (what ``torch.load(weights_only=True)`` reads back)."""
     version, mt, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # numpy's stub allows the dict form too, which the legacy global MT19937 state never returns
+    np_state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
+    kind, keys, pos, has_gauss, cached = np_state
     st: dict[str, Any] = {
         "python": {"version": version, "state": torch.tensor(mt, dtype=torch.int64),
                    "gauss": gauss},
@@ -224,7 +226,9 @@ def _save_main(
     tokenizer_dir: str | None,
 ) -> None:
     mdir = os.path.join(tmp, "model")
-    cfg = model.config
+    # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+    hf = cast(Any, model)
+    cfg = hf.config
     saved_attn = getattr(cfg, "_attn_implementation", None)
     # the folder must load in plain transformers: do not record treeprep's attention name
     try:
@@ -232,7 +236,7 @@ def _save_main(
     except (AttributeError, ValueError):
         pass
     try:
-        model.save_pretrained(mdir, state_dict=model_state)
+        hf.save_pretrained(mdir, state_dict=model_state)
     finally:
         if saved_attn is not None:
             try:
@@ -519,7 +523,8 @@ def _load_adapter(model: torch.nn.Module, sd: dict[str, torch.Tensor], ckpt: Che
     if not hasattr(model, "peft_config"):
         raise CheckpointError(f"{ckpt.model_dir}: a LoRA checkpoint; resume it with --lora-r")
     try:
-        res = set_peft_model_state_dict(model, sd)
+        # peft annotates the return as `namedtuple` (the factory), not the _IncompatibleKeys
+        res = cast(Any, set_peft_model_state_dict(model, sd))
     except RuntimeError as e:  # torch's "size mismatch for ...": another LoRA rank or model
         lines = [ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln]
         raise CheckpointError(

@@ -30,7 +30,7 @@ import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -121,7 +121,8 @@ class LossModule(torch.nn.Module):
 
 
 def decoder_layers(lm: torch.nn.Module) -> list[torch.nn.Module]:
-    layers = getattr(lm.get_decoder(), "layers", None)
+    # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+    layers = getattr(cast(Any, lm).get_decoder(), "layers", None)
     if layers is None:
         raise TreeprepError(f"{type(lm).__name__}: no decoder.layers to shard")
     return list(layers)
@@ -165,7 +166,8 @@ def grad_sync(wrapped: torch.nn.Module, parallel: str, enabled: bool) -> Iterato
                 yield
         return
     if parallel == "fsdp" and hasattr(wrapped, "set_requires_gradient_sync"):
-        wrapped.set_requires_gradient_sync(enabled)
+        # an FSDP2 module; nn.Module's __getattr__ stub types the method as Tensor | Module
+        cast(Any, wrapped).set_requires_gradient_sync(enabled)
         yield
         return
     yield

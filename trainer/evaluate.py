@@ -53,7 +53,7 @@ def held_out(reader: BuildReader, fraction: float, seed: int) -> frozenset[Tree]
 def _keep(plan: EpochPlan, keep: Any) -> list[StepPlan]:
     """The plan's steps with only the parts ``keep(part)`` accepts; empty micro-batches and
     steps dropped, steps renumbered."""
-    steps = []
+    steps: list[StepPlan] = []
     for st in plan.steps:
         slots = [[[p for p in mb if keep(p)] for mb in rank] for rank in st.slots]
         slots = [[mb for mb in rank if mb] for rank in slots]

@@ -57,7 +57,7 @@ import json
 import os
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -303,7 +303,8 @@ def _open_epochs(
     made for this many processes."""
     from treeprep.flops import from_config
 
-    cost = from_config(lm.config.to_dict(), name=str(cfg.model))
+    # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+    cost = from_config(cast(Any, lm).config.to_dict(), name=str(cfg.model))
     plan_world = info.world_size
     if not cfg.plan and cfg.plan_world_size:
         plan_world = cfg.plan_world_size
@@ -333,7 +334,8 @@ def _evaluator(
     if isinstance(epochs, TrainSplit):
         return Evaluator.of_split(cfg, epochs)
     if cfg.eval_data:
-        vocab = int(lm.config.vocab_size)
+        # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+        vocab = int(cast(Any, lm).config.vocab_size)
         return Evaluator.of_build(cfg, reader, vocab, budget, epochs.cost)
     return None
 

@@ -198,7 +198,8 @@ class OnlineStep:
     def check_vocab(self, model: torch.nn.Module) -> None:
         """TreeprepError naming the first rollout with a token id outside ``model``'s input
         embeddings (else an IndexError on the CPU, a device-side assert on a GPU)."""
-        emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        get_emb = getattr(model, "get_input_embeddings", None)
+        emb = get_emb() if get_emb is not None else None
         n = getattr(emb, "num_embeddings", None)
         if n is None:
             return
@@ -290,13 +291,13 @@ def build_step(
     n_tok = n_seq = 0.0
     trajs: set[tuple[int, str]] = set()
     for ti, row in enumerate(rows):
-        for s, spans in enumerate(row["seq_loss_spans"]):
+        for j, spans in enumerate(row["seq_loss_spans"]):
             n = trained_targets(spans)
-            c = int(row["seq_count"][s])
+            c = int(row["seq_count"][j])
             n_tok += c * n
             n_seq += c if n > 0 else 0
             if n > 0:
-                trajs.add((ti, str(row["seq_trajectory_id"][s])))
+                trajs.add((ti, str(row["seq_trajectory_id"][j])))
     kw: dict[str, Any] = {
         "norm": norm,
         "adv_norm": adv_norm,

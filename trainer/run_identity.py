@@ -149,7 +149,8 @@ def check_resume(
     CheckpointError names the first difference that is refused; the notes list the rest."""
     notes = ResumeNotes()
     then = state.get("identity")
-    old_cfg = state.get("config") if isinstance(state.get("config"), dict) else {}
+    saved_cfg = state.get("config")
+    old_cfg: dict[str, Any] = saved_cfg if isinstance(saved_cfg, dict) else {}
     if not isinstance(then, dict):
         notes.warnings.append(
             f"{path} was written before checkpoints recorded their build and tokenizer: the "

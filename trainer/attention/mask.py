@@ -237,17 +237,20 @@ class TreeMask:
         key = f"dense:{window}"
         m = self._cache.get(key)
         if m is None:
+            q_d: torch.Tensor | None = None
+            k_d: torch.Tensor | None = None
             if window is not None:
                 self.need_depths()
                 assert self.q_depth is not None and self.k_depth is not None
+                q_d, k_d = self.q_depth[:, None], self.k_depth[None, :]
             m = visible(
                 self.q_node[:, None],
                 self.q_index[:, None],
                 self.k_node[None, :],
                 self.k_last[None, :],
                 self.k_index[None, :],
-                None if window is None else self.q_depth[:, None],
-                None if window is None else self.k_depth[None, :],
+                q_d,
+                k_d,
                 window,
             )
             self._cache[key] = m

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -110,7 +111,7 @@ def _probe_rows(vocab: int, seed: int) -> list[dict]:
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    dec = model.get_decoder()
+    dec = cast(Any, model).get_decoder()  # nn.Module's stub: Tensor | Module
     layers = getattr(dec, "layers", None)
     if layers is None:
         raise ModelRefused("model refused: its decoder has no .layers to probe")
@@ -148,7 +149,8 @@ def probe(model: torch.nn.Module, *, seed: int = 0, tol: float = PROBE_TOL) -> P
     from treeprep.trainer.batch import TreeBatch
 
     dev = next(model.parameters()).device
-    vocab = int(model.config.vocab_size)
+    # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+    vocab = int(cast(Any, model).config.vocab_size)
     rows = _probe_rows(vocab, seed)
     tree = TreeBatch.from_trees(rows, device=dev)
     lin = TreeBatch.from_trees(rows, layout="linear", device=dev)

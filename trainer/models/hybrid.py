@@ -35,7 +35,7 @@ import functools
 import inspect
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -201,7 +201,8 @@ def tree_linear_forward(
     kwargs.pop("attention_mask", None)  # a padding mask means nothing to packed trees
     if hidden_states.shape[0] != 1:
         raise RuntimeError("tree attention packs trees into one row: batch size must be 1")
-    layer = int(self.layer_idx)
+    # a transformers layer's int attribute; nn.Module's __getattr__ stub says Tensor | Module
+    layer = int(cast(Any, self).layer_idx)
     seg = _segments(tree_mask)
     pieces = hidden_states.split(seg.length, dim=1)
     saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -54,8 +54,9 @@ def load_model(
             f"unknown model {spec!r}: expected a model folder or one of {', '.join(PRESETS)}"
         )
     model.to(device)
-    model.treeprep_attn = attn
-    model.treeprep_spec = spec if spec in PRESETS else os.path.abspath(spec)
+    # nn.Module's __setattr__ stub takes only Tensor | Module values; a module takes any attribute
+    model.treeprep_attn = attn  # type: ignore[assignment]
+    model.treeprep_spec = spec if spec in PRESETS else os.path.abspath(spec)  # type: ignore[assignment]
     return model
 
 

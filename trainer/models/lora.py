@@ -39,11 +39,13 @@ def apply_lora(
         raise TreeprepError(f"--lora-r must be >= 1, got {r}")
     cfg = LoraConfig(
         r=r,
-        lora_alpha=alpha if alpha is not None else 2 * r,
+        # peft annotates lora_alpha as int; it takes a float (scaling = alpha / r)
+        lora_alpha=alpha if alpha is not None else 2 * r,  # type: ignore[arg-type]
         target_modules=targets or DEFAULT_TARGETS,
         lora_dropout=0.0,
         bias="none",
-        init_lora_weights=init_lora_weights,
+        # peft annotates a Literal of method names; the name comes as a str and peft checks it
+        init_lora_weights=init_lora_weights,  # type: ignore[arg-type]
     )
     try:
         peft_model = get_peft_model(model, cfg)

@@ -15,7 +15,7 @@ pipeline's cost model reads too.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from treeprep.flops import PRESETS as SHAPES
 from treeprep.trainer.models.families import FAMILIES, build_config
@@ -82,9 +82,27 @@ class Preset:
         return build_config(self.family, base, dict(self.extra))
 
 
-_TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+class _Shape(TypedDict):
+    """The shape keywords shared by the tiny presets (spread into :class:`Preset`)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+
+
+class _MoeShape(_Shape):
+    """The shape keywords of the tiny MoE presets (spread into :class:`Preset`)."""
+
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    num_experts: int
+    num_experts_per_tok: int
+
+
+_TINY: _Shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
 #: the tiny MoE presets: 4 experts of width 32, 2 per token
-_TINY_MOE = {
+_TINY_MOE: _MoeShape = {
     "hidden_size": 64,
     "intermediate_size": 32,
     "num_hidden_layers": 2,

@@ -14,7 +14,7 @@ soft-capping of the families that use one (Gemma 2/3 style ``cap * tanh(logits /
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -37,8 +37,9 @@ class SoftcappedHead(torch.nn.Module):
 
 def output_head(model: torch.nn.Module) -> torch.nn.Module:
     """The LM head as the model's forward applies it (final soft-capping included)."""
-    head = model.get_output_embeddings()
-    cap = getattr(model.config, "final_logit_softcapping", None)
+    hf = cast(Any, model)  # a transformers model; nn.Module's __getattr__ stub: Tensor | Module
+    head = hf.get_output_embeddings()
+    cap = getattr(hf.config, "final_logit_softcapping", None)
     return SoftcappedHead(head, cap) if cap else head
 
 
@@ -49,10 +50,12 @@ def run_decoder(
     tree_mask: TreeMask,
 ) -> torch.Tensor:
     """The decoder over packed tokens under ``tree_mask``; final (normed) hidden states h_TE."""
-    if model.config._attn_implementation != ATTN_NAME:
+    # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+    hf = cast(Any, model)
+    if hf.config._attn_implementation != ATTN_NAME:
         register_attention()
-        model.set_attn_implementation(ATTN_NAME)
-    out = model.get_decoder()(
+        hf.set_attn_implementation(ATTN_NAME)
+    out = hf.get_decoder()(
         input_ids=input_ids_T[None],
         position_ids=position_ids_T[None],
         use_cache=False,

@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -151,7 +151,8 @@ class _Runner:
         #: (read from the head's parameters: a soft-capped or adapter-wrapped head has no .weight)
         head_dtype = next(self.head.parameters()).dtype
         self.sum_dtype = torch.float64 if head_dtype == torch.float64 else torch.float32
-        self.layers = int(model.config.num_hidden_layers)
+        # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+        self.layers = int(cast(Any, model).config.num_hidden_layers)
         self.targets = batch.targets()
         self.states: dict[int, list[LayerState]] = {}
         #: per part, the local rows some later part reads (stored when ``compact``)
