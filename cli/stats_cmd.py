@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -95,12 +95,25 @@ _SHORT = {
 
 
 def _render(s: dict, out: Path) -> None:
+    """The stats for people: the metrics, then one table per breakdown."""
     from rich.console import Console
-    from rich.table import Table
+
+    con = Console()
+    con.print(_metrics(s, out))
+    con.print(_distributions(s))
+    con.print(_by_format(s))
+    if s["by_branch_reason"]:
+        con.print(_by_branch_reason(s))
+    if "sharing" in s:
+        con.print(_sharing_table(s["sharing"]))
+    con.print(_speedups(s))
+
+
+def _metrics(s: dict, out: Path) -> Any:
+    from rich.console import Console
 
     from treeprep.cli.tables import metrics_table
 
-    con = Console()
     t = metrics_table(f"treeprep stats {out}")
     for k in ("records_read", "records_rejected", "trees", "sequences", "nodes", "branch_points"):
         t.add_row(k, f"{s[k]:,}")
@@ -134,7 +147,11 @@ def _render(s: dict, out: Path) -> None:
         t.add_row(
             "hand-off state of the longest path", f"{mem['terms']['handoff'] / 2**30:.2f} GiB"
         )
-    con.print(t)
+    return t
+
+
+def _distributions(s: dict) -> Any:
+    from rich.table import Table
 
     d = Table(title="distributions")
     cols = ["min", "p50", "p90", "p99", "max", "mean"]  # --json has p10 too
@@ -145,7 +162,11 @@ def _render(s: dict, out: Path) -> None:
         d.add_row(
             _SHORT.get(k, k), *[f"{q[c]:,.0f}" if c != "mean" else f"{q[c]:,.1f}" for c in cols]
         )
-    con.print(d)
+    return d
+
+
+def _by_format(s: dict) -> Any:
+    from rich.table import Table
 
     f = Table(title="by input format")
     for c in ("format", "records", "trees", "sequences", "N_flat", "N_tree", "POR"):
@@ -160,30 +181,34 @@ def _render(s: dict, out: Path) -> None:
             f"{v['tokens_tree']:,}",
             f"{v['por']:.3f}",
         )
-    con.print(f)
+    return f
 
-    if s["by_branch_reason"]:
-        b = Table(title="branches by reason")
-        for c in ("reason", "branches", "sequences", "mean shared prefix"):
-            b.add_column(c, justify="right" if c != "reason" else "left")
-        for name, v in s["by_branch_reason"].items():
-            b.add_row(
-                name,
-                f"{v['branches']:,}",
-                f"{v['sequences']:,}",
-                f"{v['shared_prefix_tokens_mean']:,.0f}",
-            )
-        con.print(b)
 
-    if "sharing" in s:
-        con.print(_sharing_table(s["sharing"]))
+def _by_branch_reason(s: dict) -> Any:
+    from rich.table import Table
+
+    b = Table(title="branches by reason")
+    for c in ("reason", "branches", "sequences", "mean shared prefix"):
+        b.add_column(c, justify="right" if c != "reason" else "left")
+    for name, v in s["by_branch_reason"].items():
+        b.add_row(
+            name,
+            f"{v['branches']:,}",
+            f"{v['sequences']:,}",
+            f"{v['shared_prefix_tokens_mean']:,.0f}",
+        )
+    return b
+
+
+def _speedups(s: dict) -> Any:
+    from rich.table import Table
 
     sp = Table(title="estimated training speedup by model (unpacked)")
     sp.add_column("model")
     sp.add_column("speedup", justify="right")
     for name, v in s["speedup_by_model"].items():
         sp.add_row(name, f"{v:.2f}x")
-    con.print(sp)
+    return sp
 
 
 def _sharing_table(x: dict) -> object:
