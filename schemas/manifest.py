@@ -13,40 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, ClassVar
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     field_validator,
-    model_serializer,
 )
 
 from treeprep.errors import ShardError
+from treeprep.schemas.base import FileModel
 from treeprep.schemas.tokenizer import TokenizerIdentity
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    #: fields added after the first manifests (curation, issue 27): left out of the JSON while
-    #: they hold their default, so a build that uses none of them keeps its bytes, and older
-    #: manifests, which lack them, load with the defaults
-    _omit_default: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        d = handler(self)
-        if isinstance(d, dict):
-            for k in self._omit_default:
-                default = type(self).model_fields[k].get_default(call_default_factory=True)
-                if k in d and d[k] == default:
-                    del d[k]
-        return d
-
-
-class InputEntry(_Model):
+class InputEntry(FileModel):
     path: str
     bytes: int
     sha256: str
@@ -75,7 +53,7 @@ def check_relative_path(path: str) -> str:
     return path
 
 
-class ShardEntry(_Model):
+class ShardEntry(FileModel):
     path: str
     bytes: int
     sha256: str
@@ -89,21 +67,21 @@ class ShardEntry(_Model):
         return check_relative_path(v)
 
 
-class DuplicateInput(_Model):
+class DuplicateInput(FileModel):
     """A second path to an input file already read (a link, a repeated argument): not read."""
 
     path: str
     same_as: str
 
 
-class ExcludedInput(_Model):
+class ExcludedInput(FileModel):
     """A folder that a folder or glob input reached but that was not read: a build's output."""
 
     path: str
     reason: str
 
 
-class Counts(_Model):
+class Counts(FileModel):
     records_read: int = 0
     records_in_trees: int = 0
     records_rejected: int = 0
@@ -119,7 +97,7 @@ class Counts(_Model):
     _omit_default = ("records_filtered",)
 
 
-class Manifest(_Model):
+class Manifest(FileModel):
     schema_version: int
     treeprep_version: str
     shard_format: str = "arrow-ipc-zstd"

@@ -59,19 +59,14 @@ no prefix is recomputed, so ``err == por`` at any budget.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import pyarrow as pa
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     field_validator,
-    model_serializer,
 )
 
 from treeprep.modes import Cut
+from treeprep.schemas.base import FileModel
 
 PLAN_VERSION = 2
 
@@ -102,24 +97,7 @@ PLAN_SCHEMA = pa.schema(
 )
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    #: fields added after the first plans (issue 29): left out of the JSON while they hold their
-    #: default, so a plan that uses none of them keeps its bytes, and older plans load
-    _omit_default: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        d = handler(self)
-        if isinstance(d, dict):
-            for k in self._omit_default:
-                default = type(self).model_fields[k].get_default(call_default_factory=True)
-                if k in d and d[k] == default:
-                    del d[k]
-        return d
-
-
-class CostModel(_Model):
+class CostModel(FileModel):
     """cost = tokens_fed * flops_per_token + attn_pairs * flops_per_pair (treeprep.flops)."""
 
     model: str
@@ -127,7 +105,7 @@ class CostModel(_Model):
     flops_per_pair: int
 
 
-class StepInfo(_Model):
+class StepInfo(FileModel):
     micro_batches_per_rank: int
     #: predicted cost per rank (the cost model's FLOPs)
     rank_cost: list[float]
@@ -135,7 +113,7 @@ class StepInfo(_Model):
     imbalance: float
 
 
-class PlanSummary(_Model):
+class PlanSummary(FileModel):
     plan_version: int = PLAN_VERSION
     #: sha256 of the build's manifest.json: a plan is only valid for the build it was made from
     manifest_sha256: str

@@ -17,7 +17,7 @@ from treeprep.errors import TreeprepError
         ("max_errors", -1, "max_errors must be >= 0, got -1"),
         ("shard_tokens", 0, "shard_tokens must be >= 1, got 0"),
         ("max_record_bytes", 0, "max_record_bytes must be >= 1, got 0"),
-        ("engine", "spark", "engine must be 'local' or 'ray', got 'spark'"),
+        ("engine", "spark", "engine 'spark'; expected one of local, ray"),
         ("workers", None, "workers must be an integer, got None"),
         ("shard_tokens", 2.5, "shard_tokens must be an integer, got 2.5"),
     ],
