@@ -251,8 +251,9 @@ class _Runner:
         if st is not None:
             for li, s in enumerate(st):
                 for t, g in s.backward_pairs(ho, li):
-                    tensors.append(t)
-                    grads.append(g)
+                    if t.requires_grad:  # else no trainable parameter is upstream of it
+                        tensors.append(t)  # (LoRA: layer 0's keys come from frozen weights)
+                        grads.append(g)
         if tensors:
             if self.before_pass is not None:
                 self.before_pass("backward")

@@ -42,6 +42,26 @@ def test_adapter_gradients_verify(name: str, budget: int | None) -> None:
     )
 
 
+@pytest.mark.parametrize("budget", [None, 5])
+def test_adapters_on_queries_and_values_only_verify_in_parts(budget: int | None) -> None:
+    """Regression: with adapters on q_proj and v_proj only, layer 0's keys come from frozen
+    weights and need no gradient; hand-off parts passed them to autograd anyway ("element 1 of
+    tensors does not require grad"), so a LoRA run with a tree over the budget crashed."""
+    pm = apply_lora(
+        load_model("tiny-qwen3", vocab_size=512, attn="dense", seed=1), r=4,
+        targets=["q_proj", "v_proj"],
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0.0, 0.02, generator=g)
+    rows = rows_of(group_tree(21, n_seq=6, roots=2), group_tree(22, n_seq=5))
+    rep = verify_gradients(pm, rows, loss="sft", norm="sum", attn="nodes", budget=budget)
+    assert rep.ok and rep.worst_rel < 1e-5, rep.to_dict()
+    assert [g for g in rep.groups if g.grad_norm > 0]
+
+
 def test_lora_run_saves_an_adapter_peft_loads(data: Path, tmp_path: Path) -> None:  # noqa: F811
     from peft import PeftModel
 
