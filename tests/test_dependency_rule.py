@@ -478,3 +478,19 @@ def test_static_facade_check_sees_them(tmp_path: Path) -> None:
     )
     (bad,) = _facade_imports("trainer", tmp_path)  # the name A, not the module a
     assert bad.startswith("trainer/sub/c.py:1: treeprep.trainer ['A']")
+
+
+def test_every_package_is_listed_for_the_wheel() -> None:
+    """pyproject lists packages by hand: a subpackage left out installs in editable mode (the
+    tests pass) and is missing from a wheel (treeprep.io was, for a while)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = set()
+    for folder, package in PACKAGES.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join([package, *rel]))
+    assert found == listed
