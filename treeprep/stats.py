@@ -514,33 +514,30 @@ def cross_tree_sharing(out_dir: str, budget: int | None = None) -> dict[str, flo
     (:mod:`treeprep.pack.share`): all trees merged into one forest, and (with ``budget``) trees in
     shard order merged in consecutive groups whose merged tokens fit the budget (a tree over the
     budget stays alone; an estimate of one micro-batch's sharing, not a plan's)."""
-    from treeprep.pack.share import merged_tokens
+    from treeprep.pack.share import MergedCount
     from treeprep.shards import iter_trees
 
-    trees = list(iter_trees(out_dir))
-
-    def merged(ts: list) -> int:
-        cols = ("input_ids", "node_parent", "node_offset", "node_length")
-        return merged_tokens(*([getattr(t, c) for t in ts] for c in cols))
-
-    tl = sum(t.tokens_linear for t in trees)
-    tt = sum(t.tokens_tree for t in trees)
+    every, group = MergedCount(), MergedCount()
+    n = tl = tt = fed = 0
+    for t in iter_trees(out_dir):  # one tree in memory at a time, each merged once per count
+        cols = (t.input_ids, t.node_parent, t.node_offset, t.node_length)
+        n, tl, tt = n + 1, tl + t.tokens_linear, tt + t.tokens_tree
+        every.add(*cols)
+        if budget is not None:
+            before = group.tokens
+            if group.add(*cols) > budget and before:  # it does not fit: it opens a new group
+                fed += before
+                group = MergedCount()
+                group.add(*cols)
     out: dict[str, float | int] = {
-        "trees": len(trees),
+        "trees": n,
         "tokens_linear": tl,
         "tokens_tree": tt,
-        "tokens_shared_all": merged(trees),
+        "tokens_shared_all": every.tokens,
     }
     if budget is not None:
-        fed: int = 0
-        group: list = []
-        for t in trees:
-            if group and merged([*group, t]) > budget:
-                fed += merged(group)
-                group = []
-            group.append(t)
         out["budget"] = budget
-        out["tokens_shared_budget"] = fed + (merged(group) if group else 0)
+        out["tokens_shared_budget"] = fed + group.tokens
     for k in ("tree", "shared_all", "shared_budget"):
         if f"tokens_{k}" in out and tl:
             out[f"por_{k}"] = 1 - out[f"tokens_{k}"] / tl

@@ -185,3 +185,26 @@ def merged_tokens(
     b = _Builder()
     _insert_all(b, input_ids, node_parent, node_offset, node_length)
     return b.next_uid
+
+
+class MergedCount:
+    """The token count of a forest that trees join one at a time: after each :meth:`add`, what
+    :func:`merged_tokens` gives for the trees added so far, without merging them all again."""
+
+    def __init__(self) -> None:
+        self._b = _Builder()
+
+    @property
+    def tokens(self) -> int:
+        return self._b.next_uid
+
+    def add(
+        self,
+        input_ids: np.ndarray,
+        node_parent: np.ndarray,
+        node_offset: np.ndarray,
+        node_length: np.ndarray,
+    ) -> int:
+        """Merge one more tree in; the forest's tokens now."""
+        _insert_all(self._b, [input_ids], [node_parent], [node_offset], [node_length])
+        return self.tokens
