@@ -26,6 +26,7 @@ _MODULES = (
     "tau_bench",
     "atif",
     "trajectory",
+    "aider",
 )
 
 _cache: dict[str, FormatSpec] | None = None
