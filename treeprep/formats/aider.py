@@ -81,7 +81,7 @@ _SEP = "-------"
 _ROLES = {"SYSTEM": "system", "USER": "user", "ASSISTANT": "assistant"}
 #: Aider's own reasoning tags around a streamed reply's reasoning (the closing one is the model's
 #: reasoning tag when it has one, so any tag name closes)
-_THINK_OPEN = re.compile(r"<(thinking-content-[0-9a-f]{32})>\n")
+_THINK_OPEN = re.compile(r"<(thinking-content-[0-9a-f]{32})>(?:\n|\Z)")
 _THINK_CLOSE = re.compile(r"\n</[\w-]+>\n\n")
 _SHOWN = 60
 
@@ -236,7 +236,8 @@ def _messages(block: _Block) -> list[dict[str, Any]]:
 def _reply(block: _Block) -> dict[str, Any]:
     """The completion of a response block (reasoning split off); :class:`_Bad` when unusable."""
     first = block.line + 1
-    text = "\n".join(_strip_role(x, "ASSISTANT", first + k) for k, x in enumerate(block.body))
+    body = [] if block.body == [""] else block.body  # an empty reply is logged as an empty line
+    text = "\n".join(_strip_role(x, "ASSISTANT", first + k) for k, x in enumerate(body))
     reasoning = None
     opened = _THINK_OPEN.match(text)
     if opened is not None:
