@@ -1,4 +1,4 @@
-"""Aider's logs (issue 27 item 9): the ``--llm-history-file`` log to calls, the chat history refused.
+"""Aider's logs (issue 27 item 9): the ``--llm-history-file`` log read, the chat history refused.
 
 The logs below are written by hand from the format as Aider's source writes it (``TO LLM`` and
 ``LLM RESPONSE`` headers with the time, ``-------`` before each message, every line behind its role
