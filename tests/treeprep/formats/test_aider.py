@@ -1,10 +1,11 @@
 """Aider's logs (issue 27 item 9): the ``--llm-history-file`` log read, the chat history refused.
 
-The logs below are written by hand from the format as Aider's source writes it (``TO LLM`` and
-``LLM RESPONSE`` headers with the time, ``-------`` before each message, every line behind its role
-in capitals; cache-marked messages as ``type``/``text``/``cache_control`` lines). ``EXPECTED`` is
-the message lists those lines stand for, written out separately: the apply_chat_template reference
-is built from it, never from the adapter's output.
+The logs in ``sample_data/aider/`` (dot-files, as Aider names them) and below are written by hand
+from the format as Aider's source writes it (``TO LLM`` and ``LLM RESPONSE`` headers with the time,
+``-------`` before each message, every line behind its role in capitals; cache-marked messages as
+``type``/``text``/``cache_control`` lines). ``EXPECTED`` is the message lists those lines stand
+for, written out separately: the apply_chat_template reference is built from it, never from the
+adapter's output.
 """
 
 from __future__ import annotations
@@ -25,57 +26,15 @@ from treeprep.io.inputs import discover_inputs
 from treeprep.schemas import ChatCall, Reject
 
 ROOT = Path(__file__).resolve().parents[3]
+SAMPLES = ROOT / "sample_data" / "aider"
 QWEN3 = ROOT / ".." / "shared" / "data" / "tokenizers" / "qwen3"
 needs_qwen = pytest.mark.skipif(not QWEN3.is_dir(), reason="../shared/data is absent")
 TAG = "thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b"
 
 #: one session of two requests; the second carries the first's exchange and a cache-marked
 #: repo map, and its reply streamed reasoning first
-LOG = f"""\
-TO LLM 2025-03-01T10:00:00
--------
-SYSTEM Act as an expert software developer.
-SYSTEM 
-SYSTEM Always use best practices.
--------
-USER Add a --verbose flag to cli.py
-LLM RESPONSE 2025-03-01T10:00:07
-ASSISTANT cli.py
-ASSISTANT ```python
-ASSISTANT <<<<<<< SEARCH
-ASSISTANT     parser.add_argument("--quiet")
-ASSISTANT =======
-ASSISTANT     parser.add_argument("--quiet")
-ASSISTANT     parser.add_argument("--verbose", action="store_true")
-ASSISTANT >>>>>>> REPLACE
-ASSISTANT ```
-TO LLM 2025-03-01T10:02:30
--------
-SYSTEM Act as an expert software developer.
-SYSTEM 
-SYSTEM Always use best practices.
--------
-USER type: text
-USER text: Here are summaries of some files present in my git repository:
-cli.py:
-  def main(): ...
-
-USER cache_control: {{'type': 'ephemeral'}}
--------
-USER Add a --verbose flag to cli.py
--------
-ASSISTANT Added the flag.
--------
-USER Now print the config when it is set.
-LLM RESPONSE 2025-03-01T10:02:41
-ASSISTANT <{TAG}>
-ASSISTANT 
-ASSISTANT The flag is parsed; print after parsing.
-ASSISTANT 
-ASSISTANT </{TAG}>
-ASSISTANT 
-ASSISTANT Print it after `parse_args()`.
-"""
+LOG = (SAMPLES / ".aider.llm.history").read_text(encoding="utf-8")
+CHAT_MD = (SAMPLES / ".aider.chat.history.md").read_text(encoding="utf-8")
 
 _SYSTEM = {
     "role": "system",
@@ -118,22 +77,6 @@ EXPECTED: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
         },
     ),
 ]
-
-CHAT_MD = """
-# aider chat started at 2025-03-01 10:00:00
-
-> Aider v0.86.1
-> Main model: qwen3 with diff edit format
-
-#### Add a --verbose flag to cli.py  
-
-cli.py
-```python
-...
-```
-
-> Applied edit to cli.py
-"""
 
 
 def _write(tmp_path: Path, text: str, name: str = ".aider.llm.history") -> Path:
