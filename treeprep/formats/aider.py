@@ -36,7 +36,9 @@ The request's time is the call's ``timestamp``. What the log cannot give back, a
   written as one empty line), an image (logged as its URL only), a request with no reply after
   it (a cut log), a reply with no request, an empty reply (Aider logs the reply even when the call
   failed, and a function-call reply is not logged at all), reasoning that never ends (a cut
-  stream), and a line of a message that does not carry the message's role.
+  stream), a line of a message that does not carry the message's role, a line that is not UTF-8,
+  and a block over the per-record limit (``--max-record-mb``). The file is read line by line: a
+  block is held only until its call is made.
 * **Reasoning.** A streamed reply logs the reasoning first, between Aider's
   ``<thinking-content-…>`` tag and a closing tag; it becomes the completion's reasoning. Aider
   removes it before the reply joins the history, so later prompts do not hold it either.
@@ -58,14 +60,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.errors import InputError
 from treeprep.formats._fields import make_call
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io.compressed import read_all
+from treeprep.io.compressed import BLOCK, STREAM_ERRORS, open_binary, read1, stream_error
 from treeprep.io.jsonparse import strip_bom
+from treeprep.io.lines import record_limit
 from treeprep.schemas import Reject
 
 NAME = "aider-llm-history"
@@ -73,7 +76,7 @@ CHAT_NAME = "aider-chat-history"
 
 _REQUEST = "TO LLM"
 _RESPONSE = "LLM RESPONSE"
-_HEADER = re.compile(r"(TO LLM|LLM RESPONSE) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+_HEADER = re.compile(rb"(TO LLM|LLM RESPONSE) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\r?")
 _HEADER_BYTES = re.compile(rb"(?:TO LLM|LLM RESPONSE) \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\r?\n")
 _CHAT_HEADING = b"# aider chat started at "
 #: the line that opens each message of a request
@@ -97,12 +100,36 @@ class _Bad(Exception):
 @dataclass
 class _Block:
     """One ``TO LLM`` or ``LLM RESPONSE`` block: its header's kind, time and line, and the lines
-    after the header (the first at ``line + 1``)."""
+    after the header (the first at ``line + 1``) as read, until they pass the per-record limit."""
 
     kind: str
     stamp: str
     line: int
-    body: list[str]
+    raw: list[bytes] = field(default_factory=list)
+    size: int = 0
+    over: bool = False
+
+    def add(self, raw: bytes | None, limit: int) -> None:
+        """Keep a line of the block (None: a line over the limit, never held)."""
+        if raw is None or self.over or self.size + len(raw) + 1 > limit:
+            self.over, self.raw = True, []
+            return
+        self.size += len(raw) + 1
+        self.raw.append(raw)
+
+    def body(self) -> list[str]:
+        """The block's lines as text; :class:`_Bad` when over the limit or not UTF-8."""
+        if self.over:
+            why = f"the block is over the limit of {record_limit():,} bytes per record"
+            raise _Bad(self.line, f"{why} (--max-record-mb)")
+        out = []
+        for k, raw in enumerate(self.raw):
+            try:
+                out.append(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                why = f"not UTF-8 text (byte {e.start} of the line); Aider writes UTF-8"
+                raise _Bad(self.line + 1 + k, why) from e
+        return out
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -119,38 +146,64 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
 
 
-def _lines(path: str) -> list[str]:
-    """The file's lines (split on ``\\n``; the newline ending the file ends its last line)."""
-    data = strip_bom(read_all(path))
+def _raw_lines(path: str, limit: int) -> Iterator[tuple[int, bytes | None]]:
+    """``(line number, line)`` for every line, blank ones too, in bounded memory: the ``\\n`` is
+    removed (a ``\\r`` is kept), and a line longer than ``limit`` comes as None, never held. A
+    broken compressed stream raises :class:`InputError` naming the line being read."""
+    lineno, pending_len = 0, 0
+    pending: list[bytes] = []
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise InputError(path, line, f"not UTF-8 text (byte {e.start}): Aider writes UTF-8") from e
-    first = text.find("\n")
-    if first > 0 and text[first - 1] == "\r":
-        text = text.replace("\r\n", "\n")  # written on Windows: every newline was translated
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+        f = open_binary(path)
+    except OSError as e:
+        raise InputError(path, 0, f"cannot open: {e}") from e
+    with f:
+        while True:
+            try:
+                chunk = read1(f, BLOCK)
+            except STREAM_ERRORS as e:
+                raise stream_error(path, lineno + 1, e) from e
+            if not chunk:
+                break
+            *whole, last = chunk.split(b"\n")
+            for piece in whole:
+                lineno += 1
+                over = pending_len + len(piece) > limit
+                yield lineno, None if over else b"".join([*pending, piece])
+                pending, pending_len = [], 0
+            pending_len += len(last)
+            pending = [] if pending_len > limit else [*pending, last] if last else pending
+    if pending_len:
+        yield lineno + 1, None if pending_len > limit else b"".join(pending)
 
 
-def _blocks(path: str, lines: list[str]) -> Iterator[_Block | Reject]:
-    """The file's blocks in order; text before the first header is one reject."""
+def _shown_bytes(raw: bytes | None) -> str:
+    return "a line over the size limit" if raw is None else _shown(raw.decode("utf-8", "replace"))
+
+
+def _blocks(path: str) -> Iterator[_Block | Reject]:
+    """The file's blocks in order; text before the first header is one reject. A file written
+    on Windows (its first header ends in ``\\r``) has the ``\\r`` of every line removed."""
+    limit = record_limit()
     cur: _Block | None = None
-    for i, raw in enumerate(lines, start=1):
-        m = _HEADER.fullmatch(raw)
-        if m is not None:
+    crlf: bool | None = None
+    for i, raw in _raw_lines(path, limit):
+        if i == 1 and raw is not None:
+            raw = strip_bom(raw)
+        m = None if raw is None else _HEADER.fullmatch(raw)
+        if m is not None and raw is not None:
             if cur is not None:
                 yield cur
-            cur = _Block(m.group(1), m.group(2), i, [])
-        elif cur is not None:
-            cur.body.append(raw)
-        elif raw.strip():
-            why = f"expected a '{_REQUEST} <time>' line opening a request, got {_shown(raw)}"
+            crlf = raw.endswith(b"\r") if crlf is None else crlf
+            cur = _Block(m.group(1).decode(), m.group(2).decode(), i)
+            continue
+        if raw is not None and crlf and raw.endswith(b"\r"):
+            raw = raw[:-1]
+        if cur is not None:
+            cur.add(raw, limit)
+        elif raw is None or raw.strip():
+            why = f"expected a '{_REQUEST} <time>' line opening a request, got {_shown_bytes(raw)}"
             yield Reject(file=path, line=i, format=NAME, reason=why)
-            cur = _Block("", "", i, [])  # the rest up to the next header belongs to this reject
+            cur = _Block("", "", i)  # the rest up to the next header belongs to this reject
     if cur is not None:
         yield cur
 
@@ -214,11 +267,12 @@ def _plain(body: list[str], j: int, first: int, n: int) -> tuple[str, str, int]:
     return role, "\n".join(texts), end
 
 
-def _messages(block: _Block) -> list[dict[str, Any]]:
-    """The message list of a request block; :class:`_Bad` naming the line when malformed."""
-    body, first = block.body, block.line + 1
+def _messages(body: list[str], line: int) -> list[dict[str, Any]]:
+    """The message list of the request whose header is at ``line``; :class:`_Bad` naming the
+    line when malformed."""
+    first = line + 1
     if not body or body == [""]:
-        raise _Bad(block.line, "the request holds no messages")
+        raise _Bad(line, "the request holds no messages")
     if body[0] != _SEP:
         raise _Bad(first, f"expected '{_SEP}' opening the first message, got {_shown(body[0])}")
     out: list[dict[str, Any]] = []
@@ -233,10 +287,11 @@ def _messages(block: _Block) -> list[dict[str, Any]]:
     return out
 
 
-def _reply(block: _Block) -> dict[str, Any]:
-    """The completion of a response block (reasoning split off); :class:`_Bad` when unusable."""
-    first = block.line + 1
-    body = [] if block.body == [""] else block.body  # an empty reply is logged as an empty line
+def _reply(body: list[str], line: int) -> dict[str, Any]:
+    """The completion of the reply whose header is at ``line`` (reasoning split off);
+    :class:`_Bad` when unusable."""
+    first = line + 1
+    body = [] if body == [""] else body  # an empty reply is logged as an empty line
     text = "\n".join(_strip_role(x, "ASSISTANT", first + k) for k, x in enumerate(body))
     reasoning = None
     opened = _THINK_OPEN.match(text)
@@ -244,13 +299,13 @@ def _reply(block: _Block) -> dict[str, Any]:
         same = text.find(f"\n</{opened.group(1)}>\n\n", opened.end())
         closed = _THINK_CLOSE.search(text, opened.end()) if same < 0 else None
         if same < 0 and closed is None:
-            raise _Bad(block.line, "the reply's reasoning never ends (the stream was cut)")
+            raise _Bad(line, "the reply's reasoning never ends (the stream was cut)")
         start, end = (same, same + len(opened.group(1)) + 6) if closed is None else closed.span()
         reasoning = text[opened.end() : start].strip()
         text = text[end:]
     if not text.strip():
         why = "the reply is empty (Aider logs a reply even when the call failed; a function-call "
-        raise _Bad(block.line, why + "reply is not logged)")
+        raise _Bad(line, why + "reply is not logged)")
     comp: dict[str, Any] = {"role": "assistant", "content": text}
     if reasoning:
         comp["reasoning_content"] = reasoning
@@ -261,8 +316,8 @@ def _call(path: str, k: int, req: _Block, resp: _Block) -> Item:
     """The call of request ``req`` answered by ``resp`` (the ``k``-th of the file)."""
     call_id = f"{k}@{req.stamp}"
     try:
-        messages = _messages(req)
-        completion = _reply(resp)
+        messages = _messages(req.body(), req.line)
+        completion = _reply(resp.body(), resp.line)
     except _Bad as e:
         return Reject(file=path, line=e.line, format=NAME, reason=e.reason, call_id=call_id)
     fields = {
@@ -282,7 +337,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     """One call per request and the reply after it; rejects for the rest, each naming its line."""
     pending: _Block | None = None
     k = 0
-    for b in _blocks(path, _lines(path)):
+    for b in _blocks(path):
         if isinstance(b, Reject):
             yield b
             continue
@@ -307,8 +362,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
 def read_chat(path: str, opts: ReadOptions) -> Iterator[Item]:
     """Refuses Aider's chat history as a whole (see the module's docstring for why)."""
     line = 1
-    for i, raw in enumerate(strip_bom(read_all(path)).split(b"\n"), start=1):
-        if raw.startswith(_CHAT_HEADING):
+    for i, raw in _raw_lines(path, record_limit()):
+        if raw is not None and strip_bom(raw).startswith(_CHAT_HEADING):
             line = i
             break
     why = (

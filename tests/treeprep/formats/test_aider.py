@@ -10,6 +10,7 @@ adapter's output.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from pathlib import Path
@@ -23,6 +24,7 @@ from treeprep.formats import detect_format, get_format
 from treeprep.formats.aider import CHAT_NAME, NAME
 from treeprep.formats.base import ReadOptions
 from treeprep.io.inputs import discover_inputs
+from treeprep.io.lines import MAX_RECORD_BYTES, set_max_record_bytes
 from treeprep.schemas import ChatCall, Reject
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -179,6 +181,28 @@ def test_malformed_blocks_are_rejects_naming_the_line(
     assert reason in rejects[0].reason and rejects[0].file.endswith(".aider.llm.history")
     calls = [x for x in items if isinstance(x, ChatCall)]
     assert [c.messages[-1].content for c in calls] == ["hi"]  # the good call is still read
+
+
+def test_bad_bytes_and_blocks_over_the_limit_are_rejects(tmp_path: Path) -> None:
+    p = tmp_path / "bytes.history"
+    p.write_bytes(_GOOD.encode() + _REQ.replace("hi", "h\xe9").encode("latin-1") + _RESP.encode())
+    (good, bad) = _read(p)
+    assert isinstance(good, ChatCall) and isinstance(bad, Reject)
+    assert bad.line == 8 and "not UTF-8" in bad.reason
+    big = _write(tmp_path, _GOOD + _REQ.replace("hi", "x" * 3000) + _RESP, "big.history")
+    set_max_record_bytes(1000)
+    try:
+        items = _read(big)
+    finally:
+        set_max_record_bytes(MAX_RECORD_BYTES)
+    assert isinstance(items[0], ChatCall) and isinstance(items[1], Reject)
+    assert items[1].line == 6 and "--max-record-mb" in items[1].reason and len(items) == 2
+
+
+def test_a_compressed_log_reads_the_same(tmp_path: Path) -> None:
+    p = tmp_path / ".aider.llm.history.gz"
+    p.write_bytes(gzip.compress(LOG.encode()))
+    assert [_as_expected(c) for c in _read(p)] == EXPECTED
 
 
 def test_any_cut_or_shuffled_log_gives_calls_or_rejects(tmp_path: Path) -> None:
