@@ -57,7 +57,12 @@ from treeprep.errors import (
     TemplateLimitError,
     TokenizerError,
 )
-from treeprep.render.coverage import EMPTY_REPLY, completion_coverage
+from treeprep.render.coverage import (
+    EMPTY_REPLY,
+    NORMALIZED_INLINE_THINK,
+    NORMALIZED_WHITESPACE,
+    completion_coverage,
+)
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.native import FALLBACK_ERRORS, find_verified_port
@@ -203,6 +208,10 @@ class Renderer:
         #: calls whose text was found in the loss span only modulo the template's whitespace
         #: normalization (:func:`treeprep.render.coverage.completion_coverage`)
         self.normalized_calls = 0
+        #: how the last call :meth:`render` returned was normalized: the kinds of
+        #: :mod:`treeprep.render.coverage` (an inline ``<think>`` block of the completion became
+        #: its reasoning; its text was found only modulo whitespace), empty when it was not
+        self.last_normalized: tuple[str, ...] = ()
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
         if native_templates:
@@ -425,6 +434,7 @@ class Renderer:
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
+        self.last_normalized = ()
         if isinstance(rec, TokenRollout):
             return self._render_rollout(rec, group_id=group_id, order=order)
         return self._render_chat(rec, group_id=group_id, order=order)
@@ -501,6 +511,15 @@ class Renderer:
         if self._native is None:
             self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
         self.normalized_calls += normalized
+        inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
+        self.last_normalized = tuple(
+            kind
+            for kind, done in (
+                (NORMALIZED_INLINE_THINK, inline),
+                (NORMALIZED_WHITESPACE, normalized),
+            )
+            if done
+        )
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     # -- the branch hint -------------------------------------------------------------------------
