@@ -114,8 +114,10 @@ def _words_present(text: str, span: str) -> bool:
 
 
 def _is_empty(completion: dict[str, Any], span: str) -> bool:
+    """No tool call, no words in the text (think tags are markup: a text of empty think blocks
+    says nothing), and no reasoning that the span shows."""
     content = completion.get("content") or ""
-    if completion.get("tool_calls") or (isinstance(content, str) and content.strip()):
+    if completion.get("tool_calls") or (isinstance(content, str) and _TAG.sub("", content).strip()):
         return False
     reasoning = completion.get("reasoning_content")
     return not (isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() in span)
