@@ -100,6 +100,13 @@ EMPTY_REPLY = (
 NORMALIZED_WHITESPACE = "whitespace"
 NORMALIZED_INLINE_THINK = "inline-think"
 
+
+def normalized_kinds(inline_think: bool, whitespace: bool) -> tuple[str, ...]:
+    """The kinds a rendered call was normalized by, as the build counts them."""
+    kinds = ((NORMALIZED_INLINE_THINK, inline_think), (NORMALIZED_WHITESPACE, whitespace))
+    return tuple(kind for kind, done in kinds if done)
+
+
 _TAG = re.compile(r"(</?think>)")
 
 
