@@ -210,6 +210,8 @@ def _print_manifest(manifest: Any, out: str, err: Any) -> None:
         err.print(f"{n:,} records left out: {reason}", highlight=False, markup=False)
     for kind, n in manifest.curation.items():
         err.print(f"curation: {kind}: {n:,}", highlight=False, markup=False)
+    for kind, n in manifest.normalized.items():
+        err.print(f"normalized calls: {kind}: {n:,}", highlight=False, markup=False)
     if manifest.duplicate_inputs:
         err.print(
             f"[yellow]{len(manifest.duplicate_inputs)} input paths lead to files already read "

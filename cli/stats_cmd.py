@@ -119,6 +119,8 @@ def _metrics(s: dict, out: Path) -> Any:
         t.add_row(k, f"{s[k]:,}")
     for reason, n in {**s["filtered"], **s["curation"]}.items():  # curation (build options)
         t.add_row(reason, f"{n:,}")
+    for kind, n in s["normalized"].items():  # calls the renderer normalized
+        t.add_row(f"normalized: {kind}", f"{n:,}")
     t.add_row("tokens_linear (N_flat)", f"{s['tokens_linear']:,}")
     t.add_row("tokens_tree (N_tree)", f"{s['tokens_tree']:,}")
     t.add_row("POR", f"{s['por']:.3f}")

@@ -118,11 +118,16 @@ class Manifest(FileModel):
     #: what curation changed, by kind: secrets replaced (``redacted:<kind>``), calls whose
     #: reasoning was merged (``reasoning-merge:drop``/``fold``)
     curation: dict[str, int] = Field(default_factory=dict)
+    #: calls in trees that the renderer normalized, by kind (:mod:`treeprep.render.coverage`):
+    #: ``inline-think`` (the completion opened with an inline ``<think>`` block, which became its
+    #: reasoning), ``whitespace`` (its text appears in the loss span only modulo the chat
+    #: template's whitespace normalization); each at most ``counts.records_in_trees``
+    normalized: dict[str, int] = Field(default_factory=dict)
 
     #: folders left out of discovery (``OUT``, other builds), written only when there are any
     excluded_inputs: list[ExcludedInput] = Field(default_factory=list)
 
-    _omit_default = ("filtered", "curation", "excluded_inputs")
+    _omit_default = ("filtered", "curation", "excluded_inputs", "normalized")
 
 
 # --------------------------------------------------------------------------------------------

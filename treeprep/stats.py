@@ -214,6 +214,9 @@ def summarize(
         "records_filtered": int(counts.get("records_filtered", 0)),
         "filtered": dict(c.manifest.get("filtered", {})),
         "curation": dict(c.manifest.get("curation", {})),
+        # calls in trees the renderer normalized, by kind (inline <think> made reasoning, text
+        # found modulo the template's whitespace normalization; issue 27 item 5)
+        "normalized": dict(c.manifest.get("normalized", {})),
         "targets_linear": c.targets_linear,
         "targets_tree": c.targets_tree,
         "head": head,

@@ -138,6 +138,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
             shards,
             inputs,
             dups.by_file,
+            dups.normalized,
         )
         if counts.records_in_trees == 0:
             raise EmptyBuildError(

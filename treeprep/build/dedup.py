@@ -16,7 +16,9 @@ stored as a suffix of a dropped row (prefix sharing) gets its whole tokens back 
 (:func:`~treeprep.build.workfiles.group_sequences`, :func:`~treeprep.build.workfiles.drop_rows`).
 Each dropped row is one record,
 counted in the manifest as filtered (``duplicate call`` or ``duplicate tokens``), so
-``records_read == records_in_trees + records_rejected + records_filtered`` still holds. A build
+``records_read == records_in_trees + records_rejected + records_filtered`` still holds; a
+dropped row that the renderer normalized is taken out of the manifest's ``normalized`` counts
+too (:attr:`Duplicates.normalized`), which count calls in trees. A build
 with no duplicates drops nothing and writes the same bytes as without this pass.
 """
 
@@ -35,6 +37,7 @@ DUPLICATE_CALL = "duplicate call"
 DUPLICATE_TOKENS = "duplicate tokens"
 
 _COLUMNS = ["source_format", "group_id", "trajectory_id", "agent_id", "call_id", "digest"]
+_READ = [*_COLUMNS, "normalized"]
 
 
 @dataclass
@@ -45,6 +48,8 @@ class Duplicates:
     drop: dict[str, np.ndarray] = field(default_factory=dict)
     #: per input file name: rows dropped, by reason
     by_file: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: per input file name: rows dropped that the renderer had normalized, by kind
+    normalized: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def find_duplicates(paths: list[tuple[str, str]]) -> Duplicates:
@@ -55,8 +60,8 @@ def find_duplicates(paths: list[tuple[str, str]]) -> Duplicates:
     out = Duplicates()
     for fi, (name, path) in enumerate(paths):
         with pa.memory_map(path, "r") as src:
-            table = ipc.open_file(src).read_all().select(_COLUMNS)
-        cols = {k: table.column(k).to_pylist() for k in _COLUMNS}
+            table = ipc.open_file(src).read_all().select(_READ)
+        cols = {k: table.column(k).to_pylist() for k in _READ}
         n = table.num_rows
         why: list[str | None] = [None] * n
         for r in range(n):
@@ -76,4 +81,8 @@ def find_duplicates(paths: list[tuple[str, str]]) -> Duplicates:
                 reason = why[r]
                 assert reason is not None
                 counts[reason] = counts.get(reason, 0) + 1
+                for kind in (cols["normalized"][r] or "").split(","):
+                    if kind:
+                        kinds = out.normalized.setdefault(name, {})
+                        kinds[kind] = kinds.get(kind, 0) + 1
     return out

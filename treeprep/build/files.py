@@ -118,7 +118,7 @@ class FileWorker:
         curator = Curator(self.options)
         with writing(seq_path, tmp), curator.active():
             with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
-                n_read, n_seq = _render_records(
+                n_read, n_seq, normalized = _render_records(
                     job, spec, opts, self.renderer, writer, rejects, curator
                 )
         commit(tmp, seq_path)
@@ -126,6 +126,7 @@ class FileWorker:
         result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
         result.filtered, result.curated = dict(sorted(curator.filtered.items())), curator.curated
         result.curated = dict(sorted(result.curated.items()))
+        result.normalized = dict(sorted(normalized.items()))
         finish_file(job, result, rejects)
         return result
 
@@ -269,14 +270,16 @@ def _render_records(
     writer: ipc.RecordBatchFileWriter,
     rejects: list[dict],
     curator: Curator,
-) -> tuple[int, int]:
+) -> tuple[int, int, dict[str, int]]:
     """Read the file's records, render them and write the sequences in batches; unusable records
     go to ``rejects``, and those the curator's filters leave out are counted there. Returns
-    (records read, sequences written)."""
+    (records read, sequences written, calls the renderer normalized by kind)."""
     named = _Names(job)
     n_read = n_seq = 0
     buf: list[Sequence] = []
     digests: list[bytes] = []
+    kinds: list[str | None] = []  # how each row was normalized (the work file's column)
+    normalized: dict[str, int] = {}
     sharing = PrefixSharing()
     items = spec.read(job.path, opts)
     while True:
@@ -322,12 +325,16 @@ def _render_records(
             rejects.append(_reject(**where, reason="nested too deep to render", format=spec.name))
             continue
         digests.append(sequence_digest(seq))  # of the whole sequence, before sharing cuts it
+        kinds.append(",".join(renderer.last_normalized) or None)
+        for kind in renderer.last_normalized:
+            normalized[kind] = normalized.get(kind, 0) + 1
         buf.append(sharing.share(seq, n_seq))
         n_seq += 1
         if len(buf) >= WORK_BATCH:
-            writer.write_batch(sequences_to_batch(buf, digests))
+            writer.write_batch(sequences_to_batch(buf, digests, kinds))
             buf.clear()
             digests.clear()
+            kinds.clear()
     if buf:
-        writer.write_batch(sequences_to_batch(buf, digests))
-    return n_read, n_seq
+        writer.write_batch(sequences_to_batch(buf, digests, kinds))
+    return n_read, n_seq, normalized

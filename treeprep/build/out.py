@@ -201,14 +201,17 @@ def make_manifest(
     shards: list[ShardEntry],
     inputs: InputSet,
     duplicates: dict[str, dict[str, int]] | None = None,
+    dropped_normalized: dict[str, dict[str, int]] | None = None,
 ) -> Manifest:
     """The manifest, with the counts reconciled. ``duplicates``: per file name, the records
-    deduplication left out, by reason (:class:`~treeprep.build.dedup.Duplicates`)."""
+    deduplication left out, by reason, and ``dropped_normalized`` those of them the renderer had
+    normalized, by kind (:class:`~treeprep.build.dedup.Duplicates`)."""
     entries: list[InputEntry] = []
     formats: dict[str, int] = {}
     skipped: list[str] = []
     filtered: dict[str, int] = {}
     curation: dict[str, int] = {}
+    normalized: dict[str, int] = {}
     for job in jobs:
         res = results[job.name]
         if res.skipped:
@@ -219,6 +222,8 @@ def make_manifest(
             why[reason] = why.get(reason, 0) + n
         _add(filtered, why)
         _add(curation, res.curated)
+        _add(normalized, res.normalized)
+        _add(normalized, {k: -n for k, n in (dropped_normalized or {}).get(job.name, {}).items()})
         entries.append(
             InputEntry(
                 path=job.name,
@@ -243,6 +248,11 @@ def make_manifest(
             f"in trees {counts.records_in_trees}, rejected {counts.records_rejected}, "
             f"filtered {counts.records_filtered}"
         )
+    if any(not 0 <= n <= counts.records_in_trees for n in normalized.values()):
+        raise TreeprepError(
+            f"internal error: normalized calls {normalized} do not fit the "
+            f"{counts.records_in_trees} records in trees"
+        )
     return Manifest(
         schema_version=SCHEMA_VERSION,
         treeprep_version=__version__,
@@ -256,6 +266,7 @@ def make_manifest(
         duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
         filtered=dict(sorted(filtered.items())),
         curation=dict(sorted(curation.items())),
+        normalized={k: n for k, n in sorted(normalized.items()) if n},
         excluded_inputs=[ExcludedInput(path=p, reason=r) for p, r in inputs.excluded],
     )
 

@@ -149,7 +149,7 @@ class RayEngine:
                 error = row.pop("error")
                 if error:
                     _raise_error(error)
-                yield FileResult(**row)
+                yield FileResult(**_counts_of_file(row))
         finally:  # stopped early (an error, --max-errors): Ray stops the actors now, not at GC
             close = getattr(rows, "close", None)
             if close is not None:
@@ -270,6 +270,15 @@ class _RenderActor:
                 empty = dict.fromkeys(f.name for f in fields(FileResult))
                 done.append({**empty, "error": orjson.dumps(_error_fields(e)).decode()})
         return pa.Table.from_pylist(done)
+
+
+def _counts_of_file(row: dict) -> dict:
+    """A result row as Ray hands it back: Arrow stores the count dicts (``filtered``,
+    ``curated``, ``normalized``) as structs whose fields are the union over a batch's rows, so a
+    file gets the other files' keys with None; those are no counts of this file."""
+    for k in ("filtered", "curated", "normalized"):
+        row[k] = {key: n for key, n in (row[k] or {}).items() if n is not None}
+    return row
 
 
 def _error_fields(e: TreeprepError) -> dict:

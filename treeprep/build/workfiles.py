@@ -60,11 +60,15 @@ WORK_SCHEMA = pa.schema(
         # a digest of the whole sequence (tokens, loss spans, log-probs, reward, advantage):
         # the cross-file deduplication's key (:mod:`treeprep.build.dedup`)
         ("digest", pa.binary(16)),
+        # how the renderer normalized the call (comma-separated kinds of
+        # :mod:`treeprep.render.coverage`; null: not normalized), so that deduplication can
+        # take a dropped row's kinds out of the manifest's ``normalized`` counts
+        ("normalized", pa.string()),
     ]
 )
 #: the layout of a work file: part of every work folder's key, so a rerun after a change of
 #: layout never reads an older folder
-WORK_FORMAT = "3: prefix_row, prefix_len, digest"
+WORK_FORMAT = "4: prefix_row, prefix_len, digest, normalized"
 #: sequences per record batch of a work file
 WORK_BATCH = 512
 SEQUENCES = "sequences.arrow"
@@ -152,6 +156,8 @@ class FileResult:
     filtered: dict[str, int] = field(default_factory=dict)
     #: what curation changed, by kind (``redacted:<secret kind>``, ``reasoning-merge:fold``)
     curated: dict[str, int] = field(default_factory=dict)
+    #: calls the renderer normalized, by kind (``inline-think``, ``whitespace``)
+    normalized: dict[str, int] = field(default_factory=dict)
 
 
 def finish_file(job: FileJob, result: FileResult, rejects: list[dict]) -> None:
@@ -220,11 +226,19 @@ def sequence_digest(seq: Sequence) -> bytes:
     return h.digest()
 
 
-def sequences_to_batch(seqs: list[Sequence], digests: list[bytes] | None = None) -> pa.RecordBatch:
+def sequences_to_batch(
+    seqs: list[Sequence],
+    digests: list[bytes] | None = None,
+    normalized: list[str | None] | None = None,
+) -> pa.RecordBatch:
     """Rendered sequences as one record batch of :data:`WORK_SCHEMA`; ``digests`` are their
     :func:`sequence_digest` values, taken before prefix sharing cut their tokens (default:
-    computed from the sequences as they are)."""
+    computed from the sequences as they are); ``normalized``, how the renderer normalized each
+    (default: none was)."""
     cols: dict[str, Any] = {k: [getattr(s, k) for s in seqs] for k in _SCALARS}
+    cols["normalized"] = pa.array(
+        normalized if normalized is not None else [None] * len(seqs), pa.string()
+    )
     cols["digest"] = pa.array(
         digests if digests is not None else [sequence_digest(s) for s in seqs], pa.binary(16)
     )

@@ -23,7 +23,9 @@ Templates normalize whitespace: Qwen3's moves an inline ``<think>...</think>`` o
 strips the newlines around it and at the end. When the text is not found verbatim, it counts as
 present if its words (whitespace-separated, the think tags words of their own) appear as one
 run of words of the span: only a lost word rejects. Such a call is *normalized*
-(:func:`completion_coverage` says so, the build counts it).
+(:func:`completion_coverage` says so). The build counts normalized calls by kind
+(:data:`NORMALIZED_WHITESPACE`, and :data:`NORMALIZED_INLINE_THINK` for a completion whose inline
+``<think>`` block the renderer made its reasoning) in the manifest's ``normalized``.
 
 An empty reply is never trained: a completion with no text, no tool call, and no reasoning that
 the span shows (Qwen3 renders it as ``<think>\n\n</think>\n\n<|im_end|>``: markup only) is
@@ -92,6 +94,19 @@ EMPTY_REPLY = (
     "so training would teach an empty reply"
 )
 
+#: the kinds of normalized calls the build counts (``Manifest.normalized``): the completion's text
+#: was found in the loss span only modulo the template's whitespace normalization; the completion
+#: opened with an inline ``<think>`` block that became its reasoning
+NORMALIZED_WHITESPACE = "whitespace"
+NORMALIZED_INLINE_THINK = "inline-think"
+
+
+def normalized_kinds(inline_think: bool, whitespace: bool) -> tuple[str, ...]:
+    """The kinds a rendered call was normalized by, as the build counts them."""
+    kinds = ((NORMALIZED_INLINE_THINK, inline_think), (NORMALIZED_WHITESPACE, whitespace))
+    return tuple(kind for kind, done in kinds if done)
+
+
 _TAG = re.compile(r"(</?think>)")
 
 
@@ -106,8 +121,10 @@ def _words_present(text: str, span: str) -> bool:
 
 
 def _is_empty(completion: dict[str, Any], span: str) -> bool:
+    """No tool call, no words in the text (think tags are markup: a text of empty think blocks
+    says nothing), and no reasoning that the span shows."""
     content = completion.get("content") or ""
-    if completion.get("tool_calls") or (isinstance(content, str) and content.strip()):
+    if completion.get("tool_calls") or (isinstance(content, str) and _TAG.sub("", content).strip()):
         return False
     reasoning = completion.get("reasoning_content")
     return not (isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() in span)

@@ -57,7 +57,7 @@ from treeprep.errors import (
     TemplateLimitError,
     TokenizerError,
 )
-from treeprep.render.coverage import EMPTY_REPLY, completion_coverage
+from treeprep.render.coverage import EMPTY_REPLY, completion_coverage, normalized_kinds
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.native import FALLBACK_ERRORS, find_verified_port
@@ -200,9 +200,9 @@ class Renderer:
         self._identity_source: tuple[Path, str] | None = None
         #: renders done by the port so far (the cross-check schedule counts them)
         self.native_renders = 0
-        #: calls whose text was found in the loss span only modulo the template's whitespace
-        #: normalization (:func:`treeprep.render.coverage.completion_coverage`)
-        self.normalized_calls = 0
+        #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
+        #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
+        self.last_normalized: tuple[str, ...] = ()
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
         if native_templates:
@@ -425,6 +425,7 @@ class Renderer:
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
+        self.last_normalized = ()
         if isinstance(rec, TokenRollout):
             return self._render_rollout(rec, group_id=group_id, order=order)
         return self._render_chat(rec, group_id=group_id, order=order)
@@ -500,7 +501,8 @@ class Renderer:
             branch = "reasoning-dropped"
         if self._native is None:
             self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
-        self.normalized_calls += normalized
+        inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
+        self.last_normalized = normalized_kinds(inline, normalized)
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     # -- the branch hint -------------------------------------------------------------------------

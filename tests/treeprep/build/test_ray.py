@@ -295,3 +295,32 @@ def test_deduplicated_build_is_the_same_bytes_on_ray(tmp_path: Path, local_ray) 
     assert m.filtered == {"duplicate tokens": 1}
     build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "ray"), engine="ray"))
     _assert_same_bytes(tmp_path / "local", tmp_path / "ray")
+
+
+@pytest.mark.ray
+def test_normalized_counts_are_the_same_on_ray(tmp_path: Path, local_ray) -> None:
+    """A file with inline-think calls beside files without: each file's counts come back alone
+    (Arrow gives the other files' count keys as None), the manifests are the same bytes."""
+    import orjson
+
+    def call(i: int, text: str) -> dict:
+        return {
+            "group_id": f"g{i}",
+            "messages": [{"role": "user", "content": f"question {i}"}],
+            "completion": {"role": "assistant", "content": text},
+        }
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    think = [call(i, f"<think>\nplan {i}\n</think>\n\n\nanswer {i}\n") for i in range(2)]
+    (logs / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in think))
+    for name in ("b", "c"):
+        rows = [call(i, f"answer {i} of {name}") for i in range(3)]
+        (logs / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "local")))
+    assert m.normalized == {"inline-think": 2}
+    m_ray = build(
+        BuildConfig(inputs=[str(logs)], out=str(tmp_path / "ray"), engine="ray", workers=2)
+    )
+    assert m_ray == m
+    _assert_same_bytes(tmp_path / "local", tmp_path / "ray")

@@ -76,6 +76,7 @@ def test_inline_think_renders_as_qwen3_does() -> None:
     msgs = [{"role": "user", "content": "2+2?"}]
     comp = {"role": "assistant", "content": INLINE}
     seq = r.render(_call(msgs, comp), group_id="g")
+    assert r.last_normalized == ("inline-think",)  # what the build counts
     full = hf.apply_chat_template([*msgs, comp], tokenize=True, return_dict=False)
     prompt = hf.apply_chat_template(
         msgs, tokenize=True, return_dict=False, add_generation_prompt=True
@@ -141,4 +142,4 @@ def test_llamafactory_v1_parts_match_apply_chat_template(tmp_path: Path) -> None
         )
         assert list(seq.tokens) == list(full)
         assert seq.loss_spans == [(len(prompt), len(full))]
-    assert r.normalized_calls == 0
+        assert r.last_normalized == ()  # found verbatim
