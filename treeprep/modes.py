@@ -101,6 +101,14 @@ class AdvNorm(Mode):
     none = "none"
 
 
+class Unrewarded(Mode):
+    """What an RL loss does with trees that have no advantage and no reward for some trajectory
+    (trainer.rewarded): refuse the run, or skip those trees, counted in the log and the summary."""
+
+    refuse = "refuse"
+    skip = "skip"
+
+
 class KlEstimator(Mode):
     k3 = "k3"
     k1 = "k1"
