@@ -136,7 +136,8 @@ def build_cmd(
         ReasoningMerge,
         typer.Option(
             help="Turns with text, reasoning and tool calls together (Claude) for gpt-oss: drop "
-            "their reasoning, or fold the text into it.",
+            "their reasoning in the history (a completion keeps it: refused), or fold the text "
+            "into it (completion too).",
             **_CURATE,
         ),
     ] = ReasoningMerge.off,

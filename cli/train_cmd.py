@@ -37,6 +37,7 @@ from treeprep.modes import (
     Parallel,
     PartGraph,
     Precision,
+    Unrewarded,
 )
 
 # the options of ``train`` that take more than a line to declare, one alias each
@@ -82,6 +83,13 @@ GpuOpt = Annotated[Gpu, typer.Option(help="--dry-run: the GPU (memory and peak F
 GpuMemoryOpt = Annotated[
     str | None,
     typer.Option(help="--dry-run: memory per GPU, e.g. 80GiB, 141GB (default: the GPU's)."),
+]
+UnrewardedOpt = Annotated[
+    Unrewarded,
+    typer.Option(
+        help="RL losses on trees with no advantages or rewards (formats that record none): "
+        "refuse the run, or skip those trees (counted in the log and the summary)."
+    ),
 ]
 StepsOfOpt = Annotated[int, typer.Option(help="Micro-batches per rank per step (without --plan).")]
 PrecisionOpt = Annotated[
@@ -134,6 +142,7 @@ def train_cmd(
     loss: opt.LossOpt = opt.DEFAULT_LOSS,
     norm: opt.NormOpt = opt.DEFAULT_NORM,
     adv_norm: opt.AdvNormOpt = opt.DEFAULT_ADV_NORM,
+    unrewarded: UnrewardedOpt = Unrewarded.refuse,
     clip_eps: opt.ClipEpsOpt = opt.DEFAULT_CLIP_EPS,
     clip_eps_high: opt.ClipEpsHighOpt = None,
     kl_coef: opt.KlCoefOpt = 0.0,
@@ -361,6 +370,8 @@ def _summary(res: Any, layout: str) -> dict[str, Any]:
         "checkpoint": res.checkpoint,
         "stopped": res.stopped,
         "no_signal_steps": res.no_signal_steps,
+        "unrewarded_trees": res.unrewarded_trees,
+        "unrewarded_sequences": res.unrewarded_sequences,
         "metrics": os.path.join(res.run_dir, "metrics.jsonl"),
         "config": os.path.join(res.run_dir, "config.toml"),
         "plot": res.plot,
@@ -394,9 +405,11 @@ def _resumed_lines(d: dict[str, Any]) -> list[str]:
 
 
 def _start_line(d: dict[str, Any]) -> str:
+    skipped = f"\nskipped (--unrewarded skip): {d['unrewarded']}" if d.get("unrewarded") else ""
     return (
         f"{d['params']:,} parameters on {d['device']} ({d['precision']}), "
         f"{d['world_size']} process(es), plan {d['plan']} for {d['plan_world_size']} rank(s)"
+        + skipped
     )
 
 

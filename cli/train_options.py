@@ -40,7 +40,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["part_graph", "handoff_accumulate"], MODEL),
     **dict.fromkeys(["loss", "norm"], OBJECTIVE),
     **dict.fromkeys(["adv_norm", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"], RL),
-    "entropy_coef": RL,
+    **dict.fromkeys(["entropy_coef", "unrewarded"], RL),
     **dict.fromkeys(["optimizer", "lr", "min_lr_ratio", "warmup", "weight_decay"], OPTIMIZER),
     **dict.fromkeys(["momentum", "grad_clip"], OPTIMIZER),
     "parallel": PARALLEL,

@@ -36,6 +36,7 @@ from treeprep.modes import (
     PartGraph,
     Precision,
     ReportTo,
+    Unrewarded,
     coerce_modes,
 )
 from treeprep.trainer.loss import LossConfig
@@ -61,6 +62,9 @@ class TrainConfig:
     norm: Norm = Norm.token_mean
     #: advantages from rewards, over each group's trajectories: grpo, dr-grpo, rloo or none
     adv_norm: AdvNorm = AdvNorm.grpo
+    #: an RL loss on trees without advantages or rewards (formats that record none): refuse the
+    #: run, or skip those trees, counted (:mod:`treeprep.trainer.rewarded`); SFT ignores it
+    unrewarded: Unrewarded = Unrewarded.refuse
     #: tree (packed tries) or linear (every sequence on its own: the baseline)
     layout: Layout = Layout.tree
     #: merge the common prefixes of the trees of a micro-batch into one forest (fed once; the
@@ -253,6 +257,10 @@ class TrainResult:
     stopped: str | None = None
     #: RL steps of this run without a learning signal (every trained advantage zero)
     no_signal_steps: int = 0
+    #: RL runs with ``unrewarded="skip"``: the trees (and their sequences) left out for having no
+    #: advantages or rewards (:mod:`treeprep.trainer.rewarded`)
+    unrewarded_trees: int = 0
+    unrewarded_sequences: int = 0
     #: the loss and throughput plot (RUN/train.png), when matplotlib is installed
     plot: str | None = None
 

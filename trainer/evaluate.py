@@ -29,7 +29,14 @@ import torch
 from treeprep.errors import ShardError, TrainingError
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.config import TrainConfig
-from treeprep.trainer.data.plans import EpochPlan, Epochs, PartRef, StepPlan, make_plan
+from treeprep.trainer.data.plans import (
+    EpochPlan,
+    Epochs,
+    PartRef,
+    StepPlan,
+    keep_parts,
+    make_plan,
+)
 from treeprep.trainer.data.reader import BuildReader, check_compatible
 from treeprep.trainer.data.steps import StepNormalizers, step_batches, step_normalizers
 
@@ -50,25 +57,19 @@ def held_out(reader: BuildReader, fraction: float, seed: int) -> frozenset[Tree]
     return frozenset(trees[int(i)] for i in pick)
 
 
-def _keep(plan: EpochPlan, keep: Any) -> list[StepPlan]:
-    """The plan's steps with only the parts ``keep(part)`` accepts; empty micro-batches and
-    steps dropped, steps renumbered."""
-    steps: list[StepPlan] = []
-    for st in plan.steps:
-        slots = [[[p for p in mb if keep(p)] for mb in rank] for rank in st.slots]
-        slots = [[mb for mb in rank if mb] for rank in slots]
-        if any(slots):
-            steps.append(StepPlan(len(steps), slots))
-    return steps
-
-
 class TrainSplit(Epochs):
     """:class:`Epochs` without the held-out trees."""
 
     def __init__(
-        self, cfg: TrainConfig, reader: BuildReader, world: int, cost: Any, held: frozenset[Tree]
+        self,
+        cfg: TrainConfig,
+        reader: BuildReader,
+        world: int,
+        cost: Any,
+        held: frozenset[Tree],
+        excluded: frozenset[Tree] = frozenset(),
     ) -> None:
-        super().__init__(cfg, reader, world, cost)
+        super().__init__(cfg, reader, world, cost, excluded)
         self.held = held
         self._split: dict[int, EpochPlan] = {}
 
@@ -80,7 +81,7 @@ class TrainSplit(Epochs):
         p = self._split.get(epoch)
         if p is None:
             plan = self.whole(epoch)
-            steps = _keep(plan, lambda part: (part.shard, part.row) not in self.held)
+            steps = keep_parts(plan, lambda part: (part.shard, part.row) not in self.held)
             p = replace(plan, steps=steps)
             self._split[epoch] = p
         return p
@@ -111,7 +112,7 @@ class Evaluator:
     @classmethod
     def of_split(cls, cfg: TrainConfig, split: TrainSplit) -> Evaluator:
         """The held-out trees of ``split``, as micro-batches of its first epoch's plan."""
-        steps = _keep(split.whole(0), lambda part: (part.shard, part.row) in split.held)
+        steps = keep_parts(split.whole(0), lambda part: (part.shard, part.row) in split.held)
         return cls(cfg, split.reader, _flat(steps))
 
     @classmethod

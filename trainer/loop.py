@@ -86,6 +86,7 @@ from treeprep.trainer.models.lora import apply_lora
 from treeprep.trainer.models.presets import PRESETS
 from treeprep.trainer.plot import plot_run
 from treeprep.trainer.preemption import StopSignals
+from treeprep.trainer.rewarded import rewarded_only
 from treeprep.trainer.run_identity import (
     ResumeNotes,
     check_optimizer_format,
@@ -154,6 +155,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     resume_path = _resume_path(cfg)
     _claim_run_folder(cfg, info, resume_path)
     reader = BuildReader(cfg.data)
+    rewards = rewarded_only(reader, cfg.loss, cfg.adv_norm, cfg.unrewarded)  # RL: refused early
+    skipped = rewards.unrewarded if rewards is not None else frozenset()
     prec, autocast = precision(cfg, dev)
     ident = _identity(cfg, reader, info, prec)
     resume = ckpt_mod.open_checkpoint(resume_path) if resume_path else None
@@ -165,7 +168,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     opt = make_optimizer(cfg, params, dev)
 
     # ---- 2. data: the epochs, the step count and schedule, the position (resumed or 0)
-    epochs = _open_epochs(cfg, reader, lm, info)
+    epochs = _open_epochs(cfg, reader, lm, info, skipped)
     first = epochs.get(0)
     evaluator = _evaluator(cfg, reader, epochs, lm, first.budget)
     if cfg.steps is not None:
@@ -185,6 +188,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         "plan": first.source, "plan_world_size": first.world_size, "device": str(dev),
         "precision": prec, "params": sum(p.numel() for p in lm.parameters()),
         "report_to": [str(r) for r in cfg.report_to], "resumed": resumed,
+        "unrewarded": rewards.describe() if rewards is not None and skipped else None,
     })  # fmt: skip
 
     # ---- 3. steps, each fed by the data of section 2 (built one step ahead with prefetch)
@@ -204,6 +208,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     return TrainResult(
         cfg.run_dir, step, history, saver.last, first.source, info.world_size, stopped,
         no_signal_steps=sum(no_learning_signal(cfg.loss, m.extra) for m in history),
+        unrewarded_trees=len(skipped),
+        unrewarded_sequences=rewards.unrewarded_sequences if rewards is not None else 0,
         plot=plot_run(cfg.run_dir) if info.is_main else None,
     )  # fmt: skip
 
@@ -296,11 +302,15 @@ def _load_lm(
 
 
 def _open_epochs(
-    cfg: TrainConfig, reader: BuildReader, lm: torch.nn.Module, info: dist_mod.DistInfo
+    cfg: TrainConfig,
+    reader: BuildReader,
+    lm: torch.nn.Module,
+    info: dist_mod.DistInfo,
+    skipped: frozenset[tuple[str, int]] = frozenset(),
 ) -> Epochs:
     """The epoch plans, for the process world size (or ``plan_world_size``), without the
-    held-out trees of ``val_fraction``, checked: the first has a step, and a plan folder was
-    made for this many processes."""
+    held-out trees of ``val_fraction`` and the ``skipped`` (unrewarded) ones, checked: the first
+    has a step, and a plan folder was made for this many processes."""
     from treeprep.flops import from_config
 
     # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
@@ -310,9 +320,9 @@ def _open_epochs(
         plan_world = cfg.plan_world_size
     if cfg.val_fraction:
         held = held_out(reader, cfg.val_fraction, cfg.seed)
-        epochs: Epochs = TrainSplit(cfg, reader, plan_world, cost, held)
+        epochs: Epochs = TrainSplit(cfg, reader, plan_world, cost, held, skipped)
     else:
-        epochs = Epochs(cfg, reader, plan_world, cost)
+        epochs = Epochs(cfg, reader, plan_world, cost, skipped)
     first = epochs.get(0)
     if not first.steps:  # else the loop would look for a first step forever
         raise TrainingError(

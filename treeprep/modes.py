@@ -101,6 +101,14 @@ class AdvNorm(Mode):
     none = "none"
 
 
+class Unrewarded(Mode):
+    """What an RL loss does with trees that have no advantage and no reward for some trajectory
+    (trainer.rewarded): refuse the run, or skip those trees, counted in the log and the summary."""
+
+    refuse = "refuse"
+    skip = "skip"
+
+
 class KlEstimator(Mode):
     k3 = "k3"
     k1 = "k1"
@@ -203,7 +211,8 @@ class Redact(Mode):
 class ReasoningMerge(Mode):
     """How a build fits turns that carry text, reasoning and tool calls together into a template
     that takes only some of them (gpt-oss): leave them (the template's error rejects the call),
-    drop the reasoning of history turns, or fold the text into the reasoning (analysis)."""
+    drop the reasoning of history turns (a completion keeps what the model said), or fold the text
+    into the reasoning (analysis), completion included."""
 
     off = "off"
     drop = "drop"

@@ -47,7 +47,8 @@ def test_the_saved_config_repeats_the_run(
     run = tmp_path / "run"
     args = ["train", str(data), "--model", "tiny-qwen3", "--steps", "1", "--budget", str(BUDGET),
             "--device", "cpu", "--attn", "dense", "--lr", "0.002", "--loss", "grpo",
-            "--lora-targets", "q_proj", "--lora-targets", "v_proj", "--save-every", "3",
+            "--unrewarded", "skip", "--lora-targets", "q_proj", "--lora-targets", "v_proj",
+            "--save-every", "3",
             "--grad-clip", "0", "-o", str(run), "--json"]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output

@@ -22,6 +22,11 @@ micro-batch share and the trainer feeds once (116 in the sample plan, 66,787 in 
 one), and ``err`` now counts them once (1 - (tokens_pack - tokens_shared) / tokens_linear). The
 field is left out while 0, so the sample summary with it removed and the old ``err`` hashes to
 the old value (checked when re-recording).
+Issue 27 item 7 re-recorded the sample's shard, manifest and plan summary (plan rows and rejects
+unchanged): the openai-chat sample's ``python-version`` retry is its own trajectory
+(``metadata.trajectory_id``), so GRPO can use its rewards 1 and 0.5; the only shard difference
+is that tree's ``seq_trajectory_id`` (checked column by column), the manifest records the
+input's new sha256, and the plan summary the manifest's.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -40,15 +45,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "c2d130ee9f4bfe4e4784aa689cdd0b41d9bf248308cad3b6ecc1faf412e5eb80",
+    "manifest.json": "aedb1e5683708ec371be57cc6c6f124a95953684c30655fb5a6220599ac37d45",
     "plans/b2048-w2-n2-s3/plan.arrow": (
         "a90b63adbd9c5ebd2db98a70827c7a629b488a71932d1d794aecd637da23aa10"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "6360b7404ed41fb788a47f7009dfc5d15f3b16bf92c4e20987672629a826d927"
+        "bb7d16094751778079d40ec54c3d93b46301176708830c5536b240268c0789c9"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "3934b65f1fd8637d5124b30dae633001807c4662bf1d00b82162abb1ed70c2a8",
+    "shards/shard-00000.arrow": "76c7dab8202ce645cd38110edb8be4a7c9a7a87d18ca950634773afe08a7633d",
 }
 
 REAL_GOLDEN = {

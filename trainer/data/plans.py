@@ -17,7 +17,7 @@ step, :class:`EpochPlan` per pass over the data.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -219,13 +219,34 @@ def make_plan(
 # --------------------------------------------------------------------------------------------
 
 
-class Epochs:
-    """Epoch plans, made on demand and kept (they are small)."""
+def keep_parts(plan: EpochPlan, keep: Any) -> list[StepPlan]:
+    """The plan's steps with only the parts ``keep(part)`` accepts; empty micro-batches and
+    steps dropped, steps renumbered."""
+    steps: list[StepPlan] = []
+    for st in plan.steps:
+        slots = [[[p for p in mb if keep(p)] for mb in rank] for rank in st.slots]
+        slots = [[mb for mb in rank if mb] for rank in slots]
+        if any(slots):
+            steps.append(StepPlan(len(steps), slots))
+    return steps
 
-    def __init__(self, cfg: TrainConfig, reader: BuildReader, world: int, cost: Any) -> None:
+
+class Epochs:
+    """Epoch plans, made on demand and kept (they are small), without the ``excluded`` trees
+    ((shard, row); an RL run's unrewarded ones, :mod:`treeprep.trainer.rewarded`)."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        reader: BuildReader,
+        world: int,
+        cost: Any,
+        excluded: frozenset[tuple[str, int]] = frozenset(),
+    ) -> None:
         self.cfg, self.reader, self.cost = cfg, reader, cost
         self._cache: dict[int, EpochPlan] = {}
         self.world = world
+        self.excluded = excluded
 
     def get(self, epoch: int) -> EpochPlan:
         p = self._cache.get(epoch)
@@ -242,5 +263,8 @@ class Epochs:
                     cost_model=self.cost,
                     cut=self.cfg.cut,
                 )
+            if self.excluded:
+                out = self.excluded
+                p = replace(p, steps=keep_parts(p, lambda part: (part.shard, part.row) not in out))
             self._cache[epoch] = p
         return p

@@ -16,8 +16,11 @@ reasoning merge.
   rollouts (ids only) are not redacted.
 * **Reasoning merge** (``--reasoning-merge``): gpt-oss's template refuses an assistant turn with
   text, reasoning and tool calls together, as Claude writes them. ``drop`` removes the reasoning of
-  such turns (gpt-oss drops history reasoning anyway), ``fold`` appends the text to the reasoning
-  (gpt-oss's analysis channel). Each call changed is counted (``reasoning-merge:drop``).
+  such turns in the history (gpt-oss drops history reasoning anyway); the completion keeps what
+  the model said, so a completion with all three is still refused by the template (``fold`` trains
+  it). ``fold`` appends the text to the reasoning (gpt-oss's analysis channel), completion
+  included. Each call changed is counted (``reasoning-merge:drop``). A final answer after such
+  turns renders after its generation prompt (:mod:`treeprep.render.prompted`).
 """
 
 from __future__ import annotations
@@ -240,7 +243,8 @@ def merge_reasoning(item: Any, how: ReasoningMerge) -> bool:
     if how is ReasoningMerge.off:
         return False
     changed = False
-    for m in [*item.messages, item.completion]:
+    turns = item.messages if how is ReasoningMerge.drop else [*item.messages, item.completion]
+    for m in turns:
         if m.role != "assistant" or not m.tool_calls or not m.reasoning_content:
             continue
         text = _text_of(m.content)

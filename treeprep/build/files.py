@@ -116,6 +116,7 @@ class FileWorker:
         tmp = seq_path + ".tmp"
         opts = _read_options(self.options)
         curator = Curator(self.options)
+        kept = self.renderer.prompt_kept_calls  # treeprep.render.prompted, counted per file
         with writing(seq_path, tmp), curator.active():
             with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
                 n_read, n_seq, normalized = _render_records(
@@ -124,6 +125,8 @@ class FileWorker:
         commit(tmp, seq_path)
         crash_point("after-work-file")
         result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
+        if kept := self.renderer.prompt_kept_calls - kept:
+            curator.curated["history-kept"] = kept
         result.filtered, result.curated = dict(sorted(curator.filtered.items())), curator.curated
         result.curated = dict(sorted(result.curated.items()))
         result.normalized = dict(sorted(normalized.items()))

@@ -61,6 +61,7 @@ from treeprep.render.coverage import EMPTY_REPLY, completion_coverage, normalize
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.native import FALLBACK_ERRORS, find_verified_port
+from treeprep.render.prompted import completion_after_prompt
 from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
@@ -203,6 +204,8 @@ class Renderer:
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
+        #: final answers rendered after the generation prompt (:mod:`treeprep.render.prompted`)
+        self.prompt_kept_calls = 0
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
         if native_templates:
@@ -474,12 +477,18 @@ class Renderer:
         full_ids = self.encode(full_text)
         prompt_ids = self.encode(prompt_text)
         n_p, n = len(prompt_ids), len(full_ids)
+        kept = None
         if n_p > n or not np.array_equal(full_ids[:n_p], prompt_ids):
-            raise RenderError(
-                "the generation prompt apply_chat_template(messages, add_generation_prompt=True) "
-                "is not a token prefix of apply_chat_template(messages + [completion]) "
-                f"({_first_difference(prompt_ids, full_ids)})"
-            )
+            kept = completion_after_prompt(self.render_text, self.encode, msgs, comp, tools,
+                                           prompt=(prompt_text, prompt_ids), full_text=full_text,
+                                           now=now, where=where)  # fmt: skip
+            if kept is None:
+                raise RenderError(
+                    "the generation prompt apply_chat_template(messages, add_generation_prompt="
+                    "True) is not a token prefix of apply_chat_template(messages + [completion]) "
+                    f"({_first_difference(prompt_ids, full_ids)})"
+                )
+            full_text, full_ids, n = kept[0], kept[1], len(kept[1])
         if n_p == n:
             raise RenderError("the completion renders to no tokens after the generation prompt")
         span_text = (
@@ -503,6 +512,7 @@ class Renderer:
             self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
         inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         self.last_normalized = normalized_kinds(inline, normalized)
+        self.prompt_kept_calls += kept is not None
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     # -- the branch hint -------------------------------------------------------------------------

@@ -240,23 +240,43 @@ def _claude_turn() -> dict:
     }
 
 
+def _claude_history() -> list[dict]:
+    return [
+        {"role": "user", "content": "list the files"},
+        _claude_turn(),
+        {"role": "tool", "tool_call_id": "t", "content": "a.py"},
+    ]
+
+
 @pytest.mark.parametrize("how", ["drop", "fold"])
 def test_reasoning_merge_counts_changed_calls(tmp_path: Path, how: str) -> None:
     recs = [
-        {**_call(0), "completion": _claude_turn()},
+        {**_call(0), "messages": _claude_history()},
         _call(1),
     ]
     src = _jsonl(tmp_path / "a.jsonl", recs)
     m = build(BuildConfig(inputs=[str(src)], out=str(tmp_path / how), reasoning_merge=how))
     assert m.curation == {f"reasoning-merge:{how}": 1}
-    c = ChatCall.model_validate({**_call(0), "completion": _claude_turn()})
+    c = ChatCall.model_validate({**_call(0), "messages": _claude_history()})
     assert merge_reasoning(c, ReasoningMerge(how))
+    turn = c.messages[1]
     if how == "drop":
-        assert c.completion.reasoning_content is None and c.completion.content == "Let me look."
+        assert turn.reasoning_content is None and turn.content == "Let me look."
     else:
-        assert c.completion.content is None
-        assert c.completion.reasoning_content == "Check the file.\n\nLet me look."
+        assert turn.content is None
+        assert turn.reasoning_content == "Check the file.\n\nLet me look."
     assert not merge_reasoning(c, ReasoningMerge(how))  # nothing left to merge
+
+
+def test_drop_keeps_the_completions_reasoning() -> None:
+    """drop is for the history: a completion's reasoning is what the model said, never dropped
+    (with text and a tool call too, gpt-oss's template then refuses the call); fold keeps it."""
+    c = ChatCall.model_validate({**_call(0), "completion": _claude_turn()})
+    assert not merge_reasoning(c, ReasoningMerge.drop)
+    assert c.completion.reasoning_content == "Check the file."
+    assert c.completion.content == "Let me look."
+    assert merge_reasoning(c, ReasoningMerge.fold)
+    assert c.completion.reasoning_content == "Check the file.\n\nLet me look."
 
 
 GPT_OSS = ROOT / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"
@@ -272,7 +292,11 @@ def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -
         turn,
         {"role": "tool", "tool_call_id": "t", "content": "a.py"},
     ]
-    recs = [{**_call(0), "messages": history, "completion": _claude_turn()}]
+    plain = {**_claude_turn(), "content": "", "reasoning_content": None}
+    recs = [
+        {**_call(0), "messages": history, "completion": _claude_turn()},
+        {**_call(1), "messages": history, "completion": plain},
+    ]
     src = _jsonl(tmp_path / "a.jsonl", recs)
     tok = str(GPT_OSS)
     with pytest.raises(EmptyBuildError):
@@ -283,4 +307,6 @@ def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -
     for how in ("drop", "fold"):
         out = tmp_path / how
         m = build(BuildConfig(inputs=[str(src)], out=str(out), tokenizer=tok, reasoning_merge=how))
-        assert m.counts.records_in_trees == 1 and m.curation == {f"reasoning-merge:{how}": 1}
+        assert m.curation == {f"reasoning-merge:{how}": 2}
+        # drop keeps the completion's reasoning, which the template refuses with its text
+        assert m.counts.records_in_trees == (1 if how == "drop" else 2)

@@ -388,9 +388,12 @@ def test_build_renders_of_the_bug_session_match_whole_renders(
 ) -> None:
     """The same session through Renderer.render (what a build does, prompt and full sequence
     per call), with the real tokenizer and the run-time comparison off: every call gives the
-    tokens, or the rejection, of rendering it whole. The last call (a final answer, which drops
-    the text of the calls since the user's question) is rejected: its prompt is not a prefix of
-    its sequence. The bug kept the old text in the sequence and accepted it with wrong tokens."""
+    tokens, or the rejection, of rendering it whole. The last call is a final answer, which makes
+    the template drop the text of the calls since the user's question: its prompt is not a prefix
+    of apply_chat_template(messages + [answer]). The bug kept the old text in that full render
+    (wrong tokens). It was then rejected; now (issue 27 item 6, treeprep.render.prompted) it is
+    trained after the reference's generation prompt, the answer as the reference's full render
+    ends."""
     monkeypatch.setattr(incremental_module, "CHECK_FIRST", 0)
     monkeypatch.setattr(incremental_module, "CHECK_EVERY", 1 << 30)
     fast = Renderer.load(GPT_OSS)
@@ -412,5 +415,13 @@ def test_build_renders_of_the_bug_session_match_whole_renders(
         rec = ChatCall(call_id=f"c{k}", messages=msgs[:k], completion=msgs[k], source_line=k)
         got.append(render(fast, rec))
         assert got[-1] == render(whole, rec), k
-    assert isinstance(got[-1], str) and "not a token prefix" in got[-1]
+    k = len(msgs) - 1
+    assert msgs[k]["role"] == "assistant" and "tool_calls" not in msgs[k]
+    prompt, full = _hf_ids(fast, msgs[:k], add_generation_prompt=True), _hf_ids(fast, msgs)
+    assert full[: len(prompt)] != prompt
+    tail = f"<|channel|>final<|message|>{msgs[k]['content']}<|return|>"
+    assert fast.decode(full).endswith("<|start|>assistant" + tail)
+    tokens, spans = got[-1]
+    assert tokens[: len(prompt)] == prompt and fast.decode(tokens[len(prompt) :]) == tail
+    assert spans == [(len(prompt), len(tokens))]
     assert fast.incremental.incremental > 0
