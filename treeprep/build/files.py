@@ -116,7 +116,6 @@ class FileWorker:
         tmp = seq_path + ".tmp"
         opts = _read_options(self.options)
         curator = Curator(self.options)
-        kept = self.renderer.prompt_kept_calls  # treeprep.render.prompted, counted per file
         with writing(seq_path, tmp), curator.active():
             with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
                 n_read, n_seq, normalized = _render_records(
@@ -125,8 +124,6 @@ class FileWorker:
         commit(tmp, seq_path)
         crash_point("after-work-file")
         result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
-        if kept := self.renderer.prompt_kept_calls - kept:
-            curator.curated["history-kept"] = kept
         result.filtered, result.curated = dict(sorted(curator.filtered.items())), curator.curated
         result.curated = dict(sorted(result.curated.items()))
         result.normalized = dict(sorted(normalized.items()))
@@ -331,6 +328,8 @@ def _render_records(
         kinds.append(",".join(renderer.last_normalized) or None)
         for kind in renderer.last_normalized:
             normalized[kind] = normalized.get(kind, 0) + 1
+        if renderer.last_prompt_kept:  # treeprep.render.prompted
+            curator.curated["history-kept"] = curator.curated.get("history-kept", 0) + 1
         buf.append(sharing.share(seq, n_seq))
         n_seq += 1
         if len(buf) >= WORK_BATCH:

@@ -18,7 +18,7 @@ follows that header in the full render. Nothing is made up: both pieces are the 
 output, and the renderer then checks as for any call that the result starts with the
 generation prompt's tokens and that the loss span holds every word and tool call of the
 completion. Where the pieces cannot be found (another kind of mismatch), the call stays rejected
-with the prefix error. The renderer counts the calls rendered this way (``prompt_kept_calls``),
+with the prefix error. The renderer flags the calls rendered this way (``last_prompt_kept``),
 and the build reports them as curation ``history-kept``.
 """
 

@@ -204,8 +204,9 @@ class Renderer:
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
-        #: final answers rendered after the generation prompt (:mod:`treeprep.render.prompted`)
-        self.prompt_kept_calls = 0
+        #: whether the last call :meth:`render` returned is a final answer rendered after its
+        #: generation prompt (:mod:`treeprep.render.prompted`)
+        self.last_prompt_kept = False
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
         if native_templates:
@@ -428,7 +429,7 @@ class Renderer:
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
-        self.last_normalized = ()
+        self.last_normalized, self.last_prompt_kept = (), False
         if isinstance(rec, TokenRollout):
             return self._render_rollout(rec, group_id=group_id, order=order)
         return self._render_chat(rec, group_id=group_id, order=order)
@@ -512,7 +513,7 @@ class Renderer:
             self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
         inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         self.last_normalized = normalized_kinds(inline, normalized)
-        self.prompt_kept_calls += kept is not None
+        self.last_prompt_kept = kept is not None
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     # -- the branch hint -------------------------------------------------------------------------

@@ -138,14 +138,13 @@ def test_final_answer_after_claude_turns_is_trained_after_its_prompt(
         f"{analysis}<|end|><|start|>assistant" if thinking else ""
     ) + f"<|channel|>final<|message|>{final['content']}<|return|>"
     assert full.endswith("<|start|>assistant" + tail)  # the completion as the template writes it
-    before = r.prompt_kept_calls
     seq = r.render(call, group_id="g")
     tok = hf_tokenizer(r)
     assert seq.tokens.tolist() == tok(prompt + tail, add_special_tokens=False)["input_ids"]
     n_p = len(tok(prompt, add_special_tokens=False)["input_ids"])
     assert seq.loss_spans == [(n_p, len(seq.tokens))]
     assert r.decode(seq.tokens[n_p:]) == tail
-    assert r.prompt_kept_calls == before + 1
+    assert r.last_prompt_kept
 
 
 @needs_data
@@ -173,7 +172,7 @@ def test_a_header_the_full_render_lacks_stays_rejected(tmp_path: Path) -> None:
     )
     with pytest.raises(RenderError, match="is not a token prefix"):
         r.render(call, group_id="g")
-    assert r.prompt_kept_calls == 0
+    assert not r.last_prompt_kept
 
 
 @needs_data
