@@ -161,8 +161,8 @@ def plan_forest(
 def _shared(
     forest: Forest, items: _Items, step: np.ndarray, rank: np.ndarray, mb: np.ndarray
 ) -> int:
-    """Opening tokens fed once per micro-batch rather than once per tree (whole trees only,
-    :func:`treeprep.pack.openings.shared_tokens`)."""
+    """Tokens fed once per micro-batch rather than once per tree: what the trainer's merge saves
+    (whole trees only, :func:`treeprep.pack.openings.shared_tokens`)."""
     one = (items.tend - items.tstart)[items.tree] == 1
     whole = np.flatnonzero(one & (items.part == 0))
     whole = whole[[int(items.tree[i]) not in items.handoff for i in whole]] if whole.size else whole
@@ -354,8 +354,8 @@ def _summary(
     manifest_sha: str,
     shared: int,
 ) -> PlanSummary:
-    """The plan's totals and ratios (NOTES.md section 2); ``shared``: opening tokens fed once per
-    micro-batch (:func:`_shared`), which the ERR counts once."""
+    """The plan's totals and ratios (NOTES.md section 2); ``shared``: tokens the merge of a
+    micro-batch's trees feeds once (:func:`_shared`), which the ERR counts once."""
     budget = cfg.budget
     tl = int(forest.tokens_linear().sum())
     tt = int(forest.tokens_tree().sum())
