@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from treeprep.cli.app import app
 from treeprep.pack import PackConfig, load_forest, plan_forest
-from treeprep.pack.forest import Forest, opening_lengths
+from treeprep.pack.forest import Forest, ShardIds, opening_lengths
 from treeprep.pack.openings import prefix_order, shared_per_slot, shared_tokens
 from treeprep.pack.share import merged_tokens
 from treeprep.schemas.plan import PlanSummary
@@ -147,6 +147,11 @@ def test_stats_shows_cross_tree_sharing(tmp_path: Path) -> None:
     write_build(out, trees)
     f = load_forest(str(out))
     assert f.open_off is not None and f.opening(0).tolist()[:20] == list(range(100, 120))
+    assert isinstance(f.tree_ids, ShardIds) and f.tree_ids.held  # a small build is read once
+    again = dataclasses.replace(f.tree_ids, held={})  # read from the shards
+    for ids in (f.tree_ids, again):
+        got = {t: v.tolist() for t, v in ids(np.arange(6)[::-1])}
+        assert got == {t: list(trees[t].input_ids) for t in range(6)}
     r = CliRunner().invoke(app, ["stats", str(out), "--json", "--budget", "70"])
     assert r.exit_code == 0, r.output
     x = json.loads(r.output)["sharing"]
