@@ -73,7 +73,7 @@ def pack_cmd(
     t.add_row("tokens_tree (N_tree)", f"{s.tokens_tree:,}")
     t.add_row("tokens_pack (N_pack)", f"{s.tokens_pack:,}")
     t.add_row("recomputed prefix tokens", f"{s.tokens_recomputed:,}")
-    t.add_row("opening tokens shared in micro-batches", f"{s.tokens_shared:,}")
+    t.add_row("tokens shared in micro-batches", f"{s.tokens_shared:,}")
     t.add_row(f"hand-off trees / parts (cut {s.cut})", f"{s.handoff_trees:,} / {s.handoff_parts:,}")
     t.add_row("POR / ERR", f"{s.por:.3f} / {s.err:.3f}")
     t.add_row("padding waste", f"{s.padding_waste:.3f}")

@@ -130,6 +130,14 @@ EvalDataOpt = Annotated[
 EvalEveryOpt = Annotated[
     int | None, typer.Option(help="Log val_loss every N steps (always at the end).")
 ]
+GroupByPrefixOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Order each epoch's trees by their opening tokens (steps still in seeded order; "
+        "without --plan), so a micro-batch's trees share long openings: fewer tokens fed, but it "
+        "changes sampling (a step's trees are less random)."
+    ),
+]
 
 
 def train_cmd(
@@ -158,6 +166,7 @@ def train_cmd(
     epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
     budget: BudgetOpt = None,
     cut: opt.CutOpt = Cut.handoff,
+    group_by_prefix: GroupByPrefixOpt = False,
     part_graph: opt.PartGraphOpt = PartGraph.recompute,
     handoff_accumulate: HandoffAccumulateOpt = Accumulate.model,
     steps_of: StepsOfOpt = 1,

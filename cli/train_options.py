@@ -34,6 +34,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(
         ["config", "plan", "layout", "budget", "cut", "steps_of", "share_prefixes"], DATA
     ),
+    "group_by_prefix": DATA,
     **dict.fromkeys(["steps", "epochs", "seed", "prefetch"], DATA),
     **dict.fromkeys(["model", "attn", "precision", "device", "activation_checkpointing"], MODEL),
     **dict.fromkeys(["lora_r", "lora_alpha", "lora_targets", "no_probe", "chunk"], MODEL),

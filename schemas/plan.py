@@ -141,8 +141,8 @@ class PlanSummary(FileModel):
     #: tokens fed: computed + recomputed prefixes (N_pack)
     tokens_pack: int
     tokens_recomputed: int
-    #: opening tokens fed once per micro-batch instead of once per tree: the trainer merges a
-    #: micro-batch's trees at their common openings (treeprep.pack.openings; a lower bound)
+    #: tokens fed once per micro-batch instead of once per tree: what the trainer's merge of a
+    #: micro-batch's whole trees saves, counted from their token ids (treeprep.pack.openings)
     tokens_shared: int = 0
     por: float
     #: 1 - (tokens_pack - tokens_shared) / tokens_linear

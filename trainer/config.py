@@ -144,6 +144,10 @@ class TrainConfig:
     #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut into
     #: parts that recompute their prefixes (prefix; every path must fit the budget)
     cut: Cut = Cut.handoff
+    #: in-memory plans: order each epoch's trees by their opening tokens (the steps, then, in the
+    #: epoch's seeded order), as ``treeprep pack --group-by-prefix``: a step's trees share long
+    #: openings (fewer tokens fed), its trees are less random (it changes sampling)
+    group_by_prefix: bool = False
     #: run the probe before training (tree vs linear layout on a small tree); the structural
     #: check of the token mixers always runs (:mod:`treeprep.trainer.models.guard`)
     probe: bool = True
@@ -176,6 +180,11 @@ class TrainConfig:
             raise bad(f"steps must be >= 1, got {self.steps}")
         if self.epochs is not None and self.epochs < 1:
             raise bad(f"epochs must be >= 1, got {self.epochs}")
+        if self.group_by_prefix and self.plan:
+            raise bad(
+                "group_by_prefix orders an in-memory plan; a plan folder has its own order "
+                "(make it with treeprep pack --group-by-prefix)"
+            )
         if self.budget < 1 or self.steps_of < 1:
             raise bad("budget and steps_of must be >= 1")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:

@@ -265,7 +265,7 @@ def summarize(
 
 def _sharing_block(out_dir: str, plan: PlanSummary | None) -> dict:
     """Cross-tree sharing (:func:`cross_tree_sharing`) at the plan's budget, with the plan's own
-    count: the opening tokens its micro-batches feed once, and its ERR (which counts them once)."""
+    count: the tokens its micro-batches feed once, and its ERR (which counts them once)."""
     d: dict = dict(cross_tree_sharing(out_dir, plan.budget if plan is not None else None))
     if plan is not None:
         d["plan_tokens_shared"] = plan.tokens_shared

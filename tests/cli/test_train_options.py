@@ -1,4 +1,5 @@
-"""``treeprep train`` options reach the TrainConfig: ``--prefetch/--no-prefetch``."""
+"""``treeprep train`` options reach the TrainConfig: ``--prefetch/--no-prefetch``,
+``--group-by-prefix`` (flag or config-file key, off by default)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,28 @@ def test_prefetch_flag_sets_the_config(
     res = CliRunner().invoke(app, ["train", str(data), "--model", "tiny-qwen3", *flag])
     assert isinstance(res.exception, _Stop), res.output
     assert seen[0].prefetch is want
+
+
+@pytest.mark.parametrize(
+    ("flag", "config", "want"),
+    [([], "", False), (["--group-by-prefix"], "", True), ([], "group_by_prefix = true\n", True)],
+)
+def test_group_by_prefix_flag_and_key_set_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], config: str, want: bool
+) -> None:
+    seen = []
+
+    def capture(cfg, main, *, warn_no_probe, **kw):  # type: ignore[no-untyped-def]
+        seen.append(cfg)
+        raise _Stop
+
+    monkeypatch.setattr(train_cmd, "_train_with_progress", capture)
+    data = tmp_path / "build"
+    data.mkdir()
+    args = ["train", str(data), "--model", "tiny-qwen3", *flag]
+    if config:
+        (tmp_path / "c.toml").write_text(config)
+        args += ["--config", str(tmp_path / "c.toml")]
+    res = CliRunner().invoke(app, args)
+    assert isinstance(res.exception, _Stop), res.output
+    assert seen[0].group_by_prefix is want

@@ -27,6 +27,11 @@ unchanged): the openai-chat sample's ``python-version`` retry is its own traject
 (``metadata.trajectory_id``), so GRPO can use its rewards 1 and 0.5; the only shard difference
 is that tree's ``seq_trajectory_id`` (checked column by column), the manifest records the
 input's new sha256, and the plan summary the manifest's.
+Issue 29 (its pack count past the first branch)
+re-recorded the real-log plan summary alone: ``tokens_shared`` is now what the trainer's merge
+of each micro-batch's whole trees saves, counted from their token ids rather than from each
+tree's opening (66,787 -> 67,062 tokens, ``err`` 0.928486 -> 0.928500); the plan rows and the
+sample's summary (116, its trees share only within their openings) are unchanged.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -62,7 +67,7 @@ REAL_GOLDEN = {
         "621457a43cada67b12a5e4f76b739b4ccf4bd0ff73d8b9575cea4b49a587a732"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "5a7a502b263435844a408ab7e6932ca403252c6891cdcd364755ada1b665e0fd"
+        "dff7ec79f4c973d77cc61efa14e15d7acb9031824db9f1c0066679e046391ada"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
     "shards/shard-00000.arrow": "322f755793cc0c4a44d92225558906ad8acb55f271e7d4c457f873c666a98d41",

@@ -10,8 +10,9 @@ step, :class:`EpochPlan` per pass over the data.
   neither polars nor torch), so training without ``--plan`` runs exactly what ``treeprep pack``
   would have written.
 * :class:`Epochs`: an epoch is a plan: the one given with ``plan`` (the same order every epoch),
-  or one made in memory with the packer and seed ``seed + epoch``; plans are made on first use and
-  kept (they are small).
+  or one made in memory with the packer and seed ``seed + epoch`` (with ``group_by_prefix``, the
+  trees ordered by opening and the steps in that seed's order: as deterministic); plans are made on
+  first use and kept (they are small).
 """
 
 from __future__ import annotations
@@ -200,6 +201,7 @@ def make_plan(
     seed: int = 0,
     cost_model: Any = None,
     cut: Cut | str = Cut.handoff,
+    group_by_prefix: bool = False,
 ) -> EpochPlan:
     """Plan in memory with :mod:`treeprep.pack` (what ``treeprep pack`` would write).
 
@@ -207,7 +209,14 @@ def make_plan(
     from treeprep.pack import PackConfig, load_forest, plan_forest
 
     cut = Cut.of(cut, "cut", TreeprepError)
-    cfg = PackConfig(budget=budget, world_size=world_size, steps_of=steps_of, seed=seed, cut=cut)
+    cfg = PackConfig(
+        budget=budget,
+        world_size=world_size,
+        steps_of=steps_of,
+        seed=seed,
+        cut=cut,
+        group_by_prefix=group_by_prefix,
+    )
     plan = plan_forest(
         load_forest(reader.out_dir), cfg, manifest_sha=reader.manifest_sha256, model=cost_model
     )
@@ -262,6 +271,7 @@ class Epochs:
                     seed=self.cfg.seed + epoch,
                     cost_model=self.cost,
                     cut=self.cfg.cut,
+                    group_by_prefix=self.cfg.group_by_prefix,
                 )
             if self.excluded:
                 out = self.excluded

@@ -1,16 +1,16 @@
 """The forest: every tree's planning columns from every shard, flat, in numpy arrays.
 
 Pass 1 of :mod:`treeprep.pack`. Only the columns the planner and the statistics need are read
-(node parents, lengths and depths, sequence end nodes, counts and lengths; no token ids), one
-shard at a time, and concatenated with per-tree offsets. Per-tree totals (tokens, longest path,
-attention pairs) are then segment sums (:func:`treeprep.treeindex.segment_sums`); no per-tree
-Python.
+(node parents, lengths and depths, sequence end nodes, counts and lengths; of the token ids
+only each tree's opening, and a reader that fetches whole trees' ids later), one shard at a
+time, and concatenated with per-tree offsets. Per-tree totals (tokens, longest path, attention
+pairs) are then segment sums (:func:`treeprep.treeindex.segment_sums`); no per-tree Python.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +46,9 @@ class Forest:
     #: open_off[t + 1]]``; None when the loader read no tokens (nothing is counted as shared)
     open_off: np.ndarray | None = None
     open_ids: np.ndarray | None = None
+    #: the trees' token ids, read on demand: ``tree_ids(trees)`` yields ``(tree, input_ids)`` for
+    #: each of ``trees``, one shard at a time (:class:`ShardIds`); None: nothing is counted shared
+    tree_ids: Callable[[np.ndarray], Iterator[tuple[int, np.ndarray]]] | None = None
 
     @property
     def num_trees(self) -> int:
@@ -137,6 +140,39 @@ def opening_lengths(
     return np.minimum(cum[end] - cum[start], cap).astype(np.int64)
 
 
+@dataclass
+class ShardIds:
+    """A finished build's token ids, tree by tree, for :attr:`Forest.tree_ids`: the trees asked
+    for are read shard by shard, each shard's ``input_ids`` once per call, one shard held at a
+    time; each tree's ids are a copy (a caller may keep them without keeping the shard). The
+    shards :func:`load_forest` read within :data:`HELD_TOKENS` tokens are kept in ``held``
+    (shard -> offsets and ids) and not read again."""
+
+    out_dir: str
+    shard_names: list[str]
+    tree_shard: np.ndarray
+    tree_row: np.ndarray
+    held: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def __call__(self, trees: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        trees = np.asarray(trees, dtype=np.int64)
+        shard = self.tree_shard[trees]
+        for s in np.unique(shard).tolist():
+            off, vals = self.held.get(s) or self._read(s)
+            for t in trees[shard == s].tolist():
+                r = int(self.tree_row[t])
+                yield t, vals[off[r] : off[r + 1]].astype(np.int64)
+
+    def _read(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+        col = open_shard(os.path.join(self.out_dir, self.shard_names[s]), ["input_ids"])
+        return _flat(col.column("input_ids"))
+
+
+#: token ids of a build that :func:`load_forest` keeps for :class:`ShardIds` (a smaller build is
+#: read once; a larger one's shards past it are read again when the sharing is counted)
+HELD_TOKENS = 1 << 24
+
+
 def _flat(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     arr = col.combine_chunks()
     offs = np.asarray(arr.offsets, dtype=np.int64)
@@ -154,10 +190,10 @@ _PLAN_COLUMNS = [
 ]
 
 
-def _openings(ids: pa.ChunkedArray, noff: np.ndarray, par: np.ndarray, ln: np.ndarray) -> tuple:
+def _openings(ioff: np.ndarray, vals: np.ndarray, noff: np.ndarray, par: np.ndarray,
+              ln: np.ndarray) -> tuple:  # fmt: skip
     """One shard's trees' openings: (lengths, their tokens concatenated)."""
     lens = opening_lengths(noff, par, ln)
-    ioff, vals = _flat(ids)
     within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
     return lens, vals[np.repeat(ioff[:-1], lens) + within].astype(np.int32)
 
@@ -166,14 +202,16 @@ def load_forest(out_dir: str, *, extra: Sequence[str] = (), openings: bool = Tru
     """The planning columns of every tree of a finished build; ``extra`` shard columns are kept
     as they are in ``Forest.extra`` (one ChunkedArray each, trees in forest order). With
     ``openings``, each tree's opening tokens too (:func:`opening_lengths`; the shard is read
-    whole anyway, so this costs one gather of at most ``OPENING_CAP`` tokens per tree)."""
+    whole anyway, so this costs one gather of at most ``OPENING_CAP`` tokens per tree), and a
+    :class:`ShardIds` reader of whole trees' ids (the sharing count reads them when it plans)."""
     names = [s.path for s in load_manifest(out_dir).shards]
     extras: dict[str, list] = {k: [] for k in extra}
     parts: dict[str, list] = {k: [] for k in ("shard", "row", "gid", "np", "nl", "nd", "sn", "sc")}
     parts["sl"], parts["ol"], parts["oi"] = [], [], []
     noff = [np.zeros(1, dtype=np.int64)]
     soff = [np.zeros(1, dtype=np.int64)]
-    nbase = sbase = 0
+    nbase = sbase = held_tokens = 0
+    held: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for i, name in enumerate(names):
         cols = _PLAN_COLUMNS + [k for k in extra if k not in _PLAN_COLUMNS]
         if openings and "input_ids" not in cols:
@@ -188,7 +226,11 @@ def load_forest(out_dir: str, *, extra: Sequence[str] = (), openings: bool = Tru
         o, v = _flat(t.column("node_parent"))
         parts["np"].append(v)
         if openings:
-            ol, oi = _openings(t.column("input_ids"), o, v, _flat(t.column("node_length"))[1])
+            ioff, ivals = _flat(t.column("input_ids"))
+            ol, oi = _openings(ioff, ivals, o, v, _flat(t.column("node_length"))[1])
+            held_tokens += len(ivals)
+            if held_tokens <= HELD_TOKENS:
+                held[i] = (ioff, ivals)
             parts["ol"].append(ol)
             parts["oi"].append(oi)
         noff.append(o[1:] + nbase)
@@ -222,6 +264,7 @@ def load_forest(out_dir: str, *, extra: Sequence[str] = (), openings: bool = Tru
     if openings:
         f.open_off = np.concatenate([[0], np.cumsum(cat("ol"))]).astype(np.int64)
         f.open_ids = cat("oi", np.int32)
+        f.tree_ids = ShardIds(out_dir, names, f.tree_shard, f.tree_row, held)
     for k in extra:
         typ = TREE_SCHEMA.field(k).type
         f.extra[k] = pa.chunked_array(extras[k], type=typ)

@@ -8,8 +8,9 @@ cut is pass 2, :mod:`treeprep.pack.cut`):
    step's parts are placed first cost-balanced (heaviest part into the cheapest micro-batch with
    room), falling back to first-fit decreasing by tokens (:func:`treeprep.binpack.place`); a tree
    any of whose parts does not fit moves whole to the next step, so every sequence of a tree is
-   trained in one step. A tree that needs more slots than a step has gets a step of its own with
-   more micro-batches per rank.
+   trained in one step. With ``group_by_prefix`` the trees come sorted by opening and fill the
+   micro-batches in that order (one after the other), so neighbours share a micro-batch. A tree
+   that needs more slots than a step has gets a step of its own with more micro-batches per rank.
 4. **Ranks**: a step's micro-batches go to ranks by longest-processing-time first
    (:func:`treeprep.binpack.longest_processing_time`) under the cost model of
    :mod:`treeprep.flops` (linear + LM-head FLOPs per fed token, attention FLOPs per (query, key)
@@ -160,8 +161,8 @@ def plan_forest(
 def _shared(
     forest: Forest, items: _Items, step: np.ndarray, rank: np.ndarray, mb: np.ndarray
 ) -> int:
-    """Opening tokens fed once per micro-batch rather than once per tree (whole trees only,
-    :func:`treeprep.pack.openings.shared_tokens`)."""
+    """Tokens fed once per micro-batch rather than once per tree: what the trainer's merge saves
+    (whole trees only, :func:`treeprep.pack.openings.shared_tokens`)."""
     one = (items.tend - items.tstart)[items.tree] == 1
     whole = np.flatnonzero(one & (items.part == 0))
     whole = whole[[int(items.tree[i]) not in items.handoff for i in whole]] if whole.size else whole
@@ -230,18 +231,40 @@ def _make_items(forest: Forest, budget: int, shape: ModelShape, mode: str) -> _I
     return _Items(tree, part, tokens, pre, pairs, cuts, handoff, size, cost, slot, tstart, tend)
 
 
+def _in_order(sizes: np.ndarray, nbins: int, capacity: int) -> np.ndarray:
+    """Bin of each item, items in their order into the current bin while they fit, then the next
+    (-1 for the items after the last bin is full): neighbours in the order share a bin."""
+    where = np.full(len(sizes), -1, dtype=np.int64)
+    b, free = 0, capacity
+    for i, s in enumerate(sizes.tolist()):
+        while b < nbins and s > free:
+            b, free = b + 1, capacity
+        if b == nbins:
+            break
+        where[i], free = b, free - s
+    return where
+
+
 def _fit(
-    items: _Items, trees: list[int], nbins: int, budget: int
+    items: _Items, trees: list[int], nbins: int, budget: int, in_order: bool = False
 ) -> tuple[list[int], np.ndarray, list[int]]:
     """Place the trees' items in ``nbins`` bins, deferring trees whose parts do not fit; returns
-    (placed trees, their items' bins, deferred trees)."""
+    (placed trees, their items' bins, deferred trees). ``in_order`` (group-by-prefix): trees in
+    their order fill one bin after the other, so trees with like openings share a micro-batch;
+    the trees that do not fit so wait for the next step (as placed by cost when none fits)."""
     deferred: list[int] = []
     while trees:
         idx = items.of(trees)
-        for balanced in (True, False):
-            where = place(items.slot[idx], items.cost[idx], nbins, budget, balanced=balanced)
+        for mode in ("order", "balanced", "size") if in_order else ("balanced", "size"):
+            if mode == "order":
+                where = _in_order(items.slot[idx], nbins, budget)
+            else:
+                balanced = mode == "balanced"
+                where = place(items.slot[idx], items.cost[idx], nbins, budget, balanced=balanced)
             if (where >= 0).all():
                 return trees, where, deferred
+            if mode == "order" and (where >= 0).any():
+                break
         failed = set(items.tree[idx[where < 0]].tolist())
         deferred.extend(t for t in trees if t in failed)
         trees = [t for t in trees if t not in failed]
@@ -269,7 +292,7 @@ def _assign_steps(items: _Items, order: np.ndarray, cfg: PackConfig) -> _Steps:
         deferred: list[int] = []
         nbins = slots
         if chosen:
-            placed, where, deferred = _fit(items, chosen, nbins, budget)
+            placed, where, deferred = _fit(items, chosen, nbins, budget, cfg.group_by_prefix)
         if not placed:
             # the first tree alone needs more slots than a step has: a longer step of its own
             t = chosen[0] if chosen else pending.popleft()
@@ -331,8 +354,8 @@ def _summary(
     manifest_sha: str,
     shared: int,
 ) -> PlanSummary:
-    """The plan's totals and ratios (NOTES.md section 2); ``shared``: opening tokens fed once per
-    micro-batch (:func:`_shared`), which the ERR counts once."""
+    """The plan's totals and ratios (NOTES.md section 2); ``shared``: tokens the merge of a
+    micro-batch's trees feeds once (:func:`_shared`), which the ERR counts once."""
     budget = cfg.budget
     tl = int(forest.tokens_linear().sum())
     tt = int(forest.tokens_tree().sum())

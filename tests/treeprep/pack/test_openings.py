@@ -1,6 +1,7 @@
-"""Issue 29 items 3-4: the packer counts the openings a micro-batch's trees share once (the plan's
-``tokens_shared`` and ERR), ``group_by_prefix`` orders trees by opening, and ``treeprep stats``
-shows the cross-tree sharing. Exact counts on small constructed forests."""
+"""Issue 29 items 3-4: the packer counts the tokens a micro-batch's trees share once, past their
+first branch too (the plan's ``tokens_shared`` and ERR), ``group_by_prefix`` orders trees by
+opening, and ``treeprep stats`` shows the cross-tree sharing. Exact counts on small constructed
+forests."""
 
 from __future__ import annotations
 
@@ -14,16 +15,17 @@ from typer.testing import CliRunner
 
 from treeprep.cli.app import app
 from treeprep.pack import PackConfig, load_forest, plan_forest
-from treeprep.pack.forest import Forest, opening_lengths
-from treeprep.pack.openings import prefix_order, shared_tokens
+from treeprep.pack.forest import Forest, ShardIds, opening_lengths
+from treeprep.pack.openings import prefix_order, shared_per_slot, shared_tokens
 from treeprep.pack.share import merged_tokens
 from treeprep.schemas.plan import PlanSummary
 from treeprep.trie import Tree
 
 
 def with_openings(trees: list[Tree], cap: int = 16384) -> Forest:
-    """forest_of with each tree's opening read from its own input_ids."""
+    """forest_of with each tree's opening read from its own input_ids, and its ids on demand."""
     f = forest_of(trees)
+    f.tree_ids = lambda ts: ((int(t), np.asarray(trees[t].input_ids)) for t in ts)
     lens = opening_lengths(f.node_off, f.node_parent, f.node_length, cap)
     f.open_off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     f.open_ids = np.concatenate(
@@ -59,6 +61,20 @@ def test_shared_tokens_counts_each_micro_batch_once() -> None:
     assert shared_tokens(f, every, np.array([0, 0, 1, 1])) == 3  # 1 2 3 once; 1 2 7 | 8 8 none
     assert shared_tokens(f, every, np.arange(4)) == 0
     assert shared_tokens(forest_of(trees), every, np.zeros(4, dtype=np.int64)) == 0  # no ids read
+
+
+def test_sharing_past_the_first_branch_is_counted() -> None:
+    """Two trees that branch after 3 tokens and share both branches' next tokens: the openings
+    alone share 3 tokens, the merge saves 7 (what the trainer feeds less)."""
+    a = _tree("a", [[1, 2, 3, 4, 5], [1, 2, 3, 6, 7]])
+    b = _tree("b", [[1, 2, 3, 4, 5, 9], [1, 2, 3, 6, 7, 8]])
+    f = with_openings([a, b])
+    assert f.opening(0).tolist() == f.opening(1).tolist() == [1, 2, 3]
+    both = np.arange(2)
+    assert shared_tokens(f, both, np.zeros(2, dtype=np.int64)) == 16 - _merged([a, b]) == 7
+    assert shared_per_slot(f, both, np.array([1, 1])).tolist() == [0, 7]
+    # one pass per micro-batch gives the same counts
+    assert shared_per_slot(f, np.arange(2), np.zeros(2, dtype=np.int64), pass_tokens=1)[0] == 7
 
 
 def _family(n: int, sys_len: int = 20) -> list[Tree]:
@@ -131,6 +147,11 @@ def test_stats_shows_cross_tree_sharing(tmp_path: Path) -> None:
     write_build(out, trees)
     f = load_forest(str(out))
     assert f.open_off is not None and f.opening(0).tolist()[:20] == list(range(100, 120))
+    assert isinstance(f.tree_ids, ShardIds) and f.tree_ids.held  # a small build is read once
+    again = dataclasses.replace(f.tree_ids, held={})  # read from the shards
+    for ids in (f.tree_ids, again):
+        got = {t: v.tolist() for t, v in ids(np.arange(6)[::-1])}
+        assert got == {t: list(trees[t].input_ids) for t in range(6)}
     r = CliRunner().invoke(app, ["stats", str(out), "--json", "--budget", "70"])
     assert r.exit_code == 0, r.output
     x = json.loads(r.output)["sharing"]
