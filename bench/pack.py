@@ -171,9 +171,10 @@ def bench_shared(trees: int, world_size: int, steps_of: int, repeat: int = 3) ->
     f = shared_forest(trees)
     bare = dataclasses.replace(f, open_off=None, open_ids=None)
     tt, tl = int(f.tokens_tree().sum()), int(f.tokens_linear().sum())
+    opening = len(f.open_ids) if f.open_ids is not None else 0
     print(
         f"shared openings: {f.num_trees:,} trees, {len(f.node_parent):,} nodes, opening tokens "
-        f"{len(f.open_ids) if f.open_ids is not None else 0:,}, tokens_tree {tt:,}, POR {1 - tt / tl:.4f}"
+        f"{opening:,}, tokens_tree {tt:,}, POR {1 - tt / tl:.4f}"
     )
     print(
         f"{'budget':>8} {'trees/mb':>8} {'plan s':>7} {'+count s':>8} {'count':>8} "
