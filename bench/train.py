@@ -10,6 +10,13 @@ attention per (query, key) pair each layout computes, and the LM head on the tra
 (``estimated_speedup``; ``estimate_head_all`` counts the head on every fed token, as a trainer that
 computes full logits pays it). The first step of each run is a warm-up and is not timed.
 
+The tree layout's tokens are counted as the trainer feeds them: the trees of each micro-batch
+merged into one forest (:func:`treeprep.pack.share.merge_forest`, the trainer's
+``share_prefixes``, on by default), so an opening shared by several trees is counted once
+(``tokens_tree_fed``, ``pairs_tree``). The bench stops if the tree run's own count of fed tokens
+differs. ``estimated_speedup_per_tree`` and ``ratio_per_tree`` count every tree on its own, as
+before the merge.
+
 A fair baseline. The linear layout is what a good linearizing trainer runs: padding-free packed
 sequences, each with plain causal attention (``baseline: "causal"``): every sequence is a one-node
 tree, and the ``nodes`` backend runs each one as a single ``is_causal`` SDPA call (flash-attn varlen
@@ -22,7 +29,14 @@ Workloads:
 * ``sample``: the project's ``sample_data/`` built with the built-in tokenizer (POR about 0.66);
 * ``agent``: generated agent sessions (token rollouts: each call's prompt extends the previous
   call's prompt, completion and tool result; one call in five is retried, a branch), POR about
-  0.75.
+  0.75;
+* ``shared``: generated tasks with shared openings (:func:`shared_openings`): every task opens
+  with the same system prompt and tool schemas, then one of two domain policies and its request,
+  and is sampled as a few short agent rollouts (one tree per task). On the cpu scale the opening
+  is about 750 tokens and a tree about 1,150, so three or four trees fill a 4096-token
+  micro-batch and are merged; on the gpu scale the opening is about 3,000 tokens.
+
+``--workload all`` (the default) runs the three, ``both`` the first two.
 
 Configurations:
 
@@ -34,7 +48,8 @@ Configurations:
   vocabulary), bf16 autocast, budgets 16k and 32k, attention ``auto`` (FlexAttention), a longer
   agent workload.
 
-    python bench/train.py                       # cpu, both workloads, 4 steps x 2 rounds
+    python bench/train.py                       # cpu, all workloads, 4 steps x 2 rounds
+    python bench/train.py --workload shared     # shared openings only
     python bench/train.py --workload agent --steps 6
     python bench/train.py --config gpu          # needs CUDA
 """
@@ -446,7 +461,9 @@ def _line(r: dict) -> str:
         f"POR {r['por']:.3f} | tree {t['linear_tokens_per_s']:,.0f} linear-eq tok/s "
         f"({t['fed_tokens_per_s']:,.0f} fed), causal baseline {lin['linear_tokens_per_s']:,.0f} "
         f"tok/s | measured {r['measured_speedup']:.2f}x, estimated {r['estimated_speedup']:.2f}x "
-        f"(LM head on targets), ratio {r['ratio']:.2f}; head on every token: estimate "
+        f"(LM head on targets), ratio {r['ratio']:.2f}; trees unmerged: estimate "
+        f"{r['estimated_speedup_per_tree']:.2f}x, ratio {r['ratio_per_tree']:.2f}; head on every "
+        f"token: estimate "
         f"{r['estimate_head_all']:.2f}x, ratio {r['ratio_head_all']:.2f} | {r['rounds']} rounds x "
         f"{t['timed_steps']} timed steps, losses agree to {r['max_rel_loss_gap']:.1e}"
     )
