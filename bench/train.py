@@ -33,7 +33,7 @@ Workloads:
 * ``shared``: generated tasks with shared openings (:func:`shared_openings`): every task opens
   with the same system prompt and tool schemas, then one of two domain policies and its request,
   and is sampled as a few short agent rollouts (one tree per task). On the cpu scale the opening
-  is about 750 tokens and a tree about 1,150, so three or four trees fill a 4096-token
+  is about 760 tokens and a tree about 1,030, so three or four trees fill a 4096-token
   micro-batch and are merged; on the gpu scale the opening is about 3,000 tokens.
 
 ``--workload all`` (the default) runs the three, ``both`` the first two.
