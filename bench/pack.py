@@ -13,13 +13,22 @@ It prints the forest's size and POR, then for several budgets the planning time,
 tokens, padding waste and predicted rank imbalance, and finally planning time against forest size
 (it should grow linearly with the number of nodes).
 
+The forests above carry no token ids, so the packer's count of openings shared in a micro-batch
+(:mod:`treeprep.pack.openings`) has nothing to merge. The last section times it: a forest of
+tasks that open alike (:func:`shared_forest`: one system prompt with tool schemas, one of four
+domain policies, the task's request, then sampled rollouts), planned with its opening tokens and
+without them (``open_ids`` None, as ``load_forest(openings=False)`` gives): the difference is the
+cost of the sharing count, and the ERR gained is what it counts.
+
     python bench/pack.py                 # >= 10 million unique tokens
     python bench/pack.py --scale 0.2     # quicker
+    python bench/pack.py --only-shared   # the sharing count alone
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import numpy as np
@@ -108,12 +117,97 @@ def synthetic_forest(scale: float = 1.0, seed: int = 0, fine: int = 1) -> Forest
     )
 
 
+def shared_forest(trees: int, seed: int = 0, system: int = 3000) -> Forest:
+    """``trees`` tasks, each one tree: a root holding the opening (``system`` tokens shared by
+    every task, one of four 500-token domain policies, a 100-300 token request), then 4-8
+    rollouts of 200-1500 tokens each (a fan); with every tree's opening token ids."""
+    rng = np.random.default_rng(seed)
+    head = rng.integers(32, 32000, system, dtype=np.int32)
+    policies = [rng.integers(32, 32000, 500, dtype=np.int32) for _ in range(4)]
+    parent: list[int] = []
+    length: list[int] = []
+    depth: list[int] = []
+    seq_node: list[int] = []
+    seq_len: list[int] = []
+    node_off, seq_off = [0], [0]
+    openings: list[np.ndarray] = []
+    for t in range(trees):
+        task = rng.integers(32, 32000, int(rng.integers(100, 301)), dtype=np.int32)
+        opening = np.concatenate([head, policies[t % 4], task])
+        openings.append(opening)
+        parent.append(-1)
+        length.append(len(opening))
+        depth.append(0)
+        for _ in range(int(rng.integers(4, 9))):
+            c_len = int(rng.integers(200, 1501))
+            seq_node.append(len(parent) - node_off[-1])
+            parent.append(0)
+            length.append(c_len)
+            depth.append(len(opening))
+            seq_len.append(len(opening) + c_len)
+        node_off.append(len(parent))
+        seq_off.append(len(seq_node))
+    lens = np.array([len(o) for o in openings], dtype=np.int64)
+    return Forest(
+        shard_names=["synthetic"],
+        tree_shard=np.zeros(trees, dtype=np.int32),
+        tree_row=np.arange(trees),
+        group_id=[f"task{i}" for i in range(trees)],
+        node_off=np.array(node_off),
+        node_parent=np.array(parent),
+        node_length=np.array(length),
+        node_depth=np.array(depth),
+        seq_off=np.array(seq_off),
+        seq_node=np.array(seq_node),
+        seq_count=np.ones(len(seq_node), dtype=np.int64),
+        seq_length=np.array(seq_len),
+        open_off=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+        open_ids=np.concatenate(openings),
+    )
+
+
+def bench_shared(trees: int, world_size: int, steps_of: int, repeat: int = 3) -> None:
+    """Planning CPU time with and without the sharing count (best of ``repeat``), per budget."""
+    f = shared_forest(trees)
+    bare = dataclasses.replace(f, open_off=None, open_ids=None)
+    tt, tl = int(f.tokens_tree().sum()), int(f.tokens_linear().sum())
+    opening = len(f.open_ids) if f.open_ids is not None else 0
+    print(
+        f"shared openings: {f.num_trees:,} trees, {len(f.node_parent):,} nodes, opening tokens "
+        f"{opening:,}, tokens_tree {tt:,}, POR {1 - tt / tl:.4f}"
+    )
+    print(
+        f"{'budget':>8} {'trees/mb':>8} {'plan s':>7} {'+count s':>8} {'count':>8} "
+        f"{'shared tokens':>13} {'ERR':>7} {'ERR, no count':>13}"
+    )
+    for budget in (16_384, 32_768, 65_536):
+        cfg = PackConfig(budget=budget, world_size=world_size, steps_of=steps_of)
+        times: dict[str, float] = {}
+        out = {}
+        for name, forest in (("bare", bare), ("count", f)) * repeat:
+            t0 = time.process_time()  # this process's CPU time: steady on a loaded machine
+            out[name] = plan_forest(forest, cfg).summary
+            dt = time.process_time() - t0
+            times[name] = min(times.get(name, dt), dt)
+        s, b = out["count"], out["bare"]
+        print(
+            f"{budget:>8,} {f.num_trees / s.micro_batches:>8.1f} {times['bare']:>7.3f} "
+            f"{times['count']:>8.3f} {times['count'] - times['bare']:>7.3f}s "
+            f"{s.tokens_shared:>13,} {s.err:>7.4f} {b.err:>13.4f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--world-size", type=int, default=8)
     ap.add_argument("--steps-of", type=int, default=4)
+    ap.add_argument("--shared-trees", type=int, default=4000, help="trees of the sharing bench")
+    ap.add_argument("--only-shared", action="store_true", help="only the sharing-count bench")
     args = ap.parse_args()
+    if args.only_shared:
+        bench_shared(args.shared_trees, args.world_size, args.steps_of)
+        return
 
     t0 = time.perf_counter()
     f = synthetic_forest(args.scale)
@@ -156,6 +250,7 @@ def main() -> None:
                 f"{s.split_trees:>5,} split  ERR {s.err:.4f} (POR {s.por:.4f})  {dt:6.2f} s  "
                 f"{1e6 * dt / n:6.1f} us/node"
             )
+    bench_shared(args.shared_trees, args.world_size, args.steps_of)
 
 
 if __name__ == "__main__":

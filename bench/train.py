@@ -10,6 +10,13 @@ attention per (query, key) pair each layout computes, and the LM head on the tra
 (``estimated_speedup``; ``estimate_head_all`` counts the head on every fed token, as a trainer that
 computes full logits pays it). The first step of each run is a warm-up and is not timed.
 
+The tree layout's tokens are counted as the trainer feeds them: the trees of each micro-batch
+merged into one forest (:func:`treeprep.pack.share.merge_forest`, the trainer's
+``share_prefixes``, on by default), so an opening shared by several trees is counted once
+(``tokens_tree_fed``, ``pairs_tree``). The bench stops if the tree run's own count of fed tokens
+differs. ``estimated_speedup_per_tree`` and ``ratio_per_tree`` count every tree on its own, as
+before the merge.
+
 A fair baseline. The linear layout is what a good linearizing trainer runs: padding-free packed
 sequences, each with plain causal attention (``baseline: "causal"``): every sequence is a one-node
 tree, and the ``nodes`` backend runs each one as a single ``is_causal`` SDPA call (flash-attn varlen
@@ -22,7 +29,14 @@ Workloads:
 * ``sample``: the project's ``sample_data/`` built with the built-in tokenizer (POR about 0.66);
 * ``agent``: generated agent sessions (token rollouts: each call's prompt extends the previous
   call's prompt, completion and tool result; one call in five is retried, a branch), POR about
-  0.75.
+  0.75;
+* ``shared``: generated tasks with shared openings (:func:`shared_openings`): every task opens
+  with the same system prompt and tool schemas, then one of two domain policies and its request,
+  and is sampled as a few short agent rollouts (one tree per task). On the cpu scale the opening
+  is about 760 tokens and a tree about 1,030, so three or four trees fill a 4096-token
+  micro-batch and are merged; on the gpu scale the opening is about 3,000 tokens.
+
+``--workload all`` (the default) runs the three, ``both`` the first two.
 
 Configurations:
 
@@ -34,7 +48,8 @@ Configurations:
   vocabulary), bf16 autocast, budgets 16k and 32k, attention ``auto`` (FlexAttention), a longer
   agent workload.
 
-    python bench/train.py                       # cpu, both workloads, 4 steps x 2 rounds
+    python bench/train.py                       # cpu, all workloads, 4 steps x 2 rounds
+    python bench/train.py --workload shared     # shared openings only
     python bench/train.py --workload agent --steps 6
     python bench/train.py --config gpu          # needs CUDA
 """
@@ -91,6 +106,62 @@ def agent_rollouts(
                 prompt = prompt + gen + [257] + ids((2 * turn[0] // 3, 2 * turn[1] // 3)) + [258]
 
 
+def shared_openings(
+    path: Path,
+    *,
+    tasks: int,
+    system: int,
+    policy: int,
+    task: tuple[int, int],
+    rollouts: tuple[int, int],
+    calls: tuple[int, int],
+    turn: tuple[int, int],
+    seed: int = 0,
+) -> None:
+    """Token rollouts of many tasks that open alike: one system prompt with the tool schemas
+    (``system`` tokens) shared by every task, then one of two domain policies (``policy`` tokens
+    each), then the task's own request; each task (one tree) is sampled ``rollouts`` times, and
+    each rollout is a short agent session (each call's prompt extends the previous call's prompt,
+    completion and tool result; one call in five is retried, a branch)."""
+    rng = np.random.default_rng(seed)
+
+    def ids(n: int) -> list[int]:
+        return rng.integers(32, 127, n).tolist()
+
+    def span(lo_hi: tuple[int, int]) -> list[int]:
+        return ids(int(rng.integers(*lo_hi)))
+
+    head = [257] + ids(system) + [258]
+    policies = [ids(policy) + [258] for _ in range(2)]
+    with open(path, "w", encoding="utf-8") as f:
+        for k in range(tasks):
+            opening = head + policies[k % 2] + [257] + span(task) + [258]
+            for r in range(int(rng.integers(*rollouts))):
+                prompt = opening
+                for c in range(int(rng.integers(*calls))):
+                    tries = 2 if rng.random() < 0.2 else 1
+                    for t in range(tries):
+                        gen = span((turn[0] // 3, turn[1] // 3)) + [258]
+                        rec = {
+                            "group_id": f"task-{k}",
+                            "call_id": f"task-{k}/{r}/{c}/{t}",
+                            "prompt_token_ids": prompt,
+                            "generation_token_ids": gen,
+                        }
+                        f.write(json.dumps(rec) + "\n")
+                    tool = span((2 * turn[0] // 3, 2 * turn[1] // 3))
+                    prompt = prompt + gen + [257] + tool + [258]
+
+
+#: the ``shared`` workload per scale: at the cpu budget (4096) three trees fit a micro-batch
+SHARED = {
+    "cpu": {"tasks": 48, "system": 600, "policy": 100, "task": (30, 80), "rollouts": (2, 4),
+            "calls": (2, 3), "turn": (45, 105)},
+    "gpu": {"tasks": 192, "system": 2500, "policy": 500, "task": (100, 300), "rollouts": (4, 8),
+            "calls": (3, 6), "turn": (200, 500)},
+}  # fmt: skip
+
+
 def ensure_build(name: str, work: Path, scale: str) -> Path:
     from treeprep.build import BuildConfig, build
 
@@ -99,6 +170,10 @@ def ensure_build(name: str, work: Path, scale: str) -> Path:
         return out
     if name == "sample":
         inputs = [str(ROOT / "sample_data")]
+    elif name == "shared":
+        src = work / f"shared-{scale}.jsonl"
+        shared_openings(src, **SHARED[scale])
+        inputs = [str(src)]
     else:
         src = work / f"agent-{scale}.jsonl"
         if scale == "cpu":
@@ -115,10 +190,35 @@ def ensure_build(name: str, work: Path, scale: str) -> Path:
 # --------------------------------------------------------------------------------------------
 
 
+def _pairs(depth: np.ndarray, ln: np.ndarray) -> int:
+    """Attention (query, key) pairs of nodes: each token attends its ancestors and itself."""
+    return int((ln * depth + ln * (ln + 1) // 2).sum())
+
+
+def _micro_batch(rows: list[dict], merge: bool) -> tuple[int, int, int, int]:
+    """(tokens, pairs) the micro-batch of these part rows feeds tree by tree, then merged into
+    one forest as the trainer assembles it (:func:`treeprep.pack.share.merge_forest`)."""
+    from treeprep.pack.share import merge_forest
+
+    arr = [{k: np.asarray(r[k], dtype=np.int64) for k in _TREE_KEYS} for r in rows]
+    tt = sum(len(r["input_ids"]) for r in arr)
+    tp = sum(_pairs(r["node_depth"], r["node_length"]) for r in arr)
+    if not merge or len(rows) < 2:
+        return tt, tp, tt, tp
+    f = merge_forest(*([r[k] for r in arr] for k in _TREE_KEYS[:4]))
+    return tt, tp, len(f.input_ids), int((f.position_ids + 1).sum())
+
+
+_TREE_KEYS = ("input_ids", "node_parent", "node_offset", "node_length", "node_depth")
+
+
 def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
-    """FLOPs each layout feeds over the timed steps (2 .. ``steps``) of the in-memory plan."""
+    """FLOPs each layout feeds over the timed steps (2 .. ``steps``) of the in-memory plan: the
+    tree layout per tree, and with the trees of each micro-batch merged (what the trainer feeds
+    with ``share_prefixes``, its default); the linear layout every sequence copy on its own."""
     from treeprep.trainer.data.plans import make_plan
     from treeprep.trainer.data.reader import BuildReader
+    from treeprep.trainer.data.rows import part_row
 
     reader = BuildReader(str(data))
     plans: dict[int, object] = {}
@@ -133,15 +233,18 @@ def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
     # global step i of the run is step i % per of epoch i // per; step 0 is the untimed warm-up
     run = [plan_of(i // per).steps[i % per] for i in range(1 if n > 1 else 0, n)]
     plan = plan_of(0)
-    tt = tp = lt = lp = 0
+    tt = tp = mt = mp = lt = lp = 0
+    trees = merged_mbs = 0
     for st in run:
+        for mb in (mb for rank in st.slots for mb in rank):
+            rows = [part_row(reader.tree(p.shard, p.row), p) for p in mb]
+            merge = not any(p.handoff_cuts for p in mb)  # a hand-off row runs alone, unmerged
+            counts = _micro_batch(rows, merge)
+            tt, tp, mt, mp = tt + counts[0], tp + counts[1], mt + counts[2], mp + counts[3]
+            trees += len(mb)
+            merged_mbs += int(merge and len(mb) > 1)
         for p in st.parts:
             tree = reader.tree(p.shard, p.row)
-            nodes = list(p.prefix_nodes) + list(p.nodes)
-            depth = np.asarray(tree["node_depth"])[nodes]
-            ln = np.asarray(tree["node_length"])[nodes]
-            tt += int(ln.sum())
-            tp += int((ln * depth + ln * (ln + 1) // 2).sum())
             sn = np.asarray(tree["seq_node"], dtype=np.int64)
             seq_len = np.asarray(tree["node_depth"])[sn] + np.asarray(tree["node_length"])[sn]
             cnt = np.asarray(tree["seq_count"], dtype=np.int64)
@@ -149,15 +252,18 @@ def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
             L, c = seq_len[sel], cnt[sel]
             lt += int((L * c).sum())
             lp += int((L * (L + 1) // 2 * c).sum())
-    f_tree, f_lin = shape.flops(tt, tp), shape.flops(lt, lp)
     return {
         "steps": len(run),
         "plan_steps": len(plan.steps),
-        "tokens_tree_fed": tt,
+        "parts": trees,
+        "micro_batches_merged": merged_mbs,
+        "tokens_tree_per_tree": tt,
+        "tokens_tree_fed": mt,
         "tokens_linear": lt,
-        "pairs_tree": tp,
+        "pairs_tree_per_tree": tp,
+        "pairs_tree": mp,
         "pairs_linear": lp,
-        "estimate": f_lin / f_tree,
+        "estimate": shape.flops(lt, lp) / shape.flops(mt, mp),
     }
 
 
@@ -228,7 +334,14 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
     t, lin = runs["tree"], runs["linear"]
     assert t["tokens_linear"] == lin["tokens_linear"], "layouts trained different sequences"
     measured = secs["linear"] / secs["tree"]
-    f_t = shape.flops(est["tokens_tree_fed"], est["pairs_tree"], head_tokens=t["targets_timed"])
+    if t["tokens_fed"] != est["tokens_tree_fed"]:  # the trainer did not feed the merged forests
+        raise SystemExit(
+            f"bench/train: the tree run fed {t['tokens_fed']:,} tokens, the merged estimate "
+            f"counts {est['tokens_tree_fed']:,} (per tree {est['tokens_tree_per_tree']:,})"
+        )
+    head = {"head_tokens": t["targets_timed"]}
+    f_t = shape.flops(est["tokens_tree_fed"], est["pairs_tree"], **head)
+    f_p = shape.flops(est["tokens_tree_per_tree"], est["pairs_tree_per_tree"], **head)
     f_l = shape.flops(est["tokens_linear"], est["pairs_linear"], head_tokens=lin["targets_timed"])
     estimated = f_l / f_t
     loss_gap = max(abs(a - b) / abs(b) for a, b in zip(t["losses"], lin["losses"], strict=True))
@@ -246,6 +359,9 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
         "measured_speedup": measured,
         "estimated_speedup": estimated,
         "ratio": measured / estimated,
+        "estimated_speedup_per_tree": f_l / f_p,
+        "ratio_per_tree": measured * f_p / f_l,
+        "tokens_shared": est["tokens_tree_per_tree"] - est["tokens_tree_fed"],
         "estimate_head_all": est["estimate"],
         "ratio_head_all": measured / est["estimate"],
         "estimate_detail": est,
@@ -254,6 +370,9 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
         "max_rel_loss_gap": loss_gap,
     }
 
+
+#: ``--workload both`` runs the first two, ``all`` (the default) all three
+WORKLOADS = ("sample", "agent", "shared")
 
 CONFIGS = {
     "cpu": [
@@ -286,7 +405,7 @@ CONFIGS = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
-    ap.add_argument("--workload", choices=["sample", "agent", "both"], default="both")
+    ap.add_argument("--workload", choices=[*WORKLOADS, "both", "all"], default="all")
     ap.add_argument(
         "--steps", type=int, default=None, help="optimizer steps (default: cpu 4, gpu 1 epoch)"
     )
@@ -308,7 +427,7 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    loads = ["sample", "agent"] if a.workload == "both" else [a.workload]
+    loads = {"both": ["sample", "agent"], "all": list(WORKLOADS)}.get(a.workload, [a.workload])
     results = []
     specs = [
         s
@@ -342,7 +461,9 @@ def _line(r: dict) -> str:
         f"POR {r['por']:.3f} | tree {t['linear_tokens_per_s']:,.0f} linear-eq tok/s "
         f"({t['fed_tokens_per_s']:,.0f} fed), causal baseline {lin['linear_tokens_per_s']:,.0f} "
         f"tok/s | measured {r['measured_speedup']:.2f}x, estimated {r['estimated_speedup']:.2f}x "
-        f"(LM head on targets), ratio {r['ratio']:.2f}; head on every token: estimate "
+        f"(LM head on targets), ratio {r['ratio']:.2f}; trees unmerged: estimate "
+        f"{r['estimated_speedup_per_tree']:.2f}x, ratio {r['ratio_per_tree']:.2f}; head on every "
+        f"token: estimate "
         f"{r['estimate_head_all']:.2f}x, ratio {r['ratio_head_all']:.2f} | {r['rounds']} rounds x "
         f"{t['timed_steps']} timed steps, losses agree to {r['max_rel_loss_gap']:.1e}"
     )
