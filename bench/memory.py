@@ -173,6 +173,7 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         path=r["longest_path"],
         tree_tokens=r["tokens_tree"],
         head_rows=r["head_rows"],
+        kept=(r["kept_tokens"], r["kept_head_rows"]) if mode == "keep" else None,
     )
     return (
         peak(t, checkpointing=s.activation_checkpointing),
@@ -216,6 +217,7 @@ def measure(spec: dict, row: dict) -> dict:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         parts = prefix = 0
+        kept = (0, 0)
         head_rows = int(batch.targets().token.numel())
         if spec["budget"] is None:
             out = tree_loss(model, batch, loss="sft")
@@ -234,6 +236,7 @@ def measure(spec: dict, row: dict) -> dict:
             parts, prefix = res.parts, res.prefix_rows
             layout = part_layout(batch, spec["budget"])
             head_rows = max(int(p.target_select.sum()) for p in layout.parts)
+            kept = layout.kept_stack(LossConfig("sft").chunk)
         if dev == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
@@ -248,6 +251,8 @@ def measure(spec: dict, row: dict) -> dict:
         "prefix_rows": prefix,
         "peak_bytes": int(peak_b),
         "handoff_state_bytes": held[0] if spec["budget"] is not None else 0,
+        "kept_tokens": kept[0],
+        "kept_head_rows": kept[1],
         "seconds": round(dt, 3),
     }
 
