@@ -82,6 +82,6 @@ def test_keep_peak_within_15_percent_of_the_model(dtype: str, checkpointing: boo
     ratio = peak(t, checkpointing=checkpointing) / mem.peak
     assert 0.85 <= ratio <= 1.15, (ratio, t, mem.peak)
     print(f"{dtype} checkpointing={checkpointing}: model / measured {ratio:.3f}")
-    if not checkpointing:  # the kept graphs are most of the peak: the head's log-softmax too
+    if not checkpointing:  # the kept graphs are most of the peak, the heads' log-softmax a tenth
         assert t["kept_graphs"] > mem.peak / 2
-        assert kept[1] * VOCAB * 4 > mem.peak / 4
+        assert kept[1] * VOCAB * 4 > mem.peak / 10
