@@ -44,8 +44,8 @@ Terms, per rank:
 * ``lm_head_chunk``: the loss runs the head on at most ``chunk`` rows at once, the predecessors of
   trained targets only (:mod:`treeprep.trainer.loss`): per row and vocabulary entry the float32
   logits, the log-softmax, and the entropy's ``exp`` and product, all live at once in the chunk's
-  forward: ``4 x 4`` bytes (+ ``b`` for the bf16 logits before their float32 copy). Its backward
-  holds less (the log-softmax, its gradient, the logits' gradient).
+  forward: ``4 x 4`` bytes (bf16 logits die at their float32 copy: nothing saves them). Its
+  backward holds less (the log-softmax, its gradient, the logits' gradient).
 
 The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
 fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
@@ -278,7 +278,7 @@ def terms(
         handoff += linear_handoff_bytes(m, path, budget)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
-    head_per = 4 * max(4, s.compute_bytes) + (s.compute_bytes if s.compute_bytes < 4 else 0)
+    head_per = 4 * max(4, s.compute_bytes)
     return {
         "parameters": p * w // s.shard,
         "gradients": p * w // s.shard if s.accumulated_gradients else 0,
@@ -378,7 +378,8 @@ def dry_run(
 ) -> dict:
     """The prediction for a run: terms and peak at ``budget`` (default: the suggested budget and
     checkpointing), the largest budget that fits ``gpu_memory`` (default the GPU's) with the
-    fastest step (checkpointing considered unless ``checkpointing_given``), and step times."""
+    fastest step (checkpointing considered unless ``checkpointing_given``; under
+    ``part_graph="keep"``, recompute where no keep setting fits), and step times."""
     from dataclasses import replace
 
     mem = gpu.memory if gpu_memory is None else gpu_memory
@@ -390,15 +391,20 @@ def dry_run(
         return peak(t, checkpointing=setup.activation_checkpointing), sec, t
 
     ckpts = [s.activation_checkpointing] if checkpointing_given else [False, True]
-    best: tuple[float, int, bool] | None = None
-    for ck in ckpts:
-        for bud in budgets(b.largest_tree_tokens):
-            pk, sec, _ = evaluate(replace(s, activation_checkpointing=ck), bud)
-            if pk <= mem and (best is None or (sec, -bud) < (best[0], -best[1])):
-                best = (sec, bud, ck)
+    # keep mode is faster where its kept graphs fit; recompute is suggested where they do not
+    graphs = [s.part_graph] + ([PartGraph.recompute] if s.part_graph == "keep" else [])
+    best: tuple[float, int, bool, PartGraph] | None = None
+    for pg in graphs:
+        for ck in ckpts:
+            for bud in budgets(b.largest_tree_tokens):
+                pk, sec, _ = evaluate(replace(s, activation_checkpointing=ck, part_graph=pg), bud)
+                if pk <= mem and (best is None or (sec, -bud) < (best[0], -best[1])):
+                    best = (sec, bud, ck, pg)
+        if best is not None:
+            break
     chosen = s
     if budget is None and best is not None:
-        chosen = replace(s, activation_checkpointing=best[2])
+        chosen = replace(s, activation_checkpointing=best[2], part_graph=best[3])
     run_budget = budget if budget is not None else (best[1] if best else 1024)
     pk, sec, t = evaluate(chosen, run_budget)
     rate_setup = chosen
@@ -428,6 +434,8 @@ def dry_run(
         "activation_checkpointing": chosen.activation_checkpointing,
         "suggested_budget": best[1] if best else None,
         "suggested_activation_checkpointing": best[2] if best else None,
+        "part_graph": str(chosen.part_graph),
+        "suggested_part_graph": str(best[3]) if best else None,
         "predicted_step_seconds": sec,
         "predicted_epoch_seconds": epoch,
         "terms": t,
