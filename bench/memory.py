@@ -10,7 +10,9 @@ per layer, same dtype and checkpointing), and hand-off parts at each budget in `
 ``keep`` modes. ``--dtype float32|bfloat16`` loads the weights in that dtype (CPU too).
 
 Every result carries ``peak_bytes``, ``predicted_peak_bytes`` (:mod:`treeprep.memory`, no
-optimizer: one forward and backward), ``handoff_bytes_per_path_token`` and
+optimizer: one forward and backward; for ``keep``, over the tokens and head rows of the largest
+stack of kept ancestors, ``kept_tokens`` and ``kept_head_rows``, read from the part plan),
+``handoff_bytes_per_path_token`` and
 ``kv_bytes_per_path_token`` (layers x 2 x kv_heads x head_dim x dtype bytes). Two figures per path
 token, both on the tree's longest path with every token trained (:func:`child`):
 
