@@ -174,7 +174,8 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         budget=budget,
         path=r["longest_path"],
         tree_tokens=r["tokens_tree"],
-        head_rows=r["head_rows"],
+        # keep: the peak comes with the deepest stack, while its last part runs its head
+        head_rows=r["kept_running_rows"] if mode == "keep" else r["head_rows"],
         kept=(r["kept_tokens"], r["kept_head_rows"]) if mode == "keep" else None,
     )
     return (
@@ -219,7 +220,7 @@ def measure(spec: dict, row: dict) -> dict:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         parts = prefix = 0
-        kept = (0, 0)
+        kept = (0, 0, 0)
         head_rows = int(batch.targets().token.numel())
         if spec["budget"] is None:
             out = tree_loss(model, batch, loss="sft")
@@ -255,6 +256,7 @@ def measure(spec: dict, row: dict) -> dict:
         "handoff_state_bytes": held[0] if spec["budget"] is not None else 0,
         "kept_tokens": kept[0],
         "kept_head_rows": kept[1],
+        "kept_running_rows": kept[2],
         "seconds": round(dt, 3),
     }
 
