@@ -120,8 +120,11 @@ def _print(d: dict[str, Any]) -> None:
     t.add_row("predicted_peak", _gib(d["predicted_peak_bytes"]))
     t.add_row("budget", f"{d['budget']:,} ({d['budget_source']})")
     t.add_row("activation_checkpointing", str(d["activation_checkpointing"]))
+    t.add_row("part_graph", d["part_graph"])
     sb = d["suggested_budget"]
     ck = " --activation-checkpointing" if d["suggested_activation_checkpointing"] else ""
+    if sb is not None and d["suggested_part_graph"] != d["part_graph"]:
+        ck += f" --part-graph {d['suggested_part_graph']}"
     t.add_row("suggested", "nothing fits" if sb is None else f"--budget {sb:,}{ck}")
     t.add_row("longest_path", f"{d['build']['longest_path']:,} tokens")
     t.add_row("handoff per path token", f"{d['handoff_bytes_per_path_token']:,} B")

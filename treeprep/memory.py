@@ -44,16 +44,23 @@ Terms, per rank:
 * ``lm_head_chunk``: the loss runs the head on at most ``chunk`` rows at once, the predecessors of
   trained targets only (:mod:`treeprep.trainer.loss`): per row and vocabulary entry the float32
   logits, the log-softmax, and the entropy's ``exp`` and product, all live at once in the chunk's
-  forward: ``4 x 4`` bytes (+ ``b`` for the bf16 logits before their float32 copy). Its backward
-  holds less (the log-softmax, its gradient, the logits' gradient).
+  forward: ``4 x 4`` bytes (bf16 logits die at their float32 copy: nothing saves them). Its
+  backward holds less (the log-softmax, its gradient, the logits' gradient).
 
 The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
 fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
 cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
 (``layer_backward``); without checkpointing the matmuls keep the bf16 weight copies through the
 last two phases too, with checkpointing they are freed when the forward's autocast region closes.
-With ``part_graph="keep"`` the graphs of every part on the path's stack
-(``ceil(path / budget)`` parts) are live at once.
+With ``part_graph="keep"`` the graphs of the running part's ancestors are live too
+(``kept_graphs``, :func:`kept_graph_bytes`): per ancestor token what its layers saved (as
+``activations`` counts it), and per ancestor head row the float32 log-softmax the head's backward
+reads (``V x 4`` bytes; a part's head is checkpointed per chunk only beyond ``chunk`` rows, so up
+to the chunk it is saved whole). Their hand-off stores hold every row of each ancestor (keep does
+not compact), mostly the saved keys and values themselves; the accumulators come on top. The
+ancestors are those of the deepest part: in an agent session, whose parts form one chain with
+short side branches, nearly the whole tree, not ``path / budget`` parts (parts hold whole nodes,
+so they fill the budget only partly, and carry the side branches).
 
 Not counted: the CUDA context and allocator fragmentation (leave a few GiB), buffers of a
 collective, and the caller's batch tensors (a few bytes per token).
@@ -188,13 +195,45 @@ def handoff_bytes(m: ModelShape, s: MemorySetup, path: int, budget: int) -> int:
     if m.window_layers:
         per_row = handoff_bytes_per_path_token(m, s) // max(m.full_layers, 1)
         total += m.window_layers * min(path, m.window) * per_row
-    if m.linear_layers:
-        kd = m.linear_key_heads * m.linear_key_dim
-        vd = m.linear_value_heads * m.linear_value_dim
-        state = (2 * kd + vd) * (m.linear_conv_kernel - 1)
-        state += m.linear_value_heads * m.linear_key_dim * m.linear_value_dim
-        total += m.linear_layers * math.ceil(path / budget) * state * 4 * 2
-    return total
+    return total + linear_handoff_bytes(m, path, budget)
+
+
+def linear_handoff_bytes(m: ModelShape, path: int, budget: int) -> int:
+    """Linear-attention layers' handed-over conv and recurrent states (float32, with an
+    accumulator each) at every part boundary of a ``path``-token path cut at ``budget``."""
+    if not m.linear_layers or path <= budget:
+        return 0
+    kd = m.linear_key_heads * m.linear_key_dim
+    vd = m.linear_value_heads * m.linear_value_dim
+    state = (2 * kd + vd) * (m.linear_conv_kernel - 1)
+    state += m.linear_value_heads * m.linear_key_dim * m.linear_value_dim
+    return m.linear_layers * math.ceil(path / budget) * state * 4 * 2
+
+
+def kept_graph_bytes(
+    m: ModelShape, s: MemorySetup, *, tokens: int, head_rows: int
+) -> tuple[int, int]:
+    """``keep`` mode: (graphs, hand-off) bytes of the running part's ancestors, ``tokens`` of
+    them, whose graphs save the log-softmax of ``head_rows`` LM-head rows (module docstring).
+
+    Graphs: what each ancestor saved for its backward, as :func:`layer_activation_bytes` counts
+    it (the layer inputs under checkpointing, plus the post-rotary keys and the values its
+    exchange holds for the backward), and the float32 log-softmax ``V`` wide of each head row.
+    Hand-off: a gradient accumulator per stored key and value of every row (keep stores all of a
+    part's rows), plus the stores themselves where they are not the saved tensors already: all of
+    them under checkpointing, the bf16 copies of float32 keys under autocast."""
+    kv = m.kv_heads * m.head_dim
+    attn_layers = m.full_layers + m.window_layers
+    acc = 4 if s.handoff_accumulate == "float32" else s.compute_bytes
+    c, k = s.compute_bytes, s.key_bytes
+    if s.activation_checkpointing:
+        graphs = m.layers * m.hidden * s.stream_bytes + attn_layers * kv * (k + c)
+    else:
+        graphs = m.layers * layer_activation_bytes(m, s)
+    graphs += 3 * m.hidden * s.stream_bytes
+    stores = 0 if k == c else attn_layers * kv * c  # values shared, float32 keys copied to bf16
+    handoff = tokens * (attn_layers * kv * 2 * acc + stores)
+    return tokens * graphs + head_rows * m.vocab * 4, handoff
 
 
 def terms(
@@ -206,11 +245,16 @@ def terms(
     tree_tokens: int | None = None,
     trained: float = 1.0,
     head_rows: int | None = None,
+    kept: tuple[int, int] | None = None,
 ) -> dict[str, int]:
     """The memory terms (bytes per rank) of a step with parts of ``budget`` tokens on a tree of
     ``tree_tokens`` tokens (default: more than the budget) whose longest root-to-leaf path has
     ``path`` tokens; ``trained`` is the fraction of tokens the LM head runs on (the predecessors
-    of trained targets; 1.0 is the bound), or ``head_rows`` the most rows any part feeds it."""
+    of trained targets; 1.0 is the bound), or ``head_rows`` the most rows any part feeds it.
+    ``kept`` (``part_graph="keep"``): the tokens and saved head rows of the running part's
+    ancestors at their largest (:meth:`~treeprep.trainer.parts.plan.PartLayout.kept_stack`);
+    default, every other token of the tree (an agent session is one chain of parts) with
+    ``trained`` of them as head rows, none where a part's rows exceed the head's chunk."""
     w, a = s.weight_bytes, s.stream_bytes
     tokens = budget if tree_tokens is None else min(budget, tree_tokens)
     p = m.params_total
@@ -223,11 +267,18 @@ def terms(
         saved = tokens * (m.layers * m.hidden * a + outside)
     else:
         saved = tokens * (m.layers * per_layer + outside)
+    handoff = handoff_bytes(m, s, path, budget)
+    graphs = 0
     if s.part_graph == "keep" and path > budget:
-        saved *= math.ceil(path / budget)
+        if kept is None:
+            kept_tokens = max(0, (path if tree_tokens is None else tree_tokens) - tokens)
+            unchunked = min(tokens, math.ceil(tokens * trained)) <= s.chunk
+            kept = (kept_tokens, math.ceil(kept_tokens * trained) if unchunked else 0)
+        graphs, handoff = kept_graph_bytes(m, s, tokens=kept[0], head_rows=kept[1])
+        handoff += linear_handoff_bytes(m, path, budget)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
-    head_per = 4 * max(4, s.compute_bytes) + (s.compute_bytes if s.compute_bytes < 4 else 0)
+    head_per = 4 * max(4, s.compute_bytes)
     return {
         "parameters": p * w // s.shard,
         "gradients": p * w // s.shard if s.accumulated_gradients else 0,
@@ -236,8 +287,9 @@ def terms(
         "autocast_weights": (2 * (layer_params if s.activation_checkpointing else casted))
         if s.mixed
         else 0,
-        "handoff": handoff_bytes(m, s, path, budget),
+        "handoff": handoff,
         "activations": saved,
+        "kept_graphs": graphs,
         "layer_backward": (6 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
         "lm_head_chunk": rows * m.vocab * head_per,
     }
@@ -246,7 +298,7 @@ def terms(
 def peak(t: dict[str, int], *, checkpointing: bool = False) -> int:
     """The predicted peak from :func:`terms`: the largest of three phases (module docstring)."""
     static = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
-    static += t["handoff"] + t["activations"]
+    static += t["handoff"] + t["activations"] + t["kept_graphs"]
     cast = t["autocast_weights"]
     kept = 0 if checkpointing else cast  # saved by the matmuls until each layer's backward
     forward_end = cast
@@ -326,7 +378,8 @@ def dry_run(
 ) -> dict:
     """The prediction for a run: terms and peak at ``budget`` (default: the suggested budget and
     checkpointing), the largest budget that fits ``gpu_memory`` (default the GPU's) with the
-    fastest step (checkpointing considered unless ``checkpointing_given``), and step times."""
+    fastest step (checkpointing considered unless ``checkpointing_given``; under
+    ``part_graph="keep"``, recompute where no keep setting fits), and step times."""
     from dataclasses import replace
 
     mem = gpu.memory if gpu_memory is None else gpu_memory
@@ -338,15 +391,20 @@ def dry_run(
         return peak(t, checkpointing=setup.activation_checkpointing), sec, t
 
     ckpts = [s.activation_checkpointing] if checkpointing_given else [False, True]
-    best: tuple[float, int, bool] | None = None
-    for ck in ckpts:
-        for bud in budgets(b.largest_tree_tokens):
-            pk, sec, _ = evaluate(replace(s, activation_checkpointing=ck), bud)
-            if pk <= mem and (best is None or (sec, -bud) < (best[0], -best[1])):
-                best = (sec, bud, ck)
+    # keep mode is faster where its kept graphs fit; recompute is suggested where they do not
+    graphs = [s.part_graph] + ([PartGraph.recompute] if s.part_graph == "keep" else [])
+    best: tuple[float, int, bool, PartGraph] | None = None
+    for pg in graphs:
+        for ck in ckpts:
+            for bud in budgets(b.largest_tree_tokens):
+                pk, sec, _ = evaluate(replace(s, activation_checkpointing=ck, part_graph=pg), bud)
+                if pk <= mem and (best is None or (sec, -bud) < (best[0], -best[1])):
+                    best = (sec, bud, ck, pg)
+        if best is not None:
+            break
     chosen = s
     if budget is None and best is not None:
-        chosen = replace(s, activation_checkpointing=best[2])
+        chosen = replace(s, activation_checkpointing=best[2], part_graph=best[3])
     run_budget = budget if budget is not None else (best[1] if best else 1024)
     pk, sec, t = evaluate(chosen, run_budget)
     rate_setup = chosen
@@ -376,6 +434,8 @@ def dry_run(
         "activation_checkpointing": chosen.activation_checkpointing,
         "suggested_budget": best[1] if best else None,
         "suggested_activation_checkpointing": best[2] if best else None,
+        "part_graph": str(chosen.part_graph),
+        "suggested_part_graph": str(best[3]) if best else None,
         "predicted_step_seconds": sec,
         "predicted_epoch_seconds": epoch,
         "terms": t,

@@ -68,6 +68,34 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
     assert peak(t, checkpointing=True) == base + want
 
 
+def test_keep_counts_the_ancestors_graphs_by_hand() -> None:
+    """keep: the running part's ancestors' saved activations and head log-softmax; their stores
+    are the saved keys and values (float32), the accumulators come on top."""
+    s = MemorySetup(precision="float32", parallel="ddp", part_graph="keep")
+    t = terms(TINY, s, budget=100, path=300, kept=(300, 200))
+    assert t["activations"] == 100 * (2 * 168 + 3 * 8) * 4  # the running part, as in recompute
+    assert t["kept_graphs"] == 300 * (2 * 168 + 3 * 8) * 4 + 200 * 10 * 4
+    assert t["handoff"] == 300 * 2 * 4 * 2 * 4  # accumulators only
+    static = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
+    assert peak(t) == static + t["handoff"] + t["activations"] + t["kept_graphs"] + max(
+        t["lm_head_chunk"], t["layer_backward"]
+    )
+    # without the stack: every other token of the tree, each a head row (trained 1.0)
+    d = terms(TINY, s, budget=100, path=300, tree_tokens=500)
+    assert d["kept_graphs"] == 400 * (2 * 168 + 3 * 8) * 4 + 400 * 10 * 4
+    # checkpointing: the layer inputs, the keys and values the exchange holds, the head rows
+    ck = terms(TINY, MemorySetup(precision="float32", parallel="ddp", part_graph="keep",
+                                 activation_checkpointing=True), budget=100, path=300,
+               kept=(300, 200))  # fmt: skip
+    assert ck["kept_graphs"] == 300 * (2 * 8 + 2 * 4 * 2 + 3 * 8) * 4 + 200 * 10 * 4
+    # autocast: the stores' bf16 keys are copies of the float32 keys the graph saved
+    mixed = MemorySetup(precision="bfloat16", parallel="ddp", part_graph="keep")
+    assert terms(TINY, mixed, budget=100, path=300, kept=(300, 0))["handoff"] == 300 * (
+        2 * 4 * 2 * 2 + 2 * 4 * 2
+    )
+    assert terms(TINY, s, budget=400, path=300, kept=(300, 200))["kept_graphs"] == 0
+
+
 def test_bad_setup_is_refused() -> None:
     with pytest.raises(
         TreeprepError,
@@ -96,3 +124,18 @@ def test_dry_run_takes_the_largest_budget_that_fits() -> None:
     assert not none["fits"] and none["suggested_budget"] is None
     given = dry_run(TINY, s, b, GPUS["h100"], budget=2048)
     assert given["budget"] == 2048 and given["budget_source"] == "given"
+
+
+def test_dry_run_steers_keep_to_recompute_where_its_graphs_do_not_fit() -> None:
+    b = _facts(path=5000, tokens=9000)
+    keep = MemorySetup(precision="float32", parallel="ddp", part_graph="keep")
+    rec = MemorySetup(precision="float32", parallel="ddp")
+    fits_recompute = peak(terms(TINY, rec, budget=1024, path=5000, tree_tokens=9000))
+    assert peak(terms(TINY, keep, budget=1024, path=5000, tree_tokens=9000)) > fits_recompute
+    d = dry_run(TINY, keep, b, GPUS["h100"], gpu_memory=fits_recompute)
+    assert d["fits"] and d["part_graph"] == d["suggested_part_graph"] == "recompute"
+    given = dry_run(TINY, keep, b, GPUS["h100"], gpu_memory=fits_recompute, budget=1024)
+    assert not given["fits"] and given["part_graph"] == "keep"
+    assert given["suggested_part_graph"] == "recompute"
+    roomy = dry_run(TINY, keep, b, GPUS["h100"])
+    assert roomy["part_graph"] == roomy["suggested_part_graph"] == "keep"

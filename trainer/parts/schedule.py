@@ -169,6 +169,8 @@ class _Runner:
             with autocast():
                 self.store_dtype = torch.get_autocast_dtype(batch.input_ids.device.type)
         self.linear_coef: torch.Tensor | None = None  # gspo: d loss / d log p per target
+        #: per layer, whether its keys and values need a gradient (:meth:`learn_need`)
+        self.need: dict[int, tuple[bool, bool]] = {}
 
     def decode(self, spec: PartSpec, grad: bool) -> tuple[HandOff, torch.Tensor]:
         """The part's decoder pass: its hand-off exchange and final hidden states h_TE."""
@@ -183,7 +185,18 @@ class _Runner:
             self.before_pass("forward")
         with torch.set_grad_enabled(grad), self.ctx():
             h = run_decoder(self.model, self.batch.input_ids[a:b], self.batch.position_ids[a:b], tm)
+        if grad and not self.need:
+            self.learn_need(ho)
         return ho, h
+
+    def learn_need(self, ho: HandOff) -> None:
+        """Which layers' keys and values need a gradient, from the first forward with a graph
+        (the same for every part): a store of one that needs none keeps no accumulator."""
+        self.need = {li: (k.requires_grad, v.requires_grad) for li, (k, v) in ho.own.items()}
+        for sts in self.states.values():
+            for li, st in enumerate(sts):
+                if isinstance(st, KVStore):
+                    st.need = self.need.get(li, st.need)
 
     def ctx(self) -> Any:
         return self.autocast() if self.autocast is not None else contextlib.nullcontext()
@@ -226,7 +239,9 @@ class _Runner:
                     if idx is None:
                         idx = torch.as_tensor(rows, device=k.device)
                     k, v = k.index_select(2, idx), v.index_select(2, idx)
-                st.append(KVStore(k, v, rows, self.accumulate))
+                st.append(
+                    KVStore(k, v, rows, self.accumulate, need=self.need.get(li, (True, True)))
+                )
             else:
                 own = ho.linear_own.get(li, {})
                 states = {key: (c_.detach(), r.detach()) for key, (c_, r) in own.items()}

@@ -79,19 +79,24 @@ class KVStore:
     accumulate: str = "model"
     gk: torch.Tensor | None = None
     gv: torch.Tensor | None = None
+    #: whether the part's graph keys / values need a gradient (no trainable parameter upstream
+    #: of them, e.g. layer 0's keys from frozen weights under LoRA: False, and no accumulator)
+    need: tuple[bool, bool] = (True, True)
 
     def add_grad(self, s: int, e: int, gk: torch.Tensor | None, gv: torch.Tensor | None) -> None:
-        """Add a descendant's gradient of stored rows ``[s, e)`` to the accumulators."""
-        if self.gk is None or self.gv is None:
-            self.gk = torch.zeros_like(
-                self.k, dtype=accumulator_dtype(self.k.dtype, self.accumulate)
-            )
-            self.gv = torch.zeros_like(
-                self.v, dtype=accumulator_dtype(self.v.dtype, self.accumulate)
-            )
-        if gk is not None:
+        """Add a descendant's gradient of stored rows ``[s, e)`` to the accumulators (only of
+        the tensors that :attr:`need` it: the others' gradients go nowhere)."""
+        if self.need[0] and gk is not None:
+            if self.gk is None:
+                self.gk = torch.zeros_like(
+                    self.k, dtype=accumulator_dtype(self.k.dtype, self.accumulate)
+                )
             self.gk[:, :, s:e].add_(gk)
-        if gv is not None:
+        if self.need[1] and gv is not None:
+            if self.gv is None:
+                self.gv = torch.zeros_like(
+                    self.v, dtype=accumulator_dtype(self.v.dtype, self.accumulate)
+                )
             self.gv[:, :, s:e].add_(gv)
 
     def grad_into(self, s: int) -> GradInto:
@@ -100,14 +105,16 @@ class KVStore:
         return lambda gk, gv: self.add_grad(s, s + int(gk.shape[2]), gk, gv)
 
     def backward_pairs(self, ho: HandOff, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The part's own graph keys and values (its kept rows) with the accumulated gradients."""
-        if self.gk is None or self.gv is None:
-            return []
-        k, v = ho.own[layer]
-        if self.rows is not None:
-            idx = torch.as_tensor(self.rows, device=k.device)
-            k, v = k.index_select(2, idx), v.index_select(2, idx)
-        return [(k, self.gk.to(k.dtype)), (v, self.gv.to(v.dtype))]
+        """The part's own graph keys and values (its kept rows) with the accumulated gradients
+        (those that have an accumulator)."""
+        out = []
+        for t, g in zip(ho.own[layer], (self.gk, self.gv), strict=True):
+            if g is None:
+                continue
+            if self.rows is not None:
+                t = t.index_select(2, torch.as_tensor(self.rows, device=t.device))
+            out.append((t, g.to(t.dtype)))
+        return out
 
 
 class _ReadStore(torch.autograd.Function):

@@ -186,3 +186,36 @@ def test_a_part_stores_only_the_rows_its_descendants_read() -> None:
         schedule._Runner.drop = drop  # type: ignore[method-assign]
     assert kept and all(s <= n for s, n in kept)
     assert any(s < n for s, n in kept)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "keep"])
+def test_frozen_keys_get_no_accumulator(mode: str) -> None:
+    """LoRA on queries and values only: layer 0's keys come from frozen weights and need no
+    gradient, so their store keeps no accumulator (it allocated one, and summed into it, for
+    nothing); every other stored tensor does. Gradients still verify at 1e-5."""
+    from treeprep.trainer.models.lora import apply_lora
+
+    pm = apply_lora(load_model("tiny-qwen3", vocab_size=VOCAB, attn="nodes", seed=1), r=4,
+                    targets=["q_proj", "v_proj"])  # fmt: skip
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(0))
+    seen: list[tuple[bool, ...]] = []
+    drop = schedule._Runner.drop
+
+    def spy(self, c: int) -> None:  # noqa: ANN001
+        seen.append(tuple(t is not None for st in self.states[c] for t in (st.gk, st.gv)))
+        drop(self, c)
+
+    b = TreeBatch.from_trees([_chain_row(100)], norm="sum")
+    schedule._Runner.drop = spy  # type: ignore[method-assign]
+    try:
+        run_parts(pm, b, LossConfig("sft"), budget=16, mode=mode)
+    finally:
+        schedule._Runner.drop = drop  # type: ignore[method-assign]
+    assert seen and all(s == (False, True, True, True) for s in seen), seen
+    rows = rows_of(group_tree(21, n_seq=6, roots=2), group_tree(22, n_seq=5))
+    rep = verify_gradients(pm, rows, loss="sft", norm="sum", attn="nodes", budget=5,
+                           part_graph=mode)  # fmt: skip
+    assert rep.ok and rep.worst_rel < 1e-5, rep.to_dict()
