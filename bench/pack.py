@@ -13,12 +13,14 @@ It prints the forest's size and POR, then for several budgets the planning time,
 tokens, padding waste and predicted rank imbalance, and finally planning time against forest size
 (it should grow linearly with the number of nodes).
 
-The forests above carry no token ids, so the packer's count of openings shared in a micro-batch
-(:mod:`treeprep.pack.openings`) has nothing to merge. The last section times it: a forest of
-tasks that open alike (:func:`shared_forest`: one system prompt with tool schemas, one of four
-domain policies, the task's request, then sampled rollouts), planned with its opening tokens and
-without them (``open_ids`` None, as ``load_forest(openings=False)`` gives): the difference is the
-cost of the sharing count, and the ERR gained is what it counts.
+The forests above carry no token ids, so the packer's count of the tokens a micro-batch's trees
+share (:mod:`treeprep.pack.openings`: each micro-batch's whole trees merged from their ids) has
+nothing to merge. The last section times it: a forest of tasks that open alike
+(:func:`shared_forest`: one system prompt with tool schemas, one of four domain policies, the
+task's request, then sampled rollouts), planned with its trees' token ids and without them
+(``tree_ids`` and the openings None, as a forest loaded without tokens): the difference is the
+cost of the sharing count (the ids are held in memory here, so reading shards is not in it), and
+the ERR gained is what it counts.
 
     python bench/pack.py                 # >= 10 million unique tokens
     python bench/pack.py --scale 0.2     # quicker
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -120,7 +123,8 @@ def synthetic_forest(scale: float = 1.0, seed: int = 0, fine: int = 1) -> Forest
 def shared_forest(trees: int, seed: int = 0, system: int = 3000) -> Forest:
     """``trees`` tasks, each one tree: a root holding the opening (``system`` tokens shared by
     every task, one of four 500-token domain policies, a 100-300 token request), then 4-8
-    rollouts of 200-1500 tokens each (a fan); with every tree's opening token ids."""
+    rollouts of 200-1500 tokens each (a fan); with every tree's opening token ids and its whole
+    ids (``tree_ids``, held in memory)."""
     rng = np.random.default_rng(seed)
     head = rng.integers(32, 32000, system, dtype=np.int32)
     policies = [rng.integers(32, 32000, 500, dtype=np.int32) for _ in range(4)]
@@ -131,10 +135,12 @@ def shared_forest(trees: int, seed: int = 0, system: int = 3000) -> Forest:
     seq_len: list[int] = []
     node_off, seq_off = [0], [0]
     openings: list[np.ndarray] = []
+    ids: list[np.ndarray] = []
     for t in range(trees):
         task = rng.integers(32, 32000, int(rng.integers(100, 301)), dtype=np.int32)
         opening = np.concatenate([head, policies[t % 4], task])
         openings.append(opening)
+        pieces = [opening]
         parent.append(-1)
         length.append(len(opening))
         depth.append(0)
@@ -143,11 +149,19 @@ def shared_forest(trees: int, seed: int = 0, system: int = 3000) -> Forest:
             seq_node.append(len(parent) - node_off[-1])
             parent.append(0)
             length.append(c_len)
+            pieces.append(rng.integers(32, 32000, c_len, dtype=np.int32))
+            pieces.append(rng.integers(32, 32000, c_len, dtype=np.int32))
             depth.append(len(opening))
             seq_len.append(len(opening) + c_len)
         node_off.append(len(parent))
         seq_off.append(len(seq_node))
+        ids.append(np.concatenate(pieces))  # the tree's nodes in pre-order
     lens = np.array([len(o) for o in openings], dtype=np.int64)
+
+    def tree_ids(which: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        for t in np.asarray(which).tolist():
+            yield t, ids[t]
+
     return Forest(
         shard_names=["synthetic"],
         tree_shard=np.zeros(trees, dtype=np.int32),
@@ -163,13 +177,14 @@ def shared_forest(trees: int, seed: int = 0, system: int = 3000) -> Forest:
         seq_length=np.array(seq_len),
         open_off=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
         open_ids=np.concatenate(openings),
+        tree_ids=tree_ids,
     )
 
 
 def bench_shared(trees: int, world_size: int, steps_of: int, repeat: int = 3) -> None:
     """Planning CPU time with and without the sharing count (best of ``repeat``), per budget."""
     f = shared_forest(trees)
-    bare = dataclasses.replace(f, open_off=None, open_ids=None)
+    bare = dataclasses.replace(f, open_off=None, open_ids=None, tree_ids=None)
     tt, tl = int(f.tokens_tree().sum()), int(f.tokens_linear().sum())
     opening = len(f.open_ids) if f.open_ids is not None else 0
     print(
