@@ -204,8 +204,33 @@ class _Runner:
     def forward(self, spec: PartSpec, grad: bool, with_loss: bool) -> tuple[HandOff, Any]:
         """:meth:`decode`, then the part's share of the loss (None without targets)."""
         ho, h = self.decode(spec, grad)
+        return ho, self.part_loss(spec, h, grad) if with_loss else None
+
+    def forward_head_first(self, spec: PartSpec, scale: float) -> tuple[HandOff, Any, Any]:
+        """``keep`` mode's forward: :meth:`decode` with a graph, then the part's loss on a
+        detached copy of h_TE, back-propagated at once through the LM head (its parameters'
+        gradients land in ``.grad`` now; the head's logits and log-softmax are freed here, not
+        held until the part is left). Returns the exchange, the loss output (detached) and
+        (h_TE, its gradient): the pair the part's backward starts from instead of the loss."""
+        ho, h = self.decode(spec, grad=True)
+        if not spec.target_select.any():
+            return ho, None, None
+        leaf = h.detach().requires_grad_(True)
+        out = self.part_loss(spec, leaf, grad=True)
+        loss = out if isinstance(out, torch.Tensor) else out.loss
+        if loss.requires_grad:
+            torch.autograd.backward([loss], [torch.full_like(loss, scale)])
+        if isinstance(out, torch.Tensor):
+            out = out.detach()
+        else:
+            out = replace(out, loss=out.loss.detach(), token_logp=out.token_logp.detach())
+        pair = (h, leaf.grad) if leaf.grad is not None else None
+        return ho, out, pair
+
+    def part_loss(self, spec: PartSpec, h: torch.Tensor, grad: bool) -> Any:
+        """The part's share of the loss from its hidden states (None without targets)."""
         out: Any = None
-        if with_loss and spec.target_select.any():
+        if spec.target_select.any():
             t = self.targets.select(spec.target_select, spec.target_pred)
             with torch.set_grad_enabled(grad), self.ctx():
                 if self.linear_coef is not None:
@@ -219,7 +244,7 @@ class _Runner:
                         out = out - ent_c * (t.weight.to(lp.dtype) * ent).sum()
                 else:
                     out = loss_from_hidden(self.head, h, t, self.cfg)
-        return ho, out
+        return out
 
     def store(self, c: int, ho: HandOff) -> None:
         """Keep what part ``c``'s descendants read: the rows of its keys and values on their
@@ -255,13 +280,24 @@ class _Runner:
         self.kept.pop(c, None)
 
     def backward(
-        self, spec: PartSpec, ho: HandOff, loss: torch.Tensor | None, scale: float
+        self,
+        spec: PartSpec,
+        ho: HandOff,
+        loss: torch.Tensor | None,
+        scale: float,
+        hidden: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
+        """The part's backward from its loss (scaled by ``scale``), or from its hidden states
+        and their gradient (``hidden``: the head ran its backward already), and from its own
+        keys and values with what its descendants accumulated on them."""
         tensors: list[torch.Tensor] = []
         grads: list[torch.Tensor] = []
         if loss is not None and loss.requires_grad:
             tensors.append(loss)
             grads.append(torch.full_like(loss, scale))
+        if hidden is not None and hidden[0].requires_grad:
+            tensors.append(hidden[0])
+            grads.append(hidden[1])
         st = self.states.get(spec.index)
         if st is not None:
             for li, s in enumerate(st):
@@ -353,16 +389,17 @@ def run_parts(
         total = pre.pop("loss").to(dtype)
         metrics.update(pre)
     parts = layout.parts
-    kept: dict[int, tuple[HandOff, Any]] = {}
+    kept: dict[int, tuple[HandOff, Any, Any]] = {}
 
-    def finish(spec: PartSpec, ho: HandOff, out: Any) -> None:
+    def finish(spec: PartSpec, ho: HandOff, out: Any, head_done: bool = False,
+               hidden: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:  # fmt: skip
         nonlocal total
         loss = out if isinstance(out, torch.Tensor) or out is None else out.loss
         if out is not None and not isinstance(out, torch.Tensor):
             total = total + out.loss.detach().to(dtype)
             for k, v in out.metrics.items():
                 metrics[k] = metrics.get(k, 0.0) + v
-        run.backward(spec, ho, loss, loss_scale)
+        run.backward(spec, ho, None if head_done else loss, loss_scale, hidden)
 
     def enter(c: int) -> bool:
         spec = parts[c]
@@ -372,8 +409,8 @@ def run_parts(
                 finish(spec, ho, out)
             return False
         if mode == "keep":
-            ho, out = run.forward(spec, grad=True, with_loss=True)
-            kept[c] = (ho, out)
+            ho, out, hidden = run.forward_head_first(spec, loss_scale)
+            kept[c] = (ho, out, hidden)
         else:
             with torch.no_grad():
                 ho, _ = run.forward(spec, grad=False, with_loss=False)
@@ -382,8 +419,12 @@ def run_parts(
 
     def leave(c: int) -> None:
         spec = parts[c]
-        ho, out = kept.pop(c) if mode == "keep" else run.forward(spec, grad=True, with_loss=True)
-        finish(spec, ho, out)
+        if mode == "keep":
+            ho, out, hidden = kept.pop(c)
+            finish(spec, ho, out, head_done=True, hidden=hidden)
+        else:
+            ho, out = run.forward(spec, grad=True, with_loss=True)
+            finish(spec, ho, out)
         run.drop(c)
 
     _walk(layout, enter, leave)
