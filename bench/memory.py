@@ -10,8 +10,9 @@ per layer, same dtype and checkpointing), and hand-off parts at each budget in `
 ``keep`` modes. ``--dtype float32|bfloat16`` loads the weights in that dtype (CPU too).
 
 Every result carries ``peak_bytes``, ``predicted_peak_bytes`` (:mod:`treeprep.memory`, no
-optimizer: one forward and backward; for ``keep``, over the tokens and head rows of the largest
-stack of kept ancestors, ``kept_tokens`` and ``kept_head_rows``, read from the part plan),
+optimizer: one forward and backward; for ``keep``, over the largest stack of kept ancestors,
+its tokens and those of them in parts with targets, ``kept_tokens`` and ``kept_grad_tokens``,
+read from the part plan),
 ``handoff_bytes_per_path_token`` and
 ``kv_bytes_per_path_token`` (layers x 2 x kv_heads x head_dim x dtype bytes). Two figures per path
 token, both on the tree's longest path with every token trained (:func:`child`):
@@ -176,7 +177,7 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         tree_tokens=r["tokens_tree"],
         # keep: the peak comes with the deepest stack, while its last part runs its head
         head_rows=r["kept_running_rows"] if mode == "keep" else r["head_rows"],
-        kept=(r["kept_tokens"], r["kept_head_rows"]) if mode == "keep" else None,
+        kept=(r["kept_tokens"], r["kept_grad_tokens"]) if mode == "keep" else None,
     )
     return (
         peak(t, checkpointing=s.activation_checkpointing),
@@ -239,7 +240,7 @@ def measure(spec: dict, row: dict) -> dict:
             parts, prefix = res.parts, res.prefix_rows
             layout = part_layout(batch, spec["budget"])
             head_rows = max(int(p.target_select.sum()) for p in layout.parts)
-            kept = layout.kept_stack(LossConfig("sft").chunk)
+            kept = layout.kept_stack()
         if dev == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
@@ -255,7 +256,7 @@ def measure(spec: dict, row: dict) -> dict:
         "peak_bytes": int(peak_b),
         "handoff_state_bytes": held[0] if spec["budget"] is not None else 0,
         "kept_tokens": kept[0],
-        "kept_head_rows": kept[1],
+        "kept_grad_tokens": kept[1],
         "kept_running_rows": kept[2],
         "seconds": round(dt, 3),
     }

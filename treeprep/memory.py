@@ -54,9 +54,10 @@ cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
 last two phases too, with checkpointing they are freed when the forward's autocast region closes.
 With ``part_graph="keep"`` the graphs of the running part's ancestors are live too
 (``kept_graphs``, :func:`kept_graph_bytes`): per ancestor token what its layers saved (as
-``activations`` counts it), and per ancestor head row the float32 log-softmax the head's backward
-reads (``V x 4`` bytes; a part's head is checkpointed per chunk only beyond ``chunk`` rows, so up
-to the chunk it is saved whole). Their hand-off stores hold every row of each ancestor (keep does
+``activations`` counts it), and, per token of an ancestor with trained targets, the gradient of
+its final hidden state (``H`` stream bytes): a kept part runs its LM head's backward at its
+forward (:mod:`treeprep.trainer.parts.schedule`), so no logits or log-softmax stay live with
+the graph. Their hand-off stores hold every row of each ancestor (keep does
 not compact), mostly the saved keys and values themselves; the accumulators come on top. The
 ancestors are those of the deepest part: in an agent session, whose parts form one chain with
 short side branches, nearly the whole tree, not ``path / budget`` parts (parts hold whole nodes,
@@ -211,14 +212,15 @@ def linear_handoff_bytes(m: ModelShape, path: int, budget: int) -> int:
 
 
 def kept_graph_bytes(
-    m: ModelShape, s: MemorySetup, *, tokens: int, head_rows: int
+    m: ModelShape, s: MemorySetup, *, tokens: int, grad_tokens: int
 ) -> tuple[int, int]:
     """``keep`` mode: (graphs, hand-off) bytes of the running part's ancestors, ``tokens`` of
-    them, whose graphs save the log-softmax of ``head_rows`` LM-head rows (module docstring).
+    them, ``grad_tokens`` of which belong to parts with trained targets (module docstring).
 
     Graphs: what each ancestor saved for its backward, as :func:`layer_activation_bytes` counts
     it (the layer inputs under checkpointing, plus the post-rotary keys and the values its
-    exchange holds for the backward), and the float32 log-softmax ``V`` wide of each head row.
+    exchange holds for the backward), and the gradient of the final hidden state of each token
+    of a part whose head has run its backward (``H`` stream bytes per token).
     Hand-off: a gradient accumulator per stored key and value of every row (keep stores all of a
     part's rows), plus the stores themselves where they are not the saved tensors already: all of
     them under checkpointing, the bf16 copies of float32 keys under autocast."""
@@ -233,7 +235,7 @@ def kept_graph_bytes(
     graphs += 3 * m.hidden * s.stream_bytes
     stores = 0 if k == c else attn_layers * kv * c  # values shared, float32 keys copied to bf16
     handoff = tokens * (attn_layers * kv * 2 * acc + stores)
-    return tokens * graphs + head_rows * m.vocab * 4, handoff
+    return tokens * graphs + grad_tokens * m.hidden * s.stream_bytes, handoff
 
 
 def terms(
@@ -251,10 +253,10 @@ def terms(
     ``tree_tokens`` tokens (default: more than the budget) whose longest root-to-leaf path has
     ``path`` tokens; ``trained`` is the fraction of tokens the LM head runs on (the predecessors
     of trained targets; 1.0 is the bound), or ``head_rows`` the most rows any part feeds it.
-    ``kept`` (``part_graph="keep"``): the tokens and saved head rows of the running part's
-    ancestors at their largest (:meth:`~treeprep.trainer.parts.plan.PartLayout.kept_stack`);
-    default, every other token of the tree (an agent session is one chain of parts) with
-    ``trained`` of them as head rows, none where a part's rows exceed the head's chunk."""
+    ``kept`` (``part_graph="keep"``): the tokens of the running part's ancestors at their
+    largest, and those of them in parts with trained targets
+    (:meth:`~treeprep.trainer.parts.plan.PartLayout.kept_stack`); default, every other token of
+    the tree (an agent session is one chain of parts), all in parts with targets."""
     w, a = s.weight_bytes, s.stream_bytes
     tokens = budget if tree_tokens is None else min(budget, tree_tokens)
     p = m.params_total
@@ -272,9 +274,8 @@ def terms(
     if s.part_graph == "keep" and path > budget:
         if kept is None:
             kept_tokens = max(0, (path if tree_tokens is None else tree_tokens) - tokens)
-            unchunked = min(tokens, math.ceil(tokens * trained)) <= s.chunk
-            kept = (kept_tokens, math.ceil(kept_tokens * trained) if unchunked else 0)
-        graphs, handoff = kept_graph_bytes(m, s, tokens=kept[0], head_rows=kept[1])
+            kept = (kept_tokens, kept_tokens)
+        graphs, handoff = kept_graph_bytes(m, s, tokens=kept[0], grad_tokens=kept[1])
         handoff += linear_handoff_bytes(m, path, budget)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)

@@ -69,25 +69,26 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
 
 
 def test_keep_counts_the_ancestors_graphs_by_hand() -> None:
-    """keep: the running part's ancestors' saved activations and head log-softmax; their stores
-    are the saved keys and values (float32), the accumulators come on top."""
+    """keep: the running part's ancestors' saved activations and the gradients of their final
+    hidden states (their heads ran their backward at their forward: no log-softmax is held);
+    their stores are the saved keys and values (float32), the accumulators come on top."""
     s = MemorySetup(precision="float32", parallel="ddp", part_graph="keep")
     t = terms(TINY, s, budget=100, path=300, kept=(300, 200))
     assert t["activations"] == 100 * (2 * 168 + 3 * 8) * 4  # the running part, as in recompute
-    assert t["kept_graphs"] == 300 * (2 * 168 + 3 * 8) * 4 + 200 * 10 * 4
+    assert t["kept_graphs"] == 300 * (2 * 168 + 3 * 8) * 4 + 200 * 8 * 4
     assert t["handoff"] == 300 * 2 * 4 * 2 * 4  # accumulators only
     static = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
     assert peak(t) == static + t["handoff"] + t["activations"] + t["kept_graphs"] + max(
         t["lm_head_chunk"], t["layer_backward"]
     )
-    # without the stack: every other token of the tree, each a head row (trained 1.0)
+    # without the stack: every other token of the tree, each in a part with targets
     d = terms(TINY, s, budget=100, path=300, tree_tokens=500)
-    assert d["kept_graphs"] == 400 * (2 * 168 + 3 * 8) * 4 + 400 * 10 * 4
-    # checkpointing: the layer inputs, the keys and values the exchange holds, the head rows
+    assert d["kept_graphs"] == 400 * (2 * 168 + 3 * 8) * 4 + 400 * 8 * 4
+    # checkpointing: the layer inputs, the keys and values the exchange holds, the h gradients
     ck = terms(TINY, MemorySetup(precision="float32", parallel="ddp", part_graph="keep",
                                  activation_checkpointing=True), budget=100, path=300,
                kept=(300, 200))  # fmt: skip
-    assert ck["kept_graphs"] == 300 * (2 * 8 + 2 * 4 * 2 + 3 * 8) * 4 + 200 * 10 * 4
+    assert ck["kept_graphs"] == 300 * (2 * 8 + 2 * 4 * 2 + 3 * 8) * 4 + 200 * 8 * 4
     # autocast: the stores' bf16 keys are copies of the float32 keys the graph saved
     mixed = MemorySetup(precision="bfloat16", parallel="ddp", part_graph="keep")
     assert terms(TINY, mixed, budget=100, path=300, kept=(300, 0))["handoff"] == 300 * (

@@ -64,25 +64,24 @@ class PartLayout:
                 reads[p].append(rows)
         return [np.unique(np.concatenate(r)) if r else None for r in reads]
 
-    def kept_stack(self, chunk: int) -> tuple[int, int, int]:
+    def kept_stack(self) -> tuple[int, int, int]:
         """What ``keep`` mode holds besides the running part, at its largest: the tokens of the
-        running part's ancestors (their graphs and stores stay live until it is left), and
-        those of their LM-head rows whose log-softmax the graphs save (a part's head runs
-        unchecked up to ``chunk`` rows, checkpointed per chunk beyond). The largest over the
-        parts without children (the deepest on each stack), with that part's own head rows."""
+        running part's ancestors (their graphs and stores stay live until it is left), those of
+        them in parts with trained targets (each holds its final hidden state's gradient: its
+        LM head ran its backward at its forward), and the running part's own head rows. The
+        largest over the parts without children (the deepest on each stack)."""
         best = (0, 0, 0)
         for spec in self.parts:
             if self.children[spec.index]:
                 continue
-            tokens = rows = 0
+            tokens = grad = 0
             c = spec.parent
             while c >= 0:
                 anc = self.parts[c]
                 tokens += anc.num_tokens
-                k = int(anc.target_select.sum())
-                rows += k if k <= chunk else 0
+                grad += anc.num_tokens if anc.target_select.any() else 0
                 c = anc.parent
-            best = max(best, (tokens, rows, int(spec.target_select.sum())))
+            best = max(best, (tokens, grad, int(spec.target_select.sum())))
         return best
 
     @property

@@ -2,12 +2,14 @@
 
 Keep mode holds the graphs of the running part's ancestors until it is left. The memory model
 once counted them as ``ceil(path / budget)`` parts' layer activations and underpredicted keep's
-peak by a third (bench/memory.py, agent path 16k, budget 2k: 0.64x): the ancestors also save the
-float32 log-softmax of their LM-head rows (a part's head is checkpointed per chunk only beyond
-the chunk), and an agent session's parts hold whole nodes and its side branches, so the stack
-has more parts than the path over the budget. Measured here with the exact live-bytes tracker on
-an agent-like tree (one thread of calls, a retry branch on some), float32 and bfloat16, with and
-without activation checkpointing: the model is within 15% of the peak.
+peak by a third (bench/memory.py, agent path 16k, budget 2k: 0.64x): an agent session's parts
+hold whole nodes and its side branches, so the stack has more parts than the path over the
+budget, and the ancestors' graphs then held the float32 log-softmax of their LM-head rows. A
+kept part now runs its head's backward at its forward (only its final hidden state's gradient
+stays): the last check below fails if the log-softmax were held again. Measured here with the
+exact live-bytes tracker on an agent-like tree (one thread of calls, a retry branch on some),
+float32 and bfloat16, with and without activation checkpointing: the model is within 15% of the
+peak.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def test_keep_peak_within_15_percent_of_the_model(dtype: str, checkpointing: boo
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     batch = TreeBatch.from_trees([_agent_row(1500)], norm="token-mean")
     layout = part_layout(batch, budget)
-    kept = layout.kept_stack(LossConfig("sft").chunk)
+    kept = layout.kept_stack()
     assert len(layout.parts) > 4 and kept[0] > 3 * budget and kept[1] > 0
     with LiveBytes() as mem:
         mem.track(*model.parameters(), *model.buffers())
@@ -82,6 +84,24 @@ def test_keep_peak_within_15_percent_of_the_model(dtype: str, checkpointing: boo
     ratio = peak(t, checkpointing=checkpointing) / mem.peak
     assert 0.85 <= ratio <= 1.15, (ratio, t, mem.peak)
     print(f"{dtype} checkpointing={checkpointing}: model / measured {ratio:.3f}")
-    if not checkpointing:  # the kept graphs are most of the peak, the heads' log-softmax a tenth
-        assert t["kept_graphs"] > mem.peak / 2
-        assert kept[1] * VOCAB * 4 > mem.peak / 10
+    if not checkpointing:  # the kept graphs are about half the peak (the rest: the running
+        # part's activations and head, the parameters)
+        assert t["kept_graphs"] > 0.4 * mem.peak
+        # the ancestors' heads ran their backward at their forward: were their float32
+        # log-softmax (V wide per head row) still held, the peak would exceed this
+        held = _stack_head_rows(layout) * VOCAB * 4
+        assert mem.peak < peak(t, checkpointing=checkpointing) + held / 2, (mem.peak, held)
+
+
+def _stack_head_rows(layout) -> int:
+    """The most LM-head rows of the ancestors of any part without children."""
+    best = 0
+    for spec in layout.parts:
+        if layout.children[spec.index]:
+            continue
+        rows, c = 0, spec.parent
+        while c >= 0:
+            rows += int(layout.parts[c].target_select.sum())
+            c = layout.parts[c].parent
+        best = max(best, rows)
+    return best
