@@ -14,7 +14,10 @@ tree depth-first, children in order:
 A part without child parts runs forward and backward at once. Two modes for the others:
 
 * ``keep``: the forward on entering builds the graph and keeps it until the part is left. No
-  recomputation; memory holds the graphs of every part on the current depth-first stack.
+  recomputation; memory holds the graphs of every part on the current depth-first stack. The
+  part's LM head runs its forward and backward at once, on a detached copy of the final hidden
+  states, so only their gradient is kept with the graph (never the head's logits and
+  log-softmax); the part's backward starts from that pair and its keys' and values' gradients.
 * ``recompute`` (the default): the forward on entering runs without a graph and keeps only the
   keys and values; leaving recomputes the forward from the same inputs (tokens plus prefix
   leaves), exactly as activation checkpointing does, then runs the backward.
