@@ -347,9 +347,15 @@ def _check_build_stats_and_plan(out: Path) -> dict:
     return s
 
 
+def _hidden_only(p: Path) -> bool:
+    return p.is_dir() and all(q.name.startswith(".") for q in p.iterdir())
+
+
 def test_sample_data_builds_stats_and_packs(tmp_path: Path) -> None:
     sample = ROOT / "sample_data"
     inputs = [p for p in sorted(sample.iterdir()) if not p.name.lower().startswith("readme")]
+    # a folder of dot-files only (Aider's logs) is read by naming its files, as users must
+    inputs = [q for p in inputs for q in (sorted(p.iterdir()) if _hidden_only(p) else [p])]
     if not inputs:
         pytest.skip("no sample data")
     s = _check_build_stats_and_plan(_built(tmp_path, inputs))

@@ -32,6 +32,22 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
+def _empty_folder(folder: str) -> str:
+    """Why a folder gave no files: none at all, or only hidden ones (named, so that the user can
+    name them on the command line, where a hidden file is read)."""
+    try:
+        hidden = sorted(n for n in os.listdir(folder) if _is_hidden(n))
+    except OSError:
+        hidden = []
+    if not hidden:
+        return "folder holds no files"
+    shown = ", ".join(hidden[:3]) + (", ..." if len(hidden) > 3 else "")
+    return (
+        f"folder holds only hidden files ({shown}), which folders skip; name the ones to read "
+        "on the command line"
+    )
+
+
 def printable(path: str) -> str:
     """``path`` as valid UTF-8 text: bytes of a non-UTF-8 file name (held by Python as lone
     surrogates) are written as ``\\xNN`` escapes, so the name can go into JSON and Arrow."""
@@ -280,7 +296,7 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
             seen_dirs.add((st.st_dev, st.st_ino))
             files = _walk(spec, seen_dirs, bad, builds)
             if not files and not any(p.startswith(spec) for p, _ in bad):
-                raise InputError(printable(spec), 0, "folder holds no files")
+                raise InputError(printable(spec), 0, _empty_folder(spec))
             found.extend((f, False) for f in files)
             bases.append(spec)
             searched.append(spec)

@@ -235,8 +235,8 @@ def test_dot_file_named_on_the_command_line_is_built(tmp_path: Path) -> None:
     bad_tail = _REQ  # a request the log ends in: one reject
     p = _write(logs, LOG + bad_tail)
     _write(logs, CHAT_MD, ".aider.chat.history.md")
-    with pytest.raises(InputError, match="folder holds no files"):
-        discover_inputs([str(logs)])  # hidden files are skipped inside folders
+    with pytest.raises(InputError, match=r"folder holds only hidden files \(\.aider\.chat"):
+        discover_inputs([str(logs)])  # hidden files are skipped inside folders, and named
     found = discover_inputs([str(p)]).files
     assert [(f.name, f.explicit) for f in found] == [(".aider.llm.history", True)]
 
