@@ -81,7 +81,7 @@ def test_the_same_build_under_another_spelling_resumes(data: Path, tmp_path: Pat
         ({"seed": 1}, r"seed was 0 in the checkpoint, is 1 in this run"),
         ({"budget": BUDGET * 2}, rf"budget was {BUDGET} in the checkpoint, is {BUDGET * 2}"),
         ({"steps_of": 1}, r"steps_of was 2 in the checkpoint, is 1"),
-        ({"loss": "grpo"}, r"loss was 'sft' in the checkpoint, is 'grpo'"),
+        ({"loss": "grpo", "unrewarded": "skip"}, r"loss was 'sft' in the checkpoint, is 'grpo'"),
         ({"lr": 1e-3}, r"lr was 0.003 in the checkpoint, is 0.001"),
         ({"plan_world_size": 2}, r"plan_world_size was 1 in the checkpoint, is 2"),
         ({"precision": "float64"}, r"precision was 'float32' in the checkpoint, is 'float64'"),
