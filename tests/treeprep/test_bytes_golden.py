@@ -32,6 +32,10 @@ re-recorded the real-log plan summary alone: ``tokens_shared`` is now what the t
 of each micro-batch's whole trees saves, counted from their token ids rather than from each
 tree's opening (66,787 -> 67,062 tokens, ``err`` 0.928486 -> 0.928500); the plan rows and the
 sample's summary (116, its trees share only within their openings) are unchanged.
+Hidden files met by a folder walk are listed in ``excluded_inputs`` (they were skipped without a
+word): the sample's manifest gained its two Aider dot-files there (the only difference, checked
+against the previous build) and its plan summary the manifest's new sha256; shards, rejects and
+plan rows unchanged, and the real-log build holds no hidden file.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -50,12 +54,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "aedb1e5683708ec371be57cc6c6f124a95953684c30655fb5a6220599ac37d45",
+    "manifest.json": "2ff0140db42c5ed8b3cb4dbba7289cfe85bd1ed81b3eef91afe2a24bc51acb02",
     "plans/b2048-w2-n2-s3/plan.arrow": (
         "a90b63adbd9c5ebd2db98a70827c7a629b488a71932d1d794aecd637da23aa10"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "bb7d16094751778079d40ec54c3d93b46301176708830c5536b240268c0789c9"
+        "67381a7400c899771936e972c65ba6826808130cf20096403b90be15e9dbdca8"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
     "shards/shard-00000.arrow": "76c7dab8202ce645cd38110edb8be4a7c9a7a87d18ca950634773afe08a7633d",

@@ -76,14 +76,21 @@ class InputSet:
     files: list[InputFile]
     #: (name, name of the file it is the same file as): a second path to one file, read once
     duplicates: list[tuple[str, str]]
-    #: (name, reason): folders a folder or glob reached, left out because a build writes them
-    #: (``OUT``, or one holding a treeprep manifest or a build's lock), sorted by name
+    #: (name, reason): what a folder or glob reached and left out, sorted by name: folders a
+    #: build writes (``OUT``, or one holding a treeprep manifest or a build's lock) and hidden
+    #: files and folders
     excluded: list[tuple[str, str]] = field(default_factory=list)
 
 
 #: why the build's own ``OUT`` is not read (listed whenever it lies in a folder searched, made yet
 #: or not, so that a first build and its rerun list the same)
 OUT_REASON = "the build's output folder"
+
+#: why a hidden file or folder that a folder walk met is not read (named on the command line, a
+#: hidden file is read)
+HIDDEN_REASON = (
+    "hidden: folders skip dot-files and dot-folders; name a file on the command line to read it"
+)
 
 
 class _BuildFolders:
@@ -155,11 +162,13 @@ def _walk(
     seen_dirs: set[tuple[int, int]],
     bad: list[tuple[str, str]],
     builds: _BuildFolders,
+    hidden: list[str],
 ) -> list[str]:
     """Every non-hidden file under ``folder``, following symbolic links to folders once each (a
     link loop or a second link to one folder is not walked again) and leaving out build folders
-    (``builds``). Folders that cannot be listed go to ``bad`` as (path, reason); dangling links
-    are returned like files (they become rejects when opened)."""
+    (``builds``). Hidden files and folders met go to ``hidden`` (not walked into). Folders that
+    cannot be listed go to ``bad`` as (path, reason); dangling links are returned like files
+    (they become rejects when opened)."""
     found: list[str] = []
 
     def onerror(e: OSError) -> None:
@@ -169,6 +178,7 @@ def _walk(
         keep = []
         for d in sorted(dirs):
             if _is_hidden(d):
+                hidden.append(os.path.join(root, d))
                 continue
             try:
                 st = os.stat(os.path.join(root, d))
@@ -183,6 +193,7 @@ def _walk(
             keep.append(d)
         dirs[:] = keep
         found.extend(os.path.join(root, f) for f in sorted(files) if not _is_hidden(f))
+        hidden.extend(os.path.join(root, f) for f in sorted(files) if _is_hidden(f))
     return found
 
 
@@ -233,7 +244,11 @@ def _not_regular(mode: int) -> str | None:
 
 
 def _glob(
-    spec: str, seen_dirs: set[tuple[int, int]], bad: list[tuple[str, str]], builds: _BuildFolders
+    spec: str,
+    seen_dirs: set[tuple[int, int]],
+    bad: list[tuple[str, str]],
+    builds: _BuildFolders,
+    hidden: list[str],
 ) -> list[str]:
     """The files a glob matches, folders among the matches walked, build folders left out."""
     matches = sorted(glob.glob(spec, recursive=True)) if glob.has_magic(spec) else []
@@ -244,7 +259,7 @@ def _glob(
             continue  # ``**`` followed a link back into a folder above it
         if builds.inside(m, base) or (os.path.isdir(m) and builds.skip(m)):
             continue  # inside a build's output folder
-        files.extend(_walk(m, seen_dirs, bad, builds) if os.path.isdir(m) else [m])
+        files.extend(_walk(m, seen_dirs, bad, builds, hidden) if os.path.isdir(m) else [m])
     return files
 
 
@@ -282,7 +297,8 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
     input root, the deepest folder holding every named input, so building ``logs`` or
     ``/abs/path/logs`` gives the same names. Hidden files and folders are skipped, and so are
     the build's output folder ``out`` and any folder holding a treeprep manifest or a build's
-    lock, wherever a folder or glob reaches them (listed in ``excluded`` with the reason).
+    lock, wherever a folder or glob reaches them: each is listed in ``excluded`` with the
+    reason (a hidden folder once, not what it holds).
     """
     builds = _BuildFolders(out)
     found: list[tuple[str, bool]] = []
@@ -290,11 +306,12 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
     bad: list[tuple[str, str]] = []
     seen_dirs: set[tuple[int, int]] = set()
     searched: list[str] = []  # folders walked and glob bases: where OUT would be met
+    hidden: list[str] = []  # hidden files and folders the walks met
     for spec in specs:
         if os.path.isdir(spec):
             st = os.stat(spec)
             seen_dirs.add((st.st_dev, st.st_ino))
-            files = _walk(spec, seen_dirs, bad, builds)
+            files = _walk(spec, seen_dirs, bad, builds, hidden)
             if not files and not any(p.startswith(spec) for p, _ in bad):
                 raise InputError(printable(spec), 0, _empty_folder(spec))
             found.extend((f, False) for f in files)
@@ -304,7 +321,7 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
             found.append((spec, True))
             bases.append(os.path.dirname(spec) or ".")
         else:
-            files = _glob(spec, seen_dirs, bad, builds)
+            files = _glob(spec, seen_dirs, bad, builds, hidden)
             if not files:
                 raise InputError(printable(spec), 0, "no such file or folder")
             found.extend((f, False) for f in files)
@@ -341,6 +358,9 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
             first[(st.st_dev, st.st_ino)] = f
         unique.append(f)
     excluded = {name_of(d): why for d, why in builds.found}
+    for h in hidden:  # a hidden file also named on the command line is read, not excluded
+        if name_of(h) not in by_name:
+            excluded.setdefault(name_of(h), HIDDEN_REASON)
     if out is not None and _searched(out, searched):
         excluded[name_of(out)] = OUT_REASON
     return InputSet(unique, duplicates, sorted(excluded.items()))
