@@ -66,9 +66,8 @@ from typing import Any
 from treeprep.errors import InputError
 from treeprep.formats._fields import make_call
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io.compressed import BLOCK, STREAM_ERRORS, open_binary, read1, stream_error
 from treeprep.io.jsonparse import strip_bom
-from treeprep.io.lines import record_limit
+from treeprep.io.lines import LineTooLong, iter_lines, record_limit
 from treeprep.schemas import Reject
 
 NAME = "aider-llm-history"
@@ -146,36 +145,6 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
 
 
-def _raw_lines(path: str, limit: int) -> Iterator[tuple[int, bytes | None]]:
-    """``(line number, line)`` for every line, blank ones too, in bounded memory: the ``\\n`` is
-    removed (a ``\\r`` is kept), and a line longer than ``limit`` comes as None, never held. A
-    broken compressed stream raises :class:`InputError` naming the line being read."""
-    lineno, pending_len = 0, 0
-    pending: list[bytes] = []
-    try:
-        f = open_binary(path)
-    except OSError as e:
-        raise InputError(path, 0, f"cannot open: {e}") from e
-    with f:
-        while True:
-            try:
-                chunk = read1(f, BLOCK)
-            except STREAM_ERRORS as e:
-                raise stream_error(path, lineno + 1, e) from e
-            if not chunk:
-                break
-            *whole, last = chunk.split(b"\n")
-            for piece in whole:
-                lineno += 1
-                over = pending_len + len(piece) > limit
-                yield lineno, None if over else b"".join([*pending, piece])
-                pending, pending_len = [], 0
-            pending_len += len(last)
-            pending = [] if pending_len > limit else [*pending, last] if last else pending
-    if pending_len:
-        yield lineno + 1, None if pending_len > limit else b"".join(pending)
-
-
 def _shown_bytes(raw: bytes | None) -> str:
     return "a line over the size limit" if raw is None else _shown(raw.decode("utf-8", "replace"))
 
@@ -186,7 +155,8 @@ def _blocks(path: str) -> Iterator[_Block | Reject]:
     limit = record_limit()
     cur: _Block | None = None
     crlf: bool | None = None
-    for i, raw in _raw_lines(path, limit):
+    for i, line in iter_lines(path, limit, every=True):
+        raw = None if isinstance(line, LineTooLong) else line  # over the limit: never held
         if i == 1 and raw is not None:
             raw = strip_bom(raw)
         m = None if raw is None else _HEADER.fullmatch(raw)
@@ -362,8 +332,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
 def read_chat(path: str, opts: ReadOptions) -> Iterator[Item]:
     """Refuses Aider's chat history as a whole (see the module's docstring for why)."""
     line = 1
-    for i, raw in _raw_lines(path, record_limit()):
-        if raw is not None and strip_bom(raw).startswith(_CHAT_HEADING):
+    for i, raw in iter_lines(path, record_limit(), every=True):
+        if not isinstance(raw, LineTooLong) and strip_bom(raw).startswith(_CHAT_HEADING):
             line = i
             break
     why = (

@@ -52,11 +52,13 @@ def set_max_record_bytes(n: int) -> None:
 
 
 def iter_lines(
-    path: str, max_bytes: int | None = None
+    path: str, max_bytes: int | None = None, *, every: bool = False
 ) -> Iterator[tuple[int, bytes | LineTooLong]]:
     """Yield ``(line_number, line)`` for every non-blank line; numbers are 1-based.
 
-    The newline (``\\n`` or ``\\r\\n``) is removed. Blank lines are counted but not yielded. On a
+    The newline (``\\n`` or ``\\r\\n``) is removed. Blank lines are counted but not yielded.
+    With ``every``, every line is yielded as read, blank ones too, only its ``\\n`` removed (a
+    ``\\r`` is kept: formats whose texts span lines decide what it means). On a
     truncated or corrupt ``.gz``/``.zst`` stream every complete line is yielded first, then
     :class:`InputError` names the line that was being read. With ``max_bytes``, a longer line is
     yielded as a :class:`LineTooLong` holding its size and its bytes are dropped as they are read,
@@ -91,10 +93,9 @@ def iter_lines(
                     pending, pending_len = [], 0
                 else:
                     line = piece
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if line and not line.isspace():
-                    yield lineno, line
+                kept = _kept(line, every)
+                if kept is not None:
+                    yield lineno, kept
             if last:
                 pending_len += len(last)
                 if max_bytes is not None and pending_len > max_bytes:
@@ -104,11 +105,18 @@ def iter_lines(
     if pending and max_bytes is not None and pending_len > max_bytes:
         yield lineno + 1, LineTooLong(pending_len)
     elif pending:
-        line = b"".join(pending)
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if line and not line.isspace():
-            yield lineno + 1, line
+        kept = _kept(b"".join(pending), every)
+        if kept is not None:
+            yield lineno + 1, kept
+
+
+def _kept(line: bytes, every: bool) -> bytes | None:
+    """:func:`iter_lines`' line as yielded (None: a blank line, not yielded)."""
+    if every:
+        return line
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    return line if line and not line.isspace() else None
 
 
 def iter_json_records(path: str) -> Iterator[tuple[int, object]]:
