@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# bench/gpu.sh: every GPU figure of the README's GPU table in one run of at most 10 minutes.
+# bench/gpu.sh: the GPU figures of the README's GPU table in one run of at most 9 minutes.
 #
 #   bash bench/gpu.sh --prepare              # here (needs ../shared): build the Claude Code session
-#                                            #   that the memory stage reads (bench/_work/memory/)
-#   bash bench/gpu.sh --device cuda          # on the GPU machine (carry bench/_work/memory/claude-code)
+#                                            #   that the memory stage reads (bench/_work/memory/),
+#                                            #   and fetch the wheels the device lacks into .whl/
+#   bash bench/gpu.sh --device cuda          # on the GPU machine (carry .whl and
+#                                            #   bench/_work/memory/claude-code)
 #   bash bench/gpu.sh --device cpu --dry     # the same stages at toy sizes on the CPU: checks the script
 #
 # Results go to $OUT (the device machine's output folder) or bench/_work/gpu: env.txt (card,
-# driver, torch, transformers), tests.txt (exactness on the device: tests/trainer/test_gpu.py and
-# the Liger fused head with real Triton kernels), train.json (bench/train.py: Qwen3-1.7B and
-# Qwen3-4B shapes, budget 32k, sample and agent workloads, 2 interleaved rounds: measured,
-# estimated, ratio), memory.json + dryrun.json (bench/memory.py on the real Claude Code session,
-# tree against linear peak, and the dry-run prediction), profile.json (bench/profile_step.py: top
-# kernels and attention's share, tree step against linear). Each stage has its own time limit and a
-# failed stage does not stop the others; the exit status is the number of failed stages.
+# driver, torch, transformers), mem-0.6b.json and mem-1.7b.json (bench/memory.py on the real Claude
+# Code session: Qwen3-0.6B and Qwen3-1.7B shapes, bf16, activation checkpointing, budget 16k; the
+# tree's peak against the linear trainer's on its longest path, the memory model's prediction,
+# seconds of one forward and backward), tests.txt (exactness on the device: tests/trainer/test_gpu.py
+# and the Liger fused head), train.json (bench/train.py: measured against estimated speedup).
+# Stages run in order of importance, each with its own time limit; a failed stage does not stop
+# the others; the exit status is the number of failed stages. Each memory result is also written
+# as a `RESULT {json}` line to its .err file as it comes, so a stage stopped at its limit keeps
+# the configurations it finished. Without a package index on the device, the script puts the
+# wheels of .whl/ in /tmp/site and lays the checkout out as the installed package in /tmp/pkg
+# (treeprep, with trainer, schemas and cli under it, as pyproject's package-dir maps them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,8 +40,25 @@ CC=bench/_work/memory/claude-code
 if [ "$prepare" = 1 ]; then
     [ -f "$CC/manifest.json" ] || $PY -m treeprep.cli build ../shared/data/logs/claude-code \
         --tokenizer ../shared/data/tokenizers/qwen3 -o "$CC" >/dev/null
-    du -sh "$CC"
+    # the device has torch, triton, tokenizers, jinja2, typer, rich, pyarrow; not these
+    # (hf-hub stays the device's own: 2.x wants httpx2, which it lacks)
+    $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
+        annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 \
+        orjson==3.13.0 zstandard==0.25.0 liger_kernel==0.8.5 transformers==5.24.0 \
+        regex==2026.11.19
+    du -sh "$CC" .whl
     exit $?
+fi
+
+if [ "$dry" = 0 ] && [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 99
+    rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r treeprep /tmp/pkg/ &&
+        for d in trainer schemas cli; do ln -s "$PWD/$d" "/tmp/pkg/treeprep/$d"; done
+    export PYTHONPATH=/tmp/pkg:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    PY=python3
 fi
 
 RES=${OUT:-bench/_work/gpu}
@@ -63,28 +86,25 @@ stage() {  # stage NAME SECONDS OUTFILE COMMAND...: run with a limit, keep going
 cat "$RES/env.txt"
 
 if [ "$dry" = 1 ]; then
+    for m in tiny-qwen3 tiny-llama; do
+        stage "mem-$m" 300 "mem-$m.json" $PY bench/memory.py --workload agent --path 4096 \
+            --budgets 1024 --modes linear,recompute --no-whole --checkpointing --no-probe \
+            --warmup --model "$m" --device cpu --dtype bfloat16 --json
+    done
     stage tests 300 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
-        tests/trainer/data/test_prefetch.py
-    stage train 900 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
-        --rounds 1 --json
-    stage memory 300 memory.json $PY bench/memory.py --workload agent --path 2048 --budgets 512 \
-        --modes recompute,linear --no-whole --json
-    stage dryrun 60 dryrun.json $PY -m treeprep.cli train bench/_work/train/build-sample-cpu \
-        --model tiny-qwen3 --budget 512 --dry-run --json
-    stage profile 400 profile.json $PY bench/profile_step.py --device cpu --model tiny-qwen3 \
-        --vocab 512 --budget 2048 --steps 2 --json
-else
-    stage tests 90 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/test_fused_head.py
-    stage train 240 train.json $PY bench/train.py --config gpu --models qwen3-1.7b,qwen3-4b \
-        --budgets 32768 --workload both --steps 4 --rounds 2 --json
-    stage memory 120 memory.json $PY bench/memory.py --workload claude-code --data "$CC" \
-        --device "$device" --model qwen3-1.7b --budgets 8192,16384 --modes recompute,linear \
-        --no-whole --json
-    stage dryrun 30 dryrun.json $PY -m treeprep.cli train "$CC" --model qwen3-1.7b \
-        --budget 16384 --gpu-memory 80GiB --dry-run --json
-    stage profile 90 profile.json $PY bench/profile_step.py --device "$device" \
-        --model qwen3-1.7b --budget 32768 --steps 2 --json
+    stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
+        --rounds 1 --json
+else
+    for m in 0.6b 1.7b; do
+        stage "mem-$m" "$([ $m = 0.6b ] && echo 130 || echo 190)" "mem-$m.json" $PY bench/memory.py --workload claude-code --data "$CC" \
+            --device "$device" --model "qwen3-$m" --budgets 16384 --modes linear,recompute \
+            --no-whole --checkpointing --no-probe --warmup --json
+    done
+    stage tests 60 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
+        tests/trainer/test_fused_head.py
+    stage train 100 train.json $PY bench/train.py --config gpu --models qwen3-1.7b \
+        --budgets 32768 --workload both --steps 3 --rounds 2 --json
 fi
 echo "$failed stage(s) failed; results in $RES"
 exit "$failed"

@@ -186,6 +186,10 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
     )
 
 
+#: CUDA: the model of the last configuration (random init of a 1.7B model costs seconds)
+_MODELS: dict[tuple, object] = {}
+
+
 def measure(spec: dict, row: dict) -> dict:
     """One forward and backward of ``row``: peak bytes (exact live tensor bytes on the CPU,
     ``max_memory_allocated`` on CUDA), seconds, parts."""
@@ -206,7 +210,14 @@ def measure(spec: dict, row: dict) -> dict:
     tracker = LiveBytes() if dev == "cpu" else None
     with tracker or contextlib.nullcontext():
         attn = spec["attn"]
-        model = load_model(spec["model"], dtype=dtype, device=dev, attn=attn, vocab_size=vocab)
+        key = (spec["model"], spec["dtype"], dev, attn, vocab)
+        model = _MODELS.get(key) if dev == "cuda" else None
+        if model is None:
+            model = load_model(spec["model"], dtype=dtype, device=dev, attn=attn, vocab_size=vocab)
+        if dev == "cuda":  # one process serves every CUDA configuration: load each model once
+            _MODELS.clear()
+            _MODELS[key] = model
+            model.zero_grad(set_to_none=True)
         if spec.get("checkpointing"):
             model.train()
             model.gradient_checkpointing_enable(
@@ -315,7 +326,11 @@ def child(spec: dict) -> dict:
     )
     r = measure(spec, longest_path_row(row) if spec["mode"] == "linear" else row)
     handoff = slope = 0.0  # whole tree or linear: nothing is handed over
-    if spec["mode"] in ("recompute", "keep"):
+    if spec["mode"] in ("recompute", "keep") and spec.get("no_probe"):
+        # no probe (the GPU script's time limit): the tree's own stores over its longest path
+        handoff = round(r["handoff_state_bytes"] / r["longest_path"], 1)
+        slope = None
+    elif spec["mode"] in ("recompute", "keep"):
         n = r["longest_path"]
         full = measure(spec, longest_path_row(row, train_all=True))
         half = measure(spec, longest_path_row(row, cut=n // 2, train_all=True))
@@ -345,6 +360,8 @@ def run_config(spec: dict) -> dict:
             return child(spec)
         except torch.OutOfMemoryError as e:
             return {**spec, "error": f"out of memory: {str(e).splitlines()[0]}"}
+        except Exception as e:  # one failed configuration must not cost the others their figures
+            return {**spec, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(spec)],
@@ -381,6 +398,17 @@ def main() -> None:
     ap.add_argument(
         "--checkpointing", action="store_true", help="activation checkpointing per decoder layer"
     )
+    ap.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="skip the hand-off probe (two more runs of the longest path): hand-off bytes per "
+        "path token from the tree's own stores, no peak slope",
+    )
+    ap.add_argument(
+        "--warmup",
+        action="store_true",
+        help="CUDA: one untimed small run first, so that compiling FlexAttention is not timed",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -394,11 +422,13 @@ def main() -> None:
     attn = a.attn or ("nodes" if a.device == "cpu" else "auto")
     WORK.mkdir(parents=True, exist_ok=True)
     paths = [int(x) for x in a.path.split(",")] if a.workload == "agent" else [0]
+    if a.warmup and a.device.startswith("cuda"):
+        _warm_up(a.model, a.device, dtype, attn, a.checkpointing)
     results = []
     for path in paths:
         base = {"workload": a.workload, "path": path, "model": a.model, "device": a.device,
                 "dtype": dtype, "attn": attn, "data": a.data,
-                "checkpointing": a.checkpointing}  # fmt: skip
+                "checkpointing": a.checkpointing, "no_probe": a.no_probe}  # fmt: skip
         specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]
         if "linear" in modes:
             specs.append({**base, "budget": None, "mode": "linear"})
@@ -418,8 +448,22 @@ def main() -> None:
                 r[f"peak_vs_{ref['mode']}"] = round(r["peak_bytes"] / ref["peak_bytes"], 3)
             results.append(r)
             print(_line(r), file=sys.stderr if a.json else sys.stdout, flush=True)
+            if a.json:  # each result as it comes, so that a run stopped at its limit keeps them
+                print("RESULT " + json.dumps(r), file=sys.stderr, flush=True)
     if a.json:
         print(json.dumps(results, indent=2))
+
+
+def _warm_up(model: str, device: str, dtype: str, attn: str, checkpointing: bool) -> None:
+    """One small hand-off run and one linear run, untimed: compiles FlexAttention (once per
+    process, dynamic shapes) and loads the kernels before any configuration is timed."""
+    t0 = time.perf_counter()
+    base = {"workload": "agent", "path": 4096, "model": model, "device": device, "dtype": dtype,
+            "attn": attn, "data": None, "checkpointing": checkpointing}  # fmt: skip
+    row = agent_tree_row(4096)
+    measure({**base, "budget": 2048, "mode": "recompute"}, row)
+    measure({**base, "budget": None, "mode": "linear"}, longest_path_row(row))
+    print(f"warm-up {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 def _line(r: dict) -> str:
@@ -427,7 +471,8 @@ def _line(r: dict) -> str:
         return f"{r['workload']} path {r['path']} {r['mode']} budget {r['budget']}: {r['error']}"
     b = "-" if r["budget"] is None else f"{r['budget']}"
     ho = r["handoff_bytes_per_path_token"]
-    ho_s = f"{ho:,.0f} (peak {r['peak_bytes_per_path_token']:,.0f})"
+    sl = r["peak_bytes_per_path_token"]
+    ho_s = f"{ho:,.0f}" + ("" if sl is None else f" (peak {sl:,.0f})")
     return (
         f"{r['workload']:<11} {r['dtype']:<8} tree {r['tokens_tree']:>7} path "
         f"{r['longest_path']:>7} budget {b:>6} {r['mode']:<9} parts {r['parts']:>4} "
