@@ -18,8 +18,8 @@
 # the others; the exit status is the number of failed stages. Each memory result is also written
 # as a `RESULT {json}` line to its .err file as it comes, so a stage stopped at its limit keeps
 # the configurations it finished. Without a package index on the device, the script puts the
-# wheels of .whl/ in /tmp/site and lays the checkout out as the installed package in /tmp/pkg
-# (treeprep, with trainer, schemas and cli under it, as pyproject's package-dir maps them).
+# wheels of .whl/ in /tmp/site and links trainer, schemas and cli under treeprep/ in the device's
+# copy of the checkout (as pyproject's package-dir maps them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,10 +36,11 @@ while [ $# -gt 0 ]; do
 done
 
 PY=${PYTHON:-python}
-CC=bench/_work/memory/claude-code
+# (not CC: the device exports CC, the C compiler Triton builds its launcher with)
+SESSION=bench/_work/memory/claude-code
 if [ "$prepare" = 1 ]; then
-    [ -f "$CC/manifest.json" ] || $PY -m treeprep.cli build ../shared/data/logs/claude-code \
-        --tokenizer ../shared/data/tokenizers/qwen3 -o "$CC" >/dev/null
+    [ -f "$SESSION/manifest.json" ] || $PY -m treeprep.cli build ../shared/data/logs/claude-code \
+        --tokenizer ../shared/data/tokenizers/qwen3 -o "$SESSION" >/dev/null
     # the device has torch, triton, tokenizers, jinja2, typer, rich, pyarrow; not these
     # (hf-hub stays the device's own: 2.x wants httpx2, which it lacks)
     $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -48,16 +49,17 @@ if [ "$prepare" = 1 ]; then
         annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 \
         orjson==3.13.0 zstandard==0.25.0 liger_kernel==0.8.5 transformers==5.24.0 \
         regex==2026.11.19
-    du -sh "$CC" .whl
+    du -sh "$SESSION" .whl
     exit $?
 fi
 
 if [ "$dry" = 0 ] && [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl || exit 99
-    rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r treeprep /tmp/pkg/ &&
-        for d in trainer schemas cli; do ln -s "$PWD/$d" "/tmp/pkg/treeprep/$d"; done
-    export PYTHONPATH=/tmp/pkg:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    # the device's copy of the checkout becomes the package: treeprep/trainer, schemas and cli as
+    # pyproject's package-dir maps them (links in that throwaway copy only)
+    for d in trainer schemas cli; do [ -e "treeprep/$d" ] || ln -s "../$d" "treeprep/$d"; done
+    export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     PY=python3
 fi
 
@@ -97,7 +99,7 @@ if [ "$dry" = 1 ]; then
         --rounds 1 --json
 else
     for m in 0.6b 1.7b; do
-        stage "mem-$m" "$([ $m = 0.6b ] && echo 130 || echo 190)" "mem-$m.json" $PY bench/memory.py --workload claude-code --data "$CC" \
+        stage "mem-$m" "$([ $m = 0.6b ] && echo 150 || echo 210)" "mem-$m.json" $PY bench/memory.py --workload claude-code --data "$SESSION" \
             --device "$device" --model "qwen3-$m" --budgets 16384 --modes linear,recompute \
             --no-whole --checkpointing --no-probe --warmup --json
     done
