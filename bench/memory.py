@@ -178,6 +178,7 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         # keep: the peak comes with the deepest stack, while its last part runs its head
         head_rows=r["kept_running_rows"] if mode == "keep" else r["head_rows"],
         kept=(r["kept_tokens"], r["kept_grad_tokens"]) if mode == "keep" else None,
+        stored_rows=r["stored_rows"],
     )
     return (
         peak(t, checkpointing=s.activation_checkpointing),
@@ -197,6 +198,7 @@ def measure(spec: dict, row: dict) -> dict:
 
     import torch
 
+    from treeprep.schemas.parts import stored_rows_peak
     from treeprep.trainer import TreeBatch, load_model
     from treeprep.trainer.loss import LossConfig, tree_loss
     from treeprep.trainer.memtrack import LiveBytes
@@ -266,6 +268,11 @@ def measure(spec: dict, row: dict) -> dict:
         "prefix_rows": prefix,
         "peak_bytes": int(peak_b),
         "handoff_state_bytes": held[0] if spec["budget"] is not None else 0,
+        "stored_rows": stored_rows_peak(
+            np.asarray(row["node_length"]), np.asarray(row["node_parent"]), spec["budget"]
+        )
+        if spec["budget"] is not None
+        else 0,
         "kept_tokens": kept[0],
         "kept_grad_tokens": kept[1],
         "kept_running_rows": kept[2],

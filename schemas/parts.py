@@ -14,6 +14,16 @@ path, ordered by depth. The part's *parent* is the part holding the predecessor 
 part visits every part that holds a prefix row of it, so executing parts depth-first over this
 part tree (children in order) and running each part's backward after all of its descendants'
 returns every handed-over gradient to its producer.
+
+What the stack holds. While a part runs, every part on its chain of parents keeps the rows its
+descendants read (:func:`stored_rows_peak` counts them). A part that holds the end of one long
+branch and the start of the next would chain the second branch to the first branch's parts: its
+first token's prefix runs down the first branch, so those parts stay on the stack for the whole
+second branch, which reads none of their rows (the real Claude Code session, after a context
+compaction: 58,180 of 210,089 stacked rows at budget 16k). So the open part is also closed
+before a node whose parent ended before the part began, when more than ``budget`` rows of the
+part's own prefix lie deeper than that parent (rows the node does not read). Short returns (a
+retry, a GRPO group's next completion under a shared prompt) do not cut: their parts stay full.
 """
 
 from __future__ import annotations
@@ -21,14 +31,28 @@ from __future__ import annotations
 import numpy as np
 
 
-def handoff_cuts(node_length: np.ndarray, budget: int) -> np.ndarray:
-    """Part boundaries ``[0, b1, ..., T]`` for a tree with these pre-order node lengths."""
+def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) -> np.ndarray:
+    """Part boundaries ``[0, b1, ..., T]`` for a tree with these pre-order node lengths and
+    parents (-1: a root)."""
     if budget < 1:
         raise ValueError("budget must be at least 1 token")
+    nl = np.asarray(node_length, dtype=np.int64)
+    par = np.asarray(node_parent, dtype=np.int64)
+    ns = np.concatenate([[0], np.cumsum(nl)[:-1]]).tolist()
+    depth = node_depths(par, nl).tolist()
+    lengths, parents = nl.tolist(), par.tolist()
     cuts = [0]
     cur = 0  # tokens in the open part
     pos = 0
-    for ln in np.asarray(node_length, dtype=np.int64).tolist():
+    first = 0  # the node holding the open part's first token
+    for n, ln in enumerate(lengths):
+        p = parents[n]
+        if cur and (p < 0 or ns[p] + lengths[p] <= cuts[-1]):
+            # the node returns above the open part's start: its prefix is the parent's path
+            held = depth[first] + cuts[-1] - ns[first]  # the open part's own prefix rows
+            if held - (0 if p < 0 else depth[p] + lengths[p]) > budget:
+                cuts.append(pos)
+                cur, first = 0, n
         if cur + ln <= budget:
             cur += ln
             pos += ln
@@ -36,6 +60,7 @@ def handoff_cuts(node_length: np.ndarray, budget: int) -> np.ndarray:
         if cur:
             cuts.append(pos)
             cur = 0
+        first = n
         # the node starts a part; cut it at token boundaries while it is too long
         while ln > budget:
             pos += budget
@@ -46,6 +71,17 @@ def handoff_cuts(node_length: np.ndarray, budget: int) -> np.ndarray:
     if cuts[-1] != pos:
         cuts.append(pos)
     return np.asarray(cuts, dtype=np.int64)
+
+
+def node_depths(node_parent: np.ndarray, node_length: np.ndarray) -> np.ndarray:
+    """Tokens before each node on its root path (parents precede children in pre-order)."""
+    par = np.asarray(node_parent, dtype=np.int64).tolist()
+    ln = np.asarray(node_length, dtype=np.int64).tolist()
+    depth = [0] * len(par)
+    for n, p in enumerate(par):
+        if p >= 0:
+            depth[n] = depth[p] + ln[p]
+    return np.asarray(depth, dtype=np.int64)
 
 
 def part_parents(
@@ -65,3 +101,42 @@ def part_parents(
     )
     out = np.searchsorted(starts, pred, side="right") - 1
     return np.where(pred >= 0, out, -1)
+
+
+def stored_rows_peak(node_length: np.ndarray, node_parent: np.ndarray, budget: int) -> int:
+    """The most handed-over rows the parts on one stack store at once, for a tree cut at
+    ``budget`` (0 when it fits one part).
+
+    A part that has child parts stores the rows of it that some later part reads (each later
+    part reads the root-to-first-token path before its first token); while a part runs, all of
+    its ancestors in the part tree hold their stores. Each stored row is one key and one value
+    per attention layer, and one gradient accumulator each once a descendant sends a gradient
+    back: the hand-off state is at most twice these rows' keys and values."""
+    nl = np.asarray(node_length, dtype=np.int64)
+    par = np.asarray(node_parent, dtype=np.int64)
+    cuts = handoff_cuts(nl, par, budget)
+    if len(cuts) <= 2:
+        return 0
+    ns = np.concatenate([[0], np.cumsum(nl)[:-1]])
+    parents = part_parents(cuts, ns, par, nl)
+    starts = cuts[1:-1]
+    node_of = np.searchsorted(ns, starts, side="right") - 1
+    # read rows: a part's first node up to its first token, and every node above it in full
+    end = ns.copy()
+    np.maximum.at(end, node_of, starts)
+    full = np.zeros(len(nl), dtype=bool)
+    for n in node_of.tolist():
+        p = int(par[n])
+        while p >= 0 and not full[p]:
+            full[p] = True
+            p = int(par[p])
+    end = np.where(full, ns + nl, end)
+    edge = np.zeros(int(nl.sum()) + 1, dtype=np.int64)
+    np.add.at(edge, ns, 1)
+    np.add.at(edge, end, -1)
+    read = (np.cumsum(edge)[:-1] > 0).astype(np.int64)
+    stored = np.add.reduceat(read, cuts[:-1])
+    stack = np.zeros(len(stored), dtype=np.int64)
+    for c, p in enumerate(parents.tolist()):  # a parent part precedes its children
+        stack[c] = stored[c] + (stack[p] if p >= 0 else 0)
+    return int(stack.max())

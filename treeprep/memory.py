@@ -34,8 +34,11 @@ Terms, per rank:
   the recomputed activations, their gradients and the recompute's own transients, about three
   layers' worth. These two factors are measured (exact live bytes on the CPU, small-qwen3 in
   float32 and bf16, ``bench/memory.py``), not derived.
-* ``handoff``: the handed-over state of the build's longest root-to-leaf path, but for its last
-  part (no descendant reads it): per path token and full-attention layer the stored keys and
+* ``handoff``: the handed-over state of the parts on one stack at its largest over the build's
+  trees (:func:`~treeprep.schemas.parts.stored_rows_peak`, :meth:`BuildFacts.stored_rows`: the
+  rows of the deepest path but its last part, plus the rows of the stack's parts that other
+  branches read, e.g. 160,937 rows for the Claude Code session's 126,189-token path at budget
+  16k), per stored row and full-attention layer the stored keys and
   values (``kv_heads x head_dim`` each, compute dtype) plus one gradient accumulator per stored
   value, in the compute dtype (``handoff_accumulate="model"``) or float32;
   sliding-window layers keep only ``window`` rows; linear-attention layers hand over a conv
@@ -74,7 +77,9 @@ inner parts' tokens under ``part_graph="recompute"``, at :data:`MFU` of the GPU'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
@@ -187,12 +192,17 @@ def kv_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
     return (m.layers - m.linear_layers) * 2 * m.kv_heads * m.head_dim * s.compute_bytes
 
 
-def handoff_bytes(m: ModelShape, s: MemorySetup, path: int, budget: int) -> int:
+def handoff_bytes(
+    m: ModelShape, s: MemorySetup, path: int, budget: int, stored_rows: int | None = None
+) -> int:
     """The handed-over state of a ``path``-token root-to-leaf path cut into parts of ``budget``:
-    every row but the deepest part's (which no descendant reads) is stored and accumulated."""
+    ``stored_rows`` rows stored and accumulated (the most the parts on one stack store,
+    :func:`~treeprep.schemas.parts.stored_rows_peak`; default: one path, every row but the
+    deepest part's, which no descendant reads)."""
     if path <= budget:
         return 0
-    total = (path - budget) * handoff_bytes_per_path_token(m, s)
+    rows = path - budget if stored_rows is None else stored_rows
+    total = rows * handoff_bytes_per_path_token(m, s)
     if m.window_layers:
         per_row = handoff_bytes_per_path_token(m, s) // max(m.full_layers, 1)
         total += m.window_layers * min(path, m.window) * per_row
@@ -248,6 +258,7 @@ def terms(
     trained: float = 1.0,
     head_rows: int | None = None,
     kept: tuple[int, int] | None = None,
+    stored_rows: int | None = None,
 ) -> dict[str, int]:
     """The memory terms (bytes per rank) of a step with parts of ``budget`` tokens on a tree of
     ``tree_tokens`` tokens (default: more than the budget) whose longest root-to-leaf path has
@@ -256,7 +267,8 @@ def terms(
     ``kept`` (``part_graph="keep"``): the tokens of the running part's ancestors at their
     largest, and those of them in parts with trained targets
     (:meth:`~treeprep.trainer.parts.plan.PartLayout.kept_stack`); default, every other token of
-    the tree (an agent session is one chain of parts), all in parts with targets."""
+    the tree (an agent session is one chain of parts), all in parts with targets.
+    ``stored_rows``: the most handed-over rows one stack of parts stores (default: the path)."""
     w, a = s.weight_bytes, s.stream_bytes
     tokens = budget if tree_tokens is None else min(budget, tree_tokens)
     p = m.params_total
@@ -269,7 +281,7 @@ def terms(
         saved = tokens * (m.layers * m.hidden * a + outside)
     else:
         saved = tokens * (m.layers * per_layer + outside)
-    handoff = handoff_bytes(m, s, path, budget)
+    handoff = handoff_bytes(m, s, path, budget, stored_rows)
     graphs = 0
     if s.part_graph == "keep" and path > budget:
         if kept is None:
@@ -323,6 +335,25 @@ class BuildFacts:
     largest_tree_tokens: int
     largest_tree_pairs: int
     flops_trees: tuple[tuple[int, int], ...]  # (tokens, pairs) per tree
+    #: (node lengths, node parents) of each tree, largest first (:meth:`stored_rows`)
+    tree_nodes: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
+    _stored: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def stored_rows(self, budget: int) -> int:
+        """The most handed-over rows one stack of parts stores, over the build's trees cut at
+        ``budget`` (a tree stores fewer rows than it has tokens: larger trees first, stopping
+        where no smaller one can store more)."""
+        from treeprep.schemas.parts import stored_rows_peak
+
+        hit = self._stored.get(budget)
+        if hit is None:
+            hit = 0
+            for ln, par in self.tree_nodes:
+                if int(ln.sum()) <= max(hit, budget):
+                    break
+                hit = max(hit, stored_rows_peak(ln, par, budget))
+            self._stored[budget] = hit
+        return hit
 
     @classmethod
     def of(cls, out_dir: str) -> BuildFacts:
@@ -333,6 +364,12 @@ class BuildFacts:
             raise TreeprepError(f"{out_dir}: the build has no trees")
         tok, pairs, path = f.tokens_tree(), f.pairs_tree(), f.longest_path()
         big = int(tok.argmax())
+        order = np.argsort(-tok, kind="stable")
+        nodes = tuple(
+            (f.node_length[f.node_off[t] : f.node_off[t + 1]],
+             f.node_parent[f.node_off[t] : f.node_off[t + 1]])
+            for t in order.tolist()
+        )  # fmt: skip
         return cls(
             trees=int(f.num_trees),
             tokens_tree=int(tok.sum()),
@@ -340,6 +377,7 @@ class BuildFacts:
             largest_tree_tokens=int(tok[big]),
             largest_tree_pairs=int(pairs[big]),
             flops_trees=tuple(zip(tok.tolist(), pairs.tolist(), strict=True)),
+            tree_nodes=nodes,
         )
 
 
@@ -386,7 +424,8 @@ def dry_run(
     mem = gpu.memory if gpu_memory is None else gpu_memory
 
     def evaluate(setup: MemorySetup, bud: int) -> tuple[int, float, dict[str, int]]:
-        t = terms(m, setup, budget=bud, path=b.longest_path, tree_tokens=b.largest_tree_tokens)
+        t = terms(m, setup, budget=bud, path=b.longest_path, tree_tokens=b.largest_tree_tokens,
+                  stored_rows=b.stored_rows(bud))  # fmt: skip
         sec = step_seconds(m, setup, gpu, tokens=b.largest_tree_tokens,
                            pairs=b.largest_tree_pairs, path=b.longest_path, budget=bud)  # fmt: skip
         return peak(t, checkpointing=setup.activation_checkpointing), sec, t

@@ -48,7 +48,7 @@ def _batch(seed: int, n_seq: int, budget: int | None):
     b = TreeBatch.from_trees(rows_of(group_tree(seed, n_seq=n_seq)), norm="sum")
     if budget is not None:
         ln = b.node_length.numpy()
-        cuts = handoff_cuts(ln, budget)
+        cuts = handoff_cuts(ln, b.node_parent.numpy(), budget)
         par = part_parents(cuts, b.node_start.numpy(), b.node_parent.numpy(), ln)
         b.handoff = (np.asarray(cuts, dtype=np.int64), np.asarray(par, dtype=np.int64))
     return b

@@ -248,11 +248,16 @@ def flex_forward(
         def score_mod(score, b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
             return torch.tanh(score / cap) * cap
 
+    # never the flex-decoding kernel: inductor picks it for fewer than 128 queries, and it has no
+    # valid configuration for some shapes (head dim 16 in float32, dynamic lengths: "No choices
+    # to select", seen on an H200 with torch 2.11); trees are never decoded one token at a time
+    kw = {"kernel_options": {"FORCE_USE_FLEX_ATTENTION": True}} if fn is not _eager() else {}
     if opts.sinks is None:
-        return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa)
+        return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa, **kw)
     o, lse = fn(
-        q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa, return_lse=True
-    )
+        q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, enable_gqa=gqa, return_lse=True,
+        **kw,
+    )  # fmt: skip
     keep = torch.sigmoid(lse.float() - opts.sinks.float().reshape(1, -1, 1))
     return o * keep[..., None].to(o.dtype)
 

@@ -132,7 +132,7 @@ def part_layout(
     ``planned`` is a plan's (boundaries, parents) for this tree: checked against the cut this
     budget gives (a plan made for another budget or another build is refused)."""
     t = _Tree.of(batch)
-    cuts = handoff_cuts(t.nl, budget)
+    cuts = handoff_cuts(t.nl, t.npar, budget)
     parents = part_parents(cuts, t.ns, t.npar, t.nl)
     if planned is not None and not (
         np.array_equal(planned[0], cuts) and np.array_equal(planned[1], parents)

@@ -23,9 +23,9 @@ views of the ancestors' stores, one per contiguous run of stored rows on its pat
 through :class:`_ReadStore`, an autograd function whose backward adds the segment's key and value
 gradients straight into the store's accumulators: no leaf tensor, no ``.grad`` of the prefix, no
 scatter afterwards. The ``nodes`` backend's fused block attention goes one step further: it reads
-the plain views and its backward adds each block's gradients into the store itself
-(:attr:`HandOff.direct`), so not even one layer's prefix gradient is held at once. Per path
-token and layer that is 2 x kv_heads x head_dim values stored and as
+the plain views and its backward adds each block's gradients into the store itself (the
+direct triples :meth:`HandOff.exchange` returns), so not even one layer's prefix gradient is
+held at once. Per path token and layer that is 2 x kv_heads x head_dim values stored and as
 many accumulated: twice the path's K/V bytes when accumulating in the model dtype (three times
 with float32 accumulators in bf16), plus transients of one part.
 
@@ -194,31 +194,37 @@ class HandOff:
     """One part's exchange: prefix segments in, own keys and values recorded (module doc).
 
     A plain class, not a dataclass: wrappers that rebuild dataclasses and dicts in a module's
-    inputs (FSDP2) must hand every layer this very object, or the records would go to copies."""
+    inputs (FSDP2) must hand every layer this very object, or the records would go to copies.
+
+    With gradients on, a layer's reads of the stores go on the autograd tape when the layer asks
+    for them (:meth:`exchange`), not all at once before the first layer: autograd runs a ready
+    node in the order it was recorded, latest first, so reads recorded up front would run after
+    every layer's backward, each holding its layer's prefix gradient until then (one more copy
+    of the path's keys and values over all layers, measured on an H200: ~16 GiB for Qwen3-1.7B
+    on the 126k-token Claude Code path). Recorded inside the layer, they run right after its
+    attention's backward and add their gradients into the stores at once."""
 
     __slots__ = (
-        "direct",
+        "anchor",
         "linear_leaves",
         "linear_own",
         "linear_sources",
         "own",
-        "prefix",
+        "reads",
         "requires_grad",
     )
 
     def __init__(
         self,
-        prefix: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], ...]],
+        reads: dict[int, tuple[tuple[KVStore, int, int], ...]],
         *,
         linear_sources: dict[int, list[tuple[int, LinearState]]] | None = None,
         requires_grad: bool = False,
-        direct: dict[int, tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...]] | None = None,
     ) -> None:
-        #: per layer, the part's prefix segments (views of the ancestors' stores)
-        self.prefix = prefix
-        #: per layer (with gradients on), the same segments as plain views with where their
-        #: gradients go, for a backend that sends them there itself (no autograd copy)
-        self.direct = direct or {}
+        #: per layer, the part's prefix as (store, first row, end row) segments in path order
+        self.reads = reads
+        #: with gradients on, the leaf that puts each read on the autograd tape
+        self.anchor: torch.Tensor | None = None
         #: per layer, the part's own keys and values as computed (graph tensors)
         self.own: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: linear-attention layers: the ancestors' stored states (part, state) per layer
@@ -258,12 +264,23 @@ class HandOff:
         tuple[tuple[torch.Tensor, torch.Tensor], ...] | None,
         tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...] | None,
     ]:
-        """Record the layer's own keys and values; its prefix segments, and the same as direct
-        (view, where its gradients go) triples when gradients are on."""
+        """Record the layer's own keys and values; return its prefix segments (views of the
+        stores, read through :class:`_ReadStore` when gradients are on), and with gradients on
+        the same as direct (view, where its gradients go) triples."""
         if layer is None:
             raise RuntimeError("hand-off parts need attention modules with a layer_idx")
         self.own[layer] = (key, value)
-        return self.prefix.get(layer), self.direct.get(layer)
+        reads = self.reads.get(layer)
+        if not reads:
+            return None, None
+        if not (self.requires_grad and torch.is_grad_enabled()):
+            return tuple((st.k[:, :, s:e], st.v[:, :, s:e]) for st, s, e in reads), None
+        if self.anchor is None:
+            self.anchor = torch.empty(0, device=key.device, requires_grad=True)
+        anchor = self.anchor
+        segs = tuple(_ReadStore.apply(anchor, st, s, e) for st, s, e in reads)
+        direct = tuple((st.k[:, :, s:e], st.v[:, :, s:e], st.grad_into(s)) for st, s, e in reads)
+        return segs, direct  # type: ignore[return-value]
 
     @classmethod
     def gather(
@@ -274,35 +291,24 @@ class HandOff:
         requires_grad: bool,
     ) -> HandOff:
         """The exchange of a part whose prefix is ``segments`` of the ancestors' ``states``
-        (part -> per layer). Nothing is copied: attention layers get views of the stores, read
-        through :class:`_ReadStore` when gradients are on."""
-        prefix: dict[int, tuple[tuple[torch.Tensor, torch.Tensor], ...]] = {}
-        direct: dict[int, tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...]] = {}
+        (part -> per layer). Nothing is copied, nothing is read yet: each attention layer gets
+        views of the stores when it calls :meth:`exchange`."""
+        reads: dict[int, tuple[tuple[KVStore, int, int], ...]] = {}
         linear: dict[int, list[tuple[int, LinearState]]] = {}
         if segments:
             parts = list(dict.fromkeys(p for p, _, _ in segments))
-            anchor = None
             for li in range(layers):
                 first = states[parts[0]][li]
                 if isinstance(first, LinearState):
                     linear[li] = [(p, states[p][li]) for p in parts]  # type: ignore[misc]
                     continue
-                segs = []
-                into = []
+                row = []
                 for p, s, e in segments:
                     st = states[p][li]
                     assert isinstance(st, KVStore)
-                    if requires_grad and anchor is None:
-                        anchor = torch.empty(0, device=st.k.device, requires_grad=True)
-                    if anchor is not None:
-                        segs.append(_ReadStore.apply(anchor, st, s, e))
-                        into.append((st.k[:, :, s:e], st.v[:, :, s:e], st.grad_into(s)))
-                    else:
-                        segs.append((st.k[:, :, s:e], st.v[:, :, s:e]))
-                prefix[li] = tuple(segs)
-                if into:
-                    direct[li] = tuple(into)
-        return cls(prefix, linear_sources=linear, requires_grad=requires_grad, direct=direct)
+                    row.append((st, s, e))
+                reads[li] = tuple(row)
+        return cls(reads, linear_sources=linear, requires_grad=requires_grad)
 
     def return_grads(self, states: dict[int, list[LayerState]]) -> None:
         """Add the linear-attention leaves' gradients to the producing parts' states (the keys'

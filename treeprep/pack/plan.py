@@ -200,7 +200,7 @@ def _make_items(forest: Forest, budget: int, shape: ModelShape, mode: str) -> _I
         a, b = int(forest.node_off[t]), int(forest.node_off[t + 1])
         par, ln, dp = forest.node_parent[a:b], forest.node_length[a:b], forest.node_depth[a:b]
         if mode == "handoff":
-            bounds = handoff_cuts(ln, budget)
+            bounds = handoff_cuts(ln, par, budget)
             start = np.concatenate([[0], np.cumsum(ln)[:-1]])
             handoff[t] = (bounds, part_parents(bounds, start, par, ln))
             continue

@@ -125,6 +125,35 @@ def test_the_path_state_grows_by_twice_its_kv_bytes(dtype: torch.dtype, accumula
     assert slope >= kv + acc  # the state really is held (the measure sees it)
 
 
+def test_joined_backends_hold_no_prefix_gradient_per_layer() -> None:
+    """``dense`` (as ``flex`` and ``flash`` on a GPU) joins [prefix; own] keys per layer, so its
+    reads of the stores go through autograd. Recorded before the first layer, they ran after
+    every layer's backward and each layer's prefix gradient waited until then: one more copy
+    of the path's K/V (+16 GiB on an H200, Qwen3-1.7B, 126k path). Recorded when the layer asks,
+    the path state grows as with ``nodes``: the stores and their accumulators, and the dense
+    mask's [T, P] row per path token (a budget's worth of bytes, one layer at a time)."""
+    layers = 8
+    model = _model("tiny-qwen3", torch.float32, num_hidden_layers=layers)
+    model.train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    cfg = model.config
+    kv = layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 4
+    budget, short, long = 64, 512, 1024
+
+    def peak(tokens: int) -> int:
+        b = TreeBatch.from_trees([_chain_row(tokens)], norm="sum")
+        model.zero_grad(set_to_none=True)
+        with LiveBytes() as mem:
+            run_parts(model, b, LossConfig("sft"), budget=budget, attn="dense")
+        return mem.peak
+
+    peak(64)
+    slope = (peak(long) - peak(short)) / (long - short)
+    # stored K/V, one accumulator each, and one layer's dense score column per key (float32,
+    # budget x heads: measured 0.7 of it); before, 7/8 of the K/V more (6,616 against 4,824)
+    assert slope <= 2 * kv + 4 * budget * cfg.num_attention_heads, (slope, kv)
+
+
 def test_linear_state_gradients_sum_in_the_run_dtype() -> None:
     """Qwen3.5's handed-over conv and recurrent states: their gradients were summed in float32,
     which capped float64 parts at 2e-9..5e-8. (transformers' own gated-delta-rule fallback casts

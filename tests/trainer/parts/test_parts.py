@@ -53,7 +53,7 @@ def _rel(a: dict, b: dict) -> float:
 
 def test_cuts_respect_budget_and_nodes() -> None:
     lengths = np.array([5, 3, 10, 1, 1, 7])
-    cuts = handoff_cuts(lengths, 4)
+    cuts = handoff_cuts(lengths, np.array([-1, 0, 1, 2, 3, 4]), 4)
     assert cuts[0] == 0 and cuts[-1] == lengths.sum()
     assert (np.diff(cuts) <= 4).all() and (np.diff(cuts) > 0).all()
     # greedy: a node that does not fit starts the next part (8, 20); a node over the budget is
@@ -64,7 +64,7 @@ def test_cuts_respect_budget_and_nodes() -> None:
 def test_part_parent_holds_the_predecessor() -> None:
     tree = group_tree(3, n_seq=9, roots=2)
     b = TreeBatch.from_trees(rows_of(tree))
-    cuts = handoff_cuts(b.node_length.numpy(), 5)
+    cuts = handoff_cuts(b.node_length.numpy(), b.node_parent.numpy(), 5)
     par = part_parents(cuts, b.node_start.numpy(), b.node_parent.numpy(), b.node_length.numpy())
     prev = b.prev.numpy()
     for c in range(len(cuts) - 1):
