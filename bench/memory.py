@@ -147,7 +147,20 @@ def shape_of(model: str, vocab: int | None):
 
 
 def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
-    """(predicted peak, handed-over bytes and K/V bytes per path token) of the memory model."""
+    """(predicted peak, handed-over bytes and K/V bytes per path token) of the memory model; for
+    ``keep``, the largest over the layout's stacks (:meth:`PartLayout.kept_stacks`)."""
+    if spec["mode"] == "keep" and r.get("kept_stacks"):
+        outs = [
+            _predicted(
+                spec, {**r, "kept_tokens": t, "kept_grad_tokens": g, "kept_running_rows": h}
+            )  # fmt: skip
+            for t, g, h in r["kept_stacks"]
+        ]
+        return max(outs)
+    return _predicted(spec, r)
+
+
+def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
     from treeprep.memory import (
         MemorySetup,
         handoff_bytes_per_path_token,
@@ -235,6 +248,7 @@ def measure(spec: dict, row: dict) -> dict:
         t0 = time.perf_counter()
         parts = prefix = 0
         kept = (0, 0, 0)
+        stacks: list[tuple[int, int, int]] = []
         head_rows = int(batch.targets().token.numel())
         if spec["budget"] is None:
             out = tree_loss(model, batch, loss="sft")
@@ -253,7 +267,8 @@ def measure(spec: dict, row: dict) -> dict:
             parts, prefix = res.parts, res.prefix_rows
             layout = part_layout(batch, spec["budget"])
             head_rows = max(int(p.target_select.sum()) for p in layout.parts)
-            kept = layout.kept_stack()
+            stacks = layout.kept_stacks()
+            kept = max(stacks)
         if dev == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
@@ -276,6 +291,7 @@ def measure(spec: dict, row: dict) -> dict:
         "kept_tokens": kept[0],
         "kept_grad_tokens": kept[1],
         "kept_running_rows": kept[2],
+        "kept_stacks": stacks if spec["budget"] is not None else [],
         "seconds": round(dt, 3),
     }
 

@@ -266,7 +266,7 @@ def terms(
     of trained targets; 1.0 is the bound), or ``head_rows`` the most rows any part feeds it.
     ``kept`` (``part_graph="keep"``): the tokens of the running part's ancestors at their
     largest, and those of them in parts with trained targets
-    (:meth:`~treeprep.trainer.parts.plan.PartLayout.kept_stack`); default, every other token of
+    (:meth:`~treeprep.trainer.parts.plan.PartLayout.kept_stacks`); default, every other token of
     the tree (an agent session is one chain of parts), all in parts with targets.
     ``stored_rows``: the most handed-over rows one stack of parts stores (default: the path)."""
     w, a = s.weight_bytes, s.stream_bytes

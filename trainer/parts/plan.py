@@ -64,16 +64,16 @@ class PartLayout:
                 reads[p].append(rows)
         return [np.unique(np.concatenate(r)) if r else None for r in reads]
 
-    def kept_stack(self) -> tuple[int, int, int]:
-        """What ``keep`` mode holds besides the running part, at its largest: the tokens of the
-        running part's ancestors (their graphs and stores stay live until it is left), those of
-        them in parts with trained targets (each holds its final hidden state's gradient: its
-        LM head ran its backward at its forward), and the running part's own head rows. The
-        largest over the parts without children (the deepest on each stack)."""
-        best = (0, 0, 0)
+    def kept_stacks(self) -> list[tuple[int, int, int]]:
+        """What ``keep`` mode holds besides the running part, for each part as it runs its LM
+        head (a part without children in its whole step, a kept part at its forward): the tokens
+        of its ancestors (their graphs and stores stay live until it is left), those of them in
+        parts with trained targets (each holds its final hidden state's gradient: its LM head
+        ran its backward at its forward), and its own head rows. The peak comes with one of
+        them: the deepest stack, or a shallower one whose part feeds the head more rows (a
+        memory model takes the largest over all)."""
+        out = []
         for spec in self.parts:
-            if self.children[spec.index]:
-                continue
             tokens = grad = 0
             c = spec.parent
             while c >= 0:
@@ -81,8 +81,8 @@ class PartLayout:
                 tokens += anc.num_tokens
                 grad += anc.num_tokens if anc.target_select.any() else 0
                 c = anc.parent
-            best = max(best, (tokens, grad, int(spec.target_select.sum())))
-        return best
+            out.append((tokens, grad, int(spec.target_select.sum())))
+        return out
 
     @property
     def prefix_rows(self) -> int:
