@@ -30,6 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
+#: LM-head rows a hand-off part runs at once (each chunk's backward follows at once, so one
+#: chunk's float32 logits, log-softmax and entropy terms are live: 16 bytes per row and vocabulary
+#: entry, 622 MB per 256 rows of Qwen3's 151,936), however many targets the part trains
+HEAD_ROWS = 256
+
 
 def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) -> np.ndarray:
     """Part boundaries ``[0, b1, ..., T]`` for a tree with these pre-order node lengths and

@@ -45,10 +45,14 @@ Terms, per rank:
   (``(2 kd + vd) x (kernel - 1)``) and recurrent (``value_heads x dk x dv``) state at each part
   boundary on the path, float32, with an accumulator each.
 * ``lm_head_chunk``: the loss runs the head on at most ``chunk`` rows at once, the predecessors of
-  trained targets only (:mod:`treeprep.trainer.loss`): per row and vocabulary entry the float32
-  logits, the log-softmax, and the entropy's ``exp`` and product, all live at once in the chunk's
-  forward: ``4 x 4`` bytes (bf16 logits die at their float32 copy: nothing saves them). Its
-  backward holds less (the log-softmax, its gradient, the logits' gradient).
+  trained targets only (:mod:`treeprep.trainer.loss`), and a hand-off part on at most
+  :data:`~treeprep.schemas.parts.HEAD_ROWS` (256), each chunk's backward at once; a step of
+  budget ``B`` takes the larger of a part's peak (with the hand-off state) and a micro-batch of
+  whole trees (``B`` tokens, up to ``chunk`` head rows, no hand-off). Per row and vocabulary
+  entry: the float32 logits, the log-softmax, and the entropy's ``exp`` and product, all live
+  at once in the chunk's forward, ``4 x 4`` bytes (bf16 logits die at their float32 copy:
+  nothing saves them). Its backward holds less (the log-softmax, its gradient, the logits'
+  gradient).
 
 The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
 fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
@@ -84,6 +88,7 @@ import numpy as np
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
 from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, coerce_modes
+from treeprep.schemas.parts import HEAD_ROWS
 
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
@@ -291,6 +296,8 @@ def terms(
         handoff += linear_handoff_bytes(m, path, budget)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
+    if path > budget:  # hand-off parts run their head HEAD_ROWS rows at a time
+        rows = min(rows, HEAD_ROWS)
     head_per = 4 * max(4, s.compute_bytes)
     return {
         "parameters": p * w // s.shard,
@@ -426,9 +433,15 @@ def dry_run(
     def evaluate(setup: MemorySetup, bud: int) -> tuple[int, float, dict[str, int]]:
         t = terms(m, setup, budget=bud, path=b.longest_path, tree_tokens=b.largest_tree_tokens,
                   stored_rows=b.stored_rows(bud))  # fmt: skip
+        pk = peak(t, checkpointing=setup.activation_checkpointing)
+        if b.longest_path > bud:  # a micro-batch of whole trees runs its head ``chunk`` rows
+            whole = terms(m, setup, budget=bud, path=bud, tree_tokens=b.largest_tree_tokens)
+            pw = peak(whole, checkpointing=setup.activation_checkpointing)
+            if pw > pk:
+                t, pk = whole, pw
         sec = step_seconds(m, setup, gpu, tokens=b.largest_tree_tokens,
                            pairs=b.largest_tree_pairs, path=b.longest_path, budget=bud)  # fmt: skip
-        return peak(t, checkpointing=setup.activation_checkpointing), sec, t
+        return pk, sec, t
 
     ckpts = [s.activation_checkpointing] if checkpointing_given else [False, True]
     # keep mode is faster where its kept graphs fit; recompute is suggested where they do not

@@ -54,6 +54,7 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import PartGraph
+from treeprep.schemas.parts import HEAD_ROWS
 from treeprep.trainer.attention.backends import choose_backend
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.loss import (
@@ -210,25 +211,35 @@ class _Runner:
         return ho, self.part_loss(spec, h, grad) if with_loss else None
 
     def forward_head_first(self, spec: PartSpec, scale: float) -> tuple[HandOff, Any, Any]:
-        """``keep`` mode's forward: :meth:`decode` with a graph, then the part's loss on a
-        detached copy of h_TE, back-propagated at once through the LM head (its parameters'
-        gradients land in ``.grad`` now; the head's logits and log-softmax are freed here, not
-        held until the part is left). Returns the exchange, the loss output (detached) and
-        (h_TE, its gradient): the pair the part's backward starts from instead of the loss."""
+        """A part's forward with a graph, its LM head run forward and backward at once:
+        :meth:`decode`, then the part's loss on a detached copy of h_TE,
+        :data:`~treeprep.schemas.parts.HEAD_ROWS` targets at a time, each chunk's loss
+        back-propagated at once through the head (its parameters' gradients land in ``.grad``
+        now; a chunk's logits and log-softmax are freed before the next chunk runs, never held
+        with the graph). Returns the exchange, the loss
+        output (detached, summed over the chunks) and (h_TE, its gradient): the pair the part's
+        backward starts from instead of the loss."""
         ho, h = self.decode(spec, grad=True)
         if not spec.target_select.any():
             return ho, None, None
         leaf = h.detach().requires_grad_(True)
-        out = self.part_loss(spec, leaf, grad=True)
-        loss = out if isinstance(out, torch.Tensor) else out.loss
-        if loss.requires_grad:
-            torch.autograd.backward([loss], [torch.full_like(loss, scale)])
-        if isinstance(out, torch.Tensor):
-            out = out.detach()
-        else:
-            out = replace(out, loss=out.loss.detach(), token_logp=out.token_logp.detach())
+        picked = np.flatnonzero(spec.target_select)
+        outs = []
+        head_rows = HEAD_ROWS
+        for i in range(0, len(picked), head_rows):
+            sel = np.zeros_like(spec.target_select)
+            sel[picked[i : i + head_rows]] = True
+            out = self.part_loss(
+                replace(spec, target_select=sel, target_pred=spec.target_pred[i : i + head_rows]),
+                leaf,
+                grad=True,
+            )
+            loss = out if isinstance(out, torch.Tensor) else out.loss
+            if loss.requires_grad:
+                torch.autograd.backward([loss], [torch.full_like(loss, scale)])
+            outs.append(_detached(out))
         pair = (h, leaf.grad) if leaf.grad is not None else None
-        return ho, out, pair
+        return ho, _summed(outs), pair
 
     def part_loss(self, spec: PartSpec, h: torch.Tensor, grad: bool) -> Any:
         """The part's share of the loss from its hidden states (None without targets)."""
@@ -313,6 +324,32 @@ class _Runner:
                 self.before_pass("backward")
             torch.autograd.backward(tensors, grads)
         ho.return_grads(self.states)
+
+
+def _detached(out: Any) -> Any:
+    """A part's loss output (a tensor, or a :class:`LossOutput`) without its graph."""
+    if isinstance(out, torch.Tensor):
+        return out.detach()
+    return replace(out, loss=out.loss.detach(), token_logp=out.token_logp.detach())
+
+
+def _summed(outs: list[Any]) -> Any:
+    """One part's loss outputs over its head chunks as one: losses and metrics summed (every
+    metric is a sum over targets, as parts add them), log-probs in target order."""
+    if len(outs) == 1:
+        return outs[0]
+    if isinstance(outs[0], torch.Tensor):
+        return torch.stack(outs).sum()
+    metrics: dict[str, torch.Tensor] = {}
+    for o in outs:
+        for k, v in o.metrics.items():
+            metrics[k] = metrics[k] + v if k in metrics else v
+    return replace(
+        outs[0],
+        loss=torch.stack([o.loss for o in outs]).sum(),
+        token_logp=torch.cat([o.token_logp for o in outs]),
+        metrics=metrics,
+    )
 
 
 def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -408,8 +445,8 @@ def run_parts(
         spec = parts[c]
         if not layout.children[c]:
             if spec.target_select.any():
-                ho, out = run.forward(spec, grad=True, with_loss=True)
-                finish(spec, ho, out)
+                ho, out, hidden = run.forward_head_first(spec, loss_scale)
+                finish(spec, ho, out, head_done=True, hidden=hidden)
             return False
         if mode == "keep":
             ho, out, hidden = run.forward_head_first(spec, loss_scale)
@@ -426,8 +463,8 @@ def run_parts(
             ho, out, hidden = kept.pop(c)
             finish(spec, ho, out, head_done=True, hidden=hidden)
         else:
-            ho, out = run.forward(spec, grad=True, with_loss=True)
-            finish(spec, ho, out)
+            ho, out, hidden = run.forward_head_first(spec, loss_scale)
+            finish(spec, ho, out, head_done=True, hidden=hidden)
         run.drop(c)
 
     _walk(layout, enter, leave)

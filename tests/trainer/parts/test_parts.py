@@ -16,9 +16,11 @@ from hypothesis import strategies as st  # noqa: E402
 from trainer_fixtures import group_tree, rows_of, tiny  # noqa: E402
 
 from treeprep.schemas.parts import handoff_cuts, part_parents  # noqa: E402
-from treeprep.trainer import TreeBatch  # noqa: E402
+from treeprep.sequence import Sequence  # noqa: E402
+from treeprep.trainer import TreeBatch, load_model  # noqa: E402
 from treeprep.trainer.loss import LossConfig, tree_loss  # noqa: E402
 from treeprep.trainer.parts import part_layout, run_parts  # noqa: E402
+from treeprep.trie import build_tree  # noqa: E402
 
 TOL = 1e-5
 
@@ -142,3 +144,41 @@ def test_parts_compose_with_activation_checkpointing() -> None:
         lp, gp = _parts(model, b, "sft", 9, mode, "dense")
         assert abs(lp - lw) <= TOL * abs(lw)
         assert _rel(gp, gw) < TOL
+
+
+@pytest.mark.parametrize("loss", ["sft", "grpo", "gspo"])
+@pytest.mark.parametrize("mode", ["recompute", "keep"])
+def test_head_chunks_equal_the_whole_tree(loss: str, mode: str, monkeypatch) -> None:  # noqa: ANN001
+    """Every part's final pass runs its LM head ``HEAD_ROWS`` targets at a time, each chunk's
+    backward at once; with 2 rows a chunk, every part runs several: still the whole tree's."""
+    from treeprep.trainer.parts import schedule
+
+    monkeypatch.setattr(schedule, "HEAD_ROWS", 2)
+    model = tiny()
+    b = TreeBatch.from_trees(rows_of(group_tree(7, n_seq=8)), norm="token-mean")
+    lw, gw = _whole(model, b, loss)
+    lp, gp = _parts(model, b, loss, 11, mode, "dense")
+    assert abs(lp - lw) <= TOL * abs(lw)
+    assert _rel(gp, gw) < TOL
+
+
+def test_the_head_peak_does_not_grow_with_a_parts_targets() -> None:
+    """A part trained on 1,536 targets peaks within a few KiB per target of one trained on 512:
+    its head runs 256 rows at a time (a 2048 x 16 B row per target would add 24 MiB)."""
+    from treeprep.trainer.memtrack import LiveBytes
+
+    vocab = 2048
+    model = load_model("tiny-qwen3", vocab_size=vocab, attn="nodes", seed=1)
+    toks = np.random.default_rng(0).integers(0, vocab, 2048).astype(np.int32)
+
+    def peak(trained: int) -> int:
+        row = build_tree([Sequence("s", toks, [(2048 - trained, 2048)])]).to_row()
+        b = TreeBatch.from_trees([row], norm="sum")
+        model.zero_grad(set_to_none=True)
+        with LiveBytes() as mem:
+            run_parts(model, b, LossConfig("sft"), budget=4096, attn="nodes")
+        return mem.peak
+
+    peak(512)
+    grow = peak(1536) - peak(512)
+    assert grow < 1024 * 1024, grow  # per target: its ids, weights and log-prob (tens of bytes)
