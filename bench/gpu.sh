@@ -9,8 +9,8 @@
 #   bash bench/gpu.sh --device cpu --dry     # the same stages at toy sizes on the CPU: checks the script
 #
 # Results go to $OUT (the device machine's output folder) or bench/_work/gpu: env.txt (card,
-# driver, torch, transformers), mem-0.6b.json and mem-1.7b.json (bench/memory.py on the real Claude
-# Code session: Qwen3-0.6B and Qwen3-1.7B shapes, bf16, activation checkpointing, budget 16k; the
+# driver, torch, transformers), memory.json (bench/memory.py on the real Claude
+# Code session: Qwen3-1.7B and Qwen3-0.6B shapes, bf16, activation checkpointing, budget 16k; the
 # tree's peak against the linear trainer's on its longest path, the memory model's prediction,
 # seconds of one forward and backward), tests.txt (exactness on the device: tests/trainer/test_gpu.py
 # and the Liger fused head), train.json (bench/train.py: measured against estimated speedup).
@@ -88,24 +88,21 @@ stage() {  # stage NAME SECONDS OUTFILE COMMAND...: run with a limit, keep going
 cat "$RES/env.txt"
 
 if [ "$dry" = 1 ]; then
-    for m in tiny-qwen3 tiny-llama; do
-        stage "mem-$m" 300 "mem-$m.json" $PY bench/memory.py --workload agent --path 4096 \
-            --budgets 1024 --modes linear,recompute --no-whole --checkpointing --no-probe \
-            --warmup --model "$m" --device cpu --dtype bfloat16 --json
-    done
+    stage memory 300 memory.json $PY bench/memory.py --workload agent --path 4096 \
+        --budgets 1024 --modes linear,recompute --no-whole --checkpointing --no-probe \
+        --warmup --model tiny-qwen3,tiny-llama --device cpu --dtype bfloat16 --json
     stage tests 300 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/test_fused_head.py
     stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
         --rounds 1 --json
 else
-    for m in 0.6b 1.7b; do
-        stage "mem-$m" "$([ $m = 0.6b ] && echo 150 || echo 210)" "mem-$m.json" $PY bench/memory.py --workload claude-code --data "$SESSION" \
-            --device "$device" --model "qwen3-$m" --budgets 16384 --modes linear,recompute \
-            --no-whole --checkpointing --no-probe --warmup --json
-    done
-    stage tests 60 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
+    # one process for both shapes: FlexAttention compiles once (dynamic shapes)
+    stage memory 300 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
+        --device "$device" --model qwen3-1.7b,qwen3-0.6b --budgets 16384 \
+        --modes linear,recompute --no-whole --checkpointing --no-probe --warmup --json
+    stage tests 90 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/test_fused_head.py
-    stage train 100 train.json $PY bench/train.py --config gpu --models qwen3-1.7b \
+    stage train 110 train.json $PY bench/train.py --config gpu --models qwen3-1.7b \
         --budgets 32768 --workload both --steps 3 --rounds 2 --json
 fi
 echo "$failed stage(s) failed; results in $RES"

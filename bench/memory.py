@@ -404,7 +404,7 @@ def main() -> None:
     ap.add_argument("--budgets", default="1024,2048,4096,8192")
     ap.add_argument("--modes", default="recompute,keep", help="recompute, keep and/or linear")
     ap.add_argument("--no-whole", action="store_true", help="skip the whole-tree run")
-    ap.add_argument("--model", default="tiny-qwen3")
+    ap.add_argument("--model", default="tiny-qwen3", help="a preset, or several, comma-separated")
     ap.add_argument("--device", default="cpu")
     ap.add_argument(
         "--dtype",
@@ -445,11 +445,12 @@ def main() -> None:
     attn = a.attn or ("nodes" if a.device == "cpu" else "auto")
     WORK.mkdir(parents=True, exist_ok=True)
     paths = [int(x) for x in a.path.split(",")] if a.workload == "agent" else [0]
-    if a.warmup and a.device.startswith("cuda"):
-        _warm_up(a.workload, a.model, a.device, dtype, attn, a.checkpointing)
+    models = a.model.split(",")
+    if a.warmup and a.device.startswith("cuda"):  # one compile serves every model (dynamic)
+        _warm_up(a.workload, models[0], a.device, dtype, attn, a.checkpointing)
     results = []
-    for path in paths:
-        base = {"workload": a.workload, "path": path, "model": a.model, "device": a.device,
+    for model, path in ((m, p) for m in models for p in paths):
+        base = {"workload": a.workload, "path": path, "model": model, "device": a.device,
                 "dtype": dtype, "attn": attn, "data": a.data,
                 "checkpointing": a.checkpointing, "no_probe": a.no_probe}  # fmt: skip
         specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]

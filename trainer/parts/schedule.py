@@ -367,7 +367,7 @@ def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tens
             if spec.target_select.any():
                 ts = t.select(spec.target_select, spec.target_pred)
                 with run.ctx():
-                    lp, ent = head_logprobs(run.head, h, ts, chunk=run.cfg.chunk)
+                    lp, ent = head_logprobs(run.head, h, ts, chunk=min(run.cfg.chunk, HEAD_ROWS))
                 sel = torch.as_tensor(spec.target_select, device=lp.device)
                 lp_all[sel] = lp.to(dtype)
                 ent_all[sel] = ent.to(dtype)
