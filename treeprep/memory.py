@@ -88,7 +88,7 @@ import numpy as np
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
 from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, coerce_modes
-from treeprep.schemas.parts import HEAD_ROWS
+from treeprep.schemas.parts import HEAD_ROWS, stored_rows_peak
 
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
@@ -346,12 +346,13 @@ class BuildFacts:
     tree_nodes: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
     _stored: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
 
-    def stored_rows(self, budget: int) -> int:
+    def stored_rows(self, budget: int) -> int | None:
         """The most handed-over rows one stack of parts stores, over the build's trees cut at
         ``budget`` (a tree stores fewer rows than it has tokens: larger trees first, stopping
-        where no smaller one can store more)."""
-        from treeprep.schemas.parts import stored_rows_peak
-
+        where no smaller one can store more); None without the trees' nodes (the longest path
+        stands in)."""
+        if not self.tree_nodes:
+            return None
         hit = self._stored.get(budget)
         if hit is None:
             hit = 0

@@ -140,3 +140,26 @@ def test_dry_run_steers_keep_to_recompute_where_its_graphs_do_not_fit() -> None:
     assert given["suggested_part_graph"] == "recompute"
     roomy = dry_run(TINY, keep, b, GPUS["h100"])
     assert roomy["part_graph"] == roomy["suggested_part_graph"] == "keep"
+
+
+def test_the_handoff_term_counts_the_stacks_stored_rows() -> None:
+    """A compacted session: a shared prompt (6), a first context of five 12-token calls and a
+    second of five 4-token calls. At budget 16 the stack stores at most the prompt and the first
+    context above its last call (6 + 48 rows); a smaller tree is skipped; the dry run's handoff
+    term is those rows' keys, values and accumulators (the path would say 60)."""
+    import numpy as np
+
+    from treeprep.schemas.parts import stored_rows_peak
+
+    ln = np.array([6, 12, 12, 12, 12, 12, 4, 4, 4, 4, 4])
+    par = np.array([-1, 0, 1, 2, 3, 4, 0, 6, 7, 8, 9])
+    small = (np.array([10, 5]), np.array([-1, 0]))
+    b = BuildFacts(2, 101, 66, 86, 0, ((86, 0), (15, 0)), tree_nodes=((ln, par), small))
+    assert stored_rows_peak(ln, par, 16) == b.stored_rows(16) == 6 + 4 * 12
+    assert b.stored_rows(200) == 0  # no tree is cut
+    assert _facts(path=66, tokens=86).stored_rows(16) is None  # no nodes: the path stands in
+    s = MemorySetup(precision="float32", parallel="ddp")
+    per_row = handoff_bytes_per_path_token(TINY, s)
+    t = terms(TINY, s, budget=16, path=66, tree_tokens=86, stored_rows=b.stored_rows(16))
+    assert t["handoff"] == 54 * per_row
+    assert terms(TINY, s, budget=16, path=66, tree_tokens=86)["handoff"] == (66 - 16) * per_row

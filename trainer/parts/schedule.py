@@ -216,21 +216,21 @@ class _Runner:
         :data:`~treeprep.schemas.parts.HEAD_ROWS` targets at a time, each chunk's loss
         back-propagated at once through the head (its parameters' gradients land in ``.grad``
         now; a chunk's logits and log-softmax are freed before the next chunk runs, never held
-        with the graph). Returns the exchange, the loss
-        output (detached, summed over the chunks) and (h_TE, its gradient): the pair the part's
-        backward starts from instead of the loss."""
+        with the graph). Returns the exchange, the loss output (detached, summed over the
+        chunks) and (h_TE, its gradient): the pair the part's backward starts from instead of
+        the loss."""
         ho, h = self.decode(spec, grad=True)
         if not spec.target_select.any():
             return ho, None, None
         leaf = h.detach().requires_grad_(True)
         picked = np.flatnonzero(spec.target_select)
         outs = []
-        head_rows = HEAD_ROWS
-        for i in range(0, len(picked), head_rows):
+        n = HEAD_ROWS  # read at each call (the tests make it small)
+        for i in range(0, len(picked), n):
             sel = np.zeros_like(spec.target_select)
-            sel[picked[i : i + head_rows]] = True
+            sel[picked[i : i + n]] = True
             out = self.part_loss(
-                replace(spec, target_select=sel, target_pred=spec.target_pred[i : i + head_rows]),
+                replace(spec, target_select=sel, target_pred=spec.target_pred[i : i + n]),
                 leaf,
                 grad=True,
             )

@@ -200,9 +200,10 @@ class HandOff:
     for them (:meth:`exchange`), not all at once before the first layer: autograd runs a ready
     node in the order it was recorded, latest first, so reads recorded up front would run after
     every layer's backward, each holding its layer's prefix gradient until then (one more copy
-    of the path's keys and values over all layers, measured on an H200: ~16 GiB for Qwen3-1.7B
-    on the 126k-token Claude Code path). Recorded inside the layer, they run right after its
-    attention's backward and add their gradients into the stores at once."""
+    of the path's keys and values over all layers: about 13.5 GiB for Qwen3-1.7B on the
+    126k-token Claude Code path, the memory model's shortfall on an H200). Recorded inside the
+    layer, they run right after its attention's backward and add their gradients into the
+    stores at once."""
 
     __slots__ = (
         "anchor",
