@@ -21,12 +21,16 @@ branch and the start of the next would chain the second branch to the first bran
 first token's prefix runs down the first branch, so those parts stay on the stack for the whole
 second branch, which reads none of their rows (the real Claude Code session, after a context
 compaction: 58,180 of 210,089 stacked rows at budget 16k). So the open part is also closed
-before a node whose parent ended before the part began, when more than ``budget`` rows of the
-part's own prefix lie deeper than that parent (rows the node does not read). Short returns (a
-retry, a GRPO group's next completion under a shared prompt) do not cut: their parts stay full.
+before a node whose parent ended before the part began, when the part holding the parent's last
+token is not the open part's own parent part: the node's subtree then hangs under that part, not
+under the open part's chain (Claude Code session at 16k: 37 parts, 151,909 stacked rows for a
+126,189-token path). A GRPO group's next completion under a shared prompt, or a retry whose
+prompt ends in the open part's parent part, does not cut: those parts stay full.
 """
 
 from __future__ import annotations
+
+import bisect
 
 import numpy as np
 
@@ -44,7 +48,6 @@ def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) 
     nl = np.asarray(node_length, dtype=np.int64)
     par = np.asarray(node_parent, dtype=np.int64)
     ns = np.concatenate([[0], np.cumsum(nl)[:-1]]).tolist()
-    depth = node_depths(par, nl).tolist()
     lengths, parents = nl.tolist(), par.tolist()
     cuts = [0]
     cur = 0  # tokens in the open part
@@ -53,9 +56,12 @@ def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) 
     for n, ln in enumerate(lengths):
         p = parents[n]
         if cur and (p < 0 or ns[p] + lengths[p] <= cuts[-1]):
-            # the node returns above the open part's start: its prefix is the parent's path
-            held = depth[first] + cuts[-1] - ns[first]  # the open part's own prefix rows
-            if held - (0 if p < 0 else depth[p] + lengths[p]) > budget:
+            # the node returns above the open part's start: its prefix is the parent's path,
+            # held by the part of the parent's last token; the open part hangs under the part
+            # of its first token's predecessor
+            a = cuts[-1]
+            pred = a - 1 if ns[first] < a else _last(parents[first], ns, lengths)
+            if p < 0 or _part_of(cuts, ns[p] + lengths[p] - 1) != _part_of(cuts, pred):
                 cuts.append(pos)
                 cur, first = 0, n
         if cur + ln <= budget:
@@ -78,15 +84,14 @@ def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) 
     return np.asarray(cuts, dtype=np.int64)
 
 
-def node_depths(node_parent: np.ndarray, node_length: np.ndarray) -> np.ndarray:
-    """Tokens before each node on its root path (parents precede children in pre-order)."""
-    par = np.asarray(node_parent, dtype=np.int64).tolist()
-    ln = np.asarray(node_length, dtype=np.int64).tolist()
-    depth = [0] * len(par)
-    for n, p in enumerate(par):
-        if p >= 0:
-            depth[n] = depth[p] + ln[p]
-    return np.asarray(depth, dtype=np.int64)
+def _last(node: int, ns: list[int], lengths: list[int]) -> int:
+    """The last token of ``node`` (-1 for no node)."""
+    return ns[node] + lengths[node] - 1 if node >= 0 else -1
+
+
+def _part_of(cuts: list[int], token: int) -> int:
+    """The part (so far) holding ``token`` (-1 for none)."""
+    return bisect.bisect_right(cuts, token) - 1 if token >= 0 else -1
 
 
 def part_parents(

@@ -4,11 +4,11 @@ Measured on an H200 (Qwen3-1.7B shape, the real Claude Code session, budget 16k)
 the stack held 41.5 GB, 58,180 rows more than the deepest part reads. The part holding the end of
 the first context (before a compaction) and the start of the second made every part of the
 second context a descendant of the first context's parts, so those stayed on the stack unread.
-The cut now closes a part before a node that returns above the part's start when more than a
-budget of the part's own prefix lies below the node's parent
-(:func:`treeprep.schemas.parts.handoff_cuts`); :func:`~treeprep.schemas.parts.stored_rows_peak`
-counts what the stack stores at most, which the memory model uses. Checked here: the cut, the
-count against the runner's own stores, and exactness on such a tree.
+The cut now closes a part before a node that returns above the part's start to a parent held by
+another part than the open part's parent part (:func:`treeprep.schemas.parts.handoff_cuts`);
+:func:`~treeprep.schemas.parts.stored_rows_peak` counts what the stack stores at most, which the
+memory model uses. Checked here: the cut, the count against the runner's own stores, and
+exactness on such a tree.
 """
 
 from __future__ import annotations
@@ -134,3 +134,40 @@ def test_parts_of_a_compacted_session_equal_the_whole_tree(mode: str) -> None:
     den = sum(float(gw[k].norm() ** 2) for k in gw) ** 0.5
     assert abs(float(res.loss) - float(out.loss)) <= TOL * abs(float(out.loss))
     assert num / den < TOL
+
+
+def test_a_short_side_branch_does_not_chain_the_next_context() -> None:
+    """The shape the real session has at budget 16k: after the first context, a short side
+    branch off its first call (a sub-agent), then the second context from the system prompt. The
+    side branch's part hangs under the part of that call, not the prompt's; the second context
+    must not hang there too, though only the side branch's few rows lie between (17 - 3 = 14,
+    under the budget: the cut compares parts, not rows)."""
+    rng = np.random.default_rng(5)
+    sys_prompt = rng.integers(1, VOCAB - 1, 3)
+    first = [rng.integers(1, VOCAB - 1, 14) for _ in range(5)]
+    first[0][0] = 0  # the first context first in depth-first order
+    seqs = []
+    toks = sys_prompt
+    for i, call in enumerate(first):
+        toks = np.concatenate([toks, call])
+        seqs.append(Sequence(f"a{i}", toks.astype(np.int32), [(len(toks) - 3, len(toks))]))
+    side = np.concatenate([sys_prompt, first[0], [VOCAB - 1], rng.integers(1, VOCAB - 1, 6)])
+    seqs.append(Sequence("side", side.astype(np.int32), [(len(side) - 3, len(side))]))
+    toks = np.concatenate([sys_prompt, [VOCAB - 1]])
+    for i in range(5):
+        toks = np.concatenate([toks, rng.integers(1, VOCAB - 1, 4)])
+        seqs.append(Sequence(f"b{i}", toks.astype(np.int32), [(len(toks) - 3, len(toks))]))
+    row = build_tree(seqs).to_row()
+    nl, par = np.asarray(row["node_length"]), np.asarray(row["node_parent"])
+    ns = np.concatenate([[0], np.cumsum(nl)[:-1]])
+    second = int(np.flatnonzero(par == 0)[-1])  # the second context's first node
+    side_node = second - 1
+    assert par[side_node] == 1 and nl[side_node] == 7  # off the first call, right before
+    assert nl[side_node] + nl[second] <= 16  # greedy alone: one part for both
+    cuts = handoff_cuts(nl, par, 16)
+    parents = part_parents(cuts, ns, par, nl)
+    assert int(ns[second]) in cuts.tolist()
+    assert parents[cuts.tolist().index(int(ns[second]))] == 0
+    model = load_model("tiny-qwen3", vocab_size=VOCAB, attn="nodes", seed=1)
+    b = TreeBatch.from_trees([row], norm="sum")
+    assert _stacked_rows(model, b, 16) == stored_rows_peak(nl, par, 16)
