@@ -23,9 +23,12 @@ second branch, which reads none of their rows (the real Claude Code session, aft
 compaction: 58,180 of 210,089 stacked rows at budget 16k). So the open part is also closed
 before a node whose parent ended before the part began, when the part holding the parent's last
 token is not the open part's own parent part: the node's subtree then hangs under that part, not
-under the open part's chain (Claude Code session at 16k: 37 parts, 151,909 stacked rows for a
-126,189-token path). A GRPO group's next completion under a shared prompt, or a retry whose
-prompt ends in the open part's parent part, does not cut: those parts stay full.
+under the open part's chain. And a part ends at a fork of long branches (a node with two or
+more child subtrees over the budget): each branch starts its own part, so the fork's part stores
+only the path down to the fork, not the first branch's start. On the Claude Code session at 16k:
+40 parts and 130,979 stacked rows for a 126,189-token path (28 and 210,089 before). A GRPO
+group's next completion under a shared prompt, or a retry whose prompt ends in the open part's
+parent part, does not cut: those parts stay full.
 """
 
 from __future__ import annotations
@@ -49,13 +52,25 @@ def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) 
     par = np.asarray(node_parent, dtype=np.int64)
     ns = np.concatenate([[0], np.cumsum(nl)[:-1]]).tolist()
     lengths, parents = nl.tolist(), par.tolist()
+    sub = nl.copy()  # tokens in each node's subtree (children follow their parent)
+    for n in range(len(parents) - 1, 0, -1):
+        if parents[n] >= 0:
+            sub[parents[n]] += sub[n]
+    big = np.zeros(len(parents), dtype=np.int64)  # children whose subtree exceeds the budget
+    np.add.at(big, par[(par >= 0) & (sub > budget)], 1)
+    subtree, forks = sub.tolist(), big.tolist()
     cuts = [0]
     cur = 0  # tokens in the open part
     pos = 0
     first = 0  # the node holding the open part's first token
     for n, ln in enumerate(lengths):
         p = parents[n]
-        if cur and (p < 0 or ns[p] + lengths[p] <= cuts[-1]):
+        if cur and p >= 0 and forks[p] > 1 and subtree[n] > budget and ns[p] >= cuts[-1]:
+            # a fork of long branches inside the open part: each starts its own part, so the
+            # fork's part stores only the path down to the fork
+            cuts.append(pos)
+            cur, first = 0, n
+        elif cur and (p < 0 or ns[p] + lengths[p] <= cuts[-1]):
             # the node returns above the open part's start: its prefix is the parent's path,
             # held by the part of the parent's last token; the open part hangs under the part
             # of its first token's predecessor

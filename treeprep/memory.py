@@ -37,7 +37,7 @@ Terms, per rank:
 * ``handoff``: the handed-over state of the parts on one stack at its largest over the build's
   trees (:func:`~treeprep.schemas.parts.stored_rows_peak`, :meth:`BuildFacts.stored_rows`: the
   rows of the deepest path but its last part, plus the rows of the stack's parts that other
-  branches read, e.g. 151,909 rows for the Claude Code session's 126,189-token path at budget
+  branches read, e.g. 130,979 rows for the Claude Code session's 126,189-token path at budget
   16k), per stored row and full-attention layer the stored keys and
   values (``kv_heads x head_dim`` each, compute dtype) plus one gradient accumulator per stored
   value, in the compute dtype (``handoff_accumulate="model"``) or float32;

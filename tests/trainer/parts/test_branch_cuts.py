@@ -5,7 +5,8 @@ the stack held 41.5 GB, 58,180 rows more than the deepest part reads. The part h
 the first context (before a compaction) and the start of the second made every part of the
 second context a descendant of the first context's parts, so those stayed on the stack unread.
 The cut now closes a part before a node that returns above the part's start to a parent held by
-another part than the open part's parent part (:func:`treeprep.schemas.parts.handoff_cuts`);
+another part than the open part's parent part, and at a fork of long branches
+(:func:`treeprep.schemas.parts.handoff_cuts`);
 :func:`~treeprep.schemas.parts.stored_rows_peak` counts what the stack stores at most, which the
 memory model uses. Checked here: the cut, the count against the runner's own stores, and
 exactness on such a tree.
@@ -171,3 +172,28 @@ def test_a_short_side_branch_does_not_chain_the_next_context() -> None:
     model = load_model("tiny-qwen3", vocab_size=VOCAB, attn="nodes", seed=1)
     b = TreeBatch.from_trees([row], norm="sum")
     assert _stacked_rows(model, b, 16) == stored_rows_peak(nl, par, 16)
+
+
+def test_a_fork_of_long_branches_ends_its_part() -> None:
+    """Two contexts of four 8-token calls under a 4-token system prompt, budget 16. Greedy, the
+    first part would hold the prompt and the first context's first call (12 tokens), and both
+    contexts' parts would hang under it: the second context would keep the first call's 8 rows
+    it never reads (28 rows at most). The fork ends the part: 4 + 16 = 20."""
+    rng = np.random.default_rng(6)
+    prompt = rng.integers(1, VOCAB - 1, 4)
+    seqs = []
+    for name, lead in (("a", 0), ("b", VOCAB - 1)):
+        toks = prompt
+        for i in range(4):
+            call = rng.integers(1, VOCAB - 1, 8)
+            if i == 0:
+                call[0] = lead  # the first context first in depth-first order
+            toks = np.concatenate([toks, call])
+            seqs.append(Sequence(f"{name}{i}", toks.astype(np.int32), [(len(toks) - 3, len(toks))]))
+    row = build_tree(seqs).to_row()
+    nl, par = np.asarray(row["node_length"]), np.asarray(row["node_parent"])
+    assert nl[0] == 4 and nl[0] + nl[1] <= 16  # greedy alone: the prompt and the first call
+    assert handoff_cuts(nl, par, 16).tolist()[:2] == [0, 4]
+    assert stored_rows_peak(nl, par, 16) == 4 + 16
+    model = load_model("tiny-qwen3", vocab_size=VOCAB, attn="nodes", seed=1)
+    assert _stacked_rows(model, TreeBatch.from_trees([row], norm="sum"), 16) == 20
