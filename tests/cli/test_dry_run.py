@@ -69,3 +69,29 @@ def test_parse_bytes() -> None:
     assert parse_bytes("80GiB") == 80 * 2**30
     assert parse_bytes("141GB") == 141 * 10**9
     assert parse_bytes("1024") == 1024
+
+
+def test_build_facts_count_the_stacks_of_the_largest_trees(build: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The dry run's stored rows at a budget: every tree's stack counted (the sample's trees are
+    few), or only the largest tree's and the others by their longest path."""
+    import numpy as np
+
+    import treeprep.memory as mem
+    from treeprep.pack.forest import load_forest
+    from treeprep.schemas.parts import stored_rows_peak
+
+    f = load_forest(str(build))
+    per_tree = [
+        stored_rows_peak(
+            *(x[f.node_off[t] : f.node_off[t + 1]] for x in (f.node_length, f.node_parent)), 64
+        )
+        for t in range(f.num_trees)
+    ]
+    assert max(per_tree) > 0  # some tree is cut at 64
+    assert mem.BuildFacts.of(str(build)).stored_rows(64) == max(per_tree)
+    monkeypatch.setattr(mem, "COUNTED_TREES", 1)
+    one = mem.BuildFacts.of(str(build))
+    big = int(np.argmax(f.tokens_tree()))
+    rest = max(int(p) for t, p in enumerate(f.longest_path()) if t != big)
+    assert len(one.tree_nodes) == 1 and one.rest_path == rest
+    assert one.stored_rows(64) == max(per_tree[big], rest - 64)
