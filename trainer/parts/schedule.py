@@ -342,14 +342,19 @@ def _summed(outs: list[Any]) -> Any:
         return torch.stack(outs).sum()
     metrics: dict[str, torch.Tensor] = {}
     for o in outs:
-        for k, v in o.metrics.items():
-            metrics[k] = metrics[k] + v if k in metrics else v
+        _add_metrics(metrics, o.metrics)
     return replace(
         outs[0],
         loss=torch.stack([o.loss for o in outs]).sum(),
         token_logp=torch.cat([o.token_logp for o in outs]),
         metrics=metrics,
     )
+
+
+def _add_metrics(into: dict[str, torch.Tensor], metrics: dict[str, torch.Tensor]) -> None:
+    """Add ``metrics`` into ``into`` key by key (every metric is a sum over targets)."""
+    for k, v in metrics.items():
+        into[k] = into[k] + v if k in into else v
 
 
 def _gspo_coefficients(run: _Runner) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -437,8 +442,7 @@ def run_parts(
         loss = out if isinstance(out, torch.Tensor) or out is None else out.loss
         if out is not None and not isinstance(out, torch.Tensor):
             total = total + out.loss.detach().to(dtype)
-            for k, v in out.metrics.items():
-                metrics[k] = metrics.get(k, 0.0) + v
+            _add_metrics(metrics, out.metrics)
         run.backward(spec, ho, None if head_done else loss, loss_scale, hidden)
 
     def enter(c: int) -> bool:
