@@ -18,10 +18,8 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize(("flag", "want"), [([], True), (["--no-prefetch"], False)])
-def test_prefetch_flag_sets_the_config(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], want: bool
-) -> None:
+def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):  # noqa: ANN202
+    """The TrainConfig ``treeprep train BUILD --model tiny-qwen3 ARGS`` hands to the loop."""
     seen = []
 
     def capture(cfg, main, *, warn_no_probe, **kw):  # type: ignore[no-untyped-def]
@@ -31,9 +29,16 @@ def test_prefetch_flag_sets_the_config(
     monkeypatch.setattr(train_cmd, "_train_with_progress", capture)
     data = tmp_path / "build"
     data.mkdir()
-    res = CliRunner().invoke(app, ["train", str(data), "--model", "tiny-qwen3", *flag])
+    res = CliRunner().invoke(app, ["train", str(data), "--model", "tiny-qwen3", *args])
     assert isinstance(res.exception, _Stop), res.output
-    assert seen[0].prefetch is want
+    return seen[0]
+
+
+@pytest.mark.parametrize(("flag", "want"), [([], True), (["--no-prefetch"], False)])
+def test_prefetch_flag_sets_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], want: bool
+) -> None:
+    assert _config(tmp_path, monkeypatch, *flag).prefetch is want
 
 
 @pytest.mark.parametrize(
@@ -43,19 +48,8 @@ def test_prefetch_flag_sets_the_config(
 def test_group_by_prefix_flag_and_key_set_the_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], config: str, want: bool
 ) -> None:
-    seen = []
-
-    def capture(cfg, main, *, warn_no_probe, **kw):  # type: ignore[no-untyped-def]
-        seen.append(cfg)
-        raise _Stop
-
-    monkeypatch.setattr(train_cmd, "_train_with_progress", capture)
-    data = tmp_path / "build"
-    data.mkdir()
-    args = ["train", str(data), "--model", "tiny-qwen3", *flag]
+    args = list(flag)
     if config:
         (tmp_path / "c.toml").write_text(config)
         args += ["--config", str(tmp_path / "c.toml")]
-    res = CliRunner().invoke(app, args)
-    assert isinstance(res.exception, _Stop), res.output
-    assert seen[0].group_by_prefix is want
+    assert _config(tmp_path, monkeypatch, *args).group_by_prefix is want
