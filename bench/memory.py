@@ -10,9 +10,9 @@ per layer, same dtype and checkpointing), and hand-off parts at each budget in `
 ``keep`` modes. ``--dtype float32|bfloat16`` loads the weights in that dtype (CPU too).
 
 Every result carries ``peak_bytes``, ``predicted_peak_bytes`` (:mod:`treeprep.memory`, no
-optimizer: one forward and backward; for ``keep``, over the largest stack of kept ancestors,
-its tokens and those of them in parts with targets, ``kept_tokens`` and ``kept_grad_tokens``,
-read from the part plan),
+optimizer: one forward and backward, its gradients included; for ``keep``, over the largest
+stack of kept ancestors, its tokens and those of them in parts with targets, ``kept_tokens``
+and ``kept_grad_tokens``, read from the part plan),
 ``handoff_bytes_per_path_token`` and
 ``kv_bytes_per_path_token`` (layers x 2 x kv_heads x head_dim x dtype bytes). Two figures per path
 token, both on the tree's longest path with every token trained (:func:`child`):
@@ -176,8 +176,8 @@ def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         precision=spec["dtype"],
         autocast=False,
         parallel="ddp",
-        optimizer_states=0,
-        accumulated_gradients=False,
+        optimizer_states=0,  # one forward and backward: its gradients, no optimizer
+        accumulated_gradients=True,  # all live by the last layer's backward, and across parts
         activation_checkpointing=bool(spec.get("checkpointing")),
         part_graph=mode,
     )

@@ -28,12 +28,15 @@ Terms, per rank:
   backends that keep no score matrix (flex, flash, nodes) add nothing per key. Around the layers:
   the final norm and the gathered head rows, ``3 H``. With per-layer activation checkpointing a
   layer saves only its input, ``H`` stream bytes, and its activations exist for one layer at a
-  time, in its backward.
+  time, in its backward; a hand-off part also holds its own keys and values of every attention
+  layer through its pass (its descendants' gradients go into them), ``2 Hkv`` per token and
+  layer, which without checkpointing are among the saved tensors already.
 * ``layer_backward``: the working set of one layer's backward beyond what is saved: the gradients
   of its activations while they are freed, about half a layer's activations; under checkpointing
-  the recomputed activations, their gradients and the recompute's own transients, about three
-  layers' worth. These two factors are measured (exact live bytes on the CPU, small-qwen3 in
-  float32 and bf16, ``bench/memory.py``), not derived.
+  the recomputed activations, whose gradients take the place of those already used, one
+  layer's worth. These two factors are measured, not derived: exact live bytes on the CPU
+  (small-qwen3, float32 and bf16, ``bench/memory.py``), and for checkpointing the linear trainer
+  on an H200 too (Qwen3-1.7B, bf16, 126k tokens: 34.06 GiB measured, 34.5 GiB counted so).
 * ``handoff``: the handed-over state of the parts on one stack at its largest over the build's
   trees (:func:`~treeprep.schemas.parts.stored_rows_peak`, :meth:`BuildFacts.stored_rows`: the
   rows of the deepest path but its last part, plus the rows of the stack's parts that other
@@ -284,6 +287,9 @@ def terms(
     outside = 3 * m.hidden * a
     if s.activation_checkpointing:
         saved = tokens * (m.layers * m.hidden * a + outside)
+        if path > budget:  # the part's own keys and values, held for its descendants' gradients
+            own_kv = (m.full_layers + m.window_layers) * 2 * m.kv_heads * m.head_dim
+            saved += tokens * own_kv * s.compute_bytes
     else:
         saved = tokens * (m.layers * per_layer + outside)
     handoff = handoff_bytes(m, s, path, budget, stored_rows)
@@ -310,7 +316,7 @@ def terms(
         "handoff": handoff,
         "activations": saved,
         "kept_graphs": graphs,
-        "layer_backward": (6 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
+        "layer_backward": (2 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
         "lm_head_chunk": rows * m.vocab * head_per,
     }
 

@@ -190,6 +190,17 @@ def prefix_segments(
     return out
 
 
+def _recomputing() -> bool:
+    """Whether this runs inside a backward: activation checkpointing recomputing a layer.
+
+    The backward runs on the forward's graph (non-reentrant checkpointing only feeds it the
+    recomputed saved tensors), so a layer's own keys and values stay those of the forward.
+    Recording the recomputed ones instead kept each recomputed layer's tensors (its input
+    norm, its projections) alive until the part ended: every layer's at once by the end of
+    its backward (+17% of the peak, small-qwen3 in bf16 on an 8k path at budget 2048)."""
+    return bool(torch._C._current_graph_task_id() != -1)
+
+
 class HandOff:
     """One part's exchange: prefix segments in, own keys and values recorded (module doc).
 
@@ -257,7 +268,9 @@ class HandOff:
     def record_linear(
         self, layer: int, key: int, conv: torch.Tensor, recurrent: torch.Tensor
     ) -> None:
-        self.linear_own.setdefault(layer, {})[key] = (conv, recurrent)
+        own = self.linear_own.setdefault(layer, {})
+        if key not in own or not _recomputing():
+            own[key] = (conv, recurrent)
 
     def exchange(
         self, layer: int | None, key: torch.Tensor, value: torch.Tensor
@@ -270,7 +283,8 @@ class HandOff:
         the same as direct (view, where its gradients go) triples."""
         if layer is None:
             raise RuntimeError("hand-off parts need attention modules with a layer_idx")
-        self.own[layer] = (key, value)
+        if layer not in self.own or not _recomputing():
+            self.own[layer] = (key, value)
         reads = self.reads.get(layer)
         if not reads:
             return None, None

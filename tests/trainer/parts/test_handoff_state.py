@@ -248,3 +248,35 @@ def test_frozen_keys_get_no_accumulator(mode: str) -> None:
     rep = verify_gradients(pm, rows, loss="sft", norm="sum", attn="nodes", budget=5,
                            part_graph=mode)  # fmt: skip
     assert rep.ok and rep.worst_rel < 1e-5, rep.to_dict()
+
+
+def test_a_checkpointed_part_holds_one_recomputed_layer_at_a_time() -> None:
+    """Activation checkpointing recomputes each layer inside the part's backward, and the
+    recomputation calls the exchange again. Recording the recomputed keys and values as the
+    part's own kept every recomputed layer's tensors (its input norm, its projections) until the
+    part ended: 776,832 bytes per layer here, against 410,240 now. What a layer adds to the
+    peak is its gradients (twice their bytes: measured, they are summed into across parts), the
+    stored rows' keys and values with an accumulator each, and per part token its checkpointed
+    input and its own keys and values (2 x kv); bf16, where the norms' float32 copies show."""
+    from treeprep.schemas.parts import stored_rows_peak
+
+    tokens, budget = 1024, 512
+
+    def peak(layers: int) -> tuple[int, torch.nn.Module]:
+        model = _model("tiny-qwen3", torch.bfloat16, num_hidden_layers=layers)
+        model.train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _peak(model, 64, 32)  # warm up (rotary caches and the like)
+        return _peak(model, tokens, budget), model
+
+    (p4, _), (p8, model) = peak(4), peak(8)
+    cfg = model.config
+    kv = cfg.num_key_value_heads * cfg.head_dim * 2  # bytes of one row's keys (or values)
+    row = _chain_row(tokens)
+    stored = stored_rows_peak(
+        np.asarray(row["node_length"]), np.asarray(row["node_parent"]), budget
+    )
+    grads = sum(p.numel() * 2 for p in model.model.layers[0].parameters())
+    per_layer = 2 * grads + stored * 2 * kv * 2 + budget * (cfg.hidden_size * 2 + 2 * kv)
+    slope = (p8 - p4) / 4
+    assert slope <= 1.02 * per_layer, (slope, per_layer)
