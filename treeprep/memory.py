@@ -28,9 +28,9 @@ Terms, per rank:
   backends that keep no score matrix (flex, flash, nodes) add nothing per key. Around the layers:
   the final norm and the gathered head rows, ``3 H``. With per-layer activation checkpointing a
   layer saves only its input, ``H`` stream bytes, and its activations exist for one layer at a
-  time, in its backward; a hand-off part also holds its own keys and values of every attention
-  layer through its pass (its descendants' gradients go into them), ``2 Hkv`` per token and
-  layer, which without checkpointing are among the saved tensors already.
+  time, in its backward (a hand-off part's own keys and values too: its descendants'
+  gradients join theirs inside the layer's backward, ``_OwnGradient`` in
+  :mod:`treeprep.trainer.parts.state`, so nothing holds them across the pass).
 * ``layer_backward``: the working set of one layer's backward beyond what is saved: the gradients
   of its activations while they are freed, about half a layer's activations; under checkpointing
   the recomputed activations, whose gradients take the place of those already used, one
@@ -287,9 +287,6 @@ def terms(
     outside = 3 * m.hidden * a
     if s.activation_checkpointing:
         saved = tokens * (m.layers * m.hidden * a + outside)
-        if path > budget:  # the part's own keys and values, held for its descendants' gradients
-            own_kv = (m.full_layers + m.window_layers) * 2 * m.kv_heads * m.head_dim
-            saved += tokens * own_kv * s.compute_bytes
     else:
         saved = tokens * (m.layers * per_layer + outside)
     handoff = handoff_bytes(m, s, path, budget, stored_rows)

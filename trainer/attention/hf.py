@@ -59,7 +59,7 @@ def hf_tree_attention(
     prefix = direct = None
     if tree_mask.handoff is not None:
         layer = getattr(module, "layer_idx", None)
-        prefix, direct = tree_mask.handoff.exchange(layer, key, value)
+        key, value, prefix, direct = tree_mask.handoff.exchange(layer, key, value)
     out = tree_attention(
         query, key, value, tree_mask, scale=scaling, prefix=prefix, opts=opts, direct=direct
     )

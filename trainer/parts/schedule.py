@@ -176,10 +176,14 @@ class _Runner:
         #: per layer, whether its keys and values need a gradient (:meth:`learn_need`)
         self.need: dict[int, tuple[bool, bool]] = {}
 
-    def decode(self, spec: PartSpec, grad: bool) -> tuple[HandOff, torch.Tensor]:
-        """The part's decoder pass: its hand-off exchange and final hidden states h_TE."""
+    def decode(
+        self, spec: PartSpec, grad: bool, keep_own: bool = False
+    ) -> tuple[HandOff, torch.Tensor]:
+        """The part's decoder pass: its hand-off exchange and final hidden states h_TE
+        (``keep_own``: a pass with gradients whose own keys and values are stored after it)."""
         segs = prefix_segments(spec.sources, self.kept)
         ho = HandOff.gather(self.states, segs, self.layers, requires_grad=grad)
+        ho.keep_own = ho.keep_own or keep_own
         backend = choose_backend(
             self.batch.device, spec.num_tokens, self.attn, len(spec.prefix_rows) + spec.num_tokens
         )
@@ -196,7 +200,7 @@ class _Runner:
     def learn_need(self, ho: HandOff) -> None:
         """Which layers' keys and values need a gradient, from the first forward with a graph
         (the same for every part): a store of one that needs none keeps no accumulator."""
-        self.need = {li: (k.requires_grad, v.requires_grad) for li, (k, v) in ho.own.items()}
+        self.need = dict(ho.need)
         for sts in self.states.values():
             for li, st in enumerate(sts):
                 if isinstance(st, KVStore):
@@ -210,7 +214,9 @@ class _Runner:
         ho, h = self.decode(spec, grad)
         return ho, self.part_loss(spec, h, grad) if with_loss else None
 
-    def forward_head_first(self, spec: PartSpec, scale: float) -> tuple[HandOff, Any, Any]:
+    def forward_head_first(
+        self, spec: PartSpec, scale: float, keep_own: bool = False
+    ) -> tuple[HandOff, Any, Any]:
         """A part's forward with a graph, its LM head run forward and backward at once:
         :meth:`decode`, then the part's loss on a detached copy of h_TE,
         :data:`~treeprep.schemas.parts.HEAD_ROWS` targets at a time, each chunk's loss
@@ -218,8 +224,8 @@ class _Runner:
         now; a chunk's logits and log-softmax are freed before the next chunk runs, never held
         with the graph). Returns the exchange, the loss output (detached, summed over the
         chunks) and (h_TE, its gradient): the pair the part's backward starts from instead of
-        the loss."""
-        ho, h = self.decode(spec, grad=True)
+        the loss. ``keep_own``: as in :meth:`decode`."""
+        ho, h = self.decode(spec, grad=True, keep_own=keep_own)
         if not spec.target_select.any():
             return ho, None, None
         leaf = h.detach().requires_grad_(True)
@@ -313,11 +319,16 @@ class _Runner:
             tensors.append(hidden[0])
             grads.append(hidden[1])
         st = self.states.get(spec.index)
-        if st is not None:
+        if st is not None:  # what the descendants accumulated on the part's own K/V goes in
+            ho.own_states = st  # at each layer's _OwnGradient, reached from these roots
+            tensors += ho.roots
+            grads += [torch.zeros_like(r) for r in ho.roots]
             for li, s in enumerate(st):
+                if not isinstance(s, LinearState):
+                    continue
                 for t, g in s.backward_pairs(ho, li):
                     if t.requires_grad:  # else no trainable parameter is upstream of it
-                        tensors.append(t)  # (LoRA: layer 0's keys come from frozen weights)
+                        tensors.append(t)
                         grads.append(g)
         if tensors:
             if self.before_pass is not None:
@@ -453,7 +464,7 @@ def run_parts(
                 finish(spec, ho, out, head_done=True, hidden=hidden)
             return False
         if mode == "keep":
-            ho, out, hidden = run.forward_head_first(spec, loss_scale)
+            ho, out, hidden = run.forward_head_first(spec, loss_scale, keep_own=True)
             kept[c] = (ho, out, hidden)
         else:
             with torch.no_grad():

@@ -31,7 +31,10 @@ with float32 accumulators in bf16), plus transients of one part.
 
 :class:`HandOff` is the per-part exchange the attention glue calls once per layer
 (:func:`treeprep.trainer.attention.hf.hf_tree_attention`): it records the layer's own keys and
-values (graph tensors, for the part's backward) and returns the layer's prefix segments.
+values where the part stores them, passes them on through :class:`_OwnGradient` in a pass with
+gradients (whose backward adds what the descendants accumulated on them, so the part's backward
+needs no handle on them: under activation checkpointing they are recomputed with the layer), and
+returns the layer's prefix segments.
 Linear-attention layers call :meth:`HandOff.linear_state` and :meth:`HandOff.record_linear`
 instead; their (small) states arrive as leaves made on first use, whose gradients
 :meth:`HandOff.return_grads` adds to the producers' :class:`LinearState`.
@@ -104,17 +107,48 @@ class KVStore:
         (the fused block attention's backward, without autograd holding them)."""
         return lambda gk, gv: self.add_grad(s, s + int(gk.shape[2]), gk, gv)
 
-    def backward_pairs(self, ho: HandOff, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The part's own graph keys and values (its kept rows) with the accumulated gradients
-        (those that have an accumulator)."""
-        out = []
-        for t, g in zip(ho.own[layer], (self.gk, self.gv), strict=True):
-            if g is None:
-                continue
-            if self.rows is not None:
-                t = t.index_select(2, torch.as_tensor(self.rows, device=t.device))
-            out.append((t, g.to(t.dtype)))
-        return out
+    def with_accumulated(
+        self, which: int, g: torch.Tensor, rows: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``g``, the gradient of the part's own keys (``which`` 0) or values (1) as its
+        attention returns it, plus what its descendants accumulated on the stored rows."""
+        acc = (self.gk, self.gv)[which]
+        if acc is None:
+            return g
+        acc = acc.to(g.dtype)
+        return g + acc if rows is None else g.index_add(2, rows, acc)
+
+
+class _OwnGradient(torch.autograd.Function):
+    """A layer's own keys and values on their way into attention, unchanged; the backward adds
+    what the part's descendants accumulated on them (:meth:`KVStore.with_accumulated`, the store
+    looked up when the backward runs: :attr:`HandOff.own_states`). The third output, a 0-dim
+    zero, is a root of the part's backward, so the node runs even where no loss gradient comes
+    through the attention (a part without targets). Nothing holds the keys and values for this:
+    under activation checkpointing they are recomputed with the layer."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, key: torch.Tensor, value: torch.Tensor, ho: HandOff, layer: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ctx.ho, ctx.layer = ho, layer
+        return key.view_as(key), value.view_as(value), key.new_zeros(())
+
+    @staticmethod
+    def backward(ctx: Any, gk: torch.Tensor, gv: torch.Tensor, _root: torch.Tensor) -> Any:  # type: ignore[override]
+        sts = ctx.ho.own_states
+        st = sts[ctx.layer] if sts is not None else None
+        if isinstance(st, KVStore):
+            rows = None
+            if st.rows is not None:
+                rows = torch.as_tensor(st.rows, device=gk.device)
+            gk, gv = st.with_accumulated(0, gk, rows), st.with_accumulated(1, gv, rows)
+        return (
+            gk if ctx.needs_input_grad[0] else None,
+            gv if ctx.needs_input_grad[1] else None,
+            None,
+            None,
+        )
 
 
 class _ReadStore(torch.autograd.Function):
@@ -218,12 +252,16 @@ class HandOff:
 
     __slots__ = (
         "anchor",
+        "keep_own",
         "linear_leaves",
         "linear_own",
         "linear_sources",
+        "need",
         "own",
+        "own_states",
         "reads",
         "requires_grad",
+        "roots",
     )
 
     def __init__(
@@ -237,8 +275,20 @@ class HandOff:
         self.reads = reads
         #: with gradients on, the leaf that puts each read on the autograd tape
         self.anchor: torch.Tensor | None = None
-        #: per layer, the part's own keys and values as computed (graph tensors)
+        #: per layer, the part's own keys and values as computed, for its stores: recorded in
+        #: passes without gradients, and in passes with them only when ``keep_own`` (``keep``
+        #: mode stores the rows of its graph pass); a pass whose own keys and values only need
+        #: their descendants' gradients gets them through :class:`_OwnGradient` instead
         self.own: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.keep_own = not requires_grad
+        #: per layer, whether the own keys and values need a gradient (no trainable parameter
+        #: upstream of them: False)
+        self.need: dict[int, tuple[bool, bool]] = {}
+        #: with gradients on, the roots of the part's backward that reach each layer's
+        #: :class:`_OwnGradient`
+        self.roots: list[torch.Tensor] = []
+        #: the part's own stores, set when its backward runs (what descendants accumulated)
+        self.own_states: list[LayerState] | None = None
         #: linear-attention layers: the ancestors' stored states (part, state) per layer
         self.linear_sources = linear_sources or {}
         #: linear-attention leaves made so far: (layer, key) -> (part, conv leaf, recurrent leaf)
@@ -275,27 +325,41 @@ class HandOff:
     def exchange(
         self, layer: int | None, key: torch.Tensor, value: torch.Tensor
     ) -> tuple[
+        torch.Tensor,
+        torch.Tensor,
         tuple[tuple[torch.Tensor, torch.Tensor], ...] | None,
         tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...] | None,
     ]:
-        """Record the layer's own keys and values; return its prefix segments (views of the
-        stores, read through :class:`_ReadStore` when gradients are on), and with gradients on
-        the same as direct (view, where its gradients go) triples."""
+        """Record the layer's own keys and values; return the keys and values for its attention
+        (through :class:`_OwnGradient` when gradients are on), its prefix segments (views of
+        the stores, read through :class:`_ReadStore` when gradients are on), and with gradients
+        on the same as direct (view, where its gradients go) triples."""
         if layer is None:
             raise RuntimeError("hand-off parts need attention modules with a layer_idx")
-        if layer not in self.own or not _recomputing():
+        recomputing = _recomputing()
+        if not recomputing:
+            self.need[layer] = (key.requires_grad, value.requires_grad)
+        if self.keep_own and (layer not in self.own or not recomputing):
             self.own[layer] = (key, value)
+        if (
+            self.requires_grad
+            and torch.is_grad_enabled()
+            and (key.requires_grad or value.requires_grad)
+        ):
+            key, value, root = _OwnGradient.apply(key, value, self, layer)
+            if not recomputing:
+                self.roots.append(root)
         reads = self.reads.get(layer)
         if not reads:
-            return None, None
+            return key, value, None, None
         if not (self.requires_grad and torch.is_grad_enabled()):
-            return tuple((st.k[:, :, s:e], st.v[:, :, s:e]) for st, s, e in reads), None
+            return key, value, tuple((st.k[:, :, s:e], st.v[:, :, s:e]) for st, s, e in reads), None
         if self.anchor is None:
             self.anchor = torch.empty(0, device=key.device, requires_grad=True)
         anchor = self.anchor
         segs = tuple(_ReadStore.apply(anchor, st, s, e) for st, s, e in reads)
         direct = tuple((st.k[:, :, s:e], st.v[:, :, s:e], st.grad_into(s)) for st, s, e in reads)
-        return segs, direct  # type: ignore[return-value]
+        return key, value, segs, direct  # type: ignore[return-value]
 
     @classmethod
     def gather(
