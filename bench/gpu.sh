@@ -97,10 +97,10 @@ if [ "$dry" = 1 ]; then
         --rounds 1 --json
 else
     # one process for both shapes: FlexAttention compiles once (dynamic shapes)
-    stage memory 330 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
+    stage memory 360 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
         --device "$device" --model qwen3-1.7b,qwen3-0.6b --budgets 16384 \
         --modes linear,recompute --no-whole --checkpointing --no-probe --warmup --json
-    stage tests 100 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
+    stage tests 80 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/test_fused_head.py
     # (Qwen3-1.7B at budget 32k ran out of memory on an H200: the speed runs keep no checkpoints)
     stage train 100 train.json $PY bench/train.py --config gpu --models qwen3-0.6b \
