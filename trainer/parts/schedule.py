@@ -64,6 +64,7 @@ from treeprep.trainer.loss import (
     loss_from_hidden,
     objective,
 )
+from treeprep.trainer.models.guard import check_part_checkpointing
 from treeprep.trainer.models.run import output_head, run_decoder
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
 from treeprep.trainer.parts.state import (
@@ -433,6 +434,7 @@ def run_parts(
     (FSDP2 keeps ranks in lockstep through it). See the module docstring for the order, the modes
     and the memory bound."""
     _check_modes(mode, accumulate)
+    check_part_checkpointing(model)
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
     run = _Runner(model, batch, layout, cfg, attn, autocast, compact=mode == "recompute",
                   accumulate=accumulate, before_pass=before_pass)  # fmt: skip

@@ -146,6 +146,24 @@ def test_parts_compose_with_activation_checkpointing() -> None:
         assert _rel(gp, gw) < TOL
 
 
+@pytest.mark.parametrize("kwargs", [{"use_reentrant": True}, {}])
+def test_parts_refuse_reentrant_checkpointing(kwargs: dict) -> None:
+    """A reentrant checkpoint rebuilds the layer's graph inside the backward, where a part's own
+    keys and values no longer take their descendants' gradients: parts of 5 were 0.79 off the
+    whole tree. Refused (a checkpoint without ``use_reentrant`` is torch's default, reentrant)."""
+    from trainer_fixtures import VOCAB
+
+    from treeprep.errors import ModelRefused
+    from treeprep.trainer import load_model
+
+    model = load_model("tiny-qwen3", vocab_size=VOCAB, attn="nodes", seed=2)
+    model.train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    b = TreeBatch.from_trees(rows_of(group_tree(7, n_seq=8)), norm="token-mean")
+    with pytest.raises(ModelRefused, match="use_reentrant': False"):
+        run_parts(model, b, LossConfig("sft"), budget=9)
+
+
 @pytest.mark.parametrize("loss", ["sft", "grpo", "gspo"])
 @pytest.mark.parametrize("mode", ["recompute", "keep"])
 def test_head_chunks_equal_the_whole_tree(loss: str, mode: str, monkeypatch) -> None:  # noqa: ANN001
