@@ -321,7 +321,7 @@ class _Runner:
             grads.append(hidden[1])
         st = self.states.get(spec.index)
         if st is not None:  # what the descendants accumulated on the part's own K/V goes in
-            ho.own_states = st  # at each layer's _OwnGradient, reached from these roots
+            ho.own_stores.states = st  # at each layer's _OwnGradient, reached from these roots
             tensors += ho.roots
             grads += [torch.zeros_like(r) for r in ho.roots]
             for li, s in enumerate(st):
@@ -335,6 +335,8 @@ class _Runner:
             if self.before_pass is not None:
                 self.before_pass("backward")
             torch.autograd.backward(tensors, grads)
+        ho.own_stores.states = None
+        ho.roots.clear()
         ho.return_grads(self.states)
 
 

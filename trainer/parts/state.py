@@ -119,24 +119,37 @@ class KVStore:
         return g + acc if rows is None else g.index_add(2, rows, acc)
 
 
+class OwnStores:
+    """Where a part's :class:`_OwnGradient` nodes find its stores when its backward runs
+    (:attr:`states`, set just before it and cleared after). The nodes hold this, not the
+    :class:`HandOff`: the exchange holds the nodes' root outputs, and a node's context that
+    held the exchange would make a cycle the garbage collector cannot break (autograd nodes are
+    not traversed), leaking every part's exchange and the stores it reads, step after step."""
+
+    __slots__ = ("states",)
+
+    def __init__(self) -> None:
+        self.states: list[LayerState] | None = None
+
+
 class _OwnGradient(torch.autograd.Function):
     """A layer's own keys and values on their way into attention, unchanged; the backward adds
     what the part's descendants accumulated on them (:meth:`KVStore.with_accumulated`, the store
-    looked up when the backward runs: :attr:`HandOff.own_states`). The third output, a 0-dim
-    zero, is a root of the part's backward, so the node runs even where no loss gradient comes
-    through the attention (a part without targets). Nothing holds the keys and values for this:
-    under activation checkpointing they are recomputed with the layer."""
+    looked up when the backward runs: :class:`OwnStores`). The third output, a 0-dim zero, is a
+    root of the part's backward, so the node runs even where no loss gradient comes through the
+    attention (a part without targets). Nothing holds the keys and values for this: under
+    activation checkpointing they are recomputed with the layer."""
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, key: torch.Tensor, value: torch.Tensor, ho: HandOff, layer: int
+        ctx: Any, key: torch.Tensor, value: torch.Tensor, own: OwnStores, layer: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ctx.ho, ctx.layer = ho, layer
+        ctx.own, ctx.layer = own, layer
         return key.view_as(key), value.view_as(value), key.new_zeros(())
 
     @staticmethod
     def backward(ctx: Any, gk: torch.Tensor, gv: torch.Tensor, _root: torch.Tensor) -> Any:  # type: ignore[override]
-        sts = ctx.ho.own_states
+        sts = ctx.own.states
         st = sts[ctx.layer] if sts is not None else None
         if isinstance(st, KVStore):
             rows = None
@@ -258,7 +271,7 @@ class HandOff:
         "linear_sources",
         "need",
         "own",
-        "own_states",
+        "own_stores",
         "reads",
         "requires_grad",
         "roots",
@@ -287,8 +300,8 @@ class HandOff:
         #: with gradients on, the roots of the part's backward that reach each layer's
         #: :class:`_OwnGradient`
         self.roots: list[torch.Tensor] = []
-        #: the part's own stores, set when its backward runs (what descendants accumulated)
-        self.own_states: list[LayerState] | None = None
+        #: the part's own stores, for its backward (what descendants accumulated)
+        self.own_stores = OwnStores()
         #: linear-attention layers: the ancestors' stored states (part, state) per layer
         self.linear_sources = linear_sources or {}
         #: linear-attention leaves made so far: (layer, key) -> (part, conv leaf, recurrent leaf)
@@ -346,7 +359,7 @@ class HandOff:
             and torch.is_grad_enabled()
             and (key.requires_grad or value.requires_grad)
         ):
-            key, value, root = _OwnGradient.apply(key, value, self, layer)
+            key, value, root = _OwnGradient.apply(key, value, self.own_stores, layer)
             if not recomputing:
                 self.roots.append(root)
         reads = self.reads.get(layer)
