@@ -36,7 +36,7 @@ Terms, per rank:
   the recomputed activations, whose gradients take the place of those already used, one
   layer's worth. These two factors are measured, not derived: exact live bytes on the CPU
   (small-qwen3, float32 and bf16, ``bench/memory.py``), and for checkpointing the linear trainer
-  on an H200 too (Qwen3-1.7B, bf16, 126k tokens: 34.06 GiB measured, 34.5 GiB counted so).
+  on an H200 too (Qwen3-1.7B, bf16, 126k tokens: 34.06 GiB measured, 33.37 GiB predicted).
 * ``handoff``: the handed-over state of the parts on one stack at its largest over the build's
   trees (:func:`~treeprep.schemas.parts.stored_rows_peak`, :meth:`BuildFacts.stored_rows`: the
   rows of the deepest path but its last part, plus the rows of the stack's parts that other
