@@ -100,8 +100,8 @@ def check_part_checkpointing(model: torch.nn.Module) -> None:
     takes torch's default, reentrant, and is refused too."""
     for name, mod in model.named_modules():
         fn = getattr(mod, "_gradient_checkpointing_func", None)
-        if fn is None or not getattr(mod, "gradient_checkpointing", False):
-            continue
+        if fn is None or not (getattr(mod, "gradient_checkpointing", False) and mod.training):
+            continue  # (transformers checkpoints in training mode only)
         if getattr(fn, "keywords", {}).get("use_reentrant", True) is not False:
             raise ModelRefused(
                 f"model refused: reentrant activation checkpointing (in {name or 'the root'}) "
