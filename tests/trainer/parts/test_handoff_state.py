@@ -311,6 +311,7 @@ def test_nothing_of_a_run_outlives_it(mode: str, checkpointing: bool) -> None:
     try:
         for _ in range(2):
             run_parts(model, b, LossConfig("sft"), budget=9, mode=mode)
-        assert alive() == before
+        now = alive()  # (others' objects may be freed meanwhile, never made)
+        assert now[0] <= before[0] and now[1] <= before[1], (now, before)
     finally:
         gc.enable()
