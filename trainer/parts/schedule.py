@@ -210,11 +210,6 @@ class _Runner:
     def ctx(self) -> Any:
         return self.autocast() if self.autocast is not None else contextlib.nullcontext()
 
-    def forward(self, spec: PartSpec, grad: bool, with_loss: bool) -> tuple[HandOff, Any]:
-        """:meth:`decode`, then the part's share of the loss (None without targets)."""
-        ho, h = self.decode(spec, grad)
-        return ho, self.part_loss(spec, h, grad) if with_loss else None
-
     def forward_head_first(
         self, spec: PartSpec, scale: float, keep_own: bool = False
     ) -> tuple[HandOff, Any, Any]:
@@ -237,9 +232,7 @@ class _Runner:
             sel = np.zeros_like(spec.target_select)
             sel[picked[i : i + n]] = True
             out = self.part_loss(
-                replace(spec, target_select=sel, target_pred=spec.target_pred[i : i + n]),
-                leaf,
-                grad=True,
+                replace(spec, target_select=sel, target_pred=spec.target_pred[i : i + n]), leaf
             )
             loss = out if isinstance(out, torch.Tensor) else out.loss
             if loss.requires_grad:
@@ -248,12 +241,13 @@ class _Runner:
         pair = (h, leaf.grad) if leaf.grad is not None else None
         return ho, _summed(outs), pair
 
-    def part_loss(self, spec: PartSpec, h: torch.Tensor, grad: bool) -> Any:
-        """The part's share of the loss from its hidden states (None without targets)."""
+    def part_loss(self, spec: PartSpec, h: torch.Tensor) -> Any:
+        """The part's share of the loss from its hidden states, with a graph (None without
+        targets)."""
         out: Any = None
         if spec.target_select.any():
             t = self.targets.select(spec.target_select, spec.target_pred)
-            with torch.set_grad_enabled(grad), self.ctx():
+            with torch.enable_grad(), self.ctx():
                 if self.linear_coef is not None:
                     ent_c = self.cfg.entropy_coef
                     lp, ent = head_logprobs(
@@ -301,21 +295,13 @@ class _Runner:
         self.kept.pop(c, None)
 
     def backward(
-        self,
-        spec: PartSpec,
-        ho: HandOff,
-        loss: torch.Tensor | None,
-        scale: float,
-        hidden: tuple[torch.Tensor, torch.Tensor] | None = None,
+        self, spec: PartSpec, ho: HandOff, hidden: tuple[torch.Tensor, torch.Tensor] | None
     ) -> None:
-        """The part's backward from its loss (scaled by ``scale``), or from its hidden states
-        and their gradient (``hidden``: the head ran its backward already), and from its own
-        keys and values with what its descendants accumulated on them."""
+        """The part's backward from its hidden states and their gradient (``hidden``: its head
+        ran its backward, scaled, in :meth:`forward_head_first`; None without targets), and from
+        its own keys and values with what its descendants accumulated on them."""
         tensors: list[torch.Tensor] = []
         grads: list[torch.Tensor] = []
-        if loss is not None and loss.requires_grad:
-            tensors.append(loss)
-            grads.append(torch.full_like(loss, scale))
         if hidden is not None and hidden[0].requires_grad:
             tensors.append(hidden[0])
             grads.append(hidden[1])
@@ -451,28 +437,27 @@ def run_parts(
     parts = layout.parts
     kept: dict[int, tuple[HandOff, Any, Any]] = {}
 
-    def finish(spec: PartSpec, ho: HandOff, out: Any, head_done: bool = False,
-               hidden: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:  # fmt: skip
+    def finish(spec: PartSpec, ho: HandOff, out: Any,
+               hidden: tuple[torch.Tensor, torch.Tensor] | None) -> None:  # fmt: skip
         nonlocal total
-        loss = out if isinstance(out, torch.Tensor) or out is None else out.loss
         if out is not None and not isinstance(out, torch.Tensor):
             total = total + out.loss.detach().to(dtype)
             _add_metrics(metrics, out.metrics)
-        run.backward(spec, ho, None if head_done else loss, loss_scale, hidden)
+        run.backward(spec, ho, hidden)
 
     def enter(c: int) -> bool:
         spec = parts[c]
         if not layout.children[c]:
             if spec.target_select.any():
                 ho, out, hidden = run.forward_head_first(spec, loss_scale)
-                finish(spec, ho, out, head_done=True, hidden=hidden)
+                finish(spec, ho, out, hidden)
             return False
         if mode == "keep":
             ho, out, hidden = run.forward_head_first(spec, loss_scale, keep_own=True)
             kept[c] = (ho, out, hidden)
         else:
             with torch.no_grad():
-                ho, _ = run.forward(spec, grad=False, with_loss=False)
+                ho, _ = run.decode(spec, grad=False)
         run.store(c, ho)
         return True
 
@@ -480,10 +465,10 @@ def run_parts(
         spec = parts[c]
         if mode == "keep":
             ho, out, hidden = kept.pop(c)
-            finish(spec, ho, out, head_done=True, hidden=hidden)
+            finish(spec, ho, out, hidden)
         else:
             ho, out, hidden = run.forward_head_first(spec, loss_scale)
-            finish(spec, ho, out, head_done=True, hidden=hidden)
+            finish(spec, ho, out, hidden)
         run.drop(c)
 
     _walk(layout, enter, leave)
