@@ -12,7 +12,8 @@ per layer, same dtype and checkpointing), and hand-off parts at each budget in `
 Every result carries ``peak_bytes``, ``predicted_peak_bytes`` (:mod:`treeprep.memory`, no
 optimizer: one forward and backward, its gradients included; for ``keep``, over the largest
 stack of kept ancestors, its tokens and those of them in parts with targets, ``kept_tokens``
-and ``kept_grad_tokens``, read from the part plan),
+and ``kept_grad_tokens``, and the rows its other ancestors store, ``kept_stored_rows``, read
+from the part plan),
 ``handoff_bytes_per_path_token`` and
 ``kv_bytes_per_path_token`` (layers x 2 x kv_heads x head_dim x dtype bytes). Two figures per path
 token, both on the tree's longest path with every token trained (:func:`child`):
@@ -152,9 +153,16 @@ def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
     if spec["mode"] == "keep" and r.get("kept_stacks"):
         outs = [
             _predicted(
-                spec, {**r, "kept_tokens": t, "kept_grad_tokens": g, "kept_running_rows": h}
+                spec,
+                {
+                    **r,
+                    "kept_tokens": t,
+                    "kept_grad_tokens": g,
+                    "kept_running_rows": h,
+                    "kept_stored_rows": s,
+                },
             )  # fmt: skip
-            for t, g, h in r["kept_stacks"]
+            for t, g, h, s in r["kept_stacks"]
         ]
         return max(outs)
     return _predicted(spec, r)
@@ -190,7 +198,9 @@ def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
         tree_tokens=r["tokens_tree"],
         # keep: the peak comes with the deepest stack, while its last part runs its head
         head_rows=r["kept_running_rows"] if mode == "keep" else r["head_rows"],
-        kept=(r["kept_tokens"], r["kept_grad_tokens"]) if mode == "keep" else None,
+        kept=(r["kept_tokens"], r["kept_grad_tokens"], r["kept_stored_rows"])
+        if mode == "keep"
+        else None,
         stored_rows=r["stored_rows"],
     )
     return (
@@ -247,8 +257,8 @@ def measure(spec: dict, row: dict) -> dict:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         parts = prefix = 0
-        kept = (0, 0, 0)
-        stacks: list[tuple[int, int, int]] = []
+        kept = (0, 0, 0, 0)
+        stacks: list[tuple[int, int, int, int]] = []
         head_rows = int(batch.targets().token.numel())
         if spec["budget"] is None:
             out = tree_loss(model, batch, loss="sft")
@@ -291,6 +301,7 @@ def measure(spec: dict, row: dict) -> dict:
         "kept_tokens": kept[0],
         "kept_grad_tokens": kept[1],
         "kept_running_rows": kept[2],
+        "kept_stored_rows": kept[3],
         "kept_stacks": stacks if spec["budget"] is not None else [],
         "seconds": round(dt, 3),
     }

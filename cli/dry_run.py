@@ -67,6 +67,7 @@ def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
         activation_checkpointing=p["activation_checkpointing"],
         handoff_accumulate=p["handoff_accumulate"],
         part_graph=p["part_graph"],
+        keep_tokens=p.get("keep_tokens"),
         chunk=p["chunk"],
     )
 

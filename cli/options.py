@@ -55,7 +55,8 @@ PartGraphOpt = Annotated[
     PartGraph,
     typer.Option(
         help="What a hand-off part keeps of its graph: recompute (the part is recomputed for "
-        "its backward) or keep (the graphs of the parts on the depth-first stack)."
+        "its backward) or keep (the graphs of the parts on the depth-first stack, up to the "
+        "tree's longest path)."
     ),
 ]
 

@@ -70,6 +70,15 @@ HandoffAccumulateOpt = Annotated[
         "(model), or float32 (bf16 runs)."
     ),
 ]
+KeepTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="With --part-graph keep: the most tokens whose graphs are kept at once (default: "
+        "each tree's longest path less one part, what the linear trainer holds); deeper parts "
+        "recompute.",
+        min=0,
+    ),
+]
 DryRunOpt = Annotated[
     bool,
     typer.Option(
@@ -168,6 +177,7 @@ def train_cmd(
     cut: opt.CutOpt = Cut.handoff,
     group_by_prefix: GroupByPrefixOpt = False,
     part_graph: opt.PartGraphOpt = PartGraph.recompute,
+    keep_tokens: KeepTokensOpt = None,
     handoff_accumulate: HandoffAccumulateOpt = Accumulate.model,
     steps_of: StepsOfOpt = 1,
     optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
@@ -303,7 +313,7 @@ def _config(params: dict[str, Any]) -> Any:
         for k, v in params.items()
         if k not in ("as_json", "no_probe", "config") + DRY_RUN_ONLY
     }
-    for k in ("budget", "parallel"):
+    for k in ("budget", "parallel", "keep_tokens"):
         if params[k] is None:
             del kw[k]  # the config's default
     kw.update(

@@ -38,7 +38,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["steps", "epochs", "seed", "prefetch"], DATA),
     **dict.fromkeys(["model", "attn", "precision", "device", "activation_checkpointing"], MODEL),
     **dict.fromkeys(["lora_r", "lora_alpha", "lora_targets", "no_probe", "chunk"], MODEL),
-    **dict.fromkeys(["part_graph", "handoff_accumulate"], MODEL),
+    **dict.fromkeys(["part_graph", "keep_tokens", "handoff_accumulate"], MODEL),
     **dict.fromkeys(["loss", "norm"], OBJECTIVE),
     **dict.fromkeys(["adv_norm", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"], RL),
     **dict.fromkeys(["entropy_coef", "unrewarded"], RL),

@@ -43,6 +43,17 @@ import numpy as np
 HEAD_ROWS = 256
 
 
+def keep_cap(path: int, budget: int) -> int:
+    """``keep`` mode's bound on the tokens whose graphs the parts on one stack hold: the tree's
+    longest path less one part. With the running part's (at most ``budget`` tokens) a kept stack
+    then holds no more tokens' graphs than the linear trainer's step on that path; walking down,
+    a part with children keeps its graph only while its kept ancestors' tokens and its own stay
+    within the bound (``PartLayout.kept_parts``), and one that would go over recomputes its
+    forward when it is left, as in ``recompute`` mode. On a branching tree the stack carries side
+    branches beside the path, so keeping every part's graph would hold more than the path."""
+    return max(0, path - budget)
+
+
 def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) -> np.ndarray:
     """Part boundaries ``[0, b1, ..., T]`` for a tree with these pre-order node lengths and
     parents (-1: a root)."""

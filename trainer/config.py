@@ -138,6 +138,9 @@ class TrainConfig:
     #: what a hand-off part keeps of its graph: recompute (bounded memory, one extra forward of
     #: the inner parts) or keep (graphs of the depth-first stack kept)
     part_graph: PartGraph = PartGraph.recompute
+    #: keep: the most tokens whose graphs the stack holds at once (None: each tree's longest
+    #: path less one part, the linear trainer's graph; the parts beyond recompute)
+    keep_tokens: int | None = None
     #: gradient accumulators of the handed-over keys and values: model (the stored value's
     #: dtype) or float32 (bf16 runs only: more memory, float32 sums)
     handoff_accumulate: Accumulate = Accumulate.model
@@ -187,6 +190,8 @@ class TrainConfig:
             )
         if self.budget < 1 or self.steps_of < 1:
             raise bad("budget and steps_of must be >= 1")
+        if self.keep_tokens is not None and self.keep_tokens < 0:
+            raise bad(f"keep_tokens must be >= 0, got {self.keep_tokens}")
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
             raise bad("lr must be > 0, min_lr_ratio in [0, 1], warmup_steps >= 0")
         if self.handoff_accumulate == "float32" and self.precision in ("float32", "float64"):

@@ -44,8 +44,8 @@ SAFE_TO_CHANGE = frozenset(
     {
         "run_dir", "resume", "overwrite", "steps", "epochs", "save_every", "save_minutes", "keep",
         "save_final", "report_to", "prefetch", "probe", "device", "attn",
-        "activation_checkpointing", "chunk", "part_graph", "parallel", "share_prefixes",
-        "eval_data", "eval_every",
+        "activation_checkpointing", "chunk", "part_graph", "keep_tokens", "parallel",
+        "share_prefixes", "eval_data", "eval_every",
     }
 )  # fmt: skip
 #: fields compared by content in the identity, not by their spelling in the config

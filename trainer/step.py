@@ -180,6 +180,7 @@ def _forward_backward(
             autocast=inner.autocast,
             loss_scale=world_scale,
             accumulate=cfg.handoff_accumulate,
+            keep_tokens=cfg.keep_tokens,
             before_pass=gate,
         )
         return res.loss, res.metrics

@@ -62,16 +62,18 @@ fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast
 cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
 (``layer_backward``); without checkpointing the matmuls keep the bf16 weight copies through the
 last two phases too, with checkpointing they are freed when the forward's autocast region closes.
-With ``part_graph="keep"`` the graphs of the running part's ancestors are live too
+With ``part_graph="keep"`` the graphs of the running part's kept ancestors are live too
 (``kept_graphs``, :func:`kept_graph_bytes`): per ancestor token what its layers saved (as
 ``activations`` counts it), and, per token of an ancestor with trained targets, the gradient of
 its final hidden state (``H`` stream bytes): a kept part runs its LM head's backward at its
 forward (:mod:`treeprep.trainer.parts.schedule`), so no logits or log-softmax stay live with
-the graph. Their hand-off stores hold every row of each ancestor (keep does
-not compact), mostly the saved keys and values themselves; the accumulators come on top. The
-ancestors are those of the deepest part: in an agent session, whose parts form one chain with
-short side branches, nearly the whole tree, not ``path / budget`` parts (parts hold whole nodes,
-so they fill the budget only partly, and carry the side branches).
+the graph. Their hand-off stores hold every row of each kept ancestor, mostly the saved keys and
+values themselves; the accumulators come on top. The ancestors are those of the deepest part: in
+an agent session, whose parts form one chain with short side branches, nearly the whole tree, not
+``path / budget`` parts (parts hold whole nodes, so they fill the budget only partly, and carry
+the side branches); so keep holds graphs only up to the longest path less one part
+(:func:`~treeprep.schemas.parts.keep_cap`), and the ancestors beyond store only the rows their
+descendants read and recompute, as in ``recompute``.
 
 Not counted: the CUDA context and allocator fragmentation (leave a few GiB), buffers of a
 collective, and the caller's batch tensors (a few bytes per token).
@@ -91,7 +93,7 @@ import numpy as np
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
 from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, coerce_modes
-from treeprep.schemas.parts import HEAD_ROWS, stored_rows_peak
+from treeprep.schemas.parts import HEAD_ROWS, keep_cap, stored_rows_peak
 
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
@@ -133,8 +135,10 @@ class MemorySetup:
     #: gradient accumulators of the handed-over state: the stored value's dtype, or float32
     handoff_accumulate: Accumulate = Accumulate.model
     #: what a hand-off part keeps of its graph: recompute (one part's graph at a time) or keep
-    #: (the graphs of the path's parts)
+    #: (the graphs of the stack's parts, up to the longest path less one part)
     part_graph: PartGraph = PartGraph.recompute
+    #: keep: the most tokens whose graphs are kept at once (None: the longest path less one part)
+    keep_tokens: int | None = None
     #: LM-head rows per chunk in the loss
     chunk: int = 4096
     #: gradients live through the step (accumulation over parts and micro-batches); False: one
@@ -265,17 +269,18 @@ def terms(
     tree_tokens: int | None = None,
     trained: float = 1.0,
     head_rows: int | None = None,
-    kept: tuple[int, int] | None = None,
+    kept: tuple[int, int, int] | None = None,
     stored_rows: int | None = None,
 ) -> dict[str, int]:
     """The memory terms (bytes per rank) of a step with parts of ``budget`` tokens on a tree of
     ``tree_tokens`` tokens (default: more than the budget) whose longest root-to-leaf path has
     ``path`` tokens; ``trained`` is the fraction of tokens the LM head runs on (the predecessors
     of trained targets; 1.0 is the bound), or ``head_rows`` the most rows any part feeds it.
-    ``kept`` (``part_graph="keep"``): the tokens of the running part's ancestors at their
-    largest, and those of them in parts with trained targets
+    ``kept`` (``part_graph="keep"``): the tokens of the running part's kept ancestors at their
+    largest, those of them in parts with trained targets, and the rows its other ancestors store
     (:meth:`~treeprep.trainer.parts.plan.PartLayout.kept_stacks`); default, every other token of
-    the tree (an agent session is one chain of parts), all in parts with targets.
+    the tree up to :func:`~treeprep.schemas.parts.keep_cap` (an agent session is one chain of
+    parts), all in parts with targets, and the rest of the path stored.
     ``stored_rows``: the most handed-over rows one stack of parts stores (default: the path)."""
     w, a = s.weight_bytes, s.stream_bytes
     tokens = budget if tree_tokens is None else min(budget, tree_tokens)
@@ -294,8 +299,11 @@ def terms(
     if s.part_graph == "keep" and path > budget:
         if kept is None:
             kept_tokens = max(0, (path if tree_tokens is None else tree_tokens) - tokens)
-            kept = (kept_tokens, kept_tokens)
+            cap = keep_cap(path, budget) if s.keep_tokens is None else s.keep_tokens
+            kept_tokens = min(kept_tokens, cap)
+            kept = (kept_tokens, kept_tokens, max(0, path - budget - kept_tokens))
         graphs, handoff = kept_graph_bytes(m, s, tokens=kept[0], grad_tokens=kept[1])
+        handoff += kept[2] * handoff_bytes_per_path_token(m, s)
         handoff += linear_handoff_bytes(m, path, budget)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
@@ -406,13 +414,16 @@ def step_seconds(
     m: ModelShape, s: MemorySetup, gpu: Gpu, *, tokens: int, pairs: int, path: int, budget: int
 ) -> float:
     """Seconds of one tree's forward and backward (module docstring): the LM head on every token,
-    one more forward of the layers under checkpointing and of the inner parts in recompute mode,
-    at :data:`MFU` of the GPU's dense peak."""
+    one more forward of the layers under checkpointing and of the inner parts in recompute mode
+    (in keep mode, of those beyond ``keep_tokens``), at :data:`MFU` of the GPU's dense peak."""
     br = m.breakdown(tokens, pairs)
     body = sum(v for k, v in br.items() if k != "lm_head")
     extra = body / 3 if s.activation_checkpointing else 0.0
-    if s.part_graph == "recompute" and tokens > budget:
-        extra += body / 3 * min(1.0, max(0, path - budget) / tokens)
+    if tokens > budget:  # the inner parts' second forward; keep's kept parts skip theirs
+        redo = max(0, path - budget)
+        if s.part_graph == "keep":
+            redo -= min(redo, keep_cap(path, budget) if s.keep_tokens is None else s.keep_tokens)
+        extra += body / 3 * min(1.0, redo / tokens)
     rate = (gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops) * MFU
     if s.precision == "float64":
         rate /= 8  # no float64 tensor cores worth counting; a rough bound

@@ -65,6 +65,25 @@ def test_given_budget_and_errors(build: Path) -> None:
     assert bad.exit_code == 1 and "--gpu-memory" in str(bad.exception)
 
 
+def test_keep_tokens_bound_the_kept_graphs(build: Path) -> None:
+    """``--keep-tokens`` reaches the memory model: none kept holds no graphs and recomputes
+    (a longer step) where the default keeps the path's less one part."""
+
+    def run(*extra: str) -> dict:
+        res = CliRunner().invoke(app, ["train", str(build), "--model", "qwen3-0.6b", "--budget",
+                                       "64", "--part-graph", "keep", "--dry-run", "--json",
+                                       "--parallel", "ddp", *extra])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+
+    default, none = run(), run("--keep-tokens", "0")
+    assert default["terms"]["kept_graphs"] > 0 == none["terms"]["kept_graphs"]
+    assert none["predicted_step_seconds"] > default["predicted_step_seconds"]
+    assert none["predicted_peak_bytes"] < default["predicted_peak_bytes"]
+    bad = CliRunner().invoke(app, ["train", str(build), "--keep-tokens", "-1", "--dry-run"])
+    assert bad.exit_code == 2 and "--keep-tokens" in bad.output
+
+
 def test_parse_bytes() -> None:
     assert parse_bytes("80GiB") == 80 * 2**30
     assert parse_bytes("141GB") == 141 * 10**9

@@ -37,6 +37,7 @@ def _cfg(**kw) -> TrainConfig:
         ("cut", "slice", "cut 'slice'; expected one of handoff, prefix"),
         ("cut", "recompute", "cut 'recompute'; expected one of handoff, prefix"),
         ("part_graph", "drop", "part_graph 'drop'; expected one of recompute, keep"),
+        ("keep_tokens", -1, "keep_tokens must be >= 0, got -1"),
         ("handoff_accumulate", "fp16", "handoff_accumulate 'fp16'; expected one of model, float32"),
         ("attn", "paged", "attn 'paged'; expected one of auto, dense, nodes, flex, flash"),
         ("save_every", 0, "save_every must be >= 1"),

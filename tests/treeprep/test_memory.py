@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from treeprep.errors import TreeprepError
@@ -15,6 +17,7 @@ from treeprep.memory import (
     kv_bytes_per_path_token,
     layer_activation_bytes,
     peak,
+    step_seconds,
     terms,
 )
 
@@ -71,9 +74,11 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
 def test_keep_counts_the_ancestors_graphs_by_hand() -> None:
     """keep: the running part's ancestors' saved activations and the gradients of their final
     hidden states (their heads ran their backward at their forward: no log-softmax is held);
-    their stores are the saved keys and values (float32), the accumulators come on top."""
+    their stores are the saved keys and values (float32), the accumulators come on top; the
+    ancestors that do not keep their graph store the rows their descendants read, as in
+    recompute."""
     s = MemorySetup(precision="float32", parallel="ddp", part_graph="keep")
-    t = terms(TINY, s, budget=100, path=300, kept=(300, 200))
+    t = terms(TINY, s, budget=100, path=300, kept=(300, 200, 0))
     assert t["activations"] == 100 * (2 * 168 + 3 * 8) * 4  # the running part, as in recompute
     assert t["kept_graphs"] == 300 * (2 * 168 + 3 * 8) * 4 + 200 * 8 * 4
     assert t["handoff"] == 300 * 2 * 4 * 2 * 4  # accumulators only
@@ -81,20 +86,43 @@ def test_keep_counts_the_ancestors_graphs_by_hand() -> None:
     assert peak(t) == static + t["handoff"] + t["activations"] + t["kept_graphs"] + max(
         t["lm_head_chunk"], t["layer_backward"]
     )
-    # without the stack: every other token of the tree, each in a part with targets
+    stored = terms(TINY, s, budget=100, path=300, kept=(300, 200, 40))
+    assert stored["handoff"] == t["handoff"] + 40 * handoff_bytes_per_path_token(TINY, s)
+    # without the stack: every other token of the tree, each in a part with targets, up to the
+    # path less one part (keep_cap); the rest of the path stored
     d = terms(TINY, s, budget=100, path=300, tree_tokens=500)
-    assert d["kept_graphs"] == 400 * (2 * 168 + 3 * 8) * 4 + 400 * 8 * 4
+    assert d["kept_graphs"] == 200 * (2 * 168 + 3 * 8) * 4 + 200 * 8 * 4
+    assert d["handoff"] == 200 * 2 * 4 * 2 * 4
+    few = terms(TINY, replace(s, keep_tokens=50), budget=100, path=300, tree_tokens=500)
+    assert few["kept_graphs"] == 50 * (2 * 168 + 3 * 8) * 4 + 50 * 8 * 4
+    assert few["handoff"] == 50 * 2 * 4 * 2 * 4 + 150 * handoff_bytes_per_path_token(TINY, s)
     # checkpointing: the layer inputs, the keys and values the exchange holds, the h gradients
     ck = terms(TINY, MemorySetup(precision="float32", parallel="ddp", part_graph="keep",
                                  activation_checkpointing=True), budget=100, path=300,
-               kept=(300, 200))  # fmt: skip
+               kept=(300, 200, 0))  # fmt: skip
     assert ck["kept_graphs"] == 300 * (2 * 8 + 2 * 4 * 2 + 3 * 8) * 4 + 200 * 8 * 4
     # autocast: the stores' bf16 keys are copies of the float32 keys the graph saved
     mixed = MemorySetup(precision="bfloat16", parallel="ddp", part_graph="keep")
-    assert terms(TINY, mixed, budget=100, path=300, kept=(300, 0))["handoff"] == 300 * (
+    assert terms(TINY, mixed, budget=100, path=300, kept=(300, 0, 0))["handoff"] == 300 * (
         2 * 4 * 2 * 2 + 2 * 4 * 2
     )
-    assert terms(TINY, s, budget=400, path=300, kept=(300, 200))["kept_graphs"] == 0
+    assert terms(TINY, s, budget=400, path=300, kept=(300, 200, 0))["kept_graphs"] == 0
+
+
+def test_keep_recomputes_beyond_its_tokens_in_the_step_time() -> None:
+    """keep's parts skip their second forward up to ``keep_tokens`` (default: the path less one
+    part, all of the inner parts the model counts); beyond it they recompute, as recompute's do."""
+    shape = TINY
+    gpu = GPUS["h100"]
+    kw = dict(tokens=9000, pairs=9000 * 2500, path=5000, budget=1024)
+
+    def sec(**s: object) -> float:
+        return step_seconds(shape, MemorySetup(precision="float32", parallel="ddp", **s), gpu, **kw)  # type: ignore[arg-type]
+
+    keep, rec = sec(part_graph="keep"), sec(part_graph="recompute")
+    assert keep < rec
+    assert sec(part_graph="keep", keep_tokens=0) == pytest.approx(rec)
+    assert keep < sec(part_graph="keep", keep_tokens=2000) < rec
 
 
 def test_bad_setup_is_refused() -> None:
@@ -133,9 +161,12 @@ def test_dry_run_steers_keep_to_recompute_where_its_graphs_do_not_fit() -> None:
     rec = MemorySetup(precision="float32", parallel="ddp")
     fits_recompute = peak(terms(TINY, rec, budget=1024, path=5000, tree_tokens=9000))
     assert peak(terms(TINY, keep, budget=1024, path=5000, tree_tokens=9000)) > fits_recompute
-    d = dry_run(TINY, keep, b, GPUS["h100"], gpu_memory=fits_recompute)
+    # (without checkpointing: with it, keep at budget 1024 holds the path's layer inputs only,
+    # which fit here)
+    d = dry_run(TINY, keep, b, GPUS["h100"], gpu_memory=fits_recompute, checkpointing_given=True)
     assert d["fits"] and d["part_graph"] == d["suggested_part_graph"] == "recompute"
-    given = dry_run(TINY, keep, b, GPUS["h100"], gpu_memory=fits_recompute, budget=1024)
+    given = dry_run(TINY, keep, b, GPUS["h100"], gpu_memory=fits_recompute, budget=1024,
+                    checkpointing_given=True)  # fmt: skip
     assert not given["fits"] and given["part_graph"] == "keep"
     assert given["suggested_part_graph"] == "recompute"
     roomy = dry_run(TINY, keep, b, GPUS["h100"])

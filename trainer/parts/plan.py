@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from treeprep.errors import ShardError
-from treeprep.schemas.parts import handoff_cuts, part_parents
+from treeprep.schemas.parts import handoff_cuts, keep_cap, part_parents
 
 
 @dataclass
@@ -55,6 +55,9 @@ class PartLayout:
 
     parts: list[PartSpec]
     children: list[list[int]]
+    #: the tree's longest root-to-leaf path (tokens) and the budget it was cut at
+    path: int = 0
+    budget: int = 0
 
     def read_rows(self) -> list[np.ndarray | None]:
         """Per part, the local rows that later parts read (sorted; None: no part reads any)."""
@@ -64,24 +67,55 @@ class PartLayout:
                 reads[p].append(rows)
         return [np.unique(np.concatenate(r)) if r else None for r in reads]
 
-    def kept_stacks(self) -> list[tuple[int, int, int]]:
+    def kept_parts(self, cap: int | None = None) -> np.ndarray:
+        """``keep`` mode: per part, whether it keeps its graph from its forward to its backward
+        (bool). A part with children keeps it when the most tokens its kept descendants hold on
+        any one chain below it, plus its own, stay within ``cap`` (default
+        :func:`~treeprep.schemas.parts.keep_cap` of the tree's longest path): decided from the
+        leaves up, so the deep parts keep theirs and the ones that recompute sit near the root,
+        where they run their second forward once the kept graphs below them are freed. The kept
+        tokens on any stack stay within ``cap``. Parts without children run forward and
+        backward at once and keep nothing."""
+        bound = keep_cap(self.path, self.budget) if cap is None else cap
+        keeps = np.zeros(len(self.parts), dtype=bool)
+        below = np.zeros(len(self.parts), dtype=np.int64)  # kept tokens of the chains below
+        for spec in reversed(self.parts):  # pre-order reversed: children before their parent
+            c = spec.index
+            keeps[c] = bool(self.children[c]) and below[c] + spec.num_tokens <= bound
+            if spec.parent >= 0:
+                held = below[c] + (spec.num_tokens if keeps[c] else 0)
+                below[spec.parent] = max(below[spec.parent], held)
+        return keeps
+
+    def kept_stacks(self, cap: int | None = None) -> list[tuple[int, int, int, int]]:
         """What ``keep`` mode holds besides the running part, for each part as it runs its LM
         head (a part without children in its whole step, a kept part at its forward): the tokens
-        of its ancestors (their graphs and stores stay live until it is left), those of them in
-        parts with trained targets (each holds its final hidden state's gradient: its LM head
-        ran its backward at its forward), and its own head rows. The peak comes with one of
-        them: the deepest stack, or a shallower one whose part feeds the head more rows (a
-        memory model takes the largest over all)."""
+        of its kept ancestors (:meth:`kept_parts`; their graphs and stores stay live until it is
+        left), those of them in parts with trained targets (each holds its final hidden state's
+        gradient: its LM head ran its backward at its forward), its own head rows, and the rows
+        its other ancestors store (only those their descendants read, as in ``recompute``; its
+        own too when it recomputes: they are live through its second forward). The
+        peak comes with one of them: the deepest stack, or a shallower one whose part feeds the
+        head more rows (a memory model takes the largest over all)."""
+        keeps = self.kept_parts(cap)
+        reads = self.read_rows()
         out = []
         for spec in self.parts:
-            tokens = grad = 0
+            tokens = grad = stored = 0
             c = spec.parent
             while c >= 0:
                 anc = self.parts[c]
-                tokens += anc.num_tokens
-                grad += anc.num_tokens if anc.target_select.any() else 0
+                if keeps[c]:
+                    tokens += anc.num_tokens
+                    grad += anc.num_tokens if anc.target_select.any() else 0
+                else:
+                    rows = reads[c]
+                    stored += 0 if rows is None else len(rows)
                 c = anc.parent
-            out.append((tokens, grad, int(spec.target_select.sum())))
+            own = reads[spec.index]
+            if not keeps[spec.index] and own is not None:  # recomputed with its stores live
+                stored += len(own)
+            out.append((tokens, grad, int(spec.target_select.sum()), stored))
         return out
 
     @property
@@ -169,7 +203,16 @@ def part_layout(
                 target_pred=pred[sel] - a,
             )
         )
-    return PartLayout(parts, children)
+    return PartLayout(parts, children, path=_longest_path(t), budget=budget)
+
+
+def _longest_path(t: _Tree) -> int:
+    """The tokens of the tree's longest root-to-leaf path (nodes in pre-order: parents first)."""
+    depth_end = t.nl.copy()
+    for n in range(len(t.nl)):
+        if t.npar[n] >= 0:
+            depth_end[n] += depth_end[t.npar[n]]
+    return int(depth_end.max()) if len(depth_end) else 0
 
 
 def _prefix_rows(t: _Tree, a: int) -> np.ndarray:

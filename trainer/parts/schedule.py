@@ -14,7 +14,9 @@ tree depth-first, children in order:
 A part without child parts runs forward and backward at once. Two modes for the others:
 
 * ``keep``: the forward on entering builds the graph and keeps it until the part is left. No
-  recomputation; memory holds the graphs of every part on the current depth-first stack. The
+  recomputation; memory holds the graphs of the parts on the current depth-first stack, as many
+  as fit within the tree's longest path less one part (``keep_tokens``,
+  :meth:`~.plan.PartLayout.kept_parts`): a part that would go over runs as in ``recompute``. The
   part's LM head runs its forward and backward at once, on a detached copy of the final hidden
   states, so only their gradient is kept with the graph (never the head's logits and
   log-softmax); the part's backward starts from that pair and its keys' and values' gradients.
@@ -27,9 +29,9 @@ the stack stored for their descendants (:mod:`.state`): only the rows of their k
 that a descendant reads (the rows on the descendants' paths), once, in the run's compute dtype,
 and one gradient accumulator each; a descendant reads them in place. For agent trees (one long
 main thread, short side branches) that is twice the K/V of the longest path; it never grows with
-the number of branches. In keep mode every stored row is kept (the graphs hold them anyway) and
-the graphs of the stack's parts add to it, which a long path cut into many parts cannot afford:
-that is why recompute is the default.
+the number of branches. In keep mode a kept part stores every row (its graph holds them anyway)
+and the kept graphs add to it: at most the longest path's tokens' graphs with the running part's,
+what the linear trainer holds for that path, plus the hand-off state; recompute holds one part's.
 
 Exactness. Every loss term lives in exactly one part (the part holding the target's predecessor)
 with the tree's own restored coefficients, attention sees exactly the keys the whole tree would
@@ -140,7 +142,7 @@ class _Runner:
         attn: str,
         autocast: Any,
         *,
-        compact: bool = True,
+        keeps: np.ndarray | None = None,
         accumulate: str = "model",
         before_pass: Callable[[str], None] | None = None,
     ) -> None:
@@ -160,11 +162,14 @@ class _Runner:
         self.layers = int(cast(Any, model).config.num_hidden_layers)
         self.targets = batch.targets()
         self.states: dict[int, list[LayerState]] = {}
-        #: per part, the local rows some later part reads (stored when ``compact``)
+        #: per part, the local rows some later part reads (what it stores, unless it keeps its
+        #: graph)
         self.read_rows = layout.read_rows()
         #: per stored part, the local rows its stores hold (None: all of them)
         self.kept: dict[int, np.ndarray | None] = {}
-        self.compact = compact
+        #: per part, whether it keeps its graph (``keep`` mode): its stores then hold every row,
+        #: which the graph holds anyway; the others store only the rows later parts read
+        self.keeps = np.zeros(len(layout.parts), dtype=bool) if keeps is None else keeps
         self.accumulate = accumulate
         #: the dtype keys and values are stored in: the autocast dtype in mixed-precision runs
         #: (attention computes in it; rotary and the key norm promote keys to float32 first),
@@ -263,10 +268,10 @@ class _Runner:
 
     def store(self, c: int, ho: HandOff) -> None:
         """Keep what part ``c``'s descendants read: the rows of its keys and values on their
-        paths (all rows when not compacting, or when they read all), and its linear states."""
+        paths (all rows when it keeps its graph, or when they read all), and its linear states."""
         rows: np.ndarray | None = self.read_rows[c]
         n = self.layout.parts[c].num_tokens
-        if not self.compact or rows is None or len(rows) == n:
+        if self.keeps[c] or rows is None or len(rows) == n:
             rows = None
         idx = None
         st: list[LayerState] = []
@@ -411,20 +416,26 @@ def run_parts(
     autocast: Any = None,
     loss_scale: float = 1.0,
     accumulate: str = "model",
+    keep_tokens: int | None = None,
     before_pass: Callable[[str], None] | None = None,
 ) -> PartsOutput:
     """Forward and backward of a one-tree batch as hand-off parts (gradients land in ``.grad``).
 
     ``loss_scale`` multiplies the gradient (not the returned loss), as a loop's world-size factor
     would; ``accumulate`` is the dtype of the handed-over gradients' accumulators ("model": the
-    stored keys' own dtype; "float32": float32 in 16-bit runs). ``before_pass`` is called with
+    stored keys' own dtype; "float32": float32 in 16-bit runs). ``keep_tokens`` bounds the tokens
+    whose graphs ``keep`` mode holds at once (default: the tree's longest path less one part,
+    :func:`~treeprep.schemas.parts.keep_cap`). ``before_pass`` is called with
     ``"forward"`` right before each decoder forward and ``"backward"`` right before each backward
     (FSDP2 keeps ranks in lockstep through it). See the module docstring for the order, the modes
     and the memory bound."""
     _check_modes(mode, accumulate)
+    if keep_tokens is not None and keep_tokens < 0:
+        raise TreeprepError(f"keep_tokens must be >= 0, got {keep_tokens}")
     check_part_checkpointing(model)
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
-    run = _Runner(model, batch, layout, cfg, attn, autocast, compact=mode == "recompute",
+    keeps = layout.kept_parts(keep_tokens) if mode == "keep" else None
+    run = _Runner(model, batch, layout, cfg, attn, autocast, keeps=keeps,
                   accumulate=accumulate, before_pass=before_pass)  # fmt: skip
     check_inputs(batch, cfg)
     dtype = run.sum_dtype
@@ -452,7 +463,7 @@ def run_parts(
                 ho, out, hidden = run.forward_head_first(spec, loss_scale)
                 finish(spec, ho, out, hidden)
             return False
-        if mode == "keep":
+        if run.keeps[c]:
             ho, out, hidden = run.forward_head_first(spec, loss_scale, keep_own=True)
             kept[c] = (ho, out, hidden)
         else:
@@ -463,7 +474,7 @@ def run_parts(
 
     def leave(c: int) -> None:
         spec = parts[c]
-        if mode == "keep":
+        if c in kept:
             ho, out, hidden = kept.pop(c)
             finish(spec, ho, out, hidden)
         else:
