@@ -37,10 +37,18 @@ import bisect
 
 import numpy as np
 
-#: LM-head rows a hand-off part runs at once (each chunk's backward follows at once, so one
-#: chunk's float32 logits, log-softmax and entropy terms are live: 16 bytes per row and vocabulary
-#: entry, 622 MB per 256 rows of Qwen3's 151,936), however many targets the part trains
+#: LM-head rows a hand-off part runs at once (each chunk's backward follows at once), however
+#: many targets the part trains
 HEAD_ROWS = 256
+#: logits the loss turns into log-probs at once (``treeprep.trainer.target_logp``): the float32
+#: temporaries of one block of rows, about 16 bytes per logit (256 MiB), beside the chunk's
+#: logits and their gradient; a block is at least one row
+HEAD_BLOCK_ELEMENTS = 1 << 24
+
+
+def head_block_rows(vocab: int) -> int:
+    """Rows per block of the loss's log-probs for a vocabulary of ``vocab`` entries."""
+    return max(1, HEAD_BLOCK_ELEMENTS // max(vocab, 1))
 
 
 def keep_cap(path: int, budget: int) -> int:

@@ -65,6 +65,7 @@ from treeprep.modes import KlEstimator, Loss, coerce_modes
 from treeprep.trainer import fused_head
 from treeprep.trainer.batch import Missing, TreeBatch
 from treeprep.trainer.models.run import decoder_hidden, output_head
+from treeprep.trainer.target_logp import target_logprobs
 from treeprep.trainer.targets import Targets
 
 
@@ -109,15 +110,9 @@ def _head_logp(
     head: torch.nn.Module, h_KE: torch.Tensor, tgt_K: torch.Tensor, want_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the targets and the entropies (detached unless ``want_entropy``: the metric
-    is always there, the graph only when the loss has an entropy term)."""
-    logits_KV = head(h_KE)
-    if logits_KV.dtype != torch.float64:
-        logits_KV = logits_KV.float()
-    logp_KV = torch.log_softmax(logits_KV, dim=-1)
-    lp = logp_KV.gather(1, tgt_K[:, None])[:, 0]
-    src = logp_KV if want_entropy else logp_KV.detach()
-    ent = -(src.exp() * src).sum(-1)
-    return lp, ent
+    is always there, the graph only when the loss has an entropy term), with two float32
+    [rows, V] buffers at most (:mod:`treeprep.trainer.target_logp`)."""
+    return target_logprobs(head(h_KE), tgt_K, want_entropy)
 
 
 def head_logprobs(

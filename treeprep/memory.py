@@ -51,11 +51,11 @@ Terms, per rank:
   trained targets only (:mod:`treeprep.trainer.loss`), and a hand-off part on at most
   :data:`~treeprep.schemas.parts.HEAD_ROWS` (256), each chunk's backward at once; a step of
   budget ``B`` takes the larger of a part's peak (with the hand-off state) and a micro-batch of
-  whole trees (``B`` tokens, up to ``chunk`` head rows, no hand-off). Per row and vocabulary
-  entry: the float32 logits, the log-softmax, and the entropy's ``exp`` and product, all live
-  at once in the chunk's forward, ``4 x 4`` bytes (bf16 logits die at their float32 copy:
-  nothing saves them). Its backward holds less (the log-softmax, its gradient, the logits'
-  gradient).
+  whole trees (``B`` tokens, up to ``chunk`` head rows, no hand-off). The log-probs are taken a
+  block of rows at a time (:mod:`treeprep.trainer.target_logp`,
+  :data:`~treeprep.schemas.parts.HEAD_BLOCK_ELEMENTS`): per row and vocabulary entry the chunk
+  holds its logits (compute dtype) in the forward and their gradient too in the backward; one
+  block adds its float32 temporaries (:func:`lm_head_bytes`).
 
 The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
 fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
@@ -93,7 +93,7 @@ import numpy as np
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
 from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, coerce_modes
-from treeprep.schemas.parts import HEAD_ROWS, keep_cap, stored_rows_peak
+from treeprep.schemas.parts import HEAD_ROWS, head_block_rows, keep_cap, stored_rows_peak
 
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
@@ -309,7 +309,6 @@ def terms(
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
     if path > budget:  # hand-off parts run their head HEAD_ROWS rows at a time
         rows = min(rows, HEAD_ROWS)
-    head_per = 4 * max(4, s.compute_bytes)
     return {
         "parameters": p * w // s.shard,
         "gradients": p * w // s.shard if s.accumulated_gradients else 0,
@@ -322,8 +321,21 @@ def terms(
         "activations": saved,
         "kept_graphs": graphs,
         "layer_backward": (2 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
-        "lm_head_chunk": rows * m.vocab * head_per,
+        "lm_head_chunk": lm_head_bytes(m.vocab, rows, s.compute_bytes),
     }
+
+
+def lm_head_bytes(vocab: int, rows: int, compute_bytes: int, *, entropy: bool = False) -> int:
+    """The loss's LM-head chunk of ``rows`` rows (module docstring): the larger of its forward
+    (the logits, and one block's log-softmax, its ``exp`` and their product: a 16-bit block's
+    float32 copy dies before the ``exp``) and its backward (the logits and their gradient, and
+    one block's log-probs turned into its gradient in place; with an entropy term, ``entropy``,
+    its softmax beside)."""
+    c = compute_bytes
+    w = max(4, c)  # the dtype the log-probs are computed in
+    block = min(rows, head_block_rows(vocab)) * vocab
+    back = (2 if entropy else 1) * w * block
+    return max(rows * vocab * c + 3 * w * block, 2 * rows * vocab * c + back)
 
 
 def peak(t: dict[str, int], *, checkpointing: bool = False) -> int:

@@ -16,6 +16,7 @@ from treeprep.memory import (
     handoff_bytes_per_path_token,
     kv_bytes_per_path_token,
     layer_activation_bytes,
+    lm_head_bytes,
     peak,
     step_seconds,
     terms,
@@ -49,6 +50,19 @@ def test_terms_float32_by_hand() -> None:
     static = 4 * p + t["handoff"] + t["activations"]
     assert peak(t) == static + max(t["lm_head_chunk"], t["layer_backward"])
     assert terms(TINY, s, budget=400, path=300)["handoff"] == 0  # one part: nothing handed over
+
+
+def test_the_lm_head_chunk_by_hand() -> None:
+    """The loss's head chunk: its logits and their gradient, and one block of float32
+    temporaries (three in the forward, one in the backward, two with an entropy gradient);
+    Qwen3's vocabulary, 4,096 bf16 rows: 110 rows a block, 2.4 GiB (the whole chunk's float32
+    log-softmax chain: 9.3 GiB)."""
+    vocab, rows = 151_936, 4096
+    assert lm_head_bytes(vocab, rows, 2) == 2 * rows * vocab * 2 + 4 * 110 * vocab
+    assert lm_head_bytes(vocab, rows, 2, entropy=True) == 2 * rows * vocab * 2 + 8 * 110 * vocab
+    assert lm_head_bytes(vocab, rows, 4) == 2 * rows * vocab * 4 + 4 * 110 * vocab
+    assert lm_head_bytes(vocab, 64, 2) == 64 * vocab * 2 + 3 * 4 * 64 * vocab  # one block
+    assert lm_head_bytes(10, 100, 8) == 100 * 10 * 8 + 3 * 8 * 100 * 10  # float64
 
 
 def test_bf16_autocast_fsdp_and_checkpointing() -> None:
