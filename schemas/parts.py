@@ -54,11 +54,12 @@ def head_block_rows(vocab: int) -> int:
 def keep_cap(path: int, budget: int) -> int:
     """``keep`` mode's bound on the tokens whose graphs the parts on one stack hold: the tree's
     longest path less one part. With the running part's (at most ``budget`` tokens) a kept stack
-    then holds no more tokens' graphs than the linear trainer's step on that path; walking down,
-    a part with children keeps its graph only while its kept ancestors' tokens and its own stay
-    within the bound (``PartLayout.kept_parts``), and one that would go over recomputes its
-    forward when it is left, as in ``recompute`` mode. On a branching tree the stack carries side
-    branches beside the path, so keeping every part's graph would hold more than the path."""
+    then holds no more tokens' graphs than the linear trainer's step on that path. Which parts
+    keep theirs is decided from the leaves up (``PartLayout.kept_parts``): a part with children
+    keeps its graph when the kept tokens of any chain below it and its own stay within the
+    bound; the others recompute their forward when they are left, as in ``recompute`` mode. On
+    a branching tree the stack carries side branches beside the path, so keeping every part's
+    graph can hold more than the path."""
     return max(0, path - budget)
 
 
