@@ -110,8 +110,8 @@ def _head_logp(
     head: torch.nn.Module, h_KE: torch.Tensor, tgt_K: torch.Tensor, want_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the targets and the entropies (detached unless ``want_entropy``: the metric
-    is always there, the graph only when the loss has an entropy term), with two float32
-    [rows, V] buffers at most (:mod:`treeprep.trainer.target_logp`)."""
+    is always there, the graph only when the loss has an entropy term): the logits, their
+    gradient and one block of rows' float32 temporaries (:mod:`treeprep.trainer.target_logp`)."""
     return target_logprobs(head(h_KE), tgt_K, want_entropy)
 
 
