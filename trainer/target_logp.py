@@ -32,6 +32,13 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.float64 else t.float()
 
 
+def _one_pass(t: torch.Tensor) -> bool:
+    """Whether an elementwise op from ``t``'s dtype to float32 runs as one pass: always when
+    ``t`` is float32 or float64 already, on CUDA for 16-bit ``t`` (the cast happens in the
+    kernel); the CPU vectorizes no mixed-dtype op, so there a 16-bit block is copied first."""
+    return t.dtype in (torch.float32, torch.float64) or t.is_cuda
+
+
 class TargetLogProb(torch.autograd.Function):
     """``(log p[target], entropy)`` of ``softmax(logits)`` per row: logits [K, V], targets [K]
     (int64) -> two [K] tensors in float32 (float64 for float64 logits). See the module
@@ -69,12 +76,15 @@ class TargetLogProb(torch.autograd.Function):
         n = parts.head_block_rows(logits.shape[1])
         for i in range(0, logits.shape[0], n):
             b = slice(i, i + n)
-            # one new buffer (ops of one dtype: the CPU vectorizes no mixed ones)
-            x = logits[b]
-            ls = x - lse[b, None] if _wide(x) is x else _wide(x).sub_(lse[b, None])
+            x = logits[b]  # log p = x - lse, in one new float32 (float64) buffer
+            ls = torch.sub(x, lse[b, None]) if _one_pass(x) else x.float().sub_(lse[b, None])
             if g_ent is None:  # d log p_t / dx = onehot(t) - p: p - onehot(t) in place
                 p = ls.exp_().scatter_add_(1, target[b, None], -torch.ones_like(lse[b, None]))
-                grad[b] = p.mul_(-cast(torch.Tensor, g_lp)[b, None])
+                neg = -cast(torch.Tensor, g_lp)[b, None]
+                if _one_pass(x):  # times -g_lp straight into the gradient's dtype
+                    torch.mul(p, neg, out=grad[b])
+                else:
+                    grad[b] = p.mul_(neg)
             else:  # dH/dx = -p (log p + H)
                 p = ls.exp()
                 gb = ls.add_(ent[b, None]).mul_(p).mul_(-g_ent[b, None])

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from treeprep.memory import lm_head_bytes  # noqa: E402
 from treeprep.schemas import parts  # noqa: E402
+from treeprep.trainer import target_logp  # noqa: E402
 from treeprep.trainer.memtrack import LiveBytes  # noqa: E402
 from treeprep.trainer.target_logp import TargetLogProb, target_logprobs  # noqa: E402
 
@@ -35,13 +36,18 @@ def test_gradcheck_float64(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch.autograd.gradcheck(lambda a: TargetLogProb.apply(a, t)[1], (x,))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    ("dtype", "one_pass"), [("float32", None), ("bfloat16", None), ("bfloat16", True)]
+)
 @pytest.mark.parametrize("block", [3000, 1 << 24])
 @pytest.mark.parametrize("entropy", [False, True])
 def test_equals_the_log_softmax_chain(
-    dtype: str, block: int, entropy: bool, monkeypatch: pytest.MonkeyPatch
+    dtype: str, one_pass: bool | None, block: int, entropy: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """(one_pass: the casting ops CUDA runs in one pass, here on the CPU)"""
     monkeypatch.setattr(parts, "HEAD_BLOCK_ELEMENTS", block)  # 3000: blocks of 3 rows
+    if one_pass is not None:
+        monkeypatch.setattr(target_logp, "_one_pass", lambda t: one_pass)
     gen = torch.Generator().manual_seed(1)
     x = (3 * torch.randn(64, 1000, generator=gen)).to(getattr(torch, dtype))
     t = torch.randint(0, 1000, (64,), generator=gen)
