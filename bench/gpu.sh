@@ -13,7 +13,9 @@
 # Code session: Qwen3-1.7B and Qwen3-0.6B shapes, bf16, activation checkpointing, budget 16k; the
 # tree's peak against the linear trainer's on its longest path, the memory model's prediction,
 # seconds of one forward and backward), tests.txt (exactness on the device: tests/trainer/test_gpu.py
-# and the Liger fused head), train.json (bench/train.py: measured against estimated speedup).
+# and the Liger fused head), head.json (bench/head_memory.py: the loss's head chunk at Qwen3's
+# vocabulary, blocks of rows against the log-softmax chain), train.json (bench/train.py:
+# measured against estimated speedup).
 # Stages run in order of importance, each with its own time limit; a failed stage does not stop
 # the others; the exit status is the number of failed stages. Each memory result is also written
 # as a `RESULT {json}` line to its .err file as it comes, so a stage stopped at its limit keeps
@@ -93,6 +95,8 @@ if [ "$dry" = 1 ]; then
         --warmup --model tiny-qwen3,tiny-llama --device cpu --dtype bfloat16 --json
     stage tests 300 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/test_fused_head.py
+    stage head 120 head.json $PY bench/head_memory.py --vocab 32768 --rows 256 --rounds 2 \
+        --device cpu --json
     stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
         --rounds 1 --json
 else
@@ -101,9 +105,12 @@ else
         --device "$device" --model qwen3-1.7b,qwen3-0.6b --budgets 16384 \
         --modes linear,recompute --no-whole --checkpointing --no-probe --warmup --json
     stage tests 80 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
-        tests/trainer/test_fused_head.py
+        tests/trainer/test_fused_head.py tests/trainer/test_target_logp.py
+    # the loss's head chunk at Qwen3's vocabulary: blocks of rows against the log-softmax chain
+    stage head 30 head.json $PY bench/head_memory.py --device "$device" --rows 256,4096 \
+        --dtype bfloat16 --rounds 5 --json
     # (Qwen3-1.7B at budget 32k ran out of memory on an H200: the speed runs keep no checkpoints)
-    stage train 100 train.json $PY bench/train.py --config gpu --models qwen3-0.6b \
+    stage train 90 train.json $PY bench/train.py --config gpu --models qwen3-0.6b \
         --budgets 16384 --workload both --steps 3 --rounds 2 --json
 fi
 echo "$failed stage(s) failed; results in $RES"
