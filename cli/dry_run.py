@@ -69,6 +69,7 @@ def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
         part_graph=p["part_graph"],
         keep_tokens=p.get("keep_tokens"),
         chunk=p["chunk"],
+        entropy=bool(p.get("entropy_coef")),
     )
 
 

@@ -141,6 +141,8 @@ class MemorySetup:
     keep_tokens: int | None = None
     #: LM-head rows per chunk in the loss
     chunk: int = 4096
+    #: the loss has an entropy term (its gradient takes a second block buffer in the head)
+    entropy: bool = False
     #: gradients live through the step (accumulation over parts and micro-batches); False: one
     #: backward from no gradients (a benchmark), whose peak comes before most of them exist
     accumulated_gradients: bool = True
@@ -321,7 +323,7 @@ def terms(
         "activations": saved,
         "kept_graphs": graphs,
         "layer_backward": (2 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
-        "lm_head_chunk": lm_head_bytes(m.vocab, rows, s.compute_bytes),
+        "lm_head_chunk": lm_head_bytes(m.vocab, rows, s.compute_bytes, entropy=s.entropy),
     }
 
 

@@ -63,6 +63,10 @@ def test_the_lm_head_chunk_by_hand() -> None:
     assert lm_head_bytes(vocab, rows, 4) == 2 * rows * vocab * 4 + 4 * 110 * vocab
     assert lm_head_bytes(vocab, 64, 2) == 64 * vocab * 2 + 3 * 4 * 64 * vocab  # one block
     assert lm_head_bytes(10, 100, 8) == 100 * 10 * 8 + 3 * 8 * 100 * 10  # float64
+    s = MemorySetup(precision="bfloat16", parallel="ddp")
+    t = terms(replace(TINY, vocab=vocab), s, budget=8192, path=8192)
+    te = terms(replace(TINY, vocab=vocab), replace(s, entropy=True), budget=8192, path=8192)
+    assert te["lm_head_chunk"] - t["lm_head_chunk"] == 4 * 110 * vocab
 
 
 def test_bf16_autocast_fsdp_and_checkpointing() -> None:
