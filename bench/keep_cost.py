@@ -44,7 +44,8 @@ def main() -> None:
     batch = TreeBatch.from_trees([agent_tree_row(a.path)], norm="token-mean")
     layout = part_layout(batch, a.budget)
     inner = sum(p.num_tokens for p in layout.parts if layout.children[p.index])
-    kept = sum(p.num_tokens for p in layout.parts if layout.kept_parts()[p.index])
+    keeps = layout.kept_parts()
+    kept = sum(p.num_tokens for p in layout.parts if keeps[p.index])
     print(f"tree {batch.num_tokens:,} tokens, path {layout.path:,}, {len(layout.parts)} parts at "
           f"budget {a.budget}; inner parts {inner:,} tokens, {kept:,} kept within the path; "
           f"{a.model} {a.dtype}")  # fmt: skip
