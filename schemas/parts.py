@@ -51,7 +51,7 @@ def head_block_rows(vocab: int) -> int:
     return max(1, HEAD_BLOCK_ELEMENTS // max(vocab, 1))
 
 
-def keep_cap(path: int, budget: int) -> int:
+def keep_cap(path: int, budget: int, keep_tokens: int | None = None) -> int:
     """``keep`` mode's bound on the tokens whose graphs the parts on one stack hold: the tree's
     longest path less one part. With the running part's (at most ``budget`` tokens) a kept stack
     then holds no more tokens' graphs than the linear trainer's step on that path. Which parts
@@ -59,8 +59,9 @@ def keep_cap(path: int, budget: int) -> int:
     keeps its graph when the kept tokens of any chain below it and its own stay within the
     bound; the others recompute their forward when they are left, as in ``recompute`` mode. On
     a branching tree the stack carries side branches beside the path, so keeping every part's
-    graph can hold more than the path."""
-    return max(0, path - budget)
+    graph can hold more than the path. ``keep_tokens``, where given (``--keep-tokens``), is
+    the bound instead."""
+    return max(0, path - budget) if keep_tokens is None else keep_tokens
 
 
 def handoff_cuts(node_length: np.ndarray, node_parent: np.ndarray, budget: int) -> np.ndarray:

@@ -301,8 +301,7 @@ def terms(
     if s.part_graph == "keep" and path > budget:
         if kept is None:
             kept_tokens = max(0, (path if tree_tokens is None else tree_tokens) - tokens)
-            cap = keep_cap(path, budget) if s.keep_tokens is None else s.keep_tokens
-            kept_tokens = min(kept_tokens, cap)
+            kept_tokens = min(kept_tokens, keep_cap(path, budget, s.keep_tokens))
             kept = (kept_tokens, kept_tokens, max(0, path - budget - kept_tokens))
         graphs, handoff = kept_graph_bytes(m, s, tokens=kept[0], grad_tokens=kept[1])
         handoff += kept[2] * handoff_bytes_per_path_token(m, s)
@@ -436,7 +435,7 @@ def step_seconds(
     if tokens > budget:  # the inner parts' second forward; keep's kept parts skip theirs
         redo = max(0, path - budget)
         if s.part_graph == "keep":
-            redo -= min(redo, keep_cap(path, budget) if s.keep_tokens is None else s.keep_tokens)
+            redo -= min(redo, keep_cap(path, budget, s.keep_tokens))
         extra += body / 3 * min(1.0, redo / tokens)
     rate = (gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops) * MFU
     if s.precision == "float64":

@@ -76,7 +76,7 @@ class PartLayout:
         where they run their second forward once the kept graphs below them are freed. The kept
         tokens on any stack stay within ``cap``. Parts without children run forward and
         backward at once and keep nothing."""
-        bound = keep_cap(self.path, self.budget) if cap is None else cap
+        bound = keep_cap(self.path, self.budget, cap)
         keeps = np.zeros(len(self.parts), dtype=bool)
         below = np.zeros(len(self.parts), dtype=np.int64)  # kept tokens of the chains below
         for spec in reversed(self.parts):  # pre-order reversed: children before their parent
