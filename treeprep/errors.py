@@ -34,6 +34,11 @@ class EmptyBuildError(TreeprepError):
     """No record reached a tree: there is nothing to train on (the rejects say why)."""
 
 
+class FolderLocked(TreeprepError):
+    """A folder another treeprep process holds locked (a build's ``OUT``, a run folder); the
+    message names the holder's pid and host (:mod:`treeprep.locks`)."""
+
+
 class WorkerDied(TreeprepError):
     """A stage-1 worker process died (killed, out of memory) while rendering a file."""
 

@@ -18,9 +18,12 @@ input in memory:
    (temporary name, then rename) once it holds ``shard_tokens`` tokens. Memory is bounded by the
    largest group plus one shard's buffer.
 
-Finally ``rejects.jsonl`` and ``manifest.json`` are written, the manifest last: its presence means
-the build is whole. No timestamps or absolute paths are recorded, so the same inputs give the same
-bytes: every input is named by its path relative to the input root (:func:`treeprep.io.
+Finally ``rejects.jsonl`` and ``manifest.json`` are written, and the build is published into
+``OUT``, the manifest last: its presence means the build is whole. Shards, rejects and manifest
+are written into a stage (``OUT/.work/next``) and moved into ``OUT`` only once all are whole
+(:func:`~treeprep.build.out.publish`), so a rebuild that fails or is killed leaves the earlier
+build in ``OUT`` whole. No timestamps or absolute paths are recorded, so the same inputs give the
+same bytes: every input is named by its path relative to the input root (:func:`treeprep.io.
 discover_inputs`) in group ids, ``seq_source``, rejects and the manifest. Counts reconcile:
 ``records_read == records_in_trees + records_rejected + records_filtered``.
 
@@ -42,9 +45,9 @@ process alone; only files builds wrote are deleted; a build where no record reac
 with :class:`~treeprep.errors.EmptyBuildError` after writing ``rejects.jsonl`` and no manifest.
 
 :func:`build` reads as these stages, one function each: plan the jobs, render the files, write
-the trees, drop stale work, write the rejects, write the manifest. This module is the driver,
-and the order of the stages; the pieces are the package's modules, each importing only those
-listed before it:
+the trees, write the rejects and the manifest, publish them, drop stale work. This module is the
+driver, and the order of the stages; the pieces are the package's modules, each importing only
+those listed before it:
 
 * :mod:`~treeprep.build.config`: :class:`BuildConfig`, and the
   :class:`~treeprep.build.config.FileOptions` a worker needs;
@@ -74,6 +77,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import NoReturn
 
 from treeprep.atomic import crash_point
 from treeprep.build.config import BuildConfig
@@ -82,9 +86,11 @@ from treeprep.build.engines import Engine, LocalEngine
 from treeprep.build.jobs import Progress, RenderTask, TreeTask, plan_jobs, work_paths
 from treeprep.build.out import (
     OutIndex,
-    forget_manifest,
+    clear_stage,
+    failed_rejects,
     lock_out,
     make_manifest,
+    publish,
     write_manifest,
     write_rejects,
 )
@@ -113,10 +119,10 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     work_root = os.path.join(cfg.out, ".work")
     with lock_out(cfg.out):
         index = OutIndex.load(cfg.out)
-        index.shards |= forget_manifest(cfg.out)
         jobs = plan_jobs(cfg, inputs, renderer.cache_key, work_root)
         index.work |= {j.key for j in jobs}
         index.save()
+        stage = clear_stage(cfg.out)  # OUT's earlier build stays whole until publish
         counts = Counts()
         with open_engine(cfg) as engine:
             task = RenderTask(jobs, cfg, renderer, on_progress)
@@ -124,11 +130,10 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
             paths = work_paths(jobs, results)
             dups = find_duplicates(_named_paths(jobs, paths)) if cfg.dedup else Duplicates()
             trees = TreeTask(
-                paths, cfg.out, cfg.shard_tokens, counts, on_progress, index.add_shard, dups.drop
+                paths, stage, cfg.shard_tokens, counts, on_progress, index.add_shard, dups.drop
             )
             shards = engine.write_trees(trees)
-        index.drop_unused(cfg.out, {j.key for j in jobs}, {e.path for e in shards})
-        write_rejects(jobs, cfg.out)
+        write_rejects(jobs, stage)
         manifest = make_manifest(
             cfg.group_by,
             renderer.identity_by_content(),
@@ -141,16 +146,25 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
             dups.normalized,
         )
         if counts.records_in_trees == 0:
-            raise EmptyBuildError(
-                f"no record reached a tree ({counts.records_read} read, "
-                f"{counts.records_rejected} rejected, {counts.records_filtered} filtered, "
-                f"{len(manifest.skipped_files)} files "
-                f"skipped): nothing to train on, no manifest written; see "
-                f"{os.path.join(cfg.out, 'rejects.jsonl')}"
-            )
+            _empty(cfg.out, counts, manifest)
+        write_manifest(stage, manifest)
         crash_point("before-manifest")
-        write_manifest(cfg.out, manifest)
+        publish(cfg.out, manifest, index)
+        index.drop_unused(cfg.out, {j.key for j in jobs}, {e.path for e in shards})
     return manifest
+
+
+def _empty(out: str, counts: Counts, manifest: Manifest) -> NoReturn:
+    """Stop a build where no record reached a tree: nothing is published (an earlier build in
+    ``out`` stays whole), and the error says where this build's rejects are."""
+    where = failed_rejects(out)
+    kept = "" if where == os.path.join(out, "rejects.jsonl") else "; the earlier build is kept"
+    raise EmptyBuildError(
+        f"no record reached a tree ({counts.records_read} read, "
+        f"{counts.records_rejected} rejected, {counts.records_filtered} filtered, "
+        f"{len(manifest.skipped_files)} files skipped): nothing to train on, no manifest "
+        f"written{kept}; see {where}"
+    )
 
 
 def _named_paths(jobs: list[FileJob], paths: list[str]) -> list[tuple[str, str]]:

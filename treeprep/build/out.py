@@ -1,20 +1,26 @@
 """What a build owns in ``OUT``: the lock, the index of what it wrote, and the published files.
 
 * :func:`lock_out` takes an exclusive lock on ``OUT/.work/build.lock`` for the whole build, so two
-  builds into one folder cannot interleave their temporary files: the second stops with an error.
+  builds into one folder cannot interleave their temporary files: the second stops with an error
+  naming the holder's pid (:mod:`treeprep.locks`).
 * :class:`OutIndex` (``OUT/.work/index.json``) lists the work folders and shard files builds into
   this folder wrote; a later build deletes only those (and the shards of the earlier manifest)
   when it no longer needs them, never a file it did not write.
-* ``rejects.jsonl`` and ``manifest.json`` (written last): :func:`make_manifest` reconciles the
-  counts (every record read is in a tree or rejected) and :func:`write_manifest` writes the
-  manifest atomically and durably: its presence means the build is whole.
-  :func:`forget_manifest` removes an earlier build's manifest before its shards are replaced,
-  keeping the list of those shards so that only they (and no file a user put there) are deleted.
+* ``rejects.jsonl`` and ``manifest.json``: :func:`make_manifest` reconciles the counts (every
+  record read is in a tree or rejected). A build writes its shards, its rejects and its manifest
+  into the stage ``OUT/.work/next/`` (:func:`clear_stage`), and only once all of them are whole
+  does :func:`publish` move them into ``OUT``, the manifest last: until then an earlier build in
+  ``OUT`` stays whole and readable, so a rebuild that fails (every record rejected,
+  ``--max-errors``, a full disk, kill -9) never destroys it. Publishing is renames only; the
+  earlier manifest is removed first (:func:`forget_manifest`, keeping the list of its shards so
+  that only they, and no file a user put there, are deleted), so no manifest ever describes
+  shards being replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from treeprep import __version__
-from treeprep.atomic import commit, make_dirs, write_atomic, writing
+from treeprep.atomic import commit, crash_point, fsync_path, make_dirs, write_atomic, writing
 from treeprep.build.workfiles import FileJob, FileResult
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest, TokenizerIdentity
@@ -42,15 +48,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OutIndex",
+    "clear_stage",
+    "failed_rejects",
     "forget_manifest",
     "lock_out",
     "make_manifest",
+    "publish",
+    "stage_dir",
     "write_manifest",
     "write_rejects",
 ]
 
 INDEX = "index.json"
 LOCK = "build.lock"
+#: ``OUT/.work/next``: a build's shards, rejects and manifest until :func:`publish` moves them
+STAGE = "next"
+MANIFEST = "manifest.json"
+REJECTS = "rejects.jsonl"
 
 # --------------------------------------------------------------------------------------------
 # the lock, and what builds into this OUT wrote
@@ -105,52 +119,27 @@ def _is_shard_name(name: str) -> bool:
     return len(parts) == 2 and parts[0] == "shards" and parts[1] not in ("", ".", "..")
 
 
-#: descriptors of the ``OUT`` locks this process holds: a forked child closes them at once
-_held_locks: set[int] = set()
-
-
-def _drop_inherited_locks() -> None:
-    """In a forked child: close the lock descriptors the parent holds. An ``flock`` belongs to
-    the open file, which a fork shares, so a worker that outlived its build would otherwise
-    keep ``OUT`` locked against the rerun. The parent's lock is untouched."""
-    for fd in _held_locks:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held_locks.clear()
-
-
-_fork_hook = [False]  # registered on the first lock, not at import
-
-
 @contextlib.contextmanager
 def lock_out(out: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``OUT`` for a build; TreeprepError at once when another build
-    (in this or another process) holds it. The OS drops the lock when the holder dies. The lock
-    is not inherited: its descriptor is closed on exec (Python's default) and in a forked child
-    (:func:`_drop_inherited_locks`), so only the build's own process holds it."""
-    import fcntl
+    """Hold an exclusive lock on ``OUT`` for a build; :class:`~treeprep.errors.FolderLocked` at
+    once, naming the holder's pid, when another build (in this or another process) holds it. The
+    OS drops the lock when the holder dies, and the lock is not inherited by a forked worker
+    (:mod:`treeprep.locks`), so only the build's own process holds it."""
+    from treeprep.locks import take_lock
 
     work = os.path.join(out, ".work")
     make_dirs(work)
     path = os.path.join(work, LOCK)
-    if not _fork_hook[0]:
-        os.register_at_fork(after_in_child=_drop_inherited_locks)
-        _fork_hook[0] = True
+    what = (
+        f"{out}: another treeprep build is writing this folder; wait for it to finish or build "
+        "into another --out"
+    )
     with writing(path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    _held_locks.add(fd)
+        lock = take_lock(path, what=what)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            raise TreeprepError(
-                f"{out}: another treeprep build is writing this folder (lock {path} is held); "
-                "wait for it to finish or build into another --out"
-            ) from e
         yield
     finally:
-        _held_locks.discard(fd)
-        os.close(fd)
+        lock.release()
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,12 +147,39 @@ def lock_out(out: str) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 
 
+def stage_dir(out: str) -> str:
+    """``OUT/.work/next``: where a build writes its shards, rejects and manifest."""
+    return os.path.join(out, ".work", STAGE)
+
+
+def clear_stage(out: str) -> str:
+    """The stage, emptied of what a build that stopped before publishing left there (only the
+    names builds write: shards, their temporaries, the rejects and the manifest). Returns it."""
+    stage = stage_dir(out)
+    for folder in (stage, os.path.join(stage, "shards")):
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if _staged_name(name):
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    os.remove(os.path.join(folder, name))
+    make_dirs(stage)
+    return stage
+
+
+def _staged_name(name: str) -> bool:
+    base = name.removesuffix(".tmp")
+    return base in (MANIFEST, REJECTS) or (base.startswith("shard-") and base.endswith(".arrow"))
+
+
 def forget_manifest(out: str) -> set[str]:
     """Remove an earlier build's manifest (it must not describe shards this build is about to
     replace); returns the shard paths it listed, which this build may then delete."""
     from treeprep.schemas.manifest import check_relative_path
 
-    path = os.path.join(out, "manifest.json")
+    path = os.path.join(out, MANIFEST)
     if not os.path.exists(path):
         return set()
     shards: set[str] = set()
@@ -180,9 +196,59 @@ def forget_manifest(out: str) -> set[str]:
     return shards
 
 
-def write_rejects(jobs: list[FileJob], out: str) -> None:
-    """``OUT/rejects.jsonl``: every file's rejects, in input order, atomically."""
-    rej_path = os.path.join(out, "rejects.jsonl")
+def publish(out: str, manifest: Manifest, index: OutIndex) -> None:
+    """Move the staged build (its shards, ``rejects.jsonl`` and, last, ``manifest.json``, all
+    written whole before) into ``OUT``, replacing the earlier build. The earlier manifest goes
+    first, so no manifest ever describes a shard being replaced; its shards are added to
+    ``index`` (saved), for :meth:`OutIndex.drop_unused` to delete those this build did not
+    replace. Renames only: a crash part way leaves no manifest, and the rerun publishes again."""
+    stage = stage_dir(out)
+    index.shards |= forget_manifest(out)
+    index.save()
+    make_dirs(os.path.join(out, "shards"))
+    for entry in manifest.shards:
+        _move(os.path.join(stage, entry.path), os.path.join(out, entry.path))
+    fsync_path(os.path.join(out, "shards"))
+    crash_point("publishing")
+    _move(os.path.join(stage, REJECTS), os.path.join(out, REJECTS))
+    _move(os.path.join(stage, MANIFEST), os.path.join(out, MANIFEST))
+    fsync_path(out)
+    for folder in (os.path.join(stage, "shards"), stage):  # gone once empty
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
+def failed_rejects(out: str) -> str:
+    """Where the rejects of a build that published nothing are: ``OUT/rejects.jsonl`` when
+    ``OUT`` holds no earlier build (moved there), else the stage's, beside the earlier build,
+    which is kept whole with its own rejects."""
+    staged = os.path.join(stage_dir(out), REJECTS)
+    if os.path.exists(os.path.join(out, MANIFEST)):
+        return staged
+    _move(staged, os.path.join(out, REJECTS))
+    return os.path.join(out, REJECTS)
+
+
+def _move(src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst`` (replacing it); across file systems (a linked ``shards``
+    folder), copy to ``dst.tmp`` and :func:`commit` it."""
+    with writing(dst):
+        try:
+            os.replace(src, dst)
+            return
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+        with writing(dst, dst + ".tmp"):
+            shutil.copyfile(src, dst + ".tmp")
+    commit(dst + ".tmp", dst)
+    os.remove(src)
+
+
+def write_rejects(jobs: list[FileJob], folder: str) -> None:
+    """``rejects.jsonl`` in ``folder`` (the stage): every file's rejects, in input order,
+    atomically."""
+    rej_path = os.path.join(folder, REJECTS)
     with writing(rej_path, rej_path + ".tmp"), open(rej_path + ".tmp", "wb") as rej_out:
         for job in jobs:
             p = job.rejects_path()
@@ -276,7 +342,7 @@ def _add(total: dict[str, int], more: dict[str, int]) -> None:
         total[k] = total.get(k, 0) + n
 
 
-def write_manifest(out: str, manifest: Manifest) -> None:
-    """``OUT/manifest.json``, last, atomically and durably."""
+def write_manifest(folder: str, manifest: Manifest) -> None:
+    """``manifest.json`` in ``folder`` (the stage), atomically and durably."""
     data = (manifest.model_dump_json(indent=2) + "\n").encode()  # fields at defaults left out
-    write_atomic(os.path.join(out, "manifest.json"), data)
+    write_atomic(os.path.join(folder, MANIFEST), data)
