@@ -33,6 +33,7 @@ from treeprep.modes import (
     Cut,
     Gpu,
     Layout,
+    LrSchedule,
     Optimizer,
     Parallel,
     PartGraph,
@@ -182,8 +183,19 @@ def train_cmd(
     steps_of: StepsOfOpt = 1,
     optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
-    min_lr_ratio: Annotated[float, typer.Option(help="Final lr / peak lr (cosine).")] = 0.1,
-    warmup: Annotated[int, typer.Option(help="Linear warmup steps.")] = 0,
+    lr_schedule: Annotated[
+        LrSchedule,
+        typer.Option(
+            help="After the warmup: cosine or linear down to lr x min-lr-ratio, or constant."
+        ),
+    ] = LrSchedule.cosine,
+    min_lr_ratio: Annotated[float, typer.Option(help="Final lr / peak lr (cosine, linear).")] = 0.1,
+    warmup: Annotated[
+        int, typer.Option("--warmup", "--warmup-steps", help="Linear warmup steps.")
+    ] = 0,
+    warmup_ratio: Annotated[
+        float, typer.Option(help="Or warm up over this fraction of the steps (rounded up).")
+    ] = 0.0,
     weight_decay: Annotated[float, typer.Option(help="Weight decay.")] = 0.0,
     momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.0,
     grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
@@ -420,6 +432,8 @@ def _resumed_lines(d: dict[str, Any]) -> list[str]:
     lines = [f"resumed from step {r['step']} of {d['total_steps']} ({r['path']})"]
     if r["changed"]:
         lines.append("changed since the checkpoint: " + ", ".join(r["changed"]))
+    if r.get("schedule"):
+        lines.append(r["schedule"])
     return lines + [f"warning: {w}" for w in r["warnings"]]
 
 

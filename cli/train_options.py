@@ -43,6 +43,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["adv_norm", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"], RL),
     **dict.fromkeys(["entropy_coef", "unrewarded"], RL),
     **dict.fromkeys(["optimizer", "lr", "min_lr_ratio", "warmup", "weight_decay"], OPTIMIZER),
+    **dict.fromkeys(["lr_schedule", "warmup_ratio"], OPTIMIZER),
     **dict.fromkeys(["momentum", "grad_clip"], OPTIMIZER),
     "parallel": PARALLEL,
     **dict.fromkeys(["out", "save_every", "save_minutes", "keep", "resume"], CHECKPOINTS),

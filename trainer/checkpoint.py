@@ -7,7 +7,7 @@ Layout of ``RUN/checkpoints/step-00000042/``::
                         for a LoRA run the peft adapter folder (adapter_config.json,
                         adapter_model.safetensors) that PeftModel.from_pretrained loads
     optimizer.pt        the optimizer state (unsharded), torch.save of tensors and numbers
-    scheduler.pt        the learning-rate scheduler state
+    scheduler.pt        the learning-rate schedule, for information (the rate follows the step)
     rng-rank<R>.pt      each rank's random state (python, numpy, torch CPU, torch CUDA) as tensors
     state.json          step, epoch, position in the epoch, config, last metrics, and the sha256
                         of every other file: written last

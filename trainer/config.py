@@ -14,6 +14,7 @@ Flat rather than nested (model / data / optimizer sub-configs): every field maps
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,12 +31,14 @@ from treeprep.modes import (
     KlEstimator,
     Layout,
     Loss,
+    LrSchedule,
     Norm,
     Optimizer,
     Parallel,
     PartGraph,
     Precision,
     ReportTo,
+    Stores,
     Unrewarded,
     coerce_modes,
 )
@@ -85,10 +88,18 @@ class TrainConfig:
     plan_world_size: int | None = None
     #: adamw or sgd
     optimizer: Optimizer = Optimizer.adamw
+    #: the peak learning rate (after the warmup)
     lr: float = 3e-4
-    #: the cosine schedule ends at lr * min_lr_ratio
+    #: the shape after the warmup: cosine or linear down to lr * min_lr_ratio, or constant. The
+    #: rate of a step is a function of (step, total steps, warmup, min ratio) alone, so a resume
+    #: with another step count continues on the new schedule (:class:`~.step.Schedule`)
+    lr_schedule: LrSchedule = LrSchedule.cosine
+    #: the cosine or linear schedule ends at lr * min_lr_ratio
     min_lr_ratio: float = 0.1
+    #: linear warmup over this many optimizer steps
     warmup_steps: int = 0
+    #: or over this fraction of the run's steps (rounded up), as TRL's ``warmup_ratio``
+    warmup_ratio: float = 0.0
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.95)
     #: SGD momentum
@@ -144,6 +155,10 @@ class TrainConfig:
     #: gradient accumulators of the handed-over keys and values: model (the stored value's
     #: dtype) or float32 (bf16 runs only: more memory, float32 sums)
     handoff_accumulate: Accumulate = Accumulate.model
+    #: where hand-off parts keep their stored keys and values and their accumulators: gpu (the
+    #: device), host (a host pool, pinned on CUDA, read a window at a time: the device memory no
+    #: longer grows with the path) or auto (host where a tree's stores would not fit the device)
+    stores: Stores = Stores.gpu
     #: in-memory plans: trees over the budget run as hand-off parts (handoff) or are cut into
     #: parts that recompute their prefixes (prefix; every path must fit the budget)
     cut: Cut = Cut.handoff
@@ -192,8 +207,16 @@ class TrainConfig:
             raise bad("budget and steps_of must be >= 1")
         if self.keep_tokens is not None and self.keep_tokens < 0:
             raise bad(f"keep_tokens must be >= 0, got {self.keep_tokens}")
-        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
-            raise bad("lr must be > 0, min_lr_ratio in [0, 1], warmup_steps >= 0")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise bad(f"lr must be a finite number > 0, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0:
+            raise bad("min_lr_ratio must be in [0, 1] and warmup_steps >= 0")
+        if not 0 <= self.warmup_ratio < 1:
+            raise bad(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.warmup_ratio and self.warmup_steps:
+            raise bad("give warmup_steps or warmup_ratio, not both")
+        if self.stores != "gpu" and self.attn not in ("auto", "nodes"):
+            raise bad(f"stores {self.stores} streams the prefix with attn nodes, not {self.attn}")
         if self.handoff_accumulate == "float32" and self.precision in ("float32", "float64"):
             raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")
         if self.save_every is not None and self.save_every < 1:
@@ -275,7 +298,7 @@ class TrainResult:
     #: advantages or rewards (:mod:`treeprep.trainer.rewarded`)
     unrewarded_trees: int = 0
     unrewarded_sequences: int = 0
-    #: the loss and throughput plot (RUN/train.png), when matplotlib is installed
+    #: the loss, lr and throughput plot (RUN/train.png), when matplotlib is installed
     plot: str | None = None
 
     @property

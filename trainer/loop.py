@@ -7,8 +7,9 @@
    (:mod:`treeprep.trainer.data`); load the model (float32 master weights; bf16 autocast on CUDA,
    plain float32 on the CPU; float64 weights, coefficients and loss with ``precision="float64"``
    for verification runs), optionally with activation checkpointing and LoRA; wrap it for DDP or
-   FSDP2 (:mod:`treeprep.trainer.distributed`); build AdamW or SGD and a warmup + cosine schedule
-   (:mod:`treeprep.trainer.step`). The run is described by :class:`~.config.TrainConfig`.
+   FSDP2 (:mod:`treeprep.trainer.distributed`); build AdamW or SGD and the learning-rate
+   schedule (warmup, then cosine, linear or constant: :class:`~.step.Schedule`, a function of the
+   step alone). The run is described by :class:`~.config.TrainConfig`.
 2. **Data** (:mod:`treeprep.trainer.data`). An epoch is a plan: the one given with ``plan`` (the
    same order every epoch), or one made in memory with the packer and seed ``seed + epoch``. A
    step's micro-batches carry the step's *global* normalizers, so the sum of the micro-batch
@@ -16,29 +17,29 @@
    default) the next step's batches are built in a background thread while the current step runs.
 3. **Steps** (:mod:`treeprep.trainer.step`). Every rank runs its micro-batches (only the last
    synchronises gradients), the gradient is clipped, a non-finite loss or gradient norm stops the
-   run with a clear error before the update, then the optimizer and the schedule step. Metrics go
-   to a JSONL file, the ``report_to`` trackers (:mod:`.trackers`) and the caller's callback (the
-   CLI draws a progress bar from it). Per step, beside the loss: ``clip_frac`` (clipped RL units
-   over all units of the step, all micro-batches and ranks), ``approx_kl`` (k3 of the current
-   against the old log-probs, per unit), ``entropy`` (per target), ``ref_kl`` (against the
-   reference log-probs, per unit, when the rollouts carry them) and ``adv_mean`` / ``adv_std`` /
-   ``adv_min`` / ``adv_max`` over the step's trained sequences (duplicates counted). RL steps whose
-   advantages are all zero teach nothing; they are counted (``TrainResult.no_signal_steps``) and
-   flagged to the callback. At the end ``RUN/train.png`` plots the loss and throughput
-   (:mod:`.plot`).
-   With ``val_fraction`` or ``eval_data`` (:mod:`treeprep.trainer.evaluate`), held-out whole
-   trees never reach a step, and ``val_loss`` (the same loss over every validation tree, no
-   gradient) joins the step's metrics every ``eval_every`` steps and at the end.
+   run with a clear error before the update, then the optimizer steps at its step's rate. Metrics go
+   to a JSONL file, the ``report_to`` trackers (:mod:`.trackers`) and the caller's callback (the CLI
+   draws a progress bar from it). Per step, beside the loss: ``clip_frac`` (clipped RL units over
+   all units of the step, all micro-batches and ranks), ``approx_kl`` (k3 of the current against the
+   old log-probs, per unit), ``entropy`` (per target), ``ref_kl`` (against the reference log-probs,
+   per unit, when the rollouts carry them) and ``adv_mean`` / ``adv_std`` / ``adv_min`` /
+   ``adv_max`` over the step's trained sequences (duplicates counted). RL steps whose advantages are
+   all zero teach nothing; they are counted (``TrainResult.no_signal_steps``) and flagged to the
+   callback. At the end ``RUN/train.png`` plots the loss, lr and throughput (:mod:`.plot`).
+   With ``val_fraction`` or ``eval_data`` (:mod:`treeprep.trainer.evaluate`), held-out whole trees
+   never reach a step, and ``val_loss`` (the same loss over every validation tree, no gradient)
+   joins the step's metrics every ``eval_every`` steps and at the end.
 4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps, every
    ``save_minutes`` of wall time, at the end, and when a stop signal arrived
-   (:mod:`treeprep.trainer.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary,
-   all ranks together, and the run returns with ``stopped`` set), atomically. ``resume`` (a
-   folder, or ``auto``: the run folder's newest checkpoint) is first checked against the run's
-   identity (:mod:`treeprep.trainer.run_identity`: the build by content, the tokenizer, the model,
-   the plan and every setting that changes the math), then restores weights, optimizer,
-   schedule, data position and random state, so that the losses after resuming equal those of an
-   uninterrupted run (tested exactly on CPU). The glue between the loop and the checkpoint files
-   (:func:`save`, the metrics log cut back to the resumed step) stays here.
+   (:mod:`treeprep.trainer.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary, all
+   ranks together, and the run returns with ``stopped`` set), atomically. ``resume`` (a folder, or
+   ``auto``: the run folder's newest checkpoint) is first checked against the run's identity
+   (:mod:`treeprep.trainer.run_identity`: the build by content, the tokenizer, the model, the plan
+   and every setting that changes the math), then restores weights, optimizer, data position and
+   random state (the learning rate follows from the step and this run's settings: a resume with
+   another step count says where the new schedule stands), so that the losses after resuming equal
+   those of an uninterrupted run (tested exactly on CPU). The glue between the loop and the
+   checkpoint files (:func:`save`, the metrics log cut back to the resumed step) stays here.
 
 Single-process runs of a plan made for W ranks run every rank's micro-batches themselves: that is
 the reference the multi-process test compares against.
@@ -93,7 +94,7 @@ from treeprep.trainer.run_identity import (
     check_resume,
     run_identity,
 )
-from treeprep.trainer.step import Stepper, StepResult, lr_factor, make_optimizer, make_schedule
+from treeprep.trainer.step import Schedule, Stepper, StepResult, lr_factor, make_optimizer
 
 __all__ = [
     "Callback",
@@ -175,13 +176,14 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         total = cfg.steps
     else:
         total = sum(len(epochs.get(e).steps) for e in range(cfg.epochs or 1))
-    sched = make_schedule(opt, cfg, total)
+    sched = Schedule.of(cfg, total)
     step, epoch, epoch_step = 0, 0, 0
     resumed = None
     if resume is not None and notes is not None:
-        step, epoch, epoch_step = _restore(resume, wrapped, opt, sched, cfg, info)
+        step, epoch, epoch_step = _restore(resume, wrapped, opt, cfg, info)
         resumed = {"step": step, "path": resume.path, "changed": notes.changed,
-                   "warnings": notes.warnings}  # fmt: skip
+                   "warnings": notes.warnings,
+                   "schedule": sched.resumed_line(_saved_schedule(resume), step)}  # fmt: skip
     log = _RunLog(cfg, info, step)
     emit("start", {
         "total_steps": total, "start_step": step, "world_size": info.world_size,
@@ -192,7 +194,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     })  # fmt: skip
 
     # ---- 3. steps, each fed by the data of section 2 (built one step ahead with prefetch)
-    stepper = Stepper(cfg, info, wrapped, params, opt, sched, first.budget)
+    stepper = Stepper(cfg, info, wrapped, params, opt, sched, first.budget, step=step)
     my_ranks = list(range(first.world_size)) if not info.distributed else [info.rank]
     works = step_work(cfg, reader, epochs, start=(epoch, epoch_step), count=total - step,
                       ranks=my_ranks, budget=first.budget, device=dev)  # fmt: skip
@@ -412,20 +414,31 @@ def _restore(
     resume: ckpt_mod.Checkpoint,
     wrapped: torch.nn.Module,
     opt: torch.optim.Optimizer,
-    sched: Any,
     cfg: TrainConfig,
     info: dist_mod.DistInfo,
 ) -> tuple[int, int, int]:
-    """Load the optimizer, schedule and random state of ``resume``; its (step, epoch,
-    step in the epoch)."""
+    """Load the optimizer and random state of ``resume``; its (step, epoch, step in the epoch).
+    The learning rate is not restored: the run's own :class:`~.step.Schedule` sets it from the
+    step before every update."""
     opt_state = resume.optimizer_state()
     dist_mod.load_optimizer_state(wrapped, opt, opt_state, cfg.parallel, info)
-    sched.load_state_dict(resume.scheduler_state())
     step, epoch, epoch_step = (int(resume.state[k]) for k in ("step", "epoch", "epoch_step"))
     rng = resume.rng(info.rank)
     if rng is not None:
         ckpt_mod.set_rng_state(rng)
     return step, epoch, epoch_step
+
+
+def _saved_schedule(resume: ckpt_mod.Checkpoint) -> dict[str, Any]:
+    """The schedule the checkpoint's run was on (``scheduler.pt``). Checkpoints made before the
+    schedule was a function of the step hold a torch scheduler's state there instead: their
+    schedule is rebuilt from their config (the step count it ran for)."""
+    saved = resume.scheduler_state()
+    if "total" in saved:
+        return saved
+    old = resume.state.get("config") or {}
+    return {"peak": old.get("lr"), "total": old.get("steps"), "warmup": old.get("warmup_steps"),
+            "min_ratio": old.get("min_lr_ratio"), "kind": "cosine"}  # fmt: skip
 
 
 class _Saver:
@@ -436,7 +449,7 @@ class _Saver:
         self,
         cfg: TrainConfig,
         info: dist_mod.DistInfo,
-        state: tuple[torch.nn.Module, torch.optim.Optimizer, Any],
+        state: tuple[torch.nn.Module, torch.optim.Optimizer, Schedule],
         identity: dict[str, Any],
         last: str | None,
     ) -> None:
@@ -461,7 +474,7 @@ def save(
     info: dist_mod.DistInfo,
     wrapped: torch.nn.Module,
     opt: torch.optim.Optimizer,
-    sched: Any,
+    sched: Schedule,
     step: int,
     epoch: int,
     epoch_step: int,

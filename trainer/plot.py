@@ -1,4 +1,5 @@
-"""The run's curves at its end: ``RUN/train.png``, the loss and the throughput per step.
+"""The run's curves at its end: ``RUN/train.png``, the loss, the learning rate and the throughput
+per step.
 
 Drawn from ``metrics.jsonl`` (so a resumed run shows the whole run, not only its last leg) when
 matplotlib, the ``plot`` extra, is installed; without it :func:`plot_run` returns None and the run
@@ -44,7 +45,7 @@ def plot_run(run_dir: str) -> str | None:
     if not rows:
         return None
     steps = [r["step"] for r in rows]
-    fig, (ax_loss, ax_tps) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(1, 3, figsize=(15, 4))
     ax_loss.plot(steps, [r["loss"] for r in rows], label="train loss")
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
     if val:
@@ -52,6 +53,10 @@ def plot_run(run_dir: str) -> str | None:
     ax_loss.set_xlabel("step")
     ax_loss.set_title("loss")
     ax_loss.legend()
+    ax_lr.plot(steps, [r.get("lr", 0.0) for r in rows])
+    ax_lr.set_xlabel("step")
+    ax_lr.set_title("learning rate")
+    ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
     ax_tps.plot(steps, [r.get("tokens_per_s", 0.0) for r in rows], label="tokens/s (fed)")
     ax_tps.plot(
         steps, [r.get("linear_tokens_per_s", 0.0) for r in rows], label="linear-equivalent tokens/s"

@@ -17,7 +17,9 @@ in this order:
    reduced and divided (:class:`~treeprep.trainer.metrics.StepMetricSums`).
 3. **Clip and guard.** The global gradient norm is clipped (``grad_clip``; always logged); a
    non-finite loss or norm raises before the update, naming the step and the last good checkpoint.
-4. **Update.** The optimizer and the schedule step, the gradients are dropped.
+4. **Update.** The learning rate of this update's index is set (:class:`Schedule`: a function
+   of the step alone, so a resume with another step count needs no scheduler state), the
+   optimizer steps, the gradients are dropped.
 
 Losses stay on the device as 0-dim tensors until the step's end, and the batches carry their
 input checks as host-side facts (:mod:`treeprep.trainer.batch`), so nothing inside the micro-batch
@@ -31,26 +33,83 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from treeprep.errors import TrainingError
+from treeprep.modes import LrSchedule
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.config import TrainConfig
 from treeprep.trainer.data.rows import NULL_ROW
 
 
-def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at ``total``.
-    ``step`` counts updates already done (0 for the first)."""
+def lr_factor(
+    step: int, total: int, warmup: int, min_ratio: float, kind: str = LrSchedule.cosine
+) -> float:
+    """The learning rate of update ``step`` (0 for the first) over the peak rate: a linear warmup
+    over ``warmup`` updates, then ``kind`` (cosine or linear from 1 to ``min_ratio`` at
+    ``total``, or constant 1). A function of its arguments alone: no state, so a resume with
+    another ``total`` is on the new schedule from its first step.
+
+    >>> [round(lr_factor(s, 10, 0, 0.1), 4) for s in (0, 5, 10)]
+    [1.0, 0.55, 0.1]
+    >>> [lr_factor(s, 4, 2, 0.0, "linear") for s in range(4)]
+    [0.5, 1.0, 1.0, 0.5]
+    """
     if warmup and step < warmup:
         return (step + 1) / warmup
-    span = max(1, total - warmup)
-    progress = min(1.0, (step - warmup) / span)
+    if kind == LrSchedule.constant:
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if kind == LrSchedule.linear:
+        return 1.0 - (1.0 - min_ratio) * progress
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A run's learning-rate schedule over ``total`` optimizer steps (:func:`lr_factor`).
+
+    The rate is set on the optimizer before every update from the update's index, never carried
+    by a scheduler's state, so a checkpoint stores this description for information only and a
+    resumed run uses the schedule of its own settings."""
+
+    peak: float
+    total: int
+    warmup: int
+    min_ratio: float
+    kind: str
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, total: int) -> Schedule:
+        """``cfg``'s schedule over ``total`` steps (``warmup_ratio`` rounded up to whole steps)."""
+        warmup = cfg.warmup_steps or math.ceil(cfg.warmup_ratio * total)
+        return cls(cfg.lr, total, warmup, cfg.min_lr_ratio, str(cfg.lr_schedule))
+
+    def lr(self, step: int) -> float:
+        """The rate of update ``step`` (0 for the first)."""
+        return self.peak * lr_factor(step, self.total, self.warmup, self.min_ratio, self.kind)
+
+    def set(self, opt: torch.optim.Optimizer, step: int) -> float:
+        """Put the rate of update ``step`` on every parameter group of ``opt``; that rate."""
+        lr = self.lr(step)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def resumed_line(self, saved: dict[str, Any], step: int) -> str | None:
+        """One line when the schedule differs from the checkpoint's ``saved`` one (a resume with
+        another step count, warmup, ...): where the run continues. None when it is the same."""
+        if {k: saved.get(k) for k in self.state_dict()} == self.state_dict():
+            return None
+        lr = f"{self.lr(step):.2e}".replace("e-0", "e-").replace("e+0", "e+")
+        return f"lr schedule now over {self.total} steps; step {step + 1} at {lr}"
 
 
 def make_optimizer(
@@ -66,13 +125,6 @@ def make_optimizer(
             fused=dev.type == "cuda" or None,
         )
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-
-
-def make_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig, total: int) -> Any:
-    """Warmup then cosine over ``total`` steps (:func:`lr_factor`)."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, total, cfg.warmup_steps, cfg.min_lr_ratio)
-    )
 
 
 @dataclass
@@ -203,11 +255,15 @@ class Stepper:
         wrapped: torch.nn.Module,
         params: list[torch.nn.Parameter],
         opt: torch.optim.Optimizer,
-        sched: Any,
+        schedule: Schedule,
         budget: int,
+        *,
+        step: int = 0,
     ) -> None:
         self.cfg, self.info, self.wrapped, self.params = cfg, info, wrapped, params
-        self.opt, self.sched, self.budget = opt, sched, budget
+        self.opt, self.schedule, self.budget = opt, schedule, budget
+        #: updates done (the resumed step): the index of the next update in the schedule
+        self.step = step
         self.world_scale = float(info.world_size) if info.distributed else 1.0
         #: FSDP2's lockstep for hand-off steps, made on the first one
         self.sharded: dist_mod.ShardedHandOff | None = None
@@ -226,9 +282,9 @@ class Stepper:
                 f"update. Last good checkpoint: {last_ckpt or 'none'}. Lower the learning rate "
                 "or check the data"
             )
-        lr_now = float(self.opt.param_groups[0]["lr"])
+        lr_now = self.schedule.set(self.opt, self.step)
         self.opt.step()
-        self.sched.step()
+        self.step += 1
         self.opt.zero_grad(set_to_none=True)
         return StepResult(sums, grad_norm, lr_now)
 

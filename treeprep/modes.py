@@ -141,6 +141,15 @@ class Optimizer(Mode):
     sgd = "sgd"
 
 
+class LrSchedule(Mode):
+    """The learning rate's shape after the linear warmup: cosine or linear down to
+    ``lr * min_lr_ratio`` at the last step, or constant at ``lr``."""
+
+    cosine = "cosine"
+    linear = "linear"
+    constant = "constant"
+
+
 class Precision(Mode):
     """auto: bf16 autocast on CUDA, float32 on CPU; float64 for verification runs."""
 
@@ -177,6 +186,16 @@ class Accumulate(Mode):
 
     model = "model"
     float32 = "float32"
+
+
+class Stores(Mode):
+    """Where hand-off parts keep their stored keys and values and their gradient accumulators:
+    in device memory (gpu), in a host pool (host: pinned on CUDA, streamed to the device a
+    window at a time), or host where the stores would not fit the device (auto)."""
+
+    gpu = "gpu"
+    host = "host"
+    auto = "auto"
 
 
 class Head(Mode):

@@ -137,6 +137,43 @@ def test_a_checkpoint_without_identity_resumes_with_a_warning(data: Path, tmp_pa
     assert res.losses == full.losses[2:]  # exactly: the same run, continued
 
 
+@pytest.mark.parametrize(
+    "first, then, kw",
+    [
+        (2, 5, {}),
+        (5, 5, {}),
+        (6, 4, {"lr_schedule": "linear", "warmup_steps": 0, "warmup_ratio": 0.25}),
+    ],
+)
+def test_a_resumed_run_has_a_fresh_runs_lr_at_every_step(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+    first: int,
+    then: int,
+    kw: dict,
+) -> None:
+    """Issue 39 item 1: the README quickstart (5 steps, then ``--steps 10 --resume auto``) ran
+    its first resumed step at the old schedule's last rate. The rate is a function of the step
+    and the run's settings, so a resumed run's rates equal a fresh run's with its settings, step
+    by step, whether ``steps`` grew, stayed or shrank."""
+    fresh = train(cfg(data, tmp_path / "fresh", steps=then, **kw))
+    run = tmp_path / "run"
+    train(cfg(data, run, steps=first, save_every=2, **kw))
+    events: list[tuple[str, dict]] = []
+    ck = run / "checkpoints" / "step-00000002"
+    res = train(cfg(data, run, steps=then, resume=str(ck), **kw),
+                callback=lambda e, d: events.append((e, d)))  # fmt: skip
+    assert [m.step for m in res.history] == list(range(3, then + 1))
+    assert [m.lr for m in res.history] == [m.lr for m in fresh.history][2:]
+    line = events[0][1]["resumed"]["schedule"]
+    if first == then:
+        assert line is None
+    else:
+        assert line == f"lr schedule now over {then} steps; step 3 at " + (
+            f"{fresh.history[2].lr:.2e}".replace("e-0", "e-")
+        )
+
+
 def test_cli_resume_says_resumed_from_step_n_of_m(data: Path, tmp_path: Path) -> None:  # noqa: F811
     from treeprep.cli.app import app
 
@@ -151,6 +188,7 @@ def test_cli_resume_says_resumed_from_step_n_of_m(data: Path, tmp_path: Path) ->
     lines = r.output.splitlines()
     i = lines.index(f"resumed from step 1 of 2 ({run}/checkpoints/step-00000001)")
     assert lines[i + 1] == "changed since the checkpoint: steps 1 -> 2"
+    assert lines[i + 2] == "lr schedule now over 2 steps; step 2 at 1.65e-4"
     assert [x.split()[1] for x in lines[i:] if x.startswith("step ")] == ["2/2"]
     r = CliRunner().invoke(app, [*args[:-2], "--steps", "1"])
     assert r.exit_code != 0  # a fresh run into the folder: refused

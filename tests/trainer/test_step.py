@@ -1,5 +1,5 @@
 """trainer/step.py: one optimizer step equals the hand-written forward, backward, clip and update;
-a non-finite loss stops before the update; the schedule's shape."""
+a non-finite loss stops before the update; the schedules' shapes."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from treeprep.trainer import TreeBatch, load_model, tree_loss  # noqa: E402
 from treeprep.trainer import distributed as dist_mod  # noqa: E402
 from treeprep.trainer.config import TrainConfig  # noqa: E402
 from treeprep.trainer.step import (  # noqa: E402
+    Schedule,
     StepLossAndCounts,
     Stepper,
     lr_factor,
     make_optimizer,
-    make_schedule,
 )
 from treeprep.trie import build_tree  # noqa: E402
 
@@ -46,8 +46,7 @@ def _setup(cfg: TrainConfig):
     module = dist_mod.LossModule(lm, {"loss": "sft", "attn": None})
     params = [p for p in module.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params, torch.device("cpu"))
-    sched = make_schedule(opt, cfg, total=4)
-    return Stepper(cfg, ALONE, module, params, opt, sched, budget=4096), lm
+    return Stepper(cfg, ALONE, module, params, opt, Schedule.of(cfg, 4), budget=4096), lm
 
 
 def test_a_step_is_accumulate_clip_update() -> None:
@@ -68,7 +67,7 @@ def test_a_step_is_accumulate_clip_update() -> None:
             p -= cfg.lr * p.grad
     assert res.grad_norm == norm > cfg.grad_clip  # the clip was active
     assert res.sums.loss == float(sum(out.loss.detach() for out in losses))
-    assert res.lr == cfg.lr and stepper.opt.param_groups[0]["lr"] != cfg.lr  # schedule stepped
+    assert res.lr == cfg.lr and stepper.step == 1  # the first update at the peak rate
     assert res.sums.micro_batches == 2
     assert res.sums.tokens == sum(b.num_tokens for b in batches[0])
     assert res.sums.targets == sum(b.num_targets for b in batches[0])
@@ -101,3 +100,42 @@ def test_warmup_then_cosine_to_the_floor() -> None:
     assert lr_factor(10, 10, 2, 0.1) == pytest.approx(0.1)
     assert lr_factor(50, 10, 2, 0.1) == pytest.approx(0.1)  # past the end: stays at the floor
     assert lr_factor(0, 1, 0, 0.0) == 1.0
+
+
+def test_linear_and_constant_after_the_warmup() -> None:
+    assert [lr_factor(s, 6, 2, 0.0, "linear") for s in range(7)] == pytest.approx(
+        [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]
+    )
+    assert [lr_factor(s, 6, 2, 0.1, "constant") for s in range(7)] == [0.5] + [1.0] * 6
+
+
+def test_warmup_ratio_rounds_up_to_whole_steps() -> None:
+    assert Schedule.of(_cfg(warmup_ratio=0.1), 25).warmup == 3  # TRL: ceil(0.1 * 25)
+    assert Schedule.of(_cfg(warmup_steps=4), 25).warmup == 4
+    with pytest.raises(TrainingError, match="warmup_steps or warmup_ratio"):
+        _cfg(warmup_steps=4, warmup_ratio=0.1)
+
+
+@pytest.mark.parametrize("lr", [float("nan"), float("inf"), 0.0, -1e-4])
+def test_a_learning_rate_that_is_not_a_positive_number_is_refused(lr: float) -> None:
+    with pytest.raises(TrainingError, match="lr must be a finite number > 0"):
+        _cfg(lr=lr)
+
+
+def test_the_rate_is_set_from_the_step_whatever_the_optimizer_holds() -> None:
+    """A resumed optimizer carries the old run's last rate; the update uses the schedule's."""
+    cfg = _cfg(optimizer="adamw", lr=3e-4)
+    stepper, _ = _setup(cfg)
+    stepper.step = 2
+    stepper.opt.param_groups[0]["lr"] = 123.0  # what a loaded optimizer state may hold
+    res = stepper.run(_batches(2), handoff=False, where="step 3", last_ckpt=None)
+    assert res.lr == Schedule.of(cfg, 4).lr(2) == pytest.approx(3e-4 * 0.55)
+    assert stepper.step == 3
+
+
+def test_a_changed_schedule_says_where_it_continues() -> None:
+    five, ten = Schedule.of(_cfg(lr=3e-4), 5), Schedule.of(_cfg(lr=3e-4), 10)
+    assert (
+        ten.resumed_line(five.state_dict(), 5) == "lr schedule now over 10 steps; step 6 at 1.65e-4"
+    )
+    assert ten.resumed_line(ten.state_dict(), 5) is None

@@ -111,11 +111,25 @@ def test_an_unknown_tracker_is_refused_by_the_config(data: Path, tmp_path: Path)
         cfg(data, tmp_path / "run", report_to=["neptune"])
 
 
-def test_the_run_ends_with_a_loss_and_throughput_plot(data: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_the_run_ends_with_a_loss_lr_and_throughput_plot(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     pytest.importorskip("matplotlib")
-    res = train(cfg(data, tmp_path / "run", steps=2))
+    from matplotlib.figure import Figure
+
+    drawn: list[Figure] = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda f, *a, **k: (drawn.append(f), real(f, *a, **k)))
+    res = train(cfg(data, tmp_path / "run", steps=3))
     assert res.plot == str(tmp_path / "run" / "train.png")
     assert Path(res.plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = drawn
+    axes = {ax.get_title(): ax for ax in fig.axes}
+    assert list(axes) == ["loss", "learning rate", "throughput"]
+    (line,) = axes["learning rate"].get_lines()
+    assert list(line.get_ydata()) == [m.lr for m in res.history]  # the rate of every step
 
 
 def test_without_matplotlib_the_run_has_no_plot_and_is_unchanged(
