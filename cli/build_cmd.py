@@ -101,6 +101,15 @@ def build_cmd(
     map_file: Annotated[
         Path | None, typer.Option(help="TOML file of the same mapping keys ([roles] table).")
     ] = None,
+    check_ids: Annotated[
+        bool,
+        typer.Option(
+            "--check-ids/--no-check-ids",
+            help="Reject calls whose logged token ids do not decode to their logged text with "
+            "--tokenizer (ATIF, tokens, NeMo-Gym); a file where most fail stops the build. "
+            "--no-check-ids trains logged ids unchecked.",
+        ),
+    ] = True,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest counts as JSON.")
     ] = False,

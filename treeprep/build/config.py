@@ -39,6 +39,8 @@ class FileOptions:
     project: str | None = None
     redact: modes.Redact = modes.Redact.off
     reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
+    #: check logged token ids against logged text (:mod:`treeprep.render.idcheck`)
+    check_ids: bool = True
 
 
 @dataclass
@@ -96,6 +98,9 @@ class BuildConfig:
     reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
     #: leave out calls that repeat an earlier file's call (same identity or same tokens)
     dedup: bool = True
+    #: reject calls whose logged token ids do not decode to their logged text (False: train
+    #: logged ids unchecked, the behaviour before the check)
+    check_ids: bool = True
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -152,4 +157,5 @@ class BuildConfig:
             project=self.project,
             redact=self.redact,
             reasoning_merge=self.reasoning_merge,
+            check_ids=self.check_ids,
         )

@@ -9,7 +9,9 @@ record to a token :class:`~treeprep.sequence.Sequence` and streams the sequences
 ``sequences.arrow`` (temporary name, then rename); every unusable record becomes a reject with
 its reason. ``rejects.jsonl`` and, last, ``done.json`` are written by
 :func:`treeprep.build.workfiles.finish_file`, so a file is either finished or redone on the
-rerun.
+rerun. A file written to after the build hashed it (:meth:`~treeprep.build.workfiles.FileJob.
+changed`, checked after reading it) is one reject, "changed during the build", and none of what
+was read is used: the manifest's sha256 always names the bytes the trees came from.
 
 The same worker runs in every engine: inline, in a forked or spawned pool process
 (:mod:`treeprep.build.engines`) or in a Ray actor (:mod:`treeprep.build.ray`), which is why the
@@ -123,6 +125,8 @@ class FileWorker:
                 )
         commit(tmp, seq_path)
         crash_point("after-work-file")
+        if (changed := job.changed()) is not None:
+            return _changed(job, spec.name, changed)
         result = FileResult(job.name, spec.name, n_read, len(rejects), n_seq)
         result.filtered, result.curated = dict(sorted(curator.filtered.items())), curator.curated
         result.curated = dict(sorted(result.curated.items()))
@@ -180,7 +184,11 @@ def _read_options(options: FileOptions) -> ReadOptions:
             tools = tools["tools"]
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise TreeprepError(f"{options.tools}:1: expected a JSON list of tool schemas")
-    extra = {"field_map": options.field_map} if options.field_map is not None else {}
+    extra: dict[str, Any] = {}
+    if options.field_map is not None:
+        extra["field_map"] = options.field_map
+    if not options.check_ids:
+        extra["check_ids"] = False  # adapters yield plain token rollouts (no text to check)
     return ReadOptions(
         system_prompt=system_prompt, tools=tools, group_by=options.group_by, extra=extra
     )
@@ -212,6 +220,18 @@ def _one_reject(job: FileJob, line: int, reason: str) -> FileResult:
     """A file that is one reject as a whole (unreadable, or no record to detect it by)."""
     result = FileResult(job.name, "unknown", 1, 1, 0)
     finish_file(job, result, [_reject(file=job.name, line=line, reason=reason)])
+    return result
+
+
+def _changed(job: FileJob, fmt: str, why: str) -> FileResult:
+    """A file rewritten after the build hashed it: what was read may not be the bytes the
+    manifest names, so none of it is used. One reject, and no ``done.json``: the rerun reads the
+    file as it is then."""
+    os.remove(job.sequences_path())
+    reason = f"changed during the build ({why}): none of it is used; rerun to read it as it is now"
+    result = FileResult(job.name, fmt, 1, 1, 0)
+    rejects = [_reject(file=job.name, line=0, reason=reason, format=fmt)]
+    finish_file(job, result, rejects, done=False)
     return result
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from treeprep import __version__
 from treeprep.atomic import sha256_of
 from treeprep.build.config import BuildConfig
-from treeprep.build.workfiles import WORK_FORMAT, FileJob, FileResult
+from treeprep.build.workfiles import WORK_FORMAT, FileJob, FileResult, file_stamp
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION
 from treeprep.schemas.manifest import Counts
@@ -47,20 +47,22 @@ def plan_jobs(
     cfg: BuildConfig, inputs: InputSet, tokenizer_sha: str, work_root: str
 ) -> list[FileJob]:
     """Every input file, hashed, with the work folder its key names. A file that cannot be read
-    keeps its error (it becomes a reject)."""
+    keeps its error (it becomes a reject). Each job keeps the file's stamp from before the hash,
+    for stage 1 to tell a file written to after it (:meth:`FileJob.changed`)."""
     options = _options_digest(cfg, tokenizer_sha)
     jobs: list[FileJob] = []
     for f in inputs.files:
-        sha, size, error = "", 0, f.error
+        sha, size, error, stamp = "", 0, f.error, ()
         if error is None:
             try:
+                stamp = file_stamp(f.path)  # before the hash: a write after it moves the stamp
                 sha = sha256_of(f.path)
                 size = os.path.getsize(f.path)
             except OSError as e:
                 error = f"cannot read: {e.strerror or e}"
         key = _job_key(sha, options, f.name, f.explicit, error)
         job = FileJob(f.path, f.explicit, key, os.path.join(work_root, key), sha, size, f.name)
-        job.error = error
+        job.error, job.stamp = error, stamp
         jobs.append(job)
     return jobs
 
@@ -95,6 +97,7 @@ def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
             *(str(v or "") for v in (cfg.since, cfg.until, cfg.model_name, cfg.project)),
             str(cfg.redact),
             str(cfg.reasoning_merge),
+            *(() if cfg.check_ids else ("no-check-ids",)),  # the default keeps earlier keys
         )
     )
 

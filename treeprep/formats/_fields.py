@@ -35,9 +35,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from treeprep.errors import RecordError
-from treeprep.formats.base import ReadOptions
+from treeprep.formats.base import ReadOptions, TextRollout
 from treeprep.io.jsonparse import NonFinite
-from treeprep.schemas import ChatCall, Reject
+from treeprep.schemas import ChatCall, Reject, TokenRollout
 
 # --------------------------------------------------------------------------------------------
 # typed accessors: a value of the expected shape, or a RecordError naming its path
@@ -122,6 +122,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "reasoning_content": ("reasoning_content", "reasoning"),
     "tool_calls": ("tool_calls",),
     "tool_call_id": ("tool_call_id",),
+    # a token rollout's generation as text (checked against its ids): verl/OpenRLHF dumps say
+    # ``response``, vLLM's ``CompletionOutput`` ``text``
+    "generation_text": ("generation_text", "completion_text", "response_text", "response"),
 }
 
 #: role spellings (ShareGPT, LLaMA-Factory, Axolotl, ms-swift) -> the canonical chat role.
@@ -247,6 +250,18 @@ def openai_tool_calls(v: Any, where: str) -> list[dict[str, Any]]:
         expect(args, f"{w}.arguments", str, dict, what="a JSON string or an object")
         out.append(chat_tool_call(opt_str(tc.get("id"), f"{where}[{j}].id"), name, args))
     return out
+
+
+def token_rollout(
+    check: bool, text: str | None, tool_names: list[str], **fields: Any
+) -> TokenRollout:
+    """A token rollout; a :class:`~treeprep.formats.base.TextRollout` (its ids checked against
+    ``text`` and ``tool_names`` when rendered) when the log holds either and ``check`` (the
+    options' ``check_ids``: ``--check-ids``) is on. Raises pydantic's ValidationError like the
+    model does."""
+    if check and ((text and text.strip()) or tool_names):
+        return TextRollout(logged_text=text or "", logged_tool_names=tool_names, **fields)
+    return TokenRollout(**fields)
 
 
 def file_stem(path: str, suffixes: tuple[str, ...]) -> str:

@@ -47,7 +47,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._fields import chat_tool_call, expect, file_stem, type_name
+from treeprep.formats._fields import (
+    chat_tool_call,
+    expect,
+    file_stem,
+    token_rollout,
+    type_name,
+)
 from treeprep.formats._read import records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
@@ -222,6 +228,8 @@ class _Shared:
     fmt: str
     #: where the output items are (``response.output`` or ``output``)
     where: str
+    #: check logged ids against the items' text (``--check-ids``)
+    check_ids: bool = True
 
 
 def _request(rec: Any) -> tuple[dict[str, Any], str, dict[str, Any], str, list[Any]]:
@@ -290,6 +298,7 @@ def responses_items(
         line=line,
         fmt=fmt,
         where=rwhere,
+        check_ids=opts.check_ids,
     )
     out: list[ChatCall | TokenRollout] = []
     for turn_no, (history, seg, hint) in enumerate(steps):
@@ -398,8 +407,17 @@ def _state_steps(output: list[Any], system: list[dict[str, Any]], where: str) ->
 
 
 def _rollouts(seg: _Segment, turn_no: int, branch: str | None, sh: _Shared) -> list[TokenRollout]:
-    """One TokenRollout per distinct id pair on the turn's items."""
+    """One TokenRollout per distinct id pair on the turn's items, its ids checked against the
+    text and tool-call names of the items that carry them."""
     out: list[TokenRollout] = []
+    said: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[list[str], list[str]]] = {}
+    for _, it in seg.id_items:
+        key = (tuple(it.get("prompt_token_ids") or ()), tuple(it.get("generation_token_ids") or ()))
+        texts, names = said.setdefault(key, ([], []))
+        if it.get("type") == "function_call" and isinstance(it.get("name"), str):
+            names.append(it["name"])
+        elif it.get("type") == "message":
+            texts.append(_item_text(it.get("content")))
     seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     for idx, it in seg.id_items:
         w = f"{sh.where}[{idx}]"
@@ -411,8 +429,12 @@ def _rollouts(seg: _Segment, turn_no: int, branch: str | None, sh: _Shared) -> l
         seen.add(key)
         lp = check_logprobs(it.get("generation_log_probs"), f"{w}.generation_log_probs")
         iid = it.get("id") if isinstance(it.get("id"), str) else str(idx)
+        texts, names = said[key]
         out.append(
-            TokenRollout(
+            token_rollout(
+                sh.check_ids,
+                "".join(texts),
+                names,
                 group_id=sh.group,
                 call_id=f"{sh.base_id}#{turn_no}/{iid}",
                 prompt_token_ids=p,
@@ -420,13 +442,23 @@ def _rollouts(seg: _Segment, turn_no: int, branch: str | None, sh: _Shared) -> l
                 generation_log_probs=lp,
                 reward=sh.reward,
                 advantage=sh.advantage,
-                branch_reason=branch,  # type: ignore[arg-type]
+                branch_reason=branch,
                 source_file=sh.file,
                 source_line=sh.line,
                 source_format=sh.fmt,
-            )
+            )  # fmt: skip
         )
     return out
+
+
+def _item_text(content: Any) -> str:
+    """The text of a message item's content (a string, or its text parts joined)."""
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "".join(
+        p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
 
 
 #: the largest token id a shard holds (int32)

@@ -7,7 +7,10 @@ Two JSONL layouts:
   (or ``task_id``/``session_id``/``metadata.*``/``--group-by``), ``call_id``, ``agent_id``,
   ``trajectory_id`` (or ``sample_id``/``rollout_id``/``episode_id``/``session_id``: the sample the
   call belongs to; without one the group is one run), ``ref_log_probs`` (a reference policy's
-  log-probs of the generated tokens, one per generated token, for ``--kl-coef``);
+  log-probs of the generated tokens, one per generated token, for ``--kl-coef``), and the
+  generation as text (``generation_text``, or its aliases in :data:`~treeprep.formats._fields.
+  FIELDS`: a string), which the generation ids are checked to decode to
+  (:mod:`treeprep.render.idcheck`);
 * NeMo-Gym Responses rollouts, where the ids sit on the ``response.output`` items: every assistant
   turn whose items carry ids is one :class:`~treeprep.schemas.TokenRollout` (the ids on the message
   item cover the whole generation, reasoning included), grouped by ``_ng_task_index`` within the
@@ -28,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from treeprep.formats._fields import type_name
+from treeprep.formats._fields import AliasError, aliased, key_of, token_rollout, type_name
 from treeprep.formats._read import records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
@@ -68,7 +71,17 @@ def rollout(rec: dict[str, Any], *, file: str, line: int, opts: ReadOptions) -> 
     if agent is not None and not isinstance(agent, str):
         raise RecordError(f"agent_id: expected a string, got {type_name(agent)}")
     try:
-        return TokenRollout(
+        text = aliased(rec, "generation_text")
+    except AliasError as e:
+        raise RecordError(str(e)) from e
+    if text is not None and not isinstance(text, str):
+        where = key_of(rec, "generation_text")
+        raise RecordError(f"{where}: expected a string, got {type_name(text)}")
+    try:
+        return token_rollout(
+            opts.check_ids,
+            text,
+            [],
             group_id=group_of(rec, opts),
             agent_id=agent or "main",
             call_id=str(cid),

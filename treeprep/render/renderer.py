@@ -27,7 +27,8 @@ text or one of its tool calls (name and arguments), the call is rejected with th
 A :class:`~treeprep.schemas.TokenRollout` is taken as is: prompt ids + generation ids, the loss
 span over the generation, the sampler's log-probs passed through. Ids outside the vocabulary are
 rejected; without ``--tokenizer`` (the built-in byte tokenizer) such ids stop the build at once
-with what to pass, rather than rejecting every rollout.
+with what to pass, rather than rejecting every rollout. A rollout whose log also holds its text
+is checked to decode to it (:mod:`treeprep.render.idcheck`).
 
 How: the tokenizer folder is read with ``tokenizers`` and JSON (:mod:`treeprep.render.tokenizer`,
 no transformers); the chat template renders the call to text (:mod:`treeprep.render.template`:
@@ -59,6 +60,7 @@ from treeprep.errors import (
 )
 from treeprep.render.coverage import EMPTY_REPLY, completion_coverage, normalized_kinds
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
+from treeprep.render.idcheck import IdCheck
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.native import FALLBACK_ERRORS, find_verified_port
 from treeprep.render.prompted import completion_after_prompt
@@ -209,6 +211,8 @@ class Renderer:
         self.last_prompt_kept = False
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
+        #: logged ids checked against logged text
+        self.id_check = IdCheck(self.decode, identity.name)
         if native_templates:
             self._native = self._make_native()
             if self._native is None:
@@ -454,6 +458,10 @@ class Renderer:
                     f"{self.identity.name!r} ({self.vocab_size} ids); build with the tokenizer "
                     "that produced these ids (--tokenizer)"
                 )
+        logged = getattr(rec, "logged_text", None)  # a TextRollout (treeprep.formats.base)
+        if logged is not None:
+            names = getattr(rec, "logged_tool_names", [])
+            self.id_check.check(rec.generation_token_ids, logged, names, rec.source_file)
         tokens = np.concatenate([prompt, gen]).astype(np.int32)
         n_p, n = len(prompt), len(tokens)
         spans = [(n_p, n)] if n > n_p else []

@@ -11,6 +11,7 @@ import pytest
 import zstandard
 
 from treeprep.formats import ReadOptions, detect_format, get_format
+from treeprep.formats.base import TextRollout
 from treeprep.io.compressed import read_head
 from treeprep.io.inputs import expand_inputs
 from treeprep.schemas import ChatCall, Reject, TokenRollout
@@ -349,10 +350,12 @@ def test_tokens_sample_and_bad_rollouts(tmp_path: Path) -> None:
 def test_nemo_gym_rollouts_with_ids() -> None:
     path = LOGS / "openai-responses" / "competitive_coding_challenges__example_rollouts.jsonl"
     rolls = _read("tokens", path)
-    assert [type(r) for r in rolls] == [TokenRollout] * 5
+    # the message items log their text too: each rollout's ids are checked against it
+    assert [type(r) for r in rolls] == [TextRollout] * 5
     raw = [json.loads(line) for line in path.read_text().splitlines()]
     for r, rec in zip(rolls, raw, strict=True):
         item = rec["response"]["output"][1]
+        assert r.logged_text == "".join(p["text"] for p in item["content"])
         assert r.prompt_token_ids == item["prompt_token_ids"]
         assert r.generation_token_ids == item["generation_token_ids"]
         assert r.generation_log_probs == item["generation_log_probs"]
