@@ -36,6 +36,10 @@ Hidden files met by a folder walk are listed in ``excluded_inputs`` (they were s
 word): the sample's manifest gained its two Aider dot-files there (the only difference, checked
 against the previous build) and its plan summary the manifest's new sha256; shards, rejects and
 plan rows unchanged, and the real-log build holds no hidden file.
+Issue 40 item 2 re-recorded the sample's shard, manifest and plan (rejects unchanged): the
+sample gained ``atif/trajectories.json`` (an array of two ATIF v1.7 runs of one task: 7 calls, one
+new tree). The sample without that file still hashes to the previous values (checked when
+re-recording), so no other tree changed.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -54,15 +58,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "2ff0140db42c5ed8b3cb4dbba7289cfe85bd1ed81b3eef91afe2a24bc51acb02",
+    "manifest.json": "8a911b691e94bf4a520c8e547eb2b28a26b76640ddc49f6c058df0f7ed73b610",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "a90b63adbd9c5ebd2db98a70827c7a629b488a71932d1d794aecd637da23aa10"
+        "05084a9e0f52d06adc30ae95c6f0d9501d662fcd74ee5c9492bf99c796bba459"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "67381a7400c899771936e972c65ba6826808130cf20096403b90be15e9dbdca8"
+        "acb8a652a8f32e546230f6e475edd558d57f4b51a15bf072f7dc75f4a1ace99e"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "76c7dab8202ce645cd38110edb8be4a7c9a7a87d18ca950634773afe08a7633d",
+    "shards/shard-00000.arrow": "d5d38e75713c38a81130773af0008f589cb06e554037b2639fe784b1ae2136ef",
 }
 
 REAL_GOLDEN = {
