@@ -22,6 +22,7 @@ from typer.core import TyperGroup
 from treeprep.cli import renames
 from treeprep.cli.build_cmd import build_cmd
 from treeprep.cli.export_cmd import export_cmd
+from treeprep.cli.export_model_cmd import export_model_cmd
 from treeprep.cli.pack_cmd import pack_cmd
 from treeprep.cli.rejects_cmd import rejects_cmd
 from treeprep.cli.show_cmd import show_cmd
@@ -68,6 +69,7 @@ app.command("show")(show_cmd)
 app.command("pack")(pack_cmd)
 app.command("verify")(verify_cmd)
 app.command("train", cls=TrainCommand)(train_cmd)
+app.command("export-model")(export_model_cmd)
 
 
 def _version(value: bool) -> None:

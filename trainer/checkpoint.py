@@ -226,23 +226,7 @@ def _save_main(
     tokenizer_dir: str | None,
 ) -> None:
     mdir = os.path.join(tmp, "model")
-    # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
-    hf = cast(Any, model)
-    cfg = hf.config
-    saved_attn = getattr(cfg, "_attn_implementation", None)
-    # the folder must load in plain transformers: do not record treeprep's attention name
-    try:
-        cfg._attn_implementation = "sdpa"
-    except (AttributeError, ValueError):
-        pass
-    try:
-        hf.save_pretrained(mdir, state_dict=model_state)
-    finally:
-        if saved_attn is not None:
-            try:
-                cfg._attn_implementation = saved_attn
-            except (AttributeError, ValueError):
-                pass
+    save_plain(model, mdir, state_dict=model_state)
     if tokenizer_dir is not None:
         from treeprep.schemas.tokenizer import TOKENIZER_FILES
 
@@ -255,6 +239,27 @@ def _save_main(
     state = {**state, "files": checksum_files(tmp)}
     with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
         json.dump(state, f, indent=2)
+
+
+def save_plain(model: torch.nn.Module, folder: str, state_dict: dict | None = None) -> None:
+    """``save_pretrained`` into ``folder``, its config naming plain transformers' attention
+    (``sdpa``), not treeprep's: the folder must load in plain transformers."""
+    # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
+    hf = cast(Any, model)
+    cfg = hf.config
+    saved_attn = getattr(cfg, "_attn_implementation", None)
+    try:
+        cfg._attn_implementation = "sdpa"
+    except (AttributeError, ValueError):
+        pass
+    try:
+        hf.save_pretrained(folder, state_dict=state_dict)
+    finally:
+        if saved_attn is not None:
+            try:
+                cfg._attn_implementation = saved_attn
+            except (AttributeError, ValueError):
+                pass
 
 
 def checksum_files(folder: str) -> dict[str, dict[str, Any]]:
@@ -327,6 +332,7 @@ def _publish(run_dir: str, tmp: str, step: int, keep: int | None) -> str:
 
 #: what a run writes in its folder (an earlier run is recognised, and overwritten, by these)
 RUN_FILES = (
+    "final",
     "config.json",
     "config.toml",
     "metrics.jsonl",

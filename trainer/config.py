@@ -123,8 +123,11 @@ class TrainConfig:
     save_minutes: float | None = 30.0
     #: keep the newest N checkpoints (None: all)
     keep: int | None = 2
-    #: save a checkpoint after the last step
+    #: save a checkpoint after the last step, and its model as a standalone Hugging Face folder
+    #: in RUN/final (:mod:`~treeprep.trainer.export`)
     save_final: bool = True
+    #: a LoRA run's RUN/final holds the base with the adapter merged, not the adapter
+    merge_lora: bool = False
     #: resume from this checkpoint folder or run folder; "auto": the newest whole checkpoint of
     #: ``run_dir``, or a fresh start when it has none ("" or None: start fresh)
     resume: str | None = None
@@ -300,6 +303,9 @@ class TrainResult:
     unrewarded_sequences: int = 0
     #: the loss, lr and throughput plot (RUN/train.png), when matplotlib is installed
     plot: str | None = None
+    #: the last step's model as a standalone Hugging Face folder (RUN/final), when the run
+    #: reached its end and saved it (:mod:`~treeprep.trainer.export`)
+    final: str | None = None
 
     @property
     def losses(self) -> list[float]:

@@ -81,6 +81,7 @@ from treeprep.trainer.data.prefetch import Prefetch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.data.steps import step_work
 from treeprep.trainer.evaluate import Evaluator, TrainSplit, held_out
+from treeprep.trainer.export import FINAL_DIR, export_model
 from treeprep.trainer.metrics import no_learning_signal
 from treeprep.trainer.models.guard import guard_model
 from treeprep.trainer.models.lora import apply_lora
@@ -207,12 +208,13 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
                                        evaluator=evaluator)  # fmt: skip
     finally:
         log.close()
+    final = _export_final(cfg, info, saver, step) if stopped is None else None
     return TrainResult(
         cfg.run_dir, step, history, saver.last, first.source, info.world_size, stopped,
         no_signal_steps=sum(no_learning_signal(cfg.loss, m.extra) for m in history),
         unrewarded_trees=len(skipped),
         unrewarded_sequences=rewards.unrewarded_sequences if rewards is not None else 0,
-        plot=plot_run(cfg.run_dir) if info.is_main else None,
+        plot=plot_run(cfg.run_dir) if info.is_main else None, final=final,
     )  # fmt: skip
 
 
@@ -427,6 +429,21 @@ def _restore(
     if rng is not None:
         ckpt_mod.set_rng_state(rng)
     return step, epoch, epoch_step
+
+
+def _export_final(
+    cfg: TrainConfig, info: dist_mod.DistInfo, saver: _Saver, step: int
+) -> str | None:
+    """``RUN/final/``: the last step's model as a standalone Hugging Face folder
+    (:mod:`treeprep.trainer.export`), written by rank 0 when the run saved its last step."""
+    if (
+        not info.is_main
+        or saver.last is None
+        or not saver.last.endswith(ckpt_mod.step_dir_name(step))
+    ):
+        return None
+    out = os.path.join(cfg.run_dir, FINAL_DIR)
+    return export_model(cfg.run_dir, out, step=step, merge=cfg.merge_lora)
 
 
 def _saved_schedule(resume: ckpt_mod.Checkpoint) -> dict[str, Any]:
