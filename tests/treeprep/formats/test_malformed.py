@@ -12,6 +12,7 @@ errors may escape, and the items reconcile with the input records. It runs in a 
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections.abc import Iterator
@@ -297,7 +298,7 @@ def _mutate(v: Any, rng: random.Random) -> Any:
     if rng.random() < 0.35 and isinstance(cur, dict):
         del cur[p[-1]]
     else:
-        cur[p[-1]] = rng.choice(_ODD)
+        cur[p[-1]] = copy.deepcopy(rng.choice(_ODD))  # a shared [] could come to hold itself
     return v
 
 
