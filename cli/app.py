@@ -99,7 +99,7 @@ def main() -> None:
         from rich.console import Console
         from rich.markup import escape
 
-        # escaped: a message's brackets (pip install 'treeprep[wandb]') are text, not markup
+        # escaped: a message's brackets (pip install -e ".[wandb]") are text, not markup
         Console(stderr=True).print(
             f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True
         )

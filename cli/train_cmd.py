@@ -214,11 +214,18 @@ def train_cmd(
     overwrite: OverwriteOpt = False,
     report_to: topt.ReportToOpt = None,
     prefetch: PrefetchOpt = True,
+    run_name: Annotated[
+        str | None,
+        typer.Option(help="The run's name in the trackers (default: the run folder's name)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     no_probe: NoProbeOpt = False,
     lora_r: Annotated[int, typer.Option(help="LoRA rank (0: train all weights).")] = 0,
     lora_alpha: Annotated[float | None, typer.Option(help="LoRA alpha (default 2 r).")] = None,
     lora_targets: LoraTargetsOpt = None,
+    merge_lora: Annotated[
+        bool, typer.Option(help="RUN/final holds the base with the LoRA adapter merged in.")
+    ] = False,
     dry_run: DryRunOpt = False,
     world_size: WorldSizeOpt = 1,
     gpu: GpuOpt = Gpu.h100,
@@ -406,6 +413,7 @@ def _summary(res: Any, layout: str) -> dict[str, Any]:
         "metrics": os.path.join(res.run_dir, "metrics.jsonl"),
         "config": os.path.join(res.run_dir, "config.toml"),
         "plot": res.plot,
+        "final": res.final,
     }
 
 
@@ -416,6 +424,8 @@ def _print_summary(summary: dict[str, Any], run_dir: str) -> None:
 
     t = metrics_table(f"treeprep train -> {run_dir}")
     for k, v in summary.items():
+        if v is None:
+            continue  # not run, not made, not stopped: no row (``--json`` keeps it as null)
         if isinstance(v, float):
             v = f"{v:,.4g}" if "loss" in k else f"{v:,.1f}"
         elif isinstance(v, int):

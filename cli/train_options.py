@@ -38,6 +38,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["steps", "epochs", "seed", "prefetch"], DATA),
     **dict.fromkeys(["model", "attn", "precision", "device", "activation_checkpointing"], MODEL),
     **dict.fromkeys(["lora_r", "lora_alpha", "lora_targets", "no_probe", "chunk"], MODEL),
+    "merge_lora": MODEL,
     **dict.fromkeys(["part_graph", "keep_tokens", "handoff_accumulate"], MODEL),
     **dict.fromkeys(["loss", "norm"], OBJECTIVE),
     **dict.fromkeys(["adv_norm", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"], RL),
@@ -48,7 +49,7 @@ PANELS: dict[str, str] = {
     "parallel": PARALLEL,
     **dict.fromkeys(["out", "save_every", "save_minutes", "keep", "resume"], CHECKPOINTS),
     "overwrite": CHECKPOINTS,
-    **dict.fromkeys(["report_to", "as_json"], LOGGING),
+    **dict.fromkeys(["report_to", "run_name", "as_json"], LOGGING),
     # issue 25 item 6 (evaluation), declared in train_cmd.py by its own change
     **dict.fromkeys(["val_fraction", "eval_data", "eval_every"], EVAL),
     **dict.fromkeys(["dry_run", "world_size", "gpu", "gpu_memory"], DRY_RUN),

@@ -338,6 +338,7 @@ RUN_FILES = (
     "metrics.jsonl",
     "checkpoints",
     "tensorboard",
+    "trackers.json",
     "train.png",
 )
 

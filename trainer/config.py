@@ -123,6 +123,8 @@ class TrainConfig:
     save_minutes: float | None = 30.0
     #: keep the newest N checkpoints (None: all)
     keep: int | None = 2
+    #: the run's name in the trackers (default: the run folder's name; WANDB_NAME wins for W&B)
+    run_name: str | None = None
     #: save a checkpoint after the last step, and its model as a standalone Hugging Face folder
     #: in RUN/final (:mod:`~treeprep.trainer.export`)
     save_final: bool = True

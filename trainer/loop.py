@@ -392,7 +392,10 @@ class _RunLog:
             with writing(path), open(path, "w", encoding="utf-8") as f:
                 json.dump(config_dict(cfg), f, indent=2)
             _trim_metrics(self.metrics_path, step)
-            self.trackers = trackers.open_trackers(cfg.report_to, cfg.run_dir, config_dict(cfg))
+            self.trackers = trackers.open_trackers(
+                cfg.report_to, cfg.run_dir, config_dict(cfg), run_name=cfg.run_name,
+                resumed=step > 0,
+            )  # fmt: skip
 
     def write(self, m: StepMetrics) -> None:
         if not self.main:

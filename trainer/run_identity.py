@@ -43,7 +43,7 @@ from treeprep.trainer.config import TrainConfig, config_dict
 SAFE_TO_CHANGE = frozenset(
     {
         "run_dir", "resume", "overwrite", "steps", "epochs", "save_every", "save_minutes", "keep",
-        "save_final", "merge_lora", "report_to", "prefetch", "probe", "device", "attn",
+        "save_final", "merge_lora", "report_to", "run_name", "prefetch", "probe", "device", "attn",
         "activation_checkpointing", "chunk", "part_graph", "keep_tokens", "parallel",
         "share_prefixes", "eval_data", "eval_every",
     }

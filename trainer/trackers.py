@@ -1,23 +1,37 @@
 """Experiment trackers (``train --report-to``): TensorBoard, Weights & Biases, MLflow, trackio.
 
-Each tracker is an optional extra of the same name (``pip install 'treeprep[wandb]'``). A run that
-asks for one whose package is missing is refused by :func:`require` before anything is loaded,
-with the extra and the pip command (it used to write nothing and say nothing). On the main rank
-:func:`open_trackers` starts one :class:`Tracker` per name; every step's numeric metrics go to
-each as ``train/<name>`` at the step's number, and :meth:`Tracker.close` ends the tracker's run.
-The trackers' own settings (``WANDB_PROJECT``, ``MLFLOW_TRACKING_URI``, offline modes...) are
-theirs: treeprep passes the project (``TREEPREP_PROJECT``, default ``treeprep``), the run folder's
-name and the run's config, nothing else.
+Each tracker is an optional extra of the same name (:func:`~treeprep.errors.install_hint`). A run
+that asks for one whose package is missing is refused by :func:`require` before anything is
+loaded, with the extra and the pip command. On the main rank :func:`open_trackers` starts one
+:class:`Tracker` per name; every step's numeric metrics go to each at the step's number, named as
+TRL and the transformers Trainer name them: ``train/<name>``, and the validation loss
+``eval/loss``. :meth:`Tracker.close` ends the tracker's run.
+
+Conventions, as the trackers' users expect them:
+
+- **The trackers' environment wins.** ``WANDB_PROJECT``, ``WANDB_NAME``, ``WANDB_RUN_ID``,
+  ``MLFLOW_EXPERIMENT_NAME``, ``MLFLOW_RUN_ID``, ``TRACKIO_PROJECT`` and
+  ``TENSORBOARD_LOGGING_DIR`` are used where set; else the project is ``TREEPREP_PROJECT``
+  (default ``treeprep``), the run's name ``--run-name`` (default the run folder's name) and the
+  TensorBoard folder ``RUN/tensorboard``. Their other settings (``MLFLOW_TRACKING_URI``, offline
+  modes...) are theirs.
+- **A resumed run continues its tracker run.** The first start records the W&B run id and the
+  MLflow run id in ``RUN/trackers.json``; a resume passes them back (W&B ``resume="allow"``,
+  MLflow ``start_run(run_id=...)``, trackio ``resume="allow"`` under the same name), so the
+  curves of a preempted run continue in one place. TensorBoard appends to its folder.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from treeprep.errors import TrainingError
+from treeprep.atomic import write_atomic
+from treeprep.errors import TrainingError, install_hint
 from treeprep.modes import ReportTo
 
 #: tracker -> the module it imports (the extra is the tracker's name)
@@ -27,11 +41,10 @@ MODULES: dict[ReportTo, str] = {
     ReportTo.mlflow: "mlflow",
     ReportTo.trackio: "trackio",
 }
-
-
-def install_command(extra: str) -> str:
-    """The pip command that installs an extra of treeprep."""
-    return f"pip install 'treeprep[{extra}]'"
+#: the tracker runs' ids of a run folder, for a resume to continue them
+IDS_FILE = "trackers.json"
+#: metric -> its tracker name, where not ``train/<metric>``
+_NAMES = {"val_loss": "eval/loss"}
 
 
 def _import(name: ReportTo) -> Any:
@@ -40,7 +53,7 @@ def _import(name: ReportTo) -> Any:
     except ImportError as e:
         raise TrainingError(
             f"--report-to {name} needs the {name} extra, which is not installed: "
-            f"{install_command(name)}"
+            f"{install_hint(name)}"
         ) from e
 
 
@@ -51,30 +64,107 @@ def require(names: Iterable[str]) -> None:
         _import(ReportTo(n))
 
 
+def tracker_name(metric: str) -> str:
+    """The name a metric is logged under: ``eval/loss`` for the validation loss, else
+    ``train/<metric>``."""
+    return _NAMES.get(metric, f"train/{metric}")
+
+
+class _Ids:
+    """``RUN/trackers.json``: the tracker runs' ids, kept so that a resume continues them."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.path = os.path.join(run_dir, IDS_FILE)
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                loaded = json.load(f)
+        except (OSError, ValueError):
+            loaded = {}
+        self.ids: dict[str, str] = loaded if isinstance(loaded, dict) else {}
+
+    def get(self, key: str) -> str | None:
+        value = self.ids.get(key)
+        return value if isinstance(value, str) else None
+
+    def set(self, key: str, value: str) -> None:
+        self.ids[key] = value
+        write_atomic(self.path, json.dumps(self.ids, indent=2).encode())
+
+
 class Tracker:
     """One tracker's run: :meth:`log` a step's metrics, :meth:`close` at the end."""
 
-    def __init__(self, name: ReportTo, run_dir: str, config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        name: ReportTo,
+        run_dir: str,
+        config: dict[str, Any],
+        *,
+        run_name: str | None = None,
+        resumed: bool = False,
+    ) -> None:
         self.name = name
-        mod = _import(name)
-        project = os.environ.get("TREEPREP_PROJECT", "treeprep")
-        run_name = os.path.basename(os.path.normpath(run_dir))
-        self.handle: Any
+        self.mod = _import(name)
+        env = os.environ
+        project = env.get("TREEPREP_PROJECT", "treeprep")
+        run_name = run_name or os.path.basename(os.path.normpath(run_dir))
+        ids = _Ids(run_dir)
+        self.handle: Any = None
         if name == ReportTo.tensorboard:
-            self.handle = mod.SummaryWriter(os.path.join(run_dir, "tensorboard"))
+            logdir = env.get("TENSORBOARD_LOGGING_DIR") or os.path.join(run_dir, "tensorboard")
+            self.handle = self.mod.SummaryWriter(logdir)
         elif name == ReportTo.wandb:
-            self.handle = mod.init(project=project, name=run_name, dir=run_dir, config=config)
+            self.handle = self._wandb(env, project, run_name, run_dir, config, ids, resumed)
         elif name == ReportTo.mlflow:
-            mod.set_experiment(project)
-            self.handle = mod.start_run(run_name=run_name)
-            mod.log_params({k: str(v)[:250] for k, v in config.items()})
+            self._mlflow(env, project, run_name, config, ids, resumed)
         else:
-            self.handle = mod.init(project=project, name=run_name, config=config)
-        self.mod = mod
+            project = env.get("TRACKIO_PROJECT", project)
+            kw = {"resume": "allow"} if resumed else {}
+            self.handle = self.mod.init(project=project, name=run_name, config=config, **kw)
+
+    def _wandb(
+        self,
+        env: Any,
+        project: str,
+        run_name: str,
+        run_dir: str,
+        config: dict[str, Any],
+        ids: _Ids,
+        resumed: bool,
+    ) -> Any:
+        run_id = env.get("WANDB_RUN_ID") or (ids.get("wandb") if resumed else None)
+        if run_id is None:
+            run_id = uuid.uuid4().hex[:8]
+        ids.set("wandb", run_id)
+        return self.mod.init(
+            project=env.get("WANDB_PROJECT", project), name=env.get("WANDB_NAME", run_name),
+            dir=run_dir, config=config, id=run_id, resume="allow",
+        )  # fmt: skip
+
+    def _mlflow(
+        self,
+        env: Any,
+        project: str,
+        run_name: str,
+        config: dict[str, Any],
+        ids: _Ids,
+        resumed: bool,
+    ) -> None:
+        if "MLFLOW_EXPERIMENT_NAME" not in env and "MLFLOW_EXPERIMENT_ID" not in env:
+            self.mod.set_experiment(project)  # else mlflow reads its own variable
+        run_id = env.get("MLFLOW_RUN_ID") or (ids.get("mlflow") if resumed else None)
+        if run_id is not None:
+            run = self.mod.start_run(run_id=run_id)
+        else:
+            run = self.mod.start_run(run_name=run_name)
+            self.mod.log_params({k: str(v)[:250] for k, v in config.items()})
+        found = getattr(getattr(run, "info", None), "run_id", None)
+        if isinstance(found, str):
+            ids.set("mlflow", found)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         scalars = {
-            f"train/{k}": float(v)
+            tracker_name(k): float(v)
             for k, v in metrics.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and k != "step"
         }
@@ -99,6 +189,16 @@ class Tracker:
             self.mod.finish()
 
 
-def open_trackers(names: Iterable[str], run_dir: str, config: dict[str, Any]) -> list[Tracker]:
-    """A started :class:`Tracker` per name (the main rank only calls this)."""
-    return [Tracker(ReportTo(n), run_dir, config) for n in names]
+def open_trackers(
+    names: Iterable[str],
+    run_dir: str,
+    config: dict[str, Any],
+    *,
+    run_name: str | None = None,
+    resumed: bool = False,
+) -> list[Tracker]:
+    """A started :class:`Tracker` per name (the main rank only calls this); ``resumed``: the run
+    continues a checkpoint, and its tracker runs continue with it."""
+    return [
+        Tracker(ReportTo(n), run_dir, config, run_name=run_name, resumed=resumed) for n in names
+    ]

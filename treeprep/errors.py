@@ -84,3 +84,9 @@ class CheckpointError(TreeprepError):
 
 class ModelRefused(TreeprepError):
     """A model treeprep cannot train exactly on trees (unhandled token mixer, or failed probe)."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an optional extra of treeprep (a checkout: treeprep is not on
+    PyPI), for the messages that refuse what a missing extra would do."""
+    return f'pip install -e ".[{extra}]" (in your treeprep checkout)'

@@ -26,7 +26,7 @@ import orjson
 import pyarrow as pa
 
 from treeprep.atomic import commit, writing
-from treeprep.errors import TreeprepError
+from treeprep.errors import TreeprepError, install_hint
 from treeprep.modes import ExportFormat
 from treeprep.shards import iter_trees
 
@@ -148,9 +148,7 @@ def _write_hf(records: Iterator[dict], dest: str) -> int:
     try:
         import datasets
     except ImportError as e:
-        raise TreeprepError(
-            "--format hf needs the datasets library: pip install 'treeprep[hf]'"
-        ) from e
+        raise TreeprepError(f"--format hf needs the datasets library: {install_hint('hf')}") from e
     if os.path.exists(dest):
         raise TreeprepError(f"{dest}: exists; export --format hf writes a new folder")
     tmp = dest.rstrip("/") + ".tmp"

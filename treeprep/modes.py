@@ -249,7 +249,7 @@ class ExportFormat(Mode):
 
 class ReportTo(Mode):
     """An experiment tracker ``train --report-to`` sends each step's metrics to (an optional
-    extra of the same name: ``pip install 'treeprep[wandb]'``)."""
+    extra of the same name: ``pip install -e ".[wandb]"`` in a checkout)."""
 
     tensorboard = "tensorboard"
     wandb = "wandb"

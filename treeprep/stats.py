@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from treeprep.atomic import writing
-from treeprep.errors import ShardError
+from treeprep.errors import ShardError, install_hint
 from treeprep.flops import DEFAULT_MODEL, PRESETS, ModelShape, load_model
 from treeprep.modes import Cut, Head
 from treeprep.pack import (
@@ -421,7 +421,7 @@ def _plot_png(c: Collected, stats: dict, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ShardError("--plot FILE.png needs matplotlib (pip install treeprep[plot])") from e
+        raise ShardError(f"--plot FILE.png needs matplotlib: {install_hint('plot')}") from e
     fig, ax = plt.subplots(2, 2, figsize=(11, 7.5))
     lo = max(1, int(c.tokens_tree.min())) if len(c.tokens_tree) else 1
     hi = max(2, int(max(c.tokens_linear.max(initial=2), c.tokens_tree.max(initial=2))))

@@ -68,7 +68,7 @@ def test_a_missing_extra_is_one_line_with_its_pip_command(
 ) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)
     err = _main(monkeypatch, capsys, *_train(data, tmp_path / "run", "--report-to", "wandb"))
-    assert "pip install 'treeprep[wandb]'" in err  # the brackets are not eaten as markup
+    assert 'pip install -e ".[wandb]"' in err  # the brackets are not eaten as markup
 
 
 def test_a_wrong_build_path_is_one_line(

@@ -55,11 +55,22 @@ def _fake(name: str, calls: _Calls) -> tuple[str, types.ModuleType]:
             def finish(self) -> None:
                 calls.closed += 1
 
-        mod.init = lambda **kw: calls.started.update(kw) or Run()  # type: ignore[attr-defined]
+        def init(**kw: Any) -> Run:
+            calls.started.update(kw)
+            calls.started.setdefault("inits", []).append(kw)
+            return Run()
+
+        mod.init = init  # type: ignore[attr-defined]
         return "wandb", mod
     if name == "mlflow":
         mod.set_experiment = lambda p: calls.started.update(project=p)  # type: ignore[attr-defined]
-        mod.start_run = lambda run_name: calls.started.update(name=run_name)  # type: ignore[attr-defined]
+
+        def start_run(**kw: str) -> Any:
+            calls.started.setdefault("runs", []).append(kw)
+            calls.started.update(name=kw.get("run_name"))
+            return types.SimpleNamespace(info=types.SimpleNamespace(run_id=kw.get("run_id", "r1")))
+
+        mod.start_run = start_run  # type: ignore[attr-defined]
         mod.log_params = lambda p: calls.started.update(params=p)  # type: ignore[attr-defined]
         mod.log_metrics = lambda d, step: calls.logged.append((step, d))  # type: ignore[attr-defined]
         mod.end_run = lambda: setattr(calls, "closed", calls.closed + 1)  # type: ignore[attr-defined]
@@ -90,6 +101,52 @@ def test_report_to_sends_every_step_to_the_tracker(
     assert [json.loads(x)["step"] for x in lines] == [1, 2]
 
 
+def test_wandb_env_wins_and_a_resumed_run_continues_its_wandb_run(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 39 item 3: WANDB_PROJECT was ignored (treeprep passed its own project), a resume
+    opened a new W&B run, and the validation loss was filed under ``train/``."""
+    calls = _Calls()
+    monkeypatch.setitem(sys.modules, *_fake("wandb", calls))
+    monkeypatch.setenv("WANDB_PROJECT", "their-project")
+    monkeypatch.delenv("WANDB_RUN_ID", raising=False)
+    monkeypatch.delenv("WANDB_NAME", raising=False)
+    run = tmp_path / "run"
+    train(cfg(data, run, steps=1, report_to=["wandb"], run_name="sft-1", val_fraction=0.3))
+    train(cfg(data, run, steps=2, report_to=["wandb"], run_name="sft-1", val_fraction=0.3,
+              resume="auto"))  # fmt: skip
+    first, second = calls.started["inits"]
+    assert first["project"] == second["project"] == "their-project"
+    assert first["name"] == "sft-1" and first["resume"] == second["resume"] == "allow"
+    assert second["id"] == first["id"]  # the same W&B run, continued
+    assert [s for s, _ in calls.logged] == [1, 2]
+    for _, d in calls.logged:
+        assert "eval/loss" in d and "train/loss" in d and "train/val_loss" not in d
+    monkeypatch.setenv("WANDB_RUN_ID", "given")
+    train(cfg(data, tmp_path / "other", steps=1, report_to=["wandb"]))
+    assert calls.started["inits"][-1]["id"] == "given"
+
+
+def test_mlflow_and_tensorboard_env_win_and_mlflow_resumes_its_run(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _Calls()
+    monkeypatch.setitem(sys.modules, *_fake("mlflow", calls))
+    monkeypatch.setitem(sys.modules, *_fake("tensorboard", calls))
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "their-experiment")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    run = tmp_path / "run"
+    train(cfg(data, run, steps=1, report_to=["mlflow", "tensorboard"]))
+    train(cfg(data, run, steps=2, report_to=["mlflow", "tensorboard"], resume="auto"))
+    assert "project" not in calls.started  # mlflow reads MLFLOW_EXPERIMENT_NAME itself
+    assert calls.started["runs"] == [{"run_name": "run"}, {"run_id": "r1"}]
+    assert calls.started["dir"] == str(tmp_path / "tb")
+
+
 @pytest.mark.parametrize("tracker", ["tensorboard", "wandb", "mlflow", "trackio"])
 def test_a_missing_extra_is_refused_before_the_run_with_its_pip_command(
     data: Path,  # noqa: F811
@@ -100,7 +157,7 @@ def test_a_missing_extra_is_refused_before_the_run_with_its_pip_command(
     modname = "torch.utils.tensorboard" if tracker == "tensorboard" else tracker
     monkeypatch.setitem(sys.modules, modname, None)  # importing it raises ImportError
     with pytest.raises(
-        TrainingError, match=rf"the {tracker} extra.*pip install 'treeprep\[{tracker}\]'"
+        TrainingError, match=rf'the {tracker} extra.*pip install -e "\.\[{tracker}\]" \(in your'
     ):
         train(cfg(data, tmp_path / "run", steps=1, report_to=[tracker]))
     assert not (tmp_path / "run").exists()  # nothing started

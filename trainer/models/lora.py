@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from treeprep.errors import TreeprepError
+from treeprep.errors import TreeprepError, install_hint
 
 #: the default targets: every linear layer of the decoder (peft excludes the LM head)
 DEFAULT_TARGETS = "all-linear"
@@ -34,7 +34,7 @@ def apply_lora(
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:  # pragma: no cover - peft is in the train extra
-        raise TreeprepError("LoRA needs peft (pip install 'treeprep[train]')") from e
+        raise TreeprepError(f"LoRA needs peft: {install_hint('train')}") from e
     if r < 1:
         raise TreeprepError(f"--lora-r must be >= 1, got {r}")
     cfg = LoraConfig(

@@ -33,7 +33,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from treeprep.errors import TreeprepError
+from treeprep.errors import TreeprepError, install_hint
 from treeprep.modes import ReasoningMerge
 
 __all__ = ["REDACTED", "Filters", "Redactor", "merge_reasoning"]
@@ -131,7 +131,7 @@ class Redactor:
             import detect_secrets  # noqa: F401
         except ImportError as e:
             raise TreeprepError(
-                "--redact secrets needs detect-secrets: pip install 'treeprep[redact]'"
+                f"--redact secrets needs detect-secrets: {install_hint('redact')}"
             ) from e
         self.counts: dict[str, int] = {}
         self._seen: dict[str, str] = {}

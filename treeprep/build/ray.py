@@ -53,7 +53,7 @@ from treeprep.build.config import BuildConfig, FileOptions
 from treeprep.build.files import FileWorker
 from treeprep.build.jobs import RenderTask, TreeTask
 from treeprep.build.workfiles import FileJob, FileResult, drop_rows, rows_to_sequences
-from treeprep.errors import TreeprepError
+from treeprep.errors import TreeprepError, install_hint
 from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry
 from treeprep.shards import write_shard
@@ -77,7 +77,7 @@ def _import_ray() -> Any:
         import ray.data  # noqa: F401
     except ImportError as e:
         raise TreeprepError(
-            "--engine ray needs Ray Data: pip install 'treeprep[ray]' (or pip install 'ray[data]')"
+            f"--engine ray needs Ray Data: {install_hint('ray')} (or pip install 'ray[data]')"
         ) from e
     return ray
 
