@@ -125,7 +125,15 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # a token rollout's generation as text (checked against its ids): verl/OpenRLHF dumps say
     # ``response``, vLLM's ``CompletionOutput`` ``text``
     "generation_text": ("generation_text", "completion_text", "response_text", "response"),
+    # a dataset row's model (nebius SWE-agent-trajectories: ``model_name``)
+    "model": ("model", "model_name"),
 }
+
+#: a dataset row's outcome read as its reward, in order of preference (``--map reward=FIELD``
+#: names another): ``reward`` as it is (a number or a boolean); ``resolved`` (SWE-Gym,
+#: SWE-rebench, SWE-smith), ``success`` and ``score`` when a number or a boolean, ``target``
+#: (nebius: resolved) only as a boolean; a value of another type there means something else
+REWARD_KEYS: tuple[str, ...] = ("reward", "resolved", "success", "score", "target")
 
 #: role spellings (ShareGPT, LLaMA-Factory, Axolotl, ms-swift) -> the canonical chat role.
 #: ``function_call``/``tool_call`` are assistant turns whose content is a JSON tool call;

@@ -6,8 +6,9 @@ group and the trie merges them: training on the tree equals multi-turn SFT with 
 
 ``chat-messages`` (``messages`` list of ``role``/``content`` messages):
 
-* OpenAI fine-tuning JSONL: several assistant turns, optional ``tools`` (and legacy ``functions``
-  is refused), and a per-assistant ``weight``: ``0`` makes that turn context, not a target
+* OpenAI fine-tuning JSONL: several assistant turns, optional ``tools`` (or the legacy API's
+  ``functions``, with ``function_call`` turns and ``function`` results: Toucan-1.5M), and a
+  per-assistant ``weight``: ``0`` makes that turn context, not a target
   (``1`` or absent: a target). Any other weight is a reject.
 * Hugging Face / TRL ``messages`` datasets, JSONL or Parquet, with ``tools`` as a list or as a
   JSON string; ms-swift's ``tool_call``/``tool_response`` roles (a JSON tool call as content) and
@@ -46,6 +47,7 @@ from pydantic import ValidationError
 
 from treeprep.errors import InputError
 from treeprep.formats._fields import (
+    REWARD_KEYS,
     TOOL_CALL_ROLES,
     AliasError,
     aliased,
@@ -61,9 +63,11 @@ from treeprep.formats.openai_chat import (
     GROUP_KEYS,
     RecordError,
     group_of,
+    legacy_functions,
     normalize_message,
     normalize_tools,
-    number_of,
+    row_model,
+    row_reward,
     validation_reason,
 )
 from treeprep.io.lines import record_limit
@@ -117,9 +121,9 @@ def _weight(m: dict[str, Any], where: str) -> bool:
 
 
 def _tools(rec: dict[str, Any], from_struct: bool) -> list[dict[str, Any]] | None:
-    if rec.get("functions") is not None:
-        raise RecordError("functions: legacy function definitions are not supported (use tools)")
     tools = rec.get("tools")
+    if tools is None and rec.get("functions") is not None:  # the legacy API's schemas
+        return normalize_tools(legacy_functions(rec["functions"], "functions"), "functions")
     if isinstance(tools, str):
         if not tools.strip():
             return None
@@ -254,12 +258,13 @@ def convert(
             )
         assert isinstance(rec, dict)
         gid = _group(rec, opts, file, line, index)
-        reward = number_of(rec, "reward")
+        fm = opts.extra.get("field_map")
+        reward = row_reward(rec, getattr(fm, "reward", None))
+        model = row_model(rec, getattr(fm, "model", None))
     except RecordError as e:
         where = f"[{index - 1}]: " if index else ""
         yield Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)
         return
-    model = rec.get("model") if isinstance(rec.get("model"), str) else None
     tid = rec.get("trajectory_id")
     tid = tid if isinstance(tid, str) and tid else None  # a run of a task: names its calls
     stem = tid or gid
@@ -345,8 +350,9 @@ _FIELDS = (
     "system",
     "tools",
     "functions",
-    "reward",
+    *REWARD_KEYS,
     "model",
+    "model_name",
     "metadata",
     "trajectory_id",
     *GROUP_KEYS,

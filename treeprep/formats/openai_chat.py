@@ -15,7 +15,11 @@ are kept as given (the renderer joins text parts), tool-call arguments are kept 
 string or an object), ``reasoning_content`` is kept (read through :mod:`treeprep.formats._fields`,
 so OpenRouter's ``reasoning`` is the same field), role ``developer`` becomes ``system``, and
 provider extras (``index`` on tool calls, ``refusal``, ``function_call: null``, ``annotations``
-...) are dropped. Everything else that does not fit is a reject naming the field: an unknown role,
+...) are dropped. The legacy function-calling API (older logs, Toucan-1.5M) maps onto tools: an
+assistant's ``function_call`` ``{name, arguments}`` is its one tool call, a ``function`` role
+message (with its ``name``) the call's result, and request ``functions`` the tool schemas; the
+legacy API had no call ids, so these have none (nothing is invented). Everything else that does
+not fit is a reject naming the field: an unknown role,
 a wrong type, a tool result with no matching call, a missing completion.
 
 LiteLLM's mocked function calling (``raw_messages`` and ``raw_response`` present): the model was
@@ -43,7 +47,9 @@ from pydantic import ValidationError
 
 from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import (
+    REWARD_KEYS,
     AliasError,
+    aliased,
     one_of,
     openai_tool_calls,
     opt_str,
@@ -160,6 +166,40 @@ def number_of(rec: dict[str, Any], key: str) -> float | None:
     return f
 
 
+def row_reward(rec: dict[str, Any], field: str | None = None) -> float | None:
+    """A dataset row's reward: the field ``field`` names (``--map reward=FIELD``, a dotted path
+    allowed; it must hold a number or a boolean), else the first of
+    :data:`~treeprep.formats._fields.REWARD_KEYS` that holds one.
+
+    >>> row_reward({"resolved": True, "score": 0.5}), row_reward({"target": "text", "score": 2})
+    (1.0, 2.0)
+    """
+    if field is not None:
+        head, _, rest = field.partition(".")
+        src: Any = rec
+        while rest and isinstance(src.get(head), dict):
+            src, (head, _, rest) = src[head], rest.partition(".")
+        return number_of(src, head) if isinstance(src, dict) and not rest else None
+    for key in REWARD_KEYS:
+        v = rec.get(key)
+        if v is None:
+            continue
+        if key == "reward" or isinstance(v, bool):
+            return number_of(rec, key)  # ``reward`` of another type is a reject, as it was
+        if key != "target" and isinstance(v, int | float) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def row_model(rec: dict[str, Any], field: str | None = None) -> str | None:
+    """A dataset row's model: ``field`` (``--map model=FIELD``) or ``model``/``model_name``."""
+    try:
+        v = rec.get(field) if field else aliased(rec, "model")
+    except AliasError as e:
+        raise RecordError(str(e)) from e
+    return v if isinstance(v, str) and v else None
+
+
 def branch_reason_of(rec: dict[str, Any]) -> str | None:
     v = rec.get("branch_reason")
     if v is None:
@@ -207,8 +247,11 @@ def normalize_message(m: Any, where: str) -> dict[str, Any]:
     if not isinstance(m, dict):
         raise RecordError(f"{where}: expected a message object, got {type_name(m)}")
     role = m.get("role")
-    if role == "developer":
-        role = "system"
+    role = (
+        {"developer": "system", "function": "tool"}.get(role, role)
+        if isinstance(role, str)
+        else role
+    )
     if not one_of(role, _ROLES):
         shown = repr(role) if isinstance(role, str | None) else type_name(role)
         raise RecordError(
@@ -221,10 +264,12 @@ def normalize_message(m: Any, where: str) -> dict[str, Any]:
         if role != "assistant":
             raise RecordError(f"{where}.tool_calls: only assistant messages make tool calls")
         out["tool_calls"] = openai_tool_calls(tcs, f"{where}.tool_calls")
-    if m.get("function_call") is not None:
-        raise RecordError(
-            f"{where}.function_call: legacy function_call is not supported (expected tool_calls)"
-        )
+    if m.get("function_call") is not None:  # the legacy API: one call, no id
+        if role != "assistant" or tcs:
+            raise RecordError(
+                f"{where}.function_call: expected on an assistant message without tool_calls"
+            )
+        out["tool_calls"] = openai_tool_calls([m["function_call"]], f"{where}.function_call")
     if role == "tool":
         tid = m.get("tool_call_id")
         if isinstance(tid, int) and not isinstance(tid, bool):
@@ -242,6 +287,15 @@ def normalize_message(m: Any, where: str) -> dict[str, Any]:
     if reasoning is not None:
         out["reasoning_content"] = reasoning
     return out
+
+
+def legacy_functions(functions: Any, where: str) -> list[dict[str, Any]]:
+    """The legacy API's ``functions`` (``{name, description, parameters}`` each) as tools."""
+    if not isinstance(functions, list):
+        raise RecordError(
+            f"{where}: expected an array of function schemas, got {type_name(functions)}"
+        )
+    return [{"type": "function", "function": f} if isinstance(f, dict) else f for f in functions]
 
 
 def normalize_tools(tools: Any, where: str) -> list[dict[str, Any]] | None:
@@ -354,12 +408,14 @@ def chat_call(
         kw = obj_at(rec, "kwargs")
         src = next(
             (
-                (where, d["tools"])
-                for where, d in (("tools", rec), ("request.tools", req), ("kwargs.tools", kw))
-                if d.get("tools") is not None
+                (where, d[key])
+                for key in ("tools", "functions")  # ``functions``: the legacy API's
+                for where, d in ((key, rec), (f"request.{key}", req), (f"kwargs.{key}", kw))
+                if d.get(key) is not None
             ),
             ("tools", None),
         )
+        src = (src[0], src[1] if src[0].endswith("tools") else legacy_functions(src[1], src[0]))
         tools = normalize_tools(src[1], src[0])
     resp = obj_at(rec, "response")
     model = rec.get("model") or req.get("model") or resp.get("model")

@@ -22,8 +22,11 @@ history before it, the spellings of :mod:`treeprep.formats._fields` still apply,
 the dataset's own field (``trajectory[3].role``). A per-turn ``mask`` is honoured: ``0`` (or
 false) makes an assistant turn context, not a target; ``1`` (or true, or absent) a target; any
 other value is a reject. An assistant turn whose reply is empty is never trained (a reject).
-A boolean ``resolved`` (SWE-rebench) or ``target`` (nebius) is the run's reward (1 or 0) when the
-record has no ``reward``. One row is one tree unless ``--group-by`` (e.g. ``instance_id``) puts
+The run's reward is ``--map reward=FIELD`` when given, else the first of ``reward``,
+``resolved`` (SWE-Gym, SWE-rebench, SWE-smith), ``success``, ``score`` and nebius's boolean
+``target`` (:data:`~treeprep.formats._fields.REWARD_KEYS`); the calls' model is ``--map
+model=FIELD``, else the row's ``model`` or ``model_name`` (nebius), so ``--model-name`` filters
+such rows. One row is one tree unless ``--group-by`` (e.g. ``instance_id``) puts
 the runs of a task together.
 """
 
@@ -60,10 +63,17 @@ class FieldMap(BaseModel):
     #: record keys
     system: str | None = None
     tools: str = "tools"
+    #: the record key holding the run's reward (a number or a boolean; a dotted path allowed),
+    #: instead of the first of :data:`~treeprep.formats._fields.REWARD_KEYS`
+    reward: str | None = None
+    #: the record key naming the calls' model, instead of ``model``/``model_name``
+    model: str | None = None
     #: dataset role -> system, user, assistant or tool
     role_map: dict[str, str] = {}
 
-    @field_validator("messages", "role", "content", "content_fallback", "reasoning", "mask")
+    @field_validator(
+        "messages", "role", "content", "content_fallback", "reasoning", "mask", "reward", "model"
+    )
     @classmethod
     def _named(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
@@ -182,31 +192,34 @@ def to_messages_record(rec: Any, opts: ReadOptions) -> Any:
     if not isinstance(rec, dict):
         return rec  # conversations.convert rejects it, naming the type
     fm = _map_of(opts, rec)
-    turns = rec.get(fm.messages)
+    key = _turns_key(fm, rec)
+    turns = rec.get(key)
     if not isinstance(turns, list):
-        raise RecordError(f"{fm.messages}: expected an array of turns, got {type_name(turns)}")
-    out = {k: v for k, v in rec.items() if k not in (fm.messages, "messages", "system", "tools")}
-    out["messages"] = [_turn(t, fm, f"{fm.messages}[{i}]") for i, t in enumerate(turns)]
+        raise RecordError(f"{key}: expected an array of turns, got {type_name(turns)}")
+    out = {k: v for k, v in rec.items() if k not in (key, "messages", "system", "tools")}
+    out["messages"] = [_turn(t, fm, f"{key}[{i}]") for i, t in enumerate(turns)]
     if fm.system and rec.get(fm.system) is not None:
         out["system"] = rec[fm.system]
     if rec.get(fm.tools) is not None:
         out["tools"] = rec[fm.tools]
-    for k in _OUTCOME_KEYS:  # nebius ``target``, SWE-rebench ``resolved``: the run's reward
-        if out.get("reward") is None and isinstance(rec.get(k), bool):
-            out["reward"] = float(rec[k])
-    return out
+    return out  # the reward and model are read by conversations.convert (REWARD_KEYS, the map)
 
 
-#: boolean outcome fields read as the reward (1.0 resolved, 0.0 not) when there is no ``reward``
-_OUTCOME_KEYS = ("resolved", "target")
+def _turns_key(fm: FieldMap, rec: dict[str, Any]) -> str:
+    """Where the turns are: the map's ``messages`` when given; by default ``trajectory``, or a
+    chat dataset's ``messages`` (a map given only for ``reward=``/``model=``)."""
+    if "messages" in fm.model_fields_set or fm.messages in rec or "messages" not in rec:
+        return fm.messages
+    return "messages"
 
 
 def columns(opts: ReadOptions) -> set[str]:
     """The Parquet columns the map reads (besides the usual group and outcome fields)."""
     fm = opts.extra.get("field_map")
     if isinstance(fm, FieldMap):
-        return {fm.messages, fm.tools, *_OUTCOME_KEYS, *([fm.system] if fm.system else [])}
-    return {"trajectory", "tools", *_OUTCOME_KEYS}
+        named = [fm.system, fm.model, fm.reward.split(".")[0] if fm.reward else None]
+        return {fm.messages, "messages", fm.tools, *(n for n in named if n)}
+    return {"trajectory", "tools"}
 
 
 def looks_like_trajectory(rec: Any) -> bool:
