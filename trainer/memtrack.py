@@ -9,6 +9,12 @@ Python object for as long as the storage lives). Views share their base's storag
 counted twice; an in-place operator allocates nothing. Tensors that exist before the mode is
 entered (the model's parameters, the batch) are counted with :meth:`LiveBytes.track`.
 
+Storages that :meth:`LiveBytes.exclude` names are never counted: a host pool's
+(:class:`~treeprep.trainer.parts.host.HostPool`, the hand-off stores under ``stores="host"``),
+which on the CPU lives in the same memory as everything else but stands for host RAM beside a
+device; the pool makes each storage before any operator hands it out, so its bytes never enter
+the count, not even for the operator that wraps it.
+
 What it does not see: scratch buffers a kernel allocates and frees inside one operator (SDPA's
 fused CPU kernel's blocks), and storages resized in place. Both are transient; the first makes
 the figure a lower bound by at most one operator's workspace.
@@ -23,6 +29,7 @@ the figure a lower bound by at most one operator's workspace.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +45,12 @@ class LiveBytes(TorchDispatchMode):
         self.live: dict[int, int] = {}  # data_ptr -> bytes
         self.current = 0
         self.peak = 0
+        #: predicates on a storage's data pointer: storages that are not counted
+        self._excluded: list[Callable[[int], bool]] = []
+
+    def exclude(self, owns: Callable[[int], bool]) -> None:
+        """Count no storage whose data pointer ``owns`` claims (e.g. ``HostPool.owns``)."""
+        self._excluded.append(owns)
 
     def track(self, *tensors: Any) -> None:
         """Count tensors made outside the mode (and their ``.grad``), once each."""
@@ -57,6 +70,8 @@ class LiveBytes(TorchDispatchMode):
         st = t.untyped_storage()
         ptr, n = st.data_ptr(), st.nbytes()
         if n == 0 or ptr == 0 or ptr in self.live:
+            return
+        if any(owns(ptr) for owns in self._excluded):
             return
         self.live[ptr] = n
         self.current += n

@@ -188,10 +188,12 @@ def _grads_parts(
     loss: str,
     attn: str | None,
     adv_norm: str,
+    stores: str = "gpu",
     **kw: Any,
 ):
-    """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts,
-    with the whole batch's normalizers (so the sum is the same loss)."""
+    """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts
+    (their stores where ``stores`` says), with the whole batch's normalizers (so the sum is the
+    same loss)."""
     from treeprep.trainer.loss import LossConfig
     from treeprep.trainer.parts.schedule import run_parts
 
@@ -211,7 +213,9 @@ def _grads_parts(
             device=dev,
         )
         if b.num_tokens > budget:
-            out = run_parts(model, b, cfg, budget=budget, mode=mode, attn=attn or "auto")  # type: ignore[arg-type]
+            out = run_parts(
+                model, b, cfg, budget=budget, mode=mode, attn=attn or "auto", stores=stores
+            )
             total += float(out.loss)
         else:
             o = tree_loss(model, b, loss=loss, attn=attn, **kw)  # type: ignore[arg-type]
@@ -237,6 +241,7 @@ def verify_gradients(
     part_graph: PartGraph | str = PartGraph.recompute,
     reference64: bool | None = None,
     share_prefixes: bool = False,
+    stores: str = "gpu",
     **loss_kw: Any,
 ) -> VerifyReport:
     """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout. With a
@@ -246,14 +251,15 @@ def verify_gradients(
     entropy). Differences are measured in float64 whatever the model's dtype. ``reference64``:
     run the float64 reference (module docstring) always (True), never (False), or when a model
     that is not float64 is over ``tol`` (None). ``share_prefixes``: the tree side merges the
-    trees' common prefixes into one forest (:mod:`treeprep.pack.share`)."""
+    trees' common prefixes into one forest (:mod:`treeprep.pack.share`). ``stores``: where the
+    parts keep their stores (:class:`~treeprep.modes.Stores`)."""
     dev = next(model.parameters()).device
     kw: dict[str, Any] = {"norm": norm, "adv_norm": adv_norm, "device": dev}
     tree = TreeBatch.from_trees(rows, layout="tree", share_prefixes=share_prefixes, **kw)
     lin = TreeBatch.from_trees(rows, layout="linear", **kw)
     if budget is not None:
         lt, gt = _grads_parts(
-            model, rows, tree, budget, part_graph, loss, attn, adv_norm, **loss_kw
+            model, rows, tree, budget, part_graph, loss, attn, adv_norm, stores, **loss_kw
         )
     else:
         lt, gt, _ = _grads(model, tree, loss, attn, **loss_kw)

@@ -33,6 +33,7 @@ from treeprep.trainer.attention.flex import flex_tree_attention
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.nodes import nodes_attention
 from treeprep.trainer.attention.options import PLAIN, LayerOptions
+from treeprep.trainer.attention.stream import StreamedPrefix
 
 #: above this many packed tokens the CPU default switches from ``dense`` to ``nodes``
 DENSE_MAX_TOKENS = 4096
@@ -76,7 +77,7 @@ def tree_attention(
     *,
     scale: float | None = None,
     backend: str | None = None,
-    prefix: Prefix | tuple[torch.Tensor, torch.Tensor] | None = None,
+    prefix: Prefix | tuple[torch.Tensor, torch.Tensor] | StreamedPrefix | None = None,
     opts: LayerOptions = PLAIN,
     direct: Direct | None = None,
 ) -> torch.Tensor:
@@ -85,13 +86,17 @@ def tree_attention(
     ((k_BGSD, v_BGSD), ...) in path order, or one (pk_BGPD, pv_BGPD) pair; ``opts`` the layer's
     window, soft-capping and sinks (:mod:`.options`); ``direct`` the same prefix as plain views
     with where their gradients go (:class:`~.call.AttentionCall`), for backends that send them
-    there themselves."""
+    there themselves. A :class:`~.stream.StreamedPrefix` (host stores) is read by ``nodes``, a
+    window at a time."""
     if q_BHTD.shape[0] != 1:
         raise TreeprepError("tree attention packs trees into one row: batch size must be 1")
     if q_BHTD.shape[2] != tree_mask.num_tokens:
         raise TreeprepError(
             f"tree mask is for {tree_mask.num_tokens} tokens, attention got {q_BHTD.shape[2]}"
         )
+    streamed = None
+    if isinstance(prefix, StreamedPrefix):
+        streamed, prefix = prefix, None
     if prefix is None:
         segs: Prefix = ()
     elif len(prefix) == 2 and isinstance(prefix[0], torch.Tensor):
@@ -99,7 +104,7 @@ def tree_attention(
     else:
         segs = tuple(prefix)  # type: ignore[arg-type]
     s = scale if scale is not None else q_BHTD.shape[-1] ** -0.5
-    call = AttentionCall(q_BHTD, k_BGTD, v_BGTD, segs, tree_mask, s, opts, direct or ())
+    call = AttentionCall(q_BHTD, k_BGTD, v_BGTD, segs, tree_mask, s, opts, direct or (), streamed)
     if call.prefix_len != tree_mask.prefix_len:
         raise TreeprepError(
             f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {call.prefix_len}"

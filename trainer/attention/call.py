@@ -13,7 +13,8 @@ and joining [prefix; own] keys for the backends that attend one contiguous key t
 The prefix is a tuple of *segments*, (k_BGSD, v_BGSD) pairs in path order whose lengths add up to
 P: views of the stores that earlier parts left behind (:mod:`treeprep.trainer.parts.state`), so a
 part's prefix is never gathered into one tensor unless a joining backend asks for it. A call holds
-tensors by reference; building one copies nothing.
+tensors by reference; building one copies nothing. Under ``stores="host"`` the prefix is instead a
+:class:`~.stream.StreamedPrefix` (host views, read a window at a time by ``nodes``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
+from treeprep.errors import TreeprepError
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.options import PLAIN, LayerOptions
+from treeprep.trainer.attention.stream import StreamedPrefix
 
 #: a part's handed-over keys and values: (k_BGSD, v_BGSD) segments in path order
 Prefix = tuple[tuple[torch.Tensor, torch.Tensor], ...]
@@ -54,6 +57,8 @@ class AttentionCall:
     #: with gradients on, the prefix as plain views and where their gradients go (empty: use
     #: ``prefix``, whose reads are on the autograd tape)
     direct: Direct = ()
+    #: ``stores="host"``: the prefix in host memory, streamed (``prefix`` is then empty)
+    streamed: StreamedPrefix | None = None
 
     @property
     def gqa(self) -> bool:
@@ -63,7 +68,8 @@ class AttentionCall:
     @property
     def prefix_len(self) -> int:
         """P: the prefix rows over all segments."""
-        return sum(int(k.shape[2]) for k, _ in self.prefix)
+        n = sum(int(k.shape[2]) for k, _ in self.prefix)
+        return n + (self.streamed.rows if self.streamed is not None else 0)
 
     def prefix_blocks(
         self, m: int, *, direct: bool = False
@@ -91,6 +97,10 @@ class AttentionCall:
         """Keys and values as [prefix rows; own rows] (k_BGKD, v_BGKD with K = P + T), for the
         backends that attend one contiguous key tensor: one copy of the prefix, cast to the own
         rows' dtype, which autograd keeps for the backward (``nodes`` avoids it)."""
+        if self.streamed is not None:
+            raise TreeprepError(
+                "stores=host streams the prefix a window at a time: attention backend nodes"
+            )
         if not self.prefix_len:
             return self.k, self.v
         ks = [k.to(self.k.dtype) for k, _ in self.prefix] + [self.k]

@@ -29,7 +29,11 @@ good linear trainer runs (SDPA's flash kernel on CPU keeps no T x T scores).
 
 Layer extras (:mod:`.options`). A sliding window adds a depth mask per key block; blocks that lie
 wholly beyond the window of every query of a chunk are not read at all (ancestor segments are
-ordered by depth, so a long path costs a window's worth of keys per query). Soft-capping applies
+ordered by depth, so a long path costs a window's worth of keys per query).
+
+Host stores (``stores="host"``, :mod:`.stream`): a chain with prefix rows reads them from the
+host a window at a time, merged with its device blocks by log-sum-exp; the device never holds
+more than a window of the prefix. Soft-capping applies
 to the scaled scores before the masks; sinks add one logit column per query row to the softmax.
 """
 
@@ -44,6 +48,7 @@ from treeprep.trainer.attention.blocks import block_attention, fused_ok
 from treeprep.trainer.attention.call import AttentionCall
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.options import LayerOptions, cap_scores, softmax_rows
+from treeprep.trainer.attention.stream import streamed_attention, window_masks
 
 #: query rows per step (bounds the transient scores to H x NODE_CHUNK x L floats)
 NODE_CHUNK = 1024
@@ -142,6 +147,9 @@ def nodes_attention(call: AttentionCall) -> torch.Tensor:
         for c0 in _starts(bounds, s, e):
             n = qp[c0].shape[2]
             own = [*((kp[x], vp[x], pl + x) for x in _starts(bounds, s, c0)), (kp[c0], vp[c0], -1)]
+            if call.streamed is not None and m:
+                outs.append(_streamed_chunk(call, m, blocks + own, qp[c0], pl + c0, kd))
+                continue
             if fused:
                 ks, vs = [b[0] for b in blocks + own], [b[1] for b in blocks + own]
                 sent = into + [None] * (len(ks) - len(into))
@@ -152,6 +160,28 @@ def nodes_attention(call: AttentionCall) -> torch.Tensor:
             masks[-1] = causal if masks[-1] is None else masks[-1] & causal
             outs.append(_chunk_attention(qp[c0], bk, bv, masks, scale, opts))
     return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+
+
+def _streamed_chunk(
+    call: AttentionCall,
+    m: int,
+    blocks: list[tuple[torch.Tensor, torch.Tensor, int]],
+    q: torch.Tensor,
+    q0: int,
+    kd: object,
+) -> torch.Tensor:
+    """A chunk of queries (key rows ``q0:q0+n``) over the first ``m`` rows of a host prefix,
+    streamed a window at a time (:mod:`.stream`), and its device ``blocks`` (the last one its
+    own rows)."""
+    assert call.streamed is not None
+    n, w = q.shape[2], call.opts.window
+    wins = window_masks(call.streamed.windows(m), call.tm, w, q0, n)
+    bk, bv, masks = _window_blocks(blocks, call.tm, w, kd, q0, n)
+    if w is not None:  # the own block's causal rule joins its window mask
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        masks[-1] = causal if masks[-1] is None else masks[-1] & causal
+    return streamed_attention(q, wins, bk, bv, masks, scale=call.scale, opts=call.opts,
+                              causal_last=w is None, anchor=call.streamed.anchor)  # fmt: skip
 
 
 def _window_blocks(

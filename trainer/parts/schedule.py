@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.modes import PartGraph
+from treeprep.modes import PartGraph, Stores
 from treeprep.schemas.parts import HEAD_ROWS
 from treeprep.trainer.attention.backends import choose_backend
 from treeprep.trainer.attention.mask import TreeMask
@@ -68,6 +68,7 @@ from treeprep.trainer.loss import (
 )
 from treeprep.trainer.models.guard import check_part_checkpointing
 from treeprep.trainer.models.run import output_head, run_decoder
+from treeprep.trainer.parts.host import HostPool, use_host_stores
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
 from treeprep.trainer.parts.state import (
     HandOff,
@@ -145,8 +146,11 @@ class _Runner:
         keeps: np.ndarray | None = None,
         accumulate: str = "model",
         before_pass: Callable[[str], None] | None = None,
+        pool: HostPool | None = None,
     ) -> None:
         self.model = model
+        #: host stores: the pool every store and accumulator is allocated in (None: the device)
+        self.pool = pool
         self.before_pass = before_pass
         self.batch = batch
         self.layout = layout
@@ -193,6 +197,11 @@ class _Runner:
         backend = choose_backend(
             self.batch.device, spec.num_tokens, self.attn, len(spec.prefix_rows) + spec.num_tokens
         )
+        if self.pool is not None:  # the stores live in the host pool, the prefix is streamed
+            ho.host = True
+            ho.stash = lambda _li, k, v: self.stored(spec.index, k, v)
+            if len(spec.prefix_rows):
+                backend = "nodes"
         tm = part_mask(self.batch, spec, backend, ho)
         a, b = spec.start, spec.end
         if self.before_pass is not None:
@@ -266,27 +275,40 @@ class _Runner:
                     out = loss_from_hidden(self.head, h, t, self.cfg)
         return out
 
+    def stored_rows(self, c: int) -> np.ndarray | None:
+        """The local rows part ``c`` stores: those its descendants read (None: all of them, when
+        it keeps its graph or they read all)."""
+        rows: np.ndarray | None = self.read_rows[c]
+        if self.keeps[c] or rows is None or len(rows) == self.layout.parts[c].num_tokens:
+            return None
+        return rows
+
+    def stored(self, c: int, k: torch.Tensor, v: torch.Tensor) -> tuple[Any, Any]:
+        """Part ``c``'s keys and values of one layer as it stores them: detached, in the store
+        dtype, its stored rows only, and in the host pool under host stores."""
+        k, v = k.detach(), v.detach()
+        if self.store_dtype is not None:
+            k, v = k.to(self.store_dtype), v.to(self.store_dtype)
+        rows = self.stored_rows(c)
+        if rows is not None:
+            idx = torch.as_tensor(rows, device=k.device)
+            k, v = k.index_select(2, idx), v.index_select(2, idx)
+        if self.pool is not None:
+            k, v = self.pool.copy_in(k), self.pool.copy_in(v)
+        return k, v
+
     def store(self, c: int, ho: HandOff) -> None:
         """Keep what part ``c``'s descendants read: the rows of its keys and values on their
-        paths (all rows when it keeps its graph, or when they read all), and its linear states."""
-        rows: np.ndarray | None = self.read_rows[c]
-        n = self.layout.parts[c].num_tokens
-        if self.keeps[c] or rows is None or len(rows) == n:
-            rows = None
-        idx = None
+        paths (all rows when it keeps its graph, or when they read all), and its linear states.
+        Under host stores the exchange stored each layer's already (:attr:`HandOff.stash`)."""
+        rows = self.stored_rows(c)
         st: list[LayerState] = []
         for li in range(self.layers):
             if li in ho.own:
-                k, v = (t.detach() for t in ho.own[li])
-                if self.store_dtype is not None:
-                    k, v = k.to(self.store_dtype), v.to(self.store_dtype)
-                if rows is not None:
-                    if idx is None:
-                        idx = torch.as_tensor(rows, device=k.device)
-                    k, v = k.index_select(2, idx), v.index_select(2, idx)
-                st.append(
-                    KVStore(k, v, rows, self.accumulate, need=self.need.get(li, (True, True)))
-                )
+                own = ho.own[li]
+                k, v = own if ho.stash is not None else self.stored(c, *own)
+                need = self.need.get(li, (True, True))
+                st.append(KVStore(k, v, rows, self.accumulate, need=need, pool=self.pool))
             else:
                 own = ho.linear_own.get(li, {})
                 states = {key: (c_.detach(), r.detach()) for key, (c_, r) in own.items()}
@@ -418,6 +440,8 @@ def run_parts(
     accumulate: str = "model",
     keep_tokens: int | None = None,
     before_pass: Callable[[str], None] | None = None,
+    stores: Stores | str = Stores.gpu,
+    pool: HostPool | None = None,
 ) -> PartsOutput:
     """Forward and backward of a one-tree batch as hand-off parts (gradients land in ``.grad``).
 
@@ -427,9 +451,18 @@ def run_parts(
     whose graphs ``keep`` mode holds at once (default: the tree's longest path less one part,
     :func:`~treeprep.schemas.parts.keep_cap`). ``before_pass`` is called with
     ``"forward"`` right before each decoder forward and ``"backward"`` right before each backward
-    (FSDP2 keeps ranks in lockstep through it). See the module docstring for the order, the modes
-    and the memory bound."""
+    (FSDP2 keeps ranks in lockstep through it). ``stores``: where the parts' stored keys and
+    values and their accumulators live (:class:`~treeprep.modes.Stores`: gpu, the run's device;
+    host, a host pool streamed a window at a time, ``pool`` or a new one; auto,
+    :func:`~.host.use_host_stores`). See the module docstring for the order, the modes and the
+    memory bound."""
     _check_modes(mode, accumulate)
+    stores = Stores.of(stores, "stores", TreeprepError)
+    if stores != "gpu" and attn not in ("auto", "nodes"):
+        raise TreeprepError(
+            f"stores={stores} reads the prefix from host memory a window at a time with the "
+            f"nodes backend; attention backend {attn!r} attends a joined prefix (use auto or nodes)"
+        )
     if keep_tokens is not None and keep_tokens < 0:
         raise TreeprepError(f"keep_tokens must be >= 0, got {keep_tokens}")
     check_part_checkpointing(model)
@@ -437,6 +470,8 @@ def run_parts(
     keeps = layout.kept_parts(keep_tokens) if mode == "keep" else None
     run = _Runner(model, batch, layout, cfg, attn, autocast, keeps=keeps,
                   accumulate=accumulate, before_pass=before_pass)  # fmt: skip
+    if use_host_stores(stores, run):
+        run.pool = pool if pool is not None else HostPool(batch.input_ids.device)
     check_inputs(batch, cfg)
     dtype = run.sum_dtype
     total = torch.zeros((), dtype=dtype, device=batch.input_ids.device)

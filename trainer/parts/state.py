@@ -38,6 +38,14 @@ returns the layer's prefix segments.
 Linear-attention layers call :meth:`HandOff.linear_state` and :meth:`HandOff.record_linear`
 instead; their (small) states arrive as leaves made on first use, whose gradients
 :meth:`HandOff.return_grads` adds to the producers' :class:`LinearState`.
+
+Host stores (``stores="host"``). The stores and their accumulators are allocated in a
+:class:`~.host.HostPool` (:attr:`KVStore.pool`): a layer's own stored rows are copied there as
+soon as the layer has computed them (:attr:`HandOff.stash`), a descendant's prefix is a
+:class:`~treeprep.trainer.attention.stream.StreamedPrefix` of host views that the attention
+copies to the device a window at a time, and each window's gradients are added into the host
+accumulators in its backward (:meth:`KVStore.grad_at`). Linear-attention states are a few
+hundred KB per part boundary and stay on the device.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import Accumulate
+from treeprep.trainer.attention.stream import HostSegment, StreamedPrefix
+from treeprep.trainer.parts.host import HostPool
 
 
 def check_accumulate(accumulate: str) -> None:
@@ -85,27 +95,36 @@ class KVStore:
     #: whether the part's graph keys / values need a gradient (no trainable parameter upstream
     #: of them, e.g. layer 0's keys from frozen weights under LoRA: False, and no accumulator)
     need: tuple[bool, bool] = (True, True)
+    #: the host pool the store and its accumulators live in (``stores="host"``), or None
+    pool: HostPool | None = None
+
+    def _accumulator(self, t: torch.Tensor) -> torch.Tensor:
+        dtype = accumulator_dtype(t.dtype, self.accumulate)
+        if self.pool is not None:
+            return self.pool.zeros(t, dtype)
+        return torch.zeros_like(t, dtype=dtype)
 
     def add_grad(self, s: int, e: int, gk: torch.Tensor | None, gv: torch.Tensor | None) -> None:
         """Add a descendant's gradient of stored rows ``[s, e)`` to the accumulators (only of
         the tensors that :attr:`need` it: the others' gradients go nowhere)."""
         if self.need[0] and gk is not None:
             if self.gk is None:
-                self.gk = torch.zeros_like(
-                    self.k, dtype=accumulator_dtype(self.k.dtype, self.accumulate)
-                )
-            self.gk[:, :, s:e].add_(gk)
+                self.gk = self._accumulator(self.k)
+            self.gk[:, :, s:e].add_(gk.to(self.gk.device))
         if self.need[1] and gv is not None:
             if self.gv is None:
-                self.gv = torch.zeros_like(
-                    self.v, dtype=accumulator_dtype(self.v.dtype, self.accumulate)
-                )
-            self.gv[:, :, s:e].add_(gv)
+                self.gv = self._accumulator(self.v)
+            self.gv[:, :, s:e].add_(gv.to(self.gv.device))
 
     def grad_into(self, s: int) -> GradInto:
         """Where a block read from stored rows ``s, s + 1, ...`` sends its gradients directly
         (the fused block attention's backward, without autograd holding them)."""
         return lambda gk, gv: self.add_grad(s, s + int(gk.shape[2]), gk, gv)
+
+    def grad_at(self, s: int) -> Callable[[int, torch.Tensor, torch.Tensor], None]:
+        """Where a window read from stored rows ``s + a, ...`` sends its gradients, given ``a``
+        (host stores: a device window's gradients, added on the host)."""
+        return lambda a, gk, gv: self.add_grad(s + a, s + a + int(gk.shape[2]), gk, gv)
 
     def with_accumulated(
         self, which: int, g: torch.Tensor, rows: torch.Tensor | None
@@ -115,7 +134,7 @@ class KVStore:
         acc = (self.gk, self.gv)[which]
         if acc is None:
             return g
-        acc = acc.to(g.dtype)
+        acc = acc.to(device=g.device, dtype=g.dtype)
         return g + acc if rows is None else g.index_add(2, rows, acc)
 
 
@@ -275,6 +294,8 @@ class HandOff:
         "reads",
         "requires_grad",
         "roots",
+        "stash",
+        "host",
     )
 
     def __init__(
@@ -309,6 +330,11 @@ class HandOff:
         #: per layer, the part's own linear-attention states by key (graph tensors)
         self.linear_own: dict[int, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.requires_grad = requires_grad
+        #: host stores: turns a layer's own keys and values into what the part stores (its
+        #: rows, detached, in the pool) as soon as it records them; None: recorded as computed
+        self.stash: Callable[[int, torch.Tensor, torch.Tensor], tuple[Any, Any]] | None = None
+        #: host stores: the prefix is streamed from the pool (a :class:`StreamedPrefix`)
+        self.host = False
 
     def linear_state(self, layer: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The state after tree token ``key`` for ``layer``, as leaves (made once per part)."""
@@ -340,7 +366,7 @@ class HandOff:
     ) -> tuple[
         torch.Tensor,
         torch.Tensor,
-        tuple[tuple[torch.Tensor, torch.Tensor], ...] | None,
+        tuple[tuple[torch.Tensor, torch.Tensor], ...] | StreamedPrefix | None,
         tuple[tuple[torch.Tensor, torch.Tensor, GradInto], ...] | None,
     ]:
         """Record the layer's own keys and values; return the keys and values for its attention
@@ -353,7 +379,7 @@ class HandOff:
         if not recomputing:
             self.need[layer] = (key.requires_grad, value.requires_grad)
         if self.keep_own and (layer not in self.own or not recomputing):
-            self.own[layer] = (key, value)
+            self.own[layer] = (key, value) if self.stash is None else self.stash(layer, key, value)
         if (
             self.requires_grad
             and torch.is_grad_enabled()
@@ -365,6 +391,8 @@ class HandOff:
         reads = self.reads.get(layer)
         if not reads:
             return key, value, None, None
+        if self.host:
+            return key, value, self._streamed(reads, key.device), None
         if not (self.requires_grad and torch.is_grad_enabled()):
             return key, value, tuple((st.k[:, :, s:e], st.v[:, :, s:e]) for st, s, e in reads), None
         if self.anchor is None:
@@ -373,6 +401,20 @@ class HandOff:
         segs = tuple(_ReadStore.apply(anchor, st, s, e) for st, s, e in reads)
         direct = tuple((st.k[:, :, s:e], st.v[:, :, s:e], st.grad_into(s)) for st, s, e in reads)
         return key, value, segs, direct  # type: ignore[return-value]
+
+    def _streamed(
+        self, reads: tuple[tuple[KVStore, int, int], ...], device: torch.device
+    ) -> StreamedPrefix:
+        """The prefix as host views of the stores, with where each run's gradients go when
+        this pass has gradients (host stores)."""
+        grad = self.requires_grad and torch.is_grad_enabled()
+        if grad and self.anchor is None:
+            self.anchor = torch.empty(0, device=device, requires_grad=True)
+        segs = tuple(
+            HostSegment(st.k[:, :, s:e], st.v[:, :, s:e], st.grad_at(s) if grad else None)
+            for st, s, e in reads
+        )
+        return StreamedPrefix(segs, self.anchor if grad else None)
 
     @classmethod
     def gather(

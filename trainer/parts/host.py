@@ -1,0 +1,131 @@
+"""The host pool: where hand-off stores live under ``stores="host"``.
+
+A long agent session is one long path, and a hand-off part's stores (:mod:`.state`) hold every
+stored row of it for every attention layer: with ``stores="gpu"`` that is what makes the device
+memory of a step grow with the session (28 GB of 40 GB for Qwen3-1.7B on the 126k-token Claude
+Code path). With ``stores="host"`` the stores and their gradient accumulators are allocated here
+instead, and the attention reads them a window of rows at a time
+(:mod:`treeprep.trainer.attention.stream`): the device then holds one part's activations and
+one window of one layer, whatever the path's length; the host holds the path.
+
+* On CUDA the pool's tensors are pinned (page-locked), so that the windows' host-to-device copies
+  run asynchronously on a side stream (PyTorch's caching host allocator reuses freed pinned
+  blocks, so a part's stores do not pay ``cudaHostAlloc`` again).
+* On the CPU the pool is a separate set of storages in the same memory: the trainer copies each
+  window out of it as it would to a device, so the CPU runs the same code path, and the
+  live-tensor counter (:class:`~treeprep.trainer.memtrack.LiveBytes`) leaves the pool out
+  (:meth:`HostPool.owns`) and counts what a device would hold. Tests check that every store
+  tensor is one of the pool's.
+
+Layout. A store of ``S`` rows is allocated rows first, ``[S, G, D]``, and handed out as the
+``[1, G, S, D]`` view the attention expects: a window of rows ``[a, b)`` is then one contiguous
+block of memory, which a single asynchronous copy moves (a heads-first store would need one copy
+per head, or a staging copy on the host).
+
+The pool counts its live bytes and their peak (``host_store_bytes`` in ``bench/memory.py``);
+a storage leaves the count when it is freed (the stores of a part are dropped once every
+descendant has run its backward).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from treeprep.modes import Accumulate, Stores
+from treeprep.schemas.parts import stored_rows_peak
+
+
+class HostPool:
+    """Host storages for hand-off stores (module docstring); ``device``: the run's device (CUDA:
+    pinned memory)."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.pin = self.device.type == "cuda"
+        self._live: dict[int, int] = {}  # data_ptr -> bytes
+        self.current = 0
+        self.peak = 0
+
+    def owns(self, ptr: int) -> bool:
+        """Whether the storage at data pointer ``ptr`` is one of the pool's (live)."""
+        return ptr in self._live
+
+    def holds(self, t: torch.Tensor) -> bool:
+        """Whether tensor ``t`` (or the tensor it is a view of) lives in the pool."""
+        return t.device.type == "cpu" and self.owns(t.untyped_storage().data_ptr())
+
+    def rows(self, rows: int, heads: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialized store of ``rows`` rows: [1, heads, rows, dim], rows-first in memory."""
+        shape = (rows, heads, dim)
+        if self.pin:
+            base = torch.empty(shape, dtype=dtype, pin_memory=True)
+            self._register(base.untyped_storage())
+        else:
+            n = rows * heads * dim * torch.empty((), dtype=dtype).element_size()
+            # the storage first, registered before any operator hands it out (LiveBytes)
+            st = torch.UntypedStorage(max(n, 1))
+            self._register(st)
+            base = torch.empty(0, dtype=dtype).set_(st, 0, shape, (heads * dim, dim, 1))
+        return base.permute(1, 0, 2).unsqueeze(0)
+
+    def zeros(self, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A zeroed store shaped as ``like`` ([1, G, S, D]) in ``dtype`` (default ``like``'s)."""
+        _, g, s, d = like.shape
+        out = self.rows(s, g, d, like.dtype if dtype is None else dtype)
+        return out.zero_()
+
+    def copy_in(self, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A pool copy of ``t`` ([1, G, S, D], any device), cast to ``dtype``."""
+        _, g, s, d = t.shape
+        out = self.rows(s, g, d, t.dtype if dtype is None else dtype)
+        return out.copy_(t)
+
+    def _register(self, st: torch.UntypedStorage) -> None:
+        ptr, n = st.data_ptr(), st.nbytes()
+        self._live[ptr] = n
+        self.current += n
+        self.peak = max(self.peak, self.current)
+        weakref.finalize(st, self._free, ptr)
+
+    def _free(self, ptr: int) -> None:
+        self.current -= self._live.pop(ptr, 0)
+
+
+def store_bytes_per_row(config: Any, dtype: torch.dtype, accumulate: str) -> int:
+    """Bytes one stored row takes over the layers that hand keys and values over (all but the
+    linear-attention ones): keys and values in ``dtype`` and an accumulator for each."""
+    types = getattr(config, "layer_types", None) or []
+    layers = int(config.num_hidden_layers) - sum(t == "linear_attention" for t in types)
+    heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    b = torch.empty((), dtype=dtype).element_size()
+    acc = 4 if accumulate == Accumulate.float32 and b < 4 else b
+    return layers * 2 * heads * int(dim) * (b + acc)
+
+
+def use_host_stores(stores: Stores | str, run: Any) -> bool:
+    """Whether a run's stores go to the host pool: ``host`` always, ``gpu`` never; ``auto`` on
+    CUDA when this tree's stores at their largest (the most rows one stack of parts stores,
+    :func:`~treeprep.schemas.parts.stored_rows_peak`) would take more than half the device's
+    free memory (the rest is the parts' activations'), never on the CPU (no device memory to
+    save: the host is the device). ``run``: the schedule's runner (model, batch, layout)."""
+    if stores != Stores.auto:
+        return stores == Stores.host
+    dev = run.batch.input_ids.device
+    if dev.type != "cuda":
+        return False
+    b = run.batch
+    rows = stored_rows_peak(
+        np.asarray(b.node_length.cpu()), np.asarray(b.node_parent.cpu()), run.layout.budget
+    )
+    dtype = run.store_dtype or next(run.model.parameters()).dtype
+    need = rows * store_bytes_per_row(run.model.config, dtype, run.accumulate)
+    free, _ = torch.cuda.mem_get_info(dev)
+    return bool(need > free // 2)
+
+
+__all__ = ["HostPool", "store_bytes_per_row", "use_host_stores"]
