@@ -38,6 +38,7 @@ from treeprep.modes import (
     Parallel,
     PartGraph,
     Precision,
+    Stores,
     Unrewarded,
 )
 
@@ -86,6 +87,21 @@ DryRunOpt = Annotated[
         "--dry-run",
         help="Predict the peak memory per rank and the step time (no weights loaded, nothing "
         "written); suggest the largest budget that fits.",
+    ),
+]
+StoresOpt = Annotated[
+    Stores,
+    typer.Option(
+        help="Where hand-off parts keep their stored keys and values: gpu, host (a host pool, "
+        "read a window at a time: GPU memory no longer grows with the session; host RAM does), "
+        "or auto (host where a tree's stores would not fit the GPU)."
+    ),
+]
+HostMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="--dry-run: host RAM per node, e.g. 1TiB (shared by up to 8 ranks): the longest "
+        "path that fits with host stores."
     ),
 ]
 WorldSizeOpt = Annotated[int, typer.Option(help="--dry-run: the ranks to predict for.")]
@@ -180,6 +196,7 @@ def train_cmd(
     part_graph: opt.PartGraphOpt = PartGraph.recompute,
     keep_tokens: KeepTokensOpt = None,
     handoff_accumulate: HandoffAccumulateOpt = Accumulate.model,
+    stores: StoresOpt = Stores.gpu,
     steps_of: StepsOfOpt = 1,
     optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
@@ -230,6 +247,7 @@ def train_cmd(
     world_size: WorldSizeOpt = 1,
     gpu: GpuOpt = Gpu.h100,
     gpu_memory: GpuMemoryOpt = None,
+    host_memory: HostMemoryOpt = None,
     val_fraction: ValFractionOpt = 0.0,
     eval_data: EvalDataOpt = None,
     eval_every: EvalEveryOpt = None,
@@ -240,8 +258,8 @@ def train_cmd(
 
         dry_run_cmd(dict(locals()))
         return
-    if world_size != 1 or gpu_memory is not None:
-        raise TreeprepError("--world-size and --gpu-memory are --dry-run options")
+    if world_size != 1 or gpu_memory is not None or host_memory is not None:
+        raise TreeprepError("--world-size, --gpu-memory and --host-memory are --dry-run options")
     if out is None:
         out = fresh_run_dir(build, model, resume)
     params = dict(locals())
@@ -316,7 +334,7 @@ def fresh_run_dir(data: Path, model: str, resume: Path | str | None) -> Path:
 
 
 #: options of ``--dry-run`` alone (a run's world comes from torchrun, its memory from the GPU)
-DRY_RUN_ONLY = ("dry_run", "world_size", "gpu", "gpu_memory")
+DRY_RUN_ONLY = ("dry_run", "world_size", "gpu", "gpu_memory", "host_memory")
 #: options named differently from the ``TrainConfig`` fields they set
 _RENAMED = {"build": "data", "out": "run_dir", "warmup": "warmup_steps"}
 

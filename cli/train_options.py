@@ -39,7 +39,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["model", "attn", "precision", "device", "activation_checkpointing"], MODEL),
     **dict.fromkeys(["lora_r", "lora_alpha", "lora_targets", "no_probe", "chunk"], MODEL),
     "merge_lora": MODEL,
-    **dict.fromkeys(["part_graph", "keep_tokens", "handoff_accumulate"], MODEL),
+    **dict.fromkeys(["part_graph", "keep_tokens", "handoff_accumulate", "stores"], MODEL),
     **dict.fromkeys(["loss", "norm"], OBJECTIVE),
     **dict.fromkeys(["adv_norm", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"], RL),
     **dict.fromkeys(["entropy_coef", "unrewarded"], RL),
@@ -52,7 +52,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["report_to", "run_name", "as_json"], LOGGING),
     # issue 25 item 6 (evaluation), declared in train_cmd.py by its own change
     **dict.fromkeys(["val_fraction", "eval_data", "eval_every"], EVAL),
-    **dict.fromkeys(["dry_run", "world_size", "gpu", "gpu_memory"], DRY_RUN),
+    **dict.fromkeys(["dry_run", "world_size", "gpu", "gpu_memory", "host_memory"], DRY_RUN),
 }
 
 
@@ -72,6 +72,7 @@ class TrainCommand(TyperCommand):
 #: options that name this invocation, not the run: not saved in ``RUN/config.toml``
 NOT_SAVED = frozenset(
     {"config", "as_json", "resume", "overwrite", "dry_run", "world_size", "gpu", "gpu_memory"}
+    | {"host_memory"}
 )
 
 

@@ -234,6 +234,7 @@ def _forward_backward(
             accumulate=cfg.handoff_accumulate,
             keep_tokens=cfg.keep_tokens,
             before_pass=gate,
+            stores=cfg.stores,
         )
         return res.loss, res.metrics
     if gate is not None:
