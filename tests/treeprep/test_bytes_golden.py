@@ -40,6 +40,10 @@ Issue 40 item 2 re-recorded the sample's shard, manifest and plan (rejects uncha
 sample gained ``atif/trajectories.json`` (an array of two ATIF v1.7 runs of one task: 7 calls, one
 new tree). The sample without that file still hashes to the previous values (checked when
 re-recording), so no other tree changed.
+Issue 40 item 3 re-recorded them again (rejects unchanged): the Codex sample's web search now ends
+its call, and the text after it is a call of its own whose prompt holds the search and a
+"(results not logged)" tool turn (5 calls -> 6). Compared tree by tree (every row of the shard,
+by group id) with the build before: only the Codex session's tree differs.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -58,15 +62,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "8a911b691e94bf4a520c8e547eb2b28a26b76640ddc49f6c058df0f7ed73b610",
+    "manifest.json": "7028dae41bde0609c4c26bb142e5c8c5f0873411415e05d781b9f11aef74e31c",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "05084a9e0f52d06adc30ae95c6f0d9501d662fcd74ee5c9492bf99c796bba459"
+        "4d31ae82e7a664ead303d0bea1c20cb7336c8958735870c4c653910f78111a6b"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "acb8a652a8f32e546230f6e475edd558d57f4b51a15bf072f7dc75f4a1ace99e"
+        "771434a34fa5399da75b138b650225cbce14e1cc6e65eadb0cfd49b51aa2a5b1"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "d5d38e75713c38a81130773af0008f589cb06e554037b2639fe784b1ae2136ef",
+    "shards/shard-00000.arrow": "adb62e4638bf591ab18d305c382c4c213dc160bdc77836ba4bb8530ba20c98f2",
 }
 
 REAL_GOLDEN = {

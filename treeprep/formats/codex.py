@@ -18,11 +18,16 @@ maximal run of ``reasoning``/``function_call``/``custom_tool_call``/hosted-tool/
 ``message`` items) is one call whose prompt is every item before it. Items are converted by the
 ``openai-responses`` adapter (:func:`treeprep.formats.openai_responses.segments`).
 
-Hosted tools stay in their turn and render as tool calls (:func:`_as_responses_item`):
-``web_search_call`` as ``web_search`` with its ``action`` as the arguments, ``local_shell_call``
-as ``local_shell`` with its ``action`` (its ``local_shell_call_output`` is the tool result),
-``image_generation_call`` as ``image_generation`` with its ``revised_prompt`` (the image itself
-has no text form). Encrypted ``compaction`` items reject every call whose prompt or completion
+Hosted tools render as tool calls (:func:`_as_responses_item`): ``web_search_call`` as
+``web_search`` with its ``action`` as the arguments, ``local_shell_call`` as ``local_shell`` with
+its ``action`` (its ``local_shell_call_output`` is the tool result), ``image_generation_call`` as
+``image_generation`` with its ``revised_prompt`` (the image itself has no text form). A call the
+server runs (web search, image generation) ends the call it is in: the model's text after it was
+written after the call's results, so it belongs to the next call, whose prompt holds the hosted
+call and a tool turn ``(results not logged)`` in place of the results (:data:`NOT_LOGGED`), the
+nearest the log allows to what the model saw. ``[reasoning, web_search_call, reasoning, message,
+function_call x3]`` is two calls: think and search; then think, say and call. Encrypted
+``compaction`` items reject every call whose prompt or completion
 holds them, naming the item and line; ``ghost_snapshot`` items are harness bookkeeping that Codex
 never sends and are skipped.
 
@@ -31,14 +36,26 @@ The user turn: some rollouts (Codex Desktop) keep a user's message only as an ``
 turn, it is rebuilt as a user message at the event's place; a call whose prompt still has no user
 turn is rejected. Tool schemas: ``--tools``, else ``session_meta.dynamic_tools`` (``name``,
 ``description``, ``input_schema``); Codex's built-in tools are not stored.
+
+Sub-agents (:func:`_spawn_link`). A rollout whose ``session_meta.source.subagent.thread_spawn``
+names a ``parent_thread_id`` was spawned by another thread's ``spawn_agent`` call (codex-rs
+``multi_agents/spawn.rs``: the call's output is ``{"agent_id": <the new thread id>, ...}``). The
+parent's rollout is looked for by its file name (``rollout-...-<id>.jsonl``) in the same folder,
+then anywhere under the sessions root (``YYYY/MM/DD`` folders). The sub-agent's calls join the
+tree of the parent's root thread, with the sub-agent's thread id as ``agent_id``, ``sub-agent`` on
+the first call and, as its ``parent_call_id``, the parent's call that made the ``spawn_agent``
+call. A parent rollout that is absent, or holds no such call, still puts the calls in the
+parent's tree (named by its thread id), with no parent call.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from treeprep.formats._fields import one_of
@@ -52,6 +69,10 @@ from treeprep.schemas import ChatCall, Provenance, Reject
 NAME = "codex"
 _LINE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
 _HOSTED = {"web_search_call", "local_shell_call", "image_generation_call"}
+#: hosted calls the server runs mid-response, whose results the rollout does not hold
+_SERVER_RUN = {"web_search_call", "image_generation_call"}
+#: the tool turn that stands for a server-run call's results in later prompts
+NOT_LOGGED = "(results not logged)"
 _ASSISTANT = {"reasoning", "function_call", "custom_tool_call", *_HOSTED}
 _UNSUPPORTED = {"compaction", "compaction_summary"}
 _SKIP = {"ghost_snapshot"}
@@ -72,17 +93,21 @@ def _is_assistant(it: dict[str, Any]) -> bool:
     return one_of(t, _ASSISTANT) or (t == "message" and it.get("role") == "assistant")
 
 
+def _hosted_id(it: dict[str, Any], line: int) -> str:
+    return str(it.get("call_id") or it.get("id") or f"{it.get('type')}@{line}")
+
+
 def _hosted_call(it: dict[str, Any], line: int) -> dict[str, Any]:
     """A hosted tool item as a function call: its name, and what the model asked for."""
     t = str(it.get("type"))
-    cid = it.get("call_id") or it.get("id") or f"{t}@{line}"
+    cid = _hosted_id(it, line)
     if t == "image_generation_call":
         args: Any = {"prompt": it.get("revised_prompt") or ""}
     else:
         args = it.get("action") if isinstance(it.get("action"), dict) else {}
     return {
         "type": "function_call",
-        "call_id": str(cid),
+        "call_id": cid,
         "name": t.removesuffix("_call"),
         "arguments": args,
     }
@@ -152,6 +177,9 @@ class _Session:
         self.path = path
         self.opts = opts
         self.gid = os.path.basename(path)
+        self.sid = self.gid  # this thread's id: names its calls (gid: the root thread's)
+        self.agent = "main"
+        self.spawned_by: str | None = None  # the parent's call that spawned this thread
         self.system: str | None = opts.system_prompt
         self.model: str | None = None
         self.project: str | None = None  # session_meta.cwd, for --project
@@ -178,6 +206,10 @@ class _Session:
         if not self.turn:
             self._rebuild_user_turns()
         self.turn.append((no, it))
+        if one_of(it.get("type"), _SERVER_RUN):  # the text after it saw its results
+            yield from self.flush()
+            out = {"type": "function_call_output", "call_id": _hosted_id(it, no)}
+            self.history.append((no, {**out, "output": NOT_LOGGED}))
 
     def _rebuild_user_turns(self) -> None:
         """User messages logged only as event_msg user_message, put back at their place."""
@@ -194,9 +226,11 @@ class _Session:
             return
         turn, self.turn = self.turn, []
         line = turn[0][0]
-        call_id = f"{self.gid}#{self.k}"
+        call_id = f"{self.sid}#{self.k}"
         self.k += 1
         hint, self.hint = self.hint, None
+        if self.k == 1 and self.agent != "main":
+            hint = hint or "sub-agent"
         try:
             yield self._call(turn, line, call_id, hint)
         except RecordError as e:
@@ -229,8 +263,9 @@ class _Session:
         try:
             return ChatCall(
                 group_id=self.gid,
+                agent_id=self.agent,
                 call_id=call_id,
-                parent_call_id=f"{self.gid}#{self.k - 2}" if self.k > 1 else None,
+                parent_call_id=f"{self.sid}#{self.k - 2}" if self.k > 1 else self.spawned_by,
                 model=self.model,
                 timestamp=self.timestamp,
                 project=self.project,
@@ -266,8 +301,12 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             continue
         if t == "session_meta":
             meta: dict[str, Any] = p["meta"] if isinstance(p.get("meta"), dict) else p
-            if isinstance(meta.get("id"), str):
-                s.gid = meta["id"]
+            if isinstance(meta.get("id"), str) and s.k == 0 and s.sid == os.path.basename(path):
+                s.gid = s.sid = meta["id"]  # the first session_meta: a fork copies its parent's
+                parent = _parent_thread(meta)
+                if parent is not None:
+                    s.agent = s.sid
+                    s.gid, s.spawned_by = _spawn_link(path, parent, s.sid, opts)
             if isinstance(meta.get("cwd"), str):
                 s.project = meta["cwd"]
             s.tools = _dynamic_tools(meta) or s.tools
@@ -294,6 +333,61 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             if isinstance(rec.get("timestamp"), str):
                 s.timestamp = rec["timestamp"]
     yield from s.flush()
+
+
+def _parent_thread(meta: dict[str, Any]) -> str | None:
+    """``source.subagent.thread_spawn.parent_thread_id`` (either spelling), or None."""
+    src = meta.get("source")
+    sub = (src.get("subagent") or src.get("subAgent")) if isinstance(src, dict) else None
+    spawn = (sub.get("thread_spawn") or sub.get("threadSpawn")) if isinstance(sub, dict) else None
+    parent = spawn.get("parent_thread_id") if isinstance(spawn, dict) else None
+    return parent if isinstance(parent, str) and parent else None
+
+
+#: how many spawn levels are followed up to a root thread
+_MAX_DEPTH = 8
+
+
+def _rollout_of(path: str, thread: str) -> str | None:
+    """The rollout file of ``thread``: in ``path``'s folder, else under its sessions root."""
+    folder = os.path.dirname(path) or "."
+    pattern = f"rollout-*{glob.escape(thread)}.jsonl*"
+    found = sorted(glob.glob(os.path.join(glob.escape(folder), pattern)))
+    parts = os.path.normpath(os.path.abspath(folder)).split(os.sep)
+    if not found and len(parts) > 3 and all(p.isdigit() for p in parts[-3:]):
+        root = os.sep.join(parts[:-3]) or os.sep
+        found = sorted(glob.glob(os.path.join(glob.escape(root), "*", "*", "*", pattern)))
+    return found[0] if found else None
+
+
+def _spawn_link(path: str, parent: str, me: str, opts: ReadOptions) -> tuple[str, str | None]:
+    """(the root thread's id: the group, the parent's call that spawned ``me`` or None)."""
+    depth = int(opts.extra.get("codex_spawn_depth", 0))
+    found = _rollout_of(path, parent) if depth < _MAX_DEPTH else None
+    if found is None or os.path.abspath(found) == os.path.abspath(path):
+        return parent, None
+    spawn_call = None  # the call id of the parent's spawn_agent call whose output names ``me``
+    for _, rec in records(found, NAME):
+        p = rec.get("payload") if isinstance(rec, dict) else None
+        if isinstance(p, dict) and p.get("type") == "function_call_output":
+            out = p.get("output")
+            try:
+                value = orjson.loads(out) if isinstance(out, str) else out
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and value.get("agent_id") == me:
+                spawn_call = p.get("call_id")
+                break
+    deeper = ReadOptions(opts.system_prompt, opts.tools, opts.group_by,
+                         {**opts.extra, "codex_spawn_depth": depth + 1})  # fmt: skip
+    root, by = parent, None
+    for item in read(found, deeper):
+        if isinstance(item, ChatCall):
+            root = item.group_id or root
+            if spawn_call and any(tc.id == spawn_call for tc in item.completion.tool_calls or []):
+                by = item.call_id
+                break
+    return root, by
 
 
 FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=22)

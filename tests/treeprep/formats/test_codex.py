@@ -27,9 +27,9 @@ def test_codex_sample() -> None:
     items = _items(SAMPLE)
     calls = [x for x in items if isinstance(x, ChatCall)]
     rejects = [x for x in items if isinstance(x, Reject)]
-    assert [c.call_id for c in calls] == [f"{SID}#{k}" for k in range(5)]
+    assert [c.call_id for c in calls] == [f"{SID}#{k}" for k in range(6)]
     assert {c.group_id for c in calls} == {SID} and {c.model for c in calls} == {"gpt-5-codex"}
-    c0, c1, c2, c3, c4 = calls
+    c0, c1, c2, c3, c4, c5 = calls
     assert c0.messages[0].role == "system" and "Codex" in (c0.messages[0].content or "")
     assert c0.completion.reasoning_content == "**Inspecting wc.py**"
     # every call continues the previous one exactly (Codex only appends)
@@ -46,12 +46,15 @@ def test_codex_sample() -> None:
         "Add a test too.",
         "Summary: fixed wc.py words(); user wants a test.",
     ]
-    # the hosted web search stays in its turn, as a tool call before the turn's text
-    assert c4.completion.tool_calls is not None
+    # the hosted web search ends its call; the text after it is the next call, whose prompt holds
+    # the search and a tool turn standing for its results
+    assert c4.completion.tool_calls is not None and c4.completion.text() == ""
     ws = c4.completion.tool_calls[0].function
     assert ws.name == "web_search"
     assert ws.arguments == {"type": "search", "query": "pytest blank words"}
-    assert c4.completion.text() == "Added test_wc.py."
+    assert c5.messages[-2:] == [c4.completion, c5.messages[-1]]
+    assert (c5.messages[-1].role, c5.messages[-1].text()) == ("tool", "(results not logged)")
+    assert c5.completion.text() == "Added test_wc.py." and not c5.completion.tool_calls
     assert rejects == []
 
 

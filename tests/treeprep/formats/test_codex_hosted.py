@@ -15,6 +15,7 @@ import pytest
 
 from treeprep.errors import RenderError
 from treeprep.formats import ReadOptions, get_format
+from treeprep.formats.codex import NOT_LOGGED
 from treeprep.render.coverage import EMPTY_REPLY
 from treeprep.schemas import ChatCall, Reject
 
@@ -115,23 +116,24 @@ def _read(tmp_path: Path, lines: list[dict[str, Any]]) -> list:
     return list(get_format("codex").read(str(p), ReadOptions()))
 
 
-def test_hosted_tools_stay_in_their_turn(tmp_path: Path) -> None:
+def test_server_run_tools_end_their_call(tmp_path: Path) -> None:
     items = _read(tmp_path, ROLLOUT)
     assert all(isinstance(x, ChatCall) for x in items), items
-    c0, c1, c2, c3 = items
+    c0, shell, c1, done, c2, c3 = items
     # the user turn, logged only as an event, is rebuilt at its place
     assert [m.role for m in c0.messages] == ["system", "user"]
     assert c0.messages[1].text() == "Search the docs and run the tests."
     assert c0.completion.reasoning_content == "**Searching**"
+    # the search the server ran ends the call (the shell call after it saw its results)
     calls = [(t.function.name, t.function.arguments) for t in c0.completion.tool_calls or []]
-    assert calls == [
-        ("web_search", {"type": "search", "query": "pytest -q"}),
-        ("local_shell", {"type": "exec", "command": ["pytest", "-q"]}),
-    ]
-    assert c1.completion.tool_calls is not None
+    assert calls == [("web_search", {"type": "search", "query": "pytest -q"})]
+    assert [(m.role, m.text()) for m in shell.messages[-1:]] == [("tool", NOT_LOGGED)]
+    calls = [(t.function.name, t.function.arguments) for t in shell.completion.tool_calls or []]
+    assert calls == [("local_shell", {"type": "exec", "command": ["pytest", "-q"]})]
+    assert c1.completion.tool_calls is not None and c1.completion.text() == ""
     assert c1.completion.tool_calls[0].function.name == "image_generation"
     assert c1.completion.tool_calls[0].function.arguments == {"prompt": "a test diagram"}
-    assert c1.completion.text() == "Done: 2 passed."
+    assert done.messages[-1].text() == NOT_LOGGED and done.completion.text() == "Done: 2 passed."
     # a user message item and its event: one user turn, not two
     assert [m.role for m in c2.messages].count("user") == 2
     assert c3.messages[-1].role == "tool" and c3.messages[-1].text() == "T-1: open"
