@@ -47,7 +47,8 @@ class _Commands(TyperGroup):
                 for o in p.opts
             }
             arguments = sum(p.param_type_name == "argument" for p in params)
-            if why := renames.refusal(args[0], args[1:], valued, arguments):
+            known = {o for p in params for o in [*p.opts, *getattr(p, "secondary_opts", [])]}
+            if why := renames.refusal(args[0], args[1:], valued, arguments, known):
                 raise typer.BadParameter(why, ctx)  # a usage error: exit code 2
         return super().parse_args(ctx, args)
 

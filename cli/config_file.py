@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from treeprep.cli import renames
 from treeprep.errors import TreeprepError
 
 #: the file suffixes read, and their format
@@ -58,7 +59,7 @@ def read(path: Path) -> dict[str, Any]:
 
 
 def option_keys(
-    names: Mapping[str, Iterable[str]], data: Mapping[str, Any], path: Path
+    names: Mapping[str, Iterable[str]], data: Mapping[str, Any], path: Path, command: str = ""
 ) -> dict[str, Any]:
     """``data``'s keys as parameter names. ``names``: parameter name -> its option spellings
     (``--save-every``); a key matches a parameter's name or one of its long options without the
@@ -73,7 +74,11 @@ def option_keys(
     for key, value in data.items():
         found = lookup.get(str(key).replace("-", "_"))
         if found is None:
-            raise TreeprepError(f"{path}: unknown key {key!r}: not an option of this command")
+            hint = renames.elsewhere(command, str(key))
+            raise TreeprepError(
+                f"{path}: unknown key {key!r}: "
+                + (hint.split("; ", 1)[1] if hint else "not an option of this command")
+            )
         if isinstance(value, dict):
             raise TreeprepError(f"{path}: {key!r} is a table; options are plain values")
         out[found] = value

@@ -25,14 +25,47 @@ VALUES: dict[str, dict[str, str]] = {
 }
 #: command -> the option that took over its positional argument after the last one it has now
 POSITIONAL: dict[str, str] = {"show": "--group"}
+#: command -> what users of other trainers (the transformers Trainer, TRL, LLaMA-Factory) type ->
+#: treeprep's option for it; on the command line (``--learning-rate``, ``--learning_rate``) and as
+#: a config file's key (``learning_rate``)
+ELSEWHERE: dict[str, dict[str, str]] = {
+    "train": {
+        "learning_rate": "--lr",
+        "gradient_accumulation_steps": "--steps-of (micro-batches per rank per optimizer step)",
+        "num_train_epochs": "--epochs",
+        "max_steps": "--steps",
+        "per_device_train_batch_size": "--budget (tokens per micro-batch: a tree is one sample)",
+        "lr_scheduler_type": "--lr-schedule",
+        "warmup_steps": "--warmup",
+        "max_grad_norm": "--grad-clip",
+        "output_dir": "--out",
+        "logging_dir": "the TENSORBOARD_LOGGING_DIR variable",
+        "resume_from_checkpoint": "--resume",
+        "gradient_checkpointing": "--activation-checkpointing",
+        "bf16": "--precision bfloat16",
+        "lora_rank": "--lora-r",
+    },
+}
+
+
+def elsewhere(command: str, key: str) -> str | None:
+    """``did you mean ...`` for another trainer's name of one of ``command``'s options (with or
+    without dashes, ``-`` and ``_`` alike), or None."""
+    new = ELSEWHERE.get(command, {}).get(key.lstrip("-").replace("-", "_"))
+    return f"{key} is not an option of treeprep {command}; did you mean {new}?" if new else None
 
 
 def refusal(
-    command: str, args: list[str], valued: Collection[str] = (), arguments: int = 1
+    command: str,
+    args: list[str],
+    valued: Collection[str] = (),
+    arguments: int = 1,
+    known: Collection[str] = (),
 ) -> str | None:
-    """Why the arguments of ``command`` are refused (an old spelling, with the new one), or
-    None. ``valued``: the command's options that take a value; ``arguments``: how many
-    positional arguments it has."""
+    """Why the arguments of ``command`` are refused (an old spelling, with the new one; another
+    trainer's name of an option, with treeprep's), or None. ``valued``: the command's options
+    that take a value; ``arguments``: how many positional arguments it has; ``known``: all its
+    option spellings (never refused as another trainer's)."""
     options = OPTIONS.get(command, {})
     positional: list[str] = []
     skip = False
@@ -48,6 +81,8 @@ def refusal(
         skip = name in valued and not eq
         if name in options:
             return f"{name} was renamed: use {options[name]}"
+        if name.startswith("--") and name not in known and (why := elsewhere(command, name)):
+            return why
         if name in VALUES:
             given = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             new = VALUES[name].get(given)

@@ -117,7 +117,12 @@ UnrewardedOpt = Annotated[
         "refuse the run, or skip those trees (counted in the log and the summary)."
     ),
 ]
-StepsOfOpt = Annotated[int, typer.Option(help="Micro-batches per rank per step (without --plan).")]
+StepsOfOpt = Annotated[
+    int,
+    typer.Option(
+        help="Gradient accumulation: micro-batches per rank per optimizer step (without --plan)."
+    ),
+]
 PrecisionOpt = Annotated[
     Precision,
     typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU; float64 for verification."),
@@ -515,6 +520,8 @@ def _plain_lines(err: Any) -> Any:
             _no_signal_line(d, err.print)
         elif event == "checkpoint":
             err.print(f"checkpoint {d['path']}", soft_wrap=True, highlight=False)
+        elif event == "signal":
+            err.print(_signal_line(d), soft_wrap=True, highlight=False, markup=False)
         err.file.flush()
 
     return cb
@@ -565,5 +572,21 @@ def _progress(err: Any) -> tuple[Any, Any]:
             _no_signal_line(d, prog.console.print)
         elif event == "checkpoint":
             prog.console.print(f"checkpoint {d['path']}")
+        elif event == "signal":
+            prog.console.print(_signal_line(d), highlight=False, markup=False)
 
     return prog, cb
+
+
+def _signal_line(d: dict[str, Any]) -> str:
+    """What a stop signal does: save after the step in flight, or (a second one) exit now."""
+    last = d["checkpoint"] or "none yet"
+    if d["now"]:
+        return (
+            f"{d['signal']} again: exiting now, without a checkpoint of the step in flight; the "
+            f"last whole checkpoint is {last} (continue with --resume auto)"
+        )
+    return (
+        f"{d['signal']}: saving a checkpoint at the end of the step in flight, then stopping; "
+        f"a second signal exits at once (last whole checkpoint: {last})"
+    )

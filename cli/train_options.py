@@ -82,7 +82,7 @@ def _load_config(ctx: typer.Context, param: typer.CallbackParam, value: Path | N
         return None
     names = {p.name: p.opts for p in ctx.command.params if p.name and p.name != "config"}
     try:
-        options = config_file.option_keys(names, config_file.read(value), value)
+        options = config_file.option_keys(names, config_file.read(value), value, "train")
     except TreeprepError as e:
         raise typer.BadParameter(str(e), ctx, param_hint="--config") from None
     ctx.default_map = {**(ctx.default_map or {}), **options}

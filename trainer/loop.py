@@ -202,7 +202,15 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     saver = _Saver(cfg, info, (wrapped, opt, sched), ident, resume.path if resume else None)
     history: list[StepMetrics] = []
     try:
-        with StopSignals() as signals, Prefetch(works, enabled=cfg.prefetch, device=dev) as feed:
+
+        def said(name: str, now: bool) -> None:
+            emit("signal", {"signal": name, "now": now, "step": stepper.step,
+                            "checkpoint": saver.last})  # fmt: skip
+
+        with (
+            StopSignals(said) as signals,
+            Prefetch(works, enabled=cfg.prefetch, device=dev) as feed,
+        ):
             step, stopped = _run_steps(cfg, info, feed, stepper, saver, signals, log, emit,
                                        step=step, total=total, history=history,
                                        evaluator=evaluator)  # fmt: skip

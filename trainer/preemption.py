@@ -1,12 +1,15 @@
 """Stopping a run on a signal without losing it: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1.
 
 Schedulers announce the end of a job with a signal: SLURM sends SIGTERM at preemption or time
-limit (and SIGUSR1 ahead of it with ``--signal=USR1@90``), Kubernetes SIGTERM on eviction, a
-person Ctrl-C. :class:`StopSignals` turns the first of these into a request that the loop reads at
-the next step boundary, where it saves a whole checkpoint and returns; it never interrupts a step
-or a save in the middle. A second signal means "now": the previous handlers are put back and the
-signal is raised again (Ctrl-C becomes ``KeyboardInterrupt``, SIGTERM ends the process), so the
-kill -9 guarantees are all that is left, and they hold (checkpoints are atomic).
+limit (and SIGUSR1 ahead of it with ``#SBATCH --signal=B:USR1@N``), Kubernetes SIGTERM on
+eviction, a person Ctrl-C. :class:`StopSignals` turns the first of these into a request that the
+loop reads at the next step boundary, where it saves a whole checkpoint and returns; it never
+interrupts a step or a save in the middle, so the time from the signal to the exit is at most one
+step plus one save (``docs/training.md`` has the SLURM line and the measured times). A second
+signal means "now": the previous handlers are put back and the signal is raised again (Ctrl-C
+becomes ``KeyboardInterrupt``, SIGTERM ends the process), after the caller was told so that it
+can name the last whole checkpoint; the kill -9 guarantees are all that is left, and they hold
+(checkpoints are atomic).
 
 Under torchrun every rank installs the handlers; a signal may reach one rank only (``kill`` of one
 process) or all (Ctrl-C to the process group, torchrun forwarding its SIGTERM). :func:`agree` sums
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -42,11 +46,14 @@ def exit_code(signame: str) -> int:
 
 class StopSignals:
     """Within ``with``: the first stop signal sets :attr:`received` (its name); a second one
-    exits at once through the handlers that were there before."""
+    exits at once through the handlers that were there before. ``notify(name, now)`` is told of
+    each (``now``: the second, about to exit), so the caller can say what it does and which
+    checkpoint is the last whole one."""
 
-    def __init__(self) -> None:
+    def __init__(self, notify: Callable[[str, bool], None] | None = None) -> None:
         self.received: str | None = None
         self._old: dict[signal.Signals, Any] = {}
+        self._notify = notify
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -65,8 +72,16 @@ class StopSignals:
         self._old.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signal.Signals(signum).name
+        name = signal.Signals(signum).name
+        first = self.received is None
+        if first:
+            self.received = name
+        if self._notify is not None:
+            try:
+                self._notify(name, not first)
+            except Exception:  # noqa: BLE001  (a report must never keep the run from stopping)
+                pass
+        if first:
             return
         self._restore()  # the second signal: the old handler (KeyboardInterrupt, or the default)
         signal.raise_signal(signum)

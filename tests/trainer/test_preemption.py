@@ -118,3 +118,33 @@ def test_kill_term_mid_run_then_resume_auto_ends_with_the_same_weights(
     assert again.returncode == 0, again.stderr
     assert f"resumed from step {cps[0][0]} of {STEPS} (" in again.stderr
     assert _same(_weights(run), _weights(tmp_path / "full"))
+
+
+def test_each_signal_is_reported_and_the_second_names_the_last_whole_checkpoint(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Issue 39 item 4: a second signal exited without saying which checkpoint is whole."""
+    from treeprep.cli.train_cmd import _signal_line
+
+    events: list[tuple[str, dict]] = []
+
+    def cb(event: str, d: dict) -> None:
+        events.append((event, d))
+        if event == "step" and d["step"] == 2:  # step 2 is not saved yet: step 1 is the last
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg(data, tmp_path / "run", steps=4, save_every=1), callback=cb)
+    first, now = (d for e, d in events if e == "signal")
+    assert (first["signal"], first["now"], now["signal"], now["now"]) == (
+        "SIGINT", False, "SIGINT", True
+    )  # fmt: skip
+    last = str(tmp_path / "run" / "checkpoints" / "step-00000001")
+    assert now["checkpoint"] == last
+    assert _signal_line(now) == (
+        f"SIGINT again: exiting now, without a checkpoint of the step in flight; the last whole "
+        f"checkpoint is {last} (continue with --resume auto)"
+    )
+    assert _signal_line(first).startswith("SIGINT: saving a checkpoint at the end of the step")
