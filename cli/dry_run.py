@@ -7,8 +7,13 @@ fields (that imports the trainer's preset table, not a model). Prints a table, o
 ``predicted_peak_bytes``, the suggested budget and checkpointing, ``predicted_step_seconds`` and
 the terms.
 
+Both store places are compared (:mod:`treeprep.memory_stores`): the GPU peak and host RAM per
+rank with the hand-off stores on the GPU and in host memory, and the longest path each fits in
+``--gpu-memory`` and, for host stores, ``--host-memory`` (per node, shared by up to
+:data:`RANKS_PER_NODE` ranks).
+
     treeprep train OUT --model qwen3-8b --world-size 8 --parallel fsdp --gpu-memory 80GiB \\
-        --dry-run --json
+        --host-memory 1TiB --dry-run --json
 """
 
 from __future__ import annotations
@@ -22,18 +27,23 @@ import typer
 
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape, load_model
-from treeprep.memory import GPUS, BuildFacts, MemorySetup, dry_run, shape_from_preset
-from treeprep.modes import Parallel
+from treeprep.memory import GPUS, BuildFacts, MemorySetup, shape_from_preset
+from treeprep.memory_stores import dry_run_stores
+from treeprep.modes import Parallel, Stores
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
 
 
-def parse_bytes(text: str) -> int:
+#: GPUs of one node: ``--host-memory`` is shared by this many ranks (fewer when the world is)
+RANKS_PER_NODE = 8
+
+
+def parse_bytes(text: str, option: str = "--gpu-memory") -> int:
     """``80GiB``, ``141GB``, ``85899345920`` -> bytes."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in _UNITS:
-        raise TreeprepError(f"--gpu-memory {text!r}: expected a size such as 80GiB or 141GB")
+        raise TreeprepError(f"{option} {text!r}: expected a size such as 80GiB or 141GB")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
@@ -70,6 +80,7 @@ def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
         keep_tokens=p.get("keep_tokens"),
         chunk=p["chunk"],
         entropy=bool(p.get("entropy_coef")),
+        stores=p.get("stores") or Stores.gpu,
     )
 
 
@@ -79,16 +90,22 @@ def dry_run_cmd(p: dict[str, Any]) -> None:
         raise TreeprepError("--world-size must be >= 1")
     gpu = GPUS[p["gpu"].value]
     mem = parse_bytes(p["gpu_memory"]) if p["gpu_memory"] else None
+    host = None
+    if p.get("host_memory"):  # per node -> per rank
+        host = parse_bytes(p["host_memory"], "--host-memory") // min(
+            p["world_size"], RANKS_PER_NODE
+        )
     shape = model_shape(p["model"], p.get("vocab_size"))
     facts = BuildFacts.of(str(p["build"]))
     given = p["parallel"].value if p["parallel"] is not None else None
     for par in [given] if given else ["ddp", "fsdp"]:
-        out = dry_run(
+        out = dry_run_stores(
             shape,
             setup_of(p, par),
             facts,
             gpu,
             gpu_memory=mem,
+            host_memory=host,
             budget=p["budget"],
             checkpointing_given=p["activation_checkpointing"],
         )
@@ -128,6 +145,16 @@ def _print(d: dict[str, Any]) -> None:
     if sb is not None and d["suggested_part_graph"] != d["part_graph"]:
         ck += f" --part-graph {d['suggested_part_graph']}"
     t.add_row("suggested", "nothing fits" if sb is None else f"--budget {sb:,}{ck}")
+    t.add_row("stores", f"{d['stores']} ({d['stores_source']})")
+    for where, c in d["store_places"].items():
+        fits = "fits" if c["fits"] else "does NOT fit"
+        t.add_row(
+            f"{where} stores",
+            f"GPU {_gib(c['gpu_peak_bytes'])}, host {_gib(c['host_bytes'])} per rank ({fits}); "
+            f"longest path that fits {c['longest_path']:,} tokens",
+        )
+    if d["host_memory_bytes"] is not None:
+        t.add_row("host memory per rank", _gib(d["host_memory_bytes"]))
     t.add_row("longest_path", f"{d['build']['longest_path']:,} tokens")
     t.add_row("handoff per path token", f"{d['handoff_bytes_per_path_token']:,} B")
     t.add_row("predicted_step_seconds", f"{d['predicted_step_seconds']:,.2f}")

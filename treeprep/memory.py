@@ -47,6 +47,10 @@ Terms, per rank:
   sliding-window layers keep only ``window`` rows; linear-attention layers hand over a conv
   (``(2 kd + vd) x (kernel - 1)``) and recurrent (``value_heads x dk x dv``) state at each part
   boundary on the path, float32, with an accumulator each.
+* ``host_stores`` (``stores="host"``, not in the GPU peak): the full-attention and window layers'
+  stores and accumulators move to host RAM, and ``handoff`` keeps on the GPU what stays there:
+  the linear-attention states and the streamed windows (:func:`stream_bytes`, and
+  :mod:`treeprep.memory_stores` for the longest path that fits each place).
 * ``lm_head_chunk``: the loss runs the head on at most ``chunk`` rows at once, the predecessors of
   trained targets only (:mod:`treeprep.trainer.loss`), and a hand-off part on at most
   :data:`~treeprep.schemas.parts.HEAD_ROWS` (256), each chunk's backward at once; a step of
@@ -92,7 +96,7 @@ import numpy as np
 
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
-from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, coerce_modes
+from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, Stores, coerce_modes
 from treeprep.schemas.parts import HEAD_ROWS, head_block_rows, keep_cap, stored_rows_peak
 
 GIB = 2**30
@@ -146,6 +150,9 @@ class MemorySetup:
     #: gradients live through the step (accumulation over parts and micro-batches); False: one
     #: backward from no gradients (a benchmark), whose peak comes before most of them exist
     accumulated_gradients: bool = True
+    #: where the hand-off stores live: gpu, or host (a host pool, streamed a window at a time);
+    #: auto is resolved by the dry run (host where gpu does not fit)
+    stores: Stores = Stores.gpu
 
     def __post_init__(self) -> None:
         coerce_modes(self, TreeprepError, "memory: ")
@@ -235,6 +242,23 @@ def linear_handoff_bytes(m: ModelShape, path: int, budget: int) -> int:
     return m.linear_layers * math.ceil(path / budget) * state * 4 * 2
 
 
+#: prefix rows per streamed window and query rows per chunk of the written-out block kernel
+#: (``treeprep.trainer.attention.stream.PREFIX_WINDOW``, ``...nodes.NODE_CHUNK``)
+STREAM_WINDOW, STREAM_QUERIES = 2048, 1024
+
+
+def stream_bytes(m: ModelShape, s: MemorySetup, path: int) -> int:
+    """What host stores leave on the GPU that grows with nothing but the window (and, a few
+    bytes, with the path): one layer's window of keys and values being attended and the next in
+    flight, the window's key and value gradients, the written-out kernel's float32 scores,
+    probabilities and their gradients for a chunk of queries against one window (CUDA), and
+    the part's mask index vectors (five int64 per prefix row)."""
+    kv = m.kv_heads * m.head_dim
+    windows = 3 * STREAM_WINDOW * kv * 2 * s.compute_bytes
+    scores = 4 * m.heads * STREAM_QUERIES * STREAM_WINDOW * 4
+    return windows + scores + 5 * 8 * path
+
+
 def kept_graph_bytes(
     m: ModelShape, s: MemorySetup, *, tokens: int, grad_tokens: int
 ) -> tuple[int, int]:
@@ -306,6 +330,10 @@ def terms(
         graphs, handoff = kept_graph_bytes(m, s, tokens=kept[0], grad_tokens=kept[1])
         handoff += kept[2] * handoff_bytes_per_path_token(m, s)
         handoff += linear_handoff_bytes(m, path, budget)
+    host = 0
+    if s.stores == Stores.host and path > budget:  # all but the linear states go to the host
+        lin = linear_handoff_bytes(m, path, budget)
+        host, handoff = handoff - lin, lin + stream_bytes(m, s, path)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
     rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
     if path > budget:  # hand-off parts run their head HEAD_ROWS rows at a time
@@ -319,6 +347,7 @@ def terms(
         if s.mixed
         else 0,
         "handoff": handoff,
+        "host_stores": host,
         "activations": saved,
         "kept_graphs": graphs,
         "layer_backward": (2 if s.activation_checkpointing else 1) * tokens * per_layer // 2,

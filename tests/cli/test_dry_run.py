@@ -114,3 +114,27 @@ def test_build_facts_count_the_stacks_of_the_largest_trees(build: Path, monkeypa
     rest = max(int(p) for t, p in enumerate(f.longest_path()) if t != big)
     assert len(one.tree_nodes) == 1 and one.rest_path == rest
     assert one.stored_rows(64) == max(per_tree[big], rest - 64)
+
+
+def test_both_store_places_and_host_memory(build: Path) -> None:
+    """Issue 37 item 4: GPU peak and host RAM per rank for both store places, the longest path
+    each fits, ``--host-memory`` per node shared by the node's ranks (8 of 8 here)."""
+    args = ["--model", "qwen3-8b", "--world-size", "8", "--parallel", "fsdp", "--gpu-memory",
+            "80GiB", "--host-memory", "1TiB", "--budget", "1024", "--dry-run",
+            "--json"]  # fmt: skip
+    res = CliRunner().invoke(app, ["train", str(build), *args, "--stores", "host"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["stores"] == "host" and d["host_memory_bytes"] == 2**40 // 8
+    g, h = d["store_places"]["gpu"], d["store_places"]["host"]
+    assert d["terms"]["host_stores"] == h["host_bytes"] and g["host_bytes"] == 0
+    # (this build's paths are short: the streamed windows outweigh its stores on the GPU)
+    assert h["gpu_peak_bytes"] == d["predicted_peak_bytes"]
+    assert h["longest_path"] > g["longest_path"] > 0
+    text = CliRunner().invoke(app, ["train", str(build), *args[:-1]])
+    assert "host stores" in text.output and "longest path that fits" in text.output
+    bad = CliRunner().invoke(app, ["train", str(build), *args[:-1], "--host-memory", "lots"])
+    assert bad.exit_code == 1 and "--host-memory" in str(bad.exception)
+    run = CliRunner().invoke(app, ["train", str(build), "--model", "tiny-qwen3", "--host-memory",
+                                   "1TiB"])  # fmt: skip
+    assert run.exit_code == 1 and "--dry-run" in str(run.exception)
