@@ -4,6 +4,7 @@ reaches a tree (item 2), and ``-o`` equal to an input folder is refused (item 4)
 
 from __future__ import annotations
 
+import hashlib
 import signal
 from pathlib import Path
 
@@ -117,3 +118,41 @@ def test_failed_first_build_still_writes_its_rejects_to_out(tmp_path: Path) -> N
         )
     assert len(rejects(tmp_path / "o")) == 2
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+# ---- item 2: an input rewritten after it was hashed never reaches a tree ------------------------
+
+
+@pytest.mark.parametrize("when", ["before-reading", "while-reading"])
+def test_input_rewritten_after_its_hash_is_a_reject_and_rerun_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    import treeprep.build.files as files
+
+    logs = _logs(tmp_path, n=2)
+    target = logs / "f1.jsonl"
+    old_sha = hashlib.sha256(target.read_bytes()).hexdigest()
+    new_rows = [rollout("g1", [1, 2, 1], [99], call_id="new/0")]
+    real = files._render_records
+
+    def render_after_a_rewrite(job, spec, opts, *args):  # type: ignore[no-untyped-def]
+        if job.path.endswith("f1.jsonl") and when == "before-reading":
+            write_jsonl(target, new_rows)
+        out = real(job, spec, opts, *args)
+        if job.path.endswith("f1.jsonl") and when == "while-reading":
+            write_jsonl(target, new_rows)  # a writer appending after the reader's last line
+        return out
+
+    monkeypatch.setattr(files, "_render_records", render_after_a_rewrite)
+    out = tmp_path / "o"
+    build(BuildConfig(inputs=[str(logs)], out=str(out)))
+    calls = sorted(c for t in iter_trees(str(out)) for c in t.seq_call_id)
+    assert calls == ["a0/0", "a0/1", "a0/2"]  # nothing of f1, old or new
+    (rej,) = rejects(out)
+    assert rej["file"] == "f1.jsonl" and rej["reason"].startswith("changed during the build")
+    entry = next(i for i in assert_reconciles(out)["inputs"] if i["path"] == "f1.jsonl")
+    assert entry["sha256"] == old_sha and entry["records_rejected"] == 1
+    monkeypatch.setattr(files, "_render_records", real)
+    build(BuildConfig(inputs=[str(logs)], out=str(out)))  # the rerun reads it as it is now
+    calls = sorted(c for t in iter_trees(str(out)) for c in t.seq_call_id)
+    assert calls == ["a0/0", "a0/1", "a0/2", "new/0"] and rejects(out) == []

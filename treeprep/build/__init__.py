@@ -122,13 +122,13 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         jobs = plan_jobs(cfg, inputs, renderer.cache_key, work_root)
         index.work |= {j.key for j in jobs}
         index.save()
-        stage = clear_stage(cfg.out)  # OUT's earlier build stays whole until publish
         counts = Counts()
         with open_engine(cfg) as engine:
             task = RenderTask(jobs, cfg, renderer, on_progress)
             results = _render_files(task, engine.render, work_root)
             paths = work_paths(jobs, results)
             dups = find_duplicates(_named_paths(jobs, paths)) if cfg.dedup else Duplicates()
+            stage = clear_stage(cfg.out)  # OUT's earlier build stays whole until publish
             trees = TreeTask(
                 paths, stage, cfg.shard_tokens, counts, on_progress, index.add_shard, dups.drop
             )

@@ -52,7 +52,8 @@ def plan_jobs(
     options = _options_digest(cfg, tokenizer_sha)
     jobs: list[FileJob] = []
     for f in inputs.files:
-        sha, size, error, stamp = "", 0, f.error, ()
+        sha, size, error = "", 0, f.error
+        stamp: tuple[int, ...] = ()
         if error is None:
             try:
                 stamp = file_stamp(f.path)  # before the hash: a write after it moves the stamp

@@ -24,6 +24,7 @@ What a build owns in ``OUT`` besides these folders, and the lock on it, are
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -108,6 +109,8 @@ class FileJob:
     name: str = ""
     #: why the file cannot be read: stage 1 turns it into a reject
     error: str | None = None
+    #: the file's :func:`file_stamp` taken before it was hashed (empty: not hashed)
+    stamp: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.name = self.name or self.path
@@ -129,6 +132,23 @@ class FileJob:
             except OSError:
                 return False
         return True
+
+    def changed(self) -> str | None:
+        """Why the bytes stage 1 read may not be those hashed when the build planned the file
+        (its sha256 now differs, or it was written to since: size, times or inode moved), or
+        None. Called after reading, so a file rewritten at any time after its hash is caught."""
+        if not self.sha256:
+            return None
+        try:
+            stamp = file_stamp(self.path)
+            sha = sha256_of(self.path)
+        except OSError as e:
+            return f"cannot be read again: {e.strerror or e}"
+        if sha != self.sha256:
+            return f"sha256 {self.sha256[:16]}... when hashed, {sha[:16]}... after reading"
+        if self.stamp and stamp != tuple(self.stamp):  # a list, after a trip through Arrow
+            return "written to while it was read (its size, times or inode moved)"
+        return None
 
     def sequences_path(self) -> str:
         return os.path.join(self.work_dir, SEQUENCES)
@@ -160,9 +180,19 @@ class FileResult:
     normalized: dict[str, int] = field(default_factory=dict)
 
 
-def finish_file(job: FileJob, result: FileResult, rejects: list[dict]) -> None:
+def file_stamp(path: str) -> tuple[int, ...]:
+    """What changes when a file is written to: (device, inode, size, mtime, ctime), in ns. The
+    ctime moves on every write and cannot be set back, so equal stamps mean no write between."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def finish_file(
+    job: FileJob, result: FileResult, rejects: list[dict], *, done: bool = True
+) -> None:
     """Write the file's rejects, then its ``done.json`` marker (with the size and sha256 of the
-    work files), each atomically and durably."""
+    work files), each atomically and durably. ``done=False``: no marker (and none left from
+    before), so the rerun does the file again (one that changed during the build)."""
     data = b"".join(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n" for r in rejects)
     write_atomic(job.rejects_path(), data)
     result.rejects_bytes = len(data)
@@ -171,6 +201,10 @@ def finish_file(job: FileJob, result: FileResult, rejects: list[dict]) -> None:
         result.sequences_bytes = os.path.getsize(job.sequences_path())
         result.sequences_sha256 = sha256_of(job.sequences_path())
     crash_point("before-done")
+    if not done:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(job.work_dir, DONE))
+        return
     write_atomic(os.path.join(job.work_dir, DONE), json.dumps(asdict(result)).encode())
 
 

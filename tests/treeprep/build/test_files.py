@@ -3,6 +3,7 @@ adapter."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,8 @@ def test_stage1_turns_an_adapter_bug_into_a_counted_reject(
     monkeypatch.setattr(formats_mod, "get_format", lambda name: spec)
     src = tmp_path / "in.jsonl"
     src.write_text("{}\n{}\n")
-    job = FileJob(str(src), True, "k", str(tmp_path / "w"), "0" * 64, 6, name="in.jsonl")
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()  # the bytes read are the bytes hashed
+    job = FileJob(str(src), True, "k", str(tmp_path / "w"), sha, 6, name="in.jsonl")
     worker = FileWorker(FileOptions(format="buggy"), renderer=None)  # type: ignore[arg-type]
     result = worker.process(job)
     assert (result.records_read, result.records_rejected, result.sequences) == (2, 2, 0)
