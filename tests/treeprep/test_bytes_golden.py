@@ -44,6 +44,10 @@ Issue 40 item 3 re-recorded them again (rejects unchanged): the Codex sample's w
 its call, and the text after it is a call of its own whose prompt holds the search and a
 "(results not logged)" tool turn (5 calls -> 6). Compared tree by tree (every row of the shard,
 by group id) with the build before: only the Codex session's tree differs.
+Issue 40 item 5 re-recorded them once more (rejects unchanged): the sample gained
+``mistral_vibe/`` (two Mistral Vibe sessions, the second continuing the first: 4 calls, one new
+tree; its two ``meta.json`` sidecars are listed as skipped files). Compared tree by tree with the
+build before: the only difference is the new tree.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -62,15 +66,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "7028dae41bde0609c4c26bb142e5c8c5f0873411415e05d781b9f11aef74e31c",
+    "manifest.json": "73d62a165e35a595e7264360d44cc878b077e7b2f4dacdcad21991836157e708",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "4d31ae82e7a664ead303d0bea1c20cb7336c8958735870c4c653910f78111a6b"
+        "abfda4dde6027209417070bd2e08a8680a34269f216d0529d50ae177f9f2e61b"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "771434a34fa5399da75b138b650225cbce14e1cc6e65eadb0cfd49b51aa2a5b1"
+        "40948439e52f87b9fcc6779f426e6251d31034234cb7f5b1f83405b38485b287"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "adb62e4638bf591ab18d305c382c4c213dc160bdc77836ba4bb8530ba20c98f2",
+    "shards/shard-00000.arrow": "6c1d88420eaf9ed34d3e3d8cab7bdf0052092e1bd2e70fa835f528309e386a43",
 }
 
 REAL_GOLDEN = {

@@ -27,6 +27,7 @@ _MODULES = (
     "atif",
     "trajectory",
     "aider",
+    "vibe",
 )
 
 _cache: dict[str, FormatSpec] | None = None

@@ -306,8 +306,10 @@ def _mutants(tmp_path: Path, copies: int) -> Iterator[tuple[str, Path, int]]:
     """(format of the original, mutated copy, its records) for every sample file."""
     rng = random.Random(20240607)
     sources = sorted(
-        p for p in SAMPLE.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".traj")
-    )
+        p
+        for p in SAMPLE.rglob("*")
+        if p.is_file() and p.suffix in (".json", ".jsonl", ".traj") and p.name != "meta.json"
+    )  # a Mistral Vibe meta.json is a sidecar of its messages.jsonl, not a log
     assert len(sources) >= 15
     for src in sources:
         spec = detect_format(str(src), src.read_bytes()[:65536])
