@@ -123,7 +123,7 @@ def _metrics(s: dict, out: Path) -> Any:
         t.add_row(f"normalized: {kind}", f"{n:,}")
     t.add_row("tokens_linear (N_flat)", f"{s['tokens_linear']:,}")
     t.add_row("tokens_tree (N_tree)", f"{s['tokens_tree']:,}")
-    t.add_row("POR", f"{s['por']:.3f}")
+    t.add_row("POR (potential overlap: 1 - N_tree / N_flat)", f"{s['por']:.3f}")
     t.add_row("ideal speedup (linear layers)", f"{s['ideal_speedup']:.2f}x")
     a = s["attention"]
     t.add_row("attention pairs linear / tree", f"{a['pairs_linear']:,} / {a['pairs_tree']:,}")
@@ -136,7 +136,7 @@ def _metrics(s: dict, out: Path) -> Any:
     elif "packing" in s:
         p = s["packing"]
         t.add_row(f"tokens after packing (budget {p['budget']:,})", f"{p['tokens_pack']:,}")
-        t.add_row("ERR", f"{p['err']:.3f}")
+        t.add_row("ERR (effective reuse: 1 - tokens fed / N_flat)", f"{p['err']:.3f}")
         t.add_row("padding waste", f"{p['padding_waste']:.3f}")
         t.add_row(f"speedup after packing ({m['name']})", f"{p['model_speedup']:.2f}x")
     if "memory" in s:

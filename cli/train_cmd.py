@@ -265,6 +265,7 @@ def train_cmd(
         return
     if world_size != 1 or gpu_memory is not None or host_memory is not None:
         raise TreeprepError("--world-size, --gpu-memory and --host-memory are --dry-run options")
+    _check_inputs(build, plan, eval_data)
     if out is None:
         out = fresh_run_dir(build, model, resume)
     params = dict(locals())
@@ -281,6 +282,20 @@ def train_cmd(
             _no_signal_warning(res)
     if res.stopped is not None:
         _stopped(res, main)
+
+
+def _check_inputs(build: Path, plan: Path | None, eval_data: Path | None) -> None:
+    """A missing or unfinished build, and a plan made for another build, are refused before
+    torch and the model load (seconds, not the minute a large model takes)."""
+    from treeprep.schemas.manifest import load_manifest, manifest_sha256
+    from treeprep.schemas.plan import load_summary
+
+    load_manifest(str(build))
+    if plan is not None:
+        sha = manifest_sha256(str(build))
+        load_summary(str(plan), manifest_sha256=sha, build=str(build), version=True)
+    if eval_data is not None:
+        load_manifest(str(eval_data))
 
 
 def _no_signal_warning(res: Any) -> None:
@@ -513,7 +528,7 @@ def _plain_lines(err: Any) -> Any:
             err.print(
                 f"step {d['step']}/{d['total_steps']} loss {d['loss']:.4f} lr {d['lr']:.2e} "
                 f"gnorm {d['grad_norm']:.3f} {d['tokens_per_s']:,.0f} tok/s "
-                f"ERR {err_ratio:.3f} elapsed {elapsed:.1f}s" + _val(d),
+                f"reuse {err_ratio:.3f} elapsed {elapsed:.1f}s" + _val(d),
                 soft_wrap=True,
                 highlight=False,
             )

@@ -138,6 +138,9 @@ def saved_options(params: dict[str, Any], run_dir: str) -> dict[str, Any]:
 def write_run_config(params: dict[str, Any], run_dir: str) -> str:
     """Write ``RUN/config.toml`` (atomically); its path."""
     path = os.path.join(run_dir, "config.toml")
-    header = "treeprep train options of this run; repeat it with: treeprep train --config FILE"
+    header = (
+        "treeprep train options of this run; continue it: treeprep train --config FILE --resume "
+        "auto; the same run in a new folder: treeprep train --config FILE -o NEW"
+    )
     write_atomic(path, config_file.dumps_toml(saved_options(params, run_dir), header).encode())
     return path

@@ -167,6 +167,39 @@ class PlanSummary(FileModel):
         return Cut.prefix if value == "recompute" else value
 
 
+def load_summary(
+    plan_dir: str, *, manifest_sha256: str | None = None, build: str = "", version: bool = False
+) -> PlanSummary:
+    """``summary.json`` of a plan folder: a :class:`~treeprep.errors.ShardError` when it is
+    missing or not a plan summary, with ``version`` when it is of another plan version, and when
+    ``manifest_sha256`` is given, when the plan was made for another build (``build``: that
+    build's folder, named in the message). The one reader of plan summaries: ``pack``, ``stats``,
+    the CLI's early check and the trainer call it."""
+    import os
+
+    from treeprep.errors import ShardError
+
+    path = os.path.join(plan_dir, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = PlanSummary.model_validate_json(f.read())
+    except OSError as e:
+        raise ShardError(f"{plan_dir}: no readable summary.json; not a finished plan ({e})") from e
+    except ValueError as e:
+        raise ShardError(f"{path}: not a treeprep plan summary ({e})") from e
+    if version and summary.plan_version != PLAN_VERSION:
+        raise ShardError(
+            f"{path}: plan version {summary.plan_version}, expected {PLAN_VERSION}; re-run pack"
+        )
+    if manifest_sha256 is not None and summary.manifest_sha256 != manifest_sha256:
+        raise ShardError(
+            f"{plan_dir}: plan was made for another build (manifest sha256 "
+            f"{summary.manifest_sha256[:12]}, {build or 'this build'} has "
+            f"{manifest_sha256[:12]}); re-run treeprep pack"
+        )
+    return summary
+
+
 def read_plan(plan_dir: str) -> tuple[pa.Table, PlanSummary]:
     """Read ``plan.arrow`` and ``summary.json`` of a plan folder with pyarrow and pydantic."""
     import os

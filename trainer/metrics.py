@@ -28,6 +28,10 @@ RATIOS: dict[str, tuple[str, str]] = {
     "entropy": ("entropy_sum", "targets"),
     "ref_kl": ("ref_kl_sum", "ref_units"),
 }
+#: the metrics of a policy update, not logged for SFT
+RL_ONLY = frozenset(
+    {"clip_frac", "approx_kl", "ref_kl", "kl_term", "adv_mean", "adv_std", "adv_min", "adv_max"}
+)
 #: every sum reduced over ranks, in a fixed order (ranks may lack some: zeros); ``kl`` and
 #: ``entropy`` are the weighted penalty terms themselves, logged as ``kl_term`` / ``entropy_term``
 _SUMS = sorted({n for pair in RATIOS.values() for n in pair} | {"kl", "entropy"})
@@ -79,9 +83,14 @@ class StepMetricSums:
             allv = [float(v) for v in parts]
         return allv[: len(names) + 3], allv[len(names) + 3 :]
 
-    def finish(self, info: Any) -> dict[str, float]:
+    def finish(self, info: Any, *, rl: bool = True) -> dict[str, float]:
         """Reduce over ranks (``info``: a :class:`~treeprep.trainer.distributed.DistInfo`) and
-        divide; the same on every rank."""
+        divide; the same on every rank. Without ``rl`` (an SFT step) the metrics of a policy
+        update (:data:`RL_ONLY`) are left out: they would describe rollouts nobody optimizes."""
+        out = self._finish(info)
+        return out if rl else {k: v for k, v in out.items() if k not in RL_ONLY}
+
+    def _finish(self, info: Any) -> dict[str, float]:
         names = _SUMS
         vals, lo_hi = self._read(names)
         if getattr(info, "distributed", False):

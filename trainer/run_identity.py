@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -125,10 +126,19 @@ def _defaults() -> dict[str, Any]:
     return _plain(out)
 
 
+_SHA256 = re.compile(r"\b([0-9a-f]{12})[0-9a-f]{52}\b")
+
+
+def _short(value: Any) -> str:
+    """``value`` as the refusal shows it: its repr, sha256 digests cut to 12 digits."""
+    return _SHA256.sub(r"\1", repr(value))
+
+
 def _refuse(path: str, what: str, old: Any, new: Any, why: str) -> CheckpointError:
     return CheckpointError(
-        f"{path}: cannot resume: {what} was {old!r} in the checkpoint, is {new!r} in this run "
-        f"({why}); resume with the checkpoint's value, or start a new run with another --out"
+        f"{path}: cannot resume: {what} was {_short(old)} in the checkpoint, is {_short(new)} in "
+        f"this run ({why}); resume with the checkpoint's value, or start a new run with another "
+        "--out"
     )
 
 

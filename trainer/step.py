@@ -203,7 +203,7 @@ def micro_batches(
                     out.targets += b.num_targets
                     mets_sums.add(mets)
                     mets_sums.add_batch(b)
-    out.extra = mets_sums.finish(info)
+    out.extra = mets_sums.finish(info, rl=cfg.loss != "sft")
     return out
 
 

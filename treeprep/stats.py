@@ -49,9 +49,8 @@ from treeprep.pack import (
     manifest_sha256,
     plan_forest,
 )
-from treeprep.pack import read_plan_summary as _read_plan_summary
 from treeprep.schemas.manifest import load_manifest
-from treeprep.schemas.plan import PlanSummary
+from treeprep.schemas.plan import PlanSummary, load_summary
 
 #: quantiles reported for every distribution
 QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -381,14 +380,7 @@ def compute_stats(
 
 def read_plan_summary(out_dir: str, plan_dir: str) -> PlanSummary:
     """A plan's summary, checked against the build it claims to be for."""
-    s = _read_plan_summary(plan_dir)
-    sha = manifest_sha256(out_dir)
-    if s.manifest_sha256 != sha:
-        raise ShardError(
-            f"{plan_dir}: plan was made for another build (manifest sha256 "
-            f"{s.manifest_sha256[:12]}, this build {sha[:12]}); re-run treeprep pack"
-        )
-    return s
+    return load_summary(plan_dir, manifest_sha256=manifest_sha256(out_dir), build=out_dir)
 
 
 # --------------------------------------------------------------------------------------------

@@ -35,6 +35,8 @@ def _capture(monkeypatch: pytest.MonkeyPatch, real: bool = False) -> list[Any]:
         raise _Stop
 
     monkeypatch.setattr(train_cmd, "_train_with_progress", capture)
+    if not real:  # folders made empty stand in for builds
+        monkeypatch.setattr(train_cmd, "_check_inputs", lambda *a: None)
     return seen
 
 
@@ -58,6 +60,12 @@ def test_the_saved_config_repeats_the_run(
     r = CliRunner().invoke(app, ["train", "--config", str(saved)])
     assert isinstance(r.exception, _Stop), r.output
     assert seen2[0] == seen[0]  # the same TrainConfig, field by field
+    # what its comment says works: a new folder with -o (the run's own folder holds the run)
+    assert "--config FILE -o NEW" in saved.read_text().splitlines()[0]
+    r = CliRunner().invoke(app, ["train", "--config", str(saved), "-o", str(tmp_path / "new")])
+    assert isinstance(r.exception, _Stop), r.output
+    assert seen2[1].run_dir == str(tmp_path / "new")
+    assert {**vars(seen2[1]), "run_dir": ""} == {**vars(seen[0]), "run_dir": ""}
 
 
 def _write(path: Path, values: dict[str, Any]) -> Path:

@@ -27,6 +27,7 @@ def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):  # noq
         raise _Stop
 
     monkeypatch.setattr(train_cmd, "_train_with_progress", capture)
+    monkeypatch.setattr(train_cmd, "_check_inputs", lambda *a: None)  # an empty folder as BUILD
     data = tmp_path / "build"
     data.mkdir()
     res = CliRunner().invoke(app, ["train", str(data), "--model", "tiny-qwen3", *args])

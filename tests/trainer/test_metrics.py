@@ -53,3 +53,13 @@ def test_advantage_moments_count_every_trained_call() -> None:
     assert out["adv_mean"] == pytest.approx(expanded.mean(), rel=1e-12)
     assert out["adv_std"] == pytest.approx(expanded.std(), rel=1e-12)
     assert (out["adv_min"], out["adv_max"]) == (-2.0, 1.0)
+
+
+def test_sft_steps_log_no_policy_update_metrics() -> None:
+    """Issue 39 item 5: SFT runs logged approx_kl and adv_* of rollouts nobody optimizes."""
+    s = StepMetricSums()
+    s.add({"clip_count": 1.0, "units": 2.0, "entropy_sum": 3.0, "targets": 10.0})
+    s.add({"approx_kl_sum": 0.5, "token_units": 10.0})
+    s.add_batch(_batch([1.0], [3], [1]))
+    assert {"clip_frac", "approx_kl", "adv_mean"} <= set(s.finish(ONE_PROCESS))
+    assert s.finish(ONE_PROCESS, rl=False) == {"entropy": pytest.approx(3 / 10)}

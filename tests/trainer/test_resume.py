@@ -112,7 +112,10 @@ def test_a_rebuilt_build_is_refused(data: Path, tmp_path: Path) -> None:  # noqa
     shutil.rmtree(out)
     write_rollouts(src / "rollouts.jsonl", seed=5)
     build(BuildConfig(inputs=[str(src / "rollouts.jsonl")], out=str(out)))
-    with pytest.raises(CheckpointError, match=r"build was '[0-9a-f]{64}' in the checkpoint, is "):
+    with pytest.raises(
+        CheckpointError,
+        match=r"build was '[0-9a-f]{12}' in the checkpoint, is '[0-9a-f]{12}' in this run",
+    ):
         train(cfg(out, run, steps=2, resume="auto"))
 
 

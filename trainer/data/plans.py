@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from treeprep.errors import ShardError, TreeprepError
 from treeprep.modes import Cut
-from treeprep.schemas.plan import PLAN_VERSION, PlanSummary
+from treeprep.schemas.plan import PlanSummary, load_summary
 from treeprep.trainer.config import TrainConfig
 from treeprep.trainer.data.reader import BuildReader
 
@@ -109,24 +109,8 @@ def load_plan(reader: BuildReader, plan_dir: str) -> EpochPlan:
     """A plan folder written by ``treeprep pack`` for this build."""
     import pyarrow.ipc as ipc
 
-    spath = os.path.join(plan_dir, "summary.json")
-    try:
-        with open(spath, encoding="utf-8") as f:
-            summary = PlanSummary.model_validate_json(f.read())
-    except OSError as e:
-        raise ShardError(f"{plan_dir}: no readable summary.json; not a finished plan ({e})") from e
-    except ValueError as e:
-        raise ShardError(f"{spath}: not a treeprep plan summary ({e})") from e
-    if summary.plan_version != PLAN_VERSION:
-        raise ShardError(
-            f"{spath}: plan version {summary.plan_version}, expected {PLAN_VERSION}; re-run pack"
-        )
-    if summary.manifest_sha256 != reader.manifest_sha256:
-        raise ShardError(
-            f"{plan_dir}: plan was made for another build (manifest sha256 "
-            f"{summary.manifest_sha256[:12]}, {reader.out_dir} has "
-            f"{reader.manifest_sha256[:12]}); re-run treeprep pack"
-        )
+    summary = load_summary(plan_dir, manifest_sha256=reader.manifest_sha256,
+                           build=reader.out_dir, version=True)  # fmt: skip
     try:
         with pa.memory_map(os.path.join(plan_dir, "plan.arrow"), "r") as src:
             table = ipc.open_file(src).read_all()

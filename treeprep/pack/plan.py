@@ -34,7 +34,7 @@ import pyarrow.ipc as ipc
 
 from treeprep.atomic import make_dirs, writing
 from treeprep.binpack import longest_processing_time, place
-from treeprep.errors import PackError, ShardError
+from treeprep.errors import PackError
 from treeprep.flops import DEFAULT_MODEL, ModelShape, load_model
 from treeprep.modes import Cut, coerce_modes
 from treeprep.pack.cut import TreeCut, cut_tree
@@ -42,7 +42,7 @@ from treeprep.pack.forest import Forest, load_forest
 from treeprep.pack.openings import prefix_order, shared_tokens
 from treeprep.schemas.manifest import manifest_sha256
 from treeprep.schemas.parts import handoff_cuts, part_parents
-from treeprep.schemas.plan import PLAN_SCHEMA, CostModel, PlanSummary, StepInfo
+from treeprep.schemas.plan import PLAN_SCHEMA, CostModel, PlanSummary, StepInfo, load_summary
 from treeprep.treeindex import members, path_sums, path_to_root, segment_sums
 
 _I32 = pa.int32()
@@ -527,11 +527,5 @@ def pack(out_dir: str, cfg: PackConfig) -> tuple[str, Plan]:
 
 
 def read_plan_summary(plan_dir: str) -> PlanSummary:
-    path = os.path.join(plan_dir, "summary.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return PlanSummary.model_validate_json(f.read())
-    except OSError as e:
-        raise ShardError(f"{plan_dir}: no readable summary.json; not a finished plan ({e})") from e
-    except ValueError as e:
-        raise ShardError(f"{path}: not a treeprep plan summary ({e})") from e
+    """A plan folder's summary (:func:`~treeprep.schemas.plan.load_summary`)."""
+    return load_summary(plan_dir)
