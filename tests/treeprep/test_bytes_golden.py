@@ -47,7 +47,9 @@ by group id) with the build before: only the Codex session's tree differs.
 Issue 40 item 5 re-recorded them once more (rejects unchanged): the sample gained
 ``mistral_vibe/`` (two Mistral Vibe sessions, the second continuing the first: 4 calls, one new
 tree; its two ``meta.json`` sidecars are listed as skipped files). Compared tree by tree with the
-build before: the only difference is the new tree.
+build before: the only difference is the new tree. Then ``pi/`` (one Pi session with a fork, a
+branch summary and a compaction: 6 calls, one new tree), compared the same way: only the new
+tree.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -66,15 +68,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "73d62a165e35a595e7264360d44cc878b077e7b2f4dacdcad21991836157e708",
+    "manifest.json": "ada9866a010e0214b792052fe62770d681f0b4385df6f2592bc1f91631512a8d",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "abfda4dde6027209417070bd2e08a8680a34269f216d0529d50ae177f9f2e61b"
+        "7e37d540a32e1ab586798aba4e7b40999662b880a94fb232c65ce3a178eeb25a"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "40948439e52f87b9fcc6779f426e6251d31034234cb7f5b1f83405b38485b287"
+        "618e6df32c5e207d752ce779a694197ce7d084fb80fe338308ae0f6abcc193d9"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "6c1d88420eaf9ed34d3e3d8cab7bdf0052092e1bd2e70fa835f528309e386a43",
+    "shards/shard-00000.arrow": "60ced83a163badc29c4025f78f54ea45820c65dec1630ddc3ef237f15575947c",
 }
 
 REAL_GOLDEN = {

@@ -28,6 +28,7 @@ _MODULES = (
     "trajectory",
     "aider",
     "vibe",
+    "pi",
 )
 
 _cache: dict[str, FormatSpec] | None = None

@@ -1,0 +1,265 @@
+"""``pi``: Pi coding-agent sessions (``~/.pi/agent/sessions/--<cwd>--/<time>_<id>.jsonl``).
+
+Learnt from badlogic/pi-mono (``packages/coding-agent/src/core/session-manager.ts`` and
+``messages.ts``). The first line is the header ``{type: "session", version, id, timestamp,
+cwd}``; every other line is an entry ``{type, id, parentId, timestamp, ...}``, and the entries
+form a tree: going back to an earlier message and going on from there adds a child to it, so a
+file holds every fork of the conversation. Entry types that reach the model
+(``buildSessionContext``): ``message`` (an ``AgentMessage``), ``custom_message`` (a user
+message), ``branch_summary`` and ``compaction`` (``summary``, ``firstKeptEntryId``); the others
+(``model_change``, ``thinking_level_change``, ``label``, ``custom``, ``session_info``) do not.
+
+Calls. Every assistant message is one call; its prompt is the context Pi builds for the path from
+the root to the entry before it: with a compaction on the path, the summary, then the entries
+from ``firstKeptEntryId`` up to the compaction, then the entries after it; else every entry of
+the path. Messages become chat as ``convertToLlm`` makes them: ``user`` and ``toolResult``
+(a ``tool`` message named by ``toolCallId``) as they are, ``bashExecution`` as Pi's ``Ran `cmd```
+text (left out when ``excludeFromContext``), ``custom`` messages, branch and compaction summaries
+as user messages with Pi's prefixes. An assistant's ``text`` blocks are its content,
+``thinking`` blocks its reasoning, ``toolCall`` blocks (``id``, ``name``, ``arguments``) its tool
+calls; its ``model`` is the call's model.
+
+The tree is the trie's: the forks of a session branch where they leave each other. A call whose
+path does not continue the previous call's is hinted ``retry`` (the user went back and went on
+differently), the first call after a compaction ``compaction``. Pi does not store its system
+prompt or tool schemas: ``--system-prompt`` and ``--tools`` give them. One file is one group (the
+session id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from treeprep.errors import RecordError
+from treeprep.formats._fields import as_dict, chat_tool_call, dicts, expect, make_call
+from treeprep.formats._read import head_json_objects, records
+from treeprep.formats._sniff import first_record
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+NAME = "pi"
+COMPACTION_PREFIX = (
+    "The conversation history before this point was compacted into the following summary:"
+    "\n\n<summary>\n"
+)
+COMPACTION_SUFFIX = "\n</summary>"
+BRANCH_PREFIX = (
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
+)
+BRANCH_SUFFIX = "</summary>"
+
+
+def sniff(path: str, head: bytes) -> bool:
+    recs = head_json_objects(head)
+    rec = recs[0] if recs else first_record(path, head)
+    return (
+        isinstance(rec, dict)
+        and rec.get("type") == "session"
+        and isinstance(rec.get("id"), str)
+        and "cwd" in rec
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# entries -> chat messages (convertToLlm)
+# --------------------------------------------------------------------------------------------
+
+
+def _parts(content: Any, where: str) -> list[dict[str, Any]]:
+    """Content as chat parts (a string is one text part; images stay image parts)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [
+        {"type": "text", "text": expect(p.get("text"), f"{where}[{i}].text", str)}
+        if p.get("type") == "text"
+        else p
+        for i, p in enumerate(dicts(content, where))
+    ]
+
+
+def _assistant(m: dict[str, Any], where: str) -> dict[str, Any]:
+    text, thinking, calls = [], [], []
+    for i, b in enumerate(dicts(m.get("content"), f"{where}.content")):
+        w = f"{where}.content[{i}]"
+        kind = b.get("type")
+        if kind == "text":
+            text.append(expect(b.get("text"), f"{w}.text", str))
+        elif kind == "thinking":
+            thinking.append(expect(b.get("thinking"), f"{w}.thinking", str))
+        elif kind == "toolCall":
+            args = expect(b.get("arguments", {}), f"{w}.arguments", dict, str, what="an object")
+            name = expect(b.get("name"), f"{w}.name", str)
+            calls.append(chat_tool_call(expect(b.get("id"), f"{w}.id", str), name, args))
+        else:
+            raise RecordError(f"{w}.type: expected text, thinking or toolCall, got {kind!r}")
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if thinking:
+        out["reasoning_content"] = "\n".join(thinking)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _bash_text(m: dict[str, Any]) -> str:
+    """Pi's ``bashExecutionToText``."""
+    text = f"Ran `{m.get('command', '')}`\n"
+    text += f"```\n{m['output']}\n```" if m.get("output") else "(no output)"
+    code = m.get("exitCode")
+    if m.get("cancelled"):
+        text += "\n\n(command cancelled)"
+    elif isinstance(code, int) and code != 0:
+        text += f"\n\nCommand exited with code {code}"
+    if m.get("truncated") and m.get("fullOutputPath"):
+        text += f"\n\n[Output truncated. Full output: {m['fullOutputPath']}]"
+    return text
+
+
+def _message(m: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """One AgentMessage as a chat message (None: not sent to the model)."""
+    role = m.get("role")
+    if role == "assistant":
+        return _assistant(m, where)
+    if role == "toolResult":
+        tid = expect(m.get("toolCallId"), f"{where}.toolCallId", str)
+        out = {"role": "tool", "tool_call_id": tid, "content": _parts(m.get("content"), where)}
+        return {**out, "name": m["toolName"]} if isinstance(m.get("toolName"), str) else out
+    if role in ("user", "custom"):
+        return {"role": "user", "content": _parts(m.get("content"), f"{where}.content")}
+    if role == "bashExecution":
+        return None if m.get("excludeFromContext") else {"role": "user", "content": _bash_text(m)}
+    if role == "branchSummary":
+        return {"role": "user", "content": BRANCH_PREFIX + str(m.get("summary")) + BRANCH_SUFFIX}
+    if role == "compactionSummary":
+        return {"role": "user", "content": COMPACTION_PREFIX + str(m.get("summary"))
+                + COMPACTION_SUFFIX}  # fmt: skip
+    raise RecordError(f"{where}.role: unknown message role {role!r}")
+
+
+def _entry_message(e: dict[str, Any], where: str) -> dict[str, Any] | None:
+    kind = e.get("type")
+    if kind == "message":
+        return _message(as_dict(e.get("message"), f"{where}.message"), f"{where}.message")
+    if kind == "custom_message":
+        return {"role": "user", "content": _parts(e.get("content"), f"{where}.content")}
+    if kind == "branch_summary" and e.get("summary"):
+        return {"role": "user", "content": BRANCH_PREFIX + str(e["summary"]) + BRANCH_SUFFIX}
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# the tree -> calls
+# --------------------------------------------------------------------------------------------
+
+
+class _Session:
+    def __init__(self, path: str, opts: ReadOptions) -> None:
+        self.path, self.opts = path, opts
+        self.sid = path
+        self.entries: dict[str, tuple[int, dict[str, Any]]] = {}  # id -> (line, entry)
+        self.last_path: list[str] = []  # the previous call's path
+
+    def path_to(self, eid: str | None) -> list[str]:
+        """Entry ids from the root to ``eid``; RecordError on a dangling or cyclic parent."""
+        out: list[str] = []
+        seen: set[str] = set()
+        while eid is not None:
+            if eid in seen or eid not in self.entries:
+                raise RecordError(f"parentId {eid!r} names no earlier entry of the session")
+            seen.add(eid)
+            out.append(eid)
+            parent = self.entries[eid][1].get("parentId")
+            eid = parent if isinstance(parent, str) else None
+        return out[::-1]
+
+    def context(self, ids: list[str]) -> tuple[list[dict[str, Any]], bool]:
+        """The chat messages Pi sends for a path (and whether a compaction is on it)."""
+        comp = max((i for i, e in enumerate(ids) if self._type(e) == "compaction"), default=-1)
+        if comp < 0:
+            kept = ids
+        else:
+            entry = self.entries[ids[comp]][1]
+            first = entry.get("firstKeptEntryId")
+            start = ids.index(first) if first in ids[:comp] else comp
+            kept = ids[start:comp] + ids[comp + 1 :]
+        msgs = []
+        if comp >= 0:
+            summary = str(self.entries[ids[comp]][1].get("summary"))
+            msgs.append(
+                {"role": "user", "content": COMPACTION_PREFIX + summary + COMPACTION_SUFFIX}
+            )
+        for eid in kept:
+            line, e = self.entries[eid]
+            m = _entry_message(e, f"line {line}")
+            if m is not None:
+                msgs.append(m)
+        return msgs, comp >= 0
+
+    def _type(self, eid: str) -> Any:
+        return self.entries[eid][1].get("type")
+
+    def call(self, line: int, e: dict[str, Any]) -> Item:
+        eid = e["id"]
+        ids = self.path_to(e.get("parentId") if isinstance(e.get("parentId"), str) else None)
+        prompt, compacted = self.context(ids)
+        if self.opts.system_prompt:
+            prompt.insert(0, {"role": "system", "content": self.opts.system_prompt})
+        message = as_dict(e.get("message"), "message")
+        hint = None
+        new_compaction = compacted and self._last_compaction(ids) not in self.last_path
+        if new_compaction:
+            hint = "compaction"  # the context was replaced by its summary
+        elif self.last_path and ids[: len(self.last_path)] != self.last_path:
+            hint = "retry"  # the user went back and went on differently
+        self.last_path = [*ids, eid]
+        prev = next((i for i in reversed(ids) if self._is_call(i)), None)
+        stamp = e.get("timestamp")
+        return make_call(
+            {"group_id": self.sid, "call_id": f"{self.sid}/{eid}",
+             "parent_call_id": f"{self.sid}/{prev}" if prev else None,
+             "model": message.get("model") if isinstance(message.get("model"), str) else None,
+             "messages": prompt, "completion": _assistant(message, "message"),
+             "tools": self.opts.tools, "branch_reason": hint,
+             "timestamp": stamp if isinstance(stamp, str) else None,
+             "provenance": {"exact_messages": False, "reconstructed": True},
+             "source_file": self.path, "source_line": line, "source_format": NAME},
+            file=self.path, line=line, fmt=NAME,
+        )  # fmt: skip
+
+    def _last_compaction(self, ids: list[str]) -> str | None:
+        return next((i for i in reversed(ids) if self._type(i) == "compaction"), None)
+
+    def _is_call(self, eid: str) -> bool:
+        e = self.entries[eid][1]
+        m = e.get("message")
+        return e.get("type") == "message" and isinstance(m, dict) and m.get("role") == "assistant"
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    s = _Session(path, opts)
+    for line, rec in records(path, NAME, objects=True):
+        if isinstance(rec, Reject):
+            yield rec
+            continue
+        if rec.get("type") == "session":
+            if isinstance(rec.get("id"), str):
+                s.sid = rec["id"]
+            continue
+        eid = rec.get("id")
+        if not isinstance(eid, str) or not eid:
+            yield Reject(file=path, line=line, format=NAME, reason="id: expected a string")
+            continue
+        s.entries[eid] = (line, rec)
+        message = rec.get("message")
+        if rec.get("type") != "message" or not isinstance(message, dict):
+            continue
+        if message.get("role") != "assistant":
+            continue
+        try:
+            yield s.call(line, rec)
+        except RecordError as e:
+            yield Reject(file=path, line=line, format=NAME, reason=str(e), call_id=f"{s.sid}/{eid}")
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=24)
+__all__ = ["FORMAT", "NAME"]
