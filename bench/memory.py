@@ -28,6 +28,15 @@ token, both on the tree's longest path with every token trained (:func:`child`):
 
 Both are 0 for ``whole`` and ``linear`` (nothing is handed over).
 
+Store places (``--stores gpu,host``, issue 37): each hand-off configuration runs with its stores
+on the device and in a host pool (:mod:`treeprep.trainer.parts.host`, streamed a window at a
+time). Every result carries ``device_peak_bytes`` (CUDA: ``max_memory_allocated``; CPU: the
+live-tensor count with the pool left out, which is what a device would hold) and
+``host_store_bytes`` (the pool's peak; 0 with gpu stores). ``--rounds N`` runs every
+configuration N times, the configurations interleaved round by round, and the summary gives each
+one's median seconds, the host / gpu time ratio, the device peak's growth from the shortest to the
+longest path, and its ratio to the linear trainer's peak on the longest path.
+
 Workloads:
 
 * ``agent``: a generated agent session (one main thread of calls, each call's prompt the previous
@@ -42,6 +51,8 @@ Workloads:
     python bench/memory.py --workload agent --path 16384 --budgets 2048 \
         --modes recompute,linear --no-whole --json --dtype bfloat16
     python bench/memory.py --workload claude-code --device cuda --model qwen3-0.6b --json
+    python bench/memory.py --path 8192,16384 --budgets 2048 --modes recompute,linear \
+        --no-whole --checkpointing --no-probe --stores gpu,host --rounds 2
 """
 
 from __future__ import annotations
@@ -181,6 +192,7 @@ def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
     m = shape_of(spec["model"], vocab)
     mode = spec["mode"] if spec["mode"] in ("recompute", "keep") else "recompute"
     s = MemorySetup(
+        stores=spec.get("stores") or "gpu",
         precision=spec["dtype"],
         autocast=False,
         parallel="ddp",
@@ -226,6 +238,7 @@ def measure(spec: dict, row: dict) -> dict:
     from treeprep.trainer.loss import LossConfig, tree_loss
     from treeprep.trainer.memtrack import LiveBytes
     from treeprep.trainer.parts import run_parts
+    from treeprep.trainer.parts.host import HostPool
     from treeprep.trainer.parts.plan import part_layout
 
     torch.manual_seed(0)
@@ -233,6 +246,9 @@ def measure(spec: dict, row: dict) -> dict:
     dtype = getattr(torch, spec["dtype"])
     vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
     tracker = LiveBytes() if dev == "cpu" else None
+    pool = HostPool(dev)
+    if tracker is not None:
+        tracker.exclude(pool.owns)  # host RAM, not what a device would hold
     with tracker or contextlib.nullcontext():
         attn = spec["attn"]
         key = (spec["model"], spec["dtype"], dev, attn, vocab)
@@ -273,6 +289,8 @@ def measure(spec: dict, row: dict) -> dict:
                     budget=spec["budget"],
                     mode=spec["mode"],
                     attn=attn,
+                    stores=spec.get("stores") or "gpu",
+                    pool=pool,
                 )
             parts, prefix = res.parts, res.prefix_rows
             layout = part_layout(batch, spec["budget"])
@@ -292,6 +310,8 @@ def measure(spec: dict, row: dict) -> dict:
         "parts": parts or 1,
         "prefix_rows": prefix,
         "peak_bytes": int(peak_b),
+        "device_peak_bytes": int(peak_b),
+        "host_store_bytes": pool.peak,
         "handoff_state_bytes": held[0] if spec["budget"] is not None else 0,
         "stored_rows": stored_rows_peak(
             np.asarray(row["node_length"]), np.asarray(row["node_parent"]), spec["budget"]
@@ -443,6 +463,8 @@ def main() -> None:
         action="store_true",
         help="CUDA: one untimed small run first, so that compiling FlexAttention is not timed",
     )
+    ap.add_argument("--stores", default="gpu", help="hand-off stores: gpu and/or host")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each configuration")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -452,6 +474,9 @@ def main() -> None:
     modes = a.modes.split(",")
     if bad := set(modes) - {"recompute", "keep", "linear"}:
         ap.error(f"unknown modes {sorted(bad)}")
+    stores = a.stores.split(",")
+    if bad := set(stores) - {"gpu", "host"}:
+        ap.error(f"unknown stores {sorted(bad)}")
     dtype = a.dtype or ("bfloat16" if a.device.startswith("cuda") else "float32")
     attn = a.attn or ("nodes" if a.device == "cpu" else "auto")
     WORK.mkdir(parents=True, exist_ok=True)
@@ -468,14 +493,15 @@ def main() -> None:
         if "linear" in modes:
             specs.append({**base, "budget": None, "mode": "linear"})
         specs += [
-            {**base, "budget": int(b), "mode": m}
+            {**base, "budget": int(b), "mode": m, "stores": st}
             for b in a.budgets.split(",")
             for m in modes
             if m != "linear"
+            for st in stores
         ]
         ref = None
-        for spec in specs:
-            r = run_config(spec)
+        for rnd, spec in ((r, sp) for r in range(a.rounds) for sp in specs):
+            r = {**run_config(spec), "round": rnd}
             if r["mode"] in ("whole", "linear") and "error" not in r and ref is None:
                 ref = r
             if "error" not in r and ref is not None:
@@ -485,8 +511,53 @@ def main() -> None:
             print(_line(r), file=sys.stderr if a.json else sys.stdout, flush=True)
             if a.json:  # each result as it comes, so that a run stopped at its limit keeps them
                 print("RESULT " + json.dumps(r), file=sys.stderr, flush=True)
+    for line in _summary(results):
+        print(line, file=sys.stderr if a.json else sys.stdout, flush=True)
     if a.json:
         print(json.dumps(results, indent=2))
+
+
+def _summary(results: list[dict]) -> list[str]:
+    """Per model, dtype, budget and mode: median seconds per store place and their ratio, the
+    device peak's growth from the shortest path to the longest, and its ratio to the linear
+    trainer's peak on the longest path (module docstring)."""
+    ok = [r for r in results if "error" not in r]
+    groups: dict[tuple, dict[tuple, list[dict]]] = {}
+    for r in ok:
+        key = (r["model"], r["dtype"], r["budget"], r["mode"])
+        groups.setdefault(key, {}).setdefault((r.get("stores", "-"), r["path"]), []).append(r)
+    lines = []
+    for (model, dtype, budget, mode), runs in groups.items():
+        if budget is None:
+            continue
+        paths = sorted({p for _, p in runs})
+        for st in sorted({s for s, _ in runs}):
+            lo, hi = runs.get((st, paths[0])), runs.get((st, paths[-1]))
+            if not lo or not hi:
+                continue
+            sec = float(np.median([r["seconds"] for r in hi]))
+            peak_lo, peak_hi = lo[0]["device_peak_bytes"], hi[0]["device_peak_bytes"]
+            lin = runs_linear(ok, model, dtype, paths[-1])
+            vs = f", {peak_hi / lin:.2f}x linear" if lin else ""
+            lines.append(
+                f"{model} {dtype} budget {budget} {mode} {st} stores: device peak "
+                f"{peak_lo / 2**20:.1f} -> {peak_hi / 2**20:.1f} MiB "
+                f"({peak_hi / peak_lo - 1:+.1%} from path {paths[0]} to {paths[-1]}{vs}), host "
+                f"{hi[0]['host_store_bytes'] / 2**20:.1f} MiB, {sec:.2f} s (median of {len(hi)})"
+            )
+        gpu, host = runs.get(("gpu", paths[-1])), runs.get(("host", paths[-1]))
+        if gpu and host:
+            ratio = np.median([r["seconds"] for r in host]) / np.median([r["seconds"] for r in gpu])
+            lines.append(f"  host / gpu seconds at path {paths[-1]}: {ratio:.3f}x")
+    return lines
+
+
+def runs_linear(results: list[dict], model: str, dtype: str, path: int) -> int | None:
+    """The linear trainer's peak on ``path`` (None without that run)."""
+    for r in results:
+        if (r["mode"], r["model"], r["dtype"], r["path"]) == ("linear", model, dtype, path):
+            return int(r["device_peak_bytes"])
+    return None
 
 
 def _warm_up(
@@ -509,12 +580,17 @@ def _line(r: dict) -> str:
     if "error" in r:
         return f"{r['workload']} path {r['path']} {r['mode']} budget {r['budget']}: {r['error']}"
     b = "-" if r["budget"] is None else f"{r['budget']}"
+    st = (
+        f" {r['stores']} stores (host {r['host_store_bytes'] / 2**20:.1f} MiB)"
+        if r.get("stores")
+        else ""
+    )
     ho = r["handoff_bytes_per_path_token"]
     sl = r["peak_bytes_per_path_token"]
     ho_s = f"{ho:,.0f}" + ("" if sl is None else f" (peak {sl:,.0f})")
     return (
         f"{r['workload']:<11} {r['dtype']:<8} tree {r['tokens_tree']:>7} path "
-        f"{r['longest_path']:>7} budget {b:>6} {r['mode']:<9} parts {r['parts']:>4} "
+        f"{r['longest_path']:>7} budget {b:>6} {r['mode']:<9}{st} parts {r['parts']:>4} "
         f"peak {r['peak_bytes'] / 2**20:>9.1f} MiB (model {r['predicted_over_measured']:.2f}x) "
         f"hand-off {ho_s} B/path token (K/V {r['kv_bytes_per_path_token']}) "
         f"{r['seconds']:>8.2f} s"
