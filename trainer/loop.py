@@ -25,7 +25,8 @@
    per unit, when the rollouts carry them) and ``adv_mean`` / ``adv_std`` / ``adv_min`` /
    ``adv_max`` over the step's trained sequences (duplicates counted). RL steps whose advantages are
    all zero teach nothing; they are counted (``TrainResult.no_signal_steps``) and flagged to the
-   callback. At the end ``RUN/train.png`` plots the loss, lr and throughput (:mod:`.plot`).
+   callback. At the end ``RUN/train.png`` plots the loss, lr and throughput (:mod:`.plot`; not
+   on a stop signal, whose grace time runs: the resumed run draws the whole run).
    With ``val_fraction`` or ``eval_data`` (:mod:`treeprep.trainer.evaluate`), held-out whole trees
    never reach a step, and ``val_loss`` (the same loss over every validation tree, no gradient)
    joins the step's metrics every ``eval_every`` steps and at the end.
@@ -67,7 +68,7 @@ from treeprep.atomic import make_dirs, writing
 from treeprep.errors import TrainingError
 from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
-from treeprep.trainer import preemption, trackers
+from treeprep.trainer import preemption, run_lock, trackers
 from treeprep.trainer.config import (
     Callback,
     StepMetrics,
@@ -116,6 +117,7 @@ def train(cfg: TrainConfig, *, callback: Callback | None = None) -> TrainResult:
     try:
         return _train(cfg, info, callback)
     finally:
+        run_lock.release_run_folder(cfg.run_dir)  # taken by _claim_run_folder
         dist_mod.shutdown(info)
 
 
@@ -128,8 +130,18 @@ def _resume_path(cfg: TrainConfig) -> str | None:
 
 
 def _claim_run_folder(cfg: TrainConfig, info: dist_mod.DistInfo, resume: str | None) -> None:
-    """A fresh run never lands on an earlier one: refused unless resumed or ``overwrite``, or
-    ``resume="auto"`` found no checkpoint (the earlier run saved nothing to continue)."""
+    """One run at a time in a folder (:mod:`.run_lock`: rank 0 locks it, every rank hears the
+    verdict), and a fresh run never lands on an earlier one: refused unless resumed or
+    ``overwrite``, or ``resume="auto"`` found no checkpoint (the earlier run saved nothing)."""
+    refusal = None
+    if info.is_main:
+        try:
+            run_lock.lock_run_folder(cfg.run_dir)
+        except TrainingError as e:
+            refusal = str(e)
+    refusal = dist_mod.broadcast_object(refusal, info)
+    if refusal is not None:
+        raise TrainingError(refusal)
     if resume:
         return
     found = ckpt_mod.earlier_run(cfg.run_dir)
@@ -222,7 +234,8 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         no_signal_steps=sum(no_learning_signal(cfg.loss, m.extra) for m in history),
         unrewarded_trees=len(skipped),
         unrewarded_sequences=rewards.unrewarded_sequences if rewards is not None else 0,
-        plot=plot_run(cfg.run_dir) if info.is_main else None, final=final,
+        plot=plot_run(cfg.run_dir) if info.is_main and stopped is None else None,
+        final=final,
     )  # fmt: skip
 
 
