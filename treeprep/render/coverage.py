@@ -99,12 +99,36 @@ EMPTY_REPLY = (
 #: opened with an inline ``<think>`` block that became its reasoning
 NORMALIZED_WHITESPACE = "whitespace"
 NORMALIZED_INLINE_THINK = "inline-think"
+#: counted beside them, though nothing is changed: the call's tool list is partial (its completion
+#: calls a tool the schemas do not declare, like Codex's built-ins next to its dynamic tools), so
+#: the prompt lacks a schema the model saw; ``--tools`` gives the whole list
+PARTIAL_TOOLS = "partial-tools"
 
 
-def normalized_kinds(inline_think: bool, whitespace: bool) -> tuple[str, ...]:
+def normalized_kinds(
+    inline_think: bool, whitespace: bool, partial_tools: bool = False
+) -> tuple[str, ...]:
     """The kinds a rendered call was normalized by, as the build counts them."""
-    kinds = ((NORMALIZED_INLINE_THINK, inline_think), (NORMALIZED_WHITESPACE, whitespace))
+    kinds = (
+        (NORMALIZED_INLINE_THINK, inline_think),
+        (NORMALIZED_WHITESPACE, whitespace),
+        (PARTIAL_TOOLS, partial_tools),
+    )
     return tuple(kind for kind, done in kinds if done)
+
+
+def undeclared_tools(completion: dict[str, Any], tools: list[dict[str, Any]] | None) -> bool:
+    """Whether ``tools`` (a non-empty schema list) lacks a tool the completion calls.
+
+    >>> tool = {"type": "function", "function": {"name": "ls"}}
+    >>> call = {"tool_calls": [{"function": {"name": "exec_command"}}]}
+    >>> undeclared_tools(call, [tool]), undeclared_tools(call, None)
+    (True, False)
+    """
+    if not tools:
+        return False
+    declared = {str((t.get("function") or t).get("name")) for t in tools if isinstance(t, dict)}
+    return any(tc["function"]["name"] not in declared for tc in completion.get("tool_calls") or [])
 
 
 _TAG = re.compile(r"(</?think>)")

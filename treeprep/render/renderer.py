@@ -58,7 +58,12 @@ from treeprep.errors import (
     TemplateLimitError,
     TokenizerError,
 )
-from treeprep.render.coverage import EMPTY_REPLY, completion_coverage, normalized_kinds
+from treeprep.render.coverage import (
+    EMPTY_REPLY,
+    completion_coverage,
+    normalized_kinds,
+    undeclared_tools,
+)
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.idcheck import IdCheck
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
@@ -520,7 +525,7 @@ class Renderer:
         if self._native is None:
             self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
         inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
-        self.last_normalized = normalized_kinds(inline, normalized)
+        self.last_normalized = normalized_kinds(inline, normalized, undeclared_tools(comp, tools))
         self.last_prompt_kept = kept is not None
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 

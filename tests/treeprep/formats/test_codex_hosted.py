@@ -7,6 +7,7 @@ The rollouts are written from codex-rs's ``RolloutLine``/``ResponseItem`` field 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,21 @@ def test_empty_reply_is_rejected_not_trained(tmp_path: Path) -> None:
     with pytest.raises(RenderError) as e:
         r.render(call, group_id="g")
     assert str(e.value) == EMPTY_REPLY
+
+
+def test_calls_of_undeclared_tools_are_counted_as_partial_tool_lists(tmp_path: Path) -> None:
+    """The rollout declares one dynamic tool; its web search, shell and image calls are Codex
+    built-ins without a schema there: the manifest and ``treeprep stats`` count those calls."""
+    from typer.testing import CliRunner
+
+    from treeprep.build import BuildConfig, build
+    from treeprep.cli.app import app
+    from treeprep.render.coverage import PARTIAL_TOOLS
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _read(logs, ROLLOUT)  # writes the rollout there
+    m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "o")))
+    assert m.counts.records_in_trees == 6 and m.normalized == {PARTIAL_TOOLS: 3}
+    res = CliRunner().invoke(app, ["stats", str(tmp_path / "o"), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["normalized"] == {PARTIAL_TOOLS: 3}
