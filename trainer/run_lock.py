@@ -29,17 +29,27 @@ __all__ = ["LOCK", "lock_run_folder", "release_run_folder"]
 #: the lock file in a run folder
 LOCK = ".run.lock"
 
-#: run folders this process holds (by real path): the lock and how many runs hold it
+#: run folders held (by real path): the lock and how many runs of this process hold it
 _held: dict[str, tuple[FolderLock, int]] = {}
+#: the process ``_held`` belongs to (a forked child holds none of its parent's locks)
+_owner = [os.getpid()]
+
+
+def _mine() -> dict[str, tuple[FolderLock, int]]:
+    if _owner[0] != os.getpid():
+        _held.clear()  # the parent's: treeprep.locks closed their descriptors in this child
+        _owner[0] = os.getpid()
+    return _held
 
 
 def lock_run_folder(run_dir: str) -> None:
     """Lock ``run_dir`` (made if missing) for this process's run, or raise
     :class:`~treeprep.errors.TrainingError` naming the pid and host of the run that holds it."""
     key = os.path.realpath(run_dir)
-    if key in _held:
-        lock, n = _held[key]
-        _held[key] = (lock, n + 1)
+    held = _mine()
+    if key in held:
+        lock, n = held[key]
+        held[key] = (lock, n + 1)
         return
     make_dirs(run_dir)
     what = (
@@ -52,17 +62,18 @@ def lock_run_folder(run_dir: str) -> None:
         raise TrainingError(str(e)) from None
     except OSError as e:
         raise TrainingError(f"{run_dir}: cannot lock the run folder: {e}") from e
-    _held[key] = (lock, 1)
+    held[key] = (lock, 1)
 
 
 def release_run_folder(run_dir: str) -> None:
     """Give back this process's lock on ``run_dir`` once its last run ends (nothing when this
     process does not hold it: a rank other than the main one, or a run refused before)."""
     key = os.path.realpath(run_dir)
-    if key not in _held:
+    held = _mine()
+    if key not in held:
         return
-    lock, n = _held.pop(key)
+    lock, n = held.pop(key)
     if n > 1:
-        _held[key] = (lock, n - 1)
+        held[key] = (lock, n - 1)
     else:
         lock.release()

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +104,63 @@ def test_tensorboard_without_the_package_is_refused_before_the_run(
     with pytest.raises(TrainingError, match=r"pip install 'treeprep\[tensorboard\]'"):
         train(cfg(data, run, steps=1, report_to=["tensorboard"]))
     assert not run.exists()  # nothing written: a rerun is not refused as an earlier run
+
+
+# ---- issue 41 item 3: one run at a time in a run folder ----------------------------------------
+
+
+def _try_lock(run: Path) -> subprocess.CompletedProcess[str]:
+    """Another process (no torch: fast) taking the run folder's lock as a second run would."""
+    code = (
+        "import sys\nfrom treeprep.errors import FolderLocked\n"
+        "from treeprep.locks import take_lock\n"
+        f"try:\n    take_lock({str(run / '.run.lock')!r}, what='busy')\n"
+        "except FolderLocked as e:\n    sys.exit(str(e))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_a_running_train_holds_its_folder_and_a_second_is_refused_naming_its_pid(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Before: two runs started together both ran; one died at its first save with a misleading
+    "free space or fix the permissions", and metrics.jsonl got step 1 twice."""
+    run = tmp_path / "run"
+    seen: list[subprocess.CompletedProcess[str]] = []
+
+    def second_run_at_step_1(event: str, d: dict) -> None:
+        if event == "step" and d["step"] == 1:
+            seen.append(_try_lock(run))
+
+    res = train(cfg(data, run, steps=1), callback=second_run_at_step_1)
+    (second,) = seen
+    assert second.returncode == 1, second.stderr
+    assert f"held by pid {os.getpid()} on host {socket.gethostname()}" in second.stderr
+    steps = (run / "metrics.jsonl").read_text().splitlines()
+    assert len(steps) == len(res.history) == 1
+    assert _try_lock(run).returncode == 0  # given back when the run ended
+
+
+def test_a_run_killed_with_the_lock_does_not_block_the_next(
+    data: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    hold = (
+        "import sys, time\nfrom treeprep.locks import take_lock\n"
+        f"take_lock({str(run / '.run.lock')!r}, what='x')\nprint('held', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        who = f"held by pid {holder.pid} on host {socket.gethostname()}"
+        with pytest.raises(TrainingError, match=who):
+            train(cfg(data, run, steps=1))
+        assert not (run / "metrics.jsonl").exists()  # refused before anything was written
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert len(train(cfg(data, run, steps=1)).history) == 1  # its lock died with it
