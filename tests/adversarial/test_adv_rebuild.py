@@ -20,7 +20,7 @@ from hostile import (
 )
 
 from treeprep.build import BuildConfig, build
-from treeprep.errors import EmptyBuildError, TooManyErrors
+from treeprep.errors import EmptyBuildError, TooManyErrors, TreeprepError
 from treeprep.shards import iter_trees
 
 
@@ -156,3 +156,21 @@ def test_input_rewritten_after_its_hash_is_a_reject_and_rerun_reads_it(
     build(BuildConfig(inputs=[str(logs)], out=str(out)))  # the rerun reads it as it is now
     calls = sorted(c for t in iter_trees(str(out)) for c in t.seq_call_id)
     assert calls == ["a0/0", "a0/1", "a0/2", "new/0"] and rejects(out) == []
+
+
+# ---- item 4: -o equal to an input folder is refused before anything is written ------------------
+
+
+@pytest.mark.parametrize("spec", ["{logs}", "{logs}/", "{logs}/*.jsonl", "{logs}/f0.jsonl"])
+def test_out_equal_to_an_input_folder_is_refused(tmp_path: Path, spec: str) -> None:
+    """Before: the build wrote into the input folder, and the next one read its own manifest,
+    shard and rejects back as inputs (the counts changed)."""
+    logs = _logs(tmp_path)
+    before = sorted(p.name for p in logs.iterdir())
+    with pytest.raises(TreeprepError, match=r"input folder is the build.s output folder"):
+        build(BuildConfig(inputs=[spec.format(logs=logs)], out=str(logs)))
+    assert sorted(p.name for p in logs.iterdir()) == before  # nothing written into it
+    build(BuildConfig(inputs=[str(logs)], out=str(logs / "o")))  # OUT inside: left out
+    assert manifest(logs / "o")["excluded_inputs"] == [
+        {"path": "o", "reason": "the build's output folder"}
+    ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from treeprep.errors import InputError
+from treeprep.errors import InputError, TreeprepError
 
 __all__ = ["InputFile", "InputSet", "discover_inputs", "expand_inputs", "printable"]
 
@@ -109,6 +109,21 @@ class _BuildFolders:
                 pass  # not made yet: a first build
         self._seen: dict[tuple[int, int], bool] = {}
         self.found: list[tuple[str, str]] = []
+
+    def refuse_out(self, folder: str) -> None:
+        """Refuse an input folder (or a glob's folder) that is ``OUT`` itself: every file of it
+        is the build's own output, which a build never reads back (the counts would change on
+        each rebuild), so nothing would be left to read but the user's mistake."""
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return
+        if self._out is not None and (st.st_dev, st.st_ino) == self._out:
+            raise TreeprepError(
+                f"{printable(folder)}: the input folder is the build's output folder (-o): a "
+                "build never reads its own shards, manifest and rejects back; build into "
+                "another folder (one inside the input folder is fine: it is left out)"
+            )
 
     def skip(self, folder: str) -> bool:
         """Whether ``folder`` is a build folder (looked at once per folder)."""
@@ -308,6 +323,8 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
     searched: list[str] = []  # folders walked and glob bases: where OUT would be met
     hidden: list[str] = []  # hidden files and folders the walks met
     for spec in specs:
+        if os.path.isdir(spec) or glob.has_magic(spec) or os.path.lexists(spec):
+            builds.refuse_out(spec if os.path.isdir(spec) else _glob_base(spec))
         if os.path.isdir(spec):
             st = os.stat(spec)
             seen_dirs.add((st.st_dev, st.st_ino))
