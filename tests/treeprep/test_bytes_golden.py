@@ -49,7 +49,7 @@ Issue 40 item 5 re-recorded them once more (rejects unchanged): the sample gaine
 tree; its two ``meta.json`` sidecars are listed as skipped files). Compared tree by tree with the
 build before: the only difference is the new tree. Then ``pi/`` (one Pi session with a fork, a
 branch summary and a compaction: 6 calls, one new tree), compared the same way: only the new
-tree.
+tree. Then ``cline/`` (two Cline task histories: 5 calls, two new trees): only the new trees.
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -68,15 +68,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "ada9866a010e0214b792052fe62770d681f0b4385df6f2592bc1f91631512a8d",
+    "manifest.json": "1432d9b527de38148a056d8d278094463b9365dc14c0c29c5595864fd2e8c068",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "7e37d540a32e1ab586798aba4e7b40999662b880a94fb232c65ce3a178eeb25a"
+        "e580876892f1265d65f486d895c711a00d646cd2be02710fe50a6ff457933b5b"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "618e6df32c5e207d752ce779a694197ce7d084fb80fe338308ae0f6abcc193d9"
+        "b86d1d9cf2da7ef28cfda45867a4723326b6865bd1fe9b6aa07778be2a72963b"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "60ced83a163badc29c4025f78f54ea45820c65dec1630ddc3ef237f15575947c",
+    "shards/shard-00000.arrow": "3f175fd969f5e6289ac914eb8f4d2a29835b7ff0c610c86ce079229c41ef21f1",
 }
 
 REAL_GOLDEN = {

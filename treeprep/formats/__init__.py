@@ -29,6 +29,7 @@ _MODULES = (
     "aider",
     "vibe",
     "pi",
+    "cline",
 )
 
 _cache: dict[str, FormatSpec] | None = None

@@ -137,7 +137,9 @@ def expect_blocks(content: Any, where: str) -> Any:
     return None if content is None else expect(content, where, str, list, what=_BLOCKS)
 
 
-def _user(content: Any, where: str) -> list[dict[str, Any]]:
+def user_messages(content: Any, where: str) -> list[dict[str, Any]]:
+    """An Anthropic user ``content`` as chat messages: a ``tool`` message per ``tool_result``
+    block, then the text (and image) parts as one user message. Cline's task history uses it."""
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
     out: list[dict[str, Any]] = []
@@ -180,7 +182,7 @@ def to_call_fields(
         role = m.get("role") if isinstance(m, dict) else None
         where = f"request.messages[{i}]"
         if role == "user":
-            msgs.extend(_user(m.get("content"), f"{where}.content"))
+            msgs.extend(user_messages(m.get("content"), f"{where}.content"))
         elif role == "assistant":
             msgs.append(assistant_message(m.get("content"), f"{where}.content"))
         else:
