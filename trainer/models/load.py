@@ -4,12 +4,17 @@ No model code is copied. treeprep registers one attention function
 (:func:`~treeprep.trainer.attention.hf_tree_attention`) with transformers' ``AttentionInterface``
 under the name ``"treeprep"`` and sets the model's ``attn_implementation`` to it; linear-attention
 layers of hybrid families run node by node from their parent's state (:mod:`.hybrid`). A folder is
-loaded with ``local_files_only=True``: nothing is ever downloaded.
+loaded with ``local_files_only=True``: nothing is ever downloaded. Pickled weights
+(``pytorch_model.bin``) are read by transformers with ``torch.load(weights_only=True)``; one that
+holds more than tensors (code to run) is refused in one line (:func:`pickle_refusal`).
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import pickle
+import re
 
 import torch
 
@@ -46,6 +51,8 @@ def load_model(
             model = tf.AutoModelForCausalLM.from_pretrained(
                 spec, dtype=dtype, attn_implementation=ATTN_NAME, local_files_only=True
             )
+        except pickle.UnpicklingError as e:
+            raise TreeprepError(pickle_refusal(spec, e)) from None
         except (OSError, ValueError, KeyError) as e:
             raise TreeprepError(f"{spec}: cannot load the model: {e}") from e
         install_linear_attention(model)
@@ -58,6 +65,21 @@ def load_model(
     model.treeprep_attn = attn  # type: ignore[assignment]
     model.treeprep_spec = spec if spec in PRESETS else os.path.abspath(spec)  # type: ignore[assignment]
     return model
+
+
+def pickle_refusal(folder: str, e: BaseException) -> str:
+    """One line for a pickled weights file that ``torch.load(weights_only=True)`` refused (it
+    would have run code, or named a type outside tensors and plain values): which file, what it
+    tried to load, that nothing of it ran, and what to do instead."""
+    files = sorted(glob.glob(os.path.join(glob.escape(folder), "*.bin")))
+    names = ", ".join(os.path.basename(f) for f in files) or "a pickled weights file"
+    found = re.search(r"unsupported GLOBAL (\S+)", str(e))
+    what = found.group(1) if found else "a type that is not a tensor or a plain value"
+    return (
+        f"{folder}: refused to load {names}: a pickle that asks for {what} (it could run code); "
+        "nothing of it ran. Load a copy saved as safetensors (model.safetensors) from a source "
+        "you trust"
+    )
 
 
 def model_from_config(
