@@ -52,6 +52,12 @@ Configurations:
     python bench/train.py --workload shared     # shared openings only
     python bench/train.py --workload agent --steps 6
     python bench/train.py --config gpu          # needs CUDA
+    python bench/train.py --config gpu --checkpointing --models qwen3-4b --budgets 32768
+
+``--checkpointing`` turns activation checkpointing on in both layouts (what fits 4B and larger at
+32k tokens); the estimate then counts the recomputed forward of the decoder layers
+(:meth:`treeprep.flops.ModelShape.breakdown`), which both layouts pay in proportion to their body
+and attention FLOPs, so the estimated speedup moves towards the body-and-attention ratio.
 """
 
 from __future__ import annotations
@@ -292,6 +298,7 @@ def run_layout(
         attn=spec.get("attn", "auto"),
         save_final=False,
         lr=1e-4,
+        activation_checkpointing=spec.get("checkpointing", False),
     )
     res = train(cfg)
     if res.stopped:  # a signal (a time limit's SIGTERM) stopped it at a step boundary
@@ -339,10 +346,12 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
             f"bench/train: the tree run fed {t['tokens_fed']:,} tokens, the merged estimate "
             f"counts {est['tokens_tree_fed']:,} (per tree {est['tokens_tree_per_tree']:,})"
         )
-    head = {"head_tokens": t["targets_timed"]}
+    ckpt = spec.get("checkpointing", False)
+    head = {"head_tokens": t["targets_timed"], "checkpointing": ckpt}
     f_t = shape.flops(est["tokens_tree_fed"], est["pairs_tree"], **head)
     f_p = shape.flops(est["tokens_tree_per_tree"], est["pairs_tree_per_tree"], **head)
-    f_l = shape.flops(est["tokens_linear"], est["pairs_linear"], head_tokens=lin["targets_timed"])
+    f_l = shape.flops(est["tokens_linear"], est["pairs_linear"],
+                      head_tokens=lin["targets_timed"], checkpointing=ckpt)  # fmt: skip
     estimated = f_l / f_t
     loss_gap = max(abs(a - b) / abs(b) for a, b in zip(t["losses"], lin["losses"], strict=True))
     return {
@@ -351,6 +360,7 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
         "params": shape.params_total,
         "budget": spec["budget"],
         "precision": spec["precision"],
+        "checkpointing": ckpt,
         "baseline": "causal",
         "rounds": rounds,
         "por": stats["por"],
@@ -415,6 +425,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--models", default=None, help="comma list: only these models of the config")
     ap.add_argument("--budgets", default=None, help="comma list: only these budgets")
+    ap.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="activation checkpointing in both layouts (the estimate counts the recompute)",
+    )
     a = ap.parse_args()
     import torch
 
@@ -436,6 +451,7 @@ def main() -> None:
         and (a.budgets is None or str(s["budget"]) in a.budgets.split(","))
     ]
     for spec in specs:
+        spec = {**spec, "checkpointing": a.checkpointing}
         for w in loads:
             t0 = time.perf_counter()
             r = bench_one(w, spec, a.steps or spec.get("steps"), work, a.rounds)
@@ -457,7 +473,8 @@ def main() -> None:
 def _line(r: dict) -> str:
     t, lin = r["tree"], r["linear"]
     return (
-        f"{r['workload']:>6} {r['model']} ({r['params'] / 1e6:.0f}M) budget {r['budget']}: "
+        f"{r['workload']:>6} {r['model']} ({r['params'] / 1e6:.0f}M) budget {r['budget']}"
+        f"{' checkpointing' if r['checkpointing'] else ''}: "
         f"POR {r['por']:.3f} | tree {t['linear_tokens_per_s']:,.0f} linear-eq tok/s "
         f"({t['fed_tokens_per_s']:,.0f} fed), causal baseline {lin['linear_tokens_per_s']:,.0f} "
         f"tok/s | measured {r['measured_speedup']:.2f}x, estimated {r['estimated_speedup']:.2f}x "

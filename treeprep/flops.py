@@ -26,8 +26,9 @@ ignored: they are a few percent of the total and scale like the linear term):
   MLP parameters.
 
 A layout that feeds ``T`` tokens with ``A`` attention pairs and ``K`` head tokens costs
-``T * 6 P + K * 6 hidden vocab + A * 12 layers heads head_dim``. The estimated speedup of tree
-training over linear training is the ratio of the two costs, with ``T = tokens_linear`` and
+``T * 6 P + K * 6 hidden vocab + A * 12 layers heads head_dim``; with activation checkpointing
+the layers' forward runs twice, adding a third of the first and last terms. The estimated speedup
+of tree training over linear training is the ratio of the two costs, with ``T = tokens_linear`` and
 ``A = sum_s L_s (L_s + 1) / 2`` for the linear trainer and ``T = tokens_tree`` (or the packed
 token count) and ``A = sum over fed tokens of (depth + 1)`` for the tree.
 
@@ -188,10 +189,13 @@ class ModelShape:
         pairs: int,
         head_tokens: int | None = None,
         window_pairs: int | None = None,
+        *,
+        checkpointing: bool = False,
     ) -> int:
         """Training FLOPs of a layout feeding ``tokens`` tokens with ``pairs`` attention pairs
-        and running the LM head on ``head_tokens`` of them (default: all ``tokens``)."""
-        return sum(self.breakdown(tokens, pairs, head_tokens, window_pairs).values())
+        and running the LM head on ``head_tokens`` of them (default: all ``tokens``); with
+        ``checkpointing``, the decoder layers' forward once more (:meth:`breakdown`)."""
+        return sum(self.breakdown(tokens, pairs, head_tokens, window_pairs, checkpointing).values())
 
     def breakdown(
         self,
@@ -199,7 +203,18 @@ class ModelShape:
         pairs: int,
         head_tokens: int | None = None,
         window_pairs: int | None = None,
+        checkpointing: bool = False,
     ) -> dict[str, int]:
+        """The FLOPs by term. ``checkpointing`` (activation checkpointing of every decoder layer)
+        adds ``recompute``: the layers' forward run again in the backward, a third of their
+        forward + backward (the linear layers' ``2 P`` per token, the attention's forward, the
+        linear-attention states' forward); the LM head is outside the layers and runs once.
+
+        >>> m = PRESETS["qwen3-0.6b"]
+        >>> b = m.breakdown(1000, 500_500, checkpointing=True)
+        >>> b["recompute"] * 3 == b["linear"] + b["attention"]
+        True
+        """
         head = tokens if head_tokens is None else head_tokens
         out = {
             "linear": tokens * 6 * self.params_nonembedding_active,
@@ -208,6 +223,9 @@ class ModelShape:
         }
         if self.linear_layers:
             out["linear_attention_state"] = tokens * self.linear_state_flops_per_token
+        if checkpointing:
+            layers = out["linear"] + out["attention"] + out.get("linear_attention_state", 0)
+            out["recompute"] = layers // 3
         return out
 
     def to_dict(self) -> dict:
