@@ -40,7 +40,8 @@
    random state (the learning rate follows from the step and this run's settings: a resume with
    another step count says where the new schedule stands), so that the losses after resuming equal
    those of an uninterrupted run (tested exactly on CPU). The glue between the loop and the
-   checkpoint files (:func:`save`, the metrics log cut back to the resumed step) stays here.
+   checkpoint files is :mod:`.saver` (:func:`save`, ``RUN/final``); the metrics log cut back to
+   the resumed step stays here.
 
 Single-process runs of a plan made for W ranks run every rank's micro-batches themselves: that is
 the reference the multi-process test compares against.
@@ -77,16 +78,15 @@ from treeprep.trainer.config import (
     config_dict,
     precision,
 )
+from treeprep.trainer.context import check_model, data_rank, data_world, new_context
 from treeprep.trainer.data.plans import Epochs
 from treeprep.trainer.data.prefetch import Prefetch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.data.steps import step_work
 from treeprep.trainer.evaluate import Evaluator, TrainSplit, held_out
-from treeprep.trainer.export import FINAL_DIR, export_model
 from treeprep.trainer.metrics import no_learning_signal
 from treeprep.trainer.models.guard import guard_model
 from treeprep.trainer.models.lora import apply_lora
-from treeprep.trainer.models.presets import PRESETS
 from treeprep.trainer.plot import plot_run
 from treeprep.trainer.preemption import StopSignals
 from treeprep.trainer.rewarded import rewarded_only
@@ -96,6 +96,7 @@ from treeprep.trainer.run_identity import (
     check_resume,
     run_identity,
 )
+from treeprep.trainer.saver import Saver, export_final, restore, save, saved_schedule
 from treeprep.trainer.step import Schedule, Stepper, StepResult, lr_factor, make_optimizer
 
 __all__ = [
@@ -172,11 +173,14 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     rewards = rewarded_only(reader, cfg.loss, cfg.adv_norm, cfg.unrewarded)  # RL: refused early
     skipped = rewards.unrewarded if rewards is not None else frozenset()
     prec, autocast = precision(cfg, dev)
+    context = new_context(cfg.cp, info.rank, info.world_size)  # refuses a world cp cannot split
     ident = _identity(cfg, reader, info, prec)
     resume = ckpt_mod.open_checkpoint(resume_path) if resume_path else None
     notes = _check_resume(resume, ident, cfg, info) if resume is not None else None
     lm = _load_lm(cfg, reader, resume, info)
-    module = dist_mod.LossModule(lm, {"attn": None, **asdict(cfg.loss_config())}, autocast)
+    check_model(lm, cfg.cp)
+    loss_kw = {"attn": None, **asdict(cfg.loss_config())}
+    module = dist_mod.LossModule(lm, loss_kw, autocast, context)
     wrapped = dist_mod.wrap(module, info, cfg.parallel)
     params = [p for p in wrapped.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params, dev)
@@ -193,10 +197,10 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     step, epoch, epoch_step = 0, 0, 0
     resumed = None
     if resume is not None and notes is not None:
-        step, epoch, epoch_step = _restore(resume, wrapped, opt, cfg, info)
+        step, epoch, epoch_step = restore(resume, wrapped, opt, cfg, info)
         resumed = {"step": step, "path": resume.path, "changed": notes.changed,
                    "warnings": notes.warnings,
-                   "schedule": sched.resumed_line(_saved_schedule(resume), step)}  # fmt: skip
+                   "schedule": sched.resumed_line(saved_schedule(resume), step)}  # fmt: skip
     log = _RunLog(cfg, info, step)
     emit("start", {
         "total_steps": total, "start_step": step, "world_size": info.world_size,
@@ -208,10 +212,10 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
 
     # ---- 3. steps, each fed by the data of section 2 (built one step ahead with prefetch)
     stepper = Stepper(cfg, info, wrapped, params, opt, sched, first.budget, step=step)
-    my_ranks = list(range(first.world_size)) if not info.distributed else [info.rank]
+    my_ranks = [data_rank(info.rank, cfg.cp)] if info.distributed else list(range(first.world_size))
     works = step_work(cfg, reader, epochs, start=(epoch, epoch_step), count=total - step,
                       ranks=my_ranks, budget=first.budget, device=dev)  # fmt: skip
-    saver = _Saver(cfg, info, (wrapped, opt, sched), ident, resume.path if resume else None)
+    saver = Saver(cfg, info, (wrapped, opt, sched), ident, resume.path if resume else None)
     history: list[StepMetrics] = []
     try:
 
@@ -228,7 +232,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
                                        evaluator=evaluator)  # fmt: skip
     finally:
         log.close()
-    final = _export_final(cfg, info, saver, step) if stopped is None else None
+    final = export_final(cfg, info, saver, step) if stopped is None else None
     return TrainResult(
         cfg.run_dir, step, history, saver.last, first.source, info.world_size, stopped,
         no_signal_steps=sum(no_learning_signal(cfg.loss, m.extra) for m in history),
@@ -244,7 +248,7 @@ def _run_steps(
     info: dist_mod.DistInfo,
     feed: Any,
     stepper: Stepper,
-    saver: _Saver,
+    saver: Saver,
     signals: StopSignals,
     log: _RunLog,
     emit: Callback,
@@ -340,7 +344,7 @@ def _open_epochs(
 
     # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
     cost = from_config(cast(Any, lm).config.to_dict(), name=str(cfg.model))
-    plan_world = info.world_size
+    plan_world = data_world(info.world_size, cfg.cp)
     if not cfg.plan and cfg.plan_world_size:
         plan_world = cfg.plan_world_size
     if cfg.val_fraction:
@@ -354,11 +358,16 @@ def _open_epochs(
             f"{cfg.data}: the build has no trainable target (its plan has no step: "
             f"{reader.manifest.counts.sequences} sequences); nothing to train"
         )
-    if info.distributed and first.world_size != info.world_size:
+    if info.distributed and first.world_size != plan_world:
+        cp = f" in context groups of {cfg.cp} ({plan_world} data ranks)" if cfg.cp > 1 else ""
         raise TrainingError(
             f"the plan {first.source} is for {first.world_size} ranks, this run has "
-            f"{info.world_size} processes; re-run treeprep pack --world-size {info.world_size}"
+            f"{info.world_size} processes{cp}; re-run treeprep pack --world-size {plan_world}"
         )
+    if cfg.cp > 1 and any(p.handoff_cuts for st in first.steps for p in st.parts):
+        from treeprep.trainer.context import refuse_handoff
+
+        raise refuse_handoff(cfg.cp)
     return epochs
 
 
@@ -436,129 +445,6 @@ class _RunLog:
 # --------------------------------------------------------------------------------------------
 
 
-def _restore(
-    resume: ckpt_mod.Checkpoint,
-    wrapped: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    cfg: TrainConfig,
-    info: dist_mod.DistInfo,
-) -> tuple[int, int, int]:
-    """Load the optimizer and random state of ``resume``; its (step, epoch, step in the epoch).
-    The learning rate is not restored: the run's own :class:`~.step.Schedule` sets it from the
-    step before every update."""
-    opt_state = resume.optimizer_state()
-    dist_mod.load_optimizer_state(wrapped, opt, opt_state, cfg.parallel, info)
-    step, epoch, epoch_step = (int(resume.state[k]) for k in ("step", "epoch", "epoch_step"))
-    rng = resume.rng(info.rank)
-    if rng is not None:
-        ckpt_mod.set_rng_state(rng)
-    return step, epoch, epoch_step
-
-
-def _export_final(
-    cfg: TrainConfig, info: dist_mod.DistInfo, saver: _Saver, step: int
-) -> str | None:
-    """``RUN/final/``: the last step's model as a standalone Hugging Face folder
-    (:mod:`treeprep.trainer.export`), written by rank 0 when the run saved its last step."""
-    if (
-        not info.is_main
-        or saver.last is None
-        or not saver.last.endswith(ckpt_mod.step_dir_name(step))
-    ):
-        return None
-    out = os.path.join(cfg.run_dir, FINAL_DIR)
-    return export_model(cfg.run_dir, out, step=step, merge=cfg.merge_lora)
-
-
-def _saved_schedule(resume: ckpt_mod.Checkpoint) -> dict[str, Any]:
-    """The schedule the checkpoint's run was on (``scheduler.pt``). Checkpoints made before the
-    schedule was a function of the step hold a torch scheduler's state there instead: their
-    schedule is rebuilt from their config (the step count it ran for)."""
-    saved = resume.scheduler_state()
-    if "total" in saved:
-        return saved
-    old = resume.state.get("config") or {}
-    return {"peak": old.get("lr"), "total": old.get("steps"), "warmup": old.get("warmup_steps"),
-            "min_ratio": old.get("min_lr_ratio"), "kind": "cosine"}  # fmt: skip
-
-
-class _Saver:
-    """Writes the run's checkpoints (every rank calls :meth:`save`) and keeps the clock of
-    ``save_minutes``; :attr:`last` is the newest checkpoint of the run."""
-
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        info: dist_mod.DistInfo,
-        state: tuple[torch.nn.Module, torch.optim.Optimizer, Schedule],
-        identity: dict[str, Any],
-        last: str | None,
-    ) -> None:
-        self.cfg, self.info, self.state, self.identity, self.last = cfg, info, state, identity, last
-        self.since = time.monotonic()
-
-    def due(self) -> bool:
-        """``save_minutes`` of wall time have passed since the last checkpoint (or the start)."""
-        mins = self.cfg.save_minutes
-        return bool(mins) and time.monotonic() - self.since >= 60 * float(mins or 0)
-
-    def save(self, step: int, epoch: int, epoch_step: int, m: StepMetrics | None) -> str:
-        wrapped, opt, sched = self.state
-        self.last = save(self.cfg, self.info, wrapped, opt, sched, step, epoch, epoch_step, m,
-                         identity=self.identity)  # fmt: skip
-        self.since = time.monotonic()
-        return self.last
-
-
-def save(
-    cfg: TrainConfig,
-    info: dist_mod.DistInfo,
-    wrapped: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    sched: Schedule,
-    step: int,
-    epoch: int,
-    epoch_step: int,
-    last: StepMetrics | None,
-    *,
-    identity: dict[str, Any] | None = None,
-) -> str:
-    """Write a checkpoint atomically (every rank calls it); returns its final folder. The run's
-    ``identity`` (:mod:`.run_identity`) is what a resume is checked against."""
-    tmp = ckpt_mod.begin_save(cfg.run_dir, step, info.is_main)
-    dist_mod.barrier(info)
-    ckpt_mod.save_rng(tmp, info.rank)
-    model_state = dist_mod.full_model_state(wrapped, cfg.parallel, info)
-    opt_state = dist_mod.full_optimizer_state(wrapped, opt, cfg.parallel, info)
-    final = ckpt_mod.step_dir_name(step)
-    dist_mod.barrier(info)
-    if info.is_main:
-        lm = dist_mod.unwrap(wrapped).lm
-        tok_dir = cfg.model if (cfg.model not in PRESETS and os.path.isdir(cfg.model)) else None
-        assert opt_state is not None
-        ckpt_mod.save_main(
-            tmp,
-            model=lm,
-            model_state=model_state,
-            optimizer_state=opt_state,
-            scheduler_state=sched.state_dict(),
-            state={
-                "step": step,
-                "epoch": epoch,
-                "epoch_step": epoch_step,
-                "world_size": info.world_size,
-                "parallel": cfg.parallel if info.distributed else "none",
-                "config": config_dict(cfg),
-                "identity": identity,
-                "metrics": last.to_dict() if last is not None else None,
-            },
-            tokenizer_dir=tok_dir,
-        )
-        final = ckpt_mod.finish_save(cfg.run_dir, tmp, step, cfg.keep)
-    dist_mod.barrier(info)
-    return os.path.join(ckpt_mod.checkpoints_dir(cfg.run_dir), os.path.basename(final))
-
-
 def _identity(
     cfg: TrainConfig, reader: BuildReader, info: dist_mod.DistInfo, prec: str
 ) -> dict[str, Any]:
@@ -568,7 +454,7 @@ def _identity(
         cfg,
         manifest_sha256=reader.manifest_sha256,
         tokenizer={"name": tok.name, "sha256": tok.sha256},
-        plan_world_size=cfg.plan_world_size or info.world_size,
+        plan_world_size=cfg.plan_world_size or data_world(info.world_size, cfg.cp),
         precision=prec,
     )
 
