@@ -23,6 +23,7 @@ from typing import Any
 
 from treeprep.cli import renames
 from treeprep.errors import TreeprepError
+from treeprep.io.paths import regular_file
 
 #: the file suffixes read, and their format
 FORMATS = {".toml": "TOML", ".json": "JSON", ".yaml": "YAML", ".yml": "YAML"}
@@ -35,6 +36,7 @@ def read(path: Path) -> dict[str, Any]:
         raise TreeprepError(
             f"{path}: a config file is .toml, .yaml, .yml or .json, not {path.suffix or 'none'}"
         )
+    regular_file(str(path), "--config")  # a FIFO would hang the read
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -19,6 +19,7 @@ import re
 import torch
 
 from treeprep.errors import TreeprepError
+from treeprep.io.paths import regular_folder
 from treeprep.trainer.attention.hf import ATTN_NAME, register_attention
 from treeprep.trainer.models.hybrid import install_linear_attention
 from treeprep.trainer.models.presets import PRESETS
@@ -47,6 +48,7 @@ def load_model(
         register_attention()
         if not os.path.exists(os.path.join(spec, "config.json")):
             raise TreeprepError(f"{spec}: not a model folder (no config.json)")
+        regular_folder(spec, "the model folder")  # a FIFO in it would hang the load
         try:
             model = tf.AutoModelForCausalLM.from_pretrained(
                 spec, dtype=dtype, attn_implementation=ATTN_NAME, local_files_only=True

@@ -120,6 +120,7 @@ class BuildConfig:
             if value < least:
                 raise TreeprepError(f"{name} must be >= {least}, got {value}")
         modes.coerce_modes(self, TreeprepError)
+        self._check_paths()
         self.field_map()  # a bad map stops the build before anything is read
         from treeprep.render.template import parse_date
 
@@ -127,6 +128,18 @@ class BuildConfig:
             value = getattr(self, name)
             if value is not None and parse_date(value) is None:
                 raise TreeprepError(f"{name} {value!r}: expected an ISO 8601 date or time")
+
+    def _check_paths(self) -> None:
+        """The files the options name are regular files, before anything opens them (a FIFO
+        would hang the build; :mod:`treeprep.io.paths`); a missing one is named when it is read.
+        The tokenizer folder's files are checked where every tokenizer folder is read
+        (:mod:`treeprep.render.tokenizer`)."""
+        from treeprep.io.paths import regular_file
+
+        for name in ("system_prompt", "tools", "chat_template", "map_file"):
+            value = getattr(self, name)
+            if value:
+                regular_file(value, f"--{name.replace('_', '-')}", missing_ok=True)
 
     def field_map(self) -> Any:
         """The checked field map of ``--map``/``--map-file`` (None when neither is given)."""

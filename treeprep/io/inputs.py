@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from treeprep.errors import InputError, TreeprepError
+from treeprep.io.paths import not_regular
 
 __all__ = ["InputFile", "InputSet", "discover_inputs", "expand_inputs", "printable"]
 
@@ -239,25 +240,6 @@ def _glob_base(spec: str) -> str:
     return base if os.path.isdir(base) else (os.path.dirname(base) or ".")
 
 
-#: what a file that is not a regular file is, by its ``stat`` mode
-_KINDS = (
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a folder"),
-)
-
-
-def _not_regular(mode: int) -> str | None:
-    """What a file of ``mode`` is when it is not a regular file (reading a FIFO or a device such
-    as ``/dev/zero`` would block or never end), else None."""
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
-    return f"not a regular file: {kind} (only regular files are read)"
-
-
 def _glob(
     spec: str,
     seen_dirs: set[tuple[int, int]],
@@ -290,11 +272,11 @@ def _file_error(path: str) -> str | None:
     if os.path.islink(path) and not os.path.exists(path):
         return f"dangling symbolic link (to {printable(os.readlink(path))})"
     try:
-        not_regular = _not_regular(os.stat(path).st_mode)
+        why = not_regular(os.stat(path).st_mode)
     except OSError as e:
         return f"cannot open: {e.strerror or e}"
-    if not_regular is not None:
-        return not_regular
+    if why is not None:
+        return why
     try:
         with open(path, "rb"):
             pass

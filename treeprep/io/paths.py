@@ -5,13 +5,79 @@ spec or a cluster config tends to hold). Both resolve to local paths through
 ``pyarrow.fs.FileSystem.from_uri``, so a URL means exactly what pyarrow says it means. URLs of
 other filesystems (``s3://``, ``gs://``) are refused with a clear error rather than half-supported:
 stage 1 reads files through :mod:`treeprep.io`, which opens local files only.
+
+Every path an option names is a regular file, or a folder of them (:func:`regular_file`,
+:func:`regular_folder`): opening a FIFO blocks until a writer comes, and a device such as
+``/dev/zero`` never ends, so a ``--system-prompt`` or a tokenizer file of either would hang the
+command. The check is a ``stat`` before anything is opened; :func:`not_regular` says what a file
+is when it is not one (the inputs' check, :mod:`treeprep.io.inputs`, uses it too).
 """
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pyarrow as pa
 
 from treeprep.errors import TreeprepError
+
+#: what a file that is not a regular file is, by its ``stat`` mode
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (reading a FIFO or a device such
+    as ``/dev/zero`` would block or never end), else None."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    return f"not a regular file: {kind} (only regular files are read)"
+
+
+def regular_file(path: str, what: str, *, missing_ok: bool = False) -> str:
+    """``path``, checked to be a regular file (links followed) before anything opens it;
+    TreeprepError naming ``what`` (the option) otherwise. ``missing_ok``: a path that cannot be
+    looked at passes, for the reader to name it when it opens it.
+
+    >>> regular_file("/dev/null", "--tools")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    treeprep.errors.TreeprepError: /dev/null: --tools is not a regular file: a character device...
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if missing_ok:
+            return path
+        raise TreeprepError(f"{path}: {what}: cannot read: {e.strerror or e}") from e
+    why = not_regular(mode)
+    if why is not None:
+        raise TreeprepError(f"{path}: {what} is {why}")
+    return path
+
+
+def regular_folder(path: str, what: str) -> str:
+    """``path`` when it is a folder whose files are all regular files (links followed; folders
+    in it are not looked into): a library that reads a model or tokenizer folder opens files of
+    it we cannot name in advance. Not a folder (a hub id, a preset name): returned unchecked."""
+    if not os.path.isdir(path):
+        return path
+    with os.scandir(path) as entries:
+        for entry in entries:
+            try:
+                mode = os.stat(entry.path).st_mode
+            except OSError:
+                continue  # a dangling link: the library's own error if it needs it
+            if not stat.S_ISDIR(mode) and (why := not_regular(mode)) is not None:
+                raise TreeprepError(f"{entry.path}: a file of {what} is {why}")
+    return path
 
 
 def local_path(path: str) -> str:

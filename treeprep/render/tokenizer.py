@@ -82,12 +82,16 @@ def template_of_config(config: dict[str, Any]) -> str | None:
 
 
 def load_folder(folder: str | Path) -> TokenizerFolder:
-    """Read a tokenizer folder (only local files); :class:`TokenizerError` when it is not one."""
+    """Read a tokenizer folder (only local files, every one a regular file); :class:`TokenizerError`
+    when it is not one."""
     from tokenizers import AddedToken, Tokenizer
+
+    from treeprep.io.paths import regular_folder
 
     folder = Path(folder)
     if not folder.is_dir():
         raise TokenizerError(f"{folder}: not a tokenizer folder (no such directory)")
+    regular_folder(str(folder), "the tokenizer folder")  # a FIFO in it would hang the load
     tj = folder / "tokenizer.json"
     if not tj.is_file():
         raise TokenizerError(

@@ -69,3 +69,12 @@ def test_the_cli_prints_the_refusal_without_a_traceback(
         "safetensors (model.safetensors) from a source you trust"
     )
     assert not marker.exists()
+
+
+def test_a_fifo_in_a_model_folder_is_refused_before_transformers_opens_it(tmp_path: Path) -> None:
+    """Issue 41 item 6: every path option opens regular files only (a FIFO would hang)."""
+    folder = tmp_path / "model"
+    load_model("tiny-qwen3").config.save_pretrained(folder)
+    os.mkfifo(folder / "model.safetensors")
+    with pytest.raises(TreeprepError, match=r"model\.safetensors: a file of the model folder is "):
+        load_model(str(folder))
