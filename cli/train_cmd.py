@@ -26,6 +26,7 @@ import typer
 
 from treeprep.cli import options as opt
 from treeprep.cli import train_options as topt
+from treeprep.cli import train_progress as show
 from treeprep.errors import TreeprepError
 from treeprep.modes import (
     Accumulate,
@@ -229,6 +230,14 @@ def train_cmd(
         Parallel | None,
         typer.Option(help="Under torchrun (default ddp; --dry-run: ddp where it fits, else fsdp)."),
     ] = None,
+    cp: Annotated[
+        int,
+        typer.Option(
+            "--cp",
+            help="Context parallelism under torchrun: groups of N ranks share each micro-batch, "
+            "attention heads split N ways (data parallel over world / N).",
+        ),
+    ] = 1,
     save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
     save_minutes: SaveMinutesOpt = 30.0,
     keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
@@ -401,7 +410,7 @@ def _train_with_progress(
         err.print("[yellow]warning: --no-probe: the model is not checked for exactness on trees[/]")
     progress, cb = (None, None)
     if main:
-        progress, cb = _progress(err) if err.is_terminal else (None, _plain_lines(err))
+        progress, cb = show.progress(err) if err.is_terminal else (None, show.plain_lines(err))
         if options is not None:
             cb = _saving_config(cb, options, cfg.run_dir)
     try:
@@ -470,138 +479,3 @@ def _print_summary(summary: dict[str, Any], run_dir: str) -> None:
             v = f"{v:,}"
         t.add_row(k, str(v))
     Console().print(t)
-
-
-def _resumed_lines(d: dict[str, Any]) -> list[str]:
-    """``resumed from step N of M`` first, then the safe settings that changed and warnings."""
-    r = d.get("resumed")
-    if not r:
-        return []
-    lines = [f"resumed from step {r['step']} of {d['total_steps']} ({r['path']})"]
-    if r["changed"]:
-        lines.append("changed since the checkpoint: " + ", ".join(r["changed"]))
-    if r.get("schedule"):
-        lines.append(r["schedule"])
-    return lines + [f"warning: {w}" for w in r["warnings"]]
-
-
-def _start_line(d: dict[str, Any]) -> str:
-    skipped = f"\nskipped (--unrewarded skip): {d['unrewarded']}" if d.get("unrewarded") else ""
-    return (
-        f"{d['params']:,} parameters on {d['device']} ({d['precision']}), "
-        f"{d['world_size']} process(es), plan {d['plan']} for {d['plan_world_size']} rank(s)"
-        + skipped
-    )
-
-
-def _no_signal_line(d: dict[str, Any], print_: Any) -> None:
-    """A warning at a step without a learning signal (every advantage zero)."""
-    if d.get("no_signal"):
-        print_(
-            f"warning: step {d['step']} has no learning signal (every advantage is zero)",
-            soft_wrap=True,
-            highlight=False,
-            markup=False,
-        )
-
-
-def _val(d: dict[str, Any]) -> str:
-    """`` val_loss X`` on a step that evaluated, else nothing."""
-    return f" val_loss {d['val_loss']:.4f}" if d.get("val_loss") is not None else ""
-
-
-def _plain_lines(err: Any) -> Any:
-    """Without a terminal (SLURM, nohup, a redirect): one plain line per step, flushed, instead
-    of a progress bar that draws nothing there."""
-    import time
-
-    t0: list[float] = []
-
-    def cb(event: str, d: dict[str, Any]) -> None:
-        if event == "start":
-            t0.append(time.monotonic())
-            for line in [*_resumed_lines(d), _start_line(d)]:
-                err.print(line, soft_wrap=True, highlight=False, markup=False)
-        elif event == "step":
-            err_ratio = 1.0 - d["tokens"] / d["tokens_linear"] if d["tokens_linear"] else 0.0
-            elapsed = time.monotonic() - t0[0] if t0 else 0.0
-            err.print(
-                f"step {d['step']}/{d['total_steps']} loss {d['loss']:.4f} lr {d['lr']:.2e} "
-                f"gnorm {d['grad_norm']:.3f} {d['tokens_per_s']:,.0f} tok/s "
-                f"reuse {err_ratio:.3f} elapsed {elapsed:.1f}s" + _val(d),
-                soft_wrap=True,
-                highlight=False,
-            )
-            _no_signal_line(d, err.print)
-        elif event == "checkpoint":
-            err.print(f"checkpoint {d['path']}", soft_wrap=True, highlight=False)
-        elif event == "signal":
-            err.print(_signal_line(d), soft_wrap=True, highlight=False, markup=False)
-        err.file.flush()
-
-    return cb
-
-
-def _progress(err: Any) -> tuple[Any, Any]:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    prog = Progress(
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
-    )
-    task: list[Any] = []
-
-    def cb(event: str, d: dict[str, Any]) -> None:
-        if event == "start":
-            task.append(
-                prog.add_task(
-                    "train", total=d["total_steps"], completed=d["start_step"], info="loading"
-                )
-            )
-            for line in [*_resumed_lines(d), _start_line(d)]:
-                prog.console.print(line, highlight=False, markup=False)
-        elif event == "step" and task:
-            if "val_loss" in d:
-                prog.console.print(f"step {d['step']}{_val(d)}", highlight=False)
-            prog.update(
-                task[0],
-                completed=d["step"],
-                info=(
-                    f"loss {d['loss']:.4f} lr {d['lr']:.2e} gnorm {d['grad_norm']:.3f} "
-                    f"{d['tokens_per_s']:,.0f} tok/s ({d['linear_tokens_per_s']:,.0f} linear-eq)"
-                ),
-            )
-            _no_signal_line(d, prog.console.print)
-        elif event == "checkpoint":
-            prog.console.print(f"checkpoint {d['path']}")
-        elif event == "signal":
-            prog.console.print(_signal_line(d), highlight=False, markup=False)
-
-    return prog, cb
-
-
-def _signal_line(d: dict[str, Any]) -> str:
-    """What a stop signal does: save after the step in flight, or (a second one) exit now."""
-    last = d["checkpoint"] or "none yet"
-    if d["now"]:
-        return (
-            f"{d['signal']} again: exiting now, without a checkpoint of the step in flight; the "
-            f"last whole checkpoint is {last} (continue with --resume auto)"
-        )
-    return (
-        f"{d['signal']}: saving a checkpoint at the end of the step in flight, then stopping; "
-        f"a second signal exits at once (last whole checkpoint: {last})"
-    )

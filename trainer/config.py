@@ -42,6 +42,7 @@ from treeprep.modes import (
     Unrewarded,
     coerce_modes,
 )
+from treeprep.trainer.context import check_loss
 from treeprep.trainer.loss import LossConfig
 from treeprep.trainer.models.presets import PRESETS
 
@@ -116,6 +117,9 @@ class TrainConfig:
     activation_checkpointing: bool = False
     #: ddp or fsdp when run under torchrun with more than one process
     parallel: Parallel = Parallel.ddp
+    #: context parallelism: groups of this many consecutive ranks share each micro-batch, Ulysses
+    #: over attention heads (:mod:`~treeprep.trainer.context`); data parallel over world / cp
+    cp: int = 1
     #: checkpoint every N optimizer steps (None: only at the end)
     save_every: int | None = None
     #: also checkpoint when this many minutes of wall time passed since the last checkpoint (or
@@ -210,6 +214,9 @@ class TrainConfig:
             )
         if self.budget < 1 or self.steps_of < 1:
             raise bad("budget and steps_of must be >= 1")
+        if self.cp < 1:
+            raise bad(f"cp must be >= 1, got {self.cp}")
+        check_loss(self.loss, self.cp)  # gspo's sequence ratio is not a sum over the ranks
         if self.keep_tokens is not None and self.keep_tokens < 0:
             raise bad(f"keep_tokens must be >= 0, got {self.keep_tokens}")
         if not (math.isfinite(self.lr) and self.lr > 0):

@@ -104,18 +104,31 @@ class LossModule(torch.nn.Module):
     """The Hugging Face causal LM and the tree loss as one module: ``forward(batch) -> (loss,
     metrics)``. Wrappers (DDP, FSDP2) see the whole forward pass through it."""
 
-    def __init__(self, lm: torch.nn.Module, loss_kw: dict[str, Any], autocast: Any = None):
+    def __init__(
+        self,
+        lm: torch.nn.Module,
+        loss_kw: dict[str, Any],
+        autocast: Any = None,
+        context: Any = None,
+    ):
         super().__init__()
         self.lm = lm
         self.loss_kw = dict(loss_kw)
         self.autocast = autocast
+        #: this rank's context group (:mod:`treeprep.trainer.context`): the forward computes
+        #: this rank's share of the micro-batch's loss; None: the whole loss
+        self.context = context
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        from treeprep.trainer.context import context_loss
         from treeprep.trainer.loss import tree_loss
 
         ctx = self.autocast() if self.autocast is not None else contextlib.nullcontext()
         with ctx:
-            out = tree_loss(self.lm, batch, **self.loss_kw)
+            if self.context is not None:
+                out = context_loss(self.lm, batch, self.context, **self.loss_kw)
+            else:
+                out = tree_loss(self.lm, batch, **self.loss_kw)
         loss = out.loss if out.loss.dtype == torch.float64 else out.loss.float()
         return loss, out.metrics
 

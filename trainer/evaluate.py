@@ -153,4 +153,5 @@ class Evaluator:
                     total += float(loss) * scale / self.total
         finally:
             lm.train(was_training)
-        return total
+        context = dist_mod.unwrap(wrapped).context  # each rank of a context group: its share
+        return context.sum(total) if context is not None else total

@@ -197,11 +197,12 @@ def micro_batches(
                         loss, mets = _forward_backward(fwd, b, cfg, budget, world_scale, None)
                 out.loss = out.loss + loss.detach()
                 if b.num_sequences:
+                    mets_sums.add(mets)  # a context group's ranks each add their share
+                if b.num_sequences and (inner.context is None or inner.context.counts):
                     out.micro_batches += 1
                     out.tokens += b.num_tokens
                     out.tokens_linear += b.tokens_linear
                     out.targets += b.num_targets
-                    mets_sums.add(mets)
                     mets_sums.add_batch(b)
     out.extra = mets_sums.finish(info, rl=cfg.loss != "sft")
     return out
@@ -291,6 +292,10 @@ class Stepper:
 
     def _forward_backward(self, batches: list[list[TreeBatch]], handoff: bool) -> StepLossAndCounts:
         cfg, info, wrapped = self.cfg, self.info, self.wrapped
+        if handoff and cfg.cp > 1:
+            from treeprep.trainer.context import refuse_handoff
+
+            raise refuse_handoff(cfg.cp)
         args = (wrapped, batches, cfg, self.budget, self.world_scale, info)
         if handoff and cfg.parallel == "fsdp" and info.distributed:
             if self.sharded is None:

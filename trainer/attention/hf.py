@@ -39,9 +39,12 @@ def hf_tree_attention(
     tree_mask: TreeMask | None = None,
     s_aux: torch.Tensor | None = None,
     softcap: float | None = None,
+    cp_group: Any = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention signature over a tree (see the module docstring)."""
+    """transformers' attention signature over a tree (see the module docstring). With
+    ``cp_group`` (context parallelism, :mod:`treeprep.trainer.context`) q/k/v hold this rank's
+    tokens: exchanged for all tokens of this rank's heads, attended, exchanged back."""
     if dropout:
         raise TreeprepError("tree attention does not implement attention dropout; set it to 0")
     opts = LayerOptions(window=sliding_window, softcap=softcap, sinks=s_aux)
@@ -56,6 +59,10 @@ def hf_tree_attention(
             query, key, value, is_causal=query.shape[2] > 1, scale=scaling, enable_gqa=gqa
         )
         return out.transpose(1, 2).contiguous(), None
+    if cp_group is not None:
+        query, key, value = (cp_group.to_heads(x) for x in (query, key, value))
+        sinks = cp_group.local_heads(s_aux)
+        opts = LayerOptions(window=sliding_window, softcap=softcap, sinks=sinks)
     prefix = direct = None
     if tree_mask.handoff is not None:
         layer = getattr(module, "layer_idx", None)
@@ -63,6 +70,8 @@ def hf_tree_attention(
     out = tree_attention(
         query, key, value, tree_mask, scale=scaling, prefix=prefix, opts=opts, direct=direct
     )
+    if cp_group is not None:
+        out = cp_group.to_tokens(out)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -48,8 +48,11 @@ def run_decoder(
     input_ids_T: torch.Tensor,
     position_ids_T: torch.Tensor,
     tree_mask: TreeMask,
+    context: Any = None,
 ) -> torch.Tensor:
-    """The decoder over packed tokens under ``tree_mask``; final (normed) hidden states h_TE."""
+    """The decoder over packed tokens under ``tree_mask``; final (normed) hidden states h_TE.
+    With ``context`` (a :class:`~treeprep.trainer.context.ContextGroup`) the tokens are this
+    rank's slice and every attention call exchanges heads for tokens with the group."""
     # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
     hf = cast(Any, model)
     if hf.config._attn_implementation != ATTN_NAME:
@@ -60,6 +63,7 @@ def run_decoder(
         position_ids=position_ids_T[None],
         use_cache=False,
         tree_mask=tree_mask,
+        **({"cp_group": context} if context is not None else {}),
     )
     return out.last_hidden_state[0]
 
