@@ -44,11 +44,12 @@ import bisect
 import torch
 import torch.nn.functional as F
 
+from treeprep.trainer.attention import stream
 from treeprep.trainer.attention.blocks import block_attention, fused_ok
 from treeprep.trainer.attention.call import AttentionCall
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.options import LayerOptions, cap_scores, softmax_rows
-from treeprep.trainer.attention.stream import streamed_attention, window_masks
+from treeprep.trainer.attention.stream import split_blocks, streamed_attention, window_masks
 
 #: query rows per step (bounds the transient scores to H x NODE_CHUNK x L floats)
 NODE_CHUNK = 1024
@@ -180,6 +181,8 @@ def _streamed_chunk(
     if w is not None:  # the own block's causal rule joins its window mask
         causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
         masks[-1] = causal if masks[-1] is None else masks[-1] & causal
+    if not (call.opts.plain and fused_ok(q, bk[-1], bv[-1])):  # the written-out kernel
+        bk, bv, masks = split_blocks(bk, bv, masks, stream.PREFIX_WINDOW)
     return streamed_attention(q, wins, bk, bv, masks, scale=call.scale, opts=call.opts,
                               causal_last=w is None, anchor=call.streamed.anchor)  # fmt: skip
 

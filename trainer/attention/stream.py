@@ -380,6 +380,32 @@ class _Streamed(torch.autograd.Function):
         return (dq, None, None, dsinks, *dks, *dvs)
 
 
+def split_blocks(
+    blocks_k: list[torch.Tensor],
+    blocks_v: list[torch.Tensor],
+    masks: list[torch.Tensor | None],
+    size: int,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor | None]]:
+    """The device key blocks but the last (the queries' own rows) cut to at most ``size`` rows,
+    for the written-out kernel, whose scores are q x block rows: an ancestor segment as long as
+    a part would otherwise cost H x q x budget floats at once. Split, not sliced, so each
+    block's gradient is joined by one cat."""
+    ks: list[torch.Tensor] = []
+    vs: list[torch.Tensor] = []
+    ms: list[torch.Tensor | None] = []
+    last = len(blocks_k) - 1
+    for i, (k, v, m) in enumerate(zip(blocks_k, blocks_v, masks, strict=True)):
+        if i == last or k.shape[2] <= size:
+            ks.append(k)
+            vs.append(v)
+            ms.append(m)
+            continue
+        ks += k.split(size, dim=2)
+        vs += v.split(size, dim=2)
+        ms += [None] * len(k.split(size, dim=2)) if m is None else list(m.split(size, dim=1))
+    return ks, vs, ms
+
+
 def streamed_attention(
     q_BHqD: torch.Tensor,
     windows: list[tuple[Window, torch.Tensor | None]],
@@ -407,6 +433,7 @@ __all__ = [
     "block_backward",
     "block_forward",
     "load_windows",
+    "split_blocks",
     "streamed_attention",
     "window_masks",
 ]

@@ -95,9 +95,16 @@ def test_host_stores_equal_gpu_stores_and_the_whole_tree(name: str, mode: str, l
 @pytest.mark.usefixtures("small_windows")
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gpt-oss"])
 def test_the_written_out_block_kernel_is_exact(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The block product written out (what a CUDA device and the windowed layers run) against
-    the whole tree, with checkpointing (the layer and its windows read again in the backward)."""
+    """The block product written out (what a CUDA device and the windowed layers run; long
+    device blocks cut to a window) against the whole tree, with checkpointing (the layer and
+    its windows read again in the backward)."""
+    from treeprep.trainer.attention import nodes
+
     monkeypatch.setattr(stream, "fused_ok", lambda *a: False)
+    monkeypatch.setattr(nodes, "fused_ok", lambda *a: False)
+    cuts: list[int] = []
+    split = stream.split_blocks
+    monkeypatch.setattr(nodes, "split_blocks", lambda *a: cuts.append(len(a[0])) or split(*a))
     model = load_model(name, vocab_size=VOCAB, attn="nodes", seed=2)
     model.train()
     b = TreeBatch.from_trees(rows_of(group_tree(9, n_seq=9, roots=2)), norm="sum")
@@ -110,6 +117,7 @@ def test_the_written_out_block_kernel_is_exact(name: str, monkeypatch: pytest.Mo
         lh, gh = _run(model, b, "sft", budget=7, mode=mode, stores="host")
         assert abs(lh - lw) <= TOL * abs(lw)
         assert _rel(gh, gw) < TOL, (mode, _rel(gh, gw))
+    assert cuts  # the device blocks went through the split
 
 
 @pytest.mark.usefixtures("small_windows")
