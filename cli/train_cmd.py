@@ -205,7 +205,9 @@ def train_cmd(
     stores: StoresOpt = Stores.gpu,
     steps_of: StepsOfOpt = 1,
     optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 3e-4,
+    lr: Annotated[
+        float, typer.Option(help="Peak learning rate.", callback=opt.in_range(gt=0))
+    ] = 3e-4,
     lr_schedule: Annotated[
         LrSchedule,
         typer.Option(
@@ -219,9 +221,15 @@ def train_cmd(
     warmup_ratio: Annotated[
         float, typer.Option(help="Or warm up over this fraction of the steps (rounded up).")
     ] = 0.0,
-    weight_decay: Annotated[float, typer.Option(help="Weight decay.")] = 0.0,
-    momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.0,
-    grad_clip: Annotated[float, typer.Option(help="Clip the gradient norm (0: off).")] = 1.0,
+    weight_decay: Annotated[
+        float, typer.Option(help="Weight decay.", callback=opt.in_range(ge=0))
+    ] = 0.0,
+    momentum: Annotated[
+        float, typer.Option(help="SGD momentum.", callback=opt.in_range(ge=0, lt=1))
+    ] = 0.0,
+    grad_clip: Annotated[
+        float, typer.Option(help="Clip the gradient norm (0: off).", callback=opt.in_range(ge=0))
+    ] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
     precision: PrecisionOpt = Precision.auto,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",

@@ -125,7 +125,7 @@ def test_each_signal_is_reported_and_the_second_names_the_last_whole_checkpoint(
     tmp_path: Path,
 ) -> None:
     """Issue 39 item 4: a second signal exited without saying which checkpoint is whole."""
-    from treeprep.cli.train_cmd import _signal_line
+    from treeprep.cli.train_progress import signal_line as _signal_line
 
     events: list[tuple[str, dict]] = []
 
