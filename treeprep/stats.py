@@ -191,7 +191,6 @@ def summarize(
     """The stats dict from collected arrays (see the module docstring for the keys); ``cut``
     is how an in-memory plan runs trees over the budget (``handoff``: ERR == POR)."""
     head = Head.of(head, "head")
-    counts = c.manifest.get("counts", {})
     tl = int(c.tokens_linear.sum())
     tt = int(c.tokens_tree.sum())
     pl = int(c.pairs_linear.sum())
@@ -205,21 +204,10 @@ def summarize(
         "tokens_tree": tt,
         "por": 1 - tt / tl if tl else 0.0,
         "ideal_speedup": tl / tt if tt else 1.0,
-        "records_read": int(counts.get("records_read", 0)),
-        "records_rejected": int(counts.get("records_rejected", 0)),
-        # curation (issue 27): records left out by filters or as duplicates, by reason, and
-        # what was changed (secrets redacted, reasoning merged), by kind; the token counts
-        # above are of the deduplicated trees
-        "records_filtered": int(counts.get("records_filtered", 0)),
-        "filtered": dict(c.manifest.get("filtered", {})),
-        "curation": dict(c.manifest.get("curation", {})),
-        # calls in trees the renderer normalized, by kind (inline <think> made reasoning, text
-        # found modulo the template's whitespace normalization; issue 27 item 5)
-        "normalized": dict(c.manifest.get("normalized", {})),
+        **_record_counts(c.manifest),
         "targets_linear": c.targets_linear,
         "targets_tree": c.targets_tree,
         "head": head,
-        "records_in_trees": int(counts.get("records_in_trees", 0)),
         "sequence_entries": int(len(c.forest.seq_node)),
         "nodes": int(len(c.forest.node_parent)),
         "branch_points": int(len(c.branching)),
@@ -260,6 +248,24 @@ def summarize(
     if out_dir is not None:
         out["sharing"] = _sharing_block(out_dir, plan)
     return out
+
+
+def _record_counts(manifest: dict) -> dict:
+    """What the manifest counts of the records: read, rejected, in trees, left out by filters or
+    as duplicates (by reason), changed by curation (secrets redacted, reasoning merged; by kind),
+    and normalized by the renderer (inline ``<think>`` made reasoning, text found modulo the
+    template's whitespace normalization; by kind). The token counts are of the deduplicated
+    trees."""
+    counts = manifest.get("counts", {})
+    return {
+        "records_read": int(counts.get("records_read", 0)),
+        "records_rejected": int(counts.get("records_rejected", 0)),
+        "records_filtered": int(counts.get("records_filtered", 0)),
+        "records_in_trees": int(counts.get("records_in_trees", 0)),
+        "filtered": dict(manifest.get("filtered", {})),
+        "curation": dict(manifest.get("curation", {})),
+        "normalized": dict(manifest.get("normalized", {})),
+    }
 
 
 def _sharing_block(out_dir: str, plan: PlanSummary | None) -> dict:
