@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu.sh: the GPU figures of the README's GPU table in one run of at most 9 minutes.
+# bench/gpu.sh: the GPU figures of the README's GPU table in one run of at most 10 minutes.
 #
 #   bash bench/gpu.sh --prepare              # here (needs ../shared): build the Claude Code session
 #                                            #   that the memory stage reads (bench/_work/memory/),
@@ -11,8 +11,9 @@
 # Results go to $OUT (the device machine's output folder) or bench/_work/gpu: env.txt (card,
 # driver, torch, transformers), memory.json (bench/memory.py on the real Claude
 # Code session: Qwen3-1.7B and Qwen3-0.6B shapes, bf16, activation checkpointing, budget 16k; the
-# tree's peak against the linear trainer's on its longest path, the memory model's prediction,
-# seconds of one forward and backward), tests.txt (exactness on the device: tests/trainer/test_gpu.py
+# tree's peak with its hand-off stores on the GPU and in host memory (--stores gpu,host, issue
+# 37: device_peak_bytes, host_store_bytes) against the linear trainer's on its longest path, the
+# memory model's prediction, seconds of one forward and backward), tests.txt (exactness on the device: tests/trainer/test_gpu.py
 # and the Liger fused head), head.json (bench/head_memory.py: the loss's head chunk at Qwen3's
 # vocabulary, blocks of rows against the log-softmax chain), train.json (bench/train.py:
 # measured against estimated speedup).
@@ -91,8 +92,8 @@ cat "$RES/env.txt"
 
 if [ "$dry" = 1 ]; then
     stage memory 300 memory.json $PY bench/memory.py --workload agent --path 4096 \
-        --budgets 1024 --modes linear,recompute --no-whole --checkpointing --no-probe \
-        --warmup --model tiny-qwen3,tiny-llama --device cpu --dtype bfloat16 --json
+        --budgets 1024 --modes linear,recompute --stores gpu,host --no-whole --checkpointing \
+        --no-probe --warmup --model tiny-qwen3,tiny-llama --device cpu --dtype bfloat16 --json
     stage tests 300 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/test_fused_head.py
     stage head 120 head.json $PY bench/head_memory.py --vocab 32768 --rows 256 --rounds 2 \
@@ -100,10 +101,12 @@ if [ "$dry" = 1 ]; then
     stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
         --rounds 1 --json
 else
-    # one process for both shapes: FlexAttention compiles once (dynamic shapes)
-    stage memory 360 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
+    # one process for both shapes: FlexAttention compiles once (dynamic shapes); Qwen3-1.7B's
+    # linear, gpu-store and host-store runs first (issue 37 item 6)
+    stage memory 420 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
         --device "$device" --model qwen3-1.7b,qwen3-0.6b --budgets 16384 \
-        --modes linear,recompute --no-whole --checkpointing --no-probe --warmup --json
+        --modes linear,recompute --stores gpu,host --no-whole --checkpointing --no-probe --warmup \
+        --json
     stage tests 80 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
         tests/trainer/test_fused_head.py tests/trainer/test_target_logp.py
     # the loss's head chunk at Qwen3's vocabulary: blocks of rows against the log-softmax chain
