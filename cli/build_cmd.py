@@ -39,9 +39,9 @@ def build_cmd(
     group_by: Annotated[
         str | None, typer.Option(help="Record field whose value is the group (tree) id.")
     ] = None,
-    workers: Annotated[int, typer.Option(help="Processes rendering input files.")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="Processes rendering input files.")] = 1,
     max_errors: Annotated[
-        int | None, typer.Option(help="Stop with exit code 1 past this many rejects.")
+        int | None, typer.Option(min=0, help="Stop with exit code 1 past this many rejects.")
     ] = None,
     system_prompt: Annotated[
         Path | None, typer.Option(help="System prompt file, for logs that hold none.")
@@ -61,7 +61,8 @@ def build_cmd(
         float,
         typer.Option(
             help="Reject a JSONL record (line) longer than this many MiB without reading it "
-            "into memory (rendering costs about 150x a record's size)."
+            "into memory (rendering costs about 150x a record's size).",
+            callback=opt.in_range(gt=0),
         ),
     ] = 16.0,
     chat_template: Annotated[
@@ -196,7 +197,7 @@ def _config(params: dict[str, Any]) -> Any:
         for k, v in params.items()
         if k not in ("as_json", "max_record_mb")
     }
-    kw["max_record_bytes"] = max(1, int(params["max_record_mb"] * (1 << 20)))
+    kw["max_record_bytes"] = max(1, int(params["max_record_mb"] * (1 << 20)))  # checked > 0
     return BuildConfig(**kw)
 
 

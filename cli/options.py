@@ -17,7 +17,8 @@ into what the library takes (an Enum's value, a path's string).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -112,6 +113,42 @@ OBJECTIVE = (
     "entropy_coef",
     "chunk",
 )
+
+
+# --------------------------------------------------------------------------------------------
+# numbers by range: NaN, infinity or a value out of range is a usage error (exit code 2)
+# --------------------------------------------------------------------------------------------
+
+
+def in_range(
+    *, gt: float | None = None, ge: float | None = None, lt: float | None = None
+) -> Callable[[float | None], float | None]:
+    """A typer ``callback`` refusing a number that is not finite or not in the range (``gt`` <
+    value, ``ge`` <= value, value < ``lt``), before the command runs: click's own ranges let
+    NaN through (every comparison with it is false). None (an option left out) passes.
+
+    >>> in_range(gt=0)(16.0)
+    16.0
+    >>> try:
+    ...     in_range(gt=0)(float("nan"))
+    ... except typer.BadParameter as e:
+    ...     print(e)
+    nan is not a finite number > 0
+    """
+    parts = [f"> {gt:g}" if gt is not None else "", f">= {ge:g}" if ge is not None else ""]
+    parts.append(f"< {lt:g}" if lt is not None else "")
+    want = " and ".join(p for p in parts if p) or "at all"
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return value
+        ok = math.isfinite(value)
+        ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
+        if not (ok and (lt is None or value < lt)):
+            raise typer.BadParameter(f"{value:g} is not a finite number {want}")
+        return value
+
+    return check
 
 
 def plain(value: Any) -> Any:

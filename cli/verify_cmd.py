@@ -27,7 +27,7 @@ def verify_cmd(
     build: opt.BuildArg,
     *,
     model: opt.ModelOpt,
-    groups: Annotated[int, typer.Option(help="Trees to check, in shard order.")] = 4,
+    groups: Annotated[int, typer.Option(min=1, help="Trees to check, in shard order.")] = 4,
     loss: opt.LossOpt = opt.DEFAULT_LOSS,
     norm: opt.NormOpt = opt.DEFAULT_NORM,
     adv_norm: opt.AdvNormOpt = opt.DEFAULT_ADV_NORM,
@@ -41,7 +41,10 @@ def verify_cmd(
         str, typer.Option(help="float32, or float64 (weights, coefficients and loss).")
     ] = "float32",
     attn: opt.AttnOpt = opt.Attn.auto,
-    tol: Annotated[float, typer.Option(help="Largest relative L2 difference allowed.")] = 1e-5,
+    tol: Annotated[
+        float,
+        typer.Option(help="Largest relative L2 difference allowed.", callback=opt.in_range(gt=0)),
+    ] = 1e-5,
     max_tokens: Annotated[
         int, typer.Option(help="Skip trees whose linear layout has more tokens than this.")
     ] = 65536,

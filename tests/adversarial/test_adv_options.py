@@ -76,3 +76,45 @@ def test_a_fifo_as_the_config_file_is_refused_not_a_hang(tmp_path: Path) -> None
     os.mkfifo(tmp_path / "run.toml")
     with _no_hang(), pytest.raises(TreeprepError, match=r"--config is not a regular file: a named"):
         config_file.read(tmp_path / "run.toml")
+
+
+# ---- item 7: numbers out of range are usage errors, before anything runs -----------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "want"),
+    [
+        ("build", "--max-record-mb", "nan", "nan is not a finite number > 0"),
+        ("build", "--max-record-mb", "0", "0 is not a finite number > 0"),
+        ("build", "--max-record-mb", "-1", "-1 is not a finite number > 0"),
+        ("build", "--max-record-mb", "inf", "inf is not a finite number > 0"),
+        ("build", "--workers", "0", "greater than or equal to 1"),
+        ("build", "--max-errors", "-1", "greater than or equal to 0"),
+        ("train", "--lr", "nan", "nan is not a finite number > 0"),
+        ("train", "--lr", "-0.001", "-0.001 is not a finite number > 0"),
+        ("train", "--grad-clip", "nan", "nan is not a finite number >= 0"),
+        ("train", "--weight-decay", "inf", "inf is not a finite number >= 0"),
+        ("train", "--momentum", "1", "1 is not a finite number >= 0 and < 1"),
+        ("verify", "--tol", "nan", "nan is not a finite number > 0"),
+        ("verify", "--groups", "0", "greater than or equal to 1"),
+    ],
+)
+def test_a_number_out_of_range_is_a_usage_error(
+    tmp_path: Path, command: str, option: str, value: str, want: str
+) -> None:
+    """Before: --max-record-mb nan and --lr nan ended in tracebacks, and --max-record-mb 0 or -1
+    turned every record into a reject."""
+    from typer.testing import CliRunner
+
+    from treeprep.cli.app import app
+
+    logs = write_jsonl(tmp_path / "logs" / "a.jsonl", good_rows(2))
+    args = {
+        "build": ["build", str(logs), "-o", str(tmp_path / "o")],
+        "train": ["train", str(tmp_path / "b"), "--model", "tiny-qwen3", "-o", str(tmp_path / "r")],
+        "verify": ["verify", str(tmp_path / "b"), "--model", "tiny-qwen3"],
+    }[command]
+    res = CliRunner().invoke(app, [*args, option, value], env={"COLUMNS": "200"})
+    assert res.exit_code == 2, res.output  # a usage error: no traceback, nothing run
+    assert f"Invalid value for '{option}'" in res.output and want in res.output, res.output
+    assert not (tmp_path / "o").exists() and not (tmp_path / "r").exists()
