@@ -1,15 +1,18 @@
 """Context parallelism (:mod:`treeprep.trainer.context`): gloo processes on the CPU against one.
 
-Four processes run, in turn, ``cp`` 2 (two context groups, data parallel over them) and ``cp`` 4
-(one group), and two processes run ``cp`` 2 alone; each rank takes its data rank's micro-batches
-(odd token counts, so that the padding runs), the model runs with activation checkpointing under
-DDP over the whole world, and the gradients must equal one process running every micro-batch
-(relative L2 under 1e-5, float32), for SFT and GRPO. The model has 8 query and 4 key/value heads,
-so that grouped queries are split too. Loss and metric sums over the ranks must equal the one
-process's, and the per-batch counts must be counted once per group.
+Gradients: four processes run, in turn, ``cp`` 2 (two context groups of two, data parallel over
+them) and ``cp`` 4 (one group of four); each rank takes its data rank's micro-batches (token
+counts not all multiples of the group size, so that the padding runs), the model runs with
+activation checkpointing under DDP over the whole world, and the gradients must equal one process
+running every micro-batch (relative L2 under 1e-5, float32), for SFT and GRPO. The model has 8
+query and 4 key/value heads, so that grouped queries are split too. Loss and metric sums over the
+ranks must equal the one process's, and the per-batch counts must be counted once per group. The
+processes are started directly (``RANK``/``WORLD_SIZE`` in the environment) running this file as
+a script; the test reads what rank 0 wrote.
 
-The processes are started directly (``RANK``/``WORLD_SIZE`` in the environment) running this file
-as a script; the test reads what rank 0 wrote.
+End to end: :func:`~treeprep.trainer.loop.train` with cp 2 on the same four processes (two
+context groups, data parallel over them) gives every step's loss and the final weights of one
+process running the plan made for two data ranks.
 """
 
 from __future__ import annotations
@@ -30,27 +33,22 @@ if not torch.distributed.is_available():  # pragma: no cover
 from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
 
 TOL = 1e-5
-#: (world size, cp) runs, each with these losses
-WORLDS = {4: [2, 4], 2: [2]}
-LOSSES = ["sft", "grpo"]
+#: the world's cp runs, each with these losses
+WORLD, CPS, LOSSES = 4, [2, 4], ["sft", "grpo"]
 
 
 def data_batches(dp: int) -> list[list]:
-    """``dp`` data ranks' micro-batches: two each, of odd token counts."""
+    """``dp`` data ranks' micro-batches, two each."""
     from treeprep.trainer import TreeBatch
 
-    out = []
-    for r in range(dp):
-        mbs = []
-        for k in range(2):
-            rows = rows_of(group_tree(17 + 10 * r + k, n_seq=4 + k))
-            b = TreeBatch.from_trees(rows, norm="sequence-mean")
-            if b.num_tokens % 2 == 0:  # odd: every cp pads
-                rows = rows_of(group_tree(17 + 10 * r + k, n_seq=4 + k, root_len=13))
-                b = TreeBatch.from_trees(rows, norm="sequence-mean")
-            mbs.append(b)
-        out.append(mbs)
-    return out
+    return [
+        [
+            TreeBatch.from_trees(rows_of(group_tree(17 + 10 * r + k, n_seq=4 + k)),
+                                 norm="sequence-mean")
+            for k in range(2)
+        ]
+        for r in range(dp)
+    ]  # fmt: skip
 
 
 def _model():
@@ -125,28 +123,42 @@ def _rel(a: dict, b: dict) -> float:
     return num / den
 
 
-def worker(out: str) -> None:
+def worker(out: str, data: str, runs: str) -> None:
     from treeprep.trainer.context import data_world
     from treeprep.trainer.distributed import all_reduce_sum, init_distributed, shutdown
+    from treeprep.trainer.loop import train
 
     torch.set_num_threads(1)
     info = init_distributed("cpu")
-    runs = []
-    for cp in WORLDS[info.world_size]:
+    res = []
+    for cp in CPS:
         for loss in LOSSES:
             grads, got = _parallel(loss, cp, info)
             counts = [float(got[f"sum_{k}"]) for k in ("tokens", "targets", "micro_batches")]
             counts = all_reduce_sum(counts, info)
             if info.is_main:
                 ref, want = _reference(loss, data_world(info.world_size, cp))
-                runs.append({"cp": cp, "loss": loss, "rel": _rel(grads, ref),
-                             "got": got["loss"], "want": want["loss"], "counts": counts,
-                             "want_counts": [want["tokens"], want["targets"],
-                                             want["micro_batches"]],
-                             "extra": got["extra"], "want_extra": want["extra"]})  # fmt: skip
+                res.append({"cp": cp, "loss": loss, "rel": _rel(grads, ref),
+                            "got": got["loss"], "want": want["loss"], "counts": counts,
+                            "want_counts": [want["tokens"], want["targets"],
+                                            want["micro_batches"]],
+                            "extra": got["extra"], "want_extra": want["extra"]})  # fmt: skip
+    # tiny-qwen3's 2 key/value heads split 2 ways: two context groups of two
+    train(_train_cfg(data, str(Path(runs) / "cp2"), cp=2))
     if info.is_main:
-        Path(out).write_text(json.dumps(runs))
+        Path(out).write_text(json.dumps(res))
     shutdown(info)
+
+
+def _train_cfg(data: str, run_dir: str, **kw):
+    """The end-to-end runs: SGD with momentum (an update linear in the gradient), checkpointing."""
+    from treeprep.trainer.loop import TrainConfig
+
+    return TrainConfig(data=data, model="tiny-qwen3", run_dir=run_dir, budget=512, steps=2,
+                       steps_of=2, optimizer="sgd", lr=0.3, momentum=0.9, device="cpu",
+                       attn="dense", activation_checkpointing=True, probe=False,
+                       save_every=2, save_final=False,
+                       **kw)  # fmt: skip
 
 
 def _free_port() -> int:
@@ -155,12 +167,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(out: Path, world: int) -> list[dict]:
+def _spawn(args: list[str], world: int) -> None:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                WORLD_SIZE=str(world), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")  # fmt: skip
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, str(out)],
+            [sys.executable, __file__, *args],
             env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -169,23 +181,40 @@ def _spawn(out: Path, world: int) -> list[dict]:
         for r in range(world)
     ]
     try:
-        logs = [p.communicate(timeout=180)[0] for p in procs]
+        logs = [p.communicate(timeout=300)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
     for p, log in zip(procs, logs, strict=True):
         assert p.returncode == 0, log[-4000:]
-    return json.loads(out.read_text())
 
 
-@pytest.fixture(scope="module", params=sorted(WORLDS))
-def results(request, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    return _spawn(tmp_path_factory.mktemp("context") / "out.json", request.param)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from test_train import write_rollouts
+
+    from treeprep.build import BuildConfig, build
+
+    root = tmp_path_factory.mktemp("context")
+    write_rollouts(root / "rollouts.jsonl", seed=3)
+    build(BuildConfig(inputs=[str(root / "rollouts.jsonl")], out=str(root / "build")))
+    return root
+
+
+@pytest.fixture(scope="module")
+def results(built: Path) -> list[dict]:
+    _spawn([str(built / "out.json"), str(built / "build"), str(built / "runs")], WORLD)
+    return json.loads((built / "out.json").read_text())
+
+
+def test_the_batches_need_padding() -> None:
+    sizes = [b.num_tokens for mbs in data_batches(2) for b in mbs]
+    assert any(n % 2 for n in sizes) and any(n % 4 for n in sizes), sizes
 
 
 def test_gradients_equal_one_process(results: list[dict]) -> None:
-    assert {(r["cp"], r["loss"]) for r in results} >= {(2, "sft"), (2, "grpo")}
+    assert [(r["cp"], r["loss"]) for r in results] == [(c, x) for c in CPS for x in LOSSES]
     for r in results:
         assert r["rel"] < TOL, r
 
@@ -198,5 +227,46 @@ def test_losses_and_counts_add_up_over_the_group(results: list[dict]) -> None:
             assert abs(r["extra"][k] - v) <= 1e-5 * max(1.0, abs(v)), (k, r)
 
 
+def test_train_matches_one_process(results: list[dict], built: Path) -> None:
+    """``train`` with cp 2 on four processes (two context groups, data parallel over them):
+    every step's loss and token count, and the final weights, of one process running the same
+    plan (made for two data ranks)."""
+    from treeprep.trainer import checkpoint as ckpt_mod
+    from treeprep.trainer.loop import train
+
+    ref_dir = built / "ref"
+    ref = train(_train_cfg(str(built / "build"), str(ref_dir), plan_world_size=2))
+    run = built / "runs" / "cp2"
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["loss"] for x in lines] == pytest.approx(ref.losses, rel=2e-6)
+    assert [x["tokens"] for x in lines] == [m.tokens for m in ref.history]
+    want = ckpt_mod.open_checkpoint(str(ref_dir)).model_state()
+    got = ckpt_mod.open_checkpoint(str(run)).model_state()
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_cp_refuses_what_it_cannot_split() -> None:
+    from treeprep.errors import TrainingError
+    from treeprep.trainer.context import check_model, new_context
+
+    with pytest.raises(TrainingError, match="multiple of 2"):
+        new_context(2, 0, 1)
+    with pytest.raises(TrainingError, match="4 query and 2 key/value heads"):
+        check_model(_tiny("tiny-qwen3"), 4)
+    with pytest.raises(TrainingError, match="linear-attention"):
+        check_model(_tiny("tiny-qwen3-5"), 2)
+    with pytest.raises(TrainingError, match="gspo"):
+        _cfg("gspo", 2)
+
+
+def _tiny(name: str):
+    from treeprep.trainer.models.load import model_from_config
+    from treeprep.trainer.models.presets import PRESETS
+
+    return model_from_config(PRESETS[name].hf_config(VOCAB), dtype=torch.float32, seed=1)
+
+
 if __name__ == "__main__":
-    worker(sys.argv[1])
+    worker(*sys.argv[1:])
