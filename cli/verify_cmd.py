@@ -43,7 +43,7 @@ def verify_cmd(
     attn: opt.AttnOpt = opt.Attn.auto,
     tol: Annotated[
         float,
-        typer.Option(help="Largest relative L2 difference allowed.", callback=opt.in_range(gt=0)),
+        typer.Option(help="Largest relative L2 difference allowed.", callback=opt.in_range(ge=0)),
     ] = 1e-5,
     max_tokens: Annotated[
         int, typer.Option(help="Skip trees whose linear layout has more tokens than this.")
@@ -112,6 +112,9 @@ def _print_report(rep: Any, tol: float) -> None:
     con.print(t)
     if has64:
         con.print(f"float64 reference loss {rep.loss_64:.8g}")
+    if rep.float64_kept:
+        kept = ", ".join(rep.float64_kept)
+        con.print(f"float64 throughout: float32 casts kept in float64 in {kept}")
     verdict = "[green]PASS[/]" if rep.ok else "[bold red]FAIL[/]"
     con.print(
         f"{verdict}: worst rel {rep.worst_rel:.2e}, worst abs {rep.worst_abs:.2e}; {rep.reason}"

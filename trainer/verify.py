@@ -20,6 +20,13 @@ treeprep is worse than the reference, and the report says so (:attr:`VerifyRepor
 float64 run costs about one more forward and backward in float64 and a copy of the weights, and
 runs only when needed (``reference64=True`` always runs it).
 
+A float64 model (``--precision float64``), and the float64 reference, run in float64 throughout:
+transformers casts to float32 in RMSNorm, the rotary angles and Qwen3.5's gated delta rule
+whatever the dtype, which held tree and linear to about 1e-8 (Qwen3) and 1e-7 (Qwen3.5) apart;
+:func:`~treeprep.trainer.models.float64.keep_float64` keeps those casts in float64 for the check
+(scoped to it), so they agree to float64 rounding (about 1e-15), and the report names the module
+classes it patched (:attr:`VerifyReport.float64_kept`).
+
 :func:`verify_build` is the whole command: a :class:`VerifyConfig` names a build, a model and the
 objective; it reads the first ``groups`` trees of the build (skipping, and naming, those whose
 linear layout is over ``max_tokens``), loads the model checked against the build
@@ -29,6 +36,7 @@ of another tokenizer is refused) and returns the :class:`VerifyReport` with what
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from collections.abc import Callable, Sequence
@@ -42,6 +50,7 @@ from treeprep.modes import Attn, PartGraph, coerce_modes
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.loss import tree_loss
+from treeprep.trainer.models.float64 import keep_float64
 
 
 @dataclass
@@ -78,6 +87,9 @@ class VerifyReport:
     groups: list[GroupDiff] = field(default_factory=list)
     #: the loss of a float64 run of the linear layout; None when none ran
     loss_64: float | None = None
+    #: the module classes whose float32 casts a float64 run kept in float64
+    #: (:func:`~treeprep.trainer.models.float64.keep_float64`): empty for a float32 model
+    float64_kept: list[str] = field(default_factory=list)
     #: the linear loss's terms' absolute values summed (its rounding scale; 0: unknown)
     loss_mass: float = 0.0
 
@@ -146,6 +158,7 @@ class VerifyReport:
             "worst_rel": self.worst_rel,
             "worst_abs": self.worst_abs,
             "loss_64": self.loss_64,
+            "float64_kept": self.float64_kept,
             "loss_mass": self.loss_mass,
             "reason": self.reason,
             "groups": [g.__dict__ for g in self.groups],
@@ -257,13 +270,16 @@ def verify_gradients(
     kw: dict[str, Any] = {"norm": norm, "adv_norm": adv_norm, "device": dev}
     tree = TreeBatch.from_trees(rows, layout="tree", share_prefixes=share_prefixes, **kw)
     lin = TreeBatch.from_trees(rows, layout="linear", **kw)
-    if budget is not None:
-        lt, gt = _grads_parts(
-            model, rows, tree, budget, part_graph, loss, attn, adv_norm, stores, **loss_kw
-        )
-    else:
-        lt, gt, _ = _grads(model, tree, loss, attn, **loss_kw)
-    ll, gl, mass = _grads(model, lin, loss, attn, **loss_kw)
+    is64 = next(model.parameters()).dtype == torch.float64
+    kept: set[str] = set()
+    with keep_float64(model, kept) if is64 else contextlib.nullcontext():  # float64 throughout
+        if budget is not None:
+            lt, gt = _grads_parts(
+                model, rows, tree, budget, part_graph, loss, attn, adv_norm, stores, **loss_kw
+            )
+        else:
+            lt, gt, _ = _grads(model, tree, loss, attn, **loss_kw)
+        ll, gl, mass = _grads(model, lin, loss, attn, **loss_kw)
     rep = VerifyReport(
         loss_tree=lt,
         loss_linear=ll,
@@ -273,15 +289,16 @@ def verify_gradients(
         targets_linear=lin.num_targets,
         tol=tol,
         loss_mass=mass,
+        float64_kept=sorted(kept),
     )
     diffs = _diffs(gt, gl)
     rep.groups = [
         GroupDiff(name, numel, mx, _rel(d2, n2), n2**0.5) for name, (numel, mx, d2, n2) in diffs
     ]
-    is64 = next(model.parameters()).dtype == torch.float64
     if reference64 or (reference64 is None and not is64 and not rep.ok):
         m64 = copy.deepcopy(model).double()
-        rep.loss_64, g64, _ = _grads(m64, lin, loss, attn, **loss_kw)
+        with keep_float64(m64, set()):
+            rep.loss_64, g64, _ = _grads(m64, lin, loss, attn, **loss_kw)
         del m64
         to_tree, to_lin = dict(_diffs(gt, g64)), dict(_diffs(gl, g64))
         for g in rep.groups:

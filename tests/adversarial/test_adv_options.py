@@ -95,7 +95,8 @@ def test_a_fifo_as_the_config_file_is_refused_not_a_hang(tmp_path: Path) -> None
         ("train", "--grad-clip", "nan", "nan is not a finite number >= 0"),
         ("train", "--weight-decay", "inf", "inf is not a finite number >= 0"),
         ("train", "--momentum", "1", "1 is not a finite number >= 0 and < 1"),
-        ("verify", "--tol", "nan", "nan is not a finite number > 0"),
+        ("verify", "--tol", "nan", "nan is not a finite number >= 0"),
+        ("verify", "--tol", "-1e-05", "-1e-05 is not a finite number >= 0"),
         ("verify", "--groups", "0", "greater than or equal to 1"),
     ],
 )
