@@ -4,7 +4,7 @@ behaviour a build relies on (a bad input names the file, the line and what was e
 One module per idea, each imported from its own home (this package re-exports nothing, so a name
 has one import path):
 
-* :mod:`treeprep.io.paths`: local paths or ``file://`` URLs as local paths;
+* :mod:`treeprep.io.paths`: local paths or ``file://`` URLs as local paths; regular files only;
 * :mod:`treeprep.io.inputs`: which files a build reads (files, folders, globs), each once, named
   stably;
 * :mod:`treeprep.io.compressed`: their decompressed bytes (plain, ``.gz``, ``.zst``), a head for
@@ -16,7 +16,8 @@ has one import path):
 * :mod:`treeprep.io.lines`: the line reader and the JSONL record stream under a per-record size
   limit.
 
-The imports point one way: ``paths`` and ``inputs`` stand alone, ``jsonparse`` reads through
+The imports point one way: ``paths`` stands alone (and says what is not a regular file, for
+the inputs and every path option), ``inputs`` uses it, ``jsonparse`` reads through
 ``compressed``, and ``lines`` builds on both. Nothing here knows an input format: the adapters in
 :mod:`treeprep.formats` read through :mod:`treeprep.formats._read`, which reads through here.
 """

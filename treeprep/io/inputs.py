@@ -295,7 +295,8 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
     ``/abs/path/logs`` gives the same names. Hidden files and folders are skipped, and so are
     the build's output folder ``out`` and any folder holding a treeprep manifest or a build's
     lock, wherever a folder or glob reaches them: each is listed in ``excluded`` with the
-    reason (a hidden folder once, not what it holds).
+    reason (a hidden folder once, not what it holds). An input folder (or a glob's folder, or a
+    named file's) that is ``out`` itself is refused with a TreeprepError: all of it is output.
     """
     builds = _BuildFolders(out)
     found: list[tuple[str, bool]] = []
