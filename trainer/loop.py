@@ -177,13 +177,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     ident = _identity(cfg, reader, info, prec)
     resume = ckpt_mod.open_checkpoint(resume_path) if resume_path else None
     notes = _check_resume(resume, ident, cfg, info) if resume is not None else None
-    lm = _load_lm(cfg, reader, resume, info)
-    check_model(lm, cfg.cp)
-    loss_kw = {"attn": None, **asdict(cfg.loss_config())}
-    module = dist_mod.LossModule(lm, loss_kw, autocast, context)
-    wrapped = dist_mod.wrap(module, info, cfg.parallel)
-    params = [p for p in wrapped.parameters() if p.requires_grad]
-    opt = make_optimizer(cfg, params, dev)
+    lm, wrapped, params, opt = _model_and_optimizer(cfg, reader, resume, info, autocast, context)
 
     # ---- 2. data: the epochs, the step count and schedule, the position (resumed or 0)
     epochs = _open_epochs(cfg, reader, lm, info, skipped)
@@ -198,9 +192,7 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     resumed = None
     if resume is not None and notes is not None:
         step, epoch, epoch_step = restore(resume, wrapped, opt, cfg, info)
-        resumed = {"step": step, "path": resume.path, "changed": notes.changed,
-                   "warnings": notes.warnings,
-                   "schedule": sched.resumed_line(saved_schedule(resume), step)}  # fmt: skip
+        resumed = _resumed(resume, notes, sched, step)
     log = _RunLog(cfg, info, step)
     emit("start", {
         "total_steps": total, "start_step": step, "world_size": info.world_size,
@@ -241,6 +233,39 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         plot=plot_run(cfg.run_dir) if info.is_main and stopped is None else None,
         final=final,
     )  # fmt: skip
+
+
+def _model_and_optimizer(
+    cfg: TrainConfig,
+    reader: BuildReader,
+    resume: ckpt_mod.Checkpoint | None,
+    info: dist_mod.DistInfo,
+    autocast: Any,
+    context: Any,
+) -> tuple[torch.nn.Module, torch.nn.Module, list[torch.nn.Parameter], torch.optim.Optimizer]:
+    """The model (:func:`_load_lm`), wrapped with its loss for DDP/FSDP2 (and the context
+    group of ``--cp``), its trainable parameters and their optimizer."""
+    lm = _load_lm(cfg, reader, resume, info)
+    check_model(lm, cfg.cp)
+    loss_kw = {"attn": None, **asdict(cfg.loss_config())}
+    module = dist_mod.LossModule(lm, loss_kw, autocast, context)
+    wrapped = dist_mod.wrap(module, info, cfg.parallel)
+    params = [p for p in wrapped.parameters() if p.requires_grad]
+    return lm, wrapped, params, make_optimizer(cfg, params, info.device)
+
+
+def _resumed(
+    resume: ckpt_mod.Checkpoint, notes: ResumeNotes, sched: Schedule, step: int
+) -> dict[str, Any]:
+    """What the ``start`` event says of a resume: from where, what changed, and where the
+    learning-rate schedule stands when it differs from the checkpoint's."""
+    return {
+        "step": step,
+        "path": resume.path,
+        "changed": notes.changed,
+        "warnings": notes.warnings,
+        "schedule": sched.resumed_line(saved_schedule(resume), step),
+    }
 
 
 def _run_steps(
