@@ -3,8 +3,9 @@
 Gradients: four processes run, in turn, ``cp`` 2 (two context groups of two, data parallel over
 them) and ``cp`` 4 (one group of four); each rank takes its data rank's micro-batches (token
 counts not all multiples of the group size, so that the padding runs), the model runs with
-activation checkpointing under DDP over the whole world, and the gradients must equal one process
-running every micro-batch (relative L2 under 1e-5, float32), for SFT and GRPO. The model has 8
+activation checkpointing, wrapped over the whole world (DDP at ``cp`` 2, FSDP2 at ``cp`` 4), and
+the gradients must equal one process running every micro-batch (relative L2 under 1e-5, float32),
+for SFT and GRPO. The model has 8
 query and 4 key/value heads, so that grouped queries are split too. Loss and metric sums over the
 ranks must equal the one process's, and the per-batch counts must be counted once per group. The
 processes are started directly (``RANK``/``WORLD_SIZE`` in the environment) running this file as
@@ -34,7 +35,9 @@ from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
 
 TOL = 1e-5
 #: the world's cp runs, each with these losses
-WORLD, CPS, LOSSES = 4, [2, 4], ["sft", "grpo"]
+WORLD = 4
+#: (cp, loss, wrapper over the whole world) runs, each a fresh model and one step
+RUNS = [(2, "sft", "ddp"), (2, "grpo", "ddp"), (4, "sft", "fsdp"), (4, "grpo", "fsdp")]
 
 
 def data_batches(dp: int) -> list[list]:
@@ -100,13 +103,13 @@ def _reference(loss: str, dp: int) -> tuple[dict, dict]:
     return {n: p.grad.clone() for n, p in module.lm.named_parameters()}, sums
 
 
-def _parallel(loss: str, cp: int, info) -> tuple[dict, dict]:
+def _parallel(loss: str, cp: int, parallel: str, info) -> tuple[dict, dict]:
     from treeprep.trainer.context import data_rank, data_world, new_context
-    from treeprep.trainer.distributed import wrap
+    from treeprep.trainer.distributed import unwrap, wrap
 
     cfg = _cfg(loss, cp)
     cg = new_context(cp, info.rank, info.world_size)
-    wrapped = wrap(_module(cfg, cg), info, "ddp")
+    wrapped = wrap(_module(cfg, cg), info, parallel)
     mine = [data_batches(data_world(info.world_size, cp))[data_rank(info.rank, cp)]]
     red = _step(wrapped, mine, cfg, float(info.world_size), info)
     sums = {k: red[k] for k in ("tokens", "targets", "micro_batches")}
@@ -114,7 +117,13 @@ def _parallel(loss: str, cp: int, info) -> tuple[dict, dict]:
 
     red["loss"] = all_reduce_sum([red["loss"]], info)[0]
     red.update({f"sum_{k}": v for k, v in sums.items()})
-    return {n: p.grad for n, p in wrapped.module.lm.named_parameters()}, red
+    lm = unwrap(wrapped).lm
+    return {n: _full(p.grad) for n, p in lm.named_parameters()}, red
+
+
+def _full(grad):
+    """A gradient as a plain tensor (FSDP2's are sharded DTensors)."""
+    return grad.full_tensor() if hasattr(grad, "full_tensor") else grad
 
 
 def _rel(a: dict, b: dict) -> float:
@@ -131,18 +140,17 @@ def worker(out: str, data: str, runs: str) -> None:
     torch.set_num_threads(1)
     info = init_distributed("cpu")
     res = []
-    for cp in CPS:
-        for loss in LOSSES:
-            grads, got = _parallel(loss, cp, info)
-            counts = [float(got[f"sum_{k}"]) for k in ("tokens", "targets", "micro_batches")]
-            counts = all_reduce_sum(counts, info)
-            if info.is_main:
-                ref, want = _reference(loss, data_world(info.world_size, cp))
-                res.append({"cp": cp, "loss": loss, "rel": _rel(grads, ref),
-                            "got": got["loss"], "want": want["loss"], "counts": counts,
-                            "want_counts": [want["tokens"], want["targets"],
-                                            want["micro_batches"]],
-                            "extra": got["extra"], "want_extra": want["extra"]})  # fmt: skip
+    for cp, loss, parallel in RUNS:
+        grads, got = _parallel(loss, cp, parallel, info)
+        counts = [float(got[f"sum_{k}"]) for k in ("tokens", "targets", "micro_batches")]
+        counts = all_reduce_sum(counts, info)
+        if info.is_main:
+            ref, want = _reference(loss, data_world(info.world_size, cp))
+            res.append({"cp": cp, "loss": loss, "rel": _rel(grads, ref),
+                        "got": got["loss"], "want": want["loss"], "counts": counts,
+                        "want_counts": [want["tokens"], want["targets"],
+                                        want["micro_batches"]],
+                        "extra": got["extra"], "want_extra": want["extra"]})  # fmt: skip
     # tiny-qwen3's 2 key/value heads split 2 ways: two context groups of two
     train(_train_cfg(data, str(Path(runs) / "cp2"), cp=2))
     if info.is_main:
@@ -214,7 +222,7 @@ def test_the_batches_need_padding() -> None:
 
 
 def test_gradients_equal_one_process(results: list[dict]) -> None:
-    assert [(r["cp"], r["loss"]) for r in results] == [(c, x) for c in CPS for x in LOSSES]
+    assert [(r["cp"], r["loss"]) for r in results] == [(c, x) for c, x, _ in RUNS]
     for r in results:
         assert r["rel"] < TOL, r
 
