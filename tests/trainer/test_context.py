@@ -267,6 +267,13 @@ def test_cp_refuses_what_it_cannot_split() -> None:
         check_model(_tiny("tiny-qwen3-5"), 2)
     with pytest.raises(TrainingError, match="gspo"):
         _cfg("gspo", 2)
+    from treeprep.trainer.distributed import DistInfo
+    from treeprep.trainer.step import Stepper
+
+    info = DistInfo(0, 2, 0, torch.device("cpu"))
+    stepper = Stepper(_cfg("sft", 2), info, torch.nn.Linear(1, 1), [], None, None, 1)
+    with pytest.raises(TrainingError, match="hand-off parts.*--cut prefix"):
+        stepper.run([[]], handoff=True, where="step 1", last_ckpt=None)
 
 
 def _tiny(name: str):
