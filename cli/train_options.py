@@ -46,7 +46,7 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["optimizer", "lr", "min_lr_ratio", "warmup", "weight_decay"], OPTIMIZER),
     **dict.fromkeys(["lr_schedule", "warmup_ratio"], OPTIMIZER),
     **dict.fromkeys(["momentum", "grad_clip"], OPTIMIZER),
-    "parallel": PARALLEL,
+    **dict.fromkeys(["parallel", "cp"], PARALLEL),
     **dict.fromkeys(["out", "save_every", "save_minutes", "keep", "resume"], CHECKPOINTS),
     "overwrite": CHECKPOINTS,
     **dict.fromkeys(["report_to", "run_name", "as_json"], LOGGING),

@@ -33,7 +33,7 @@ def _cfg(**kw) -> TrainConfig:
         ("steps", 0, "steps must be >= 1, got 0"),
         ("epochs", 0, "epochs must be >= 1, got 0"),
         ("budget", 0, "budget and steps_of must be >= 1"),
-        ("min_lr_ratio", 2.0, "lr must be > 0, min_lr_ratio in [0, 1]"),
+        ("min_lr_ratio", 2.0, "min_lr_ratio must be in [0, 1]"),
         ("cut", "slice", "cut 'slice'; expected one of handoff, prefix"),
         ("cut", "recompute", "cut 'recompute'; expected one of handoff, prefix"),
         ("part_graph", "drop", "part_graph 'drop'; expected one of recompute, keep"),

@@ -89,7 +89,7 @@ def test_without_a_terminal_every_step_is_one_plain_line(data: Path, tmp_path: P
     assert r.exit_code == 0, r.output
     lines = [x for x in r.output.splitlines() if x.startswith("step ")]
     assert [x.split()[1] for x in lines] == ["1/2", "2/2"], r.output
-    assert all(re.search(r"loss \d+\.\d+ .* tok/s ERR \d\.\d{3} elapsed", x) for x in lines)
+    assert all(re.search(r"loss \d+\.\d+ .* tok/s reuse \d\.\d{3} elapsed", x) for x in lines)
 
 
 def test_tensorboard_without_the_package_is_refused_before_the_run(
@@ -101,7 +101,7 @@ def test_tensorboard_without_the_package_is_refused_before_the_run(
     if importlib.util.find_spec("tensorboard") is not None:
         pytest.skip("tensorboard is installed")
     run = tmp_path / "run"
-    with pytest.raises(TrainingError, match=r"pip install 'treeprep\[tensorboard\]'"):
+    with pytest.raises(TrainingError, match=r'pip install -e "\.\[tensorboard\]"'):
         train(cfg(data, run, steps=1, report_to=["tensorboard"]))
     assert not run.exists()  # nothing written: a rerun is not refused as an earlier run
 
