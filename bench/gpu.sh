@@ -101,9 +101,11 @@ if [ "$dry" = 1 ]; then
     stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
         --rounds 1 --json
 else
-    # one process for both shapes: FlexAttention compiles once (dynamic shapes); Qwen3-1.7B's
-    # linear, gpu-store and host-store runs first (issue 37 item 6)
-    stage memory 420 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
+    # the stages' limits sum to 580 s, inside the 10 minutes with the start; the memory stage
+    # keeps each configuration it finished (RESULT lines). One process for both shapes:
+    # FlexAttention compiles once (dynamic shapes); Qwen3-1.7B's linear, gpu-store and
+    # host-store runs first (issue 37 item 6)
+    stage memory 380 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
         --device "$device" --model qwen3-1.7b,qwen3-0.6b --budgets 16384 \
         --modes linear,recompute --stores gpu,host --no-whole --checkpointing --no-probe --warmup \
         --json
@@ -112,7 +114,8 @@ else
     # the loss's head chunk at Qwen3's vocabulary: blocks of rows against the log-softmax chain
     stage head 30 head.json $PY bench/head_memory.py --device "$device" --rows 256,4096 \
         --dtype bfloat16 --rounds 5 --json
-    # (Qwen3-1.7B at budget 32k ran out of memory on an H200: the speed runs keep no checkpoints)
+    # (Qwen3-1.7B at budget 32k ran out of memory on an H200 without checkpointing; with more
+    # time on a device: bench/train.py --config gpu --checkpointing --models qwen3-4b --budgets 32768)
     stage train 90 train.json $PY bench/train.py --config gpu --models qwen3-0.6b \
         --budgets 16384 --workload both --steps 3 --rounds 2 --json
 fi
