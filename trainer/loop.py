@@ -167,10 +167,11 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     # ---- 1. set-up: the run folder, the build, the resume checks, the model, the optimizer
     if info.is_main:
         trackers.require(cfg.report_to)  # a missing extra is refused before anything loads
+    reader = BuildReader(cfg.data)
+    # RL on trees without rewards: refused before the run folder is touched (its lock included)
+    rewards = rewarded_only(reader, cfg.loss, cfg.adv_norm, cfg.unrewarded)
     resume_path = _resume_path(cfg)
     _claim_run_folder(cfg, info, resume_path)
-    reader = BuildReader(cfg.data)
-    rewards = rewarded_only(reader, cfg.loss, cfg.adv_norm, cfg.unrewarded)  # RL: refused early
     skipped = rewards.unrewarded if rewards is not None else frozenset()
     prec, autocast = precision(cfg, dev)
     context = new_context(cfg.cp, info.rank, info.world_size)  # refuses a world cp cannot split
