@@ -226,9 +226,11 @@ def _write_tokenizer(
     if not os.path.isfile(os.path.join(source, "tokenizer.json")):
         raise TrainingError(f"{source}: not a tokenizer folder (no tokenizer.json)")
     for name in TOKENIZER_FILES:
-        src = os.path.join(source, name)
+        src, dst = os.path.join(source, name), os.path.join(tmp, name)
         if os.path.isfile(src):
-            shutil.copy2(src, os.path.join(tmp, name))
+            if os.path.lexists(dst):
+                os.remove(dst)  # a hard link to the checkpoint's file: never written through
+            shutil.copy2(src, dst)
 
 
 def _build_tokenizer_dir(cfg: dict[str, Any], ckpt: ckpt_mod.Checkpoint) -> str | None:
