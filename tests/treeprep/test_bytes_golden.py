@@ -50,6 +50,11 @@ tree; its two ``meta.json`` sidecars are listed as skipped files). Compared tree
 build before: the only difference is the new tree. Then ``pi/`` (one Pi session with a fork, a
 branch summary and a compaction: 6 calls, one new tree), compared the same way: only the new
 tree. Then ``cline/`` (two Cline task histories: 5 calls, two new trees): only the new trees.
+Then ``gptme/`` (a conversation and a branch: 7 calls, 2 of them duplicates left out, one new
+tree) and ``opencode/`` (two storage sessions, one a sub-agent of the other, and an export: 11
+calls, two new trees; the storage's project, message and part files are listed as skipped
+files): the sample without both folders still hashes to the previous values, and every shard
+row of the previous trees is unchanged (compared by group id).
 A change that is meant to change the bytes (a schema version, a new column) re-records them,
 and says so in its commit.
 """
@@ -68,15 +73,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"
 
 SAMPLE_GOLDEN = {
-    "manifest.json": "1432d9b527de38148a056d8d278094463b9365dc14c0c29c5595864fd2e8c068",
+    "manifest.json": "bcecce9bf7654b35c026e42c419510c9f88a6489048bebd23e9d2ea01c0e6951",
     "plans/b2048-w2-n2-s3/plan.arrow": (
-        "e580876892f1265d65f486d895c711a00d646cd2be02710fe50a6ff457933b5b"
+        "74ad8635fe4e6be521a20d8c7c798879f3249b8eef293b875688a36372f85c35"
     ),
     "plans/b2048-w2-n2-s3/summary.json": (
-        "b86d1d9cf2da7ef28cfda45867a4723326b6865bd1fe9b6aa07778be2a72963b"
+        "0c8bfd63256adf719768cf5649bb65413803d61552a50e7506224345726bc907"
     ),
     "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "3f175fd969f5e6289ac914eb8f4d2a29835b7ff0c610c86ce079229c41ef21f1",
+    "shards/shard-00000.arrow": "957fa967d0e3d9389bd210ad975d1844e05ed56a85172e1f26e06ff941c86f4e",
 }
 
 REAL_GOLDEN = {

@@ -30,6 +30,8 @@ _MODULES = (
     "vibe",
     "pi",
     "cline",
+    "gptme",
+    "opencode",
 )
 
 _cache: dict[str, FormatSpec] | None = None

@@ -302,14 +302,21 @@ def _mutate(v: Any, rng: random.Random) -> Any:
     return v
 
 
+def _sidecar(p: Path) -> bool:
+    """A file read with a log but no log itself: a Mistral Vibe ``meta.json``, the project,
+    message and part files of OpenCode's storage (read with their session's file)."""
+    rel = p.relative_to(SAMPLE).parts
+    return p.name == "meta.json" or (rel[:2] == ("opencode", "storage") and rel[2] != "session")
+
+
 def _mutants(tmp_path: Path, copies: int) -> Iterator[tuple[str, Path, int]]:
     """(format of the original, mutated copy, its records) for every sample file."""
     rng = random.Random(20240607)
     sources = sorted(
         p
         for p in SAMPLE.rglob("*")
-        if p.is_file() and p.suffix in (".json", ".jsonl", ".traj") and p.name != "meta.json"
-    )  # a Mistral Vibe meta.json is a sidecar of its messages.jsonl, not a log
+        if p.is_file() and p.suffix in (".json", ".jsonl", ".traj") and not _sidecar(p)
+    )
     assert len(sources) >= 15
     for src in sources:
         spec = detect_format(str(src), src.read_bytes()[:65536])

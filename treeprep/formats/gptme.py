@@ -1,0 +1,311 @@
+"""``gptme``: gptme conversation logs (``~/.local/share/gptme/logs/<id>/conversation.jsonl``).
+
+Learnt from gptme/gptme (``gptme/message.py``, ``gptme/logmanager/manager.py``,
+``gptme/llm/llm_openai.py``, ``gptme/llm/utils.py``, ``gptme/tools/base.py``). A conversation
+folder holds ``conversation.jsonl``, one ``Message.to_dict()`` per line (``role`` of
+``system``/``user``/``assistant``, ``content`` a string, ``timestamp``, and when set ``files``,
+``file_hashes``, ``pinned``, ``hide``, ``ephemeral_ttl``, ``call_id``, ``metadata`` with
+``model``, ``usage``, ``prompt_generation``), and one ``branches/<name>.jsonl`` per branch (a
+whole copy of the branch's log; its calls before the fork are the main log's, so the trie
+shares them and the build's dedup leaves the copies out).
+
+Calls. Every assistant message is one call; its prompt is what gptme's ``prepare_messages`` and
+the OpenAI provider send for the messages before it:
+
+* prompt generations: when messages carry ``metadata.prompt_generation``, only the newest
+  generation's system messages are sent (first), then the rest without the older generations
+  and the unmarked pinned system prefix;
+* ephemeral messages: a message with ``ephemeral_ttl = N`` is dropped once more than N
+  assistant messages follow it (pinned messages never are), and then adjacent messages of one
+  role without ``call_id`` are merged, joined by a blank line (gptme's ``concat``), so the
+  several system messages of gptme's startup prompt are one system message;
+* tool calls (the ``tool`` tool format): an assistant line ``@name(call_id): {json}`` is a tool
+  call; the text before each call is the content, text after the last one is left out as gptme
+  leaves it out; a ``system`` message with a ``call_id`` is the ``tool`` result, and other
+  messages met between the calls and their results are moved after them (``_handle_tools``).
+  Markdown and XML tool uses (````shell`` blocks) stay text, as gptme sends them;
+* reasoning: gptme logs a reasoning model's output as a ``<think>...</think>`` block opening
+  the content, and sends it back so; it stays in the content, where the renderer reads it as
+  the reasoning (:func:`treeprep.render.renderer.split_inline_think`).
+
+What is not rebuilt (the provenance says reconstructed): gptme's context reduction near the
+model's limit (``reduce_log``/``limit_log`` truncate long outputs), attached ``files`` (gptme
+embeds text files when sending; their contents are not in the log), and the tool schemas sent
+in the ``tool`` format (``--tools`` gives them). A message's ``metadata.model`` is the call's
+model.
+
+A line that is not JSON is one reject and is left out of the prompts after it, as gptme skips it
+when it loads the log; a line that is not a gptme message (an unknown role, a content that is
+not a string) is one reject and the calls after it are rejected with it, their prompts would
+miss it. Group: the conversation folder's name, shared by its branches. Detected by the file
+name (``conversation.jsonl`` or ``branches/*.jsonl``) and a first record that is a gptme
+message (``role``, a string ``content``, a ``timestamp``, no other keys than gptme's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from treeprep.errors import RecordError
+from treeprep.formats._fields import chat_tool_call, expect, make_call, type_name
+from treeprep.formats._read import head_json_objects, records
+from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.schemas import Reject
+
+NAME = "gptme"
+_FIELDS = frozenset(
+    {"role", "content", "timestamp", "files", "file_hashes", "call_id", "pinned", "hide",
+     "quiet", "ephemeral_ttl", "metadata"}
+)  # fmt: skip
+_ROLES = ("system", "user", "assistant")
+#: gptme's ``toolcall_re``: ``@name(call_id): {`` at the start of a line
+_TOOLCALL = re.compile(r"^@([\w.]+)\(([\w\-:\.]+)\):\s*(?={)", re.MULTILINE)
+
+
+def _is_message(rec: Any) -> bool:
+    return (
+        isinstance(rec, dict)
+        and rec.get("role") in _ROLES
+        and isinstance(rec.get("content"), str)
+        and isinstance(rec.get("timestamp"), str)
+        and set(rec) <= _FIELDS
+    )
+
+
+def sniff(path: str, head: bytes) -> bool:
+    name = os.path.basename(path)
+    folder = os.path.basename(os.path.dirname(path))
+    if not (name.startswith("conversation.jsonl") or (folder == "branches" and ".jsonl" in name)):
+        return False
+    recs = head_json_objects(head)
+    return bool(recs) and _is_message(recs[0])
+
+
+# --------------------------------------------------------------------------------------------
+# one line -> a checked message
+# --------------------------------------------------------------------------------------------
+
+
+def _message(rec: dict[str, Any]) -> dict[str, Any]:
+    """The line as a gptme message (the fields gptme reads), or RecordError naming the field."""
+    role = rec.get("role")
+    if role not in _ROLES:
+        raise RecordError(f"role: expected 'system', 'user' or 'assistant', got {role!r}")
+    expect(rec.get("content"), "content", str)
+    ttl = rec.get("ephemeral_ttl")
+    if ttl is not None:
+        expect(ttl, "ephemeral_ttl", int)
+    call_id = rec.get("call_id")
+    if call_id is not None:
+        expect(call_id, "call_id", str)
+    meta = rec.get("metadata")
+    if meta is not None:
+        expect(meta, "metadata", dict)
+    return rec
+
+
+def _meta(m: dict[str, Any], key: str) -> Any:
+    meta = m.get("metadata")
+    return meta.get(key) if isinstance(meta, dict) else None
+
+
+# --------------------------------------------------------------------------------------------
+# prepare_messages: prompt generations, ephemeral messages, merging
+# --------------------------------------------------------------------------------------------
+
+
+def _active_generation(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """gptme's ``_active_prompt_generation``."""
+    latest = next(
+        (_meta(m, "prompt_generation") for m in reversed(msgs)
+         if _meta(m, "prompt_generation") is not None),
+        None,
+    )  # fmt: skip
+    if latest is None:
+        return msgs
+    legacy = 0  # the unmarked pinned system prefix: the startup prompt before generations
+    for m in msgs:
+        if m["role"] != "system" or not m.get("pinned") or _meta(m, "prompt_generation"):
+            break
+        legacy += 1
+    active = [m for m in msgs if _meta(m, "prompt_generation") == latest]
+    rest = [m for m in msgs[legacy:] if _meta(m, "prompt_generation") is None]
+    return active + rest
+
+
+def _prune_ephemeral(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """gptme's ``prune_ephemeral_messages`` and ``_merge_consecutive_messages``."""
+    after = 0
+    kept: list[dict[str, Any]] = []
+    for m in reversed(msgs):
+        ttl = m.get("ephemeral_ttl")
+        if not m.get("pinned") and isinstance(ttl, int) and after > ttl:
+            continue
+        kept.append(m)
+        after += m["role"] == "assistant"
+    merged: list[dict[str, Any]] = []
+    for m in reversed(kept):
+        prev = merged[-1] if merged else None
+        if prev and prev["role"] == m["role"] and not m.get("call_id") and not prev.get("call_id"):
+            merged[-1] = {**prev, "content": f"{prev['content']}\n\n{m['content']}"}
+        else:
+            merged.append(m)
+    return merged
+
+
+# --------------------------------------------------------------------------------------------
+# messages -> chat (the OpenAI provider's _handle_tools)
+# --------------------------------------------------------------------------------------------
+
+
+def _json_end(s: str, start: int) -> int | None:
+    """The end of the JSON value starting at ``start`` (None when it is not one)."""
+    try:
+        _, end = json.JSONDecoder().raw_decode(s, start)
+    except json.JSONDecodeError:
+        return None
+    return end
+
+
+def assistant(content: str, where: str, *, strict: bool = True) -> dict[str, Any]:
+    """An assistant message's content as chat: text and tool calls. A call whose arguments are
+    not a JSON object is a RecordError when ``strict`` (the completion); otherwise it and what
+    follows stay text, as gptme's parser stops there (a message of the history).
+
+    >>> assistant('Listing.\\n@ls(c1): {"path": "."}', "line 3")["tool_calls"][0]["function"]
+    {'name': 'ls', 'arguments': {'path': '.'}}
+    """
+    out: dict[str, Any] = {"role": "assistant"}
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    pos = 0
+    for m in _TOOLCALL.finditer(content):
+        if m.start() < pos:
+            continue  # inside the previous call's JSON
+        stop = _json_end(content, m.end())
+        args = None if stop is None else json.loads(content[m.end() : stop])
+        if stop is None or not isinstance(args, dict):
+            if not strict:
+                break
+            what = "is not JSON" if stop is None else f"has {type_name(args)} arguments"
+            raise RecordError(f"{where}: the tool call @{m.group(1)}({m.group(2)}) {what}")
+        before = content[pos : m.start()]
+        if before.strip():
+            texts.append(before)
+        calls.append(chat_tool_call(m.group(2), m.group(1), args))
+        pos = stop
+    if calls:
+        out["content"] = "".join(texts) or None
+        out["tool_calls"] = calls
+    else:
+        out["content"] = content
+    return out
+
+
+def _chat(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """gptme messages as the chat messages the OpenAI provider sends."""
+    out: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []  # messages between tool calls and their results
+    pending: set[str] = set()
+    for m in msgs:
+        role, content = m["role"], m["content"]
+        if role == "system" and m.get("call_id"):
+            out.append({"role": "tool", "tool_call_id": m["call_id"], "content": content})
+            pending.discard(m["call_id"])
+            continue
+        if role == "assistant":
+            out.extend(held)
+            held = []
+            msg = assistant(content, "", strict=False)
+            pending = {tc["id"] for tc in msg.get("tool_calls") or []}
+            out.append(msg)
+            continue
+        if pending:
+            held.append({"role": role, "content": content})
+        else:
+            out.extend(held)
+            held = []
+            out.append({"role": role, "content": content})
+    return out + held
+
+
+# --------------------------------------------------------------------------------------------
+# the file -> calls
+# --------------------------------------------------------------------------------------------
+
+
+def _conversation(path: str) -> tuple[str, str]:
+    """(the conversation id: its folder's name, the branch)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(path).split(".jsonl")[0]
+    if os.path.basename(folder) == "branches":
+        return os.path.basename(os.path.dirname(folder)), name
+    return os.path.basename(folder), "main"
+
+
+def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    conv, branch = _conversation(path)
+    stem = conv if branch == "main" else f"{conv}/{branch}"
+    history: list[dict[str, Any]] = []
+    broken: str | None = None  # why the prompts stop being whole
+    k = 0
+    for line, rec in records(path, NAME, objects=True):
+        if isinstance(rec, Reject):
+            rec.reason += "; gptme skips it too, the prompts after it are as gptme sent them"
+            yield rec
+            continue
+        cid = f"{stem}#{k}"
+        try:
+            m = _message(rec)
+        except RecordError as e:
+            if broken is None:
+                broken = f"line {line} is not a gptme message ({e}): the prompts after it miss it"
+            yield Reject(file=path, line=line, format=NAME, reason=str(e))
+            continue
+        if m["role"] != "assistant":
+            history.append(m)
+            continue
+        k += 1
+        if broken is not None:
+            yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=broken)
+        else:
+            try:
+                yield _call(path, line, m, history, opts, conv, stem, k)
+            except RecordError as e:
+                yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=str(e))
+        history.append(m)
+
+
+def _call(
+    path: str,
+    line: int,
+    m: dict[str, Any],
+    history: list[dict[str, Any]],
+    opts: ReadOptions,
+    conv: str,
+    stem: str,
+    k: int,
+) -> Item:
+    prompt = _chat(_prune_ephemeral(_active_generation(history)))
+    if opts.system_prompt and not (prompt and prompt[0]["role"] == "system"):
+        prompt.insert(0, {"role": "system", "content": opts.system_prompt})
+    model = _meta(m, "model")
+    stamp = m.get("timestamp")
+    fields = {
+        "group_id": conv, "call_id": f"{stem}#{k - 1}",
+        "parent_call_id": f"{stem}#{k - 2}" if k > 1 else None,
+        "model": model if isinstance(model, str) else None,
+        "messages": prompt, "completion": assistant(m["content"], f"line {line}"),
+        "tools": opts.tools, "timestamp": stamp if isinstance(stamp, str) else None,
+        "provenance": {"exact_messages": False, "reconstructed": True},
+        "source_file": path, "source_line": line, "source_format": NAME,
+    }  # fmt: skip
+    return make_call(fields, file=path, line=line, fmt=NAME)
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=27)
+__all__ = ["FORMAT", "NAME", "assistant"]
