@@ -26,6 +26,7 @@ NCCL on CUDA and gloo on CPU.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 from collections.abc import Iterator
@@ -141,8 +142,14 @@ def decoder_layers(lm: torch.nn.Module) -> list[torch.nn.Module]:
     return list(layers)
 
 
-def wrap(module: LossModule, info: DistInfo, parallel: str) -> torch.nn.Module:
-    """Apply DDP or FSDP2 to ``module`` (returned unchanged in a single process)."""
+def wrap(
+    module: LossModule, info: DistInfo, parallel: str, compute: torch.dtype | None = None
+) -> torch.nn.Module:
+    """Apply DDP or FSDP2 to ``module`` (returned unchanged in a single process).
+
+    ``compute``: the autocast dtype of a mixed-precision run (None: none). Under FSDP2 the
+    decoder layers then gather their weights in that dtype (:func:`layer_policy`), so autocast
+    finds its matmul weights already cast and makes no copies of its own."""
     parallel = Parallel.of(parallel, "parallel", TreeprepError)
     if not info.distributed:
         return module
@@ -153,10 +160,38 @@ def wrap(module: LossModule, info: DistInfo, parallel: str) -> torch.nn.Module:
         return DDP(module, device_ids=ids)
     from torch.distributed.fsdp import fully_shard
 
+    policy = layer_policy(compute)
     for layer in decoder_layers(module.lm):
-        fully_shard(layer)
+        if policy is None:
+            fully_shard(layer)
+        else:
+            fully_shard(layer, mp_policy=policy)
     fully_shard(module)
     return module
+
+
+def layer_policy(compute: torch.dtype | None) -> Any:
+    """FSDP2's mixed precision for the decoder layers of a run whose autocast dtype is
+    ``compute`` (None for a run without autocast): each layer's float32 shards are cast to
+    ``compute`` before the all-gather, so a layer's gathered weights are its compute copy, freed
+    with them after the layer's forward (and gathered again for its backward). Autocast's own
+    bf16 copies, one per matmul weight, were saved by the matmuls for the backward, so without
+    checkpointing all of them stayed live at the end of a forward. Gradients are reduce-scattered
+    in float32 into the float32 master shards.
+
+    The layers' inputs are not cast (``cast_forward_inputs=False``): the residual stream stays
+    float32 as under autocast alone, and so do rotary's cos/sin and the hand-off state passed to
+    the layers. What differs from autocast alone: the norms' weights and biases enter their
+    products rounded to ``compute`` (autocast leaves those products alone). The root group (the
+    embeddings, the final norm and the LM head) keeps float32 weights under autocast: the
+    embedding's output, the residual stream's start, stays float32."""
+    if compute is None:
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(
+        param_dtype=compute, reduce_dtype=torch.float32, cast_forward_inputs=False
+    )
 
 
 def unwrap(wrapped: torch.nn.Module) -> LossModule:
@@ -256,6 +291,8 @@ class ShardedHandOff:
         self.passes = 0
         self._graphs: list[torch.Tensor] = []  # null forwards not yet back-propagated
         self._hooks: list[Any] = []
+        #: what :meth:`_restore` puts back besides the hooks
+        self._restores: list[Any] = []
         self._busy = False
         self._reached: set[int] = set()
         self._in_backward = False
@@ -286,6 +323,7 @@ class ShardedHandOff:
             for m in layer.modules():
                 if next(m.parameters(recurse=False), None) is not None:
                     self._hooks.append(m.register_forward_hook(self._gather_on_grad(i, layer)))
+            self._gather_before_recompute(i, layer)
 
     def _gather_on_grad(self, index: int, layer: Any) -> Any:
         def tensor_hook(grad: torch.Tensor) -> None:
@@ -297,6 +335,28 @@ class ShardedHandOff:
                 out.register_hook(tensor_hook)
 
         return forward_hook
+
+    def _gather_before_recompute(self, index: int, layer: Any) -> None:
+        """Under activation checkpointing, gather the layer before the backward recomputes it.
+        transformers checkpoints the layer's ``forward``, so FSDP2's hooks stay outside; a
+        backward that enters the layer at its keys and values (a part's handed-over gradients)
+        recomputes it before any gradient reaches a submodule's output, with its parameters
+        still sharded. The layer's checkpoint function is wrapped for the step: the recomputed
+        forward (run inside a backward) gathers the layer first."""
+        fn = getattr(layer, "_gradient_checkpointing_func", None)
+        if fn is None:
+            return
+
+        def gather() -> None:
+            self._reached.add(index)
+            layer.unshard()
+
+        # a partial with the function's own keywords: the part guard reads use_reentrant there
+        keywords = dict(getattr(fn, "keywords", None) or {})
+        layer._gradient_checkpointing_func = functools.partial(
+            _gathering_checkpoint, fn, gather, **keywords
+        )
+        self._restores.append(lambda: setattr(layer, "_gradient_checkpointing_func", fn))
 
     def before_pass(self, kind: str) -> None:
         """Wait (running null passes) until every rank runs a pass of this ``kind``."""
@@ -359,6 +419,9 @@ class ShardedHandOff:
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
+        for undo in self._restores:
+            undo()
+        self._restores.clear()
         self._graphs.clear()
         self._reached.clear()
         self._in_backward = False
@@ -367,6 +430,20 @@ class ShardedHandOff:
         for layer in self.layers:
             layer.set_reduce_scatter_unused_params(False, recurse=False)
             layer.set_modules_to_backward_prefetch([])
+
+
+def _gathering_checkpoint(
+    checkpoint: Any, gather: Any, forward: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``checkpoint(forward, ...)`` whose recompute (``forward`` run inside a backward) calls
+    ``gather`` first (:meth:`ShardedHandOff._gather_before_recompute`)."""
+
+    def gathered(*a: Any, **kw: Any) -> Any:
+        if torch._C._current_graph_task_id() != -1:
+            gather()
+        return forward(*a, **kw)
+
+    return checkpoint(gathered, *args, **kwargs)
 
 
 def all_reduce_grads(params: list[torch.nn.Parameter], info: DistInfo) -> None:

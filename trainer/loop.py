@@ -250,7 +250,8 @@ def _model_and_optimizer(
     check_model(lm, cfg.cp)
     loss_kw = {"attn": None, **asdict(cfg.loss_config())}
     module = dist_mod.LossModule(lm, loss_kw, autocast, context)
-    wrapped = dist_mod.wrap(module, info, cfg.parallel)
+    compute = torch.bfloat16 if autocast is not None else None  # FSDP2 gathers in it
+    wrapped = dist_mod.wrap(module, info, cfg.parallel, compute)
     params = [p for p in wrapped.parameters() if p.requires_grad]
     return lm, wrapped, params, make_optimizer(cfg, params, info.device)
 
@@ -390,10 +391,6 @@ def _open_epochs(
             f"the plan {first.source} is for {first.world_size} ranks, this run has "
             f"{info.world_size} processes{cp}; re-run treeprep pack --world-size {plan_world}"
         )
-    if cfg.cp > 1 and any(p.handoff_cuts for st in first.steps for p in st.parts):
-        from treeprep.trainer.context import refuse_handoff
-
-        raise refuse_handoff(cfg.cp)
     return epochs
 
 

@@ -13,10 +13,13 @@ Terms, per rank:
 
 * ``parameters``, ``gradients``: all parameters, in the weights' dtype; ``optimizer``: AdamW's two
   moments (``optimizer_states``) in that dtype. FSDP shards the three by the world size, DDP
-  replicates them. ``fsdp_gathered``: under FSDP, one decoder layer's full weights and gradient.
+  replicates them. ``fsdp_gathered``: under FSDP, one decoder layer's full weights and gradient;
+  in bf16, FSDP2 gathers the layers in bf16 (two layers' bf16 weights, the running one and the
+  one gathered ahead) and reduces a layer's gradient in float32.
 * ``autocast_weights``: autocast casts every matmul weight to bf16 in the forward (the trainer
   turns autocast's weight cache off); the matmuls save the copies for the backward, so all of
-  them are live at the end of a forward without checkpointing, one layer's with it.
+  them are live at the end of a forward without checkpointing, one layer's with it. Under FSDP
+  the layers' weights arrive in bf16 and only the LM head's (root group, float32) is copied.
 * ``activations``: what one part of ``budget`` tokens saves for its backward. Per token and
   decoder layer, counting the tensors autograd saves in the transformers layer (H hidden, Hq =
   heads x head_dim, Hkv = kv_heads x head_dim, I the MLP width): the residual stream in and after
@@ -342,10 +345,8 @@ def terms(
         "parameters": p * w // s.shard,
         "gradients": p * w // s.shard if s.accumulated_gradients else 0,
         "optimizer": s.optimizer_states * p * w // s.shard,
-        "fsdp_gathered": 2 * layer_params * w if s.shard > 1 else 0,
-        "autocast_weights": (2 * (layer_params if s.activation_checkpointing else casted))
-        if s.mixed
-        else 0,
+        "fsdp_gathered": gathered_bytes(layer_params, s),
+        "autocast_weights": autocast_bytes(m, s, layer_params, casted),
         "handoff": handoff,
         "host_stores": host,
         "activations": saved,
@@ -353,6 +354,29 @@ def terms(
         "layer_backward": (2 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
         "lm_head_chunk": lm_head_bytes(m.vocab, rows, s.compute_bytes, entropy=s.entropy),
     }
+
+
+def gathered_bytes(layer_params: int, s: MemorySetup) -> int:
+    """``fsdp_gathered`` (module docstring): under FSDP one layer's full weights and gradient;
+    in bf16 (FSDP2's mixed precision, :func:`~treeprep.trainer.distributed.layer_policy`) two
+    layers' bf16 weights (the running one and the one gathered ahead) and one layer's gradient,
+    reduced in float32."""
+    if s.shard == 1:
+        return 0
+    if s.mixed:
+        return layer_params * (2 * 2 + 4)
+    return 2 * layer_params * s.weight_bytes
+
+
+def autocast_bytes(m: ModelShape, s: MemorySetup, layer_params: int, casted: int) -> int:
+    """``autocast_weights`` (module docstring): autocast's bf16 copies of the matmul weights, all
+    of them without checkpointing, one layer's with it. Under FSDP the layers are gathered in
+    bf16 already, so only the LM head (in the root group, float32) is copied."""
+    if not s.mixed:
+        return 0
+    if s.shard > 1:
+        return 2 * m.vocab * m.hidden
+    return 2 * (layer_params if s.activation_checkpointing else casted)
 
 
 def lm_head_bytes(vocab: int, rows: int, compute_bytes: int, *, entropy: bool = False) -> int:

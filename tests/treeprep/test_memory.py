@@ -75,8 +75,15 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
     t = terms(TINY, s, budget=100, path=300)
     p = 1312 * 4  # float32 master weights
     assert t["parameters"] == p // 4 and t["optimizer"] == 2 * p // 4
-    assert t["fsdp_gathered"] == 2 * 576 * 4
-    assert t["autocast_weights"] == 2 * 576  # no weight cache: one layer's copies at a time
+    # FSDP2 gathers the layers in bf16: two layers' bf16 weights, one layer's float32 gradient
+    assert t["fsdp_gathered"] == 576 * (2 * 2 + 4)
+    assert t["autocast_weights"] == 2 * 10 * 8  # only the root's LM head is cast (vocab x hidden)
+    ddp = terms(TINY, replace(s, parallel="ddp"), budget=100, path=300)
+    assert ddp["fsdp_gathered"] == 0
+    assert ddp["autocast_weights"] == 2 * 576  # no weight cache: one layer's copies at a time
+    no_ckpt = replace(s, parallel="ddp", activation_checkpointing=False)
+    # all matmul weights: the layers and the untied head, not the embedding table (a lookup)
+    assert terms(TINY, no_ckpt, budget=100, path=300)["autocast_weights"] == 2 * (1312 - 80)
     # keys and values stored in bf16 (attention computes in it), both accumulators float32
     assert handoff_bytes_per_path_token(TINY, s) == 2 * 4 * (2 + 2 + 4 + 4)
     assert t["activations"] == 100 * (2 * 8 * 4 + 3 * 8 * 4)
