@@ -33,10 +33,19 @@ Padding. A micro-batch whose T is not a multiple of N gets one extra root node o
 (:func:`pad_batch`): a node id above every real one, so no real query sees it; its tokens are
 nobody's predecessor, so they carry no loss and no gradient.
 
+Hand-off parts (trees over the budget, :mod:`treeprep.trainer.parts`). Every rank of the group
+runs every part of the tree, in the same order: a part is padded to a multiple of N
+(:func:`~treeprep.trainer.parts.schedule.part_mask`, as :func:`pad_batch` pads a micro-batch),
+each rank feeds its slice of the part's tokens (:func:`context_slice`), and the layers' keys and
+values that a part hands over are stored after the exchange, so each rank stores and
+accumulates its own key/value heads' rows of the path: the stores per rank fall by N (with
+``--stores host`` too). A part's loss terms belong to the rank holding their predecessor rows,
+and a rank with none back-propagates zeros through the part, so every exchange's backward runs
+on every rank.
+
 Refused, each with a message: key/value (or query) heads not divisible by N (no KV replication:
 heads are split, never copied), linear-attention (hybrid) models (their recurrence runs along the
-tokens, which a rank does not hold), hand-off parts (trees over the budget: use ``--cut prefix``
-or a larger ``--budget``), and ``gspo`` (its sequence ratio is not a sum over targets).
+tokens, which a rank does not hold), and ``gspo`` (its sequence ratio is not a sum over targets).
 """
 
 from __future__ import annotations
@@ -214,15 +223,6 @@ def check_loss(loss: str, cp: int) -> None:
         )
 
 
-def refuse_handoff(cp: int) -> TrainingError:
-    """The error of a step with hand-off parts under ``--cp``."""
-    return TrainingError(
-        f"--cp {cp}: a tree over the budget would run as hand-off parts, which context "
-        "parallelism does not run yet; use --cut prefix (parts recompute their prefix) or a "
-        "larger --budget (the budget is the whole group's micro-batch)"
-    )
-
-
 def pad_batch(batch: Any, n: int) -> Any:
     """``batch`` with its packed tokens padded to a multiple of ``n`` by one extra root node
     (module docstring); the batch itself when no padding is needed."""
@@ -248,6 +248,19 @@ def pad_batch(batch: Any, n: int) -> Any:
         node_last=torch.cat([batch.node_last, torch.tensor([num_nodes], device=dev)]),
         handoff=None,
     )
+
+
+def context_slice(
+    ids: torch.Tensor, pos: torch.Tensor, pad: int, cg: ContextGroup
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's slice of a hand-off part's token ids and positions after ``pad`` padding
+    rows (token 0 at depths 0, 1, ...: the padding root of
+    :func:`~treeprep.trainer.parts.schedule.part_mask`)."""
+    if pad:
+        ids = torch.cat([ids, ids.new_zeros(pad)])
+        pos = torch.cat([pos, torch.arange(pad, dtype=pos.dtype, device=pos.device)])
+    lo, hi = cg.slice(int(ids.shape[0]))
+    return ids[lo:hi], pos[lo:hi]
 
 
 def local_targets(targets: Targets, lo: int, hi: int) -> Targets:
@@ -287,8 +300,6 @@ def context_loss(
     cfg = LossConfig(**loss_kw)
     check_loss(cfg.loss, cg.size)
     check_inputs(batch, cfg)
-    if batch.handoff is not None:
-        raise refuse_handoff(cg.size)
     h_tE = context_hidden(lm, batch, cg, attn)
     lo, hi = cg.slice(h_tE.shape[0] * cg.size)
     return loss_from_hidden(output_head(lm), h_tE, local_targets(batch.targets(), lo, hi), cfg)

@@ -236,6 +236,7 @@ def _forward_backward(
             keep_tokens=cfg.keep_tokens,
             before_pass=gate,
             stores=cfg.stores,
+            context=inner.context,
         )
         return res.loss, res.metrics
     if gate is not None:
@@ -292,10 +293,6 @@ class Stepper:
 
     def _forward_backward(self, batches: list[list[TreeBatch]], handoff: bool) -> StepLossAndCounts:
         cfg, info, wrapped = self.cfg, self.info, self.wrapped
-        if handoff and cfg.cp > 1:
-            from treeprep.trainer.context import refuse_handoff
-
-            raise refuse_handoff(cfg.cp)
         args = (wrapped, batches, cfg, self.budget, self.world_scale, info)
         if handoff and cfg.parallel == "fsdp" and info.distributed:
             if self.sharded is None:

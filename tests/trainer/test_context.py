@@ -1,13 +1,14 @@
 """Context parallelism (:mod:`treeprep.trainer.context`): gloo processes on the CPU against one.
 
 Gradients: four processes run, in turn, ``cp`` 2 (two context groups of two, data parallel over
-them) and ``cp`` 4 (one group of four); each rank takes its data rank's micro-batches (token
-counts not all multiples of the group size, so that the padding runs), the model runs with
-activation checkpointing, wrapped over the whole world (DDP at ``cp`` 2, FSDP2 at ``cp`` 4), and
-the gradients must equal one process running every micro-batch (relative L2 under 1e-5, float32),
-for SFT and GRPO. The model has 8
-query and 4 key/value heads, so that grouped queries are split too. Loss and metric sums over the
-ranks must equal the one process's, and the per-batch counts must be counted once per group. The
+them) and ``cp`` 4 (one group of four), with whole trees and with trees cut into hand-off parts
+(each part padded to a multiple of the group, each rank storing its key/value heads' rows); each
+rank takes its data rank's micro-batches (token counts not all multiples of the group size, so
+that the padding runs), the model runs with activation checkpointing, wrapped over the whole
+world (DDP at ``cp`` 2, FSDP2 at ``cp`` 4), and the gradients must equal one process running
+every micro-batch (relative L2 under 1e-5, float32), for SFT and GRPO. The model has 8 query and
+4 key/value heads, so that grouped queries are split too. Loss and metric sums over the ranks
+must equal the one process's, and the per-batch counts must be counted once per group. The
 processes are started directly (``RANK``/``WORLD_SIZE`` in the environment) running this file as
 a script; the test reads what rank 0 wrote.
 
@@ -36,8 +37,19 @@ from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
 TOL = 1e-5
 #: the world's cp runs, each with these losses
 WORLD = 4
-#: (cp, loss, wrapper over the whole world) runs, each a fresh model and one step
-RUNS = [(2, "sft", "ddp"), (2, "grpo", "ddp"), (4, "sft", "fsdp"), (4, "grpo", "fsdp")]
+#: (cp, loss, wrapper over the whole world, hand-off part graph or None) runs, each a fresh
+#: model and one step
+RUNS = [
+    (2, "sft", "ddp", None),
+    (2, "grpo", "ddp", None),
+    (4, "sft", "fsdp", None),
+    (4, "grpo", "fsdp", None),
+    (2, "grpo", "ddp", "recompute"),
+    (4, "sft", "fsdp", "keep"),
+]
+#: the hand-off runs' part budget: their trees run as several parts, most of them not a multiple
+#: of the group's size (so that a part's padding runs)
+BUDGET = 13
 
 
 def data_batches(dp: int) -> list[list]:
@@ -54,6 +66,25 @@ def data_batches(dp: int) -> list[list]:
     ]  # fmt: skip
 
 
+def handoff_batches(dp: int) -> list[list]:
+    """``dp`` data ranks' micro-batches, each one tree cut into hand-off parts of
+    :data:`BUDGET` tokens as the plan cuts them."""
+    import numpy as np
+
+    from treeprep.schemas.parts import handoff_cuts, part_parents
+    from treeprep.trainer import TreeBatch
+
+    out = []
+    for r in range(dp):
+        b = TreeBatch.from_trees(rows_of(group_tree(41 + r, n_seq=5 + r)), norm="sequence-mean")
+        ln, par = b.node_length.numpy(), b.node_parent.numpy()
+        cuts = handoff_cuts(ln, par, BUDGET)
+        parents = part_parents(cuts, b.node_start.numpy(), par, ln)
+        b.handoff = (np.asarray(cuts, dtype=np.int64), np.asarray(parents, dtype=np.int64))
+        out.append([b])
+    return out
+
+
 def _model():
     from dataclasses import replace
 
@@ -68,12 +99,13 @@ def _model():
     return lm
 
 
-def _cfg(loss: str, cp: int):
+def _cfg(loss: str, cp: int, graph: str | None = None):
     from treeprep.trainer.config import TrainConfig
 
     return TrainConfig(
         data="unused", run_dir="unused", model="tiny-qwen3", loss=loss, attn="dense",
         norm="sequence-mean", device="cpu", cp=cp, activation_checkpointing=True,
+        part_graph=graph or "recompute",
     )  # fmt: skip
 
 
@@ -85,33 +117,49 @@ def _module(cfg, context=None):
     return LossModule(_model(), {"attn": None, **asdict(cfg.loss_config())}, context=context)
 
 
-def _step(module, batches, cfg, scale: float, info) -> dict:
+def _step(module, batches, cfg, scale: float, info, handoff: bool = False) -> dict:
+    from treeprep.trainer.distributed import ShardedHandOff, all_reduce_grads
     from treeprep.trainer.step import micro_batches
 
-    sums = micro_batches(module, batches, cfg, 10**6, scale, info, False)
+    budget = BUDGET if handoff else 10**6
+    sharded = None
+    if handoff and info.distributed and cfg.parallel == "fsdp":
+        from treeprep.trainer import TreeBatch
+        from treeprep.trainer.data.rows import NULL_ROW
+
+        sharded = ShardedHandOff(module, TreeBatch.from_trees([NULL_ROW], norm=cfg.norm), info)
+    sums = micro_batches(module, batches, cfg, budget, scale, info, handoff, sharded)
+    if handoff and info.distributed and sharded is None:
+        all_reduce_grads([p for p in module.parameters() if p.requires_grad], info)
     return {"loss": float(sums.loss), "tokens": sums.tokens, "targets": sums.targets,
             "micro_batches": sums.micro_batches, "extra": sums.extra}  # fmt: skip
 
 
-def _reference(loss: str, dp: int) -> tuple[dict, dict]:
+def _reference(loss: str, dp: int, graph: str | None = None) -> tuple[dict, dict]:
     from treeprep.trainer.distributed import DistInfo
 
-    cfg = _cfg(loss, 1)
+    cfg = _cfg(loss, 1, graph)
     module = _module(cfg)
     info = DistInfo(0, 1, 0, torch.device("cpu"))
-    sums = _step(module, data_batches(dp), cfg, 1.0, info)
+    batches = handoff_batches(dp) if graph else data_batches(dp)
+    sums = _step(module, batches, cfg, 1.0, info, handoff=graph is not None)
     return {n: p.grad.clone() for n, p in module.lm.named_parameters()}, sums
 
 
-def _parallel(loss: str, cp: int, parallel: str, info) -> tuple[dict, dict]:
+def _parallel(
+    loss: str, cp: int, parallel: str, info, graph: str | None = None
+) -> tuple[dict, dict]:
+    from dataclasses import replace
+
     from treeprep.trainer.context import data_rank, data_world, new_context
     from treeprep.trainer.distributed import unwrap, wrap
 
-    cfg = _cfg(loss, cp)
+    cfg = replace(_cfg(loss, cp, graph), parallel=parallel)
     cg = new_context(cp, info.rank, info.world_size)
     wrapped = wrap(_module(cfg, cg), info, parallel)
-    mine = [data_batches(data_world(info.world_size, cp))[data_rank(info.rank, cp)]]
-    red = _step(wrapped, mine, cfg, float(info.world_size), info)
+    make = handoff_batches if graph else data_batches
+    mine = [make(data_world(info.world_size, cp))[data_rank(info.rank, cp)]]
+    red = _step(wrapped, mine, cfg, float(info.world_size), info, handoff=graph is not None)
     sums = {k: red[k] for k in ("tokens", "targets", "micro_batches")}
     from treeprep.trainer.distributed import all_reduce_sum
 
@@ -140,13 +188,13 @@ def worker(out: str, data: str, runs: str) -> None:
     torch.set_num_threads(1)
     info = init_distributed("cpu")
     res = []
-    for cp, loss, parallel in RUNS:
-        grads, got = _parallel(loss, cp, parallel, info)
+    for cp, loss, parallel, graph in RUNS:
+        grads, got = _parallel(loss, cp, parallel, info, graph)
         counts = [float(got[f"sum_{k}"]) for k in ("tokens", "targets", "micro_batches")]
         counts = all_reduce_sum(counts, info)
         if info.is_main:
-            ref, want = _reference(loss, data_world(info.world_size, cp))
-            res.append({"cp": cp, "loss": loss, "rel": _rel(grads, ref),
+            ref, want = _reference(loss, data_world(info.world_size, cp), graph)
+            res.append({"cp": cp, "loss": loss, "graph": graph, "rel": _rel(grads, ref),
                         "got": got["loss"], "want": want["loss"], "counts": counts,
                         "want_counts": [want["tokens"], want["targets"],
                                         want["micro_batches"]],
@@ -221,8 +269,18 @@ def test_the_batches_need_padding() -> None:
     assert any(n % 2 for n in sizes) and any(n % 4 for n in sizes), sizes
 
 
+def test_the_hand_off_parts_need_padding() -> None:
+    """Each data rank's tree runs as several parts, some of them not a multiple of 2 or 4
+    tokens."""
+    from treeprep.trainer.parts import part_layout
+
+    for mbs in handoff_batches(2):
+        sizes = [p.num_tokens for p in part_layout(mbs[0], BUDGET, mbs[0].handoff).parts]
+        assert len(sizes) > 2 and any(n % 2 for n in sizes) and any(n % 4 for n in sizes), sizes
+
+
 def test_gradients_equal_one_process(results: list[dict]) -> None:
-    assert [(r["cp"], r["loss"]) for r in results] == [(c, x) for c, x, _ in RUNS]
+    assert [(r["cp"], r["loss"], r["graph"]) for r in results] == [(c, x, g) for c, x, _, g in RUNS]
     for r in results:
         assert r["rel"] < TOL, r
 
@@ -267,13 +325,6 @@ def test_cp_refuses_what_it_cannot_split() -> None:
         check_model(_tiny("tiny-qwen3-5"), 2)
     with pytest.raises(TrainingError, match="gspo"):
         _cfg("gspo", 2)
-    from treeprep.trainer.distributed import DistInfo
-    from treeprep.trainer.step import Stepper
-
-    info = DistInfo(0, 2, 0, torch.device("cpu"))
-    stepper = Stepper(_cfg("sft", 2), info, torch.nn.Linear(1, 1), [], None, None, 1)
-    with pytest.raises(TrainingError, match="hand-off parts.*--cut prefix"):
-        stepper.run([[]], handoff=True, where="step 1", last_ckpt=None)
 
 
 def _tiny(name: str):

@@ -59,6 +59,7 @@ from treeprep.modes import PartGraph, Stores
 from treeprep.schemas.parts import HEAD_ROWS
 from treeprep.trainer.attention.backends import choose_backend
 from treeprep.trainer.attention.mask import TreeMask
+from treeprep.trainer.context import check_loss, context_slice, local_targets
 from treeprep.trainer.loss import (
     LossConfig,
     check_inputs,
@@ -91,29 +92,44 @@ class PartsOutput:
     prefix_rows: int = 0
 
 
-def part_mask(batch: Any, spec: PartSpec, backend: str, handoff: HandOff | None) -> TreeMask:
-    """The :class:`TreeMask` of one part: its own rows after its prefix rows."""
+def part_mask(
+    batch: Any, spec: PartSpec, backend: str, handoff: HandOff | None, pad: int = 0
+) -> TreeMask:
+    """The :class:`TreeMask` of one part: its own rows after its prefix rows. ``pad`` rows of
+    padding follow the part's own (context parallelism: a multiple of the group's size) as one
+    more root piece whose node id is above every real one, as
+    :func:`~treeprep.trainer.context.pad_batch` pads a micro-batch: no real query sees them."""
     dev = batch.input_ids.device
     a, b = spec.start, spec.end
     rows = torch.as_tensor(spec.prefix_rows, device=dev)
-    own = torch.arange(a, b, device=dev)
+    own = torch.arange(a, b + pad, device=dev)  # padding's indices follow every real token's
     q_node = batch.token_node[a:b]
-    k_node = torch.cat([batch.token_node.index_select(0, rows), q_node])
+    last = batch.node_last.index_select(0, q_node)
+    depth = batch.position_ids[a:b]
+    pieces = (spec.piece_start, spec.piece_length, spec.piece_parent, spec.piece_prefix)
+    if pad:
+        pad_node = torch.full((pad,), batch.num_nodes, dtype=q_node.dtype, device=dev)
+        q_node, last = torch.cat([q_node, pad_node]), torch.cat([last, pad_node])
+        depth = torch.cat([depth, torch.arange(pad, dtype=depth.dtype, device=dev)])
+        pieces = tuple(
+            np.append(x, v) for x, v in zip(pieces, (spec.num_tokens, pad, -1, 0), strict=True)
+        )  # type: ignore[assignment]
+    pre_node = batch.token_node.index_select(0, rows)
     return TreeMask(
         q_node=q_node,
         q_index=own,
-        k_node=k_node,
-        k_last=batch.node_last.index_select(0, k_node),
+        k_node=torch.cat([pre_node, q_node]),
+        k_last=torch.cat([batch.node_last.index_select(0, pre_node), last]),
         k_index=torch.cat([rows, own]),
-        node_start=spec.piece_start,
-        node_length=spec.piece_length,
-        node_parent=spec.piece_parent,
-        node_prefix=spec.piece_prefix,
+        node_start=pieces[0],
+        node_length=pieces[1],
+        node_parent=pieces[2],
+        node_prefix=pieces[3],
         backend=backend,
         prefix_len=len(spec.prefix_rows),
         handoff=handoff,
-        q_depth=batch.position_ids[a:b],
-        k_depth=torch.cat([batch.position_ids.index_select(0, rows), batch.position_ids[a:b]]),
+        q_depth=depth,
+        k_depth=torch.cat([batch.position_ids.index_select(0, rows), depth]),
     )
 
 
@@ -147,8 +163,13 @@ class _Runner:
         accumulate: str = "model",
         before_pass: Callable[[str], None] | None = None,
         pool: HostPool | None = None,
+        context: Any = None,
     ) -> None:
         self.model = model
+        #: context parallelism (:class:`~treeprep.trainer.context.ContextGroup`): each part is
+        #: padded to a multiple of the group's size, this rank runs its slice of the part's
+        #: tokens and stores its heads' keys and values (None: the whole part, every head)
+        self.context = context
         #: host stores: the pool every store and accumulator is allocated in (None: the device)
         self.pool = pool
         self.before_pass = before_pass
@@ -202,15 +223,23 @@ class _Runner:
             ho.stash = lambda _li, k, v: self.stored(spec.index, k, v)
             if len(spec.prefix_rows):
                 backend = "nodes"
-        tm = part_mask(self.batch, spec, backend, ho)
+        pad = self.pad(spec)
+        tm = part_mask(self.batch, spec, backend, ho, pad)
         a, b = spec.start, spec.end
+        ids, pos = self.batch.input_ids[a:b], self.batch.position_ids[a:b]
+        if self.context is not None:
+            ids, pos = context_slice(ids, pos, pad, self.context)
         if self.before_pass is not None:
             self.before_pass("forward")
         with torch.set_grad_enabled(grad), self.ctx():
-            h = run_decoder(self.model, self.batch.input_ids[a:b], self.batch.position_ids[a:b], tm)
+            h = run_decoder(self.model, ids, pos, tm, context=self.context)
         if grad and not self.need:
             self.learn_need(ho)
         return ho, h
+
+    def pad(self, spec: PartSpec) -> int:
+        """Padding rows after the part's own: to a multiple of the context group's size."""
+        return 0 if self.context is None else -spec.num_tokens % self.context.size
 
     def learn_need(self, ho: HandOff) -> None:
         """Which layers' keys and values need a gradient, from the first forward with a graph
@@ -248,12 +277,18 @@ class _Runner:
             out = self.part_loss(
                 replace(spec, target_select=sel, target_pred=spec.target_pred[i : i + n]), leaf
             )
+            if out is None:  # no target of this chunk is this rank's (context parallelism)
+                continue
             loss = out if isinstance(out, torch.Tensor) else out.loss
             if loss.requires_grad:
                 torch.autograd.backward([loss], [torch.full_like(loss, scale)])
             outs.append(_detached(out))
         pair = (h, leaf.grad) if leaf.grad is not None else None
-        return ho, _summed(outs), pair
+        if pair is None and self.context is not None:
+            # a rank without targets of its own back-propagates zeros: every rank of the group
+            # runs every layer's exchanges in the backward, so the collectives pair up
+            pair = (h, torch.zeros_like(h))
+        return ho, (_summed(outs) if outs else None), pair
 
     def part_loss(self, spec: PartSpec, h: torch.Tensor) -> Any:
         """The part's share of the loss from its hidden states, with a graph (None without
@@ -261,6 +296,10 @@ class _Runner:
         out: Any = None
         if spec.target_select.any():
             t = self.targets.select(spec.target_select, spec.target_pred)
+            if self.context is not None:  # the targets whose predecessor is in this rank's slice
+                t = local_targets(t, *self.context.slice(spec.num_tokens + self.pad(spec)))
+                if not t.num_targets:
+                    return None
             with torch.enable_grad(), self.ctx():
                 if self.linear_coef is not None:
                     ent_c = self.cfg.entropy_coef
@@ -279,8 +318,10 @@ class _Runner:
         """The local rows part ``c`` stores: those its descendants read (None: all of them, when
         it keeps its graph or they read all)."""
         rows: np.ndarray | None = self.read_rows[c]
-        if self.keeps[c] or rows is None or len(rows) == self.layout.parts[c].num_tokens:
-            return None
+        spec = self.layout.parts[c]
+        if self.keeps[c] or rows is None or len(rows) == spec.num_tokens:
+            # all of the part's rows; a padded part names them, leaving its padding out
+            return np.arange(spec.num_tokens) if self.pad(spec) else None
         return rows
 
     def stored(self, c: int, k: torch.Tensor, v: torch.Tensor) -> tuple[Any, Any]:
@@ -442,6 +483,7 @@ def run_parts(
     before_pass: Callable[[str], None] | None = None,
     stores: Stores | str = Stores.gpu,
     pool: HostPool | None = None,
+    context: Any = None,
 ) -> PartsOutput:
     """Forward and backward of a one-tree batch as hand-off parts (gradients land in ``.grad``).
 
@@ -454,9 +496,13 @@ def run_parts(
     (FSDP2 keeps ranks in lockstep through it). ``stores``: where the parts' stored keys and
     values and their accumulators live (:class:`~treeprep.modes.Stores`: gpu, the run's device;
     host, a host pool streamed a window at a time, ``pool`` or a new one; auto,
-    :func:`~.host.use_host_stores`). See the module docstring for the order, the modes and the
-    memory bound."""
+    :func:`~.host.use_host_stores`). ``context``: this rank's context group (``--cp``,
+    :mod:`treeprep.trainer.context`): every rank of the group runs every part, its slice of the
+    part's tokens and its heads' stores, and gets its share of the loss. See the module
+    docstring for the order, the modes and the memory bound."""
     _check_modes(mode, accumulate)
+    if context is not None:
+        check_loss(cfg.loss, context.size)
     stores = Stores.of(stores, "stores", TreeprepError)
     if stores != "gpu" and attn not in ("auto", "nodes"):
         raise TreeprepError(
@@ -468,8 +514,8 @@ def run_parts(
     check_part_checkpointing(model)
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
     keeps = layout.kept_parts(keep_tokens) if mode == "keep" else None
-    run = _Runner(model, batch, layout, cfg, attn, autocast, keeps=keeps,
-                  accumulate=accumulate, before_pass=before_pass)  # fmt: skip
+    run = _Runner(model, batch, layout, cfg, attn, autocast, keeps=keeps, accumulate=accumulate,
+                  before_pass=before_pass, context=context)  # fmt: skip
     if use_host_stores(stores, run):
         run.pool = pool if pool is not None else HostPool(batch.input_ids.device)
     check_inputs(batch, cfg)
