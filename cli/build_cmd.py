@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from treeprep.cli import options as opt
-from treeprep.modes import ReasoningMerge, Redact
+from treeprep.modes import ParallelCalls, ReasoningMerge, Redact
 
 #: the help panel of the curation options
 _CURATE: dict[str, Any] = {"rich_help_panel": "Curation"}
@@ -151,6 +151,15 @@ def build_cmd(
             **_CURATE,
         ),
     ] = ReasoningMerge.off,
+    parallel_calls: Annotated[
+        ParallelCalls,
+        typer.Option(
+            help="Turns of parallel tool calls for templates that render only the first "
+            "(gpt-oss): split them into consecutive single-call turns (counted in the curation "
+            "counts).",
+            **_CURATE,
+        ),
+    ] = ParallelCalls.off,
     dedup: Annotated[
         bool,
         typer.Option(

@@ -100,6 +100,16 @@ def _render(s: dict, out: Path) -> None:
 
     con = Console()
     con.print(_metrics(s, out))
+    from treeprep.render.coverage import PARTIAL_TOOLS
+
+    partial = s["normalized"].get(PARTIAL_TOOLS, 0)
+    if partial:  # Codex built-ins next to its dynamic tools (issue 40 item 3)
+        con.print(
+            f"The tool list is partial: {partial:,} calls call a tool that their tool list does "
+            "not declare, so their prompts lack that schema. Rebuild with the whole list: "
+            "--tools FILE.",
+            style="yellow", soft_wrap=True, highlight=False, markup=False,
+        )  # fmt: skip
     con.print(_distributions(s))
     con.print(_by_format(s))
     if s["by_branch_reason"]:

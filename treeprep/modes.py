@@ -238,6 +238,15 @@ class ReasoningMerge(Mode):
     fold = "fold"
 
 
+class ParallelCalls(Mode):
+    """How a build renders an assistant turn of several tool calls: as logged (a template that
+    shows only the first, gpt-oss's, rejects the call), or split into consecutive single-call
+    turns (:mod:`treeprep.render.parallel`)."""
+
+    off = "off"
+    split_turns = "split"  # (a member named split would hide str.split)
+
+
 class ExportFormat(Mode):
     """What ``treeprep export`` writes: JSON lines, a Parquet file, or a folder that
     ``datasets.load_from_disk`` opens."""

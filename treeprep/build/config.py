@@ -39,6 +39,8 @@ class FileOptions:
     project: str | None = None
     redact: modes.Redact = modes.Redact.off
     reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
+    #: split turns of parallel tool calls when rendering (:mod:`treeprep.render.parallel`)
+    parallel_calls: modes.ParallelCalls = modes.ParallelCalls.off
     #: check logged token ids against logged text (:mod:`treeprep.render.idcheck`)
     check_ids: bool = True
 
@@ -96,6 +98,9 @@ class BuildConfig:
     redact: modes.Redact = modes.Redact.off
     #: fit turns with text, reasoning and tool calls together into gpt-oss's template
     reasoning_merge: modes.ReasoningMerge = modes.ReasoningMerge.off
+    #: render a turn of parallel tool calls as consecutive single-call turns (``split``: for
+    #: templates that show only the first call, gpt-oss's; :mod:`treeprep.render.parallel`)
+    parallel_calls: modes.ParallelCalls = modes.ParallelCalls.off
     #: leave out calls that repeat an earlier file's call (same identity or same tokens)
     dedup: bool = True
     #: reject calls whose logged token ids do not decode to their logged text (False: train
@@ -170,5 +175,6 @@ class BuildConfig:
             project=self.project,
             redact=self.redact,
             reasoning_merge=self.reasoning_merge,
+            parallel_calls=self.parallel_calls,
             check_ids=self.check_ids,
         )

@@ -58,6 +58,7 @@ from treeprep.build.workfiles import (
 )
 from treeprep.errors import InputError, RenderError, TreeprepError
 from treeprep.io.jsonparse import nested_deeper
+from treeprep.modes import ParallelCalls
 from treeprep.schemas import Reject
 from treeprep.sequence import Sequence
 
@@ -81,6 +82,7 @@ class FileWorker:
         set_max_record_bytes(options.max_record_bytes)  # the per-record limit of this process
         self.options = options
         self.renderer = renderer
+        renderer.parallel_calls = ParallelCalls(options.parallel_calls)
 
     @classmethod
     def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:
@@ -350,6 +352,8 @@ def _render_records(
             normalized[kind] = normalized.get(kind, 0) + 1
         if renderer.last_prompt_kept:  # treeprep.render.prompted
             curator.curated["history-kept"] = curator.curated.get("history-kept", 0) + 1
+        for kind, n in renderer.last_rewrites.items():  # treeprep.render.parallel
+            curator.curated[kind] = curator.curated.get(kind, 0) + n
         buf.append(sharing.share(seq, n_seq))
         n_seq += 1
         if len(buf) >= WORK_BATCH:

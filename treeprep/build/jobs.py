@@ -99,6 +99,7 @@ def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
             str(cfg.redact),
             str(cfg.reasoning_merge),
             *(() if cfg.check_ids else ("no-check-ids",)),  # the default keeps earlier keys
+            *(() if cfg.parallel_calls == "off" else (f"parallel-calls:{cfg.parallel_calls}",)),
         )
     )
 

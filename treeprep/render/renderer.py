@@ -58,6 +58,8 @@ from treeprep.errors import (
     TemplateLimitError,
     TokenizerError,
 )
+from treeprep.modes import ParallelCalls
+from treeprep.render import parallel
 from treeprep.render.coverage import (
     EMPTY_REPLY,
     completion_coverage,
@@ -214,6 +216,10 @@ class Renderer:
         #: whether the last call :meth:`render` returned is a final answer rendered after its
         #: generation prompt (:mod:`treeprep.render.prompted`)
         self.last_prompt_kept = False
+        #: ``--parallel-calls``: split turns of parallel tool calls (:mod:`.parallel`)
+        self.parallel_calls = ParallelCalls.off
+        #: what rendering the last call rewrote, as curation counts (``parallel-calls:...``)
+        self.last_rewrites: dict[str, int] = {}
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
         #: logged ids checked against logged text
@@ -438,10 +444,49 @@ class Renderer:
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
-        self.last_normalized, self.last_prompt_kept = (), False
+        self.last_normalized, self.last_prompt_kept, self.last_rewrites = (), False, {}
         if isinstance(rec, TokenRollout):
             return self._render_rollout(rec, group_id=group_id, order=order)
-        return self._render_chat(rec, group_id=group_id, order=order)
+        later: list[int] = []
+        if self.parallel_calls is ParallelCalls.split_turns:
+            split, later = parallel.split_call(rec)
+            if split is not rec:
+                self.last_rewrites[parallel.SPLIT] = 1
+                rec = split
+        seq = self._render_chat(rec, group_id=group_id, order=order)
+        if later:
+            self._train_later_calls(rec, seq, later)
+        return seq
+
+    def _train_later_calls(self, rec: ChatCall, seq: Sequence, later: list[int]) -> None:
+        """Loss spans for the sub-turns ``later`` of the prompt (a parallel completion's calls 2..N
+        split by :mod:`.parallel`): each the tokens ``apply_chat_template`` trains for the prompt
+        up to it, where those are a token prefix of ``seq`` and show the call."""
+        msgs, _, tools = self.normalize(rec)
+        where = f"{rec.source_file}:{rec.source_line}"
+        now = parse_date(rec.timestamp) or self.date
+        spans: list[tuple[int, int]] = []
+        for j in later:
+            try:
+                head = self.encode(
+                    self.render_text(msgs[:j], tools, add_generation_prompt=True, now=now,
+                                     where=where)
+                )  # fmt: skip
+                full = self.encode(self.render_text(msgs[: j + 1], tools, now=now, where=where))
+            except RenderError:
+                head = full = np.zeros(0, dtype=np.int32)
+            a, b = len(head), len(full)
+            ok = (
+                a < b <= len(seq.tokens)
+                and np.array_equal(full[:a], head)
+                and np.array_equal(seq.tokens[:b], full)
+                and completion_coverage(msgs[j], self.decode(full[a:]))[0] is None
+            )
+            key = parallel.LATER if ok else parallel.UNTRAINED
+            self.last_rewrites[key] = self.last_rewrites.get(key, 0) + 1
+            if ok:
+                spans.append((a, b))
+        seq.loss_spans = sorted([*spans, *seq.loss_spans])
 
     def _render_rollout(self, rec: TokenRollout, *, group_id: str, order: int) -> Sequence:
         prompt = np.asarray(rec.prompt_token_ids, dtype=np.int64)
@@ -514,10 +559,19 @@ class Renderer:
         if missing == EMPTY_REPLY:
             raise RenderError(EMPTY_REPLY)
         if missing is not None:
+            parallel_calls = len(comp.get("tool_calls") or []) > 1 and missing.startswith(
+                ("tool call", "the arguments of tool call")
+            )
             raise RenderError(
                 f"the chat template drops part of the completion: {missing} in the rendered loss "
                 "span, so training would miss what the model said (render with a template that "
-                "keeps it: --chat-template FILE)"
+                "keeps it: --chat-template FILE"
+                + (
+                    "; or --parallel-calls split, which renders the parallel calls as "
+                    "consecutive single-call turns)"
+                    if parallel_calls
+                    else ")"
+                )
             )
         branch = rec.branch_reason
         if branch is None and self._history_rewritten(msgs, tools, full_ids, where, now):

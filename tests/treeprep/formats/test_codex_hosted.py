@@ -209,3 +209,7 @@ def test_calls_of_undeclared_tools_are_counted_as_partial_tool_lists(tmp_path: P
     assert m.counts.records_in_trees == 6 and m.normalized == {PARTIAL_TOOLS: 3}
     res = CliRunner().invoke(app, ["stats", str(tmp_path / "o"), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["normalized"] == {PARTIAL_TOOLS: 3}
+    res = CliRunner().invoke(app, ["stats", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "The tool list is partial: 3 calls call a tool" in " ".join(res.stdout.split())
+    assert "--tools FILE" in res.stdout
