@@ -12,7 +12,13 @@ What shrinks with N: every token-wise activation (a rank holds tokens / N rows) 
 attention's per-head work (heads / N). What does not: the tree mask's index vectors (every rank
 attends over all tokens) and, with ``--attn dense``, the [T, T] boolean mask.
 
+With ``--budget B`` the tree runs as hand-off parts of B tokens
+(:func:`~treeprep.trainer.parts.run_parts` with the group), their keys, values and accumulators
+in a host pool (``--stores host``) whose peak is what a rank stores (``store_bytes``): the
+stores are split by key/value head, so they fall by N; the peak beyond them is one part's.
+
     python bench/context.py --cp 1,2,4 --tokens 4096 --attn nodes
+    python bench/context.py --cp 1,2,4 --tokens 16384 --calls 32 --budget 2048
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 
 def agent_rows(tokens: int, calls: int, vocab: int, seed: int = 0) -> list[dict]:
@@ -56,8 +63,11 @@ def worker(args: argparse.Namespace) -> dict:
     from treeprep.trainer import TreeBatch
     from treeprep.trainer.context import ContextGroup, context_loss, new_context
     from treeprep.trainer.distributed import init_distributed, shutdown
+    from treeprep.trainer.loss import LossConfig
     from treeprep.trainer.memtrack import LiveBytes
     from treeprep.trainer.models.load import load_model
+    from treeprep.trainer.parts import run_parts
+    from treeprep.trainer.parts.host import HostPool
 
     torch.set_num_threads(1)
     info = init_distributed("cpu")
@@ -69,22 +79,40 @@ def worker(args: argparse.Namespace) -> dict:
     batch = TreeBatch.from_trees(agent_rows(args.tokens, args.calls, args.vocab), norm="sum")
     params = list(lm.parameters())
     t0 = time.perf_counter()
+    pool = HostPool("cpu")
     with LiveBytes() as mem:
+        mem.exclude(pool.owns)
         mem.track(*params, *[v for v in vars(batch).values() if isinstance(v, torch.Tensor)])
         base = mem.current
-        if cg.size == 1:
+        if args.budget:
+            cut(batch, args.budget)
+            run_parts(lm, batch, LossConfig("sft"), budget=args.budget, attn=args.attn,
+                      stores="host", pool=pool, context=cg if cg.size > 1 else None)  # fmt: skip
+        elif cg.size == 1:
             from treeprep.trainer.loss import tree_loss
 
-            out = tree_loss(lm, batch, attn=args.attn)
+            tree_loss(lm, batch, attn=args.attn).loss.backward()
         else:
-            out = context_loss(lm, batch, cg, attn=args.attn, loss="sft")
-        out.loss.backward()
+            context_loss(lm, batch, cg, attn=args.attn, loss="sft").loss.backward()
     seconds = time.perf_counter() - t0
     grads = sum(p.grad.nbytes for p in params if p.grad is not None)
     res = {"cp": cg.size, "tokens": batch.num_tokens, "peak_bytes": mem.peak - base - grads,
-           "seconds": seconds}  # fmt: skip
+           "store_bytes": pool.peak, "seconds": seconds}  # fmt: skip
     shutdown(info)
     return res
+
+
+def cut(batch: object, budget: int) -> None:
+    """Cut the one-tree ``batch`` into hand-off parts of ``budget`` tokens, as the plan does."""
+    import numpy as np
+
+    from treeprep.schemas.parts import handoff_cuts, part_parents
+
+    b: Any = batch
+    ln, par = b.node_length.numpy(), b.node_parent.numpy()
+    cuts = handoff_cuts(ln, par, budget)
+    parents = part_parents(cuts, b.node_start.numpy(), par, ln)
+    b.handoff = (np.asarray(cuts, dtype=np.int64), np.asarray(parents, dtype=np.int64))
 
 
 def _free_port() -> int:
@@ -118,6 +146,10 @@ def main() -> None:
     ap.add_argument("--model", default="tiny-deepseek-v3", help="a preset (heads divisible by N)")
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--attn", default="nodes", choices=["dense", "nodes"])
+    ap.add_argument("--budget", type=int, default=0,
+                    help="run the tree as hand-off parts of this many tokens, their stores in a "
+                         "host pool whose peak is the stores per rank (0: one micro-batch)",
+                    )  # fmt: skip
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -126,16 +158,20 @@ def main() -> None:
         return
     argv = [x for x in sys.argv[1:] if x != "--json"]
     rows = [run_world(int(n), argv) for n in a.cp.split(",")]
-    first = rows[0]["peak_bytes"]
+    first, stores = rows[0]["peak_bytes"], rows[0]["store_bytes"]
     for r in rows:
         r["ratio"] = r["peak_bytes"] / first
+        r["store_ratio"] = r["store_bytes"] / stores if stores else None
     if a.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'cp':>3} {'tokens':>7} {'peak MiB/rank':>14} {'ratio':>6} {'seconds':>8}")
+    print(f"{'cp':>3} {'tokens':>7} {'peak MiB/rank':>14} {'ratio':>6} {'stores MiB/rank':>16} "
+          f"{'ratio':>6} {'seconds':>8}")  # fmt: skip
     for r in rows:
-        mib = r["peak_bytes"] / 2**20
-        print(f"{r['cp']:>3} {r['tokens']:>7} {mib:>14.2f} {r['ratio']:>6.2f} {r['seconds']:>8.2f}")
+        mib, smib = r["peak_bytes"] / 2**20, r["store_bytes"] / 2**20
+        sr = f"{r['store_ratio']:>6.2f}" if r["store_ratio"] is not None else f"{'-':>6}"
+        print(f"{r['cp']:>3} {r['tokens']:>7} {mib:>14.2f} {r['ratio']:>6.2f} {smib:>16.2f} "
+              f"{sr} {r['seconds']:>8.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

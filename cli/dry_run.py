@@ -81,6 +81,7 @@ def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
         chunk=p["chunk"],
         entropy=bool(p.get("entropy_coef")),
         stores=p.get("stores") or Stores.gpu,
+        cp=p.get("cp") or 1,
     )
 
 

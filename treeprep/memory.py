@@ -64,6 +64,14 @@ Terms, per rank:
   holds its logits (compute dtype) in the forward and their gradient too in the backward; one
   block adds its float32 temporaries (:func:`lm_head_bytes`).
 
+Context parallelism (``cp``, ``--cp N``): a group of N ranks shares each micro-batch and part;
+each rank feeds 1/N of its tokens (activations, kept graphs, the layer backward and the LM-head
+rows per rank fall by N: after the exchange a rank holds its 1/N of the heads over every token,
+the same bytes) and stores 1/N of the key/value heads (``handoff``, ``host_stores`` and the
+streamed windows fall by N). Parameters, gradients and moments shard over the whole world under
+FSDP as without it. Not counted: the all-to-all's send and receive buffers (one layer's q, k, v
+or output of the rank's slice, transient).
+
 The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
 fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
 cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
@@ -156,6 +164,9 @@ class MemorySetup:
     #: where the hand-off stores live: gpu, or host (a host pool, streamed a window at a time);
     #: auto is resolved by the dry run (host where gpu does not fit)
     stores: Stores = Stores.gpu
+    #: context parallelism (``--cp``): ranks sharing each micro-batch and part, each feeding
+    #: 1/cp of its tokens and storing 1/cp of the key/value heads
+    cp: int = 1
 
     def __post_init__(self) -> None:
         coerce_modes(self, TreeprepError, "memory: ")
@@ -163,6 +174,10 @@ class MemorySetup:
             raise TreeprepError("memory: precision auto; give float32, bfloat16 or float64")
         if self.world_size < 1 or self.chunk < 1 or self.optimizer_states < 0:
             raise TreeprepError("memory: world_size and chunk must be >= 1, optimizer_states >= 0")
+        if self.cp < 1 or self.world_size % self.cp:
+            raise TreeprepError(
+                f"memory: cp {self.cp} must be >= 1 and divide the world size {self.world_size}"
+            )
 
     @property
     def compute_bytes(self) -> int:
@@ -206,7 +221,7 @@ def layer_activation_bytes(m: ModelShape, s: MemorySetup) -> int:
 def handoff_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
     """Handed-over bytes per path token of the full-attention layers: keys, values, and an
     accumulator for each."""
-    kv = m.kv_heads * m.head_dim
+    kv = m.kv_heads * m.head_dim // s.cp  # a context group's rank stores its heads only
     acc = 4 if s.handoff_accumulate == "float32" else s.compute_bytes
     return m.full_layers * kv * 2 * (s.compute_bytes + acc)
 
@@ -256,9 +271,9 @@ def stream_bytes(m: ModelShape, s: MemorySetup, path: int) -> int:
     flight, the window's key and value gradients, the written-out kernel's float32 scores,
     probabilities and their gradients for a chunk of queries against one window (CUDA), and
     the part's mask index vectors (five int64 per prefix row)."""
-    kv = m.kv_heads * m.head_dim
+    kv = m.kv_heads * m.head_dim // s.cp
     windows = 3 * STREAM_WINDOW * kv * 2 * s.compute_bytes
-    scores = 4 * m.heads * STREAM_QUERIES * STREAM_WINDOW * 4
+    scores = 4 * (m.heads // s.cp) * STREAM_QUERIES * STREAM_WINDOW * 4
     return windows + scores + 5 * 8 * path
 
 
@@ -285,7 +300,7 @@ def kept_graph_bytes(
         graphs = m.layers * layer_activation_bytes(m, s)
     graphs += 3 * m.hidden * s.stream_bytes
     stores = 0 if k == c else attn_layers * kv * c  # values shared, float32 keys copied to bf16
-    handoff = tokens * (attn_layers * kv * 2 * acc + stores)
+    handoff = tokens * (attn_layers * kv * 2 * acc + stores) // s.cp  # its heads (``--cp``)
     return tokens * graphs + grad_tokens * m.hidden * s.stream_bytes, handoff
 
 
@@ -319,10 +334,11 @@ def terms(
     )
     per_layer = layer_activation_bytes(m, s)
     outside = 3 * m.hidden * a
+    fed = -(-tokens // s.cp)  # a context group's rank feeds its slice (its heads over all of it)
     if s.activation_checkpointing:
-        saved = tokens * (m.layers * m.hidden * a + outside)
+        saved = fed * (m.layers * m.hidden * a + outside)
     else:
-        saved = tokens * (m.layers * per_layer + outside)
+        saved = fed * (m.layers * per_layer + outside)
     handoff = handoff_bytes(m, s, path, budget, stored_rows)
     graphs = 0
     if s.part_graph == "keep" and path > budget:
@@ -331,6 +347,7 @@ def terms(
             kept_tokens = min(kept_tokens, keep_cap(path, budget, s.keep_tokens))
             kept = (kept_tokens, kept_tokens, max(0, path - budget - kept_tokens))
         graphs, handoff = kept_graph_bytes(m, s, tokens=kept[0], grad_tokens=kept[1])
+        graphs = -(-graphs // s.cp)
         handoff += kept[2] * handoff_bytes_per_path_token(m, s)
         handoff += linear_handoff_bytes(m, path, budget)
     host = 0
@@ -338,7 +355,7 @@ def terms(
         lin = linear_handoff_bytes(m, path, budget)
         host, handoff = handoff - lin, lin + stream_bytes(m, s, path)
     casted = p - (0 if m.tie_embeddings else m.vocab * m.hidden)
-    rows = min(math.ceil(tokens * trained) if head_rows is None else head_rows, s.chunk)
+    rows = min(math.ceil(fed * trained) if head_rows is None else head_rows, s.chunk)
     if path > budget:  # hand-off parts run their head HEAD_ROWS rows at a time
         rows = min(rows, HEAD_ROWS)
     return {
@@ -351,7 +368,7 @@ def terms(
         "host_stores": host,
         "activations": saved,
         "kept_graphs": graphs,
-        "layer_backward": (2 if s.activation_checkpointing else 1) * tokens * per_layer // 2,
+        "layer_backward": (2 if s.activation_checkpointing else 1) * fed * per_layer // 2,
         "lm_head_chunk": lm_head_bytes(m.vocab, rows, s.compute_bytes, entropy=s.entropy),
     }
 
@@ -481,7 +498,8 @@ def step_seconds(
 ) -> float:
     """Seconds of one tree's forward and backward (module docstring): the LM head on every token,
     one more forward of the layers under checkpointing and of the inner parts in recompute mode
-    (in keep mode, of those beyond ``keep_tokens``), at :data:`MFU` of the GPU's dense peak."""
+    (in keep mode, of those beyond ``keep_tokens``), at :data:`MFU` of the GPU's dense peak;
+    under ``--cp N`` one rank's Nth of it."""
     br = m.breakdown(tokens, pairs)
     body = sum(v for k, v in br.items() if k != "lm_head")
     extra = body / 3 if s.activation_checkpointing else 0.0
@@ -493,7 +511,8 @@ def step_seconds(
     rate = (gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops) * MFU
     if s.precision == "float64":
         rate /= 8  # no float64 tensor cores worth counting; a rough bound
-    return (body + extra + br["lm_head"]) / rate
+    # a context group splits the tree's work N ways (its all-to-alls not counted)
+    return (body + extra + br["lm_head"]) / rate / s.cp
 
 
 def budgets(largest_tree: int) -> list[int]:

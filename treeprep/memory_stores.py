@@ -94,7 +94,11 @@ def dry_run_stores(
     for where in (Stores.gpu, Stores.host):
         sp = replace(chosen, stores=where)
         d = dry_run(m, sp, b, gpu, gpu_memory=mem, budget=out["budget"], checkpointing_given=True)
-        host = d["terms"]["host_stores"]
+        # the parts' host stores: the peak's terms may be a micro-batch of whole trees, which
+        # stores nothing, where its GPU peak is the larger one
+        host = terms(m, sp, budget=out["budget"], path=b.longest_path,
+                     tree_tokens=b.largest_tree_tokens,
+                     stored_rows=b.stored_rows(out["budget"]))["host_stores"]  # fmt: skip
         bound = host_memory if where == Stores.host else None
         compared[str(where)] = {
             "gpu_peak_bytes": d["predicted_peak_bytes"],

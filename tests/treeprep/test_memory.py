@@ -219,3 +219,21 @@ def test_the_handoff_term_counts_the_stacks_stored_rows() -> None:
     t = terms(TINY, s, budget=16, path=66, tree_tokens=86, stored_rows=b.stored_rows(16))
     assert t["handoff"] == 54 * per_row
     assert terms(TINY, s, budget=16, path=66, tree_tokens=86)["handoff"] == (66 - 16) * per_row
+
+
+def test_context_parallelism_splits_the_tokens_and_the_heads() -> None:
+    """``--cp 2``: each rank feeds half of a part's tokens and stores half of the key/value
+    heads; the states sharded over the world are unchanged."""
+    one = MemorySetup(precision="float32", world_size=2, parallel="fsdp")
+    two = replace(one, cp=2)
+    shape = replace(TINY, kv_heads=2, heads=4)
+    t1 = terms(shape, one, budget=100, path=300)
+    t2 = terms(shape, two, budget=100, path=300)
+    assert handoff_bytes_per_path_token(shape, two) * 2 == handoff_bytes_per_path_token(shape, one)
+    assert t2["handoff"] * 2 == t1["handoff"]
+    assert t2["activations"] * 2 == t1["activations"]
+    assert t2["layer_backward"] * 2 == t1["layer_backward"]
+    for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"):
+        assert t2[k] == t1[k], k
+    with pytest.raises(TreeprepError, match="cp 3"):
+        replace(one, cp=3)
