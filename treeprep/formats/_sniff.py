@@ -206,5 +206,13 @@ def second_look(path: str, head: bytes) -> bytes | None:
         return None
     kind, rec = found
     if kind == "array":
-        return orjson.dumps([] if rec is None else [skeleton(rec)])
-    return orjson.dumps(skeleton(rec)) + b"\n"
+        return _dumps([] if rec is None else [skeleton(rec)])
+    return _dumps(skeleton(rec)) + b"\n"
+
+
+def _dumps(v: Any) -> bytes:
+    """``v`` as JSON; an integer beyond 64 bits (which orjson refuses) is written as it is."""
+    try:
+        return orjson.dumps(v)
+    except TypeError:
+        return json.dumps(v, ensure_ascii=False).encode()

@@ -166,7 +166,7 @@ def _json_end(s: str, start: int) -> int | None:
     """The end of the JSON value starting at ``start`` (None when it is not one)."""
     try:
         _, end = json.JSONDecoder().raw_decode(s, start)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # not JSON, or nested too deep to parse
         return None
     return end
 
@@ -191,7 +191,11 @@ def assistant(content: str, where: str, *, strict: bool = True) -> dict[str, Any
         if stop is None or not isinstance(args, dict):
             if not strict:
                 break
-            what = "is not JSON" if stop is None else f"has {type_name(args)} arguments"
+            what = (
+                "is not JSON (or nests too deep)"
+                if stop is None
+                else f"has {type_name(args)} arguments"
+            )
             raise RecordError(f"{where}: the tool call @{m.group(1)}({m.group(2)}) {what}")
         before = content[pos : m.start()]
         if before.strip():

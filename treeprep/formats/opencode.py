@@ -320,14 +320,17 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             minfo = as_dict(m.get("info"), f"{where}.info")
             parts = dicts(m.get("parts"), f"{where}.parts")
             role = minfo.get("role")
+            steps = _steps(parts) if role == "assistant" else []
             if role not in ("user", "assistant"):
                 raise RecordError(
                     f"{where}.info.role: expected 'user' or 'assistant', got {role!r}"
                 )
-            steps = _steps(parts) if role == "assistant" else []
+            expect(minfo.get("id"), f"{where}.info.id", str)
+            opt_str(minfo.get("parentID"), f"{where}.info.parentID")
             as_chat = _message_chat(minfo, parts, steps, where)
         except RecordError as e:
             as_chat = []
+            minfo, parts = {}, []  # read no further: later prompts miss it anyway
             if broken is None:
                 broken = f"{e} (the prompts after it would miss it)"
                 yield Reject(file=path, line=line, format=NAME, reason=str(e))

@@ -117,6 +117,12 @@ def normalized_kinds(
     return tuple(kind for kind, done in kinds if done)
 
 
+def _schema(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool's function schema: ``function`` when it is an object, else the tool itself."""
+    fn = tool.get("function")
+    return fn if isinstance(fn, dict) else tool
+
+
 def undeclared_tools(completion: dict[str, Any], tools: list[dict[str, Any]] | None) -> bool:
     """Whether ``tools`` (a non-empty schema list) lacks a tool the completion calls.
 
@@ -127,7 +133,7 @@ def undeclared_tools(completion: dict[str, Any], tools: list[dict[str, Any]] | N
     """
     if not tools:
         return False
-    declared = {str((t.get("function") or t).get("name")) for t in tools if isinstance(t, dict)}
+    declared = {str(_schema(t).get("name")) for t in tools if isinstance(t, dict)}
     return any(tc["function"]["name"] not in declared for tc in completion.get("tool_calls") or [])
 
 

@@ -160,9 +160,18 @@ def test_a_tool_call_that_is_not_json_is_that_calls_reject(tmp_path: Path) -> No
     items = _read(_write(tmp_path, [json.dumps(x) for x in recs]))
     rej = items[1]
     assert isinstance(rej, Reject) and rej.line == 7
-    assert rej.reason == "line 7: the tool call @read(call_a2) is not JSON"
+    assert rej.reason == "line 7: the tool call @read(call_a2) is not JSON (or nests too deep)"
     # gptme keeps the cut call as text in later prompts, so its result answers no call there
     assert isinstance(items[2], Reject) and "'call_a2' but no earlier assistant" in items[2].reason
+
+
+def test_a_tool_call_nested_too_deep_is_that_calls_reject(tmp_path: Path) -> None:
+    """The arguments' JSON is parsed with Python's json, which recurses once per level."""
+    recs = _lines(MAIN)
+    recs[6]["content"] = '@read(call_a2): {"path": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    items = _read(_write(tmp_path, [json.dumps(x) for x in recs]))
+    assert isinstance(items[1], Reject) and items[1].line == 7
+    assert items[1].reason == "line 7: the tool call @read(call_a2) is not JSON (or nests too deep)"
 
 
 @needs_qwen
