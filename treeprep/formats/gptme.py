@@ -20,9 +20,10 @@ the OpenAI provider send for the messages before it:
   role without ``call_id`` are merged, joined by a blank line (gptme's ``concat``), so the
   several system messages of gptme's startup prompt are one system message;
 * tool calls (the ``tool`` tool format): an assistant line ``@name(call_id): {json}`` is a tool
-  call; the text before each call is the content, text after the last one is left out as gptme
-  leaves it out; a ``system`` message with a ``call_id`` is the ``tool`` result, and other
-  messages met between the calls and their results are moved after them (``_handle_tools``).
+  call (not inside a fenced code block); the text before each call is the content, text after
+  the last one is left out as gptme leaves it out; a ``system`` message with a ``call_id`` is
+  the ``tool`` result, and other messages met between the calls and their results are moved
+  after them (``_handle_tools``).
   Markdown and XML tool uses (````shell`` blocks) stay text, as gptme sends them;
 * reasoning: gptme logs a reasoning model's output as a ``<think>...</think>`` block opening
   the content, and sends it back so; it stays in the content, where the renderer reads it as
@@ -162,6 +163,29 @@ def _prune_ephemeral(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
+_FENCE = re.compile(r"^(`{3,})", re.MULTILINE)
+
+
+def _code_blocks(text: str) -> list[tuple[int, int]]:
+    """Character ranges of the fenced code blocks of ``text`` (an opening fence up to the next
+    bare fence of as many backticks), where gptme does not look for tool calls."""
+    fences = list(_FENCE.finditer(text))
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < len(fences):
+        opening = fences[i]
+        for j in range(i + 1, len(fences)):
+            f = fences[j]
+            eol = text.find("\n", f.end())
+            eol = len(text) if eol < 0 else eol
+            if len(f.group(1)) == len(opening.group(1)) and not text[f.end() : eol].strip():
+                out.append((opening.start(), eol))
+                i = j
+                break
+        i += 1
+    return out
+
+
 def _json_end(s: str, start: int) -> int | None:
     """The end of the JSON value starting at ``start`` (None when it is not one)."""
     try:
@@ -183,9 +207,10 @@ def assistant(content: str, where: str, *, strict: bool = True) -> dict[str, Any
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     pos = 0
+    blocks = _code_blocks(content)
     for m in _TOOLCALL.finditer(content):
-        if m.start() < pos:
-            continue  # inside the previous call's JSON
+        if m.start() < pos or any(a <= m.start() < b for a, b in blocks):
+            continue  # inside the previous call's JSON, or an example in a code block
         stop = _json_end(content, m.end())
         args = None if stop is None else json.loads(content[m.end() : stop])
         if stop is None or not isinstance(args, dict):

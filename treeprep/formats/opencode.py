@@ -67,7 +67,7 @@ CLEARED = "[Old tool result content cleared]"
 INTERRUPTED = "[Tool execution was interrupted]"
 #: parent sessions followed up to the root
 _MAX_CHAIN = 64
-_SESSION_HEAD = re.compile(rb'^\s*\{\s*"id"\s*:\s*"ses_')
+_SESSION_ID = re.compile(rb'"id"\s*:\s*"ses_')
 
 
 def _layout(path: str, head: bytes) -> str | None:
@@ -81,7 +81,7 @@ def _layout(path: str, head: bytes) -> str | None:
     if (
         os.path.basename(folder) == "session"
         and os.path.basename(path).startswith("ses_")
-        and _SESSION_HEAD.match(h)
+        and _SESSION_ID.search(h[:4096])
         and b'"projectID"' in h
     ):
         return "storage"

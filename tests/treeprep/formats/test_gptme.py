@@ -165,6 +165,15 @@ def test_a_tool_call_that_is_not_json_is_that_calls_reject(tmp_path: Path) -> No
     assert isinstance(items[2], Reject) and "'call_a2' but no earlier assistant" in items[2].reason
 
 
+def test_a_tool_call_shown_in_a_code_block_is_text() -> None:
+    from treeprep.formats.gptme import assistant
+
+    text = 'Call it so:\n```\n@shell(ex1): {"command": "ls"}\n```\n@read(c9): {"path": "a"}'
+    msg = assistant(text, "line 1")
+    assert [tc["id"] for tc in msg["tool_calls"]] == ["c9"]
+    assert msg["content"] == 'Call it so:\n```\n@shell(ex1): {"command": "ls"}\n```\n'
+
+
 def test_a_tool_call_nested_too_deep_is_that_calls_reject(tmp_path: Path) -> None:
     """The arguments' JSON is parsed with Python's json, which recurses once per level."""
     recs = _lines(MAIN)
