@@ -33,13 +33,23 @@ def not_a_chain(own: list[Any]) -> str | None:
     line, so the chain would give every call the same prompt, with no tool result in it."""
     first = next((ln for ln in own if ln.rec.get("type") == "user"), None)
     assistant = [ln for ln in own if ln.rec.get("type") == "assistant"]
-    if first is None or not assistant:
-        return None
-    responses = {ln.rec["message"].get("id") or ln.rec.get("uuid") for ln in assistant}
-    if len(responses) < 2 or any(ln.rec.get("parentUuid") != first.rec["uuid"] for ln in assistant):
+    root = first.rec.get("uuid") if first is not None else None
+    if first is None or not isinstance(root, str) or not assistant:
+        return None  # no chain to judge (a line without its uuid is rejected where it is read)
+    responses = {_text(_message_id(ln.rec)) or _text(ln.rec.get("uuid")) for ln in assistant}
+    if len(responses) < 2 or any(ln.rec.get("parentUuid") != root for ln in assistant):
         return None
     return (
         f"every assistant line ({len(assistant)} lines, {len(responses)} responses) hangs off the "
         f"first user line (line {first.no}): not Claude Code's parentUuid chain (iFlow CLI "
         "sessions have this shape), so no call's prompt can be rebuilt from it"
     )
+
+
+def _message_id(rec: dict[str, Any]) -> Any:
+    m = rec.get("message")
+    return m.get("id") if isinstance(m, dict) else None
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
