@@ -31,7 +31,8 @@ a step with no ``step-finish`` (the call was cut by an error or an abort) is rej
 Compaction: a user message with a ``compaction`` part is sent as "What did we do so far?"; the
 summary the model wrote (``summary: true``) is a call on the whole history, and once it is done
 the prompts start at that user message (``filterCompacted``; the call after it is hinted
-``compaction``). A retained tail (``tail_start_id``, newer versions) is not read. Sub-agents: a
+``compaction``); with the request's ``tail_start_id`` (newer versions keep a tail of the
+history) the prompt is the request, the summary, the kept tail, then what followed. Sub-agents: a
 session with a ``parentID`` (the ``task`` tool's child session) joins the tree of its root
 session, its first call hinted ``sub-agent``. OpenCode stores neither its system prompt nor its
 tool schemas: ``--system-prompt`` and ``--tools`` give them. A message or part that does not fit
@@ -278,18 +279,33 @@ def _sent(info: dict[str, Any], parts: list[dict[str, Any]]) -> bool:
     return aborted and any(p.get("type") not in ("step-start", "reasoning") for p in parts)
 
 
-def _compacted(messages: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> int:
-    """Where ``filterCompacted`` starts the history: the newest compaction request whose summary
-    is done (0 when none)."""
+def _history(messages: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list[int]:
+    """The messages ``filterCompacted`` sends, by index: all of them, or from the newest
+    compaction request whose summary is done; with the request's ``tail_start_id`` (newer
+    versions keep a tail of the history), the request and its summary, then the kept tail, then
+    what followed the summary."""
     done: set[Any] = set()
-    for k in range(len(messages) - 1, -1, -1):
-        info, parts = messages[k]
+    for c in range(len(messages) - 1, -1, -1):
+        info, parts = messages[c]
         if info.get("role") == "assistant":
             if info.get("summary") and info.get("finish") and not info.get("error"):
                 done.add(info.get("parentID"))
-        elif info.get("id") in done and any(p.get("type") == "compaction" for p in parts):
-            return k
-    return 0
+            continue
+        part = next((p for p in parts if p.get("type") == "compaction"), None)
+        if info.get("id") not in done or part is None:
+            continue
+        tail = part.get("tail_start_id")
+        ids = [m.get("id") for m, _ in messages]
+        t = ids.index(tail) if isinstance(tail, str) and tail in ids[:c] else -1
+        s = next(
+            (k for k in range(c + 1, len(messages)) if messages[k][0].get("summary")
+             and messages[k][0].get("parentID") == info.get("id")),
+            -1,
+        )  # fmt: skip
+        if t >= 0 and s > c:
+            return [*range(c, s + 1), *range(t, c), *range(s + 1, len(messages))]
+        return list(range(c, len(messages)))
+    return list(range(len(messages)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,8 +352,9 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 yield Reject(file=path, line=line, format=NAME, reason=str(e))
         mid = minfo.get("id")
         model = minfo.get("modelID") if isinstance(minfo.get("modelID"), str) else None
-        start = _compacted(done)
-        history = [msg for c in chats[start:] for msg in c]
+        order = _history(done)
+        start = order[0] if order else 0
+        history = [msg for c in order for msg in chats[c]]
         earlier: list[dict[str, Any]] = []
         for s, step in enumerate(steps):
             cid = f"{sid}/{mid}#{s}"

@@ -99,6 +99,18 @@ def test_a_compaction_starts_the_prompts_at_its_request() -> None:
     assert after.branch_reason == "compaction" and calls[5].branch_reason is None
 
 
+def test_a_compaction_that_keeps_a_tail_sends_it_after_the_summary(tmp_path: Path) -> None:
+    def keep(doc: dict[str, Any]) -> None:  # newer versions: the request names the kept tail
+        doc["messages"][2]["parts"][0]["tail_start_id"] = "msg_b01"
+
+    after = _read(_export(tmp_path, keep))[4]
+    assert [m["content"] for m in _dump(after) if m["role"] == "user"] == [
+        "What did we do so far?", RENAME, "Update the import in app.py."
+    ]  # fmt: skip
+    assert _dump(after)[1] == {"role": "assistant", "content": SUMMARY}
+    assert len(after.messages) == 9 and after.branch_reason == "compaction"
+
+
 def test_storage_sessions_and_a_sub_agent_in_its_root_sessions_tree() -> None:
     calls = _read(PARENT, ReadOptions(system_prompt="You are opencode."))
     assert len(calls) == 3 and all(isinstance(c, ChatCall) for c in calls)
