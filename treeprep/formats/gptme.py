@@ -40,7 +40,8 @@ when it loads the log; a line that is not a gptme message (an unknown role, a co
 not a string) is one reject and the calls after it are rejected with it, their prompts would
 miss it. Group: the conversation folder's name, shared by its branches. Detected by the file
 name (``conversation.jsonl`` or ``branches/*.jsonl``) and a first record that is a gptme
-message (``role``, a string ``content``, a ``timestamp``, no other keys than gptme's).
+system message (``role``, a string ``content``, a ``timestamp``, no other keys than gptme's):
+gptme writes its startup prompt first, other chat loggers' ``conversation.jsonl`` need not.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def sniff(path: str, head: bytes) -> bool:
     folder = os.path.basename(os.path.dirname(path))
     if not (name.startswith("conversation.jsonl") or (folder == "branches" and ".jsonl" in name)):
         return False
-    recs = head_json_objects(head)
-    return bool(recs) and _is_message(recs[0])
+    recs = head_json_objects(head)  # gptme writes its startup prompt first
+    return bool(recs) and _is_message(recs[0]) and recs[0]["role"] == "system"
 
 
 # --------------------------------------------------------------------------------------------

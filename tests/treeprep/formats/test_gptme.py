@@ -76,6 +76,9 @@ def test_detection() -> None:
     assert detect_format(str(vibe), vibe.read_bytes()) is not FORMAT
     other = ROOT / "sample_data" / "openai_chat.jsonl"
     assert detect_format(str(other), other.read_bytes()[:65536]) is not FORMAT
+    # another logger's conversation.jsonl: no gptme startup prompt first
+    chat = b'{"role": "user", "content": "hi", "timestamp": "2025-11-06T10:00:00"}\n'
+    assert detect_format("logs/conversation.jsonl", chat) is not FORMAT
 
 
 def test_every_assistant_message_is_a_call_prompted_as_gptme_sends_it() -> None:
