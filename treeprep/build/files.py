@@ -363,4 +363,8 @@ def _render_records(
             kinds.clear()
     if buf:
         writer.write_batch(sequences_to_batch(buf, digests, kinds))
+    if first_only := renderer.take_unanswered():
+        from treeprep.render.parallel import FIRST_ONLY
+
+        curator.curated[FIRST_ONLY] = curator.curated.get(FIRST_ONLY, 0) + first_only
     return n_read, n_seq, normalized

@@ -17,7 +17,8 @@ made the calls one by one:
   tokens an ``apply_chat_template`` of the prompt up to that sub-turn would train (checked to be
   a token prefix of the sequence and to show the call; otherwise that sub-turn is not trained and
   counted). A parallel completion that no later call of the log answers (the last call of a log)
-  trains its first call only.
+  trains its first call only: the calls no later call of its file answers are counted at the
+end of the file (``parallel-calls:first-only``).
 
 Every call the rewrite touched is counted in the manifest's curation counts
 (``parallel-calls:split``), sub-turns trained in the next call's sequence as
@@ -27,16 +28,24 @@ Every call the rewrite touched is counted in the manifest's curation counts
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from treeprep.schemas import ChatCall, Message
 
-__all__ = ["SPLIT", "LATER", "UNTRAINED", "split_call"]
+__all__ = ["FIRST_ONLY", "LATER", "SPLIT", "UNTRAINED", "call_key", "split_call"]
 
 #: the curation counts (``Manifest.curation``)
 SPLIT = "parallel-calls:split"
 LATER = "parallel-calls:later-call"
 UNTRAINED = "parallel-calls:later-call-untrained"
+FIRST_ONLY = "parallel-calls:first-only"
+
+
+def call_key(group_id: str, tc: Any) -> str:
+    """A tool call of a group, as a parallel completion and a later prompt both log it."""
+    fn = tc.function
+    return json.dumps([group_id, tc.id, fn.name, fn.arguments], sort_keys=True, default=str)
 
 
 def _results(messages: list[Message], i: int, calls: list[Any]) -> list[list[Message]] | None:

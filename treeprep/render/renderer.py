@@ -220,6 +220,8 @@ class Renderer:
         self.parallel_calls = ParallelCalls.off
         #: what rendering the last call rewrote, as curation counts (``parallel-calls:...``)
         self.last_rewrites: dict[str, int] = {}
+        #: calls 2..N of split parallel completions that no later prompt has trained yet
+        self._unanswered: set[str] = set()
         #: incremental jinja rendering (None: every jinja render is whole)
         self.incremental: IncrementalRenderer | None = None
         #: logged ids checked against logged text
@@ -448,17 +450,29 @@ class Renderer:
         if isinstance(rec, TokenRollout):
             return self._render_rollout(rec, group_id=group_id, order=order)
         later: list[int] = []
+        calls = rec.completion.tool_calls or []
         if self.parallel_calls is ParallelCalls.split_turns:
             split, later = parallel.split_call(rec)
             if split is not rec:
                 self.last_rewrites[parallel.SPLIT] = 1
                 rec = split
         seq = self._render_chat(rec, group_id=group_id, order=order)
+        if self.parallel_calls is ParallelCalls.split_turns:
+            self._unanswered.update(parallel.call_key(group_id, tc) for tc in calls[1:])
         if later:
-            self._train_later_calls(rec, seq, later)
+            self._train_later_calls(rec, seq, later, group_id)
         return seq
 
-    def _train_later_calls(self, rec: ChatCall, seq: Sequence, later: list[int]) -> None:
+    def take_unanswered(self) -> int:
+        """How many calls of split parallel completions no later prompt trained (since the last
+        time this was asked: the build asks at the end of each file), forgetting them."""
+        n = len(self._unanswered)
+        self._unanswered.clear()
+        return n
+
+    def _train_later_calls(
+        self, rec: ChatCall, seq: Sequence, later: list[int], group_id: str
+    ) -> None:
         """Loss spans for the sub-turns ``later`` of the prompt (a parallel completion's calls 2..N
         split by :mod:`.parallel`): each the tokens ``apply_chat_template`` trains for the prompt
         up to it, where those are a token prefix of ``seq`` and show the call."""
@@ -467,6 +481,8 @@ class Renderer:
         now = parse_date(rec.timestamp) or self.date
         spans: list[tuple[int, int]] = []
         for j in later:
+            for tc in rec.messages[j].tool_calls or []:
+                self._unanswered.discard(parallel.call_key(group_id, tc))
             try:
                 head = self.encode(
                     self.render_text(msgs[:j], tools, add_generation_prompt=True, now=now,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from treeprep.errors import RenderError
 from treeprep.modes import ParallelCalls
-from treeprep.render.parallel import LATER, SPLIT, split_call
+from treeprep.render.parallel import FIRST_ONLY, LATER, SPLIT, split_call
 from treeprep.schemas import ChatCall
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -175,3 +175,9 @@ def test_build_counts_the_split_and_stats_shows_it(tmp_path: Path) -> None:
     res = run.invoke(app, [*args, "-o", str(tmp_path / "off")])
     assert json.loads(res.stdout)["records_in_trees"] == 2
     assert "curation" not in json.loads((tmp_path / "off" / "manifest.json").read_text())
+    # the log ends on the parallel turn: no later call answers call 2, which is counted
+    cut = {"messages": [*PROMPT, PARALLEL], "tools": TOOLS}
+    (tmp_path / "chat.jsonl").write_text(json.dumps(cut) + "\n")
+    res = run.invoke(app, [*args, "-o", str(tmp_path / "cut"), "--parallel-calls", "split"])
+    manifest = json.loads((tmp_path / "cut" / "manifest.json").read_text())
+    assert manifest["curation"] == {FIRST_ONLY: 1, SPLIT: 1}
