@@ -4,7 +4,9 @@ For each format, one of our sample files is mutated the ways real logs go wrong:
 or given the wrong type, a value nested thousands deep, a huge string, ``NaN``/``Infinity``, a
 key given twice, the file cut short, bytes that are not UTF-8. The mutated file is detected and
 read (by its original format, as ``--format`` would force it, and by what detection says), and
-each record is rendered with the built-in tokenizer, as stage 1 does. What must hold: nothing
+each record is rendered with the built-in tokenizer, as stage 1 does. Formats read from several
+files have their sidecars fuzzed too (OpenCode's message and part files, a Vibe ``meta.json``, a
+Claude Code sub-agent), and Parquet datasets their rows. What must hold: nothing
 but the project's errors escapes (an :class:`~treeprep.errors.InputError` is the file's one
 reject, as the builder records it); every reject names the file, a line and a reason that is not
 an ``internal error``; every record is a tree's sequence or a reject, so the counts reconcile.
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from treeprep.errors import InputError, RenderError
@@ -96,6 +98,15 @@ SIDECARS: dict[str, tuple[str, str, str]] = {
         "claude-code",
         "claude-code/7e1d2c3b-0a9f-4e8d-b7c6-5a4f3e2d1c0b.jsonl",
         "claude-code/7e1d2c3b-0a9f-4e8d-b7c6-5a4f3e2d1c0b/subagents/agent-b5e71c2.jsonl",
+    ),
+}
+
+#: Parquet samples: their rows mutated as records, written back as Parquet
+PARQUET: dict[str, tuple[str, str]] = {
+    "chat-messages-parquet": ("chat-messages", "conversations/hf_messages.parquet"),
+    "trajectory-dataset-parquet": (
+        "trajectory-dataset",
+        "trajectory_dataset/openhands_trajectories.parquet",
     ),
 }
 
@@ -329,7 +340,11 @@ _SETTINGS = settings(
     deadline=None,
     derandomize=not LONG,
     database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+    ],
 )
 
 
@@ -366,6 +381,56 @@ def test_fuzzed_sidecar_files_end_as_trees_or_rejects(
     _check(fmt, path, mutated=tmp_path / "in" / rel, case=case)
 
 
+def _mutate_parquet(src: Path, seed: int, kind: str, byte_kind: str, n: int) -> bytes | None:
+    """The Parquet sample with its rows mutated (None when pyarrow cannot write the mutated rows
+    as a table: a column of mixed types), then ``byte_kind`` applied to the file's bytes."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rnd = random.Random(seed)
+    rows = pq.read_table(src).to_pylist()
+    pool = [_get(r, p) for r in rows for p in _paths(r)]
+    for k in [kind, *(rnd.choice(KINDS) for _ in range(n - 1))]:
+        if k in ("deep", "dup-key"):  # text-level mutations: not in a Parquet file
+            k = "wrong-type"
+        i = rnd.randrange(len(rows))
+        p = rnd.choice(list(_paths(rows[i])))
+        rows[i] = _set(rows[i], p, _value(k, _get(rows[i], p), rnd, pool))
+    buf = io.BytesIO()
+    try:
+        table = pa.Table.from_pylist([r if isinstance(r, dict) else {"x": r} for r in rows])
+        pq.write_table(table, buf)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+    data = buf.getvalue()
+    if byte_kind == "truncate":
+        data = data[: rnd.randrange(len(data))]
+    elif byte_kind == "invalid-utf8":
+        at = rnd.randrange(len(data))
+        data = data[:at] + b"\xff\xfe" + data[at:]
+    return data
+
+
+@pytest.mark.parametrize("case", sorted(PARQUET))
+@_SETTINGS
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(KINDS),
+    byte_kind=st.sampled_from(BYTE_KINDS),
+    n=st.integers(1, 4),
+)
+def test_fuzzed_parquet_rows_end_as_trees_or_rejects(
+    case: str, seed: int, kind: str, byte_kind: str, n: int, tmp_path: Path
+) -> None:
+    fmt, rel = PARQUET[case]
+    data = _mutate_parquet(SAMPLE / rel, seed, kind, byte_kind, n)
+    assume(data is not None)
+    assert data is not None
+    _check(fmt, _place(tmp_path / "in", rel, data), case=case)
+
+
 # --------------------------------------------------------------------------------------------
 # the corpus: inputs that crashed once
 # --------------------------------------------------------------------------------------------
@@ -384,6 +449,9 @@ def _corpus_file(case: str, data: bytes, tmp: Path) -> tuple[str, Path]:
     if case in SIDECARS:
         fmt, read, rel = SIDECARS[case]
         return fmt, _place(tmp, rel, data, read=read)
+    if case in PARQUET:
+        fmt, rel = PARQUET[case]
+        return fmt, _place(tmp, rel, data)
     return case, _place(tmp, SOURCES[case], data)
 
 
