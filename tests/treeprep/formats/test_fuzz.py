@@ -42,7 +42,7 @@ SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 LONG = int(os.environ.get("TREEPREP_FUZZ_EXAMPLES", "0"))
 #: examples per format in the default run
-EXAMPLES = 10
+EXAMPLES = 8
 SAVE = os.environ.get("TREEPREP_FUZZ_SAVE")
 
 #: one sample per format (JSON or text; Parquet samples have JSONL siblings of their format)
