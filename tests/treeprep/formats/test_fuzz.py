@@ -12,7 +12,7 @@ reject, as the builder records it); every reject names the file, a line and a re
 an ``internal error``; every record is a tree's sequence or a reject, so the counts reconcile.
 
 Budgets: a short one by default (:data:`EXAMPLES` examples per format, derandomized, so a CI run
-is the same every time; the whole file takes a few seconds), a long one with
+is the same every time; the whole file takes about 11 s on a 2-core machine), a long one with
 ``TREEPREP_FUZZ_EXAMPLES=N`` (random, N examples per format). With ``TREEPREP_FUZZ_SAVE=DIR`` a
 crashing input is also written to DIR, for the corpus: ``fuzz_corpus/<format>/<name>`` holds
 inputs that crashed an adapter once (kept as regression files), each read by the format its
