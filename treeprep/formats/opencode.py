@@ -346,7 +346,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             as_chat = _message_chat(minfo, parts, steps, where)
         except RecordError as e:
             as_chat = []
-            minfo, parts = {}, []  # read no further: later prompts miss it anyway
+            name = minfo.get("id")  # the message's id still names its steps' rejects
+            minfo, parts = ({"id": name} if isinstance(name, str) else {}), []
             if broken is None:
                 broken = f"{e} (the prompts after it would miss it)"
                 yield Reject(file=path, line=line, format=NAME, reason=str(e))

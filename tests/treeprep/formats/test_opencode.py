@@ -166,6 +166,7 @@ def test_a_bad_part_rejects_the_calls_from_its_message_on(tmp_path: Path) -> Non
     assert [type(x) for x in items] == [Reject] * 7
     assert items[0].reason == "messages[1].parts[1].state.input: expected an object, got string"
     assert items[1].reason.endswith("(the prompts after it would miss it)")
+    assert items[1].call_id == "ses_5b2e9d8c7ffeRt6Uy1Io0Pa3sD/msg_b02#0"  # its own steps
 
 
 def test_a_storage_part_that_is_not_json_names_its_file(tmp_path: Path) -> None:
