@@ -11,12 +11,13 @@ but the project's errors escapes (an :class:`~treeprep.errors.InputError` is the
 reject, as the builder records it); every reject names the file, a line and a reason that is not
 an ``internal error``; every record is a tree's sequence or a reject, so the counts reconcile.
 
-Budgets: a short one by default (:data:`EXAMPLES` examples per format, derandomized, so a CI run
-is the same every time; the whole file takes about 11 s on a 2-core machine), a long one with
-``TREEPREP_FUZZ_EXAMPLES=N`` (random, N examples per format). With ``TREEPREP_FUZZ_SAVE=DIR`` a
-crashing input is also written to DIR, for the corpus: ``fuzz_corpus/<format>/<name>`` holds
-inputs that crashed an adapter once (kept as regression files), each read by the format its
-folder names, and built together once, the manifest's counts reconciling.
+Budgets: a short one by default (:data:`EXAMPLES` examples per case, derandomized, so a CI run
+is the same every time; its tests take about 4 s on a 2-core machine, plus the imports), a
+long one with ``TREEPREP_FUZZ_EXAMPLES=N`` (random, N examples per case). With
+``TREEPREP_FUZZ_SAVE=DIR`` a crashing input is also written to DIR, for the corpus:
+``fuzz_corpus/<case>/<name>`` holds inputs that crashed an adapter once (kept as regression
+files), each read by the format its folder names, and built together once, the manifest's
+counts reconciling.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 LONG = int(os.environ.get("TREEPREP_FUZZ_EXAMPLES", "0"))
 #: examples per format in the default run
-EXAMPLES = 8
+EXAMPLES = 6
 SAVE = os.environ.get("TREEPREP_FUZZ_SAVE")
 
 #: one sample per format (JSON or text; Parquet samples have JSONL siblings of their format)
