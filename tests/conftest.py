@@ -22,3 +22,43 @@ def _no_gpu() -> bool:
 
 if _no_gpu():
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one intra-op thread per worker: the workers share the cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch as _torch
+
+        _torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+#: the files that take longest (about 30 s to 3 minutes each on a 2-core machine), run first:
+#: with one worker per core the longest files started last would leave one core idle at the end
+HEAVY_FIRST = (
+    "tests/treeprep/build/test_ray.py",
+    "tests/trainer/test_fsdp_parts.py",
+    "tests/trainer/test_context.py",
+    "tests/trainer/test_preemption.py",
+    "tests/trainer/parts/test_handoff_state.py",
+    "tests/trainer/models/test_families.py",
+    "tests/trainer/test_train_dist.py",
+    "tests/trainer/test_train.py",
+    "tests/trainer/test_resume.py",
+    "tests/adversarial/test_adv_out.py",
+    "tests/trainer/parts/test_host_stores.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201
+    """Order the collected files heaviest first (:data:`HEAVY_FIRST`), the rest as collected."""
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    root = str(config.rootpath)
+
+    def weight(item) -> int:  # noqa: ANN001
+        path = str(item.path)[len(root) + 1 :]
+        return rank.get(path, len(HEAVY_FIRST))
+
+    items.sort(key=weight)

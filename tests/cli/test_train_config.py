@@ -100,7 +100,8 @@ def test_an_unknown_key_is_refused_naming_the_key_and_the_file(
 ) -> None:
     _capture(monkeypatch)
     conf = _write(tmp_path / "run.toml", {"model": "tiny-qwen3", "learning_rate": 0.01})
-    r = CliRunner().invoke(app, ["train", str(tmp_path), "--config", str(conf)])
+    r = CliRunner().invoke(app, ["train", str(tmp_path), "--config", str(conf)],
+                           env={"COLUMNS": "1000"})  # one line, whatever the terminal  # fmt: skip
     assert r.exit_code == 2
     assert "unknown key 'learning_rate'" in r.output and "run.toml" in r.output
 

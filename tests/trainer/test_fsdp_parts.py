@@ -250,12 +250,15 @@ def _sharded_bf16(policy: bool, handoff: bool, info) -> dict:
 
 
 def bf16_runs(info) -> list[dict]:
-    """Today's bf16 FSDP2 step against the one before the layer policy, hand-off parts and an
-    ordinary step: each one's gradient error against float64, and the weight copies made."""
+    """Today's bf16 FSDP2 step: a hand-off step (the layer policy alone: its copies and
+    gathers) and an ordinary step against the one before the layer policy, each one's
+    gradient error against float64 and the weight copies made."""
     out = []
     for handoff in (True, False):
-        ref = _reference("sft", "recompute", torch.float64, handoff) if info.is_main else None
-        runs = {p: _sharded_bf16(p, handoff, info) for p in (True, False)}
+        policies = (True,) if handoff else (True, False)
+        runs = {p: _sharded_bf16(p, handoff, info) for p in policies}
+        compare = info.is_main and not handoff
+        ref = _reference("sft", "recompute", torch.float64, handoff) if compare else None
         row: dict = {"handoff": handoff}
         for p, r in runs.items():
             key = "policy" if p else "autocast"
@@ -393,21 +396,21 @@ def test_bf16_layers_gathered_in_bf16_and_freed_layer_by_layer(results: list[dic
     """bf16 under FSDP2: the layers are gathered in bf16 (no autocast copy of any of their
     weights is made) and at most two are held at once (the running one and one gathered ahead),
     in the forward and the backward. Before the layer policy autocast made a copy of every
-    matmul weight and, in an ordinary step, all of them were alive at the end of the forward."""
+    matmul weight and, in an ordinary step, all of them were alive at the end of the forward
+    (the probe sees them)."""
     for rank in results:
         r = rank["bf16"][step]
         assert r["policy"]["copies"] == 0, r
         assert max(r["policy"]["max_full"].values()) <= 2, r
-        assert r["autocast"]["copies"] >= LAYERS * 7, r  # the probe sees autocast's copies
     ordinary = results[0]["bf16"][1]["autocast"]
-    assert ordinary["copies_alive"] == LAYERS * 7, ordinary
+    assert ordinary["copies"] == ordinary["copies_alive"] == LAYERS * 7, ordinary
 
 
-@pytest.mark.parametrize("step", [0, 1], ids=["handoff", "ordinary"])
-def test_bf16_layers_as_accurate_as_autocast_copies(results: list[dict], step: int) -> None:
-    """Against float64: the gradient of the bf16-gathered layers is within 1.25x the error of
-    autocast's copies (issue 24's bar for bf16 changes), and within NVIDIA's 2.5% bar."""
-    r = results[0]["bf16"][step]
+def test_bf16_layers_as_accurate_as_autocast_copies(results: list[dict]) -> None:
+    """Against float64, an ordinary step: the gradient of the bf16-gathered layers is within
+    1.25x the error of autocast's copies (issue 24's bar for bf16 changes), and within
+    NVIDIA's 2.5% bar."""
+    r = results[0]["bf16"][1]
     assert r["policy"]["err"] <= 1.25 * r["autocast"]["err"], r
     assert r["policy"]["err"] < 0.025 and r["between"] < 0.025, r
 

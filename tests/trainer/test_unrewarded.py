@@ -60,18 +60,20 @@ def test_grpo_on_the_sample_is_refused_naming_the_option(sample: Path, tmp_path:
 
 
 def test_grpo_on_the_sample_trains_the_rewarded_trees(sample: Path, tmp_path: Path) -> None:
-    """Two steps through the CLI: nonzero loss and gradients, the skipped trees in the summary."""
+    """Three steps through the CLI (the sample's first two rewarded steps hold only groups of
+    equal rewards: no advantage): nonzero loss and gradients, the skipped trees in the
+    summary."""
     from treeprep.cli.app import app
 
     has, linear = _rewarded(sample)
     run = tmp_path / "run"
-    args = ["train", str(sample), "--model", "tiny-qwen3", "--loss", "grpo", "--steps", "2",
+    args = ["train", str(sample), "--model", "tiny-qwen3", "--loss", "grpo", "--steps", "3",
             "--unrewarded", "skip", "--out", str(run), "--device", "cpu", "--attn", "dense",
             "--json"]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout[r.stdout.index("{") :])
-    assert out["steps"] == 2
+    assert out["steps"] == 3
     assert out["unrewarded_trees"] == has.count(False) > 0
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert any(s["loss"] != 0.0 for s in steps) and any(s["grad_norm"] > 0 for s in steps)

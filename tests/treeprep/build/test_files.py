@@ -33,7 +33,9 @@ def test_stage1_turns_an_adapter_bug_into_a_counted_reject(
     src.write_text("{}\n{}\n")
     sha = hashlib.sha256(src.read_bytes()).hexdigest()  # the bytes read are the bytes hashed
     job = FileJob(str(src), True, "k", str(tmp_path / "w"), sha, 6, name="in.jsonl")
-    worker = FileWorker(FileOptions(format="buggy"), renderer=None)  # type: ignore[arg-type]
+    from treeprep.render import Renderer
+
+    worker = FileWorker(FileOptions(format="buggy"), renderer=Renderer.load(None))
     result = worker.process(job)
     assert (result.records_read, result.records_rejected, result.sequences) == (2, 2, 0)
     rejects = [json.loads(x) for x in (tmp_path / "w" / "rejects.jsonl").read_text().splitlines()]
