@@ -110,7 +110,7 @@ def test_the_path_state_grows_by_twice_its_kv_bytes(dtype: torch.dtype, accumula
     item = torch.tensor([], dtype=dtype).element_size()
     kv = layers * 2 * cfg.num_key_value_heads * cfg.head_dim * item  # the path's K/V per token
     acc = kv if accumulate == "model" else kv * 4 // item
-    budget, short, long = 64, 512, 1024
+    budget, short, long = 128, 512, 1024
     _peak(model, 64, budget)  # warm up (rotary caches and the like)
     slope = (
         _peak(model, long, budget, accumulate=accumulate)
@@ -138,7 +138,7 @@ def test_joined_backends_hold_no_prefix_gradient_per_layer() -> None:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     cfg = model.config
     kv = layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 4
-    budget, short, long = 64, 512, 1024
+    budget, short, long = 128, 512, 1024
 
     def peak(tokens: int) -> int:
         b = TreeBatch.from_trees([_chain_row(tokens)], norm="sum")

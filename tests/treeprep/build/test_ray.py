@@ -268,9 +268,17 @@ def test_errors_come_back_as_treeprep_errors(tmp_path: Path, local_ray) -> None:
     assert not os.path.exists(tmp_path / "o2" / "manifest.json")
 
 
-def test_deduplicated_build_is_the_same_bytes_on_ray(tmp_path: Path, local_ray) -> None:
-    """Copies across files are left out alike by both engines, a kept row whose shared prefix
-    was a dropped duplicate made whole by both (issue 27: dedup)."""
+@pytest.mark.ray
+def test_deduplicated_and_normalized_builds_are_the_same_bytes_on_ray(
+    tmp_path: Path, local_ray
+) -> None:
+    """One build, local and on Ray (one Ray build for both checks: each costs tens of seconds
+    of worker start-up on two cores):
+
+    * copies across files are left out alike by both engines, a kept row whose shared prefix
+      was a dropped duplicate made whole by both (issue 27: dedup);
+    * a file with inline-think calls beside files without: each file's counts come back alone
+      (Arrow gives the other files' count keys as None), the manifests are the same bytes."""
     import orjson
 
     def call(g: str, i: int, more: bool = False) -> dict:
@@ -287,38 +295,25 @@ def test_deduplicated_build_is_the_same_bytes_on_ray(tmp_path: Path, local_ray) 
             "completion": {"role": "assistant", "content": f"answer {i}"},
         }
 
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "a.jsonl").write_bytes(b"".join(orjson.dumps(call("g", i)) + b"\n" for i in range(3)))
-    rows = [call("h", 0), call("h", 0, more=True), call("h", 7)]
-    (logs / "b.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "local")))
-    assert m.filtered == {"duplicate tokens": 1}
-    build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "ray"), engine="ray"))
-    _assert_same_bytes(tmp_path / "local", tmp_path / "ray")
-
-
-@pytest.mark.ray
-def test_normalized_counts_are_the_same_on_ray(tmp_path: Path, local_ray) -> None:
-    """A file with inline-think calls beside files without: each file's counts come back alone
-    (Arrow gives the other files' count keys as None), the manifests are the same bytes."""
-    import orjson
-
-    def call(i: int, text: str) -> dict:
+    def thought(i: int, text: str) -> dict:
         return {
-            "group_id": f"g{i}",
-            "messages": [{"role": "user", "content": f"question {i}"}],
+            "group_id": f"t{i}",
+            "messages": [{"role": "user", "content": f"topic {i}"}],
             "completion": {"role": "assistant", "content": text},
         }
 
+    def write(name: str, rows: list[dict]) -> None:
+        (logs / name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
     logs = tmp_path / "logs"
     logs.mkdir()
-    think = [call(i, f"<think>\nplan {i}\n</think>\n\n\nanswer {i}\n") for i in range(2)]
-    (logs / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in think))
-    for name in ("b", "c"):
-        rows = [call(i, f"answer {i} of {name}") for i in range(3)]
-        (logs / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    write("a.jsonl", [call("g", i) for i in range(3)])
+    write("b.jsonl", [call("h", 0), call("h", 0, more=True), call("h", 7)])
+    write("c.jsonl", [thought(i, f"<think>\nplan {i}\n</think>\n\n\nnote {i}\n") for i in range(2)])
+    for name in ("d", "e"):
+        write(f"{name}.jsonl", [thought(i, f"note {i} of {name}") for i in range(3)])
     m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "local")))
+    assert m.filtered == {"duplicate tokens": 1}
     assert m.normalized == {"inline-think": 2}
     m_ray = build(
         BuildConfig(inputs=[str(logs)], out=str(tmp_path / "ray"), engine="ray", workers=2)
