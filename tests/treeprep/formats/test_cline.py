@@ -84,15 +84,8 @@ def test_the_tasks_build_into_a_tree_each(tmp_path: Path) -> None:
 @needs_qwen
 @pytest.mark.parametrize("path", [CLASSIC, NATIVE])
 def test_calls_render_as_apply_chat_template_qwen3(path: Path) -> None:
-    from tests.treeprep.render.hf_reference import hf_tokenizer
+    from tests.treeprep.render.hf_reference import assert_calls_match_apply_chat_template
     from treeprep.render import Renderer
 
-    r = Renderer.load(str(QWEN3))
-    hf = hf_tokenizer(r)
-    for call in _read(path, ReadOptions(system_prompt="You are Cline.")):
-        msgs, comp, tools = r.normalize(call)
-        seq = r.render(call, group_id="g")
-        kw = {"tools": tools, "tokenize": True, "return_dict": False}
-        full = list(hf.apply_chat_template([*msgs, comp], **kw))
-        head = list(hf.apply_chat_template(msgs, add_generation_prompt=True, **kw))
-        assert seq.tokens.tolist() == full and seq.loss_spans == [(len(head), len(full))]
+    calls = _read(path, ReadOptions(system_prompt="You are Cline."))
+    assert_calls_match_apply_chat_template(Renderer.load(str(QWEN3)), calls)

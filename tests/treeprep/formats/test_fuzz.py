@@ -349,14 +349,18 @@ _SETTINGS = settings(
 )
 
 
+#: one mutation: its seed, what it does to a record and to the bytes, and how many times
+_MUTATION = {
+    "seed": st.integers(0, 2**32 - 1),
+    "kind": st.sampled_from(KINDS),
+    "byte_kind": st.sampled_from(BYTE_KINDS),
+    "n": st.integers(1, 4),
+}
+
+
 @pytest.mark.parametrize("fmt", sorted(SOURCES))
 @_SETTINGS
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    kind=st.sampled_from(KINDS),
-    byte_kind=st.sampled_from(BYTE_KINDS),
-    n=st.integers(1, 4),
-)
+@given(**_MUTATION)
 def test_fuzzed_records_end_as_trees_or_rejects(
     fmt: str, seed: int, kind: str, byte_kind: str, n: int, tmp_path: Path
 ) -> None:
@@ -367,12 +371,7 @@ def test_fuzzed_records_end_as_trees_or_rejects(
 
 @pytest.mark.parametrize("case", sorted(SIDECARS))
 @_SETTINGS
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    kind=st.sampled_from(KINDS),
-    byte_kind=st.sampled_from(BYTE_KINDS),
-    n=st.integers(1, 4),
-)
+@given(**_MUTATION)
 def test_fuzzed_sidecar_files_end_as_trees_or_rejects(
     case: str, seed: int, kind: str, byte_kind: str, n: int, tmp_path: Path
 ) -> None:
@@ -416,12 +415,7 @@ def _mutate_parquet(src: Path, seed: int, kind: str, byte_kind: str, n: int) -> 
 
 @pytest.mark.parametrize("case", sorted(PARQUET))
 @_SETTINGS
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    kind=st.sampled_from(KINDS),
-    byte_kind=st.sampled_from(BYTE_KINDS),
-    n=st.integers(1, 4),
-)
+@given(**_MUTATION)
 def test_fuzzed_parquet_rows_end_as_trees_or_rejects(
     case: str, seed: int, kind: str, byte_kind: str, n: int, tmp_path: Path
 ) -> None:

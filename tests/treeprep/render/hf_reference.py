@@ -31,3 +31,16 @@ def hf_tokenizer(r: Renderer) -> Any:
         tok.chat_template = r.template.source
         _CACHE[key] = tok
     return tok
+
+
+def assert_calls_match_apply_chat_template(r: Renderer, calls: Any) -> None:
+    """Each call renders as ``apply_chat_template`` of its messages and completion, trained on
+    exactly what follows the generation prompt."""
+    hf = hf_tokenizer(r)
+    for call in calls:
+        msgs, comp, tools = r.normalize(call)
+        seq = r.render(call, group_id="g")
+        kw = {"tools": tools, "tokenize": True, "return_dict": False}
+        full = list(hf.apply_chat_template([*msgs, comp], **kw))
+        head = list(hf.apply_chat_template(msgs, add_generation_prompt=True, **kw))
+        assert seq.tokens.tolist() == full and seq.loss_spans == [(len(head), len(full))]
