@@ -300,7 +300,14 @@ def run_layout(
         lr=1e-4,
         activation_checkpointing=spec.get("checkpointing", False),
     )
+    import torch
+
+    cuda = str(spec["device"]).startswith("cuda")
+    if cuda:  # each layout's own peak (the other layout's run has been freed)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     res = train(cfg)
+    peak = torch.cuda.max_memory_allocated() if cuda else None
     if res.stopped:  # a signal (a time limit's SIGTERM) stopped it at a step boundary
         raise SystemExit(f"bench/train: the {layout} run was stopped by {res.stopped}")
     h = res.history[1:] if len(res.history) > 1 else res.history
@@ -317,6 +324,8 @@ def run_layout(
         "losses": [m.loss for m in res.history],
         # over the timed steps, as the estimate
         "targets_timed": sum(m.targets for m in h),
+        # CUDA: the run's peak of allocated bytes (model, optimizer, activations); None on CPU
+        "peak_bytes": peak,
     }
 
 
@@ -354,6 +363,7 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
                       head_tokens=lin["targets_timed"], checkpointing=ckpt)  # fmt: skip
     estimated = f_l / f_t
     loss_gap = max(abs(a - b) / abs(b) for a, b in zip(t["losses"], lin["losses"], strict=True))
+    peaks = (t["peak_bytes"], lin["peak_bytes"])
     return {
         "workload": workload,
         "model": spec["model"],
@@ -378,6 +388,7 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
         "tree": {k: v for k, v in t.items() if k != "losses"} | {"seconds_all": secs["tree"]},
         "linear": {k: v for k, v in lin.items() if k != "losses"} | {"seconds_all": secs["linear"]},
         "max_rel_loss_gap": loss_gap,
+        "peak_tree_vs_linear": peaks[0] / peaks[1] if None not in peaks else None,
     }
 
 
@@ -415,7 +426,11 @@ CONFIGS = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="cpu")
-    ap.add_argument("--workload", choices=[*WORKLOADS, "both", "all"], default="all")
+    ap.add_argument(
+        "--workload",
+        default="all",
+        help=f"one of {', '.join(WORKLOADS)}, a comma list of them, both (sample,agent) or all",
+    )
     ap.add_argument(
         "--steps", type=int, default=None, help="optimizer steps (default: cpu 4, gpu 1 epoch)"
     )
@@ -442,7 +457,11 @@ def main() -> None:
     transformers.utils.logging.disable_progress_bar()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    loads = {"both": ["sample", "agent"], "all": list(WORKLOADS)}.get(a.workload, [a.workload])
+    loads = {"both": ["sample", "agent"], "all": list(WORKLOADS)}.get(
+        a.workload, a.workload.split(",")
+    )
+    if bad := [w for w in loads if w not in WORKLOADS]:
+        ap.error(f"unknown workloads {bad}: choose from {', '.join(WORKLOADS)}, both or all")
     results = []
     specs = [
         s
@@ -483,6 +502,12 @@ def _line(r: dict) -> str:
         f"token: estimate "
         f"{r['estimate_head_all']:.2f}x, ratio {r['ratio_head_all']:.2f} | {r['rounds']} rounds x "
         f"{t['timed_steps']} timed steps, losses agree to {r['max_rel_loss_gap']:.1e}"
+        + (
+            f" | peak tree {t['peak_bytes'] / 2**30:.2f} GiB, linear "
+            f"{lin['peak_bytes'] / 2**30:.2f} GiB ({r['peak_tree_vs_linear']:.2f}x)"
+            if r["peak_tree_vs_linear"] is not None
+            else ""
+        )
     )
 
 

@@ -58,15 +58,19 @@ def test_flex_equals_dense_fp32(loss: str) -> None:
 
 
 @pytest.mark.parametrize("budget", [7, 32])
-@pytest.mark.parametrize("attn", ["dense", "flex"])
-def test_parts_equal_whole_tree_on_gpu(budget: int, attn: str) -> None:
+@pytest.mark.parametrize(
+    ("attn", "stores"), [("dense", "gpu"), ("flex", "gpu"), ("dense", "host"), ("flex", "host")]
+)
+def test_parts_equal_whole_tree_on_gpu(budget: int, attn: str, stores: str) -> None:
+    """Hand-off parts against the whole tree, with the stores on the device and in the pinned
+    host pool (its windows copied on a side stream, issue 37)."""
     model = _model()
     rows = rows_of(group_tree(11, n_seq=10))
     b = TreeBatch.from_trees(rows, norm="token-mean", device="cuda")
     o = tree_loss(model, b, loss="sft", attn="dense")
     o.loss.backward()
     gw = _grads(model)
-    r = run_parts(model, b, LossConfig("sft"), budget=budget, attn=attn)
+    r = run_parts(model, b, LossConfig("sft"), budget=budget, attn=attn, stores=stores)
     assert abs(float(r.loss) - float(o.loss)) <= TOL * abs(float(o.loss))
     assert _rel(_grads(model), gw) < TOL
 
