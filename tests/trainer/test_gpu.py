@@ -59,7 +59,7 @@ def test_flex_equals_dense_fp32(loss: str) -> None:
 
 @pytest.mark.parametrize("budget", [7, 32])
 @pytest.mark.parametrize(
-    ("attn", "stores"), [("dense", "gpu"), ("flex", "gpu"), ("dense", "host"), ("flex", "host")]
+    ("attn", "stores"), [("dense", "gpu"), ("flex", "gpu"), ("nodes", "host"), ("auto", "host")]
 )
 def test_parts_equal_whole_tree_on_gpu(budget: int, attn: str, stores: str) -> None:
     """Hand-off parts against the whole tree, with the stores on the device and in the pinned
