@@ -240,7 +240,10 @@ def build_tree(seqs: list[Sequence], group_id: str | None = None) -> Tree:
     gid = group_id if group_id is not None else seqs[0].group_id
     if any(s.prefix >= 0 for s in seqs):
         return _build_chained(seqs, gid)
-    ent = _merge_duplicates(seqs, gid)
+    empty = next((s for s in seqs if len(s.tokens) == 0), None)
+    if empty is not None:
+        raise ValueError(f"empty sequence in group {gid!r} ({empty.source})")
+    ent = _merge_duplicates(seqs, [s.key() for s in seqs])
     uniq, uniq_entries = _distinct(ent.entries)
     trie = _insert_sorted(uniq)
     return _finish(gid, seqs, trie, uniq, uniq_entries, ent)
@@ -263,14 +266,12 @@ def _finish(
     return _to_tree(gid, trie, preorder, pre, sources, uniq_entries, ent, last, nseq, reason)
 
 
-def _merge_duplicates(seqs: list[Sequence], gid: str) -> _Entries:
-    """1. Merge exact duplicates; entries keep input order of their first occurrence."""
+def _merge_duplicates(seqs: list[Sequence], keys: list[tuple]) -> _Entries:
+    """1. Merge exact duplicates (equal ``keys``); entries keep input order of their first
+    occurrence."""
     entry_index: dict[tuple, int] = {}
     out = _Entries([], [], [])
-    for i, s in enumerate(seqs):
-        if len(s.tokens) == 0:
-            raise ValueError(f"empty sequence in group {gid!r} ({s.source})")
-        k = s.key()
+    for i, (s, k) in enumerate(zip(seqs, keys, strict=True)):
         j = entry_index.get(k)
         if j is None:
             entry_index[k] = len(out.entries)
@@ -450,20 +451,9 @@ def _build_chained(seqs: list[Sequence], gid: str) -> Tree:
         chain.insert(s)
     trie, at = chain.trie, chain.at
     trie.ends = [[] for _ in trie.ends]
-    entry_index: dict[tuple, int] = {}
-    ent = _Entries([], [], [])
-    entry_node: list[int] = []
-    for i, s in enumerate(seqs):
-        k = (at[i], *s.key()[1:])  # the end node stands for the tokens
-        j = entry_index.get(k)
-        if j is None:
-            entry_index[k] = len(ent.entries)
-            ent.entries.append(s)
-            ent.counts.append(1)
-            ent.orders.append(i)
-            entry_node.append(at[i])
-        else:
-            ent.counts[j] += 1
+    # the end node stands for the tokens
+    ent = _merge_duplicates(seqs, [(at[i], *s.key()[1:]) for i, s in enumerate(seqs)])
+    entry_node = [at[i] for i in ent.orders]
     node_uniq: dict[int, int] = {}
     uniq_entries: list[list[int]] = []
     for e, v in enumerate(entry_node):

@@ -1,62 +1,19 @@
-"""Golden bytes: a build and a plan of known inputs hash to values recorded from earlier code.
+"""Golden bytes: builds of known inputs hash to values recorded from earlier code.
 
-The hashes were recorded from ``main`` before issue 19's restructuring (commit fdd2b9b) and
-re-recorded for issue 15 item 22: inputs are now named by their path relative to the input root
-(group ids, ``seq_source``, rejects, manifest), and the manifest gained ``duplicate_inputs``. They
-guard that moving code between modules changes no byte of the shards, the manifest, the rejects
-or the plan. The build runs from the repository root (the adversarial suite checks that the
-bytes do not depend on where the inputs lie). Plans were re-recorded for plan version 2
-(issue 11: hand-off rows and their columns), the sample files for the new formats and the
-OpenHands V1 event stream, now read (issue 14: real-log shards unchanged), and shard schema
-version 2 (issue 16: seq_trajectory_id and seq_ref_logprobs columns). Issue 27 re-recorded
-them: the Codex sample's web_search_call turn is now a call (was a reject); tau-bench/tau2 trials
-are their own trajectories (only the tau trees' per-sequence columns change: seq_trajectory_id, and
-identical calls of two trials are no longer merged into one entry; their tokens and nodes are the
-same); the sample gained the trajectory-dataset and ATIF files (every other tree, and every other
-reject, is unchanged). The real-log manifest (and the plan
-summary, which records its sha256) gained the tokenizer's ``content_sha256``, the identity by
-content (issue 25 item 7: shards, rejects and plan rows unchanged by it).
-Issue 29 re-recorded both plan summaries, and only them (plan rows, shards, manifest and rejects
-unchanged): the summary gained ``tokens_shared``, the opening tokens that the trees of one
-micro-batch share and the trainer feeds once (116 in the sample plan, 66,787 in the real-log
-one), and ``err`` now counts them once (1 - (tokens_pack - tokens_shared) / tokens_linear). The
-field is left out while 0, so the sample summary with it removed and the old ``err`` hashes to
-the old value (checked when re-recording).
-Issue 27 item 7 re-recorded the sample's shard, manifest and plan summary (plan rows and rejects
-unchanged): the openai-chat sample's ``python-version`` retry is its own trajectory
-(``metadata.trajectory_id``), so GRPO can use its rewards 1 and 0.5; the only shard difference
-is that tree's ``seq_trajectory_id`` (checked column by column), the manifest records the
-input's new sha256, and the plan summary the manifest's.
-Issue 29 (its pack count past the first branch)
-re-recorded the real-log plan summary alone: ``tokens_shared`` is now what the trainer's merge
-of each micro-batch's whole trees saves, counted from their token ids rather than from each
-tree's opening (66,787 -> 67,062 tokens, ``err`` 0.928486 -> 0.928500); the plan rows and the
-sample's summary (116, its trees share only within their openings) are unchanged.
-Hidden files met by a folder walk are listed in ``excluded_inputs`` (they were skipped without a
-word): the sample's manifest gained its two Aider dot-files there (the only difference, checked
-against the previous build) and its plan summary the manifest's new sha256; shards, rejects and
-plan rows unchanged, and the real-log build holds no hidden file.
-Issue 40 item 2 re-recorded the sample's shard, manifest and plan (rejects unchanged): the
-sample gained ``atif/trajectories.json`` (an array of two ATIF v1.7 runs of one task: 7 calls, one
-new tree). The sample without that file still hashes to the previous values (checked when
-re-recording), so no other tree changed.
-Issue 40 item 3 re-recorded them again (rejects unchanged): the Codex sample's web search now ends
-its call, and the text after it is a call of its own whose prompt holds the search and a
-"(results not logged)" tool turn (5 calls -> 6). Compared tree by tree (every row of the shard,
-by group id) with the build before: only the Codex session's tree differs.
-Issue 40 item 5 re-recorded them once more (rejects unchanged): the sample gained
-``mistral_vibe/`` (two Mistral Vibe sessions, the second continuing the first: 4 calls, one new
-tree; its two ``meta.json`` sidecars are listed as skipped files). Compared tree by tree with the
-build before: the only difference is the new tree. Then ``pi/`` (one Pi session with a fork, a
-branch summary and a compaction: 6 calls, one new tree), compared the same way: only the new
-tree. Then ``cline/`` (two Cline task histories: 5 calls, two new trees): only the new trees.
-Then ``gptme/`` (a conversation and a branch: 7 calls, 2 of them duplicates left out, one new
-tree) and ``opencode/`` (two storage sessions, one a sub-agent of the other, and an export: 11
-calls, two new trees; the storage's project, message and part files are listed as skipped
-files): the sample without both folders still hashes to the previous values, and every shard
-row of the previous trees is unchanged (compared by group id).
-A change that is meant to change the bytes (a schema version, a new column) re-records them,
-and says so in its commit.
+They guard that moving code between modules changes no byte of the shards, the manifest, the
+rejects or the plan. Each sample of ``sample_data/`` is built and packed on its own, from the
+fixed list :data:`SAMPLE_GOLDEN` (one hash per sample: of the sha256 of every file the build
+and the plan write), so a new sample adds its own entry and moves no other; a sample left out
+of the list fails :func:`test_every_sample_has_a_hash`. The Aider sample is given as its two
+files (a folder walk skips dot-files). The real logs of ``../shared/data`` are one build, when
+present. The builds run from the repository root (the adversarial suite checks that the bytes
+do not depend on where the inputs lie).
+
+A change that is meant to change the bytes (a schema version, a new column, a format read
+differently) re-records the entries it moves, and only those, and says so in its commit.
+The per-sample entries were recorded at 2f12586, whose whole-sample build still hashed to the
+values recorded before (issue 42: earlier, one build of all samples held every hash, so each
+new format re-recorded them all; the history of those re-recordings is in ``git log``).
 """
 
 from __future__ import annotations
@@ -70,18 +27,43 @@ from treeprep.build import BuildConfig, build
 from treeprep.pack import PackConfig, pack
 
 ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_data"
 SHARED = ROOT / ".." / "shared" / "data"
 
+#: a sample (an entry of ``sample_data/``) -> the hash of its build and plan (:func:`_digest`)
 SAMPLE_GOLDEN = {
-    "manifest.json": "bcecce9bf7654b35c026e42c419510c9f88a6489048bebd23e9d2ea01c0e6951",
-    "plans/b2048-w2-n2-s3/plan.arrow": (
-        "74ad8635fe4e6be521a20d8c7c798879f3249b8eef293b875688a36372f85c35"
+    "aider": "65179e0cdd05563ef945f07fb855710546b9074e8c5c90818d4688a4713d6ea8",
+    "anthropic_messages.jsonl": "76a6fce3ff40f0541f86dd56af154de72c7807601dc8c600560ba4476b3538c9",
+    "atif": "016c218dbd9b98a94e5d94d9c2bd564275c3fd757b6d4bd69dd9d2dd596c0261",
+    "claude-code": "62851886e7bf48bdc70987315818af8122ef5fcab40f3707570f14c99b86f31a",
+    "cline": "cea09a352d49267b4d7f36184d748ef5d9b75983e6777e99230d112b08c26d69",
+    "codex": "b0240ca4a46f0c930d1a050f5ad5d88b761cfea0a9c61a262f7eecf4b44c75e6",
+    "conversations": "56c71965959d49c45b4189f861a651baa9e60a8c358eac7321ac9f52df633521",
+    "gemini_cli": "beac44313cad99aae6fd02872ee91acd02d4d481c4f8158d07fccd11a12d9f34",
+    "gptme": "6ddcc4eef3d4313b19033e01c0dd90b4a1bf2f24664e846928f46dd9d7c5584a",
+    "litellm": "82ef5c00f1adbc2f6a5749c0af082aa5d808b06c1b0f7c6020efa3f8934cdf33",
+    "mini_swe_agent_wc.traj.json": (
+        "171e53c5f81315667bce59d6077221e510bb5e70dd50d08d0abb69ebb43947be"
     ),
-    "plans/b2048-w2-n2-s3/summary.json": (
-        "0c8bfd63256adf719768cf5649bb65413803d61552a50e7506224345726bc907"
+    "mistral_vibe": "fcad77abaf19d341f36290b4c691ad16470afddfd4f2aa815c695c252b791aa5",
+    "openai_chat.jsonl": "5eacc9682506988fcc7037838ff3b1460db9f7722e093f5d4ac02de97f2584cb",
+    "openai_responses.jsonl": "4948ca6d6d96321ae10620ec16e6ef0fa4a6eb3fd6bfd96a02606b148bbde974",
+    "openai_responses_aviary.jsonl": (
+        "57fb05882da818aaac600dd375dad61b96b7e4bf14d3df4b5cbfabc0c2c3627f"
     ),
-    "rejects.jsonl": "4a3b881290fd094ab083f3e29f636837144abe09532b7f0c111adc6f73f55621",
-    "shards/shard-00000.arrow": "957fa967d0e3d9389bd210ad975d1844e05ed56a85172e1f26e06ff941c86f4e",
+    "opencode": "1d19e79e0577eaabeaf7d37a7a979ee08b62e16fb8a84ff1ae4ad1f2fc29669d",
+    "openhands": "e247051e722772f3c215b760b9ae3dc686a21e90aa4ae5d8b8c08fcf55e2ce46",
+    "pi": "9bf0da80e338093071dad9a6a0a8ed360fd22981fd6d548c36b07a13b06ee135",
+    "swe_agent_slugify.traj": "a7bfa33fd9d437b172f17ac894b45a0dd05906fd5ef6ab6cbb061a53112a864c",
+    "tau2_bench_shop.json": "abf094b0640e21ca58bd7bfe1237769f1d4e1cdd08e839d5c43a09cee596039c",
+    "tau_bench_shop.json": "082d1678ba7cf3cdf07330c8c619d5a37e7c4edb51d1c164b8fbac7808ad366b",
+    "tokens.jsonl": "4e48ffc6c10448a8d1220792f17326d0fad4460bba8bcf6971677a35d2e73512",
+    "trajectory_dataset": "c27f2ef9fb96521ae228a919f5865449867291d4fd61c232d1aa64cccd6b0d3e",
+}
+
+#: inputs of a sample other than the entry itself
+SAMPLE_INPUTS = {
+    "aider": ["sample_data/aider/.aider.llm.history", "sample_data/aider/.aider.chat.history.md"],
 }
 
 REAL_GOLDEN = {
@@ -97,8 +79,10 @@ REAL_GOLDEN = {
 }
 
 
-def _build_and_pack(out: Path, inputs: str, tokenizer: str | None, budget: int) -> dict[str, str]:
-    build(BuildConfig(inputs=[inputs], out=str(out), tokenizer=tokenizer))
+def _build_and_pack(
+    out: Path, inputs: list[str], tokenizer: str | None, budget: int
+) -> dict[str, str]:
+    build(BuildConfig(inputs=inputs, out=str(out), tokenizer=tokenizer))
     pack(str(out), PackConfig(budget=budget, world_size=2, steps_of=2, seed=3))
     return {
         p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -107,16 +91,35 @@ def _build_and_pack(out: Path, inputs: str, tokenizer: str | None, budget: int) 
     }
 
 
-def test_sample_data_bytes_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _digest(files: dict[str, str]) -> str:
+    """One hash for a build's files: of their names and sha256, one line each, sorted."""
+    return hashlib.sha256(
+        "".join(f"{k} {v}\n" for k, v in sorted(files.items())).encode()
+    ).hexdigest()
+
+
+def test_every_sample_has_a_hash() -> None:
+    samples = {p.name for p in SAMPLES.iterdir() if p.name != "README.md"}
+    assert sorted(samples - SAMPLE_GOLDEN.keys()) == [], "add their hashes to SAMPLE_GOLDEN"
+    assert sorted(SAMPLE_GOLDEN.keys() - samples) == [], "samples listed but absent"
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLE_GOLDEN))
+def test_sample_bytes_unchanged(
+    sample: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(ROOT)
-    # budget 2048 cuts two trees into parts, so the cut and the prefixes are covered too
-    assert _build_and_pack(tmp_path / "out", "sample_data", None, 2048) == SAMPLE_GOLDEN
+    inputs = SAMPLE_INPUTS.get(sample, [f"sample_data/{sample}"])
+    # budget 2048 cuts the longer trees into parts, so the cut and the prefixes are covered too
+    files = _build_and_pack(tmp_path / "out", inputs, None, 2048)
+    got = _digest(files)
+    assert got == SAMPLE_GOLDEN[sample], f"{sample}: {got}, of {files}"
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/data is absent")
 def test_real_logs_qwen3_bytes_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     got = _build_and_pack(
-        tmp_path / "out", "../shared/data/logs", "../shared/data/tokenizers/qwen3", 131072
+        tmp_path / "out", ["../shared/data/logs"], "../shared/data/tokenizers/qwen3", 131072
     )
     assert got == REAL_GOLDEN

@@ -222,6 +222,23 @@ def chat_tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+def assistant_turn(
+    content: Any, thinking: list[str], calls: list[dict[str, Any]], *, sep: str = "\n"
+) -> dict[str, Any]:
+    """An assistant turn gathered from its parts: the reasoning parts joined by ``sep`` (when
+    there are any), the tool calls (when it made any).
+
+    >>> assistant_turn("ok", ["a", "b"], [])
+    {'role': 'assistant', 'content': 'ok', 'reasoning_content': 'a\\nb'}
+    """
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if thinking:
+        msg["reasoning_content"] = sep.join(thinking)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
 def openai_tool_calls(v: Any, where: str) -> list[dict[str, Any]]:
     """OpenAI-style tool calls (``[]`` when null or absent) in chat form; RecordError naming
     the field that does not fit.

@@ -23,7 +23,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._fields import as_list, expect, make_call, opt_list, opt_str, type_name
+from treeprep.formats._fields import (
+    as_list,
+    assistant_turn,
+    expect,
+    make_call,
+    opt_list,
+    opt_str,
+    type_name,
+)
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
@@ -124,12 +132,7 @@ def assistant_message(content: Any, where: str = "content") -> dict[str, Any]:
                     "function": {"name": b.get("name", ""), "arguments": b.get("input") or {}},
                 }
             )
-    m: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if thinking:
-        m["reasoning_content"] = "\n\n".join(thinking)
-    if calls:
-        m["tool_calls"] = calls
-    return m
+    return assistant_turn("".join(texts) if texts else None, thinking, calls, sep="\n\n")
 
 
 def expect_blocks(content: Any, where: str) -> Any:

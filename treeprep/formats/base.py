@@ -60,12 +60,65 @@ class ReadOptions:
 
 @dataclass(frozen=True)
 class FormatSpec:
+    """A log format: what an adapter module provides so that ``build`` can read its files.
+
+    **Where it lives.** One module ``treeprep/formats/<name>.py`` whose module docstring says
+    what the log is, where it comes from (the upstream code the layout was learnt from) and what
+    one call is; it ends with ``FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, ...)``
+    (or ``FORMATS = [...]`` for several related layouts), and its module name is added to
+    ``_MODULES`` in :mod:`treeprep.formats`, which imports it lazily. ``docs/extending.md`` lists
+    every file a new format touches.
+
+    **sniff(path, head) -> bool** decides, without reading the file, whether it is in this
+    format. ``path`` is the path as given (it may end in ``.gz`` or ``.zst``); ``head`` is the
+    file's first 64 KiB, decompressed, a byte-order mark removed, and possibly cut inside a
+    record (when no format accepts a cut head, every sniffer gets a second look at the skeleton
+    of the whole first record: :mod:`treeprep.formats._sniff`). Test for a signature only this
+    format has (a key, a file name, a first byte); a sniffer must not raise. Formats are asked
+    in :attr:`priority` order and the first that accepts the file reads it; a file no format
+    accepts is skipped when a folder walk found it, rejected when named (a sidecar that its
+    log's adapter reads, like Mistral Vibe's ``meta.json``, is accepted by no format).
+
+    **read(path, opts) -> Iterator[Item]** yields, in file order,
+    :class:`~treeprep.schemas.ChatCall` or :class:`~treeprep.schemas.TokenRollout` records and
+    :class:`~treeprep.schemas.Reject` entries. One bad record is one reject (naming the line
+    and what was expected) and reading goes on; :class:`~treeprep.errors.InputError` only when
+    the whole file is unusable (the file's one reject). The helpers do the common parts:
+    :func:`~treeprep.formats._read.records` (JSON lines, bad lines made rejects),
+    :func:`~treeprep.formats._read.document` (one JSON value, with the line where each element
+    starts), and in :mod:`treeprep.formats._fields` ``make_call`` (fields -> a validated
+    ``ChatCall`` or a ``Reject``), ``openai_tool_calls`` / ``chat_tool_call`` (tool calls in
+    chat form, arguments exactly as logged), ``assistant_turn``, ``group_or`` (``--group-by``),
+    ``token_rollout``, and the typed accessors (``expect``, ``as_dict``, ``opt_str``, ...) whose
+    errors name the field.
+
+    A record sets ``source_file`` (``path`` as given), ``source_line`` (1-based: the record's
+    line, or the line where its element starts in a one-document file) and ``source_format``
+    (:attr:`name`); ``group_id`` when the log knows the task or session (else the build groups
+    by file, or by folder with :attr:`group_by_folder`); ``call_id`` / ``parent_call_id`` /
+    ``trajectory_id`` / ``agent_id`` when the log links calls (sub-agents, trials); and
+    ``provenance`` honestly: ``exact_messages=False`` where the log does not keep the prompt
+    exactly as sent, ``reconstructed=True`` where the prompt is rebuilt from a transcript. A
+    prompt is never invented: what the log lacks (system prompt, tool schemas) comes from
+    ``opts`` (:class:`ReadOptions`: ``--system-prompt``, ``--tools``) or stays absent.
+    ``branch_reason`` may hint why a call leaves its predecessor's prefix (``new-trial``,
+    ``compaction``, ``sub-agent``, ...: :data:`~treeprep.schemas.records.BRANCH_REASONS`).
+
+    A new format also brings a sample under ``sample_data/`` (with its section in
+    ``sample_data/README.md`` and its entry in the golden test's ``SAMPLE_GOLDEN``) and a test
+    module ``tests/treeprep/formats/test_<name>.py`` with expected messages written out by hand.
+    """
+
+    #: the format's name: ``--format NAME``, and the ``source_format`` of its records and rejects
+    #: (written into shards, so it never changes once released)
     name: str
     #: (path, first bytes decompressed) -> is this file in my format?
     sniff: Callable[[str, bytes], bool]
     #: (path, options) -> records and rejects in file order
     read: Callable[[str, ReadOptions], Iterator[Item]]
-    #: records with no group id are grouped by their folder rather than their file
+    #: records with no group id are grouped by their folder rather than their file (logs of
+    #: one call per file)
     group_by_folder: bool = False
-    #: lower runs first when sniffing; specific formats before generic ones
+    #: lower sniffs first: a format whose signature is specific (a file name, a distinctive
+    #: key) before generic ones (chat lists: 58-60, which would accept much)
     priority: int = 100

@@ -27,7 +27,7 @@ the OpenAI provider send for the messages before it:
   Markdown and XML tool uses (````shell`` blocks) stay text, as gptme sends them;
 * reasoning: gptme logs a reasoning model's output as a ``<think>...</think>`` block opening
   the content, and sends it back so; it stays in the content, where the renderer reads it as
-  the reasoning (:func:`treeprep.render.renderer.split_inline_think`).
+  the reasoning (:func:`treeprep.render.messages.split_inline_think`).
 
 What is not rebuilt (the provenance says reconstructed): gptme's context reduction near the
 model's limit (``reduce_log``/``limit_log`` truncate long outputs), attached ``files`` (gptme

@@ -48,6 +48,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from treeprep.formats._fields import (
+    assistant_turn,
     chat_tool_call,
     expect,
     file_stem,
@@ -125,12 +126,7 @@ class _Turn:
                     for c in self.contents
                     if c is not None
                 )
-        m: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.tool_calls:
-            m["tool_calls"] = self.tool_calls
-        if self.reasoning:
-            m["reasoning_content"] = "\n".join(self.reasoning)
-        return m
+        return assistant_turn(content, self.reasoning, self.tool_calls)
 
 
 def segments(items: Any, where: str) -> list[_Segment]:

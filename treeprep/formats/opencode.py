@@ -49,6 +49,7 @@ from typing import Any
 from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import (
     as_dict,
+    assistant_turn,
     chat_tool_call,
     dicts,
     expect,
@@ -238,12 +239,7 @@ def _step_messages(step: list[tuple[int, dict[str, Any]]], where: str) -> list[d
             calls.append(chat_tool_call(cid, name, args))
             out = _tool_output(state, f"{w}.state")
             results.append({"role": "tool", "tool_call_id": cid, "name": name, "content": out})
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
-    if thinking:
-        msg["reasoning_content"] = "\n".join(thinking)
-    if calls:
-        msg["tool_calls"] = calls
-    return [msg, *results]
+    return [assistant_turn("".join(text), thinking, calls), *results]
 
 
 def _user(parts: list[dict[str, Any]], where: str) -> dict[str, Any] | None:

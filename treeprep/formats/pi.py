@@ -32,7 +32,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._fields import as_dict, chat_tool_call, dicts, expect, make_call
+from treeprep.formats._fields import (
+    as_dict,
+    assistant_turn,
+    chat_tool_call,
+    dicts,
+    expect,
+    make_call,
+)
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats._sniff import first_record
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -93,12 +100,7 @@ def _assistant(m: dict[str, Any], where: str) -> dict[str, Any]:
             calls.append(chat_tool_call(expect(b.get("id"), f"{w}.id", str), name, args))
         else:
             raise RecordError(f"{w}.type: expected text, thinking or toolCall, got {kind!r}")
-    out: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
-    if thinking:
-        out["reasoning_content"] = "\n".join(thinking)
-    if calls:
-        out["tool_calls"] = calls
-    return out
+    return assistant_turn("".join(text), thinking, calls)
 
 
 def _bash_text(m: dict[str, Any]) -> str:

@@ -106,6 +106,20 @@ class _Builder:
             cur = c
         return cur
 
+    def add_tree(
+        self, ids: np.ndarray, parent: np.ndarray, offset: np.ndarray, length: np.ndarray
+    ) -> np.ndarray:
+        """Insert one tree's nodes (in pre-order, its nodes' tokens contiguous); its tokens'
+        ids in the forest."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty(len(ids), dtype=np.int64)
+        end = np.full(len(parent), -1, dtype=np.int64)
+        for v in range(len(parent)):
+            a, n = int(offset[v]), int(length[v])
+            below = -1 if parent[v] < 0 else int(end[parent[v]])
+            end[v] = self.insert(ids[a : a + n], below, out[a : a + n]) if n else below
+        return out
+
     def layout(self, maps: list[np.ndarray]) -> Forest:
         """Pre-order over the forest, children in first-seen order."""
         order: list[int] = []
@@ -150,46 +164,14 @@ def merge_forest(
 ) -> Forest:
     """Merge trees (each in pre-order, its nodes' tokens contiguous) into one :class:`Forest`."""
     b = _Builder()
-    return b.layout(_insert_all(b, input_ids, node_parent, node_offset, node_length))
-
-
-def _insert_all(
-    b: _Builder,
-    input_ids: Sequence[np.ndarray],
-    node_parent: Sequence[np.ndarray],
-    node_offset: Sequence[np.ndarray],
-    node_length: Sequence[np.ndarray],
-) -> list[np.ndarray]:
-    """Insert every tree's nodes in pre-order; per tree, its tokens' ids in the forest."""
-    maps: list[np.ndarray] = []
-    for ids, par, off, ln in zip(input_ids, node_parent, node_offset, node_length, strict=True):
-        ids = np.asarray(ids, dtype=np.int64)
-        out = np.empty(len(ids), dtype=np.int64)
-        end = np.full(len(par), -1, dtype=np.int64)
-        for v in range(len(par)):
-            a, n = int(off[v]), int(ln[v])
-            below = -1 if par[v] < 0 else int(end[par[v]])
-            end[v] = b.insert(ids[a : a + n], below, out[a : a + n]) if n else below
-        maps.append(out)
-    return maps
-
-
-def merged_tokens(
-    input_ids: Sequence[np.ndarray],
-    node_parent: Sequence[np.ndarray],
-    node_offset: Sequence[np.ndarray],
-    node_length: Sequence[np.ndarray],
-) -> int:
-    """Tokens of the forest that merges these trees (what a micro-batch holding them feeds with
-    shared prefixes), without laying it out."""
-    b = _Builder()
-    _insert_all(b, input_ids, node_parent, node_offset, node_length)
-    return b.next_uid
+    trees = zip(input_ids, node_parent, node_offset, node_length, strict=True)
+    return b.layout([b.add_tree(*tree) for tree in trees])
 
 
 class MergedCount:
-    """The token count of a forest that trees join one at a time: after each :meth:`add`, what
-    :func:`merged_tokens` gives for the trees added so far, without merging them all again."""
+    """The token count of a forest that trees join one at a time: after each :meth:`add`, the
+    tokens of :func:`merge_forest` of the trees added so far (what a micro-batch holding them
+    feeds with shared prefixes), without laying it out or merging them all again."""
 
     def __init__(self) -> None:
         self._b = _Builder()
@@ -206,5 +188,5 @@ class MergedCount:
         node_length: np.ndarray,
     ) -> int:
         """Merge one more tree in; the forest's tokens now."""
-        _insert_all(self._b, [input_ids], [node_parent], [node_offset], [node_length])
+        self._b.add_tree(input_ids, node_parent, node_offset, node_length)
         return self.tokens

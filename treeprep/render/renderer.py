@@ -30,12 +30,14 @@ rejected; without ``--tokenizer`` (the built-in byte tokenizer) such ids stop th
 with what to pass, rather than rejecting every rollout. A rollout whose log also holds its text
 is checked to decode to it (:mod:`treeprep.render.idcheck`).
 
-How: the tokenizer folder is read with ``tokenizers`` and JSON (:mod:`treeprep.render.tokenizer`,
-no transformers); the chat template renders the call to text (:mod:`treeprep.render.template`:
-jinja in a limited sandbox with a fixed date; a verified native port from
-:mod:`treeprep.render.native`; or, for other templates, incremental jinja rendering of the
-appended messages, :mod:`treeprep.render.incremental`), and the piece cache
-(:mod:`treeprep.render.encoder`) turns the text into ids, tokenizing each unique piece once. The
+How: the messages are made the template's dicts (:mod:`treeprep.render.messages`); the tokenizer
+folder is read with ``tokenizers`` and JSON (:mod:`treeprep.render.tokenizer`, no transformers;
+what is loaded and the identity it records: :mod:`treeprep.render.identity`); the chat template
+renders the call to text (:mod:`treeprep.render.template`: jinja in a limited sandbox with a fixed
+date; a verified native port from :mod:`treeprep.render.native`; or, for other templates,
+incremental jinja rendering of the appended messages, :mod:`treeprep.render.incremental`), and
+the piece cache (:mod:`treeprep.render.encoder`) turns the text into ids, tokenizing each unique
+piece once. The
 built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
 """
 
@@ -68,7 +70,9 @@ from treeprep.render.coverage import (
 )
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.idcheck import IdCheck
+from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
+from treeprep.render.messages import template_messages
 from treeprep.render.native import FALLBACK_ERRORS, find_verified_port
 from treeprep.render.prompted import completion_after_prompt
 from treeprep.render.template import (
@@ -78,9 +82,9 @@ from treeprep.render.template import (
     first_char_difference,
     parse_date,
 )
-from treeprep.render.tokenizer import content_identity, load_folder
-from treeprep.schemas import ChatCall, Message, TokenizerIdentity, TokenRollout
-from treeprep.schemas.tokenizer import folder_sha256, sha256_text
+from treeprep.render.tokenizer import content_identity
+from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
+from treeprep.schemas.tokenizer import sha256_text
 from treeprep.sequence import Sequence
 
 if TYPE_CHECKING:
@@ -89,79 +93,6 @@ if TYPE_CHECKING:
 #: the native port's renders compared with the jinja template: the first ones, then every n-th
 CHECK_FIRST = 16
 CHECK_EVERY = 64
-
-TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
-
-
-def normalize_message(m: Message, where: str = "message") -> dict[str, Any]:
-    """A message as the chat template sees it.
-
-    Text parts are joined into one string (nothing between them), ``None`` content becomes ``""``,
-    tool-call arguments are kept exactly as logged (a JSON string or an object),
-    ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
-    image) cannot be rendered by a text-only template: :class:`RenderError`.
-    """
-    if m.content is None:
-        content = ""
-    elif isinstance(m.content, str):
-        content = m.content
-    else:
-        texts = []
-        for j, p in enumerate(m.content):
-            if p.type not in TEXT_PART_TYPES:
-                raise RenderError(
-                    f"{where} content part {j} has type {p.type!r}; only text parts can be rendered"
-                )
-            texts.append(p.text or "")
-        content = "".join(texts)
-    d: dict[str, Any] = {"role": m.role, "content": content}
-    if m.tool_calls:
-        d["tool_calls"] = [
-            {
-                **({"id": tc.id} if tc.id is not None else {}),
-                "type": tc.type,
-                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
-            }
-            for tc in m.tool_calls
-        ]
-    if m.tool_call_id is not None:
-        d["tool_call_id"] = m.tool_call_id
-    if m.name is not None:
-        d["name"] = m.name
-    if m.reasoning_content is not None:
-        d["reasoning_content"] = m.reasoning_content
-    return d
-
-
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-
-
-def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
-    """An assistant message whose text opens with one ``<think>...</think>`` block and that has no
-    ``reasoning_content`` (formats without a reasoning field) gets the block as its reasoning.
-
-    The split is the one Qwen3's template makes itself (reasoning with the newlines around it
-    stripped, the text after ``</think>`` with its leading newlines stripped), so templates that
-    split inline tags render the same tokens, and templates that take ``reasoning_content``
-    (gpt-oss's analysis channel) see the reasoning as reasoning. Text with a second tag, or
-    with words before the block, is left as it is.
-    """
-    content = d.get("content")
-    if (
-        d.get("role") != "assistant"
-        or d.get("reasoning_content") is not None
-        or not isinstance(content, str)
-        or not content.lstrip().startswith(_THINK_OPEN)
-        or content.count(_THINK_OPEN) != 1
-        or content.count(_THINK_CLOSE) != 1
-    ):
-        return d
-    head, tail = content.split(_THINK_CLOSE)
-    if _THINK_OPEN not in head:
-        return d
-    reasoning = head.rstrip("\n").split(_THINK_OPEN)[-1].lstrip("\n")
-    return {**d, "content": tail.lstrip("\n"), "reasoning_content": reasoning}
-
 
 # --------------------------------------------------------------------------------------------------
 # The renderer
@@ -185,13 +116,10 @@ class Renderer:
         cache_chars: int = DEFAULT_CACHE_CHARS,
         probe: bool = True,
         native_templates: bool = True,
-        date: datetime | None = None,
     ) -> None:
         self.template = template
         self.identity = identity
         self.vocab_size = identity.vocab_size
-        #: the date a template's ``strftime_now`` reports for records without a timestamp
-        self.date = date
         # apply_chat_template(tokenize=True) encodes with the flag set on the backend; so do we.
         backend.encode_special_tokens = split_special_tokens
         backend.no_truncation()
@@ -230,7 +158,7 @@ class Renderer:
             self._native = self._make_native()
             if self._native is None:
                 inc = IncrementalRenderer(
-                    self._render_jinja, name=f"the chat template of {identity.name!r}"
+                    self._jinja_at, name=f"the chat template of {identity.name!r}"
                 )
                 self.incremental = inc if inc.verify(probe_sessions()) else None
 
@@ -256,65 +184,23 @@ class Renderer:
         no incremental rendering). ``date`` (ISO 8601) is what ``strftime_now`` reports for
         records without a timestamp (default :data:`~treeprep.render.template.DEFAULT_DATE`).
         """
-        override = _read_template_file(chat_template) if chat_template is not None else None
+        override = read_template_file(chat_template) if chat_template is not None else None
         fixed = parse_date(date)
         if date is not None and fixed is None:
             raise TokenizerError(f"--date {date!r}: expected an ISO 8601 date, like 2025-06-30")
         if tokenizer_dir is None:
-            import treeprep.render.builtin as bt
-
-            builtin_source = override or bt.CHAT_TEMPLATE
-            sha = bt.builtin_sha256()
-            if override is not None:
-                sha = sha256_text(sha + "\0" + override)
-            ident = TokenizerIdentity(
-                name=bt.NAME,
-                sha256=sha,
-                chat_template_sha256=sha256_text(builtin_source),
-                vocab_size=bt.VOCAB_SIZE,
-                path=None,
-            )
-            template = ChatTemplate(builtin_source, bt.SPECIAL_TOKENS_MAP, limits=limits)
-            return cls(
-                bt.build_backend(),
-                template,
-                ident,
-                cache_chars=cache_chars,
-                native_templates=native_templates,
-                date=fixed,
-            )
-
-        from treeprep.io.hub import local_folder
-
-        given = str(tokenizer_dir)
-        tokenizer_dir = local_folder(given, "--tokenizer")  # a hub id: its cached snapshot
-        folder = load_folder(Path(tokenizer_dir))
-        own = folder.chat_template
-        source = override or own
-        if source is None:
-            raise TokenizerError(
-                f"{tokenizer_dir}: the tokenizer has no chat template (expected chat_template in "
-                "tokenizer_config.json or a chat_template.jinja file, or pass --chat-template)"
-            )
-        ident = TokenizerIdentity(
-            name=given if tokenizer_dir != given else Path(tokenizer_dir).resolve().name,
-            # the folder's identity (with its own template, so that a model folder with the same
-            # tokenizer accepts the build); the template used is chat_template_sha256
-            sha256=folder_sha256(tokenizer_dir, own or source),
-            chat_template_sha256=sha256_text(source),
-            vocab_size=folder.vocab_size,
-            path=str(tokenizer_dir),
-        )
+            src = load_builtin(override, limits=limits, date=fixed)
+        else:
+            src = load_tokenizer_folder(tokenizer_dir, override, limits=limits, date=fixed)
         renderer = cls(
-            folder.backend,
-            ChatTemplate(source, folder.special_tokens, limits=limits),
-            ident,
-            split_special_tokens=folder.split_special_tokens,
+            src.backend,
+            src.template,
+            src.identity,
+            split_special_tokens=src.split_special_tokens,
             cache_chars=cache_chars,
             native_templates=native_templates,
-            date=fixed,
         )
-        renderer._identity_source = (Path(tokenizer_dir), source)
+        renderer._identity_source = src.content_source
         return renderer
 
     def identity_by_content(self) -> TokenizerIdentity:
@@ -328,6 +214,12 @@ class Renderer:
             update={"content_sha256": content_identity(folder, template)}
         )
         return self.identity
+
+    @property
+    def date(self) -> datetime | None:
+        """The date a template's ``strftime_now`` reports for records without a timestamp (the
+        template's :attr:`~treeprep.render.template.ChatTemplate.date`)."""
+        return self.template.date
 
     @property
     def cache_key(self) -> str:
@@ -370,7 +262,7 @@ class Renderer:
                 return text
         if self.incremental is not None:
             return self.incremental.render(messages, tools, add_generation_prompt, now, where=where)
-        return self._render_jinja(messages, tools, add_generation_prompt, now)
+        return self.template.render(messages, tools, add_generation_prompt, now=now)
 
     def _check_native(
         self,
@@ -382,7 +274,7 @@ class Renderer:
         now: datetime | None,
     ) -> None:
         try:
-            ref = self._render_jinja(messages, tools, add_generation_prompt, now)
+            ref = self.template.render(messages, tools, add_generation_prompt, now=now)
         except TemplateLimitError:
             raise  # the record breaks the template's limits (a reject), the port is not at fault
         except RenderError as e:
@@ -404,20 +296,14 @@ class Renderer:
             "(Renderer.load(..., native_templates=False)) to render with jinja only."
         )
 
-    def _render_jinja(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool,
-        now: datetime | None = None,
+    def _jinja_at(
+        self, msgs: list[dict], tools: list[dict] | None, gen: bool, now: datetime | None
     ) -> str:
-        return self.template.render(messages, tools, add_generation_prompt, now=now or self.date)
+        """The jinja template's text (the incremental renderer's whole render)."""
+        return self.template.render(msgs, tools, gen, now=now)
 
     def _make_native(self) -> RenderFn | None:
-        def reference(msgs: list[dict], tools: list[dict] | None, gen: bool) -> str:
-            return self._render_jinja(msgs, tools, gen)
-
-        port = find_verified_port(self.template.source, reference)
+        port = find_verified_port(self.template.source, self.template.render)
         if port is None:
             return None
         self.native_template = port.name
@@ -434,15 +320,9 @@ class Renderer:
     # -- records ---------------------------------------------------------------------------------
 
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
-        """(messages, completion, tools) as passed to the chat template; an assistant text that
-        opens with an inline ``<think>`` block and has no reasoning field gets it as reasoning
-        (:func:`split_inline_think`)."""
-        msgs = [
-            split_inline_think(normalize_message(m, f"messages[{i}]"))
-            for i, m in enumerate(rec.messages)
-        ]
-        comp = split_inline_think(normalize_message(rec.completion, "completion"))
-        return msgs, comp, (rec.tools or None)
+        """(messages, completion, tools) as passed to the chat template
+        (:func:`~treeprep.render.messages.template_messages`)."""
+        return template_messages(rec)
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
@@ -643,16 +523,6 @@ class Renderer:
         self._recent.move_to_end(key)
         while len(self._recent) > self._recent_max:
             self._recent.popitem(last=False)
-
-
-def _read_template_file(path: str | os.PathLike[str]) -> str:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TokenizerError(f"{path}: cannot read the chat template: {e}") from e
-    if not text.strip():
-        raise TokenizerError(f"{path}:1: expected a jinja chat template, the file is empty")
-    return text
 
 
 def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:

@@ -425,9 +425,12 @@ class ChatTemplate:
         special_tokens: dict[str, str] | None = None,
         *,
         limits: RenderLimits | None = None,
+        date: datetime | None = None,
     ) -> None:
         self.source = source
         self.limits = limits or RenderLimits()
+        #: the date ``strftime_now`` reports when a render gives none (None: :data:`DEFAULT_DATE`)
+        self.date = date
         self.special_tokens = dict(special_tokens or {})
         env = _environment(self.limits)
         try:
@@ -479,8 +482,9 @@ class ChatTemplate:
         *,
         now: datetime | None = None,
     ) -> str:
-        """The template's text; any failure or breached limit is a :class:`RenderError`."""
-        when = now or DEFAULT_DATE
+        """The template's text; any failure or breached limit is a :class:`RenderError`. ``now``
+        is the date ``strftime_now`` reports (default: :attr:`date`)."""
+        when = now or self.date or DEFAULT_DATE
         strftime_now = self._dates.get(when)
         if strftime_now is None:
             if len(self._dates) > 1024:

@@ -17,7 +17,7 @@ from treeprep.cli.app import app
 from treeprep.pack import PackConfig, load_forest, plan_forest
 from treeprep.pack.forest import Forest, ShardIds, opening_lengths
 from treeprep.pack.openings import prefix_order, shared_per_slot, shared_tokens
-from treeprep.pack.share import merged_tokens
+from treeprep.pack.share import MergedCount
 from treeprep.schemas.plan import PlanSummary
 from treeprep.trie import Tree
 
@@ -35,8 +35,10 @@ def with_openings(trees: list[Tree], cap: int = 16384) -> Forest:
 
 
 def _merged(trees: list[Tree]) -> int:
-    cols = ("input_ids", "node_parent", "node_offset", "node_length")
-    return merged_tokens(*([getattr(t, c) for t in trees] for c in cols))
+    count = MergedCount()
+    for t in trees:
+        count.add(t.input_ids, t.node_parent, t.node_offset, t.node_length)
+    return count.tokens
 
 
 def test_opening_is_the_chain_from_the_root_to_the_first_branch() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from treeprep.formats import ReadOptions, get_format
 from treeprep.render.coverage import EMPTY_REPLY, completion_coverage
-from treeprep.render.renderer import split_inline_think
+from treeprep.render.messages import split_inline_think
 from treeprep.schemas import ChatCall
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,101 @@
+"""Messages as the chat template sees them: a record's :class:`~treeprep.schemas.Message` made the
+plain dict ``apply_chat_template`` takes.
+
+The one decision: nothing is invented or fixed. Text parts are joined, ``content: null`` becomes
+``""``, tool-call arguments stay as logged, unset fields are dropped; the only rewrite is an
+inline ``<think>`` block (formats without a reasoning field) moved to ``reasoning_content``, the
+split Qwen3's template makes itself (:func:`split_inline_think`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treeprep.errors import RenderError
+from treeprep.schemas import ChatCall, Message
+
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def normalize_message(m: Message, where: str = "message") -> dict[str, Any]:
+    """A message as the chat template sees it.
+
+    Text parts are joined into one string (nothing between them), ``None`` content becomes ``""``,
+    tool-call arguments are kept exactly as logged (a JSON string or an object),
+    ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
+    image) cannot be rendered by a text-only template: :class:`RenderError`.
+    """
+    if m.content is None:
+        content = ""
+    elif isinstance(m.content, str):
+        content = m.content
+    else:
+        texts = []
+        for j, p in enumerate(m.content):
+            if p.type not in TEXT_PART_TYPES:
+                raise RenderError(
+                    f"{where} content part {j} has type {p.type!r}; only text parts can be rendered"
+                )
+            texts.append(p.text or "")
+        content = "".join(texts)
+    d: dict[str, Any] = {"role": m.role, "content": content}
+    if m.tool_calls:
+        d["tool_calls"] = [
+            {
+                **({"id": tc.id} if tc.id is not None else {}),
+                "type": tc.type,
+                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+            }
+            for tc in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        d["name"] = m.name
+    if m.reasoning_content is not None:
+        d["reasoning_content"] = m.reasoning_content
+    return d
+
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message whose text opens with one ``<think>...</think>`` block and that has no
+    ``reasoning_content`` (formats without a reasoning field) gets the block as its reasoning.
+
+    The split is the one Qwen3's template makes itself (reasoning with the newlines around it
+    stripped, the text after ``</think>`` with its leading newlines stripped), so templates that
+    split inline tags render the same tokens, and templates that take ``reasoning_content``
+    (gpt-oss's analysis channel) see the reasoning as reasoning. Text with a second tag, or
+    with words before the block, is left as it is.
+
+    >>> split_inline_think({"role": "assistant", "content": "<think>\\nhm\\n</think>\\n\\nok"})
+    {'role': 'assistant', 'content': 'ok', 'reasoning_content': 'hm'}
+    """
+    content = d.get("content")
+    if (
+        d.get("role") != "assistant"
+        or d.get("reasoning_content") is not None
+        or not isinstance(content, str)
+        or not content.lstrip().startswith(_THINK_OPEN)
+        or content.count(_THINK_OPEN) != 1
+        or content.count(_THINK_CLOSE) != 1
+    ):
+        return d
+    head, tail = content.split(_THINK_CLOSE)
+    if _THINK_OPEN not in head:
+        return d
+    reasoning = head.rstrip("\n").split(_THINK_OPEN)[-1].lstrip("\n")
+    return {**d, "content": tail.lstrip("\n"), "reasoning_content": reasoning}
+
+
+def template_messages(rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
+    """(messages, completion, tools) of a call as passed to the chat template, each message
+    normalized and its inline ``<think>`` block split off."""
+    msgs = [
+        split_inline_think(normalize_message(m, f"messages[{i}]"))
+        for i, m in enumerate(rec.messages)
+    ]
+    comp = split_inline_think(normalize_message(rec.completion, "completion"))
+    return msgs, comp, (rec.tools or None)
