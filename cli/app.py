@@ -28,7 +28,6 @@ from treeprep.cli.rejects_cmd import rejects_cmd
 from treeprep.cli.show_cmd import show_cmd
 from treeprep.cli.stats_cmd import stats_cmd
 from treeprep.cli.train_cmd import train_cmd
-from treeprep.cli.train_options import TrainCommand
 from treeprep.cli.verify_cmd import verify_cmd
 from treeprep.errors import TreeprepError
 
@@ -69,7 +68,7 @@ app.command("rejects")(rejects_cmd)
 app.command("show")(show_cmd)
 app.command("pack")(pack_cmd)
 app.command("verify")(verify_cmd)
-app.command("train", cls=TrainCommand)(train_cmd)
+app.command("train")(train_cmd)
 app.command("export-model")(export_model_cmd)
 
 

@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from treeprep.cli import options as opt
-from treeprep.modes import ParallelCalls, ReasoningMerge, Redact
+from treeprep.modes import Engine, ParallelCalls, ReasoningMerge, Redact
+
+if TYPE_CHECKING:
+    from treeprep.build import BuildConfig
 
 #: the help panel of the curation options
 _CURATE: dict[str, Any] = {"rich_help_panel": "Curation"}
-
-
-class BuildEngine(StrEnum):
-    """Who runs a build."""
-
-    local = "local"
-    ray = "ray"
 
 
 def build_cmd(
@@ -80,12 +75,12 @@ def build_cmd(
         ),
     ] = None,
     engine: Annotated[
-        BuildEngine,
+        Engine,
         typer.Option(
             help="Who runs the build: this machine's process pool, or Ray Data (the ray extra); "
             "both write the same bytes."
         ),
-    ] = BuildEngine.local,
+    ] = Engine.local,
     ray_address: Annotated[
         str | None,
         typer.Option(help="Ray cluster to join with --engine ray (default: start a local Ray)."),
@@ -170,10 +165,42 @@ def build_cmd(
     ] = True,
 ) -> None:
     """Render logs with the model's chat template, deduplicate them into tries, write shards."""
-    cfg = _config(locals())
+    from treeprep.build import BuildConfig, FileOptions
+
+    file = FileOptions(
+        format=fmt,
+        group_by=group_by,
+        system_prompt=_path(system_prompt),
+        tools=_path(tools),
+        native_templates=native_templates,
+        max_record_bytes=max(1, int(max_record_mb * (1 << 20))),  # MiB, checked > 0
+        chat_template=_path(chat_template),
+        date=date,
+        map=tuple(field_map or ()),
+        map_file=_path(map_file),
+        since=since,
+        until=until,
+        model_name=model_name,
+        project=project,
+        redact=redact,
+        reasoning_merge=reasoning_merge,
+        parallel_calls=parallel_calls,
+        check_ids=check_ids,
+    )
+    cfg = BuildConfig(
+        inputs=inputs,
+        out=out,
+        file=file,
+        tokenizer=_path(tokenizer),
+        workers=workers,
+        max_errors=max_errors,
+        engine=engine,
+        ray_address=ray_address,
+        dedup=dedup,
+    )
     from rich.console import Console
 
-    if engine is BuildEngine.ray:
+    if engine is Engine.ray:
         _quiet_ray()
     err = Console(stderr=True)
     if tokenizer is None:
@@ -191,23 +218,9 @@ def build_cmd(
     _print_manifest(manifest, out, err)
 
 
-#: options named differently from the ``BuildConfig`` fields they set
-_RENAMED = {"fmt": "format", "field_map": "map"}
-
-
-def _config(params: dict[str, Any]) -> Any:
-    """The ``BuildConfig`` of the command's options: each option sets the field of its name (Enums
-    as their values, paths as strings), but for ``--format`` and ``--max-record-mb`` (MiB, the
-    config counts bytes)."""
-    from treeprep.build import BuildConfig
-
-    kw = {
-        _RENAMED.get(k, k): opt.plain(v)
-        for k, v in params.items()
-        if k not in ("as_json", "max_record_mb")
-    }
-    kw["max_record_bytes"] = max(1, int(params["max_record_mb"] * (1 << 20)))  # checked > 0
-    return BuildConfig(**kw)
+def _path(value: Path | None) -> str | None:
+    """A path option as the config keeps it: the string given (None: not given)."""
+    return None if value is None else str(value)
 
 
 def _print_manifest(manifest: Any, out: str, err: Any) -> None:
@@ -268,7 +281,7 @@ def _quiet_ray() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _build_with_progress(cfg: Any, err: Any) -> Any:
+def _build_with_progress(cfg: BuildConfig, err: Any) -> Any:
     """Run the build with a progress bar per stage on stderr."""
     from rich.progress import (
         BarColumn,

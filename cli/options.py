@@ -17,7 +17,9 @@ into what the library takes (an Enum's value, a path's string).
 
 from __future__ import annotations
 
+import copy
 import math
+import typing
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
@@ -26,6 +28,27 @@ from typing import Annotated, Any
 import typer
 
 from treeprep.modes import AdvNorm, Attn, Cut, KlEstimator, Loss, Norm, PartGraph
+
+# --------------------------------------------------------------------------------------------
+# the help panels (``rich_help_panel=`` on an option; ``--help`` shows the panels in the order
+# their first options come in the command's signature)
+# --------------------------------------------------------------------------------------------
+
+
+class Panel:
+    """The panels of ``--help`` (``train``'s; ``verify`` shares the model and objective ones)."""
+
+    data = "Data"
+    model = "Model"
+    objective = "Objective"
+    rl = "RL"
+    optimizer = "Optimizer"
+    parallel = "Parallelism"
+    checkpoints = "Checkpoints"
+    logging = "Logging"
+    evaluation = "Evaluation"
+    dry_run = "Dry run (--dry-run)"
+
 
 # --------------------------------------------------------------------------------------------
 # the model options, shared by ``train`` and ``verify``
@@ -40,10 +63,11 @@ BuildArg = Annotated[
 ModelOpt = Annotated[
     str,
     typer.Option(
-        help="A preset name, a local Hugging Face model folder, or a hub id in the local HF cache."
+        help="A preset name, a local Hugging Face model folder, or a hub id in the local HF cache.",
+        rich_help_panel=Panel.model,
     ),
 ]
-AttnOpt = Annotated[Attn, typer.Option(help="Attention backend.")]
+AttnOpt = Annotated[Attn, typer.Option(help="Attention backend.", rich_help_panel=Panel.model)]
 CutOpt = Annotated[
     Cut,
     typer.Option(
@@ -57,7 +81,8 @@ PartGraphOpt = Annotated[
     typer.Option(
         help="What a hand-off part keeps of its graph: recompute (the part is recomputed for "
         "its backward) or keep (the graphs of the parts on the depth-first stack, up to the "
-        "tree's longest path)."
+        "tree's longest path).",
+        rich_help_panel=Panel.model,
     ),
 ]
 
@@ -65,33 +90,49 @@ PartGraphOpt = Annotated[
 # the objective's options, shared by ``train`` and ``verify`` so that both have the same defaults
 # --------------------------------------------------------------------------------------------
 
-LossOpt = Annotated[Loss, typer.Option(help="The loss.")]
+LossOpt = Annotated[Loss, typer.Option(help="The loss.", rich_help_panel=Panel.objective)]
 NormOpt = Annotated[
     Norm,
     typer.Option(
         help="Loss aggregation: sum; token-mean (every trained token weighs 1/N, N over the "
         "step); sequence-mean (each call's token mean, averaged over calls); trajectory-mean "
-        "(each trajectory's token mean, averaged over trajectories)."
+        "(each trajectory's token mean, averaged over trajectories).",
+        rich_help_panel=Panel.objective,
     ),
 ]
 AdvNormOpt = Annotated[
     AdvNorm,
     typer.Option(
         help="Advantages from rewards over each group's trajectories: grpo (r - mean) / std, "
-        "dr-grpo r - mean, rloo r - mean of the others, none r."
+        "dr-grpo r - mean, rloo r - mean of the others, none r.",
+        rich_help_panel=Panel.rl,
     ),
 ]
-ClipEpsOpt = Annotated[float, typer.Option(help="Clip range low side: ratio >= 1 - eps.")]
+ClipEpsOpt = Annotated[
+    float, typer.Option(help="Clip range low side: ratio >= 1 - eps.", rich_help_panel=Panel.rl)
+]
 ClipEpsHighOpt = Annotated[
     float | None,
-    typer.Option(help="Clip range high side: ratio <= 1 + eps_high (DAPO); default --clip-eps."),
+    typer.Option(
+        help="Clip range high side: ratio <= 1 + eps_high (DAPO); default --clip-eps.",
+        rich_help_panel=Panel.rl,
+    ),
 ]
 KlCoefOpt = Annotated[
-    float, typer.Option(help="KL penalty against the rollouts' reference log-probs.")
+    float,
+    typer.Option(
+        help="KL penalty against the rollouts' reference log-probs.", rich_help_panel=Panel.rl
+    ),
 ]
-KlEstimatorOpt = Annotated[KlEstimator, typer.Option(help="KL estimator: k3 or k1.")]
-EntropyCoefOpt = Annotated[float, typer.Option(help="Entropy bonus coefficient.")]
-ChunkOpt = Annotated[int, typer.Option(help="LM-head rows per chunk in the loss.")]
+KlEstimatorOpt = Annotated[
+    KlEstimator, typer.Option(help="KL estimator: k3 or k1.", rich_help_panel=Panel.rl)
+]
+EntropyCoefOpt = Annotated[
+    float, typer.Option(help="Entropy bonus coefficient.", rich_help_panel=Panel.rl)
+]
+ChunkOpt = Annotated[
+    int, typer.Option(help="LM-head rows per chunk in the loss.", rich_help_panel=Panel.model)
+]
 
 #: the defaults of those options (the trainer's LossConfig and TrainConfig defaults)
 DEFAULT_LOSS = Loss.sft
@@ -149,6 +190,18 @@ def in_range(
         return value
 
     return check
+
+
+def in_panel(alias: Any, panel: str) -> Any:
+    """The ``typer.Option`` of the ``Annotated`` option ``alias``, shown in ``panel`` (a copy: an
+    option that several commands share keeps its panel, or none, in the others).
+
+    >>> in_panel(CutOpt, Panel.data).rich_help_panel, typing.get_args(CutOpt)[1].rich_help_panel
+    ('Data', None)
+    """
+    info = copy.copy(typing.get_args(alias)[1])
+    info.rich_help_panel = panel
+    return info
 
 
 def plain(value: Any) -> Any:

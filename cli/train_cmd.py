@@ -43,200 +43,140 @@ from treeprep.modes import (
     Unrewarded,
 )
 
-# the options of ``train`` that take more than a line to declare, one alias each
-RunDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--out",
-        "-o",
-        help="The run folder (metrics, checkpoints); default: a new runs/<date>-<build>-<model>.",
-    ),
-]
-OverwriteOpt = Annotated[
-    bool, typer.Option(help="Start fresh in an --out that holds an earlier run, deleting it.")
-]
-PlanOpt = Annotated[
-    Path | None, typer.Option(help="A plan folder from `treeprep pack` (default: plan now).")
-]
-LayoutOpt = Annotated[Layout, typer.Option(help="tree, or linear (the baseline).")]
-BudgetOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="Tokens computed at once per micro-batch (without --plan; default 4096, or with "
-        "--dry-run the suggested budget); a tree over it runs as hand-off parts."
-    ),
-]
-HandoffAccumulateOpt = Annotated[
-    Accumulate,
-    typer.Option(
-        help="Gradient accumulators of the handed-over keys and values: in their own dtype "
-        "(model), or float32 (bf16 runs)."
-    ),
-]
-KeepTokensOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="With --part-graph keep: the most tokens whose graphs are kept at once (default: "
-        "each tree's longest path less one part, what the linear trainer holds); deeper parts "
-        "recompute.",
-        min=0,
-    ),
-]
-DryRunOpt = Annotated[
-    bool,
-    typer.Option(
-        "--dry-run",
-        help="Predict the peak memory per rank and the step time (no weights loaded, nothing "
-        "written); suggest the largest budget that fits.",
-    ),
-]
-StoresOpt = Annotated[
-    Stores,
-    typer.Option(
-        help="Where hand-off parts keep their stored keys and values: gpu, host (a host pool, "
-        "read a window at a time: GPU memory no longer grows with the session; host RAM does), "
-        "or auto (host where a tree's stores would not fit the GPU)."
-    ),
-]
-HostMemoryOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="--dry-run: host RAM per node, e.g. 1TiB (shared by up to 8 ranks): the longest "
-        "path that fits with host stores."
-    ),
-]
-WorldSizeOpt = Annotated[int, typer.Option(help="--dry-run: the ranks to predict for.")]
-GpuOpt = Annotated[Gpu, typer.Option(help="--dry-run: the GPU (memory and peak FLOP/s).")]
-GpuMemoryOpt = Annotated[
-    str | None,
-    typer.Option(help="--dry-run: memory per GPU, e.g. 80GiB, 141GB (default: the GPU's)."),
-]
-UnrewardedOpt = Annotated[
-    Unrewarded,
-    typer.Option(
-        help="RL losses on trees with no advantages or rewards (formats that record none): "
-        "refuse the run, or skip those trees (counted in the log and the summary)."
-    ),
-]
-StepsOfOpt = Annotated[
-    int,
-    typer.Option(
-        help="Gradient accumulation: micro-batches per rank per optimizer step (without --plan)."
-    ),
-]
-PrecisionOpt = Annotated[
-    Precision,
-    typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU; float64 for verification."),
-]
-CheckpointingOpt = Annotated[
-    bool, typer.Option(help="Recompute decoder layers in backward (saves memory).")
-]
-ResumeOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="auto: the newest whole checkpoint in --out (a fresh start if none); or a checkpoint "
-        "folder, or a run folder (its newest). Refused when the data, plan or math changed."
-    ),
-]
-SaveMinutesOpt = Annotated[
-    float,
-    typer.Option(help="Also checkpoint every N minutes of wall time (0: off)."),
-]
-NoProbeOpt = Annotated[
-    bool, typer.Option("--no-probe", help="Skip the exactness probe before training.")
-]
-PrefetchOpt = Annotated[
-    bool, typer.Option(help="Build the next step's batches in a background thread.")
-]
-LoraTargetsOpt = Annotated[
-    list[str] | None, typer.Option(help="LoRA target modules (default all linear).")
-]
-
-ValFractionOpt = Annotated[
-    float,
-    typer.Option(help="Hold out this fraction of the build's whole trees (seeded) for val_loss."),
-]
-EvalDataOpt = Annotated[
-    Path | None, typer.Option(help="Another build to compute val_loss on (same tokenizer).")
-]
-EvalEveryOpt = Annotated[
-    int | None, typer.Option(help="Log val_loss every N steps (always at the end).")
-]
-GroupByPrefixOpt = Annotated[
-    bool,
-    typer.Option(
-        help="Order each epoch's trees by their opening tokens (steps still in seeded order; "
-        "without --plan), so a micro-batch's trees share long openings: fewer tokens fed, but it "
-        "changes sampling (a step's trees are less random)."
-    ),
-]
-
 
 def train_cmd(
     build: opt.BuildArg,
     *,
-    model: opt.ModelOpt,
     config: topt.ConfigOpt = None,
-    out: RunDirOpt = None,
-    plan: PlanOpt = None,
+    plan: topt.PlanOpt = None,
+    layout: topt.LayoutOpt = Layout.tree,
+    share_prefixes: Annotated[
+        bool,
+        typer.Option(
+            help="Feed the common openings of a micro-batch's trees once.",
+            rich_help_panel=opt.Panel.data,
+        ),
+    ] = True,
+    steps: Annotated[
+        int | None, typer.Option(help="Optimizer steps to run.", rich_help_panel=opt.Panel.data)
+    ] = None,
+    epochs: Annotated[
+        int | None, typer.Option(help="Epochs to run (default 1).", rich_help_panel=opt.Panel.data)
+    ] = None,
+    budget: topt.BudgetOpt = None,
+    cut: Annotated[Cut, opt.in_panel(opt.CutOpt, opt.Panel.data)] = Cut.handoff,
+    group_by_prefix: topt.GroupByPrefixOpt = False,
+    steps_of: topt.StepsOfOpt = 1,
+    seed: Annotated[
+        int,
+        typer.Option(help="Seed (weights of presets, data order).", rich_help_panel=opt.Panel.data),
+    ] = 0,
+    prefetch: topt.PrefetchOpt = True,
+    model: opt.ModelOpt,
+    chunk: opt.ChunkOpt = opt.DEFAULT_CHUNK,
+    attn: opt.AttnOpt = Attn.auto,
+    part_graph: opt.PartGraphOpt = PartGraph.recompute,
+    keep_tokens: topt.KeepTokensOpt = None,
+    handoff_accumulate: topt.HandoffAccumulateOpt = Accumulate.model,
+    stores: topt.StoresOpt = Stores.gpu,
+    precision: topt.PrecisionOpt = Precision.auto,
+    device: Annotated[
+        str, typer.Option(help="auto, cpu or cuda.", rich_help_panel=opt.Panel.model)
+    ] = "auto",
+    activation_checkpointing: topt.CheckpointingOpt = False,
+    no_probe: topt.NoProbeOpt = False,
+    lora_r: Annotated[
+        int, typer.Option(help="LoRA rank (0: train all weights).", rich_help_panel=opt.Panel.model)
+    ] = 0,
+    lora_alpha: Annotated[
+        float | None,
+        typer.Option(help="LoRA alpha (default 2 r).", rich_help_panel=opt.Panel.model),
+    ] = None,
+    lora_targets: topt.LoraTargetsOpt = None,
+    merge_lora: Annotated[
+        bool,
+        typer.Option(
+            help="RUN/final holds the base with the LoRA adapter merged in.",
+            rich_help_panel=opt.Panel.model,
+        ),
+    ] = False,
     loss: opt.LossOpt = opt.DEFAULT_LOSS,
     norm: opt.NormOpt = opt.DEFAULT_NORM,
     adv_norm: opt.AdvNormOpt = opt.DEFAULT_ADV_NORM,
-    unrewarded: UnrewardedOpt = Unrewarded.refuse,
+    unrewarded: topt.UnrewardedOpt = Unrewarded.refuse,
     clip_eps: opt.ClipEpsOpt = opt.DEFAULT_CLIP_EPS,
     clip_eps_high: opt.ClipEpsHighOpt = None,
     kl_coef: opt.KlCoefOpt = 0.0,
     kl_estimator: opt.KlEstimatorOpt = opt.DEFAULT_KL_ESTIMATOR,
     entropy_coef: opt.EntropyCoefOpt = 0.0,
-    chunk: opt.ChunkOpt = opt.DEFAULT_CHUNK,
-    layout: LayoutOpt = Layout.tree,
-    share_prefixes: Annotated[
-        bool, typer.Option(help="Feed the common openings of a micro-batch's trees once.")
-    ] = True,
-    attn: opt.AttnOpt = Attn.auto,
-    steps: Annotated[int | None, typer.Option(help="Optimizer steps to run.")] = None,
-    epochs: Annotated[int | None, typer.Option(help="Epochs to run (default 1).")] = None,
-    budget: BudgetOpt = None,
-    cut: opt.CutOpt = Cut.handoff,
-    group_by_prefix: GroupByPrefixOpt = False,
-    part_graph: opt.PartGraphOpt = PartGraph.recompute,
-    keep_tokens: KeepTokensOpt = None,
-    handoff_accumulate: HandoffAccumulateOpt = Accumulate.model,
-    stores: StoresOpt = Stores.gpu,
-    steps_of: StepsOfOpt = 1,
-    optimizer: Annotated[Optimizer, typer.Option(help="The optimizer.")] = Optimizer.adamw,
+    optimizer: Annotated[
+        Optimizer, typer.Option(help="The optimizer.", rich_help_panel=opt.Panel.optimizer)
+    ] = Optimizer.adamw,
     lr: Annotated[
-        float, typer.Option(help="Peak learning rate.", callback=opt.in_range(gt=0))
+        float,
+        typer.Option(
+            help="Peak learning rate.",
+            callback=opt.in_range(gt=0),
+            rich_help_panel=opt.Panel.optimizer,
+        ),
     ] = 3e-4,
     lr_schedule: Annotated[
         LrSchedule,
         typer.Option(
-            help="After the warmup: cosine or linear down to lr x min-lr-ratio, or constant."
+            help="After the warmup: cosine or linear down to lr x min-lr-ratio, or constant.",
+            rich_help_panel=opt.Panel.optimizer,
         ),
     ] = LrSchedule.cosine,
-    min_lr_ratio: Annotated[float, typer.Option(help="Final lr / peak lr (cosine, linear).")] = 0.1,
+    min_lr_ratio: Annotated[
+        float,
+        typer.Option(
+            help="Final lr / peak lr (cosine, linear).", rich_help_panel=opt.Panel.optimizer
+        ),
+    ] = 0.1,
     warmup: Annotated[
-        int, typer.Option("--warmup", "--warmup-steps", help="Linear warmup steps.")
+        int,
+        typer.Option(
+            "--warmup",
+            "--warmup-steps",
+            help="Linear warmup steps.",
+            rich_help_panel=opt.Panel.optimizer,
+        ),
     ] = 0,
     warmup_ratio: Annotated[
-        float, typer.Option(help="Or warm up over this fraction of the steps (rounded up).")
+        float,
+        typer.Option(
+            help="Or warm up over this fraction of the steps (rounded up).",
+            rich_help_panel=opt.Panel.optimizer,
+        ),
     ] = 0.0,
     weight_decay: Annotated[
-        float, typer.Option(help="Weight decay.", callback=opt.in_range(ge=0))
+        float,
+        typer.Option(
+            help="Weight decay.", callback=opt.in_range(ge=0), rich_help_panel=opt.Panel.optimizer
+        ),
     ] = 0.0,
     momentum: Annotated[
-        float, typer.Option(help="SGD momentum.", callback=opt.in_range(ge=0, lt=1))
+        float,
+        typer.Option(
+            help="SGD momentum.",
+            callback=opt.in_range(ge=0, lt=1),
+            rich_help_panel=opt.Panel.optimizer,
+        ),
     ] = 0.0,
     grad_clip: Annotated[
-        float, typer.Option(help="Clip the gradient norm (0: off).", callback=opt.in_range(ge=0))
+        float,
+        typer.Option(
+            help="Clip the gradient norm (0: off).",
+            callback=opt.in_range(ge=0),
+            rich_help_panel=opt.Panel.optimizer,
+        ),
     ] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed (weights of presets, data order).")] = 0,
-    precision: PrecisionOpt = Precision.auto,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    activation_checkpointing: CheckpointingOpt = False,
     parallel: Annotated[
         Parallel | None,
-        typer.Option(help="Under torchrun (default ddp; --dry-run: ddp where it fits, else fsdp)."),
+        typer.Option(
+            help="Under torchrun (default ddp; --dry-run: ddp where it fits, else fsdp).",
+            rich_help_panel=opt.Panel.parallel,
+        ),
     ] = None,
     cp: Annotated[
         int,
@@ -244,35 +184,45 @@ def train_cmd(
             "--cp",
             help="Context parallelism under torchrun: groups of N ranks share each micro-batch, "
             "attention heads split N ways (data parallel over world / N).",
+            rich_help_panel=opt.Panel.parallel,
         ),
     ] = 1,
-    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
-    save_minutes: SaveMinutesOpt = 30.0,
-    keep: Annotated[int, typer.Option(help="Keep the newest N checkpoints (0: all).")] = 2,
-    resume: ResumeOpt = None,
-    overwrite: OverwriteOpt = False,
+    out: topt.RunDirOpt = None,
+    save_every: Annotated[
+        int | None,
+        typer.Option(help="Checkpoint every N steps.", rich_help_panel=opt.Panel.checkpoints),
+    ] = None,
+    save_minutes: topt.SaveMinutesOpt = 30.0,
+    keep: Annotated[
+        int,
+        typer.Option(
+            help="Keep the newest N checkpoints (0: all).", rich_help_panel=opt.Panel.checkpoints
+        ),
+    ] = 2,
+    resume: topt.ResumeOpt = None,
+    overwrite: topt.OverwriteOpt = False,
     report_to: topt.ReportToOpt = None,
-    prefetch: PrefetchOpt = True,
     run_name: Annotated[
         str | None,
-        typer.Option(help="The run's name in the trackers (default: the run folder's name)."),
+        typer.Option(
+            help="The run's name in the trackers (default: the run folder's name).",
+            rich_help_panel=opt.Panel.logging,
+        ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    no_probe: NoProbeOpt = False,
-    lora_r: Annotated[int, typer.Option(help="LoRA rank (0: train all weights).")] = 0,
-    lora_alpha: Annotated[float | None, typer.Option(help="LoRA alpha (default 2 r).")] = None,
-    lora_targets: LoraTargetsOpt = None,
-    merge_lora: Annotated[
-        bool, typer.Option(help="RUN/final holds the base with the LoRA adapter merged in.")
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the summary as JSON.", rich_help_panel=opt.Panel.logging
+        ),
     ] = False,
-    dry_run: DryRunOpt = False,
-    world_size: WorldSizeOpt = 1,
-    gpu: GpuOpt = Gpu.h100,
-    gpu_memory: GpuMemoryOpt = None,
-    host_memory: HostMemoryOpt = None,
-    val_fraction: ValFractionOpt = 0.0,
-    eval_data: EvalDataOpt = None,
-    eval_every: EvalEveryOpt = None,
+    val_fraction: topt.ValFractionOpt = 0.0,
+    eval_data: topt.EvalDataOpt = None,
+    eval_every: topt.EvalEveryOpt = None,
+    dry_run: topt.DryRunOpt = False,
+    world_size: topt.WorldSizeOpt = 1,
+    gpu: topt.GpuOpt = Gpu.h100,
+    gpu_memory: topt.GpuMemoryOpt = None,
+    host_memory: topt.HostMemoryOpt = None,
 ) -> None:
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
     if dry_run:

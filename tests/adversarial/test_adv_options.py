@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hostile import good_rows, run_subprocess, write_jsonl
 
-from treeprep.build import BuildConfig
+from treeprep.build import BuildConfig, FileOptions
 from treeprep.errors import TreeprepError
 
 
@@ -44,7 +44,9 @@ def test_a_fifo_as_a_build_path_option_is_refused_not_a_hang(tmp_path: Path, opt
     os.mkfifo(fifo)
     flag = "--" + option.replace("_", "-")
     with _no_hang(), pytest.raises(TreeprepError) as info:
-        BuildConfig(inputs=[str(logs)], out=str(tmp_path / "o"), **{option: str(fifo)})
+        BuildConfig(
+            inputs=[str(logs)], out=str(tmp_path / "o"), file=FileOptions(**{option: str(fifo)})
+        )
     kind = "a named pipe (FIFO) (only regular files are read)"
     assert str(info.value) == f"{fifo}: {flag} is not a regular file: {kind}"
 

@@ -28,7 +28,7 @@ from hostile import (
     write_jsonl,
 )
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.build.out import lock_out
 from treeprep.errors import EmptyBuildError, ShardError, TreeprepError
 from treeprep.shards import iter_trees
@@ -215,7 +215,9 @@ def test_user_files_in_out_survive_rebuilds(clean: tuple[Path, dict[str, str]], 
 def test_build_with_every_record_rejected_exits_1(tmp_path: Path) -> None:
     p = write_jsonl(tmp_path / "r.jsonl", [{"nonsense": 1}, rollout("g", [-1], [2])])
     with pytest.raises(EmptyBuildError, match="no record reached a tree"):
-        build(BuildConfig(inputs=[str(p)], out=str(tmp_path / "o"), format="tokens"))
+        build(
+            BuildConfig(inputs=[str(p)], out=str(tmp_path / "o"), file=FileOptions(format="tokens"))
+        )
     assert not (tmp_path / "o" / "manifest.json").exists()
     assert len(rejects(tmp_path / "o")) == 2
     res = run_subprocess(["build", str(p), "-o", str(tmp_path / "o2"), "--format", "tokens"])

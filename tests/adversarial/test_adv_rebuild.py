@@ -19,7 +19,7 @@ from hostile import (
     write_jsonl,
 )
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import EmptyBuildError, TooManyErrors, TreeprepError
 from treeprep.shards import iter_trees
 
@@ -58,7 +58,11 @@ def test_rebuild_with_every_record_rejected_keeps_the_good_build(
 ) -> None:
     out, before = good
     with pytest.raises(EmptyBuildError, match=r"earlier build is kept; see .*next/rejects\.jsonl"):
-        build(BuildConfig(inputs=[str(_bad_logs(tmp_path))], out=str(out), format="tokens"))
+        build(
+            BuildConfig(
+                inputs=[str(_bad_logs(tmp_path))], out=str(out), file=FileOptions(format="tokens")
+            )
+        )
     assert output_hashes(out) == before  # manifest, shards and rejects as they were
     assert _whole(out) == 4
     staged = (out / ".work" / "next" / "rejects.jsonl").read_text().splitlines()
@@ -114,7 +118,11 @@ def test_rebuild_killed_while_publishing_reruns_to_the_same_bytes(
 def test_failed_first_build_still_writes_its_rejects_to_out(tmp_path: Path) -> None:
     with pytest.raises(EmptyBuildError, match=r"see .*o/rejects\.jsonl"):
         build(
-            BuildConfig(inputs=[str(_bad_logs(tmp_path))], out=str(tmp_path / "o"), format="tokens")
+            BuildConfig(
+                inputs=[str(_bad_logs(tmp_path))],
+                out=str(tmp_path / "o"),
+                file=FileOptions(format="tokens"),
+            )
         )
     assert len(rejects(tmp_path / "o")) == 2
     assert not (tmp_path / "o" / "manifest.json").exists()

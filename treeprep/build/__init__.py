@@ -49,8 +49,8 @@ the trees, write the rejects and the manifest, publish them, drop stale work. Th
 driver, and the order of the stages; the pieces are the package's modules, each importing only
 those listed before it:
 
-* :mod:`~treeprep.build.config`: :class:`BuildConfig`, and the
-  :class:`~treeprep.build.config.FileOptions` a worker needs;
+* :mod:`~treeprep.build.config`: :class:`BuildConfig`, holding the
+  :class:`~treeprep.build.config.FileOptions` a worker needs (and a file's work is keyed by);
 * :mod:`~treeprep.build.curate`: the filters, redaction and reasoning merge stage 1 runs;
 * :mod:`~treeprep.build.workfiles`: the work folders, their ``done.json`` markers, the grouping of
   their rows;
@@ -80,7 +80,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from treeprep.atomic import crash_point
-from treeprep.build.config import BuildConfig
+from treeprep.build.config import BuildConfig, FileOptions
 from treeprep.build.dedup import Duplicates, find_duplicates
 from treeprep.build.engines import Engine, LocalEngine
 from treeprep.build.jobs import Progress, RenderTask, TreeTask, plan_jobs, work_paths
@@ -99,7 +99,7 @@ from treeprep.errors import EmptyBuildError, TooManyErrors
 from treeprep.schemas import Manifest
 from treeprep.schemas.manifest import Counts
 
-__all__ = ["BuildConfig", "build"]
+__all__ = ["BuildConfig", "FileOptions", "build"]
 
 
 def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
@@ -111,9 +111,9 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
     cfg = replace(cfg, inputs=local_paths(cfg.inputs), out=local_path(cfg.out))  # file:// URLs
     renderer = Renderer.load(
         cfg.tokenizer,
-        native_templates=cfg.native_templates,
-        chat_template=cfg.chat_template,
-        date=cfg.date,
+        native_templates=cfg.file.native_templates,
+        chat_template=cfg.file.chat_template,
+        date=cfg.file.date,
     )
     inputs = discover_inputs(cfg.inputs, out=cfg.out)
     work_root = os.path.join(cfg.out, ".work")
@@ -135,7 +135,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
             shards = engine.write_trees(trees)
         write_rejects(jobs, stage)
         manifest = make_manifest(
-            cfg.group_by,
+            cfg.file.group_by,
             renderer.identity_by_content(),
             jobs,
             results,

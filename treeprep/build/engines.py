@@ -103,7 +103,7 @@ class LocalEngine:
 
 
 def _run_inline(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
-    init_worker(task.cfg.tokenizer, task.cfg.file_options(), task.renderer)
+    init_worker(task.cfg.tokenizer, task.cfg.file, task.renderer)
     for job in todo:
         yield process_file(job)
 
@@ -122,7 +122,7 @@ def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
         fork = mp.get_context("fork")
         # one template time budget for the build, in shared memory the workers inherit
         task.renderer.template.share_budget(fork.Array("d", 2))
-        init_worker(cfg.tokenizer, cfg.file_options(), task.renderer)
+        init_worker(cfg.tokenizer, cfg.file, task.renderer)
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         pool = ProcessPoolExecutor(
             procs, mp_context=fork, initializer=die_with_parent, initargs=(os.getpid(),)
@@ -135,7 +135,7 @@ def _run_pool(todo: list[FileJob], task: RenderTask) -> Iterator[FileResult]:
             procs,
             mp_context=spawn,
             initializer=_init_spawned,
-            initargs=(os.getpid(), cfg.tokenizer, cfg.file_options(), budget),
+            initargs=(os.getpid(), cfg.tokenizer, cfg.file, budget),
         )
     try:
         with pool:

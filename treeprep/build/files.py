@@ -38,6 +38,7 @@ rejected before rendering (a JSON encoder recurses once per level).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -63,7 +64,7 @@ from treeprep.schemas import Reject
 from treeprep.sequence import Sequence
 
 if TYPE_CHECKING:
-    from treeprep.formats import FormatSpec, ReadOptions
+    from treeprep.formats import FormatSpec, Item, ReadOptions
     from treeprep.render import Renderer
 
 __all__ = ["MAX_JSON_DEPTH", "FileWorker", "init_worker", "process_file"]
@@ -108,7 +109,7 @@ class FileWorker:
         make_dirs(job.work_dir)
         if job.error is not None:
             return _one_reject(job, 0, job.error)
-        fmt = self.options.format
+        fmt = self.options.read_format()
         try:
             spec = get_format(fmt) if fmt else _detect(job)
         except InputError as e:  # no record to detect the format by: the file's one reject
@@ -186,13 +187,12 @@ def _read_options(options: FileOptions) -> ReadOptions:
             tools = tools["tools"]
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise TreeprepError(f"{options.tools}:1: expected a JSON list of tool schemas")
-    extra: dict[str, Any] = {}
-    if options.field_map is not None:
-        extra["field_map"] = options.field_map
-    if not options.check_ids:
-        extra["check_ids"] = False  # adapters yield plain token rollouts (no text to check)
     return ReadOptions(
-        system_prompt=system_prompt, tools=tools, group_by=options.group_by, extra=extra
+        system_prompt=system_prompt,
+        tools=tools,
+        group_by=options.group_by,
+        field_map=options.field_map(),
+        check_ids=options.check_ids,  # False: adapters yield plain token rollouts
     )
 
 
@@ -296,75 +296,131 @@ def _render_records(
     """Read the file's records, render them and write the sequences in batches; unusable records
     go to ``rejects``, and those the curator's filters leave out are counted there. Returns
     (records read, sequences written, calls the renderer normalized by kind)."""
-    named = _Names(job)
-    n_read = n_seq = 0
-    buf: list[Sequence] = []
-    digests: list[bytes] = []
-    kinds: list[str | None] = []  # how each row was normalized (the work file's column)
-    normalized: dict[str, int] = {}
-    sharing = PrefixSharing()
-    items = spec.read(job.path, opts)
-    while True:
-        try:
-            item = next(items)
-        except StopIteration:
-            break
-        except (InputError, RecursionError) as e:  # the rest of the file is unusable
-            n_read += 1
-            line, why = (e.line, e.reason) if isinstance(e, InputError) else (0, "nested too deep")
-            rejects.append(_reject(file=job.name, line=line, reason=named(why), format=spec.name))
-            break
-        except MemoryError:
-            raise
-        except Exception as e:  # a bug in the adapter: see _adapter_bug
-            n_read += 1
-            rejects.append(_adapter_bug(job, spec, e, named))
-            break
+    records = _Records(job, spec, renderer, curator, rejects)
+    rows = _Rows(writer)
+    n_read = 0
+    for item in records.read(opts):
         n_read += 1
-        if isinstance(item, Reject):
-            item.file, item.reason = named(item.file), named(item.reason)
-            if item.format is None:
-                item.format = spec.name
-            rejects.append(item.model_dump(exclude_none=True))
-            continue
-        if not curator.keep(item):
-            continue
-        item.source_file = named(item.source_file) or job.name
-        if not item.source_format:
-            item.source_format = spec.name
-        gid = item.group_id or _default_group(job.name, spec.group_by_folder)
-        where = {"file": item.source_file, "line": item.source_line, "call_id": item.call_id}
-        deep = _too_deep(item)
-        if deep is not None:
-            rejects.append(_reject(**where, reason=deep, format=spec.name))
-            continue
-        try:
-            seq = renderer.render(item, group_id=gid, order=n_seq)
-        except RenderError as e:
-            rejects.append(_reject(**where, reason=str(e), format=spec.name))
-            continue
-        except RecursionError:
-            rejects.append(_reject(**where, reason="nested too deep to render", format=spec.name))
-            continue
-        digests.append(sequence_digest(seq))  # of the whole sequence, before sharing cuts it
-        kinds.append(",".join(renderer.last_normalized) or None)
-        for kind in renderer.last_normalized:
-            normalized[kind] = normalized.get(kind, 0) + 1
-        if renderer.last_prompt_kept:  # treeprep.render.prompted
-            curator.curated["history-kept"] = curator.curated.get("history-kept", 0) + 1
-        for kind, n in renderer.last_rewrites.items():  # treeprep.render.parallel
-            curator.curated[kind] = curator.curated.get(kind, 0) + n
-        buf.append(sharing.share(seq, n_seq))
-        n_seq += 1
-        if len(buf) >= WORK_BATCH:
-            writer.write_batch(sequences_to_batch(buf, digests, kinds))
-            buf.clear()
-            digests.clear()
-            kinds.clear()
-    if buf:
-        writer.write_batch(sequences_to_batch(buf, digests, kinds))
+        seq = None if item is None else records.render(item, order=rows.n_seq)
+        if seq is not None:
+            rows.add(seq, ",".join(renderer.last_normalized) or None)
+            records.count_rewrites()
+    rows.flush()
     if first_only := renderer.take_unanswered():
         from treeprep.render.parallel import FIRST_ONLY
 
         curator.curated[FIRST_ONLY] = curator.curated.get(FIRST_ONLY, 0) + first_only
-    return n_read, n_seq, normalized
+    return n_read, rows.n_seq, records.normalized
+
+
+class _Records:
+    """One file's records through the adapter, the curator and the renderer; what is unusable
+    goes to ``rejects`` with its reason, named as the file is (:class:`_Names`)."""
+
+    def __init__(
+        self,
+        job: FileJob,
+        spec: FormatSpec,
+        renderer: Renderer,
+        curator: Curator,
+        rejects: list[dict],
+    ) -> None:
+        self.job, self.spec, self.renderer = job, spec, renderer
+        self.curator, self.rejects = curator, rejects
+        self.named = _Names(job)
+        #: calls the renderer normalized, by kind
+        self.normalized: dict[str, int] = {}
+
+    def read(self, opts: ReadOptions) -> Iterator[Item | None]:
+        """The adapter's items in file order. An error that ends the file is one more record
+        read, yielded as None once its reject is in ``rejects``."""
+        job, spec, named = self.job, self.spec, self.named
+        items = spec.read(job.path, opts)
+        while True:
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            except (InputError, RecursionError) as e:  # the rest of the file is unusable
+                line, why = (
+                    (e.line, e.reason) if isinstance(e, InputError) else (0, "nested too deep")
+                )
+                self.rejects.append(
+                    _reject(file=job.name, line=line, reason=named(why), format=spec.name)
+                )
+                yield None
+                return
+            except MemoryError:
+                raise
+            except Exception as e:  # a bug in the adapter: see _adapter_bug
+                self.rejects.append(_adapter_bug(job, spec, e, named))
+                yield None
+                return
+            yield item
+
+    def render(self, item: Item, *, order: int) -> Sequence | None:
+        """The sequence of one item; None for a reject (passed on, named), a call the curator's
+        filters leave out, or a record that cannot be rendered (a reject)."""
+        spec, named = self.spec, self.named
+        if isinstance(item, Reject):
+            item.file, item.reason = named(item.file), named(item.reason)
+            if item.format is None:
+                item.format = spec.name
+            self.rejects.append(item.model_dump(exclude_none=True))
+            return None
+        if not self.curator.keep(item):
+            return None
+        item.source_file = named(item.source_file) or self.job.name
+        if not item.source_format:
+            item.source_format = spec.name
+        gid = item.group_id or _default_group(self.job.name, spec.group_by_folder)
+        where = {"file": item.source_file, "line": item.source_line, "call_id": item.call_id}
+        why = _too_deep(item)
+        if why is None:
+            try:
+                return self.renderer.render(item, group_id=gid, order=order)
+            except RenderError as e:
+                why = str(e)
+            except RecursionError:
+                why = "nested too deep to render"
+        self.rejects.append(_reject(**where, reason=why, format=spec.name))
+        return None
+
+    def count_rewrites(self) -> None:
+        """Count what the renderer did to the call it rendered last: its normalizations, a
+        history it kept (:mod:`treeprep.render.prompted`), its rewrites
+        (:mod:`treeprep.render.parallel`)."""
+        renderer, curated = self.renderer, self.curator.curated
+        for kind in renderer.last_normalized:
+            self.normalized[kind] = self.normalized.get(kind, 0) + 1
+        if renderer.last_prompt_kept:
+            curated["history-kept"] = curated.get("history-kept", 0) + 1
+        for kind, n in renderer.last_rewrites.items():
+            curated[kind] = curated.get(kind, 0) + n
+
+
+class _Rows:
+    """The work file's rows, written in batches of :data:`WORK_BATCH`: each sequence's digest
+    (of the whole sequence) and how it was normalized, and its tokens after the prefix it
+    shares with the row before (:class:`PrefixSharing`)."""
+
+    def __init__(self, writer: ipc.RecordBatchFileWriter) -> None:
+        self.writer = writer
+        self.sharing = PrefixSharing()
+        self.n_seq = 0
+        self.buf: list[Sequence] = []
+        self.digests: list[bytes] = []
+        self.kinds: list[str | None] = []  # how each row was normalized (the work file's column)
+
+    def add(self, seq: Sequence, kind: str | None) -> None:
+        self.digests.append(sequence_digest(seq))  # of the whole sequence, before sharing cuts it
+        self.kinds.append(kind)
+        self.buf.append(self.sharing.share(seq, self.n_seq))
+        self.n_seq += 1
+        if len(self.buf) >= WORK_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf:
+            self.writer.write_batch(sequences_to_batch(self.buf, self.digests, self.kinds))
+            self.buf, self.digests, self.kinds = [], [], []

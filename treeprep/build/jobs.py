@@ -2,8 +2,9 @@
 
 :func:`plan_jobs` turns every input file into a :class:`~treeprep.build.workfiles.FileJob`: the
 file hashed, and the work folder named by a key over everything its work depends on (its bytes,
-its name, the options, the tokenizer, the schema, the work-file layout and treeprep's version), so
-a rerun reuses a folder exactly when the work would come out the same.
+its name, every field of the build's :class:`~treeprep.build.config.FileOptions`, the tokenizer,
+the schema, the work-file layout and treeprep's version: :func:`options_digest`), so a rerun
+reuses a folder exactly when the work would come out the same.
 
 An engine (:mod:`treeprep.build.engines`) then gets two tasks, each one value:
 
@@ -17,7 +18,9 @@ An engine (:mod:`treeprep.build.engines`) then gets two tasks, each one value:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +30,7 @@ import numpy as np
 
 from treeprep import __version__
 from treeprep.atomic import sha256_of
-from treeprep.build.config import BuildConfig
+from treeprep.build.config import BuildConfig, FileOptions, file_fields
 from treeprep.build.workfiles import WORK_FORMAT, FileJob, FileResult, file_stamp
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from treeprep.io.inputs import InputSet
     from treeprep.render import Renderer
 
-__all__ = ["Progress", "RenderTask", "TreeTask", "plan_jobs", "work_paths"]
+__all__ = ["Progress", "RenderTask", "TreeTask", "options_digest", "plan_jobs", "work_paths"]
 
 #: Progress callback: (stage, done, total). Stages: "render" (files), "trees" (groups).
 Progress = Callable[[str, int, int], None]
@@ -49,7 +52,7 @@ def plan_jobs(
     """Every input file, hashed, with the work folder its key names. A file that cannot be read
     keeps its error (it becomes a reject). Each job keeps the file's stamp from before the hash,
     for stage 1 to tell a file written to after it (:meth:`FileJob.changed`)."""
-    options = _options_digest(cfg, tokenizer_sha)
+    options = options_digest(cfg.file, tokenizer_sha)
     jobs: list[FileJob] = []
     for f in inputs.files:
         sha, size, error = "", 0, f.error
@@ -80,34 +83,23 @@ def _digest(parts: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-def _options_digest(cfg: BuildConfig, tok_sha: str) -> str:
-    """What every file's work depends on besides the file itself: format, options, tokenizer."""
-    return _digest(
-        (
-            cfg.format or "",
-            cfg.group_by or "",
-            tok_sha,
-            _file_digest(cfg.system_prompt),
-            _file_digest(cfg.tools),
-            str(cfg.max_record_bytes),
-            str(SCHEMA_VERSION),
-            WORK_FORMAT,
-            __version__,
-            *_map_digest(cfg),
-            # curation (the filters, redaction and reasoning merge run in stage 1)
-            *(str(v or "") for v in (cfg.since, cfg.until, cfg.model_name, cfg.project)),
-            str(cfg.redact),
-            str(cfg.reasoning_merge),
-            *(() if cfg.check_ids else ("no-check-ids",)),  # the default keeps earlier keys
-            *(() if cfg.parallel_calls == "off" else (f"parallel-calls:{cfg.parallel_calls}",)),
-        )
-    )
+def options_digest(options: FileOptions, tok_sha: str) -> str:
+    """What every file's work depends on besides the file itself: every field of ``options``
+    (``dataclasses.asdict``; a field marked :data:`~treeprep.build.config.FILE` by the content
+    of the file it names), the tokenizer, the schema, the work-file layout and treeprep's
+    version. Derived from the dataclass, so a new option changes the key without being listed.
 
-
-def _map_digest(cfg: BuildConfig) -> tuple[str, ...]:
-    """The field map's part of the options digest (nothing without one: earlier keys stay)."""
-    fmap = cfg.field_map()
-    return (fmap.model_dump_json(),) if fmap is not None else ()
+    >>> a = options_digest(FileOptions(), "tok")
+    >>> a == options_digest(FileOptions(), "tok")
+    True
+    >>> a == options_digest(FileOptions(date="2024-01-02"), "tok")
+    False
+    """
+    values = dataclasses.asdict(options)
+    for name in file_fields(options):
+        values[name] = _file_digest(values[name])
+    fields = json.dumps(values, sort_keys=True, ensure_ascii=False)  # StrEnums as their values
+    return _digest((fields, tok_sha, str(SCHEMA_VERSION), WORK_FORMAT, __version__))
 
 
 def _job_key(sha: str, options: str, name: str, explicit: bool, error: str | None) -> str:

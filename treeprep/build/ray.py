@@ -133,7 +133,7 @@ class RayEngine:
             _RenderActor,
             fn_constructor_kwargs={
                 "tokenizer": cfg.tokenizer,
-                "options": cfg.file_options(),
+                "options": cfg.file,
                 "cwd": os.getcwd(),
             },
             batch_size=1,

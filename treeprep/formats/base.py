@@ -16,17 +16,17 @@ one-call-per-file JSON, see ``FormatSpec.group_by_folder``).
 A rollout whose log holds its text as well as its ids (ATIF steps, ``tokens`` records with a
 text field, NeMo-Gym items) is a :class:`TextRollout`: the renderer decodes its generation ids
 and rejects it when the decoded text lacks the logged text or a tool-call name
-(:mod:`treeprep.render.idcheck`). ``ReadOptions.extra["check_ids"] = False`` (``--no-check-ids``)
-makes adapters yield plain :class:`~treeprep.schemas.TokenRollout` records, trained unchecked.
+(:mod:`treeprep.render.idcheck`). ``ReadOptions(check_ids=False)`` (``--no-check-ids``) makes
+adapters yield plain :class:`~treeprep.schemas.TokenRollout` records, trained unchecked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
@@ -50,12 +50,15 @@ class ReadOptions:
     tools: list[dict[str, Any]] | None = None
     #: ``--group-by FIELD``: a top-level field of the raw record whose value is the group id.
     group_by: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def check_ids(self) -> bool:
-        """Whether logged ids are checked against logged text (``--check-ids``, the default)."""
-        return bool(self.extra.get("check_ids", True))
+    #: ``--map``/``--map-file``, checked: the field and role names of a chat-like dataset (a
+    #: :class:`~treeprep.formats.trajectory.FieldMap`; typed by its base, which the adapters
+    #: narrow, so that this module imports no adapter)
+    field_map: BaseModel | None = None
+    #: check logged ids against logged text (``--check-ids``, the default); False: adapters
+    #: yield plain :class:`~treeprep.schemas.TokenRollout` records, trained unchecked
+    check_ids: bool = True
+    #: how many Codex spawn links were followed to reach this file (:mod:`treeprep.formats.codex`)
+    codex_spawn_depth: int = 0
 
 
 @dataclass(frozen=True)

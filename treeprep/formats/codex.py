@@ -53,6 +53,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -362,7 +363,7 @@ def _rollout_of(path: str, thread: str) -> str | None:
 
 def _spawn_link(path: str, parent: str, me: str, opts: ReadOptions) -> tuple[str, str | None]:
     """(the root thread's id: the group, the parent's call that spawned ``me`` or None)."""
-    depth = int(opts.extra.get("codex_spawn_depth", 0))
+    depth = opts.codex_spawn_depth
     found = _rollout_of(path, parent) if depth < _MAX_DEPTH else None
     if found is None or os.path.abspath(found) == os.path.abspath(path):
         return parent, None
@@ -378,8 +379,7 @@ def _spawn_link(path: str, parent: str, me: str, opts: ReadOptions) -> tuple[str
             if isinstance(value, dict) and value.get("agent_id") == me:
                 spawn_call = p.get("call_id")
                 break
-    deeper = ReadOptions(opts.system_prompt, opts.tools, opts.group_by,
-                         {**opts.extra, "codex_spawn_depth": depth + 1})  # fmt: skip
+    deeper = replace(opts, codex_spawn_depth=depth + 1)
     root, by = parent, None
     for item in read(found, deeper):
         if isinstance(item, ChatCall):

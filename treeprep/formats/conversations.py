@@ -258,7 +258,7 @@ def convert(
             )
         assert isinstance(rec, dict)
         gid = _group(rec, opts, file, line, index)
-        fm = opts.extra.get("field_map")
+        fm = opts.field_map
         reward = row_reward(rec, getattr(fm, "reward", None))
         model = row_model(rec, getattr(fm, "model", None))
     except RecordError as e:
@@ -315,7 +315,7 @@ def _empty_reply(m: dict[str, Any]) -> bool:
 
 def _label(rec: Any, opts: ReadOptions) -> str:
     """The turns' field of a mapped record (``--map messages=...``, else ``trajectory``)."""
-    fm = opts.extra.get("field_map")
+    fm = opts.field_map
     return str(getattr(fm, "messages", "trajectory"))
 
 

@@ -132,7 +132,7 @@ def parse_map(pairs: Sequence[str] = (), file: str | None = None) -> FieldMap | 
 
 
 def _map_of(opts: ReadOptions, rec: Any) -> FieldMap:
-    given = opts.extra.get("field_map")
+    given = opts.field_map
     if isinstance(given, FieldMap):
         return given
     turns = rec.get("trajectory") if isinstance(rec, dict) else None
@@ -215,7 +215,7 @@ def _turns_key(fm: FieldMap, rec: dict[str, Any]) -> str:
 
 def columns(opts: ReadOptions) -> set[str]:
     """The Parquet columns the map reads (besides the usual group and outcome fields)."""
-    fm = opts.extra.get("field_map")
+    fm = opts.field_map
     if isinstance(fm, FieldMap):
         named = [fm.system, fm.model, fm.reward.split(".")[0] if fm.reward else None]
         return {fm.messages, "messages", fm.tools, *(n for n in named if n)}

@@ -8,6 +8,7 @@ import pytest
 
 from treeprep.build.config import BuildConfig, FileOptions
 from treeprep.errors import TreeprepError
+from treeprep.modes import Redact
 
 
 @pytest.mark.parametrize(
@@ -16,15 +17,30 @@ from treeprep.errors import TreeprepError
         ("workers", 0, "workers must be >= 1, got 0"),
         ("max_errors", -1, "max_errors must be >= 0, got -1"),
         ("shard_tokens", 0, "shard_tokens must be >= 1, got 0"),
-        ("max_record_bytes", 0, "max_record_bytes must be >= 1, got 0"),
         ("engine", "spark", "engine 'spark'; expected one of local, ray"),
         ("workers", None, "workers must be an integer, got None"),
         ("shard_tokens", 2.5, "shard_tokens must be an integer, got 2.5"),
+        ("file", {"format": "openai"}, "file must be a FileOptions, got {'format': 'openai'}"),
     ],
 )
 def test_build_config_names_the_bad_field(field: str, value: object, message: str) -> None:
     with pytest.raises(TreeprepError) as e:
         BuildConfig(inputs=["x"], out="o", **{field: value})  # type: ignore[arg-type]
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_record_bytes", 0, "max_record_bytes must be >= 1, got 0"),
+        ("max_record_bytes", 1.5, "max_record_bytes must be an integer, got 1.5"),
+        ("redact", "all", "redact 'all'; expected one of off, secrets"),
+        ("since", "last tuesday", "since 'last tuesday': expected an ISO 8601 date or time"),
+    ],
+)
+def test_file_options_name_the_bad_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(TreeprepError) as e:
+        FileOptions(**{field: value})  # type: ignore[arg-type]
     assert str(e.value) == message
 
 
@@ -34,29 +50,20 @@ def test_build_config_accepts_no_error_limit_and_the_limits_themselves() -> None
     assert BuildConfig(inputs=["x"], out="o", max_errors=0).max_errors == 0
 
 
-def test_file_options_are_the_configs_render_options_and_pickle() -> None:
-    cfg = BuildConfig(
-        inputs=["x"],
-        out="o",
+def test_the_worker_gets_the_configs_own_file_options_and_they_pickle() -> None:
+    opts = FileOptions(
         format="openai",
         group_by="session",
         system_prompt="sys.txt",
-        tools="tools.json",
-        native_templates=False,
-        chat_template="t.jinja",
-        date="2026-01-02",
-        max_record_bytes=123,
-        workers=4,
-    )
-    opts = cfg.file_options()
-    assert opts == FileOptions(
-        format="openai",
-        group_by="session",
-        system_prompt="sys.txt",
-        tools="tools.json",
         native_templates=False,
         max_record_bytes=123,
-        chat_template="t.jinja",
-        date="2026-01-02",
+        map=["messages=turns"],  # type: ignore[arg-type]  (a list given: kept as a tuple)
+        redact="secrets",  # type: ignore[arg-type]
     )
+    cfg = BuildConfig(inputs=["x"], out="o", file=opts, workers=4)
+    assert cfg.file is opts  # composition: the same value, no copy to keep in step
+    assert opts.map == ("messages=turns",) and opts.redact is Redact.secrets
+    assert opts.read_format() == "openai"  # a forced format wins over the map's
     assert pickle.loads(pickle.dumps(opts)) == opts  # handed to pool processes and Ray actors
+    assert FileOptions(map=("messages=turns",)).read_format() == "trajectory-dataset"
+    assert FileOptions().read_format() is None

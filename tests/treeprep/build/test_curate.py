@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.build.curate import REDACTED, Filters, merge_reasoning
 from treeprep.errors import EmptyBuildError, TreeprepError
 from treeprep.export import export_sequences
@@ -128,9 +128,7 @@ def test_filters_count_what_they_leave_out(tmp_path: Path) -> None:
     cfg = BuildConfig(
         inputs=[str(src)],
         out=str(out),
-        since="2025-02-01",
-        until="2025-05-01",
-        model_name="claude-*",
+        file=FileOptions(since="2025-02-01", until="2025-05-01", model_name="claude-*"),
     )
     m = build(cfg)
     assert m.counts.records_in_trees == 1
@@ -141,19 +139,33 @@ def test_filters_count_what_they_leave_out(tmp_path: Path) -> None:
         "no timestamp recorded (--since/--until)": 1,
     }
     with pytest.raises(EmptyBuildError, match="5 filtered"):
-        build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "o2"), model_name="nope"))
+        build(
+            BuildConfig(
+                inputs=[str(src)], out=str(tmp_path / "o2"), file=FileOptions(model_name="nope")
+            )
+        )
     with pytest.raises(TreeprepError, match="ISO 8601"):
-        BuildConfig(inputs=[str(src)], out="x", since="last tuesday")
+        BuildConfig(inputs=[str(src)], out="x", file=FileOptions(since="last tuesday"))
 
 
 def test_project_filter_reads_claude_code_cwd(tmp_path: Path) -> None:
     assert '"cwd": "/home/dev/shop"' in next(CLAUDE.glob("*.jsonl")).read_text()
-    kept = build(BuildConfig(inputs=[str(CLAUDE)], out=str(tmp_path / "a"), project="/home/dev"))
+    kept = build(
+        BuildConfig(
+            inputs=[str(CLAUDE)], out=str(tmp_path / "a"), file=FileOptions(project="/home/dev")
+        )
+    )
     assert kept.counts.records_filtered == 0 and kept.counts.records_in_trees > 0
     gone = tmp_path / "b"
     with pytest.raises(EmptyBuildError):
-        build(BuildConfig(inputs=[str(CLAUDE)], out=str(gone), project="/srv/other"))
-    since = build(BuildConfig(inputs=[str(CLAUDE)], out=str(tmp_path / "c"), since="2026-01-01"))
+        build(
+            BuildConfig(inputs=[str(CLAUDE)], out=str(gone), file=FileOptions(project="/srv/other"))
+        )
+    since = build(
+        BuildConfig(
+            inputs=[str(CLAUDE)], out=str(tmp_path / "c"), file=FileOptions(since="2026-01-01")
+        )
+    )
     assert since.counts.records_in_trees == kept.counts.records_in_trees
 
 
@@ -163,14 +175,30 @@ def test_project_and_time_filters_read_codex_session_meta(tmp_path: Path) -> Non
     were left out as "no project recorded")."""
     codex = ROOT / "sample_data" / "codex"
     assert '"cwd": "/home/dev/wc"' in next(codex.rglob("*.jsonl")).read_text()
-    kept = build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "a"), project="/home/dev"))
+    kept = build(
+        BuildConfig(
+            inputs=[str(codex)], out=str(tmp_path / "a"), file=FileOptions(project="/home/dev")
+        )
+    )
     assert kept.counts.records_filtered == 0 and kept.counts.records_in_trees > 0
     with pytest.raises(EmptyBuildError):
-        build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "b"), project="/srv/other"))
-    early = build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "c"), until="2025-12-31"))
+        build(
+            BuildConfig(
+                inputs=[str(codex)], out=str(tmp_path / "b"), file=FileOptions(project="/srv/other")
+            )
+        )
+    early = build(
+        BuildConfig(
+            inputs=[str(codex)], out=str(tmp_path / "c"), file=FileOptions(until="2025-12-31")
+        )
+    )
     assert early.counts.records_in_trees == kept.counts.records_in_trees
     with pytest.raises(EmptyBuildError):  # the session is from 2025-11-02
-        build(BuildConfig(inputs=[str(codex)], out=str(tmp_path / "d"), since="2025-11-03"))
+        build(
+            BuildConfig(
+                inputs=[str(codex)], out=str(tmp_path / "d"), file=FileOptions(since="2025-11-03")
+            )
+        )
 
 
 def test_filter_reasons_unit() -> None:
@@ -216,7 +244,7 @@ def test_redact_secrets_replaces_them_before_rendering(tmp_path: Path) -> None:
     ]
     src = _jsonl(tmp_path / "a.jsonl", recs)
     out = tmp_path / "out"
-    m = build(BuildConfig(inputs=[str(src)], out=str(out), redact="secrets"))
+    m = build(BuildConfig(inputs=[str(src)], out=str(out), file=FileOptions(redact="secrets")))
     assert m.curation == {"redacted:AWS Access Key": 1, "redacted:GitHub Token": 1}
     dump = (out / "manifest.json").read_text()
     assert "redacted:AWS Access Key" in dump
@@ -255,7 +283,11 @@ def test_reasoning_merge_counts_changed_calls(tmp_path: Path, how: str) -> None:
         _call(1),
     ]
     src = _jsonl(tmp_path / "a.jsonl", recs)
-    m = build(BuildConfig(inputs=[str(src)], out=str(tmp_path / how), reasoning_merge=how))
+    m = build(
+        BuildConfig(
+            inputs=[str(src)], out=str(tmp_path / how), file=FileOptions(reasoning_merge=how)
+        )
+    )
     assert m.curation == {f"reasoning-merge:{how}": 1}
     c = ChatCall.model_validate({**_call(0), "messages": _claude_history()})
     assert merge_reasoning(c, ReasoningMerge(how))
@@ -306,7 +338,14 @@ def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -
     )
     for how in ("drop", "fold"):
         out = tmp_path / how
-        m = build(BuildConfig(inputs=[str(src)], out=str(out), tokenizer=tok, reasoning_merge=how))
+        m = build(
+            BuildConfig(
+                inputs=[str(src)],
+                out=str(out),
+                tokenizer=tok,
+                file=FileOptions(reasoning_merge=how),
+            )
+        )
         assert m.curation == {f"reasoning-merge:{how}": 2}
         # drop keeps the completion's reasoning, which the template refuses with its text
         assert m.counts.records_in_trees == (1 if how == "drop" else 2)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.cli.app import app
 from treeprep.render.coverage import NORMALIZED_INLINE_THINK, NORMALIZED_WHITESPACE
 from treeprep.schemas.manifest import load_manifest
@@ -112,7 +112,11 @@ def test_whitespace_normalized_calls_are_counted_once_across_duplicates(tmp_path
     src = _write(tmp_path / "in" / "a.jsonl", rows)
     shutil.copy(src, tmp_path / "in" / "b.jsonl")
     out = tmp_path / "out"
-    build(BuildConfig(inputs=[str(src.parent)], out=str(out), chat_template=str(template)))
+    build(
+        BuildConfig(
+            inputs=[str(src.parent)], out=str(out), file=FileOptions(chat_template=str(template))
+        )
+    )
     m = load_manifest(str(out))
     assert m.counts.records_filtered == 2  # b.jsonl's two calls: duplicates
     assert _reconciled(out) == {NORMALIZED_WHITESPACE: 1}

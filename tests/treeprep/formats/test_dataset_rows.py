@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.formats import ReadOptions, detect_format, get_format
 from treeprep.formats.trajectory import parse_map
 from treeprep.schemas import ChatCall, Reject
@@ -141,10 +141,10 @@ def test_map_reward_and_model_name_fields(tmp_path: Path) -> None:
     row = {"messages": CHAT, "resolved": False, "meta": {"passed": True}, "policy": "m-7b"}
     p = _jsonl(tmp_path / "d.jsonl", [row])
     fmap = parse_map(["reward=meta.passed", "model=policy"])
-    (call,) = _read("trajectory-dataset", p, ReadOptions(extra={"field_map": fmap}))
+    (call,) = _read("trajectory-dataset", p, ReadOptions(field_map=fmap))
     assert (call.reward, call.model) == (1.0, "m-7b")
     bad = _jsonl(tmp_path / "bad.jsonl", [{**row, "meta": {"passed": "yes"}}])
-    (rej,) = _read("trajectory-dataset", bad, ReadOptions(extra={"field_map": fmap}))
+    (rej,) = _read("trajectory-dataset", bad, ReadOptions(field_map=fmap))
     assert isinstance(rej, Reject) and rej.reason == "passed: expected a number, got string"
 
 
@@ -153,5 +153,5 @@ def test_nebius_model_name_is_the_calls_model_so_model_name_filters(tmp_path: Pa
     assert {c.model for c in calls} == {"swe-agent-llama-70b"}
     assert [c.reward for c in calls] == [1.0, 1.0, 1.0, 0.0]
     m = build(BuildConfig(inputs=[str(NEBIUS)], out=str(tmp_path / "o"),
-                          model_name="swe-agent-llama-*"))  # fmt: skip
+                          file=FileOptions(model_name="swe-agent-llama-*")))  # fmt: skip
     assert (m.counts.records_in_trees, m.counts.records_filtered) == (4, 0)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import TreeprepError
 from treeprep.formats import detect_format, get_format
 from treeprep.formats.base import ReadOptions
@@ -113,7 +113,7 @@ def _check_custom(calls: list[Any]) -> None:
 def test_map_pairs_and_map_file_read_any_chat_dataset(tmp_path: Path) -> None:
     p = _custom(tmp_path)
     fm = parse_map(PAIRS)
-    _check_custom(_read(p, ReadOptions(extra={"field_map": fm})))
+    _check_custom(_read(p, ReadOptions(field_map=fm)))
     toml = tmp_path / "mapping.toml"
     toml.write_text(
         'messages = "dialog"\nrole = "speaker"\ncontent = "utterance"\nmask = "train"\n'
@@ -122,7 +122,7 @@ def test_map_pairs_and_map_file_read_any_chat_dataset(tmp_path: Path) -> None:
     assert parse_map(file=str(toml)) == fm
     assert parse_map(["mask=keep"], str(toml)).mask == "keep"  # a pair wins over the file
     out = tmp_path / "out"
-    m = build(BuildConfig(inputs=[str(p)], out=str(out), map=PAIRS))
+    m = build(BuildConfig(inputs=[str(p)], out=str(out), file=FileOptions(map=PAIRS)))
     assert (m.counts.records_in_trees, m.counts.records_rejected, m.counts.trees) == (2, 0, 1)
 
 
@@ -141,7 +141,7 @@ def test_bad_maps_are_refused_before_reading(pairs: list[str], match: str | None
             parse_map(pairs)
         return
     with pytest.raises(TreeprepError, match=match.replace("(", r"\(").replace(".", r"\.")):
-        BuildConfig(inputs=["x"], out="o", map=pairs)
+        BuildConfig(inputs=["x"], out="o", file=FileOptions(map=pairs))
 
 
 def test_cli_map_option(tmp_path: Path) -> None:

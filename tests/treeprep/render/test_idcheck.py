@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import RenderError, TokenizerError
 from treeprep.formats import ReadOptions, get_format
 from treeprep.formats.base import TextRollout
@@ -92,7 +92,7 @@ def test_no_check_ids_reads_plain_rollouts(tmp_path: Path) -> None:
     )
     spec = get_format("tokens")
     (checked,) = spec.read(str(p), ReadOptions())
-    (plain,) = spec.read(str(p), ReadOptions(extra={"check_ids": False}))
+    (plain,) = spec.read(str(p), ReadOptions(check_ids=False))
     assert isinstance(checked, TextRollout) and checked.logged_text == "x"
     assert type(plain) is TokenRollout
 
@@ -123,7 +123,9 @@ def test_build_rejects_per_file_and_no_check_ids_keeps_them(tmp_path: Path) -> N
     rejects = [json.loads(x) for x in (tmp_path / "o" / "rejects.jsonl").read_text().splitlines()]
     assert [(r["file"], r["line"]) for r in rejects] == [("r.jsonl", 1), ("r.jsonl", 2)]
     assert all(r["reason"].startswith(MISMATCH) for r in rejects)
-    m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "o2"), check_ids=False))
+    m = build(
+        BuildConfig(inputs=[str(logs)], out=str(tmp_path / "o2"), file=FileOptions(check_ids=False))
+    )
     assert (m.counts.records_in_trees, m.counts.records_rejected) == (3, 0)
 
 

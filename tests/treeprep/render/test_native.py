@@ -25,7 +25,7 @@ from hf_reference import hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import NativeTemplateMismatch, RenderError, TreeprepError
 from treeprep.formats import detect_format
 from treeprep.formats.base import ReadOptions
@@ -485,7 +485,11 @@ def test_native_and_jinja_give_the_same_sequences(r: Renderer) -> None:
 def test_build_with_and_without_ports_gives_the_same_bytes(tmp_path: Path) -> None:
     inputs = [str(SAMPLE / "openai_chat.jsonl")]
     a = build(BuildConfig(inputs=inputs, out=str(tmp_path / "a")))
-    b = build(BuildConfig(inputs=inputs, out=str(tmp_path / "b"), native_templates=False))
+    b = build(
+        BuildConfig(
+            inputs=inputs, out=str(tmp_path / "b"), file=FileOptions(native_templates=False)
+        )
+    )
     assert a.counts == b.counts and a.counts.records_in_trees > 0
     assert [s.sha256 for s in a.shards] == [s.sha256 for s in b.shards]
 

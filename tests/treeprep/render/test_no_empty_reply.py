@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.schemas import ChatCall
@@ -152,7 +152,7 @@ def test_the_check_finds_an_empty_reply(tmp_path: Path) -> None:
     src.parent.mkdir()
     src.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "out"
-    build(BuildConfig(inputs=[str(src)], out=str(out), format="tokens"))
+    build(BuildConfig(inputs=[str(src)], out=str(out), file=FileOptions(format="tokens")))
     n_seq, checked, empty = _empty_replies(out, None)
     assert (n_seq, checked) == (2, 2)
     assert empty == ["g: '<|im_end|>'"]

@@ -19,7 +19,7 @@ import orjson
 import pytest
 from hf_reference import hf_tokenizer
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.build.curate import merge_reasoning
 from treeprep.errors import RenderError
 from treeprep.modes import ReasoningMerge
@@ -192,7 +192,7 @@ def test_build_counts_the_calls_kept_after_their_prompt(tmp_path: Path) -> None:
     src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in recs))
     m = build(
         BuildConfig(inputs=[str(src)], out=str(tmp_path / "fold"), tokenizer=str(GPT_OSS),
-                    reasoning_merge="fold")
+                    file=FileOptions(reasoning_merge="fold"))
     )  # fmt: skip
     assert m.counts.records_in_trees == 3 and m.counts.records_rejected == 0
     assert m.curation == {"history-kept": 1, "reasoning-merge:fold": 3}

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.render.template import DEFAULT_DATE, ChatTemplate, RenderLimits, parse_date
@@ -91,7 +91,13 @@ def test_a_hostile_template_rejects_records_and_the_build_finishes(
     from treeprep.errors import EmptyBuildError
 
     with pytest.raises(EmptyBuildError, match="2 read, 2 rejected"):
-        build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "out"), chat_template=str(tpl)))
+        build(
+            BuildConfig(
+                inputs=[str(logs)],
+                out=str(tmp_path / "out"),
+                file=FileOptions(chat_template=str(tpl)),
+            )
+        )
     rejects = [
         orjson.loads(x) for x in (tmp_path / "out" / "rejects.jsonl").read_bytes().splitlines()
     ]
@@ -220,7 +226,9 @@ def test_regression_the_time_budget_was_per_process_so_workers_multiplied_it(
     for i in range(4):
         (logs / f"calls{i}.jsonl").write_bytes((rec + b"\n") * 12)
     out = tmp_path / "out"
-    cfg = BuildConfig(inputs=[str(logs)], out=str(out), chat_template=str(tpl), workers=workers)
+    cfg = BuildConfig(
+        inputs=[str(logs)], out=str(out), workers=workers, file=FileOptions(chat_template=str(tpl))
+    )
     with pytest.raises(EmptyBuildError, match="48 read, 48 rejected"):
         build(cfg)
     reasons = [orjson.loads(x)["reason"] for x in (out / "rejects.jsonl").read_bytes().splitlines()]
