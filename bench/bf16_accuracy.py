@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import AGENT_VOCAB, agent_tree_row  # noqa: E402
 
 from treeprep.trainer import TreeBatch, load_model, tree_loss  # noqa: E402
-from treeprep.trainer.loss import LossConfig  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig  # noqa: E402
 from treeprep.trainer.parts import run_parts  # noqa: E402
 
 

@@ -5,7 +5,8 @@ rank runs the forward and backward of one micro-batch (an agent-like tree: one l
 calls with a short side branch per call, ``--tokens`` fed in all) through
 :func:`~treeprep.trainer.context.context_loss`, with per-layer activation checkpointing, and
 measures the exact peak of its live tensor bytes beyond the parameters and their gradients
-(:class:`~treeprep.trainer.memtrack.LiveBytes`). Rank 0's figures are printed per N with the ratio
+(:class:`~treeprep.trainer.run.memtrack.LiveBytes`). Rank 0's figures are printed per N with the
+ratio
 to N = 1 (N = 1 runs the same code path in one process: no exchange).
 
 What shrinks with N: every token-wise activation (a rank holds tokens / N rows) and the
@@ -63,11 +64,11 @@ def worker(args: argparse.Namespace) -> dict:
     from treeprep.trainer import TreeBatch
     from treeprep.trainer.context import ContextGroup, context_loss, new_context
     from treeprep.trainer.distributed import init_distributed, shutdown
-    from treeprep.trainer.loss import LossConfig
-    from treeprep.trainer.memtrack import LiveBytes
     from treeprep.trainer.models.load import load_model
+    from treeprep.trainer.objective.loss import LossConfig
     from treeprep.trainer.parts import run_parts
     from treeprep.trainer.parts.host import HostPool
+    from treeprep.trainer.run.memtrack import LiveBytes
 
     torch.set_num_threads(1)
     info = init_distributed("cpu")
@@ -89,7 +90,7 @@ def worker(args: argparse.Namespace) -> dict:
             run_parts(lm, batch, LossConfig("sft"), budget=args.budget, attn=args.attn,
                       stores="host", pool=pool, context=cg if cg.size > 1 else None)  # fmt: skip
         elif cg.size == 1:
-            from treeprep.trainer.loss import tree_loss
+            from treeprep.trainer.objective.loss import tree_loss
 
             tree_loss(lm, batch, attn=args.attn).loss.backward()
         else:

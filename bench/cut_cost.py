@@ -68,7 +68,7 @@ def main() -> None:
 
     import treeprep.trainer.parts.plan as plan
     from treeprep.trainer import TreeBatch, load_model
-    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.objective.loss import LossConfig
     from treeprep.trainer.parts import run_parts
 
     cuts = {"earlier": earlier_cuts(a.against), "now": plan.handoff_cuts}

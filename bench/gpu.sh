@@ -103,7 +103,7 @@ if [ "$dry" = 1 ]; then
         --budgets 1024 --modes linear,recompute --stores host,gpu --no-whole --checkpointing \
         --no-probe --warmup --model tiny-qwen3,tiny-llama --device cpu --dtype bfloat16 --json
     stage tests 300 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
-        tests/trainer/test_fused_head.py
+        tests/trainer/objective/test_fused_head.py
     stage head 120 head.json $PY bench/head_memory.py --vocab 32768 --rows 256 --rounds 2 \
         --device cpu --json
     stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
@@ -126,7 +126,7 @@ else
         --stores host,gpu --no-whole --checkpointing --no-probe --warmup --json
     left=$((575 - SECONDS))
     stage tests "$((left < 70 ? 70 : left))" tests.txt $PY -m pytest -q -p no:cacheprovider \
-        tests/trainer/test_gpu.py tests/trainer/test_fused_head.py tests/trainer/test_target_logp.py
+        tests/trainer/test_gpu.py tests/trainer/objective/test_fused_head.py tests/trainer/objective/test_target_logp.py
     # (4) with the time the stages above left (they may end early): where a 1.7B step's time
     # goes, tree against linear (issue 43 item 2)
     left=$((575 - SECONDS))

@@ -6,11 +6,12 @@ round dropped from the time medians):
 
 * ``chain``: what the loss ran before 2026-11-26: ``log_softmax`` of the whole chunk's float32
   logits through autograd, ``gather``, and ``-(exp(ls) * ls).sum()`` for the entropy;
-* ``blocks``: :func:`treeprep.trainer.target_logp.target_logprobs` (a block of rows at a time).
+* ``blocks``: :func:`treeprep.trainer.objective.target_logp.target_logprobs` (a block of rows at a
+time).
 
 The head's weight takes no gradient (a weight-sized term of its own, the same either way; the
 hidden states' gradient is computed). Peak bytes beyond the weights and inputs: exact live
-tensor bytes on the CPU (:class:`~treeprep.trainer.memtrack.LiveBytes`), the allocator's
+tensor bytes on the CPU (:class:`~treeprep.trainer.run.memtrack.LiveBytes`), the allocator's
 maximum on CUDA; with the memory model's :func:`~treeprep.memory.lm_head_bytes` beside the
 blocks' figure.
 
@@ -26,7 +27,7 @@ import time
 
 
 def chain(logits, target):  # noqa: ANN001, ANN201
-    """The log-softmax chain the loss ran before (``trainer/loss.py`` of 6065f12)."""
+    """The log-softmax chain the loss ran before (``trainer/objective/loss.py`` of 6065f12)."""
     import torch
 
     x = logits if logits.dtype == torch.float64 else logits.float()
@@ -50,8 +51,8 @@ def main() -> None:
     import torch
 
     from treeprep.memory import lm_head_bytes
-    from treeprep.trainer.memtrack import LiveBytes
-    from treeprep.trainer.target_logp import target_logprobs
+    from treeprep.trainer.objective.target_logp import target_logprobs
+    from treeprep.trainer.run.memtrack import LiveBytes
 
     dev, dt = torch.device(a.device), getattr(torch, a.dtype)
     ways = {"chain": chain, "blocks": lambda lg, t: target_logprobs(lg, t, False)}

@@ -36,7 +36,7 @@ def main() -> None:
     import torch
 
     from treeprep.trainer import TreeBatch, load_model
-    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.objective.loss import LossConfig
     from treeprep.trainer.parts import part_layout, run_parts
 
     torch.manual_seed(0)

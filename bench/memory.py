@@ -2,7 +2,7 @@
 
 One forward and backward of one large tree, each configuration in a fresh process so that its
 peak is its own. ``peak_bytes`` is the peak of live tensor bytes: on the CPU counted exactly by
-:class:`~treeprep.trainer.memtrack.LiveBytes` (a dispatch-mode tracker; the model's parameters
+:class:`~treeprep.trainer.run.memtrack.LiveBytes` (a dispatch-mode tracker; the model's parameters
 and the batch included, RSS never used), on CUDA ``torch.cuda.max_memory_allocated``.
 Configurations (``--modes``): the whole tree at once (unless ``--no-whole``), ``linear`` (the
 causal baseline: the tree's longest sequence as a one-path tree, one ``is_causal`` attention call
@@ -235,11 +235,11 @@ def measure(spec: dict, row: dict) -> dict:
 
     from treeprep.schemas.parts import stored_rows_peak
     from treeprep.trainer import TreeBatch, load_model
-    from treeprep.trainer.loss import LossConfig, tree_loss
-    from treeprep.trainer.memtrack import LiveBytes
+    from treeprep.trainer.objective.loss import LossConfig, tree_loss
     from treeprep.trainer.parts import run_parts
     from treeprep.trainer.parts.host import HostPool
     from treeprep.trainer.parts.plan import part_layout
+    from treeprep.trainer.run.memtrack import LiveBytes
 
     torch.manual_seed(0)
     dev = spec["device"]

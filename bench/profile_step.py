@@ -38,7 +38,7 @@ def _profile(data: Path, work: Path, layout: str, a: argparse.Namespace) -> dict
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from treeprep.trainer.loop import TrainConfig, train
+    from treeprep.trainer.run.loop import TrainConfig, train
 
     cuda = a.device.startswith("cuda")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

@@ -1,7 +1,7 @@
 """bench/train: measured tree-training speedup against the FLOP-model estimate, same run.
 
 For each workload the same shards, model, budget and optimizer steps are trained twice with
-:func:`treeprep.trainer.loop.train`: once on the packed tries (``layout="tree"``) and once with
+:func:`treeprep.trainer.run.loop.train`: once on the packed tries (``layout="tree"``) and once with
 every sequence on its own (``layout="linear"``, first-fit into micro-batches of the same budget:
 what a linearizing trainer runs). Both train exactly the same sequences with the same loss, so the
 measured speedup is the ratio of their wall times. The estimate is the FLOP model of
@@ -281,7 +281,7 @@ def flop_estimate(data: Path, shape, budget: int, steps: int | None) -> dict:
 def run_layout(
     data: Path, work: Path, layout: str, spec: dict, steps: int | None, seed: int = 0
 ) -> dict:
-    from treeprep.trainer.loop import TrainConfig, train
+    from treeprep.trainer.run.loop import TrainConfig, train
 
     cfg = TrainConfig(
         data=str(data),

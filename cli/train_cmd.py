@@ -10,8 +10,8 @@ Many (DDP, or FSDP2 with ``--parallel fsdp``), ranks taking the plan's balanced 
     torchrun --nproc-per-node 8 -m treeprep.cli train BUILD --model DIR \\
         --plan BUILD/plans/b16384-w8-n4-s0 -o runs/big
 
-The command builds a :class:`~treeprep.trainer.loop.TrainConfig`, calls
-:func:`~treeprep.trainer.loop.train` and renders: a rich progress bar on stderr (rank 0 only), a
+The command builds a :class:`~treeprep.trainer.run.loop.TrainConfig`, calls
+:func:`~treeprep.trainer.run.loop.train` and renders: a rich progress bar on stderr (rank 0 only), a
 summary table on stdout (or ``--json``). torch and the trainer are imported inside the command.
 """
 
@@ -280,8 +280,8 @@ def _no_signal_warning(res: Any) -> None:
 
 def _stopped(res: Any, main: bool) -> None:
     """A run stopped by a signal, after its checkpoint: one line, and the signal's exit status
-    (128 + its number, the shell's convention; :mod:`treeprep.trainer.preemption`)."""
-    from treeprep.trainer.preemption import exit_code
+    (128 + its number, the shell's convention; :mod:`treeprep.trainer.run.preemption`)."""
+    from treeprep.trainer.run.preemption import exit_code
 
     if main:
         from rich.console import Console
@@ -330,7 +330,7 @@ def _config(params: dict[str, Any]) -> Any:
     """The ``TrainConfig`` of the command's options: each option sets the field of its name (Enums
     as their values, paths as strings), but for the renamed ones, the negated ``--no-probe`` and
     the zeros and empty lists that mean "off"."""
-    from treeprep.trainer.loop import TrainConfig
+    from treeprep.trainer.run.loop import TrainConfig
 
     kw = {
         _RENAMED.get(k, k): opt.plain(v)
@@ -361,7 +361,7 @@ def _train_with_progress(
     err = Console(stderr=True)
     import transformers
 
-    from treeprep.trainer.loop import train
+    from treeprep.trainer.run.loop import train
 
     transformers.utils.logging.disable_progress_bar()  # our own bar; no tqdm lines on save
     if warn_no_probe and main:

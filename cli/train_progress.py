@@ -1,7 +1,7 @@
 """What ``treeprep train`` shows while it runs, on stderr (rank 0 only): a rich progress bar on a
 terminal, one plain line per step without one (SLURM, nohup, a redirect), and the lines of the
 run's events (resumed from, the schedule's new place, a stop signal, a step without a learning
-signal). Each function turns one event of :func:`treeprep.trainer.loop.train`'s callback into
+signal). Each function turns one event of :func:`treeprep.trainer.run.loop.train`'s callback into
 text; none of them imports torch.
 """
 

@@ -19,7 +19,7 @@ import argparse
 import torch
 
 from treeprep.trainer import load_model
-from treeprep.trainer.loss import LossConfig
+from treeprep.trainer.objective.loss import LossConfig
 from treeprep.trainer.online import Rollout, build_step
 
 VOCAB = 64

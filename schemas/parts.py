@@ -40,7 +40,8 @@ import numpy as np
 #: LM-head rows a hand-off part runs at once (each chunk's backward follows at once), however
 #: many targets the part trains
 HEAD_ROWS = 256
-#: logits the loss turns into log-probs at once (``treeprep.trainer.target_logp``): the float32
+#: logits the loss turns into log-probs at once (``treeprep.trainer.objective.target_logp``): the
+# float32
 #: temporaries of one block of rows, about 16 bytes per logit (256 MiB), beside the chunk's
 #: logits and their gradient; a block is at least one row
 HEAD_BLOCK_ELEMENTS = 1 << 24

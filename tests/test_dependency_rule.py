@@ -95,6 +95,7 @@ PACKAGES = {
     "treeprep": "treeprep",
     "trainer": "treeprep.trainer",
     "cli": "treeprep.cli",
+    "trainer/objective": "treeprep.trainer.objective",
 }
 
 
@@ -233,6 +234,21 @@ def test_static_trainer_imports_no_polars_no_cli_and_no_private_names() -> None:
     assert _violations("trainer", _trainer_rule) == []
 
 
+def test_static_objective_imports_nothing_of_the_run() -> None:
+    """The trainer's rooms point one way: the run's loop reads the objective (loss, targets,
+    advantages), never the other way round."""
+
+    def rule(mod: str, names: list[str], lazy: bool) -> str | None:
+        reached = {mod, *(f"{mod}.{n}" for n in names)}
+        if any(
+            m == "treeprep.trainer.run" or m.startswith("treeprep.trainer.run.") for m in reached
+        ):
+            return "trainer/objective imports nothing of trainer/run"
+        return None
+
+    assert _violations("trainer/objective", rule) == []
+
+
 def _cli_rule(mod: str, names: list[str], lazy: bool) -> str | None:
     heavy = _top(mod) in {"torch", "transformers"} or "treeprep.trainer" in _rooms(mod, names)
     if heavy and not lazy:
@@ -274,14 +290,14 @@ def test_static_check_sees_lazy_and_private_imports(tmp_path: Path) -> None:
         (
             "cli",
             _cli_rule,
-            "import importlib\n\nm = importlib.import_module('treeprep.trainer.loop')\n",
+            "import importlib\n\nm = importlib.import_module('treeprep.trainer.run.loop')\n",
             "only inside the commands",
         ),
         # private names, lazily and at import time, from every other room
         (
             "cli",
             _cli_rule,
-            "def f():\n    from treeprep.trainer.loss import _kl\n",
+            "def f():\n    from treeprep.trainer.objective.loss import _kl\n",
             "private names of another package: ['_kl']",
         ),
         (

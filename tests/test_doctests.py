@@ -1,7 +1,8 @@
 """Every docstring example in the package runs, and is true.
 
-pytest's own ``--doctest-modules`` imports a file by its path (``trainer/loop.py`` as
-``trainer.loop``), which is not the name the package installs it under (``treeprep.trainer.loop``:
+pytest's own ``--doctest-modules`` imports a file by its path (``trainer/run/loop.py`` as
+``trainer.loop``), which is not the name the package installs it under
+(``treeprep.trainer.run.loop``:
 the four code folders map into one namespace, see pyproject's ``package-dir``), so it would load
 every module twice under two names. This test imports each module by its installed name instead
 and runs its examples with the standard library's doctest runner, one test per module that has

@@ -26,8 +26,8 @@ A tree must train exactly like its linearized sequences. The public API, small o
 
 from treeprep.trainer.attention import TreeMask, choose_backend, tree_attention
 from treeprep.trainer.batch import TreeBatch
-from treeprep.trainer.loss import LossOutput, sequence_logprobs, token_logprobs, tree_loss
 from treeprep.trainer.models import PRESETS, Preset, decoder_hidden, load_model, tree_logits
+from treeprep.trainer.objective.loss import LossOutput, sequence_logprobs, token_logprobs, tree_loss
 from treeprep.trainer.verify import VerifyReport, verify_gradients
 
 __all__ = [

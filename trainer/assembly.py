@@ -32,7 +32,11 @@ import numpy as np
 from treeprep.errors import TreeprepError
 from treeprep.pack.share import Forest, merge_forest
 from treeprep.schemas.shard import validate_tree_row
-from treeprep.trainer.advantages import group_advantages, trajectory_index, trajectory_tokens
+from treeprep.trainer.objective.advantages import (
+    group_advantages,
+    trajectory_index,
+    trajectory_tokens,
+)
 from treeprep.treeindex import path_offsets
 
 
@@ -120,7 +124,7 @@ def read_tree(row: Any, index: int, adv_norm: str = "grpo") -> TreeArrays:
 class Missing:
     """Which inputs of an RL loss or a KL penalty some part of the batch lacks, found in numpy when
     the batch is assembled, so that the loss checks them
-    (:func:`~treeprep.trainer.loss.check_inputs`) without reading device tensors back (a
+    (:func:`~treeprep.trainer.objective.loss.check_inputs`) without reading device tensors back (a
     host-device sync per micro-batch)."""
 
     #: some RL unit has a NaN ``adv_pos`` / ``adv_neg`` (a sequence without advantage)

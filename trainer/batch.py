@@ -29,7 +29,8 @@ c_s from ``norm``:
 
 ``total_tokens`` / ``total_sequences`` / ``total_trajectories`` override N, S and Tr, so that a
 training loop can normalise by a whole optimizer step's counts while it feeds several micro-batches;
-rows prepared by :func:`treeprep.trainer.advantages.prepare_row` carry their trajectories' token
+rows prepared by :func:`treeprep.trainer.objective.advantages.prepare_row` carry their trajectories'
+token
 counts from the whole tree, so a part of a tree keeps the tree's n_traj. The restored weight of
 target t is ``w_t = sum_s count_s c_s m_s(t)``; the RL coefficients split the same sum by the sign
 of the sequence advantage: ``adv_pos_t = sum_{A_s > 0} count_s c_s m_s(t) A_s`` and ``adv_neg_t``
@@ -38,7 +39,8 @@ shared by all sequences through t.
 
 Advantages come from ``seq_advantage``; where a tree has none but every trajectory has a reward,
 the group advantage over the tree's *trajectories* (``adv_norm``: grpo, dr-grpo, rloo or none; see
-:mod:`treeprep.trainer.advantages`) is used, and every call of a trajectory carries it. Sequences
+:mod:`treeprep.trainer.objective.advantages`) is used, and every call of a trajectory carries it.
+Sequences
 with neither leave NaN, and the RL losses refuse them.
 
 Coefficients are stored in float64 (the loss casts them to its own dtype): a float64 run is
@@ -81,7 +83,7 @@ import torch
 from treeprep.errors import TreeprepError
 from treeprep.modes import AdvNorm, Layout, Norm
 from treeprep.trainer.assembly import Assembled, Missing, assemble, read_tree
-from treeprep.trainer.targets import Targets
+from treeprep.trainer.objective.targets import Targets
 
 __all__ = ["Missing", "TreeBatch"]
 

@@ -9,7 +9,8 @@ fields that must not change against the checkpoint's copy.
 
 Flat rather than nested (model / data / optimizer sub-configs): every field maps one to one to a
 ``treeprep train`` option, and the RL knobs are turned into the loss's own
-:class:`~treeprep.trainer.loss.LossConfig` by :meth:`TrainConfig.loss_config`, validated once here.
+:class:`~treeprep.trainer.objective.loss.LossConfig` by :meth:`TrainConfig.loss_config`, validated
+once here.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from treeprep.modes import (
     coerce_modes,
 )
 from treeprep.trainer.context import check_loss
-from treeprep.trainer.loss import LossConfig
 from treeprep.trainer.models.presets import PRESETS
+from treeprep.trainer.objective.loss import LossConfig
 
 
 @dataclass
@@ -67,7 +68,8 @@ class TrainConfig:
     #: advantages from rewards, over each group's trajectories: grpo, dr-grpo, rloo or none
     adv_norm: AdvNorm = AdvNorm.grpo
     #: an RL loss on trees without advantages or rewards (formats that record none): refuse the
-    #: run, or skip those trees, counted (:mod:`treeprep.trainer.rewarded`); SFT ignores it
+    #: run, or skip those trees, counted (:mod:`treeprep.trainer.objective.rewarded`); SFT ignores
+    # it
     unrewarded: Unrewarded = Unrewarded.refuse
     #: tree (packed tries) or linear (every sequence on its own: the baseline)
     layout: Layout = Layout.tree
@@ -143,7 +145,7 @@ class TrainConfig:
     #: experiment trackers each step's metrics go to: tensorboard (RUN/tensorboard), wandb,
     #: mlflow, trackio (:mod:`.trackers`; a missing extra is refused before the run starts)
     report_to: list[str] = field(default_factory=list)
-    #: RL loss settings (:class:`~treeprep.trainer.loss.LossConfig`): the clip range
+    #: RL loss settings (:class:`~treeprep.trainer.objective.loss.LossConfig`): the clip range
     #: [1 - clip_eps, 1 + clip_eps_high] (clip_eps_high None: clip_eps), the KL penalty against the
     #: rollouts' reference log-probs and its estimator (k3 or k1), the entropy bonus
     clip_eps: float = 0.2
@@ -187,7 +189,8 @@ class TrainConfig:
     #: background thread while the current step runs (:mod:`treeprep.trainer.data`); the batches
     #: and so the results are the same with it off
     prefetch: bool = True
-    #: evaluation (:mod:`treeprep.trainer.evaluate`): hold out this fraction of the build's whole
+    #: evaluation (:mod:`treeprep.trainer.run.evaluate`): hold out this fraction of the build's
+    # whole
     #: trees (seeded by ``seed``; 0: none), or evaluate on the trees of another build
     #: ``eval_data``; ``val_loss`` is logged every ``eval_every`` steps (None: at the end only)
     #: and at the end
@@ -307,7 +310,7 @@ class TrainResult:
     #: RL steps of this run without a learning signal (every trained advantage zero)
     no_signal_steps: int = 0
     #: RL runs with ``unrewarded="skip"``: the trees (and their sequences) left out for having no
-    #: advantages or rewards (:mod:`treeprep.trainer.rewarded`)
+    #: advantages or rewards (:mod:`treeprep.trainer.objective.rewarded`)
     unrewarded_trees: int = 0
     unrewarded_sequences: int = 0
     #: the loss, lr and throughput plot (RUN/train.png), when matplotlib is installed

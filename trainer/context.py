@@ -20,7 +20,8 @@ Rank r of the group holds query heads ``[r H/N, (r+1) H/N)`` and key/value heads
 
 Loss (NOTES section 3). A loss term of target j is computed from the hidden row of its
 predecessor prev(j), so it belongs to the rank whose slice holds prev(j): each rank keeps those
-targets (:meth:`~treeprep.trainer.targets.Targets.select`, rows renumbered into its slice) with
+targets (:meth:`~treeprep.trainer.objective.targets.Targets.select`, rows renumbered into its slice)
+with
 the tree's own coefficients, and the sum of the group's losses is the micro-batch's loss term for
 term. Every rank's backward runs through every layer's exchanges (a rank without targets
 back-propagates zeros), so the collectives pair up. Parameter gradients are then summed over the
@@ -57,7 +58,7 @@ import torch
 import torch.distributed as dist
 
 from treeprep.errors import TrainingError
-from treeprep.trainer.targets import Targets
+from treeprep.trainer.objective.targets import Targets
 
 __all__ = [
     "ContextGroup",
@@ -291,11 +292,12 @@ def context_hidden(
 def context_loss(
     lm: torch.nn.Module, batch: Any, cg: ContextGroup, *, attn: str | None = None, **loss_kw: Any
 ) -> Any:
-    """This rank's share of the micro-batch's loss (a :class:`~treeprep.trainer.loss.LossOutput`
+    """This rank's share of the micro-batch's loss (a
+    :class:`~treeprep.trainer.objective.loss.LossOutput`
     whose loss and metric sums add up over the group); ``loss_kw`` are
-    :class:`~treeprep.trainer.loss.LossConfig`'s fields."""
-    from treeprep.trainer.loss import LossConfig, check_inputs, loss_from_hidden
+    :class:`~treeprep.trainer.objective.loss.LossConfig`'s fields."""
     from treeprep.trainer.models.run import output_head
+    from treeprep.trainer.objective.loss import LossConfig, check_inputs, loss_from_hidden
 
     cfg = LossConfig(**loss_kw)
     check_loss(cfg.loss, cg.size)

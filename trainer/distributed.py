@@ -122,7 +122,7 @@ class LossModule(torch.nn.Module):
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         from treeprep.trainer.context import context_loss
-        from treeprep.trainer.loss import tree_loss
+        from treeprep.trainer.objective.loss import tree_loss
 
         ctx = self.autocast() if self.autocast is not None else contextlib.nullcontext()
         with ctx:

@@ -31,8 +31,8 @@ import torch
 
 from treeprep.atomic import commit, make_dirs, writing
 from treeprep.errors import TrainingError
-from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer.models.presets import PRESETS
+from treeprep.trainer.run import checkpoint as ckpt_mod
 
 #: written last into every export: what it was made from (and the sign that DIR may be replaced)
 MARKER = "treeprep_export.json"

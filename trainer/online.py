@@ -9,7 +9,8 @@ rollouts as Python lists and gets the update done on its own model:
    multi-call agent run shares it).
 2. :func:`build_step` groups the rollouts into tries (:func:`treeprep.trie.build_tree`, the same
    code the shard builder runs), fills advantages from rewards over each group's trajectories
-   (:mod:`treeprep.trainer.advantages`), and plans the trees under a token ``budget``: small trees
+   (:mod:`treeprep.trainer.objective.advantages`), and plans the trees under a token ``budget``:
+   small trees
    are packed first-fit-decreasing into micro-batches, a tree over the budget becomes its own
    micro-batch that runs as hand-off parts (:func:`treeprep.trainer.parts.run_parts`). Every
    micro-batch carries the step's global normalizers, so the micro-batch losses add up to the
@@ -36,10 +37,10 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.sequence import Sequence as TokenSequence
-from treeprep.trainer.advantages import prepare_row, trained_targets
 from treeprep.trainer.batch import TreeBatch
-from treeprep.trainer.loss import LossConfig, loss_with_config
-from treeprep.trainer.metrics import StepMetricSums
+from treeprep.trainer.objective.advantages import prepare_row, trained_targets
+from treeprep.trainer.objective.loss import LossConfig, loss_with_config
+from treeprep.trainer.run.metrics import StepMetricSums
 from treeprep.trie import build_tree
 
 

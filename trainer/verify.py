@@ -49,8 +49,8 @@ from treeprep.errors import TreeprepError
 from treeprep.modes import Attn, PartGraph, coerce_modes
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
-from treeprep.trainer.loss import tree_loss
 from treeprep.trainer.models.float64 import keep_float64
+from treeprep.trainer.objective.loss import tree_loss
 
 
 @dataclass
@@ -207,7 +207,7 @@ def _grads_parts(
     """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts
     (their stores where ``stores`` says), with the whole batch's normalizers (so the sum is the
     same loss)."""
-    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.objective.loss import LossConfig
     from treeprep.trainer.parts.schedule import run_parts
 
     n_tok, n_seq, n_traj = whole.totals()
@@ -260,7 +260,8 @@ def verify_gradients(
     """Compare the gradients of ``loss`` on ``rows`` in the tree and the linear layout. With a
     ``budget``, trees larger than it run as hand-off parts (:mod:`treeprep.trainer.parts`),
     each keeping its graph or recomputing it as ``part_graph`` says (recompute or keep).
-    ``loss_kw`` are :func:`~treeprep.trainer.loss.tree_loss`'s objective knobs (clip range, KL,
+    ``loss_kw`` are :func:`~treeprep.trainer.objective.loss.tree_loss`'s objective knobs (clip
+    range, KL,
     entropy). Differences are measured in float64 whatever the model's dtype. ``reference64``:
     run the float64 reference (module docstring) always (True), never (False), or when a model
     that is not float64 is over ``tol`` (None). ``share_prefixes``: the tree side merges the
@@ -342,7 +343,8 @@ class VerifyConfig:
     model: str
     #: trees to check, in shard order
     groups: int = 4
-    #: the objective: :func:`~treeprep.trainer.loss.tree_loss`'s ``loss``, ``norm``, ``adv_norm``
+    #: the objective: :func:`~treeprep.trainer.objective.loss.tree_loss`'s ``loss``, ``norm``,
+    # ``adv_norm``
     #: and knobs (clip range, KL, entropy, chunk), as :func:`verify_gradients` takes them
     objective: dict[str, Any] = field(default_factory=dict)
     #: float32, or float64 (weights, coefficients and loss)

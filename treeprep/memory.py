@@ -55,11 +55,11 @@ Terms, per rank:
   the linear-attention states and the streamed windows (:func:`stream_bytes`, and
   :mod:`treeprep.memory_stores` for the longest path that fits each place).
 * ``lm_head_chunk``: the loss runs the head on at most ``chunk`` rows at once, the predecessors of
-  trained targets only (:mod:`treeprep.trainer.loss`), and a hand-off part on at most
+  trained targets only (:mod:`treeprep.trainer.objective.loss`), and a hand-off part on at most
   :data:`~treeprep.schemas.parts.HEAD_ROWS` (256), each chunk's backward at once; a step of
   budget ``B`` takes the larger of a part's peak (with the hand-off state) and a micro-batch of
   whole trees (``B`` tokens, up to ``chunk`` head rows, no hand-off). The log-probs are taken a
-  block of rows at a time (:mod:`treeprep.trainer.target_logp`,
+  block of rows at a time (:mod:`treeprep.trainer.objective.target_logp`,
   :data:`~treeprep.schemas.parts.HEAD_BLOCK_ELEMENTS`): per row and vocabulary entry the chunk
   holds its logits (compute dtype) in the forward and their gradient too in the backward; one
   block adds its float32 temporaries (:func:`lm_head_bytes`).

@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 from hostile import rollout, write_jsonl  # noqa: E402
 
 from treeprep.build import BuildConfig, build  # noqa: E402
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
-from treeprep.trainer.loop import TrainConfig, TrainingError, train  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import TrainConfig, TrainingError, train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

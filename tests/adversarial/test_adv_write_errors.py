@@ -143,8 +143,8 @@ def _safetensors_full_disk(*a, **kw):
 def test_checkpoint_write_failure_is_a_clean_error_and_keeps_the_last_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
 ) -> None:
-    from treeprep.trainer import checkpoint as ck
     from treeprep.trainer import load_model
+    from treeprep.trainer.run import checkpoint as ck
 
     model = load_model("tiny-qwen3", vocab_size=64, attn="dense", seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

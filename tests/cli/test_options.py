@@ -16,8 +16,8 @@ def test_train_and_verify_share_the_objective_defaults() -> None:
     pytest.importorskip("torch")
     from treeprep.cli.train_cmd import train_cmd
     from treeprep.cli.verify_cmd import verify_cmd
-    from treeprep.trainer.loop import TrainConfig
-    from treeprep.trainer.loss import LossConfig
+    from treeprep.trainer.objective.loss import LossConfig
+    from treeprep.trainer.run.loop import TrainConfig
 
     shared = ("loss", "norm", "adv_norm", "clip_eps", "clip_eps_high", "kl_coef",
               "kl_estimator", "entropy_coef", "chunk")  # fmt: skip

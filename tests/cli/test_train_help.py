@@ -118,10 +118,10 @@ def test_a_lora_shape_mismatch_in_the_weights_is_a_checkpoint_error(
     from test_train import cfg
 
     from treeprep.errors import CheckpointError
-    from treeprep.trainer import checkpoint as ckpt_mod
-    from treeprep.trainer.loop import train
     from treeprep.trainer.models.load import load_model
     from treeprep.trainer.models.lora import apply_lora
+    from treeprep.trainer.run import checkpoint as ckpt_mod
+    from treeprep.trainer.run.loop import train
 
     res = train(cfg(data, tmp_path / "run", steps=1, lora_r=2, cut="prefix"))
     assert res.checkpoint is not None

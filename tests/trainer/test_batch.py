@@ -110,7 +110,7 @@ def test_missing_inputs_are_found_on_the_host_and_refused_without_reading_the_de
     """Issue 12: the loss's input checks read facts the assembly found in numpy; the batch here
     lives on the meta device, whose tensors cannot be read at all, and is still checked."""
     from treeprep.trainer.batch import Missing
-    from treeprep.trainer.loss import LossConfig, check_inputs
+    from treeprep.trainer.objective.loss import LossConfig, check_inputs
 
     # C: a sequence with neither advantage nor reward, beside A (advantage 2)
     c = Sequence("g", np.array([1, 2, 3, 7]), [(3, 4)])

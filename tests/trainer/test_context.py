@@ -12,7 +12,7 @@ must equal the one process's, and the per-batch counts must be counted once per 
 processes are started directly (``RANK``/``WORLD_SIZE`` in the environment) running this file as
 a script; the test reads what rank 0 wrote.
 
-End to end: :func:`~treeprep.trainer.loop.train` with cp 2 on the same four processes (two
+End to end: :func:`~treeprep.trainer.run.loop.train` with cp 2 on the same four processes (two
 context groups, data parallel over them) gives every step's loss and the final weights of one
 process running the plan made for two data ranks.
 """
@@ -127,7 +127,7 @@ def _module(cfg, context=None, dtype=None):
 
 def _step(module, batches, cfg, scale: float, info, handoff: bool = False) -> dict:
     from treeprep.trainer.distributed import ShardedHandOff, all_reduce_grads
-    from treeprep.trainer.step import micro_batches
+    from treeprep.trainer.run.step import micro_batches
 
     budget = BUDGET if handoff else 10**6
     sharded = None
@@ -193,7 +193,7 @@ def _rel(a: dict, b: dict) -> float:
 def worker(out: str, data: str, runs: str) -> None:
     from treeprep.trainer.context import data_world
     from treeprep.trainer.distributed import all_reduce_sum, init_distributed, shutdown
-    from treeprep.trainer.loop import train
+    from treeprep.trainer.run.loop import train
 
     torch.set_num_threads(1)
     info = init_distributed("cpu")
@@ -218,7 +218,7 @@ def worker(out: str, data: str, runs: str) -> None:
 
 def _train_cfg(data: str, run_dir: str, **kw):
     """The end-to-end runs: SGD with momentum (an update linear in the gradient), checkpointing."""
-    from treeprep.trainer.loop import TrainConfig
+    from treeprep.trainer.run.loop import TrainConfig
 
     return TrainConfig(data=data, model="tiny-qwen3", run_dir=run_dir, budget=512, steps=2,
                        steps_of=2, optimizer="sgd", lr=0.3, momentum=0.9, device="cpu",
@@ -307,8 +307,8 @@ def test_train_matches_one_process(results: list[dict], built: Path) -> None:
     """``train`` with cp 2 on four processes (two context groups, data parallel over them):
     every step's loss and token count, and the final weights, of one process running the same
     plan (made for two data ranks)."""
-    from treeprep.trainer import checkpoint as ckpt_mod
-    from treeprep.trainer.loop import train
+    from treeprep.trainer.run import checkpoint as ckpt_mod
+    from treeprep.trainer.run.loop import train
 
     ref_dir = built / "ref"
     ref = train(_train_cfg(str(built / "build"), str(ref_dir), plan_world_size=2))

@@ -20,7 +20,7 @@ from treeprep.errors import TrainingError  # noqa: E402
 from treeprep.trainer import load_model, tree_logits  # noqa: E402
 from treeprep.trainer.batch import TreeBatch  # noqa: E402
 from treeprep.trainer.export import MARKER, export_model, pick_checkpoint, trained_model  # noqa: E402
-from treeprep.trainer.loop import train  # noqa: E402
+from treeprep.trainer.run.loop import train  # noqa: E402
 
 IDS = list(range(40, 90))
 

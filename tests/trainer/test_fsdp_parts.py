@@ -189,7 +189,7 @@ def _reference(
     loss: str, mode: str, dtype: torch.dtype = torch.float32, handoff: bool = True
 ) -> dict[str, torch.Tensor]:
     from treeprep.trainer.distributed import DistInfo
-    from treeprep.trainer.step import micro_batches
+    from treeprep.trainer.run.step import micro_batches
 
     cfg = _cfg(loss, mode)
     module = _module(cfg).to(dtype)
@@ -210,7 +210,7 @@ def _sharded(loss: str, mode: str, info) -> tuple[dict, Probe, dict]:
     from treeprep.trainer import TreeBatch
     from treeprep.trainer.data.rows import NULL_ROW
     from treeprep.trainer.distributed import ShardedHandOff, wrap
-    from treeprep.trainer.step import micro_batches
+    from treeprep.trainer.run.step import micro_batches
 
     cfg = _cfg(loss, mode)
     wrapped = wrap(_module(cfg), info, "fsdp")
@@ -233,7 +233,7 @@ def _sharded_bf16(policy: bool, handoff: bool, info) -> dict:
     from treeprep.trainer import TreeBatch
     from treeprep.trainer.data.rows import NULL_ROW
     from treeprep.trainer.distributed import ShardedHandOff, wrap
-    from treeprep.trainer.step import micro_batches
+    from treeprep.trainer.run.step import micro_batches
 
     cfg = _cfg("sft", "recompute")
     wrapped = wrap(_module(cfg, _bf16), info, "fsdp", torch.bfloat16 if policy else None)

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
 
 from treeprep.trainer import TreeBatch, load_model  # noqa: E402
-from treeprep.trainer.loss import LossConfig, tree_loss  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig, tree_loss  # noqa: E402
 from treeprep.trainer.parts import run_parts  # noqa: E402
 
 TOL = 1e-5

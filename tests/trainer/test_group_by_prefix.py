@@ -25,12 +25,12 @@ from trainer_fixtures import tiny  # noqa: E402
 
 from treeprep.build import BuildConfig, build  # noqa: E402
 from treeprep.errors import CheckpointError, TrainingError  # noqa: E402
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
 from treeprep.trainer import verify_gradients  # noqa: E402
 from treeprep.trainer.config import TrainConfig  # noqa: E402
 from treeprep.trainer.data.plans import EpochPlan, make_plan  # noqa: E402
 from treeprep.trainer.data.reader import BuildReader  # noqa: E402
-from treeprep.trainer.loop import train  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import train  # noqa: E402
 
 BUDGET = 300  # two trees (about 130 tokens each) per micro-batch
 

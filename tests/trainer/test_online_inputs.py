@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from trainer_fixtures import VOCAB, tiny  # noqa: E402
 
 from treeprep.errors import TreeprepError  # noqa: E402
-from treeprep.trainer.loss import LossConfig  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig  # noqa: E402
 from treeprep.trainer.online import Rollout, build_step  # noqa: E402
 
 

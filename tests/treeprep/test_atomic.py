@@ -57,7 +57,7 @@ def test_checkpoint_folder_flush_passes_over_a_folder_it_cannot_open(tmp_path: P
     """The trainer's checkpoint flush is the pipeline's, except that a missing folder is not an
     error there (regression guard for the shared helper)."""
     pytest.importorskip("torch")
-    from treeprep.trainer.checkpoint import _fsync_dir
+    from treeprep.trainer.run.checkpoint import _fsync_dir
 
     _fsync_dir(str(tmp_path))
     _fsync_dir(str(tmp_path / "missing"))  # no error

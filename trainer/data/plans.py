@@ -226,7 +226,7 @@ def keep_parts(plan: EpochPlan, keep: Any) -> list[StepPlan]:
 
 class Epochs:
     """Epoch plans, made on demand and kept (they are small), without the ``excluded`` trees
-    ((shard, row); an RL run's unrewarded ones, :mod:`treeprep.trainer.rewarded`)."""
+    ((shard, row); an RL run's unrewarded ones, :mod:`treeprep.trainer.objective.rewarded`)."""
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ release the GIL, so the two overlap even in one process. The trade-offs it keeps
 * *Errors*: an exception of the producer (a bad shard, a damaged plan) is handed over and raised
   in the main thread when it asks for that item, the same exception object with its message.
 * *Shutdown*: leaving the ``with`` block (the end, a ``break``, an error in the step) stops the
-  producer and joins it, so no thread outlives :func:`~treeprep.trainer.loop.train`.
+  producer and joins it, so no thread outlives :func:`~treeprep.trainer.run.loop.train`.
 * *CUDA*: batches are assembled in pinned host memory and copied with ``non_blocking=True``
   (:mod:`treeprep.trainer.batch`) on the producer's current stream, the device's default stream,
   which the step's kernels also use: stream order makes every copy finish before a kernel reads

@@ -7,7 +7,8 @@ in transformers' mask interface, transformers builds no causal mask of its own (
 to detect packed sequences from the position ids).
 
 Only the decoder runs over all T packed tokens; the LM head runs on the K predecessors of trained
-targets (see :mod:`treeprep.trainer.loss`), which is where a tree saves the vocabulary-sized work.
+targets (see :mod:`treeprep.trainer.objective.loss`), which is where a tree saves the
+vocabulary-sized work.
 :func:`output_head` is that head as the model's own forward applies it: with the final logit
 soft-capping of the families that use one (Gemma 2/3 style ``cap * tanh(logits / cap)``).
 """

@@ -13,7 +13,7 @@ one window of one layer, whatever the path's length; the host holds the path.
   blocks, so a part's stores do not pay ``cudaHostAlloc`` again).
 * On the CPU the pool is a separate set of storages in the same memory: the trainer copies each
   window out of it as it would to a device, so the CPU runs the same code path, and the
-  live-tensor counter (:class:`~treeprep.trainer.memtrack.LiveBytes`) leaves the pool out
+  live-tensor counter (:class:`~treeprep.trainer.run.memtrack.LiveBytes`) leaves the pool out
   (:meth:`HostPool.owns`) and counts what a device would hold. Tests check that every store
   tensor is one of the pool's.
 

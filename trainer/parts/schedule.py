@@ -60,15 +60,15 @@ from treeprep.schemas.parts import HEAD_ROWS
 from treeprep.trainer.attention.backends import choose_backend
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.context import check_loss, context_slice, local_targets
-from treeprep.trainer.loss import (
+from treeprep.trainer.models.guard import check_part_checkpointing
+from treeprep.trainer.models.run import output_head, run_decoder
+from treeprep.trainer.objective.loss import (
     LossConfig,
     check_inputs,
     head_logprobs,
     loss_from_hidden,
     objective,
 )
-from treeprep.trainer.models.guard import check_part_checkpointing
-from treeprep.trainer.models.run import output_head, run_decoder
 from treeprep.trainer.parts.host import HostPool, use_host_stores
 from treeprep.trainer.parts.plan import PartLayout, PartSpec, part_layout
 from treeprep.trainer.parts.state import (

@@ -14,8 +14,8 @@ from test_train import cfg, data  # noqa: E402, F401
 from trainer_fixtures import tiny  # noqa: E402
 
 from treeprep.errors import ModelRefused  # noqa: E402
-from treeprep.trainer.loop import train  # noqa: E402
 from treeprep.trainer.models import check_structure, guard_model, load_model  # noqa: E402
+from treeprep.trainer.run.loop import train  # noqa: E402
 
 
 @pytest.mark.parametrize("name", list(FAMILIES.values()))

@@ -13,10 +13,10 @@ pytest.importorskip("peft")
 from test_train import cfg, data  # noqa: E402, F401
 from trainer_fixtures import group_tree, rows_of  # noqa: E402
 
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
 from treeprep.trainer import verify_gradients  # noqa: E402
-from treeprep.trainer.loop import train  # noqa: E402
 from treeprep.trainer.models import apply_lora, load_model  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import train  # noqa: E402
 
 
 def _adapted(name: str) -> torch.nn.Module:

@@ -3,7 +3,8 @@
 treeprep runs transformers' own linear-attention forward segment by segment with a stand-in cache
 (:class:`~treeprep.trainer.models.hybrid.SegmentCache`), registers its own function through
 transformers' attention interface, and takes Liger's fused head only where it has the per-row
-backward (pinned in ``tests/trainer/test_fused_head.py``, which imports Liger under Triton's
+backward (pinned in ``tests/trainer/objective/test_fused_head.py``, which imports Liger under
+Triton's
 interpreter). A new release that renames an argument or calls a new cache method must fail here, by
 name, before it can change or break training (transformers 5.24 renamed ``cache_params`` to
 ``cache``; nothing caught it until every Qwen3.5 run died). When one of these fails: check the

@@ -24,7 +24,7 @@ from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
 from treeprep.schemas.parts import handoff_cuts, part_parents, stored_rows_peak  # noqa: E402
 from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model  # noqa: E402
-from treeprep.trainer.loss import LossConfig, tree_loss  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig, tree_loss  # noqa: E402
 from treeprep.trainer.parts import KVStore, run_parts, schedule  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 

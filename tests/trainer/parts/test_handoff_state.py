@@ -23,12 +23,12 @@ from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
 
 from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model, verify_gradients  # noqa: E402
-from treeprep.trainer.loss import LossConfig  # noqa: E402
-from treeprep.trainer.memtrack import LiveBytes  # noqa: E402
 from treeprep.trainer.models import PRESETS  # noqa: E402
 from treeprep.trainer.models.load import model_from_config  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig  # noqa: E402
 from treeprep.trainer.parts import KVStore, run_parts, schedule  # noqa: E402
 from treeprep.trainer.parts.state import accumulator_dtype  # noqa: E402
+from treeprep.trainer.run.memtrack import LiveBytes  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
 
@@ -43,7 +43,8 @@ def _model(name: str, dtype: torch.dtype, **config: object) -> torch.nn.Module:
 
 def _float64_norms(model: torch.nn.Module) -> None:
     """transformers' RMSNorms compute in float32 whatever the weights' dtype, which caps a float64
-    run near 1e-8 (tree against linear too; see tests/trainer/test_rl.py): the same formulas kept
+    run near 1e-8 (tree against linear too; see tests/trainer/objective/test_rl.py): the same
+    formulas kept
     in float64, for the norms of the families checked here."""
 
     def rms(h: torch.Tensor, eps: float) -> torch.Tensor:

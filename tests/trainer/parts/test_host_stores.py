@@ -24,10 +24,10 @@ from treeprep.errors import TrainingError, TreeprepError  # noqa: E402
 from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model, verify_gradients  # noqa: E402
 from treeprep.trainer.attention import stream  # noqa: E402
-from treeprep.trainer.loss import LossConfig, tree_loss  # noqa: E402
-from treeprep.trainer.memtrack import LiveBytes  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig, tree_loss  # noqa: E402
 from treeprep.trainer.parts import KVStore, LinearState, run_parts, schedule  # noqa: E402
 from treeprep.trainer.parts.host import HostPool  # noqa: E402
+from treeprep.trainer.run.memtrack import LiveBytes  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
 TOL = 1e-5

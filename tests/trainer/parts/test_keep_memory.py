@@ -27,11 +27,11 @@ torch = pytest.importorskip("torch")
 from treeprep.memory import MemorySetup, peak, shape_from_preset, terms  # noqa: E402
 from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model  # noqa: E402
-from treeprep.trainer.loss import LossConfig  # noqa: E402
-from treeprep.trainer.memtrack import LiveBytes  # noqa: E402
 from treeprep.trainer.models.presets import PRESETS  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig  # noqa: E402
 from treeprep.trainer.parts import run_parts  # noqa: E402
 from treeprep.trainer.parts.plan import part_layout  # noqa: E402
+from treeprep.trainer.run.memtrack import LiveBytes  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
 VOCAB = 2048
@@ -117,7 +117,7 @@ def test_keep_holds_graphs_up_to_the_path(dtype: str) -> None:
     accumulators on top). Within the path (the default): the peak falls by the graphs left out
     (float32 1.144 -> 1.031 of linear, bfloat16 1.149 -> 1.041; on bench/memory.py's 16k agent
     session 0.90 and 0.86)."""
-    from treeprep.trainer.loss import tree_loss
+    from treeprep.trainer.objective.loss import tree_loss
 
     budget = 256
     model = load_model("tiny-qwen3", dtype=getattr(torch, dtype), attn="nodes",

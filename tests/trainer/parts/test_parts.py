@@ -18,7 +18,7 @@ from trainer_fixtures import group_tree, rows_of, tiny  # noqa: E402
 from treeprep.schemas.parts import handoff_cuts, part_parents  # noqa: E402
 from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model  # noqa: E402
-from treeprep.trainer.loss import LossConfig, tree_loss  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig, tree_loss  # noqa: E402
 from treeprep.trainer.parts import part_layout, run_parts  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
@@ -249,7 +249,7 @@ def test_head_chunks_equal_the_whole_tree(loss: str, mode: str, monkeypatch) -> 
 def test_the_head_peak_does_not_grow_with_a_parts_targets() -> None:
     """A part trained on 1,536 targets peaks within a few KiB per target of one trained on 512:
     its head runs 256 rows at a time (a 2048 x 16 B row per target would add 24 MiB)."""
-    from treeprep.trainer.memtrack import LiveBytes
+    from treeprep.trainer.run.memtrack import LiveBytes
 
     vocab = 2048
     model = load_model("tiny-qwen3", vocab_size=vocab, attn="nodes", seed=1)

@@ -1,4 +1,5 @@
-"""trainer/loss.py: the objective against the textbook formulas written out here, per unit.
+"""trainer/objective/loss.py: the objective against the textbook formulas written out here, per
+unit.
 
 ``objective`` takes per-target log-probs and restored coefficients (:class:`Targets`); these tests
 hand it small coefficient vectors and check the loss and its gradient against a per-unit
@@ -17,8 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from treeprep.errors import TreeprepError  # noqa: E402
-from treeprep.trainer.loss import LossConfig, objective  # noqa: E402
-from treeprep.trainer.targets import Targets  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig, objective  # noqa: E402
+from treeprep.trainer.objective.targets import Targets  # noqa: E402
 
 F64 = torch.float64
 LP = [-0.5, -1.2, -0.3, -2.0]  # per-target log-probs of the policy

@@ -7,13 +7,14 @@ first), and only those K rows go through the LM head and the log-softmax. The he
 chunks of ``chunk`` rows under activation checkpointing when K is large, so the K x V float32
 logits never exist at once (a 16k-target batch with a 152k vocabulary would need 10 GB); on CUDA
 with liger-kernel installed, float32 and no entropy term, Liger's fused linear cross-entropy
-replaces it (:mod:`treeprep.trainer.fused_head`: no ``entropy`` metric is logged then). Logits
+replaces it (:mod:`treeprep.trainer.objective.fused_head`: no ``entropy`` metric is logged then).
+Logits
 are computed in float32 at least (float64 stays float64: ``--precision float64`` is float64 end to
 end), and the batch's float64 coefficients are cast to the log-probs' dtype.
 
 The linearized objective, per sequence s with normalizer c_s (``norm``: sum, token-mean,
 sequence-mean, trajectory-mean; :mod:`treeprep.trainer.batch`), advantage A_s (per trajectory,
-:mod:`treeprep.trainer.advantages`), trained mask m_s and multiplicity count_s, is
+:mod:`treeprep.trainer.objective.advantages`), trained mask m_s and multiplicity count_s, is
 ``L = sum_s count_s c_s sum_t m_s(t) l_s(t)``; the tree restores it with per-target sums of
 ``count_s c_s`` (and of ``count_s c_s A_s`` split by sign). Per-token terms l_s(t):
 
@@ -47,7 +48,8 @@ divides them once per step.
 With ``layout="linear"`` the same functions give the baseline: that is what ``treeprep verify``
 and the tests compare.
 
-Everything after the decoder reads a :class:`~treeprep.trainer.targets.Targets` (predecessor rows,
+Everything after the decoder reads a :class:`~treeprep.trainer.objective.targets.Targets`
+(predecessor rows,
 target tokens and the restored coefficients), so a hand-off part (:mod:`treeprep.trainer.parts`)
 runs the same code on its own slice of the targets: :func:`loss_from_hidden`. Metrics are detached
 0-dim tensors (no host-device sync inside a step); the loop turns them into numbers once per step.
@@ -62,11 +64,11 @@ from torch.utils.checkpoint import checkpoint
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import KlEstimator, Loss, coerce_modes
-from treeprep.trainer import fused_head
 from treeprep.trainer.batch import Missing, TreeBatch
 from treeprep.trainer.models.run import decoder_hidden, output_head
-from treeprep.trainer.target_logp import target_logprobs
-from treeprep.trainer.targets import Targets
+from treeprep.trainer.objective import fused_head
+from treeprep.trainer.objective.target_logp import target_logprobs
+from treeprep.trainer.objective.targets import Targets
 
 
 @dataclass
@@ -111,7 +113,8 @@ def _head_logp(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the targets and the entropies (detached unless ``want_entropy``: the metric
     is always there, the graph only when the loss has an entropy term): the logits, their
-    gradient and one block of rows' float32 temporaries (:mod:`treeprep.trainer.target_logp`)."""
+    gradient and one block of rows' float32 temporaries
+    (:mod:`treeprep.trainer.objective.target_logp`)."""
     return target_logprobs(head(h_KE), tgt_K, want_entropy)
 
 

@@ -1,4 +1,4 @@
-"""trainer/metrics.py ``StepMetricSums``: a step's ratios are sums over all its micro-batches
+"""trainer/run/metrics.py ``StepMetricSums``: a step's ratios are sums over all its micro-batches
 divided once (not averages of per-micro-batch averages), and the advantage moments count every
 trained call of a sequence entry, against numpy on the expanded list."""
 
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from treeprep.trainer.metrics import StepMetricSums  # noqa: E402
+from treeprep.trainer.run.metrics import StepMetricSums  # noqa: E402
 
 ONE_PROCESS = SimpleNamespace(distributed=False)
 

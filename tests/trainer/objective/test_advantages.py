@@ -1,4 +1,5 @@
-"""trainer/advantages.py ``normalize``: a group's rewards to advantages, against the definitions
+"""trainer/objective/advantages.py ``normalize``: a group's rewards to advantages, against the
+definitions
 written out here (GRPO's z-score with the population std, Dr. GRPO's centring, RLOO's
 leave-one-out baseline computed by an explicit loop)."""
 
@@ -11,7 +12,7 @@ from treeprep.errors import TreeprepError
 
 pytest.importorskip("torch")
 
-from treeprep.trainer.advantages import normalize  # noqa: E402
+from treeprep.trainer.objective.advantages import normalize  # noqa: E402
 
 R = np.array([1.0, 0.0, 0.5, 2.0, -1.0])
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from treeprep.memory import MemorySetup, peak, shape_from_preset, terms  # noqa: E402
-from treeprep.trainer.memtrack import LiveBytes  # noqa: E402
+from treeprep.trainer.run.memtrack import LiveBytes  # noqa: E402
 
 
 def test_known_allocation_pattern() -> None:
@@ -45,8 +45,8 @@ def test_model_within_15_percent_of_tiny_qwen3_parts() -> None:
 
     from treeprep.sequence import Sequence
     from treeprep.trainer import TreeBatch, load_model
-    from treeprep.trainer.loss import LossConfig
     from treeprep.trainer.models.presets import PRESETS
+    from treeprep.trainer.objective.loss import LossConfig
     from treeprep.trainer.parts import part_layout, run_parts
     from treeprep.trie import build_tree
 

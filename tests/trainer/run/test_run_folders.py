@@ -20,8 +20,8 @@ torch = pytest.importorskip("torch")
 from test_train import BUDGET, cfg, data  # noqa: E402, F401  (the module's build fixture)
 from typer.testing import CliRunner  # noqa: E402
 
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
-from treeprep.trainer.loop import TrainingError, train  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import TrainingError, train  # noqa: E402
 
 
 def test_a_second_run_into_the_same_folder_is_refused(data: Path, tmp_path: Path) -> None:  # noqa: F811

@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 from test_train import cfg, data  # noqa: E402, F401  (the module's build fixture)
 
 from treeprep.build import BuildConfig, build  # noqa: E402
-from treeprep.trainer.loop import TrainingError, train  # noqa: E402
-from treeprep.trainer.metrics import no_learning_signal  # noqa: E402
+from treeprep.trainer.run.loop import TrainingError, train  # noqa: E402
+from treeprep.trainer.run.metrics import no_learning_signal  # noqa: E402
 
 
 class _Calls:

@@ -22,12 +22,12 @@ from typer.testing import CliRunner  # noqa: E402
 
 from treeprep.build import BuildConfig, build  # noqa: E402
 from treeprep.errors import ShardError, TreeprepError  # noqa: E402
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
 from treeprep.trainer.data.plans import make_plan  # noqa: E402
 from treeprep.trainer.data.reader import BuildReader  # noqa: E402
-from treeprep.trainer.loop import TrainConfig, TrainingError, train  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import TrainConfig, TrainingError, train  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 QWEN3 = DATA / "tokenizers" / "qwen3"
 BUDGET = 160
 

@@ -14,7 +14,7 @@ in this order:
    them layer by layer, the ranks run their passes in lockstep and each backward
    reduce-scatters (:class:`~.distributed.ShardedHandOff`).
 2. **Reductions.** The loss and the token counts are summed over ranks, the metric sums are
-   reduced and divided (:class:`~treeprep.trainer.metrics.StepMetricSums`).
+   reduced and divided (:class:`~treeprep.trainer.run.metrics.StepMetricSums`).
 3. **Clip and guard.** The global gradient norm is clipped (``grad_clip``; always logged); a
    non-finite loss or norm raises before the update, naming the step and the last good checkpoint.
 4. **Update.** The learning rate of this update's index is set (:class:`Schedule`: a function
@@ -133,7 +133,8 @@ class StepLossAndCounts:
     over every rank): the loss, and the work counts (tokens fed, their linear equivalent, trained
     targets, real micro-batches). Not the loss normalizers (those are planned before the step:
     :class:`~treeprep.trainer.data.steps.StepNormalizers`) nor the metric sums
-    (:class:`~treeprep.trainer.metrics.StepMetricSums`), whose finished values land in ``extra``."""
+    (:class:`~treeprep.trainer.run.metrics.StepMetricSums`), whose finished values land in
+    ``extra``."""
 
     loss: Any = 0.0  # a 0-dim tensor on the device until reduced
     tokens: int = 0
@@ -175,7 +176,7 @@ def micro_batches(
     accumulates every micro-batch locally and the caller all-reduces the gradients once (the
     parts' several backward passes per micro-batch do not fit DDP's one-backward hook), unless
     ``sharded`` (FSDP2) runs every pass in lockstep and reduce-scatters after each backward."""
-    from treeprep.trainer.metrics import StepMetricSums
+    from treeprep.trainer.run.metrics import StepMetricSums
 
     inner = dist_mod.unwrap(wrapped)
     n_mb = len(batches[0])

@@ -1,4 +1,5 @@
-"""trainer/step.py: one optimizer step equals the hand-written forward, backward, clip and update;
+"""trainer/run/step.py: one optimizer step equals the hand-written forward, backward, clip and
+update;
 a non-finite loss stops before the update; the schedules' shapes."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from treeprep.errors import TrainingError  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model, tree_loss  # noqa: E402
 from treeprep.trainer import distributed as dist_mod  # noqa: E402
 from treeprep.trainer.config import TrainConfig  # noqa: E402
-from treeprep.trainer.step import (  # noqa: E402
+from treeprep.trainer.run.step import (  # noqa: E402
     Schedule,
     StepLossAndCounts,
     Stepper,

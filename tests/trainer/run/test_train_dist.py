@@ -25,10 +25,10 @@ if not torch.distributed.is_available():  # pragma: no cover
 from test_train import BUDGET, write_rollouts  # noqa: E402
 
 from treeprep.build import BuildConfig, build  # noqa: E402
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
-from treeprep.trainer.loop import TrainConfig, train  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import TrainConfig, train  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OPTS = dict(steps=3, steps_of=2, optimizer="sgd", lr=0.3, momentum=0.9, warmup_steps=1)
 
 

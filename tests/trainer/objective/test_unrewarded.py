@@ -1,5 +1,5 @@
 """GRPO on the bundled sample (issue 27 item 7): trees without rewards are refused, or skipped
-with ``--unrewarded skip`` and counted (:mod:`treeprep.trainer.rewarded`).
+with ``--unrewarded skip`` and counted (:mod:`treeprep.trainer.objective.rewarded`).
 
 Most of the sample's formats record no reward (Claude Code, Codex, Gemini CLI, ShareGPT ...);
 tau-bench, tau2, the token rollouts, NeMo-Gym rollouts and a few chat logs do. The expected
@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from treeprep.build import BuildConfig, build
 from treeprep.errors import TrainingError
 from treeprep.shards import iter_trees
-from treeprep.trainer.loop import TrainConfig, train
+from treeprep.trainer.run.loop import TrainConfig, train
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ torch = pytest.importorskip("torch")
 
 from treeprep.build import BuildConfig, build  # noqa: E402
 from treeprep.errors import CheckpointError, TrainingError  # noqa: E402
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
 from treeprep.trainer.data.reader import BuildReader  # noqa: E402
-from treeprep.trainer.evaluate import TrainSplit, held_out  # noqa: E402
-from treeprep.trainer.loop import TrainConfig, train  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.evaluate import TrainSplit, held_out  # noqa: E402
+from treeprep.trainer.run.loop import TrainConfig, train  # noqa: E402
 
 
 def _chains(path: Path, seed: int, groups: int = 12) -> None:

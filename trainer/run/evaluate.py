@@ -3,7 +3,7 @@
 * :func:`held_out` picks ``val_fraction`` of a build's trees, whole, by a generator seeded with
   the run's ``seed``: the same build, fraction and seed always hold out the same trees (so a
   resumed run keeps its split; both settings are part of the run's identity,
-  :mod:`treeprep.trainer.run_identity`).
+  :mod:`treeprep.trainer.run.run_identity`).
 * :class:`TrainSplit` is the training side: the epochs of :class:`~.data.plans.Epochs` with every
   part of a held-out tree removed (steps left empty are dropped), so no training step ever sees
   a held-out tree.

@@ -2,7 +2,8 @@
 checkpoints (:func:`save`: every rank takes part, rank 0 writes the folder) and keeps the clock of
 ``save_minutes``; :func:`restore` loads what a resumed run continues from (the optimizer and the
 random state; the weights are loaded with the model, and the learning rate follows from the step:
-:class:`~treeprep.trainer.step.Schedule`); :func:`saved_schedule` reads the schedule a checkpoint
+:class:`~treeprep.trainer.run.step.Schedule`); :func:`saved_schedule` reads the schedule a
+checkpoint
 was on, so that a resume can say where the new one stands; :func:`export_final` writes
 ``RUN/final`` (:mod:`treeprep.trainer.export`) after the last step's checkpoint.
 """
@@ -15,12 +16,12 @@ from typing import Any
 
 import torch
 
-from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.config import StepMetrics, TrainConfig, config_dict
 from treeprep.trainer.export import FINAL_DIR, export_model
 from treeprep.trainer.models.presets import PRESETS
-from treeprep.trainer.step import Schedule
+from treeprep.trainer.run import checkpoint as ckpt_mod
+from treeprep.trainer.run.step import Schedule
 
 
 def restore(

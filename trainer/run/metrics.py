@@ -1,6 +1,7 @@
 """Per-step training metrics from additive sums: every micro-batch, part and rank adds its share.
 
-A loss returns detached sums (:mod:`treeprep.trainer.loss`), never averages, because averaging
+A loss returns detached sums (:mod:`treeprep.trainer.objective.loss`), never averages, because
+averaging
 per micro-batch and then adding (or averaging the averages) weighs micro-batches instead of tokens.
 :class:`StepMetricSums` accumulates them over a step's micro-batches;
 :meth:`StepMetricSums.finish` reduces them over ranks once and divides:

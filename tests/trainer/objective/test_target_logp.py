@@ -1,4 +1,5 @@
-"""The loss's log-probs and entropies, a block of rows at a time (treeprep.trainer.target_logp).
+"""The loss's log-probs and entropies, a block of rows at a time
+(treeprep.trainer.objective.target_logp).
 
 Against torch's own ``log_softmax`` chain (the values bit for bit, the gradients to float
 rounding), against numerical derivatives in float64 (``gradcheck``), and its memory against the
@@ -13,9 +14,9 @@ torch = pytest.importorskip("torch")
 
 from treeprep.memory import lm_head_bytes  # noqa: E402
 from treeprep.schemas import parts  # noqa: E402
-from treeprep.trainer import target_logp  # noqa: E402
-from treeprep.trainer.memtrack import LiveBytes  # noqa: E402
-from treeprep.trainer.target_logp import TargetLogProb, target_logprobs  # noqa: E402
+from treeprep.trainer.objective import target_logp  # noqa: E402
+from treeprep.trainer.objective.target_logp import TargetLogProb, target_logprobs  # noqa: E402
+from treeprep.trainer.run.memtrack import LiveBytes  # noqa: E402
 
 
 def _reference(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

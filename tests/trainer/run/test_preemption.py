@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch")
 
 from test_train import BUDGET, cfg, data  # noqa: E402, F401  (the module's build fixture)
 
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
-from treeprep.trainer.loop import train  # noqa: E402
-from treeprep.trainer.preemption import StopSignals, exit_code  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import train  # noqa: E402
+from treeprep.trainer.run.preemption import StopSignals, exit_code  # noqa: E402
 
 STEPS = 40  # far more steps than a signal takes to arrive: the run never ends before it
 

@@ -5,7 +5,8 @@ their checkpoints (one dies at its first save, the other logs step 1 twice). The
 takes an advisory lock on ``RUN/.run.lock`` (:mod:`treeprep.locks`: an ``flock``, and the
 holder's pid and host written into the file) before anything of the run is read or written; a
 second run is refused at once, naming the holder's pid and host. The lock goes with its holder:
-:func:`release_run_folder` at the end of :func:`~treeprep.trainer.loop.train`, and the OS when the
+:func:`release_run_folder` at the end of :func:`~treeprep.trainer.run.loop.train`, and the OS when
+the
 process dies (kill -9, out of memory), so a crashed run never blocks the next; a stale record
 (a dead process of this host) is taken over where the file system has no ``flock``.
 

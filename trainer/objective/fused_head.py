@@ -1,6 +1,7 @@
 """The LM head and log-softmax through Liger's fused linear cross-entropy, where it is exact.
 
-:func:`treeprep.trainer.loss.head_logprobs` needs per-target log-probs with a gradient for an
+:func:`treeprep.trainer.objective.loss.head_logprobs` needs per-target log-probs with a gradient for
+an
 arbitrary per-target upstream (the restored SFT weights, the clipped RL surrogates, the KL terms).
 Liger's ``LigerFusedLinearCrossEntropyFunction`` with ``reduction="none"`` returns the per-row
 cross-entropy ``lse - x_y`` (so ``log p = -loss``) and, since the version that added
@@ -23,7 +24,8 @@ Liger's forward reads the number of non-ignored targets with ``.item()``: one ho
 per head call, and one more in the backward's recomputation (the chunked head has none).
 
 It is taken only where it was checked against the chunked head at 1e-5 relative (float32, under
-Triton's interpreter; ``tests/trainer/test_fused_head.py``): CUDA tensors, autograd on, a plain
+Triton's interpreter; ``tests/trainer/objective/test_fused_head.py``): CUDA tensors, autograd on, a
+plain
 ``torch.nn.Linear`` head (with or without bias) whose weight and input are float32 outside
 autocast. Everything else (float64, bfloat16 autocast, soft-capped heads, adapter-wrapped heads,
 no-grad passes, an entropy term) runs the chunked head.

@@ -15,7 +15,7 @@
    step's micro-batches carry the step's *global* normalizers, so the sum of the micro-batch
    losses over all ranks is the linearized loss of the step's global batch. With ``prefetch`` (the
    default) the next step's batches are built in a background thread while the current step runs.
-3. **Steps** (:mod:`treeprep.trainer.step`). Every rank runs its micro-batches (only the last
+3. **Steps** (:mod:`treeprep.trainer.run.step`). Every rank runs its micro-batches (only the last
    synchronises gradients), the gradient is clipped, a non-finite loss or gradient norm stops the
    run with a clear error before the update, then the optimizer steps at its step's rate. Metrics go
    to a JSONL file, the ``report_to`` trackers (:mod:`.trackers`) and the caller's callback (the CLI
@@ -27,15 +27,18 @@
    all zero teach nothing; they are counted (``TrainResult.no_signal_steps``) and flagged to the
    callback. At the end ``RUN/train.png`` plots the loss, lr and throughput (:mod:`.plot`; not
    on a stop signal, whose grace time runs: the resumed run draws the whole run).
-   With ``val_fraction`` or ``eval_data`` (:mod:`treeprep.trainer.evaluate`), held-out whole trees
+   With ``val_fraction`` or ``eval_data`` (:mod:`treeprep.trainer.run.evaluate`), held-out whole
+   trees
    never reach a step, and ``val_loss`` (the same loss over every validation tree, no gradient)
    joins the step's metrics every ``eval_every`` steps and at the end.
-4. **Checkpoints** (:mod:`treeprep.trainer.checkpoint`) every ``save_every`` steps, every
+4. **Checkpoints** (:mod:`treeprep.trainer.run.checkpoint`) every ``save_every`` steps, every
    ``save_minutes`` of wall time, at the end, and when a stop signal arrived
-   (:mod:`treeprep.trainer.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary, all
+   (:mod:`treeprep.trainer.run.preemption`: SIGTERM, SIGINT, SIGUSR1 save at the next step boundary,
+   all
    ranks together, and the run returns with ``stopped`` set), atomically. ``resume`` (a folder, or
    ``auto``: the run folder's newest checkpoint) is first checked against the run's identity
-   (:mod:`treeprep.trainer.run_identity`: the build by content, the tokenizer, the model, the plan
+   (:mod:`treeprep.trainer.run.run_identity`: the build by content, the tokenizer, the model, the
+   plan
    and every setting that changes the math), then restores weights, optimizer, data position and
    random state (the learning rate follows from the step and this run's settings: a resume with
    another step count says where the new schedule stands), so that the losses after resuming equal
@@ -67,9 +70,7 @@ import torch
 
 from treeprep.atomic import make_dirs, writing
 from treeprep.errors import TrainingError
-from treeprep.trainer import checkpoint as ckpt_mod
 from treeprep.trainer import distributed as dist_mod
-from treeprep.trainer import preemption, run_lock, trackers
 from treeprep.trainer.config import (
     Callback,
     StepMetrics,
@@ -83,21 +84,23 @@ from treeprep.trainer.data.plans import Epochs
 from treeprep.trainer.data.prefetch import Prefetch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.data.steps import step_work
-from treeprep.trainer.evaluate import Evaluator, TrainSplit, held_out
-from treeprep.trainer.metrics import no_learning_signal
 from treeprep.trainer.models.guard import guard_model
 from treeprep.trainer.models.lora import apply_lora
-from treeprep.trainer.plot import plot_run
-from treeprep.trainer.preemption import StopSignals
-from treeprep.trainer.rewarded import rewarded_only
-from treeprep.trainer.run_identity import (
+from treeprep.trainer.objective.rewarded import rewarded_only
+from treeprep.trainer.run import checkpoint as ckpt_mod
+from treeprep.trainer.run import preemption, run_lock, trackers
+from treeprep.trainer.run.evaluate import Evaluator, TrainSplit, held_out
+from treeprep.trainer.run.metrics import no_learning_signal
+from treeprep.trainer.run.plot import plot_run
+from treeprep.trainer.run.preemption import StopSignals
+from treeprep.trainer.run.run_identity import (
     ResumeNotes,
     check_optimizer_format,
     check_resume,
     run_identity,
 )
-from treeprep.trainer.saver import Saver, export_final, restore, save, saved_schedule
-from treeprep.trainer.step import Schedule, Stepper, StepResult, lr_factor, make_optimizer
+from treeprep.trainer.run.saver import Saver, export_final, restore, save, saved_schedule
+from treeprep.trainer.run.step import Schedule, Stepper, StepResult, lr_factor, make_optimizer
 
 __all__ = [
     "Callback",
@@ -397,7 +400,7 @@ def _open_epochs(
 def _evaluator(
     cfg: TrainConfig, reader: BuildReader, epochs: Epochs, lm: torch.nn.Module, budget: int
 ) -> Evaluator | None:
-    """The run's validation set (:mod:`treeprep.trainer.evaluate`), or None without one."""
+    """The run's validation set (:mod:`treeprep.trainer.run.evaluate`), or None without one."""
     if isinstance(epochs, TrainSplit):
         return Evaluator.of_split(cfg, epochs)
     if cfg.eval_data:

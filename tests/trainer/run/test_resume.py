@@ -21,10 +21,10 @@ from typer.testing import CliRunner  # noqa: E402
 
 from treeprep.build import BuildConfig, build  # noqa: E402
 from treeprep.errors import CheckpointError  # noqa: E402
-from treeprep.trainer import checkpoint as ckpt_mod  # noqa: E402
 from treeprep.trainer.config import TrainConfig  # noqa: E402
-from treeprep.trainer.loop import train  # noqa: E402
-from treeprep.trainer.run_identity import BY_CONTENT, SAFE_TO_CHANGE  # noqa: E402
+from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
+from treeprep.trainer.run.loop import train  # noqa: E402
+from treeprep.trainer.run.run_identity import BY_CONTENT, SAFE_TO_CHANGE  # noqa: E402
 
 
 def test_safe_and_by_content_fields_are_train_config_fields() -> None:

@@ -1,4 +1,4 @@
-"""trainer/checkpoint.py building blocks: a random state survives a save through ``torch.save``
+"""trainer/run/checkpoint.py building blocks: a random state survives a save through ``torch.save``
 and ``torch.load(weights_only=True)`` and replays the same draws; file checksums catch a missing,
 truncated, replaced or corrupted checkpoint file and refuse entries that leave the folder."""
 
@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from treeprep.errors import CheckpointError  # noqa: E402
-from treeprep.trainer.checkpoint import (  # noqa: E402
+from treeprep.trainer.run.checkpoint import (  # noqa: E402
     checksum_files,
     rng_state,
     set_rng_state,

@@ -1,6 +1,7 @@
 """Issue 12 item 6: Liger's fused linear cross-entropy against the chunked LM head.
 
-The fused path (:mod:`treeprep.trainer.fused_head`) must give the chunked head's per-target
+The fused path (:mod:`treeprep.trainer.objective.fused_head`) must give the chunked head's
+per-target
 log-probs and, for an arbitrary per-target upstream gradient, its gradients of the hidden states,
 the head's weight and bias: 1e-5 relative in float32. Then the same through treeprep's SFT and PPO
 losses (restored weights, clipped surrogate, KL against reference log-probs) on a tiny model.
@@ -21,10 +22,11 @@ torch = pytest.importorskip("torch")
 
 from trainer_fixtures import random_group  # noqa: E402
 
-from treeprep.trainer import TreeBatch, fused_head, load_model  # noqa: E402
-from treeprep.trainer.loss import LossConfig, head_logprobs, loss_with_config  # noqa: E402
+from treeprep.trainer import TreeBatch, load_model  # noqa: E402
 from treeprep.trainer.models.run import SoftcappedHead  # noqa: E402
-from treeprep.trainer.targets import Targets  # noqa: E402
+from treeprep.trainer.objective import fused_head  # noqa: E402
+from treeprep.trainer.objective.loss import LossConfig, head_logprobs, loss_with_config  # noqa: E402
+from treeprep.trainer.objective.targets import Targets  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
 HAVE_LIGER = fused_head.liger_function() is not None
