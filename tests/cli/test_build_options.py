@@ -33,6 +33,25 @@ def test_unrecognised_files_are_listed_on_stderr(tmp_path: Path) -> None:
     assert json.loads(res.stdout)["records_read"] == 1
 
 
+def test_opencode_message_and_part_files_are_not_called_unknown(tmp_path: Path) -> None:
+    """OpenCode's storage keeps a session's messages and parts in files of their own, read with
+    the session file: a folder build counts them apart, without the --format hint (issue 40's
+    leftover), and still lists a file no format reads."""
+    import shutil
+
+    logs = tmp_path / "logs"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "sample_data" / "opencode", logs)
+    (logs / "notes.txt").write_text("not a log\n")
+    companions = sum(
+        len([*(logs / "storage" / kind).rglob("*.json")]) for kind in ("message", "part", "project")
+    )
+    res = _run(str(logs), "-o", str(tmp_path / "out"), "--json")
+    assert res.exit_code == 0, res.output
+    assert f"{companions} files belong to opencode sessions (read with them" in res.stderr
+    assert "1 files of no known format were skipped" in res.stderr
+    assert "  notes.txt\n" in res.stderr and "prt_" not in res.stderr
+
+
 def test_chat_template_and_date_options(tmp_path: Path) -> None:
     (tmp_path / "calls.jsonl").write_text(json.dumps(REC) + "\n")
     tpl = tmp_path / "t.jinja"

@@ -63,6 +63,15 @@ def get_format(name: str) -> FormatSpec:
     return fm[name]
 
 
+def companion_format(path: str) -> str | None:
+    """The name of the format that reads ``path`` through another file
+    (:attr:`FormatSpec.companion`), or None."""
+    for spec in formats().values():
+        if spec.companion is not None and spec.companion(path):
+            return spec.name
+    return None
+
+
 def detect_format(path: str, head: bytes) -> FormatSpec | None:
     """The first format (by priority) whose sniff accepts the file, or None.
 

@@ -125,3 +125,7 @@ class FormatSpec:
     #: lower sniffs first: a format whose signature is specific (a file name, a distinctive
     #: key) before generic ones (chat lists: 58-60, which would accept much)
     priority: int = 100
+    #: path -> is this a file the format reads through another one (OpenCode storage's message
+    #: and part files, read with their session)? A folder build skips such files as it skips
+    #: files of no known format, and says which format reads them instead of suggesting --format
+    companion: Callable[[str], bool] | None = None

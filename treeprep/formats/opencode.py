@@ -15,8 +15,8 @@ answers; ``modelID``, ``providerID``, ``summary`` for a compaction's summary, ``
 * the JSON storage of OpenCode before its SQLite database (``~/.local/share/opencode/storage``):
   the session file ``session/<project>/<session>.json`` is read, with its messages from
   ``message/<session>/*.json`` and their parts from ``part/<message>/*.json``, in id order (ids
-  ascend with time). Message and part files are not logs on their own: a folder build lists them
-  as files of no known format.
+  ascend with time). Message and part files are not logs on their own: a folder build skips
+  them (:func:`companion`) and says they belong to sessions.
 
 Calls. An assistant message runs one LLM call per step: its parts are split at ``step-start``,
 and each step is one call whose completion is the step's reasoning, text and tool calls, and
@@ -92,6 +92,29 @@ def _layout(path: str, head: bytes) -> str | None:
 
 def sniff(path: str, head: bytes) -> bool:
     return _layout(path, head) is not None
+
+
+#: storage folders of the files a session file reads: (folder, its subfolders' prefix, files')
+_COMPANIONS = {"message": ("ses_", "msg_"), "part": ("msg_", "prt_")}
+
+
+def companion(path: str) -> bool:
+    """A message or part file of the storage layout (``message/ses_*/msg_*.json``,
+    ``part/msg_*/prt_*.json`` beside ``session/``), read with its session, or a project file
+    (``project/*.json``), which holds no calls: none is a log on its own."""
+    p = os.path.abspath(path)
+    owner = os.path.dirname(p)
+    if os.path.basename(owner) == "project" and p.endswith(".json"):
+        return os.path.isdir(os.path.join(os.path.dirname(owner), "session"))
+    kind = os.path.dirname(owner)
+    if os.path.basename(kind) not in _COMPANIONS or not p.endswith(".json"):
+        return False
+    dir_prefix, file_prefix = _COMPANIONS[os.path.basename(kind)]
+    return (
+        os.path.basename(owner).startswith(dir_prefix)
+        and os.path.basename(p).startswith(file_prefix)
+        and os.path.isdir(os.path.join(os.path.dirname(kind), "session"))
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,5 +424,5 @@ def _message_chat(
     return out if _sent(info, parts) else []
 
 
-FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=27)
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=27, companion=companion)
 __all__ = ["COMPACTION_PROMPT", "FORMAT", "NAME"]
