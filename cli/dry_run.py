@@ -1,5 +1,6 @@
 """``treeprep train BUILD --model M --dry-run``: the run's peak memory per rank and step time,
-predicted by :mod:`treeprep.memory` from the model's config and the build's longest path.
+predicted by :mod:`treeprep.dry_run` (on :mod:`treeprep.memory`) from the model's config and the
+build's longest path.
 
 Loads no weights and writes nothing: a preset of :mod:`treeprep.flops` or a local folder's
 ``config.json`` gives the shape without torch; a trainer preset (``tiny-qwen3``) is read from its
@@ -25,11 +26,12 @@ from typing import Any
 
 import typer
 
+from treeprep.dry_run import BuildFacts
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape, load_model
-from treeprep.memory import GPUS, BuildFacts, MemorySetup, shape_from_preset
+from treeprep.memory import GPUS, MemorySetup, shape_from_preset
 from treeprep.memory_stores import dry_run_stores
-from treeprep.modes import Parallel, Stores
+from treeprep.modes import Attn, Parallel, Stores
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
@@ -82,6 +84,7 @@ def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
         entropy=bool(p.get("entropy_coef")),
         stores=p.get("stores") or Stores.gpu,
         cp=p.get("cp") or 1,
+        attn=p.get("attn") or Attn.auto,
     )
 
 

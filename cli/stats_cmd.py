@@ -72,7 +72,8 @@ def stats_cmd(
 def _memory(shape: object, out: Path) -> dict:
     """The memory model's prediction for the model on one H100 (bf16 autocast, AdamW, one rank):
     the terms ``treeprep train --dry-run`` adds up, which takes the run's own set-up."""
-    from treeprep.memory import GPUS, BuildFacts, MemorySetup, dry_run
+    from treeprep.dry_run import BuildFacts, dry_run
+    from treeprep.memory import GPUS, MemorySetup
 
     facts = BuildFacts.of(str(out))
     d = dry_run(shape, MemorySetup(parallel="ddp"), facts, GPUS["h100"])  # type: ignore[arg-type]

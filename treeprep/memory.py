@@ -28,7 +28,8 @@ Terms, per rank:
   ``Hkv`` without a query/key norm: rotary saves only cos and sin); the values ``Hkv``; the
   attention output and its contiguous copy for ``o_proj`` ``2 Hq``; SwiGLU's gate, activation, up
   and product ``4 I``; with autocast, the bf16 copies of the two norm outputs ``2 H``. Attention
-  backends that keep no score matrix (flex, flash, nodes) add nothing per key. Around the layers:
+  backends add nothing per key: the setup refuses one that keeps a score matrix (its
+  ``keeps_scores`` fact, :data:`~treeprep.modes.ATTN_FACTS`). Around the layers:
   the final norm and the gathered head rows, ``3 H``. With per-layer activation checkpointing a
   layer saves only its input, ``H`` stream bytes, and its activations exist for one layer at a
   time, in its backward (a hand-off part's own keys and values too: its descendants'
@@ -41,12 +42,13 @@ Terms, per rank:
   (small-qwen3, float32 and bf16, ``bench/memory.py``), and for checkpointing the linear trainer
   on an H200 too (Qwen3-1.7B, bf16, 126k tokens: 34.06 GiB measured, 33.37 GiB predicted).
 * ``handoff``: the handed-over state of the parts on one stack at its largest over the build's
-  trees (:func:`~treeprep.schemas.parts.stored_rows_peak`, :meth:`BuildFacts.stored_rows`: the
-  rows of the deepest path but its last part, plus the rows of the stack's parts that other
-  branches read, e.g. 130,979 rows for the Claude Code session's 126,189-token path at budget
-  16k), per stored row and full-attention layer the stored keys and
-  values (``kv_heads x head_dim`` each, compute dtype) plus one gradient accumulator per stored
-  value, in the compute dtype (``handoff_accumulate="model"``) or float32;
+  trees (:func:`~treeprep.schemas.parts.stored_rows_peak`,
+  :meth:`~treeprep.dry_run.BuildFacts.stored_rows`: the rows of the deepest path but its last
+  part, plus the rows of the stack's parts that other branches read, e.g. 130,979 rows for the
+  Claude Code session's 126,189-token path at budget 16k), per stored row and full-attention
+  layer the stored keys and values (``kv_heads x head_dim`` each, compute dtype) plus one
+  gradient accumulator per stored value, in the compute dtype (``handoff_accumulate="model"``)
+  or float32;
   sliding-window layers keep only ``window`` rows; linear-attention layers hand over a conv
   (``(2 kd + vd) x (kernel - 1)``) and recurrent (``value_heads x dk x dv``) state at each part
   boundary on the path, float32, with an accumulator each.
@@ -93,27 +95,30 @@ descendants read and recompute, as in ``recompute``.
 Not counted: the CUDA context and allocator fragmentation (leave a few GiB), buffers of a
 collective, and the caller's batch tensors (a few bytes per token).
 
-Step time: the FLOPs of :meth:`ModelShape.breakdown` for the build's largest tree (the LM head on
-every token: an upper bound), plus one more forward of the layers with checkpointing and of the
-inner parts' tokens under ``part_graph="recompute"``, at :data:`MFU` of the GPU's dense peak.
+A build's facts, the step time and the suggested budget are :mod:`treeprep.dry_run`'s.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
 
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
-from treeprep.modes import Accumulate, Parallel, PartGraph, Precision, Stores, coerce_modes
-from treeprep.schemas.parts import HEAD_ROWS, head_block_rows, keep_cap, stored_rows_peak
+from treeprep.modes import (
+    ATTN_FACTS,
+    Accumulate,
+    Attn,
+    Parallel,
+    PartGraph,
+    Precision,
+    Stores,
+    coerce_modes,
+)
+from treeprep.schemas.parts import HEAD_ROWS, head_block_rows, keep_cap
 
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
-#: assumed model FLOP utilisation of a training step (the fraction of the dense peak reached)
-MFU = 0.4
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,9 @@ class MemorySetup:
     #: context parallelism (``--cp``): ranks sharing each micro-batch and part, each feeding
     #: 1/cp of its tokens and storing 1/cp of the key/value heads
     cp: int = 1
+    #: the attention backend (``--attn``; auto: flex on a GPU); its facts decide whether host
+    #: stores are possible (:mod:`treeprep.memory_stores`) and whether it is modelled at all
+    attn: Attn = Attn.auto
 
     def __post_init__(self) -> None:
         coerce_modes(self, TreeprepError, "memory: ")
@@ -177,6 +185,11 @@ class MemorySetup:
         if self.cp < 1 or self.world_size % self.cp:
             raise TreeprepError(
                 f"memory: cp {self.cp} must be >= 1 and divide the world size {self.world_size}"
+            )
+        if self.attn != Attn.auto and ATTN_FACTS[self.attn].keeps_scores:
+            raise TreeprepError(
+                f"memory: attention backend {self.attn} keeps a [T, P+T] score matrix, which the "
+                "memory model does not count; predict with auto, or a backend that keeps none"
             )
 
     @property
@@ -419,204 +432,6 @@ def peak(t: dict[str, int], *, checkpointing: bool = False) -> int:
     head = kept + t["lm_head_chunk"]
     backward = kept + t["layer_backward"]
     return static + max(forward_end, head, backward)
-
-
-# --------------------------------------------------------------------------------------------
-# a build: its longest path, its largest tree; the budget to suggest; the step time
-# --------------------------------------------------------------------------------------------
-
-
-#: the largest trees whose stacks the dry run counts part by part, at each budget it tries (0.2-
-#: 0.4 ms a tree and budget); the others count as one chain of parts along their longest path
-COUNTED_TREES = 256
-
-
-@dataclass(frozen=True)
-class BuildFacts:
-    """What the memory and time models need of a build."""
-
-    trees: int
-    tokens_tree: int  # all trees
-    longest_path: int  # the longest root-to-node path of any tree, in tokens
-    largest_tree_tokens: int
-    largest_tree_pairs: int
-    flops_trees: tuple[tuple[int, int], ...]  # (tokens, pairs) per tree
-    #: (node lengths, node parents) of the :data:`COUNTED_TREES` largest trees, largest first
-    tree_nodes: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
-    #: the longest root-to-node path among the other trees
-    rest_path: int = 0
-    _stored: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
-
-    def stored_rows(self, budget: int) -> int | None:
-        """The most handed-over rows one stack of parts stores, over the build's trees cut at
-        ``budget``: counted on the largest trees (a tree stores fewer rows than it has tokens:
-        larger first, stopping where no smaller one can store more), the others by their path
-        (what a chain of parts stores); None without the trees' nodes (the longest path stands
-        in)."""
-        if not self.tree_nodes:
-            return None
-        hit = self._stored.get(budget)
-        if hit is None:
-            hit = max(0, self.rest_path - budget)
-            for ln, par in self.tree_nodes:
-                if int(ln.sum()) <= max(hit, budget):
-                    break
-                hit = max(hit, stored_rows_peak(ln, par, budget))
-            self._stored[budget] = hit
-        return hit
-
-    @classmethod
-    def of(cls, out_dir: str) -> BuildFacts:
-        from treeprep.pack.forest import load_forest
-
-        f = load_forest(out_dir)
-        if not f.num_trees:
-            raise TreeprepError(f"{out_dir}: the build has no trees")
-        tok, pairs, path = f.tokens_tree(), f.pairs_tree(), f.longest_path()
-        big = int(tok.argmax())
-        order = np.argsort(-tok, kind="stable")
-        nodes = tuple(
-            (f.node_length[f.node_off[t] : f.node_off[t + 1]],
-             f.node_parent[f.node_off[t] : f.node_off[t + 1]])
-            for t in order[:COUNTED_TREES].tolist()
-        )  # fmt: skip
-        rest = int(path[order[COUNTED_TREES:]].max()) if len(order) > COUNTED_TREES else 0
-        return cls(
-            trees=int(f.num_trees),
-            tokens_tree=int(tok.sum()),
-            longest_path=int(path.max()),
-            largest_tree_tokens=int(tok[big]),
-            largest_tree_pairs=int(pairs[big]),
-            flops_trees=tuple(zip(tok.tolist(), pairs.tolist(), strict=True)),
-            tree_nodes=nodes,
-            rest_path=rest,
-        )
-
-
-def step_seconds(
-    m: ModelShape, s: MemorySetup, gpu: Gpu, *, tokens: int, pairs: int, path: int, budget: int
-) -> float:
-    """Seconds of one tree's forward and backward (module docstring): the LM head on every token,
-    one more forward of the layers under checkpointing and of the inner parts in recompute mode
-    (in keep mode, of those beyond ``keep_tokens``), at :data:`MFU` of the GPU's dense peak;
-    under ``--cp N`` one rank's Nth of it."""
-    br = m.breakdown(tokens, pairs)
-    body = sum(v for k, v in br.items() if k != "lm_head")
-    extra = body / 3 if s.activation_checkpointing else 0.0
-    if tokens > budget:  # the inner parts' second forward; keep's kept parts skip theirs
-        redo = max(0, path - budget)
-        if s.part_graph == "keep":
-            redo -= min(redo, keep_cap(path, budget, s.keep_tokens))
-        extra += body / 3 * min(1.0, redo / tokens)
-    rate = (gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops) * MFU
-    if s.precision == "float64":
-        rate /= 8  # no float64 tensor cores worth counting; a rough bound
-    # a context group splits the tree's work N ways (its all-to-alls not counted)
-    return (body + extra + br["lm_head"]) / rate / s.cp
-
-
-def budgets(largest_tree: int) -> list[int]:
-    """Candidate budgets: powers of two and multiples of 1024 from 1024 up to the largest tree
-    (rounded up to 1024)."""
-    top = max(1024, -(-largest_tree // 1024) * 1024)
-    return sorted(set(range(1024, top + 1, 1024)))
-
-
-def dry_run(
-    m: ModelShape,
-    s: MemorySetup,
-    b: BuildFacts,
-    gpu: Gpu,
-    *,
-    gpu_memory: int | None = None,
-    budget: int | None = None,
-    checkpointing_given: bool = False,
-) -> dict:
-    """The prediction for a run: terms and peak at ``budget`` (default: the suggested budget and
-    checkpointing), the largest budget that fits ``gpu_memory`` (default the GPU's) with the
-    fastest step (checkpointing considered unless ``checkpointing_given``; under
-    ``part_graph="keep"``, recompute where no keep setting fits), and step times."""
-    from dataclasses import replace
-
-    mem = gpu.memory if gpu_memory is None else gpu_memory
-
-    def evaluate(setup: MemorySetup, bud: int) -> tuple[int, float, dict[str, int]]:
-        t = terms(m, setup, budget=bud, path=b.longest_path, tree_tokens=b.largest_tree_tokens,
-                  stored_rows=b.stored_rows(bud))  # fmt: skip
-        pk = peak(t, checkpointing=setup.activation_checkpointing)
-        if b.longest_path > bud:  # a micro-batch of whole trees runs its head ``chunk`` rows
-            whole = terms(m, setup, budget=bud, path=bud, tree_tokens=b.largest_tree_tokens)
-            pw = peak(whole, checkpointing=setup.activation_checkpointing)
-            if pw > pk:
-                t, pk = whole, pw
-        sec = step_seconds(m, setup, gpu, tokens=b.largest_tree_tokens,
-                           pairs=b.largest_tree_pairs, path=b.longest_path, budget=bud)  # fmt: skip
-        return pk, sec, t
-
-    ckpts = [s.activation_checkpointing] if checkpointing_given else [False, True]
-    # keep mode is faster where its kept graphs fit; recompute is suggested where they do not
-    graphs = [s.part_graph] + ([PartGraph.recompute] if s.part_graph == "keep" else [])
-    best: tuple[float, int, bool, PartGraph] | None = None
-    for pg in graphs:
-        for ck in ckpts:
-            for bud in budgets(b.largest_tree_tokens):
-                pk, sec, _ = evaluate(replace(s, activation_checkpointing=ck, part_graph=pg), bud)
-                if pk <= mem and (best is None or (sec, -bud) < (best[0], -best[1])):
-                    best = (sec, bud, ck, pg)
-        if best is not None:
-            break
-    chosen = s
-    if budget is None and best is not None:
-        chosen = replace(s, activation_checkpointing=best[2], part_graph=best[3])
-    run_budget = budget if budget is not None else (best[1] if best else 1024)
-    pk, sec, t = evaluate(chosen, run_budget)
-    rate_setup = chosen
-    epoch = (
-        sum(
-            step_seconds(
-                m,
-                rate_setup,
-                gpu,
-                tokens=n,
-                pairs=p,
-                path=min(n, b.longest_path),
-                budget=run_budget,
-            )  # fmt: skip
-            for n, p in b.flops_trees
-        )
-        / s.world_size
-    )
-    epoch = max(epoch, sec)  # one tree runs on one rank
-    return {
-        "fits": pk <= mem,
-        "predicted_peak_bytes": pk,
-        "gpu": gpu.name,
-        "gpu_memory_bytes": mem,
-        "budget": run_budget,
-        "budget_source": "given" if budget is not None else "suggested",
-        "activation_checkpointing": chosen.activation_checkpointing,
-        "suggested_budget": best[1] if best else None,
-        "suggested_activation_checkpointing": best[2] if best else None,
-        "part_graph": str(chosen.part_graph),
-        "suggested_part_graph": str(best[3]) if best else None,
-        "predicted_step_seconds": sec,
-        "predicted_epoch_seconds": epoch,
-        "terms": t,
-        "handoff_bytes_per_path_token": handoff_bytes_per_path_token(m, chosen),
-        "kv_bytes_per_path_token": kv_bytes_per_path_token(m, chosen),
-        "build": {
-            "trees": b.trees,
-            "tokens_tree": b.tokens_tree,
-            "longest_path": b.longest_path,
-            "largest_tree_tokens": b.largest_tree_tokens,
-        },
-        "assumptions": {
-            "mfu": MFU,
-            "peak_flops": gpu.bf16_flops if s.precision == "bfloat16" else gpu.fp32_flops,
-            "step": "the build's largest tree on one rank (the LM head on every token)",
-            "not_counted": "CUDA context, allocator fragmentation, collective buffers",
-        },
-    }
 
 
 def shape_from_preset(fields: dict, *, name: str, vocab: int | None = None) -> ModelShape:

@@ -15,18 +15,22 @@ vectors (a few int64 per prefix row) are all that still grows there. So
 
 The path is one chain of parts (an agent session), stored rows = path less the last part
 (:func:`~treeprep.memory.handoff_bytes`); side branches that the stack holds add their rows
-on top, as the build's own figure (:meth:`~treeprep.memory.BuildFacts.stored_rows`) shows.
+on top, as the build's own figure (:meth:`~treeprep.dry_run.BuildFacts.stored_rows`) shows.
 
-``stores="auto"`` takes gpu where the run fits the GPU with it, else host.
+``stores="auto"`` takes gpu where the run fits the GPU with it, else host, where the attention
+backend reads the prefix in place (:func:`~treeprep.modes.reads_prefix_in_place`; host stores
+stream it a window at a time).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from treeprep.dry_run import BuildFacts, dry_run
+from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
-from treeprep.memory import BuildFacts, Gpu, MemorySetup, dry_run, peak, terms
-from treeprep.modes import Stores
+from treeprep.memory import Gpu, MemorySetup, peak, terms
+from treeprep.modes import Stores, reads_prefix_in_place
 
 #: the longest path searched (tokens)
 MAX_PATH = 2**31
@@ -74,11 +78,15 @@ def dry_run_stores(
     budget: int | None = None,
     checkpointing_given: bool = False,
 ) -> dict:
-    """:func:`~treeprep.memory.dry_run` with the stores where ``s.stores`` says (auto: gpu where
+    """:func:`~treeprep.dry_run.dry_run` with the stores where ``s.stores`` says (auto: gpu where
     it fits, else host), plus ``store_places``: for gpu and host stores at the run's budget and
     checkpointing, the GPU peak and host RAM per rank (``host_memory`` is per rank), whether it
     fits, and the longest path that fits."""
     places = [Stores.gpu, Stores.host] if s.stores == Stores.auto else [s.stores]
+    if not reads_prefix_in_place(s.attn):  # a backend that joins the prefix: no host stores
+        if s.stores == Stores.host:
+            raise TreeprepError(f"stores host streams the prefix with attn nodes, not {s.attn}")
+        places = [Stores.gpu]
     for place in places:
         out = dry_run(m, replace(s, stores=place), b, gpu, gpu_memory=gpu_memory, budget=budget,
                       checkpointing_given=checkpointing_given)  # fmt: skip

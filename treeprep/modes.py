@@ -127,13 +127,51 @@ class Layout(Mode):
 
 
 class Attn(Mode):
-    """The attention backend; ``auto`` picks one by device and size (trainer.attention)."""
+    """The attention backend; ``auto`` picks one by device and size
+    (:func:`~treeprep.trainer.attention.backends.choose_backend`). Each backend's facts are its
+    :data:`ATTN_FACTS` row, its run function its ``treeprep.trainer.attention.BACKENDS`` row."""
 
     auto = "auto"
     dense = "dense"
     nodes = "nodes"
     flex = "flex"
     flash = "flash"
+
+
+@dataclasses.dataclass(frozen=True)
+class AttnFacts:
+    """What the trainer and the memory model know of an attention backend, without torch (the
+    trainer's ``Backend`` record adds the run function and the availability check)."""
+
+    #: device types it runs forward and backward on
+    devices: tuple[str, ...]
+    #: device types it runs the forward on only (no backward there)
+    forward_devices: tuple[str, ...] = ()
+    #: attends the handed-over prefix where it lies, segment by segment or streamed from host
+    #: stores (``stores="host"`` needs it); False: attends one joined [prefix; own] copy, which
+    #: autograd keeps for the backward
+    reads_prefix_in_place: bool = False
+    #: holds a [T, P+T] matrix per call (the mask, and the scores on SDPA's math path), which the
+    #: memory model does not count
+    keeps_scores: bool = False
+    #: computes in the inputs' dtype, float64 included (False: in bf16, casting back)
+    float64: bool = True
+
+
+#: one row per backend (every member of :class:`Attn` but ``auto``)
+ATTN_FACTS: dict[str, AttnFacts] = {
+    Attn.dense: AttnFacts(devices=("cpu", "cuda"), keeps_scores=True),
+    Attn.nodes: AttnFacts(devices=("cpu", "cuda"), reads_prefix_in_place=True),
+    Attn.flex: AttnFacts(devices=("cuda",), forward_devices=("cpu",)),
+    Attn.flash: AttnFacts(devices=("cuda",), float64=False),
+}
+
+
+def reads_prefix_in_place(attn: str) -> bool:
+    """Whether backend ``attn`` reads the prefix in place (``auto`` does: it picks ``nodes`` for
+    a part with a prefix under host stores); an unknown name does not."""
+    facts = ATTN_FACTS.get(attn)
+    return attn == Attn.auto or (facts is not None and facts.reads_prefix_in_place)
 
 
 class Optimizer(Mode):

@@ -63,6 +63,9 @@ def test_given_budget_and_errors(build: Path) -> None:
     bad = CliRunner().invoke(app, ["train", str(build), "--model", "qwen3-0.6b", "--dry-run",
                                    "--gpu-memory", "lots"])  # fmt: skip
     assert bad.exit_code == 1 and "--gpu-memory" in str(bad.exception)
+    dense = CliRunner().invoke(app, ["train", str(build), "--model", "qwen3-0.6b", "--dry-run",
+                                     "--attn", "dense"])  # fmt: skip
+    assert dense.exit_code == 1 and "attention backend dense keeps" in str(dense.exception)
 
 
 def test_keep_tokens_bound_the_kept_graphs(build: Path) -> None:
@@ -95,7 +98,7 @@ def test_build_facts_count_the_stacks_of_the_largest_trees(build: Path, monkeypa
     few), or only the largest tree's and the others by their longest path."""
     import numpy as np
 
-    import treeprep.memory as mem
+    import treeprep.dry_run as mem
     from treeprep.pack.forest import load_forest
     from treeprep.schemas.parts import stored_rows_peak
 

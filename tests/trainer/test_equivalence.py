@@ -19,10 +19,13 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from trainer_fixtures import group_tree, random_group, rows_of, tiny  # noqa: E402
 
+from treeprep.modes import ATTN_FACTS  # noqa: E402
 from treeprep.trainer import TreeBatch, tree_logits, tree_loss, verify_gradients  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
 FAMILIES = ["tiny-qwen3", "tiny-llama", "tiny-qwen2", "tiny-qwen3-moe"]
+#: every backend that runs its forward on CPU (the table's facts)
+CPU_BACKENDS = [n for n, f in ATTN_FACTS.items() if "cpu" in f.devices + f.forward_devices]
 
 
 def _path_positions(b: TreeBatch, tree, s: int, node_base: int = 0) -> torch.Tensor:
@@ -39,7 +42,7 @@ def _path_positions(b: TreeBatch, tree, s: int, node_base: int = 0) -> torch.Ten
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("attn", ["dense", "nodes", "flex"])
+@pytest.mark.parametrize("attn", CPU_BACKENDS)
 def test_every_path_logits_equal_the_path_alone(family: str, attn: str) -> None:
     model = tiny(family)
     t1, t2 = group_tree(11, n_seq=6, roots=2), group_tree(12, n_seq=4)

@@ -6,19 +6,17 @@ from dataclasses import replace
 
 import pytest
 
+from treeprep.dry_run import BuildFacts, dry_run, step_seconds
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
 from treeprep.memory import (
     GPUS,
-    BuildFacts,
     MemorySetup,
-    dry_run,
     handoff_bytes_per_path_token,
     kv_bytes_per_path_token,
     layer_activation_bytes,
     lm_head_bytes,
     peak,
-    step_seconds,
     terms,
 )
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from treeprep.dry_run import BuildFacts
+from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape, load_model
 from treeprep.memory import (
     GIB,
     GPUS,
-    BuildFacts,
     MemorySetup,
     handoff_bytes_per_path_token,
     peak,
@@ -78,3 +81,20 @@ def test_auto_takes_host_where_gpu_stores_do_not_fit() -> None:
     assert g["longest_path"] < 200_000 < h["longest_path"]
     given = dry_run_stores(m, s, b, GPUS["h100"], **kw)  # type: ignore[arg-type]
     assert given["stores"] == "gpu" and given["stores_source"] == "given" and not given["fits"]
+
+
+def test_the_backend_facts_decide_host_stores_and_what_is_modelled() -> None:
+    """The memory model reads the backends' facts (``treeprep.modes.ATTN_FACTS``): auto stores
+    take host only with a backend that reads the prefix in place, given host stores refuse one
+    that joins it, and a backend that keeps a score matrix is refused (it is not counted)."""
+    m = load_model("qwen3-8b")
+    s = MemorySetup(precision="bfloat16", world_size=8, activation_checkpointing=True)
+    b = BuildFacts(1, 250_000, 200_000, 250_000, 250_000 * 100_000, ((250_000, 250_000 * 10**5),))
+    kw = {"budget": 16384, "checkpointing_given": True, "host_memory": 128 * GIB}
+    for attn, place in (("auto", "host"), ("nodes", "host"), ("flex", "gpu"), ("flash", "gpu")):
+        d = dry_run_stores(m, replace(s, stores="auto", attn=attn), b, GPUS["h100"], **kw)  # type: ignore[arg-type]
+        assert d["stores"] == place, attn
+    with pytest.raises(TreeprepError, match="^stores host streams the prefix with attn nodes"):
+        dry_run_stores(m, replace(s, stores="host", attn="flex"), b, GPUS["h100"], **kw)  # type: ignore[arg-type]
+    with pytest.raises(TreeprepError, match="^memory: attention backend dense keeps a"):
+        MemorySetup(attn="dense")  # type: ignore[arg-type]

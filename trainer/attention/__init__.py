@@ -1,11 +1,15 @@
-"""Tree attention: one rule (:mod:`.mask`), four exact backends, one transformers glue (:mod:`.hf`),
-per-layer extras (:mod:`.options`: windows, soft-capping, sinks).
+"""Tree attention: one rule (:mod:`.mask`), the backends as one table (:data:`BACKENDS`, their
+facts in :data:`treeprep.modes.ATTN_FACTS`), one transformers glue (:mod:`.hf`), per-layer extras
+(:mod:`.options`: windows, soft-capping, sinks).
 
-See :mod:`.backends` for the interface and the choice, :mod:`.mask` for the rule and the metadata.
+See :mod:`.backends` for the interface and the choice, :mod:`.mask` for the rule and the metadata,
+``docs/extending.md`` for adding a backend.
 """
 
 from treeprep.trainer.attention.backends import (
+    BACKENDS,
     DENSE_MAX_TOKENS,
+    Backend,
     choose_backend,
     tree_attention,
 )
@@ -16,6 +20,8 @@ from treeprep.trainer.attention.options import PLAIN, LayerOptions
 
 __all__ = [
     "ATTN_NAME",
+    "BACKENDS",
+    "Backend",
     "DENSE_MAX_TOKENS",
     "LayerOptions",
     "PLAIN",

@@ -1,31 +1,32 @@
-"""Backend choice and dispatch: one interface, ``q_BHTD, k_BGTD, v_BGTD -> o_BHTD``.
+"""The attention backends as one table (:data:`BACKENDS`), the choice (:func:`choose_backend`) and
+the dispatch (:func:`tree_attention`): one interface, ``q_BHTD, k_BGTD, v_BGTD -> o_BHTD``.
 
 Shape legend: B batch (always 1: trees are packed), H query heads, G key/value heads, T the
 batch's own tokens, P handed-over prefix rows, D head dim.
 
 Every backend takes one :class:`~.call.AttentionCall`: the queries, keys and values, the optional
 prefix keys and values ``pk_BGPD`` / ``pv_BGPD`` (the hand-off of :mod:`treeprep.trainer.parts`),
-the batch's :class:`TreeMask`, the scale and the layer's extras; and every backend is exact:
+the batch's :class:`TreeMask`, the scale and the layer's extras; and every backend is exact. A
+:class:`Backend` row holds its run function and its availability here, and its torch-free facts
+(devices, whether it reads the prefix in place or keeps a score matrix) in
+:data:`treeprep.modes.ATTN_FACTS`, which the memory model reads too.
 
-* ``dense`` (:mod:`.dense`): the reference; a [T, P+T] mask;
-* ``nodes`` (:mod:`.nodes`): chain by chain over in-place key segments (CPU, bounded memory);
-* ``flex`` (:mod:`.flex`): FlexAttention block mask (GPU; CPU forward only in torch 2.13);
-* ``flash`` (:mod:`.flash`): flash-attn varlen over gathered node paths (optional, CUDA).
-
-:func:`choose_backend` picks ``flex`` on CUDA; on CPU ``dense`` up to ``DENSE_MAX_TOKENS`` keys and
-``nodes`` beyond, and ``nodes`` for every hand-off part with a prefix (it reads the stored prefix
-in place; ``dense``, ``flex`` and ``flash`` attend one joined copy of it, which autograd keeps for
-the backward: one more copy of the path's keys and values per part).
+:func:`choose_backend` refuses a backend that cannot run on the device; ``auto`` picks ``flex`` on
+CUDA, on CPU ``dense`` up to ``DENSE_MAX_TOKENS`` keys and ``nodes`` beyond, and ``nodes`` for every
+hand-off part with a prefix (it reads the stored prefix in place, where the others attend one
+joined copy of it, which autograd keeps for the backward: one more copy of the path's keys and
+values per part).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.modes import Attn
+from treeprep.modes import ATTN_FACTS, Attn, AttnFacts
 from treeprep.trainer.attention.call import AttentionCall, Direct, Prefix
 from treeprep.trainer.attention.dense import dense_attention
 from treeprep.trainer.attention.flash import flash_available, flash_tree_attention
@@ -38,11 +39,47 @@ from treeprep.trainer.attention.stream import StreamedPrefix
 #: above this many packed tokens the CPU default switches from ``dense`` to ``nodes``
 DENSE_MAX_TOKENS = 4096
 
-_IMPLS: dict[str, Callable[[AttentionCall], torch.Tensor]] = {
-    "dense": dense_attention,
-    "nodes": nodes_attention,
-    "flex": flex_tree_attention,
-    "flash": flash_tree_attention,
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One attention backend: its name, what runs it, whether it can here, and its facts."""
+
+    name: Attn
+    #: runs one call: o_BHTD of the call's queries
+    run: Callable[[AttentionCall], torch.Tensor]
+    #: whether its optional package imports here
+    available: Callable[[], bool] = _always
+    #: the pip package it needs, named when it is not available
+    needs: str = ""
+
+    @property
+    def facts(self) -> AttnFacts:
+        """Its torch-free row of :data:`treeprep.modes.ATTN_FACTS`."""
+        return ATTN_FACTS[self.name]
+
+    def refusal(self, device_type: str) -> str | None:
+        """Why it cannot run on a ``device_type`` device here (None: it can)."""
+        if not self.available():
+            return f"attention backend {self.name!r} needs {self.needs} (pip install {self.needs})"
+        on = self.facts.devices + self.facts.forward_devices
+        if device_type not in on:
+            return f"attention backend {self.name!r} runs on {' or '.join(on)} only"
+        return None
+
+
+#: every backend, by name (one row per member of :class:`~treeprep.modes.Attn` but ``auto``)
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(Attn.dense, dense_attention),
+        Backend(Attn.nodes, nodes_attention),
+        Backend(Attn.flex, flex_tree_attention),
+        Backend(Attn.flash, flash_tree_attention, flash_available, "flash-attn"),
+    )
 }
 
 
@@ -53,20 +90,17 @@ def choose_backend(
     queries and ``num_keys`` keys (prefix rows included; default: the queries)."""
     dev = torch.device(device)
     if attn != "auto":
-        attn = Attn.of(attn, "attention backend", TreeprepError)
-        if attn == "flash" and not flash_available():
-            raise TreeprepError(
-                "attention backend 'flash' needs flash-attn (pip install flash-attn)"
-            )
-        if attn == "flash" and dev.type != "cuda":
-            raise TreeprepError("attention backend 'flash' runs on CUDA only")
-        return attn
+        backend = BACKENDS[Attn.of(attn, "attention backend", TreeprepError)]
+        why = backend.refusal(dev.type)
+        if why is not None:
+            raise TreeprepError(why)
+        return backend.name
     if dev.type == "cuda":
-        return "flex"
+        return Attn.flex
     keys = num_tokens if num_keys is None else num_keys
     if keys > num_tokens:
-        return "nodes"  # a hand-off part: read the stored prefix in place, never a joined copy
-    return "dense" if num_tokens * keys <= DENSE_MAX_TOKENS**2 else "nodes"
+        return Attn.nodes  # a hand-off part: read the stored prefix in place, never a joined copy
+    return Attn.dense if num_tokens * keys <= DENSE_MAX_TOKENS**2 else Attn.nodes
 
 
 def tree_attention(
@@ -109,4 +143,4 @@ def tree_attention(
         raise TreeprepError(
             f"tree mask expects {tree_mask.prefix_len} prefix rows, attention got {call.prefix_len}"
         )
-    return _IMPLS[backend or tree_mask.backend](call)
+    return BACKENDS[backend or tree_mask.backend].run(call)

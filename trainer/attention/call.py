@@ -7,8 +7,9 @@ batch's own tokens, P handed-over prefix rows, D head dim.
 backend one frozen call: the queries, the batch's own keys and values, the prefix rows of a
 hand-off part, the :class:`~.mask.TreeMask`, the scale and the layer's extras. Bundling them is
 the one place the backends' shared preamble lives: the GQA test (fewer key heads than query heads)
-and joining [prefix; own] keys for the backends that attend one contiguous key tensor (``dense``,
-``flex``, ``flash``). ``nodes`` reads the prefix in place and never joins it.
+and joining [prefix; own] keys for the backends that attend one contiguous key tensor (those
+whose ``reads_prefix_in_place`` fact is False, :data:`treeprep.modes.ATTN_FACTS`); the others
+read the prefix in place and never join it.
 
 The prefix is a tuple of *segments*, (k_BGSD, v_BGSD) pairs in path order whose lengths add up to
 P: views of the stores that earlier parts left behind (:mod:`treeprep.trainer.parts.state`), so a
@@ -96,7 +97,7 @@ class AttentionCall:
     def joined_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values as [prefix rows; own rows] (k_BGKD, v_BGKD with K = P + T), for the
         backends that attend one contiguous key tensor: one copy of the prefix, cast to the own
-        rows' dtype, which autograd keeps for the backward (``nodes`` avoids it)."""
+        rows' dtype, which autograd keeps for the backward (an in-place reader avoids it)."""
         if self.streamed is not None:
             raise TreeprepError(
                 "stores=host streams the prefix a window at a time: attention backend nodes"

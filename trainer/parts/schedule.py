@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from treeprep.errors import TreeprepError
-from treeprep.modes import PartGraph, Stores
+from treeprep.modes import PartGraph, Stores, reads_prefix_in_place
 from treeprep.schemas.parts import HEAD_ROWS
 from treeprep.trainer.attention.backends import choose_backend
 from treeprep.trainer.attention.mask import TreeMask
@@ -504,7 +504,7 @@ def run_parts(
     if context is not None:
         check_loss(cfg.loss, context.size)
     stores = Stores.of(stores, "stores", TreeprepError)
-    if stores != "gpu" and attn not in ("auto", "nodes"):
+    if stores != "gpu" and not reads_prefix_in_place(attn):
         raise TreeprepError(
             f"stores={stores} reads the prefix from host memory a window at a time with the "
             f"nodes backend; attention backend {attn!r} attends a joined prefix (use auto or nodes)"

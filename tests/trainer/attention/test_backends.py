@@ -1,4 +1,7 @@
-"""Attention backends agree: dense (reference) == nodes (forward and backward) == flex (forward)."""
+"""Attention backends agree with ``dense``, the reference: one conformance test over the
+:data:`BACKENDS` table (forward and backward in float64, with and without a hand-off part's
+prefix), on every device the table says each backend trains on, and the table agrees with the
+``Attn`` mode."""
 
 from __future__ import annotations
 
@@ -10,8 +13,13 @@ torch = pytest.importorskip("torch")
 
 from trainer_fixtures import group_tree, rows_of  # noqa: E402
 
+from treeprep.modes import ATTN_FACTS, Attn  # noqa: E402
 from treeprep.trainer import TreeBatch, TreeMask, tree_attention  # noqa: E402
-from treeprep.trainer.attention import build_chains  # noqa: E402
+from treeprep.trainer.attention import BACKENDS, build_chains  # noqa: E402
+from treeprep.trainer.parts.plan import part_layout  # noqa: E402
+from treeprep.trainer.parts.schedule import part_mask  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def _qkv(t: int, h: int = 4, g: int = 2, d: int = 16, seed: int = 0):
@@ -61,32 +69,71 @@ def test_chains_cover_each_nodes_root_path() -> None:
             assert keys + list(range(ch.start[c], i + 1)) == want
 
 
-@pytest.mark.parametrize("backend", ["nodes", "flex"])
-def test_backends_equal_dense_forward(backend: str) -> None:
-    b = _batch()
-    q, k, v = _qkv(b.num_tokens)
-    if backend == "flex":
-        q, k, v = q.float(), k.float(), v.float()
-    tm = TreeMask.from_batch(b, "dense")
-    ref = tree_attention(q, k, v, tm, backend="dense")
-    with warnings.catch_warnings():
+def test_the_table_agrees_with_the_mode() -> None:
+    """Every ``Attn`` member but ``auto`` has one row of facts and one backend, under its name."""
+    names = set(Attn) - {Attn.auto}
+    assert set(BACKENDS) == set(ATTN_FACTS) == names
+    assert all(b.name == n and b.facts is ATTN_FACTS[n] for n, b in BACKENDS.items())
+
+
+def _case(device: str, dtype: torch.dtype, with_prefix: bool, grad: bool, seed: int = 5):
+    """(mask, q, own k, own v, prefix segments) of one batch, or, ``with_prefix``, of the
+    deepest hand-off part of one tree cut at a small budget (its prefix as two segments)."""
+    if not with_prefix:
+        b = _batch().to(device)
+        tm = TreeMask.from_batch(b, "dense")
+        p = 0
+    else:
+        b = TreeBatch.from_trees(rows_of(group_tree(3, n_seq=7, roots=1))).to(device)
+        layout = part_layout(b, 24)
+        spec = max(layout.parts, key=lambda sp: len(sp.prefix_rows))
+        tm = part_mask(b, spec, "dense", None)
+        p = len(spec.prefix_rows)
+        assert p > 1 and spec.num_tokens > 1
+    q, k, v = _qkv(tm.num_tokens + p, seed=seed)
+    q = q[:, :, p:]
+    q, k, v = (x.to(device, dtype).requires_grad_(grad) for x in (q, k, v))
+    cut = p // 2
+    segs = ((k[:, :, :cut], v[:, :, :cut]), (k[:, :, cut:p], v[:, :, cut:p])) if p else None
+    return tm, q, k, v, segs, p
+
+
+def _run(name: str, device: str, dtype: torch.dtype, with_prefix: bool, grad: bool):
+    tm, q, k, v, segs, p = _case(device, dtype, with_prefix, grad)
+    with torch.set_grad_enabled(grad), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = tree_attention(q, k, v, tm, backend=backend)
-    tol = 1e-12 if q.dtype == torch.float64 else 1e-6
-    assert (out - ref).abs().max().item() < tol
+        out = tree_attention(q, k[:, :, p:], v[:, :, p:], tm, backend=name, prefix=segs)
+    if not grad:
+        return out.double().cpu(), []
+    w = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view_as(out)
+    (out * w).sum().backward()
+    return out.double().cpu(), [x.grad.double().cpu() for x in (q, k, v)]
 
 
-def test_nodes_backend_equals_dense_backward() -> None:
-    b = _batch()
-    tm = TreeMask.from_batch(b, "dense")
-    grads = []
-    for backend in ("dense", "nodes"):
-        q, k, v = (x.requires_grad_() for x in _qkv(b.num_tokens, seed=5))
-        out = tree_attention(q, k, v, tm, backend=backend)
-        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
-        grads.append([q.grad, k.grad, v.grad])
-    for a, c in zip(*grads, strict=True):
-        assert (a - c).abs().max().item() < 1e-12
+@pytest.mark.parametrize("with_prefix", [False, True], ids=["own", "prefix"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_backend_equals_dense_forward_and_backward(name: str, device: str, with_prefix) -> None:
+    """Outputs and the gradients of q, k, v (prefix rows included) against ``dense`` in
+    float64: to float64 rounding, or bf16's for a backend that computes in bf16."""
+    backend = BACKENDS[name]
+    if backend.refusal(device) or device not in backend.facts.devices:
+        pytest.skip(f"{name} does not train on {device} here")
+    dtype = torch.float64 if backend.facts.float64 else torch.bfloat16
+    ref, ref_grads = _run("dense", device, torch.float64, with_prefix, grad=True)
+    out, grads = _run(name, device, dtype, with_prefix, grad=True)
+    tol = 1e-12 if dtype == torch.float64 else 3e-2
+    for a, c in zip([out, *grads], [ref, *ref_grads], strict=True):
+        assert (a - c).abs().max().item() < tol * max(1.0, c.abs().max().item())
+
+
+@pytest.mark.parametrize("with_prefix", [False, True], ids=["own", "prefix"])
+@pytest.mark.parametrize("name", [n for n, f in ATTN_FACTS.items() if "cpu" in f.forward_devices])
+def test_forward_only_backend_equals_dense_on_cpu(name: str, with_prefix: bool) -> None:
+    """A backend that runs only its forward on CPU (``forward_devices``), in float32."""
+    ref, _ = _run("dense", "cpu", torch.float64, with_prefix, grad=False)
+    out, _ = _run(name, "cpu", torch.float32, with_prefix, grad=False)
+    assert (out - ref).abs().max().item() < 2e-6
 
 
 def test_nodes_backend_chunks_long_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
