@@ -212,19 +212,8 @@ def summarize(
         "nodes": int(len(c.forest.node_parent)),
         "branch_points": int(len(c.branching)),
         "branches": int((c.branch_reason != "").sum()),
-        "attention": {
-            "pairs_linear": pl,
-            "pairs_tree": pt,
-            "ratio": pl / pt if pt else 1.0,
-        },
-        "distributions": {
-            "tokens_per_tree": quantiles(c.tokens_tree),
-            "tokens_linear_per_tree": quantiles(c.tokens_linear),
-            "sequences_per_tree": quantiles(c.sequences),
-            "depth": quantiles(c.depth),
-            "branching": quantiles(c.branching),
-            "sequence_length": quantiles(np.repeat(c.forest.seq_length, c.forest.seq_count)),
-        },
+        "attention": {"pairs_linear": pl, "pairs_tree": pt, "ratio": pl / pt if pt else 1.0},
+        "distributions": _distributions(c),
         "by_format": _by_format(c),
         "by_branch_reason": _by_reason(c),
         "model": _model_block(shape, (tl, pl, hl), (tt, pt, ht)),
@@ -234,20 +223,42 @@ def summarize(
         },
     }
     if plan is None and budget is not None:
-        if out_dir is None:
-            raise ValueError("summarize(budget=...) needs out_dir")
-        cfg = PackConfig(budget=budget, model=DEFAULT_MODEL, cut=Cut.of(cut, "cut", PackError))
-        sha = manifest_sha256(out_dir)
-        try:
-            plan = plan_forest(c.forest, cfg, manifest_sha=sha, model=shape).summary
-        except PackError as e:  # the counts stand; the packing figures name the problem
-            out["packing"] = {"budget": budget, "error": str(e)}
+        plan, error = _plan_in_memory(c, budget, out_dir, cut, shape)
+        if error is not None:  # the counts stand; the packing figures name the problem
+            out["packing"] = {"budget": budget, "error": error}
     if plan is not None:
         hp = ht if head == "targets" else plan.tokens_pack
         out["packing"] = _packing_block(plan, shape, (tl, pl, hl), hp)
     if out_dir is not None:
         out["sharing"] = _sharing_block(out_dir, plan)
     return out
+
+
+def _distributions(c: Collected) -> dict[str, dict[str, float]]:
+    """The :func:`quantiles` of the per-tree, per-fork and per-sequence figures."""
+    return {
+        "tokens_per_tree": quantiles(c.tokens_tree),
+        "tokens_linear_per_tree": quantiles(c.tokens_linear),
+        "sequences_per_tree": quantiles(c.sequences),
+        "depth": quantiles(c.depth),
+        "branching": quantiles(c.branching),
+        "sequence_length": quantiles(np.repeat(c.forest.seq_length, c.forest.seq_count)),
+    }
+
+
+def _plan_in_memory(
+    c: Collected, budget: int, out_dir: str | None, cut: Cut | str, shape: ModelShape
+) -> tuple[PlanSummary | None, str | None]:
+    """The summary of a plan of the build at ``budget``, made in memory, or why the packer
+    refused (the build in ``out_dir`` names the plan's manifest)."""
+    if out_dir is None:
+        raise ValueError("summarize(budget=...) needs out_dir")
+    cfg = PackConfig(budget=budget, model=DEFAULT_MODEL, cut=Cut.of(cut, "cut", PackError))
+    sha = manifest_sha256(out_dir)
+    try:
+        return plan_forest(c.forest, cfg, manifest_sha=sha, model=shape).summary, None
+    except PackError as e:
+        return None, str(e)
 
 
 def _record_counts(manifest: dict) -> dict:

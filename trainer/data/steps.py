@@ -23,7 +23,7 @@ loss; only the layout differs, which is what the benchmark compares.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,20 @@ def step_batches(
         "adv_norm": adv_norm,
         "device": device,
     }
+    whole = _prepared_trees(reader, adv_norm)
+    part_refs: list[dict[int, PartRef]] = [{} for _ in range(world)]
+    if layout == "tree":
+        per_rank, part_refs = _tree_slots(whole, step)
+    elif layout == "linear":
+        per_rank = _linear_slots(whole, step, world, budget)
+    else:
+        raise TreeprepError(f"unknown layout {layout!r}; expected tree or linear")
+    slots = max(max((len(x) for x in per_rank), default=0), 1)
+    return [_rank_batches(per_rank[r], slots, kw, share_prefixes, part_refs[r]) for r in ranks]
+
+
+def _prepared_trees(reader: BuildReader, adv_norm: str) -> Callable[[PartRef], dict]:
+    """``whole(part)``: the part's tree prepared whole (:func:`prepare_row`), once per tree."""
     prepared: dict[tuple[str, int], dict] = {}
 
     def whole(p: PartRef) -> dict:
@@ -133,44 +147,55 @@ def step_batches(
             prepared[key] = prepare_row(reader.tree(p.shard, p.row), adv_norm)
         return prepared[key]
 
-    handoff: dict[tuple[int, int], PartRef] = {}
-    if layout == "tree":
-        per_rank: list[list[list[dict]]] = [
-            [[part_row(whole(p), p) for p in mb] for mb in step.slots[r]] for r in range(world)
-        ]
-        for r in range(world):
-            for m, mb in enumerate(step.slots[r]):
-                h = [p for p in mb if p.handoff_cuts]
-                if h and len(mb) > 1:
-                    raise ShardError(
-                        f"plan step {step.index}, rank {r}, micro-batch {m}: a hand-off row "
-                        "shares its micro-batch; the plan is damaged"
-                    )
-                if h:
-                    handoff[(r, m)] = h[0]
-    elif layout == "linear":
-        per_rank = _linear_slots(whole, step, world, budget)
-    else:
-        raise TreeprepError(f"unknown layout {layout!r}; expected tree or linear")
-    slots = max((len(x) for x in per_rank), default=0)
-    slots = max(slots, 1)
-    out: list[list[TreeBatch]] = []
-    for r in ranks:
-        mbs = per_rank[r] + [[] for _ in range(slots - len(per_rank[r]))]
-        row_batches = []
-        for m, rows in enumerate(mbs):
-            if not rows:
-                row_batches.append(TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"}))
-                continue
-            ref = handoff.get((r, m))
-            b = TreeBatch.from_trees(rows, **kw, share_prefixes=share_prefixes and ref is None)
-            if ref is not None:
-                b.handoff = (
-                    np.asarray(ref.handoff_cuts, dtype=np.int64),
-                    np.asarray(ref.handoff_parents, dtype=np.int64),
+    return whole
+
+
+def _tree_slots(
+    whole: Callable[[PartRef], dict], step: StepPlan
+) -> tuple[list[list[list[dict]]], list[dict[int, PartRef]]]:
+    """The tree layout: each rank's micro-batches as the plan slots them, one row per part, and
+    per rank the hand-off row of each micro-batch that runs as parts (alone in it, or the plan
+    is damaged)."""
+    world = len(step.slots)
+    per_rank = [[[part_row(whole(p), p) for p in mb] for mb in step.slots[r]] for r in range(world)]
+    part_refs: list[dict[int, PartRef]] = [{} for _ in range(world)]
+    for r in range(world):
+        for m, mb in enumerate(step.slots[r]):
+            h = [p for p in mb if p.handoff_cuts]
+            if h and len(mb) > 1:
+                raise ShardError(
+                    f"plan step {step.index}, rank {r}, micro-batch {m}: a hand-off row "
+                    "shares its micro-batch; the plan is damaged"
                 )
-            row_batches.append(b)
-        out.append(row_batches)
+            if h:
+                part_refs[r][m] = h[0]
+    return per_rank, part_refs
+
+
+def _rank_batches(
+    mbs: list[list[dict]],
+    slots: int,
+    kw: dict[str, Any],
+    share_prefixes: bool,
+    part_refs: dict[int, PartRef],
+) -> list[TreeBatch]:
+    """One rank's ``slots`` micro-batches from its rows (``mbs[m]``: micro-batch m's), a
+    null micro-batch in each empty slot; ``part_refs[m]``: micro-batch m's hand-off row, whose
+    batch gets the plan's part cuts."""
+    out: list[TreeBatch] = []
+    for m in range(slots):
+        rows = mbs[m] if m < len(mbs) else []
+        if not rows:
+            out.append(TreeBatch.from_trees([NULL_ROW], **{**kw, "layout": "tree"}))
+            continue
+        ref = part_refs.get(m)
+        b = TreeBatch.from_trees(rows, **kw, share_prefixes=share_prefixes and ref is None)
+        if ref is not None:
+            b.handoff = (
+                np.asarray(ref.handoff_cuts, dtype=np.int64),
+                np.asarray(ref.handoff_parents, dtype=np.int64),
+            )
+        out.append(b)
     return out
 
 
@@ -219,5 +244,5 @@ def step_work(
         batches = step_batches(reader, sp, ranks=ranks, layout=cfg.layout, norm=cfg.norm,
                                adv_norm=cfg.adv_norm, budget=budget, device=device,
                                share_prefixes=cfg.share_prefixes)  # fmt: skip
-        handoff = any(p.handoff_cuts for p in sp.parts)
-        yield StepWork(epoch, epoch_step, len(plan.steps), handoff, batches)
+        has_parts = any(p.handoff_cuts for p in sp.parts)
+        yield StepWork(epoch, epoch_step, len(plan.steps), has_parts, batches)

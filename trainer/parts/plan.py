@@ -159,17 +159,17 @@ class _Tree:
 
 
 def part_layout(
-    batch: object, budget: int, planned: tuple[np.ndarray, np.ndarray] | None = None
+    batch: object, budget: int, part_cuts: tuple[np.ndarray, np.ndarray] | None = None
 ) -> PartLayout:
     """Cut a one-tree :class:`~treeprep.trainer.batch.TreeBatch` (tree layout) into parts.
 
-    ``planned`` is a plan's (boundaries, parents) for this tree: checked against the cut this
+    ``part_cuts`` is a plan's (boundaries, parents) for this tree: checked against the cut this
     budget gives (a plan made for another budget or another build is refused)."""
     t = _Tree.of(batch)
     cuts = handoff_cuts(t.nl, t.npar, budget)
     parents = part_parents(cuts, t.ns, t.npar, t.nl)
-    if planned is not None and not (
-        np.array_equal(planned[0], cuts) and np.array_equal(planned[1], parents)
+    if part_cuts is not None and not (
+        np.array_equal(part_cuts[0], cuts) and np.array_equal(part_cuts[1], parents)
     ):
         raise ShardError(
             f"the plan's hand-off parts of a {int(t.nl.sum())}-token tree are not the parts of "

@@ -148,7 +148,8 @@ def _walk(layout: PartLayout, enter: Callable[[int], bool], leave: Callable[[int
 
 
 class _Runner:
-    """State of one tree's schedule: stored hand-off states per part on the stack."""
+    """One tree's schedule: the stored hand-off states of the parts on the stack, the walk's
+    steps (:meth:`enter` a part, :meth:`leave` it) and its sums (:meth:`run` walks it)."""
 
     def __init__(
         self,
@@ -164,8 +165,11 @@ class _Runner:
         before_pass: Callable[[str], None] | None = None,
         pool: HostPool | None = None,
         context: Any = None,
+        loss_scale: float = 1.0,
     ) -> None:
         self.model = model
+        #: what the gradient is multiplied by (not the returned loss)
+        self.loss_scale = loss_scale
         #: context parallelism (:class:`~treeprep.trainer.context.ContextGroup`): each part is
         #: padded to a multiple of the group's size, this rank runs its slice of the part's
         #: tokens and stores its heads' keys and values (None: the whole part, every head)
@@ -206,6 +210,69 @@ class _Runner:
         self.linear_coef: torch.Tensor | None = None  # gspo: d loss / d log p per target
         #: per layer, whether its keys and values need a gradient (:meth:`learn_need`)
         self.need: dict[int, tuple[bool, bool]] = {}
+        #: the walk's sums: the tree's loss (detached) and metrics, over the parts left so far
+        self.total = torch.zeros((), dtype=self.sum_dtype, device=batch.input_ids.device)
+        self.metrics: dict[str, torch.Tensor] = {}
+        #: per part on the stack that keeps its graph: its forward's (exchange, loss output,
+        #: head pair), until it is left
+        self.graphs: dict[int, tuple[HandOff, Any, Any]] = {}
+
+    def run(self) -> PartsOutput:
+        """The whole schedule: the gspo pre-pass if the loss needs it, then the depth-first walk
+        with gradients (module docstring)."""
+        if self.cfg.loss == "gspo":
+            self.linear_coef, pre = _gspo_coefficients(self)
+            self.total = pre.pop("loss").to(self.sum_dtype)
+            self.metrics.update(pre)
+        _walk(self.layout, self.enter, self.leave)
+        return PartsOutput(
+            loss=self.total,
+            metrics=self.metrics,
+            parts=len(self.layout.parts),
+            tokens_fed=int(self.batch.num_tokens),
+            prefix_rows=self.layout.prefix_rows,
+        )
+
+    def enter(self, c: int) -> bool:
+        """Enter part ``c``: a part without child parts runs forward and backward at once (and
+        is not left); a part that keeps its graph runs its forward with it; any other runs it
+        without. Either stores what its descendants read. Whether the walk goes into ``c``."""
+        spec = self.layout.parts[c]
+        if not self.layout.children[c]:
+            if spec.target_select.any():
+                self.finish(spec, *self.forward_head_first(spec, self.loss_scale))
+            return False
+        if self.keeps[c]:
+            ho, out, hidden = self.forward_head_first(spec, self.loss_scale, keep_own=True)
+            self.graphs[c] = (ho, out, hidden)
+        else:
+            with torch.no_grad():
+                ho, _ = self.decode(spec, grad=False)
+        self.store(c, ho)
+        return True
+
+    def leave(self, c: int) -> None:
+        """Leave part ``c`` (every descendant has run its backward): its backward from its kept
+        graph, or from a forward recomputed now, then free its stores."""
+        spec = self.layout.parts[c]
+        if c in self.graphs:
+            self.finish(spec, *self.graphs.pop(c))
+        else:
+            self.finish(spec, *self.forward_head_first(spec, self.loss_scale))
+        self.drop(c)
+
+    def finish(
+        self,
+        spec: PartSpec,
+        ho: HandOff,
+        out: Any,
+        hidden: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> None:
+        """Add the part's loss output to the sums, then run its :meth:`backward`."""
+        if out is not None and not isinstance(out, torch.Tensor):
+            self.total = self.total + out.loss.detach().to(self.sum_dtype)
+            _add_metrics(self.metrics, out.metrics)
+        self.backward(spec, ho, hidden)
 
     def decode(
         self, spec: PartSpec, grad: bool, keep_own: bool = False
@@ -514,63 +581,13 @@ def run_parts(
     check_part_checkpointing(model)
     layout = part_layout(batch, budget, getattr(batch, "handoff", None))
     keeps = layout.kept_parts(keep_tokens) if mode == "keep" else None
-    run = _Runner(model, batch, layout, cfg, attn, autocast, keeps=keeps, accumulate=accumulate,
-                  before_pass=before_pass, context=context)  # fmt: skip
-    if use_host_stores(stores, run):
-        run.pool = pool if pool is not None else HostPool(batch.input_ids.device)
+    runner = _Runner(model, batch, layout, cfg, attn, autocast, keeps=keeps,
+                     accumulate=accumulate, before_pass=before_pass, context=context,
+                     loss_scale=loss_scale)  # fmt: skip
+    if use_host_stores(stores, runner):
+        runner.pool = pool if pool is not None else HostPool(batch.input_ids.device)
     check_inputs(batch, cfg)
-    dtype = run.sum_dtype
-    total = torch.zeros((), dtype=dtype, device=batch.input_ids.device)
-    metrics: dict[str, torch.Tensor] = {}
-    if cfg.loss == "gspo":
-        run.linear_coef, pre = _gspo_coefficients(run)
-        total = pre.pop("loss").to(dtype)
-        metrics.update(pre)
-    parts = layout.parts
-    kept: dict[int, tuple[HandOff, Any, Any]] = {}
-
-    def finish(spec: PartSpec, ho: HandOff, out: Any,
-               hidden: tuple[torch.Tensor, torch.Tensor] | None) -> None:  # fmt: skip
-        nonlocal total
-        if out is not None and not isinstance(out, torch.Tensor):
-            total = total + out.loss.detach().to(dtype)
-            _add_metrics(metrics, out.metrics)
-        run.backward(spec, ho, hidden)
-
-    def enter(c: int) -> bool:
-        spec = parts[c]
-        if not layout.children[c]:
-            if spec.target_select.any():
-                ho, out, hidden = run.forward_head_first(spec, loss_scale)
-                finish(spec, ho, out, hidden)
-            return False
-        if run.keeps[c]:
-            ho, out, hidden = run.forward_head_first(spec, loss_scale, keep_own=True)
-            kept[c] = (ho, out, hidden)
-        else:
-            with torch.no_grad():
-                ho, _ = run.decode(spec, grad=False)
-        run.store(c, ho)
-        return True
-
-    def leave(c: int) -> None:
-        spec = parts[c]
-        if c in kept:
-            ho, out, hidden = kept.pop(c)
-            finish(spec, ho, out, hidden)
-        else:
-            ho, out, hidden = run.forward_head_first(spec, loss_scale)
-            finish(spec, ho, out, hidden)
-        run.drop(c)
-
-    _walk(layout, enter, leave)
-    return PartsOutput(
-        loss=total,
-        metrics=metrics,
-        parts=len(parts),
-        tokens_fed=int(batch.num_tokens),
-        prefix_rows=layout.prefix_rows,
-    )
+    return runner.run()
 
 
 __all__ = ["PartsOutput", "part_mask", "run_parts"]

@@ -135,15 +135,14 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
             shards = engine.write_trees(trees)
         write_rejects(jobs, stage)
         manifest = make_manifest(
-            cfg.file.group_by,
-            renderer.identity_by_content(),
-            jobs,
-            results,
-            counts,
-            shards,
-            inputs,
-            dups.by_file,
-            dups.normalized,
+            group_by=cfg.file.group_by,
+            identity=renderer.identity_by_content(),
+            jobs=jobs,
+            results=results,
+            counts=counts,
+            shards=shards,
+            inputs=inputs,
+            duplicates=dups,
         )
         if counts.records_in_trees == 0:
             _empty(cfg.out, counts, manifest)

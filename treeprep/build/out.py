@@ -32,6 +32,7 @@ import orjson
 
 from treeprep import __version__
 from treeprep.atomic import commit, crash_point, fsync_path, make_dirs, write_atomic, writing
+from treeprep.build.dedup import Duplicates
 from treeprep.build.workfiles import FileJob, FileResult
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION, Manifest, TokenizerIdentity
@@ -259,6 +260,7 @@ def write_rejects(jobs: list[FileJob], folder: str) -> None:
 
 
 def make_manifest(
+    *,
     group_by: str | None,
     identity: TokenizerIdentity,
     jobs: list[FileJob],
@@ -266,31 +268,67 @@ def make_manifest(
     counts: Counts,
     shards: list[ShardEntry],
     inputs: InputSet,
-    duplicates: dict[str, dict[str, int]] | None = None,
-    dropped_normalized: dict[str, dict[str, int]] | None = None,
+    duplicates: Duplicates | None = None,
 ) -> Manifest:
-    """The manifest, with the counts reconciled. ``duplicates``: per file name, the records
-    deduplication left out, by reason, and ``dropped_normalized`` those of them the renderer had
-    normalized, by kind (:class:`~treeprep.build.dedup.Duplicates`)."""
-    entries: list[InputEntry] = []
-    formats: dict[str, int] = {}
-    skipped: list[str] = []
-    filtered: dict[str, int] = {}
-    curation: dict[str, int] = {}
-    normalized: dict[str, int] = {}
+    """The manifest, with the counts reconciled (``counts`` gets the records' counts).
+    ``duplicates``: what deduplication left out, per file name by reason, and those of them the
+    renderer had normalized, by kind (:class:`~treeprep.build.dedup.Duplicates`)."""
+    tally = _tally_inputs(jobs, results, counts, duplicates or Duplicates())
+    _check_counts(counts, tally.normalized)
+    return Manifest(
+        schema_version=SCHEMA_VERSION,
+        treeprep_version=__version__,
+        tokenizer=identity,
+        group_by=group_by or "group_id",
+        inputs=tally.entries,
+        counts=counts,
+        shards=shards,
+        formats=dict(sorted(tally.formats.items())),
+        skipped_files=tally.skipped,
+        duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
+        filtered=dict(sorted(tally.filtered.items())),
+        curation=dict(sorted(tally.curation.items())),
+        normalized={k: n for k, n in sorted(tally.normalized.items()) if n},
+        excluded_inputs=[ExcludedInput(path=p, reason=r) for p, r in inputs.excluded],
+    )
+
+
+@dataclass
+class _InputTally:
+    """What the input files' results add up to, for the manifest."""
+
+    entries: list[InputEntry] = field(default_factory=list)
+    #: records read, by format
+    formats: dict[str, int] = field(default_factory=dict)
+    #: files stage 1 skipped
+    skipped: list[str] = field(default_factory=list)
+    #: records left out by filters or as duplicates, by reason
+    filtered: dict[str, int] = field(default_factory=dict)
+    #: records changed by curation, by kind
+    curation: dict[str, int] = field(default_factory=dict)
+    #: records in trees the renderer normalized, by kind
+    normalized: dict[str, int] = field(default_factory=dict)
+
+
+def _tally_inputs(
+    jobs: list[FileJob], results: dict[str, FileResult], counts: Counts, duplicates: Duplicates
+) -> _InputTally:
+    """Each input file's entry and counts, in job order, with the records deduplication left
+    out counted as filtered (and no longer as normalized); the records read and rejected are
+    added to ``counts``."""
+    t = _InputTally()
     for job in jobs:
         res = results[job.name]
         if res.skipped:
-            skipped.append(job.name)
+            t.skipped.append(job.name)
             continue
         why = dict(res.filtered)
-        for reason, n in (duplicates or {}).get(job.name, {}).items():
-            why[reason] = why.get(reason, 0) + n
-        _add(filtered, why)
-        _add(curation, res.curated)
-        _add(normalized, res.normalized)
-        _add(normalized, {k: -n for k, n in (dropped_normalized or {}).get(job.name, {}).items()})
-        entries.append(
+        _add(why, duplicates.by_file.get(job.name, {}))
+        _add(t.filtered, why)
+        _add(t.curation, res.curated)
+        _add(t.normalized, res.normalized)
+        _add(t.normalized, {k: -n for k, n in duplicates.normalized.get(job.name, {}).items()})
+        t.entries.append(
             InputEntry(
                 path=job.name,
                 bytes=job.size,
@@ -303,9 +341,15 @@ def make_manifest(
         )
         counts.records_read += res.records_read
         counts.records_rejected += res.records_rejected
-        formats[res.format] = formats.get(res.format, 0) + res.records_read
+        t.formats[res.format] = t.formats.get(res.format, 0) + res.records_read
     counts.records_in_trees = counts.sequences
-    counts.records_filtered = sum(filtered.values())
+    counts.records_filtered = sum(t.filtered.values())
+    return t
+
+
+def _check_counts(counts: Counts, normalized: dict[str, int]) -> None:
+    """Every record read is in a tree, rejected or filtered, and no kind of normalization counts
+    more records than the trees hold (else an internal error)."""
     if counts.records_read != (
         counts.records_in_trees + counts.records_rejected + counts.records_filtered
     ):
@@ -319,22 +363,6 @@ def make_manifest(
             f"internal error: normalized calls {normalized} do not fit the "
             f"{counts.records_in_trees} records in trees"
         )
-    return Manifest(
-        schema_version=SCHEMA_VERSION,
-        treeprep_version=__version__,
-        tokenizer=identity,
-        group_by=group_by or "group_id",
-        inputs=entries,
-        counts=counts,
-        shards=shards,
-        formats=dict(sorted(formats.items())),
-        skipped_files=skipped,
-        duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
-        filtered=dict(sorted(filtered.items())),
-        curation=dict(sorted(curation.items())),
-        normalized={k: n for k, n in sorted(normalized.items()) if n},
-        excluded_inputs=[ExcludedInput(path=p, reason=r) for p, r in inputs.excluded],
-    )
 
 
 def _add(total: dict[str, int], more: dict[str, int]) -> None:
