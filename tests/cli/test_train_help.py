@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer" / "run"))
 
 from test_train import BUDGET, data  # noqa: E402, F401  (the module's build fixture)
 
