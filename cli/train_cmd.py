@@ -187,6 +187,15 @@ def train_cmd(
             rich_help_panel=opt.Panel.parallel,
         ),
     ] = 1,
+    collective_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Under torchrun: seconds a rank waits for the others in a collective before it "
+            "stops, naming the rank that did not answer (one that dies is noticed at once).",
+            callback=opt.in_range(gt=0),
+            rich_help_panel=opt.Panel.parallel,
+        ),
+    ] = 600.0,
     out: topt.RunDirOpt = None,
     save_every: Annotated[
         int | None,

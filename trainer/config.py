@@ -122,6 +122,11 @@ class TrainConfig:
     #: context parallelism: groups of this many consecutive ranks share each micro-batch, Ulysses
     #: over attention heads (:mod:`~treeprep.trainer.context`); data parallel over world / cp
     cp: int = 1
+    #: under torchrun: seconds a rank waits in a collective for the others before it stops with
+    #: an error naming the rank that did not answer (a rank that dies outright is noticed at
+    #: once; one that hangs, after this). Longer than the slowest step or save; None: torch's
+    #: default (30 minutes for gloo, 10 for NCCL)
+    collective_timeout: float | None = 600.0
     #: checkpoint every N optimizer steps (None: only at the end)
     save_every: int | None = None
     #: also checkpoint when this many minutes of wall time passed since the last checkpoint (or
@@ -236,6 +241,11 @@ class TrainConfig:
             raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")
         if self.save_every is not None and self.save_every < 1:
             raise bad(f"save_every must be >= 1, got {self.save_every}")
+        if self.collective_timeout is not None and not (
+            math.isfinite(self.collective_timeout) and self.collective_timeout > 0
+        ):
+            raise bad(f"collective_timeout must be a number of seconds > 0, got "
+                      f"{self.collective_timeout}")  # fmt: skip
         if self.save_minutes is not None and not self.save_minutes >= 0:
             raise bad(f"save_minutes must be >= 0, got {self.save_minutes}")
         if not 0 <= self.val_fraction < 1:

@@ -21,14 +21,32 @@ the same one a single process computes when it runs every rank's micro-batches i
 Processes come from ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``
 in the environment) or from a test that spawns them and sets the same variables. The backend is
 NCCL on CUDA and gloo on CPU.
+
+**A rank that dies.** A collective needs every rank; one killed (``kill -9``, out of memory, a
+lost node) leaves the others in it. Gloo notices a peer whose connection closed (a process of
+the same host that died) at once; a peer that stops answering without closing it (a hung
+process, a host gone off the network) is waited for until the process group's timeout,
+``TrainConfig.collective_timeout`` (``--collective-timeout``, default 600 s, which is also
+NCCL's own default; torch's gloo default was 30 minutes). A survivor then fails with
+:func:`rank_lost`'s :class:`~treeprep.errors.TrainingError`: which rank stopped answering (each
+rank leaves its host and pid in the group's store at start-up, so a survivor on the same host
+can tell which process is gone), the last whole checkpoint and ``--resume auto``. Nothing is
+saved on the way out: a checkpoint is written by every rank together, atomically
+(:mod:`treeprep.trainer.run.checkpoint`), so the one in flight stays a ``.tmp-*`` folder that
+resuming ignores. Under torchrun the agent also sends the survivors SIGTERM once a worker exits;
+:class:`~treeprep.trainer.run.preemption.StopSignals` takes it as a stop request, and after a
+lost rank it ignores it, so the message is printed before the process exits (with status 1).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import gc
 import os
+import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -36,7 +54,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from treeprep.errors import TreeprepError
+from treeprep.errors import TrainingError, TreeprepError
 from treeprep.modes import Parallel
 
 
@@ -50,6 +68,8 @@ class DistInfo:
     device: torch.device
     #: this module created the process group (and so destroys it)
     owns_group: bool = False
+    #: a collective failed (a rank was lost): the group is not destroyed on the way out
+    broken: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -73,8 +93,10 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     return dev
 
 
-def init_distributed(device: str = "auto") -> DistInfo:
-    """Join the process group described by the environment (torchrun), or run alone."""
+def init_distributed(device: str = "auto", timeout: float | None = None) -> DistInfo:
+    """Join the process group described by the environment (torchrun), or run alone.
+    ``timeout``: the seconds a rank waits in a collective for the others (None: torch's
+    default); each rank then leaves its host and pid in the group's store (:func:`rank_lost`)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
@@ -84,8 +106,10 @@ def init_distributed(device: str = "auto") -> DistInfo:
     owns = False
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world)
+        wait = datetime.timedelta(seconds=timeout) if timeout else None
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=wait)
         owns = True
+        _register(rank)
     if dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     return DistInfo(rank, world, local, dev, owns)
@@ -96,9 +120,90 @@ def shutdown(info: DistInfo) -> None:
     and hooks from earlier wraps can still hold the group's pending work, and a group destroyed
     under them aborted the process at exit now and then ("terminate called without an active
     exception", 1 run in about 5 of tests/trainer/test_fsdp_parts.py)."""
-    if info.owns_group and dist.is_initialized():
+    if info.owns_group and dist.is_initialized() and not info.broken:
         gc.collect()
         dist.destroy_process_group()
+
+
+#: the store keys where each rank leaves ``host pid`` (:func:`rank_lost`)
+_WHO = "treeprep/rank/{}"
+
+
+def _register(rank: int) -> None:
+    with contextlib.suppress(Exception):  # naming a lost rank is a nicety, never a failure
+        store = dist.distributed_c10d._get_default_store()
+        store.set(_WHO.format(rank), f"{socket.gethostname()} {os.getpid()}")
+
+
+def collective_failed(e: BaseException) -> bool:
+    """``e`` is a collective that failed because another rank is gone or did not answer in
+    time (gloo's closed connection or timeout, NCCL's errors), not an error of this rank."""
+    if isinstance(e, dist.DistError):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and (
+        "gloo/" in text or "NCCL" in text or "Connection closed by peer" in text
+    )
+
+
+def _process_state(pid: int) -> str | None:
+    """``gone``, ``suspended`` or None (running, or unknown) of a process of this host."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return "gone"
+        except OSError:
+            return None
+        return None
+    return {"Z": "gone", "X": "gone", "T": "suspended", "t": "suspended"}.get(state)
+
+
+def silent_ranks(info: DistInfo) -> list[str]:
+    """The other ranks whose process is gone or stopped, each as ``rank N (pid P, gone)``, as
+    far as this rank can tell: ranks of this host by their pid (left in the store at start-up).
+    A store that cannot be read was held by rank 0's process (plain ``env://`` start): rank 0."""
+    out: list[str] = []
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(datetime.timedelta(seconds=2))
+        host = socket.gethostname()
+        for r in range(info.world_size):
+            key = _WHO.format(r)
+            if r == info.rank or not store.check([key]):
+                continue
+            their_host, pid = store.get(key).decode().split()
+            state = _process_state(int(pid)) if their_host == host else None
+            if state is not None:
+                out.append(f"rank {r} (pid {pid}, {state})")
+    except Exception:  # noqa: BLE001  (the store went with its host)
+        if info.rank != 0 and "TORCHELASTIC_RUN_ID" not in os.environ:  # torchrun's agent holds it
+            out.append("rank 0 (it held the group's store)")
+    return out
+
+
+def rank_lost(
+    e: BaseException, info: DistInfo, timeout: float | None, last: str | None
+) -> TrainingError:
+    """The error of a survivor whose collective failed (``e``): who stopped answering, what the
+    backend said (its first sentence, without its source location), the bound on the wait, the
+    last whole checkpoint ``last`` and how to continue."""
+    who = silent_ranks(info)
+    said = re.sub(r"^\[[^\]]*\]\s*", "", str(e).strip().split("\n")[0]).split(". ")[0]
+    wait = f"{timeout:g} s" if timeout else "torch's default timeout"
+    resume = (
+        f"the last whole checkpoint is {last}; restart every rank with --resume auto"
+        if last
+        else "no checkpoint was written yet; restart every rank (--resume auto starts afresh)"
+    )
+    return TrainingError(
+        f"rank {info.rank}: {', '.join(who) or 'another rank'} stopped answering in a collective "
+        f"({said[:200] or type(e).__name__}; a rank that dies is noticed at once, one that hangs "
+        f"after --collective-timeout, {wait}). The run cannot go on without it: {resume}"
+    )
 
 
 class LossModule(torch.nn.Module):

@@ -45,6 +45,10 @@
    those of an uninterrupted run (tested exactly on CPU). The glue between the loop and the
    checkpoint files is :mod:`.saver` (:func:`save`, ``RUN/final``); the metrics log cut back to
    the resumed step stays here.
+5. **A lost rank.** A rank that dies or hangs under torchrun fails the others' next collective
+   (at once for a closed connection, after ``collective_timeout`` for a silent one); each
+   survivor stops with an error naming the rank, the last whole checkpoint and ``--resume
+   auto`` (:func:`~treeprep.trainer.distributed.rank_lost`), and saves nothing on the way out.
 
 Single-process runs of a plan made for W ranks run every rank's micro-batches themselves: that is
 the reference the multi-process test compares against.
@@ -117,9 +121,16 @@ __all__ = [
 def train(cfg: TrainConfig, *, callback: Callback | None = None) -> TrainResult:
     """Run ``cfg`` (see the module docstring). ``callback(event, info)`` receives ``"start"``,
     ``"step"`` (a :class:`StepMetrics` dict) and ``"checkpoint"`` events on rank 0."""
-    info = dist_mod.init_distributed(cfg.device)
+    info = dist_mod.init_distributed(cfg.device, cfg.collective_timeout)
     try:
         return _train(cfg, info, callback)
+    except Exception as e:
+        if not (info.distributed and dist_mod.collective_failed(e)):
+            raise
+        # another rank died or hung (docs/training.md): say which, and where to resume from
+        info.broken = True
+        last = ckpt_mod.latest_checkpoint(cfg.run_dir)
+        raise dist_mod.rank_lost(e, info, cfg.collective_timeout, last) from e
     finally:
         run_lock.release_run_folder(cfg.run_dir)  # taken by _claim_run_folder
         dist_mod.shutdown(info)

@@ -17,6 +17,12 @@ the ranks' flags at each step boundary, so all ranks stop at the same step and s
 save is collective). Handlers can only be installed from the main thread; elsewhere (a run
 started from a worker thread) the signals keep their handlers and nothing is requested.
 
+A run that ends because another rank was lost (:func:`~treeprep.trainer.distributed.rank_lost`)
+does not put the old handlers back: torchrun's agent sends the survivors SIGTERM as soon as a
+worker dies, and the default action would end the process before its error message is out. The
+stop signals are ignored from then on; the process exits with status 1 right after (and the
+agent's SIGKILL, 30 s later, still ends one that would not).
+
 The process then exits with ``128 + signal number`` (143 for SIGTERM, 130 for Ctrl-C, 138 for
 SIGUSR1): the shell's convention for a process ended by a signal, which torchrun and schedulers
 read as "did not finish" (a job that stopped early must not look done to a requeue script).
@@ -64,6 +70,11 @@ class StopSignals:
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if ev is not None and self._old and dist_mod.collective_failed(ev):
+            for s in self._old:
+                signal.signal(s, signal.SIG_IGN)  # the run is over: let its message out
+            self._old.clear()
+            return
         self._restore()
 
     def _restore(self) -> None:

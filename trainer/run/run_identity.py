@@ -46,7 +46,7 @@ SAFE_TO_CHANGE = frozenset(
         "run_dir", "resume", "overwrite", "steps", "epochs", "save_every", "save_minutes", "keep",
         "save_final", "merge_lora", "report_to", "run_name", "prefetch", "probe", "device", "attn",
         "activation_checkpointing", "chunk", "part_graph", "keep_tokens", "parallel",
-        "share_prefixes", "eval_data", "eval_every", "stores", "cp",
+        "share_prefixes", "eval_data", "eval_every", "stores", "cp", "collective_timeout",
     }
 )  # fmt: skip
 #: fields compared by content in the identity, not by their spelling in the config
