@@ -42,6 +42,7 @@ from treeprep.modes import (
     Stores,
     Unrewarded,
     coerce_modes,
+    reads_prefix_in_place,
 )
 from treeprep.trainer.context import check_loss
 from treeprep.trainer.models.presets import PRESETS
@@ -235,8 +236,11 @@ class TrainConfig:
             raise bad(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.warmup_ratio and self.warmup_steps:
             raise bad("give warmup_steps or warmup_ratio, not both")
-        if self.stores != "gpu" and self.attn not in ("auto", "nodes"):
-            raise bad(f"stores {self.stores} streams the prefix with attn nodes, not {self.attn}")
+        if self.stores != "gpu" and not reads_prefix_in_place(self.attn):
+            raise bad(
+                f"stores {self.stores} streams the prefix to a backend that reads it in place "
+                f"(auto or nodes), not {self.attn}"
+            )
         if self.handoff_accumulate == "float32" and self.precision in ("float32", "float64"):
             raise bad(f"handoff_accumulate float32 is for bf16 runs; precision is {self.precision}")
         if self.save_every is not None and self.save_every < 1:

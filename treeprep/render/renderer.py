@@ -99,6 +99,28 @@ CHECK_EVERY = 64
 # --------------------------------------------------------------------------------------------------
 
 
+#: whether incremental rendering stayed on through the probe sessions, per template and
+#: tokenizer, in this process: the probe renders each session's prefixes whole and
+#: incrementally, seconds for a large template, and the answer depends on these alone
+_VERIFIED: dict[tuple[Any, ...], bool] = {}
+
+
+def _verified(
+    inc: IncrementalRenderer, template: ChatTemplate, identity: TokenizerIdentity
+) -> bool:
+    """:meth:`IncrementalRenderer.verify` on the probe sessions, once per template and tokenizer."""
+    key = (
+        template.source,
+        template.limits,
+        template.date,
+        tuple(sorted(template.special_tokens.items())),
+        identity.model_dump_json(),
+    )
+    if key not in _VERIFIED:
+        _VERIFIED[key] = inc.verify(probe_sessions())
+    return _VERIFIED[key]
+
+
 class Renderer:
     """Turns records into token sequences with one tokenizer and its chat template.
 
@@ -160,7 +182,7 @@ class Renderer:
                 inc = IncrementalRenderer(
                     self._jinja_at, name=f"the chat template of {identity.name!r}"
                 )
-                self.incremental = inc if inc.verify(probe_sessions()) else None
+                self.incremental = inc if _verified(inc, template, identity) else None
 
     # -- construction ----------------------------------------------------------------------------
 

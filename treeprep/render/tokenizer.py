@@ -15,7 +15,9 @@ vocabulary size with ``AutoTokenizer`` on every tokenizer in ``../shared/data``.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,13 +173,39 @@ def folder_template(folder: str | Path) -> str | None:
     return _template(folder, _config(folder))
 
 
+#: identities by content computed in this process, by the folder's bytes
+#: (:func:`_folder_state`): parsing and hashing a 200k-entry vocabulary's pieces takes seconds,
+#: hashing the files' bytes milliseconds, and a process that builds several times (tests, a
+#: notebook, the online API) reads the same folder each time
+_IDENTITIES: dict[tuple[Any, ...], str] = {}
+
+
+def _folder_state(folder: Path) -> tuple[Any, ...]:
+    """Each regular file of ``folder`` by name and the sha256 of its bytes: a file that changes
+    in any way gets another key."""
+    out = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.is_file():
+            with open(entry.path, "rb") as f:
+                out.append((entry.name, hashlib.file_digest(f, "sha256").hexdigest()))
+    return tuple(out)
+
+
 def content_identity(folder: str | Path, template: str | None = None) -> str:
     """The identity by content of a tokenizer folder
     (:func:`treeprep.schemas.tokenizer.content_sha256`), with its own chat template unless
-    ``template`` is given (a folder without one: the template rendered with)."""
+    ``template`` is given (a folder without one: the template rendered with). Computed once per
+    process for the folder's files as they stand."""
+    folder = Path(folder)
+    key = (_folder_state(folder), template)
+    if key not in _IDENTITIES:
+        _IDENTITIES[key] = _content_identity(folder, template)
+    return _IDENTITIES[key]
+
+
+def _content_identity(folder: Path, template: str | None) -> str:
     from treeprep.schemas.tokenizer import content_sha256
 
-    folder = Path(folder)
     config = _config(folder)
     own = _template(folder, config)
     source = own if own is not None else template
