@@ -39,16 +39,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 #: with one worker per core the longest files started last would leave one core idle at the end
 HEAVY_FIRST = (
     "tests/treeprep/build/test_ray.py",
+    "tests/trainer/run/test_rank_fault.py",
+    "tests/trainer/run/test_train_dist.py",
     "tests/trainer/test_fsdp_parts.py",
+    "tests/trainer/models/test_families.py",
+    "tests/adversarial/test_adv_out.py",
     "tests/trainer/test_context.py",
     "tests/trainer/run/test_preemption.py",
     "tests/trainer/parts/test_handoff_state.py",
-    "tests/trainer/models/test_families.py",
-    "tests/trainer/run/test_train_dist.py",
+    "tests/trainer/data/test_tokenizer_identity.py",
+    "tests/treeprep/render/test_gpt_oss.py",
+    "tests/treeprep/render/test_no_empty_reply.py",
     "tests/trainer/run/test_train.py",
+    "tests/treeprep/render/test_native.py",
     "tests/trainer/run/test_resume.py",
-    "tests/adversarial/test_adv_out.py",
-    "tests/trainer/parts/test_host_stores.py",
+    "tests/trainer/attention/test_flex.py",
 )
 
 

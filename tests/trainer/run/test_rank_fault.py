@@ -39,12 +39,15 @@ STEPS = 6  # rank 1 is killed after step 2: the run is far from its end
 BOUND_S = 20.0
 
 
-def _torchrun(data: Path, run: Path, *extra: str) -> list[str]:  # noqa: F811
+def _torchrun(data: Path, run: Path, *extra: str, every_step: bool = True) -> list[str]:  # noqa: F811
+    """The run's command; ``every_step``: a checkpoint after each step (the reference, which is
+    never resumed, saves its final weights only)."""
+    saves = ["--save-every", "1", "--keep", "0"] if every_step else []
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "-m", "treeprep.cli", "train", str(data), "--model", "tiny-qwen3", "--out", str(run),
             "--budget", str(BUDGET), "--steps-of", "2", "--steps", str(STEPS), "--optimizer",
             "sgd", "--lr", "0.3", "--momentum", "0.9", "--warmup", "1", "--device", "cpu",
-            "--attn", "dense", "--save-every", "1", "--keep", "0", *extra]  # fmt: skip
+            "--attn", "dense", *saves, *extra]  # fmt: skip
 
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
@@ -86,7 +89,7 @@ def test_a_rank_killed_mid_run_stops_the_other_and_resume_auto_ends_bit_equal(
     tmp_path: Path,
 ) -> None:
     quiet = dict(cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    full = subprocess.Popen(_torchrun(data, tmp_path / "full"), **quiet)
+    full = subprocess.Popen(_torchrun(data, tmp_path / "full", every_step=False), **quiet)
     run = tmp_path / "run"
     proc = subprocess.Popen(_torchrun(data, run), **quiet)
     seen = _until("step 2/", proc)
