@@ -126,7 +126,8 @@ def _module(cfg, context=None, dtype=None):
 
 
 def _step(module, batches, cfg, scale: float, info, handoff: bool = False) -> dict:
-    from treeprep.trainer.distributed import ShardedHandOff, all_reduce_grads
+    from treeprep.trainer.distributed import all_reduce_grads
+    from treeprep.trainer.parts.sharded import ShardedHandOff
     from treeprep.trainer.run.step import micro_batches
 
     budget = BUDGET if handoff else 10**6

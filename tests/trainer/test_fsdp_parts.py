@@ -2,7 +2,7 @@
 
 Each rank runs its own micro-batches, trees over the budget among them, cut into a different
 number of parts on each rank (and an ordinary micro-batch on one of them), through
-:class:`~treeprep.trainer.distributed.ShardedHandOff`. The gradients, gathered from the shards,
+:class:`~treeprep.trainer.parts.sharded.ShardedHandOff`. The gradients, gathered from the shards,
 must equal one process running both ranks' micro-batches (relative L2 under 1e-5, float32), for
 both part graphs and for a loss with the no-grad pre-pass (``gspo``). Hooks on every parametrised
 submodule of every decoder layer (forward pre- and post-hooks, and gradient hooks on the outputs,
@@ -209,7 +209,8 @@ def _sharded(loss: str, mode: str, info) -> tuple[dict, Probe, dict]:
 
     from treeprep.trainer import TreeBatch
     from treeprep.trainer.data.rows import NULL_ROW
-    from treeprep.trainer.distributed import ShardedHandOff, wrap
+    from treeprep.trainer.distributed import wrap
+    from treeprep.trainer.parts.sharded import ShardedHandOff
     from treeprep.trainer.run.step import micro_batches
 
     cfg = _cfg(loss, mode)
@@ -232,7 +233,8 @@ def _sharded_bf16(policy: bool, handoff: bool, info) -> dict:
     what ``treeprep train`` runs) or in float32 with autocast's copies (before it)."""
     from treeprep.trainer import TreeBatch
     from treeprep.trainer.data.rows import NULL_ROW
-    from treeprep.trainer.distributed import ShardedHandOff, wrap
+    from treeprep.trainer.distributed import wrap
+    from treeprep.trainer.parts.sharded import ShardedHandOff
     from treeprep.trainer.run.step import micro_batches
 
     cfg = _cfg("sft", "recompute")
@@ -342,7 +344,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 def test_next_pass_forwards_first_and_never_back_propagates_a_missing_graph() -> None:
-    from treeprep.trainer.distributed import BACKWARD, DONE, FORWARD, next_pass
+    from treeprep.trainer.parts.sharded import BACKWARD, DONE, FORWARD, next_pass
 
     assert next_pass([[BACKWARD, 0], [FORWARD, 0]]) == FORWARD
     assert next_pass([[DONE, 1], [FORWARD, 0]]) == FORWARD

@@ -12,7 +12,7 @@ in this order:
    (its hooks expect one backward per forward) and all-reduces the gradients once at the end.
    Under FSDP2 the parameters stay sharded: every part's forward and backward gathers and frees
    them layer by layer, the ranks run their passes in lockstep and each backward
-   reduce-scatters (:class:`~.distributed.ShardedHandOff`).
+   reduce-scatters (:class:`~treeprep.trainer.parts.sharded.ShardedHandOff`).
 2. **Reductions.** The loss and the token counts are summed over ranks, the metric sums are
    reduced and divided (:class:`~treeprep.trainer.run.metrics.StepMetricSums`).
 3. **Clip and guard.** The global gradient norm is clipped (``grad_clip``; always logged); a
@@ -44,6 +44,7 @@ from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.batch import TreeBatch
 from treeprep.trainer.config import TrainConfig
 from treeprep.trainer.data.rows import NULL_ROW
+from treeprep.trainer.parts.sharded import ShardedHandOff
 
 
 def lr_factor(
@@ -168,7 +169,7 @@ def micro_batches(
     world_scale: float,
     info: dist_mod.DistInfo,
     handoff: bool,
-    sharded: dist_mod.ShardedHandOff | None = None,
+    sharded: ShardedHandOff | None = None,
 ) -> StepLossAndCounts:
     """Forward and backward of one step's micro-batches (gradients accumulate in ``.grad``).
 
@@ -215,7 +216,7 @@ def _forward_backward(
     cfg: TrainConfig,
     budget: int,
     world_scale: float,
-    sharded: dist_mod.ShardedHandOff | None,
+    sharded: ShardedHandOff | None,
 ) -> tuple[torch.Tensor, Any]:
     """One micro-batch: as hand-off parts when it has them, else one forward and backward;
     ``sharded`` is told before each pass."""
@@ -270,7 +271,7 @@ class Stepper:
         self.step = step
         self.world_scale = float(info.world_size) if info.distributed else 1.0
         #: FSDP2's lockstep for hand-off steps, made on the first one
-        self.sharded: dist_mod.ShardedHandOff | None = None
+        self.sharded: ShardedHandOff | None = None
 
     def run(
         self, batches: list[list[TreeBatch]], *, handoff: bool, where: str, last_ckpt: str | None
@@ -298,7 +299,7 @@ class Stepper:
         if handoff and cfg.parallel == "fsdp" and info.distributed:
             if self.sharded is None:
                 null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=info.device)
-                self.sharded = dist_mod.ShardedHandOff(wrapped, null, info)
+                self.sharded = ShardedHandOff(wrapped, null, info)
             return micro_batches(*args, True, self.sharded)
         sums = micro_batches(*args, handoff)
         if handoff and info.distributed:
