@@ -113,7 +113,7 @@ def cut(batch: object, budget: int) -> None:
     ln, par = b.node_length.numpy(), b.node_parent.numpy()
     cuts = handoff_cuts(ln, par, budget)
     parents = part_parents(cuts, b.node_start.numpy(), par, ln)
-    b.handoff = (np.asarray(cuts, dtype=np.int64), np.asarray(parents, dtype=np.int64))
+    b.part_cuts = (np.asarray(cuts, dtype=np.int64), np.asarray(parents, dtype=np.int64))
 
 
 def _free_port() -> int:

@@ -132,7 +132,7 @@ class TreeBatch:
     _totals: tuple[float, float, float] = (0.0, 0.0, 0.0)
     _cache_targets: Targets | None = field(default=None, repr=False, compare=False)
     #: a one-tree batch that runs as hand-off parts: (part boundaries, part parents) from the plan
-    handoff: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False)
+    part_cuts: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False)
 
     @property
     def num_tokens(self) -> int:

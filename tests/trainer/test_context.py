@@ -81,7 +81,7 @@ def handoff_batches(dp: int) -> list[list]:
         ln, par = b.node_length.numpy(), b.node_parent.numpy()
         cuts = handoff_cuts(ln, par, BUDGET)
         parents = part_parents(cuts, b.node_start.numpy(), par, ln)
-        b.handoff = (np.asarray(cuts, dtype=np.int64), np.asarray(parents, dtype=np.int64))
+        b.part_cuts = (np.asarray(cuts, dtype=np.int64), np.asarray(parents, dtype=np.int64))
         out.append([b])
     return out
 
@@ -125,20 +125,20 @@ def _module(cfg, context=None, dtype=None):
     return LossModule(_model(dtype), kw, context=context)
 
 
-def _step(module, batches, cfg, scale: float, info, handoff: bool = False) -> dict:
+def _step(module, batches, cfg, scale: float, info, has_parts: bool = False) -> dict:
     from treeprep.trainer.distributed import all_reduce_grads
     from treeprep.trainer.parts.sharded import ShardedHandOff
     from treeprep.trainer.run.step import micro_batches
 
-    budget = BUDGET if handoff else 10**6
+    budget = BUDGET if has_parts else 10**6
     sharded = None
-    if handoff and info.distributed and cfg.parallel == "fsdp":
+    if has_parts and info.distributed and cfg.parallel == "fsdp":
         from treeprep.trainer import TreeBatch
         from treeprep.trainer.data.rows import NULL_ROW
 
         sharded = ShardedHandOff(module, TreeBatch.from_trees([NULL_ROW], norm=cfg.norm), info)
-    sums = micro_batches(module, batches, cfg, budget, scale, info, handoff, sharded)
-    if handoff and info.distributed and sharded is None:
+    sums = micro_batches(module, batches, cfg, budget, scale, info, has_parts, sharded)
+    if has_parts and info.distributed and sharded is None:
         all_reduce_grads([p for p in module.parameters() if p.requires_grad], info)
     return {"loss": float(sums.loss), "tokens": sums.tokens, "targets": sums.targets,
             "micro_batches": sums.micro_batches, "extra": sums.extra}  # fmt: skip
@@ -152,7 +152,7 @@ def _reference(loss: str, dp: int, graph: str | None = None) -> tuple[dict, dict
     module = _module(cfg, dtype=dtype)
     info = DistInfo(0, 1, 0, torch.device("cpu"))
     batches = handoff_batches(dp) if graph else data_batches(dp)
-    sums = _step(module, batches, cfg, 1.0, info, handoff=graph is not None)
+    sums = _step(module, batches, cfg, 1.0, info, has_parts=graph is not None)
     return {n: p.grad.clone() for n, p in module.lm.named_parameters()}, sums
 
 
@@ -170,7 +170,7 @@ def _parallel(
     wrapped = wrap(_module(cfg, cg, dtype), info, parallel)
     make = handoff_batches if graph else data_batches
     mine = [make(data_world(info.world_size, cp))[data_rank(info.rank, cp)]]
-    red = _step(wrapped, mine, cfg, float(info.world_size), info, handoff=graph is not None)
+    red = _step(wrapped, mine, cfg, float(info.world_size), info, has_parts=graph is not None)
     sums = {k: red[k] for k in ("tokens", "targets", "micro_batches")}
     from treeprep.trainer.distributed import all_reduce_sum
 
@@ -286,7 +286,7 @@ def test_the_hand_off_parts_need_padding() -> None:
     from treeprep.trainer.parts import part_layout
 
     for mbs in handoff_batches(2):
-        sizes = [p.num_tokens for p in part_layout(mbs[0], BUDGET, mbs[0].handoff).parts]
+        sizes = [p.num_tokens for p in part_layout(mbs[0], BUDGET, mbs[0].part_cuts).parts]
         assert len(sizes) > 2 and any(n % 2 for n in sizes) and any(n % 4 for n in sizes), sizes
 
 

@@ -53,7 +53,7 @@ def _batch(seed: int, n_seq: int, budget: int | None):
         ln = b.node_length.numpy()
         cuts = handoff_cuts(ln, b.node_parent.numpy(), budget)
         par = part_parents(cuts, b.node_start.numpy(), b.node_parent.numpy(), ln)
-        b.handoff = (np.asarray(cuts, dtype=np.int64), np.asarray(par, dtype=np.int64))
+        b.part_cuts = (np.asarray(cuts, dtype=np.int64), np.asarray(par, dtype=np.int64))
     return b
 
 
@@ -359,7 +359,7 @@ def test_ranks_run_different_numbers_of_parts() -> None:
     from treeprep.trainer.parts import part_layout
 
     parts = [
-        sum(len(part_layout(b, BUDGET, b.handoff).parts) for b in mbs if b.handoff is not None)
+        sum(len(part_layout(b, BUDGET, b.part_cuts).parts) for b in mbs if b.part_cuts is not None)
         for mbs in rank_batches()
     ]
     assert parts[0] != parts[1] and min(parts) > 2, parts

@@ -191,7 +191,7 @@ def _rank_batches(
         ref = part_refs.get(m)
         b = TreeBatch.from_trees(rows, **kw, share_prefixes=share_prefixes and ref is None)
         if ref is not None:
-            b.handoff = (
+            b.part_cuts = (
                 np.asarray(ref.handoff_cuts, dtype=np.int64),
                 np.asarray(ref.handoff_parents, dtype=np.int64),
             )
@@ -224,7 +224,7 @@ class StepWork:
     epoch: int
     epoch_step: int
     epoch_steps: int  # steps in this epoch
-    handoff: bool  # some micro-batch of the step, on any rank, runs as hand-off parts
+    has_parts: bool  # some micro-batch of the step, on any rank, runs as hand-off parts
     batches: list[list[TreeBatch]]
 
 

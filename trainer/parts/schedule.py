@@ -579,7 +579,7 @@ def run_parts(
     if keep_tokens is not None and keep_tokens < 0:
         raise TreeprepError(f"keep_tokens must be >= 0, got {keep_tokens}")
     check_part_checkpointing(model)
-    layout = part_layout(batch, budget, getattr(batch, "handoff", None))
+    layout = part_layout(batch, budget, getattr(batch, "part_cuts", None))
     keeps = layout.kept_parts(keep_tokens) if mode == "keep" else None
     runner = _Runner(model, batch, layout, cfg, attn, autocast, keeps=keeps,
                      accumulate=accumulate, before_pass=before_pass, context=context,

@@ -148,7 +148,7 @@ class Evaluator:
                     (b,) = step_batches(self.reader, step, ranks=[0], layout=cfg.layout,
                                         norm=cfg.norm, adv_norm=cfg.adv_norm,
                                         budget=10**12, device=info.device)[0]  # fmt: skip
-                    b.handoff = None  # no gradient: the whole tree in one forward
+                    b.part_cuts = None  # no gradient: the whole tree in one forward
                     loss, _ = wrapped(b)
                     total += float(loss) * scale / self.total
         finally:

@@ -310,7 +310,7 @@ def _run_steps(
             return step, None
         epoch, epoch_step = work.epoch, work.epoch_step
         where = f"step {step + 1} (epoch {epoch}, plan step {epoch_step})"
-        res = stepper.run(work.batches, handoff=work.handoff, where=where, last_ckpt=saver.last)
+        res = stepper.run(work.batches, has_parts=work.has_parts, where=where, last_ckpt=saver.last)
         if info.device.type == "cuda":
             torch.cuda.synchronize(info.device)
         step, epoch_step = step + 1, epoch_step + 1

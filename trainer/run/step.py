@@ -168,7 +168,7 @@ def micro_batches(
     budget: int,
     world_scale: float,
     info: dist_mod.DistInfo,
-    handoff: bool,
+    has_parts: bool,
     sharded: ShardedHandOff | None = None,
 ) -> StepLossAndCounts:
     """Forward and backward of one step's micro-batches (gradients accumulate in ``.grad``).
@@ -188,10 +188,10 @@ def micro_batches(
     with sharded.step() if sharded is not None else contextlib.nullcontext():
         for rank_batches in batches:
             for i, b in enumerate(rank_batches):
-                sync = i == n_mb - 1 and not handoff
+                sync = i == n_mb - 1 and not has_parts
                 # a hand-off step bypasses the wrapper (its forward and hooks expect one backward
                 # per forward) and all-reduces once at the end; the FSDP2 root is the module
-                fwd = inner if handoff else wrapped
+                fwd = inner if has_parts else wrapped
                 if sharded is not None:
                     loss, mets = _forward_backward(fwd, b, cfg, budget, world_scale, sharded)
                 else:
@@ -223,7 +223,7 @@ def _forward_backward(
     from treeprep.trainer.parts.schedule import run_parts
 
     gate = sharded.before_pass if sharded is not None else None
-    if b.handoff is not None:
+    if b.part_cuts is not None:
         inner = dist_mod.unwrap(fwd)
         res = run_parts(
             inner.lm,
@@ -274,12 +274,12 @@ class Stepper:
         self.sharded: ShardedHandOff | None = None
 
     def run(
-        self, batches: list[list[TreeBatch]], *, handoff: bool, where: str, last_ckpt: str | None
+        self, batches: list[list[TreeBatch]], *, has_parts: bool, where: str, last_ckpt: str | None
     ) -> StepResult:
-        """One optimizer step on this process's micro-batches (module docstring). ``handoff``:
+        """One optimizer step on this process's micro-batches (module docstring). ``has_parts``:
         some micro-batch of the step (on any rank) runs as hand-off parts; ``where`` names the
         step in the error a non-finite loss raises."""
-        sums = self._forward_backward(batches, handoff).reduce(self.info)
+        sums = self._forward_backward(batches, has_parts).reduce(self.info)
         grad_norm = self._clip()
         if not math.isfinite(sums.loss) or not math.isfinite(grad_norm):
             raise TrainingError(
@@ -293,16 +293,18 @@ class Stepper:
         self.opt.zero_grad(set_to_none=True)
         return StepResult(sums, grad_norm, lr_now)
 
-    def _forward_backward(self, batches: list[list[TreeBatch]], handoff: bool) -> StepLossAndCounts:
+    def _forward_backward(
+        self, batches: list[list[TreeBatch]], has_parts: bool
+    ) -> StepLossAndCounts:
         cfg, info, wrapped = self.cfg, self.info, self.wrapped
         args = (wrapped, batches, cfg, self.budget, self.world_scale, info)
-        if handoff and cfg.parallel == "fsdp" and info.distributed:
+        if has_parts and cfg.parallel == "fsdp" and info.distributed:
             if self.sharded is None:
                 null = TreeBatch.from_trees([NULL_ROW], norm=cfg.norm, device=info.device)
                 self.sharded = ShardedHandOff(wrapped, null, info)
             return micro_batches(*args, True, self.sharded)
-        sums = micro_batches(*args, handoff)
-        if handoff and info.distributed:
+        sums = micro_batches(*args, has_parts)
+        if has_parts and info.distributed:
             dist_mod.all_reduce_grads(self.params, info)
         return sums
 

@@ -33,6 +33,8 @@ from test_train import BUDGET, data  # noqa: E402, F401  (the module's build fix
 from treeprep.trainer.run import checkpoint as ckpt_mod  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
+#: about 110 s on a 2-core machine: run with ``python -m pytest -m long``
+pytestmark = pytest.mark.long
 STEPS = 6  # rank 1 is killed after step 2: the run is far from its end
 #: rank 0 must be gone this soon after the kill: below torchrun's 30 s between its SIGTERM and its
 #: SIGKILL, so a survivor that exits in time exited on its own
@@ -73,6 +75,17 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _saved(run: Path, step: int, timeout: float = 60.0) -> None:
+    """Wait until ``run`` holds a whole checkpoint of ``step`` or later."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        cps = ckpt_mod.list_checkpoints(str(run))
+        if cps and cps[-1][0] >= step:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint of step {step} in {run} after {timeout} s")
+
+
 def _until(line_start: str, proc: subprocess.Popen) -> list[str]:
     assert proc.stderr is not None
     seen = []
@@ -93,6 +106,7 @@ def test_a_rank_killed_mid_run_stops_the_other_and_resume_auto_ends_bit_equal(
     run = tmp_path / "run"
     proc = subprocess.Popen(_torchrun(data, run), **quiet)
     seen = _until("step 2/", proc)
+    _saved(run, 2)  # the step line comes before the step's checkpoint: kill once it is whole
     rank0, rank1 = _worker(proc.pid, 0), _worker(proc.pid, 1)
     os.kill(rank1, signal.SIGKILL)
     killed = time.monotonic()

@@ -55,7 +55,7 @@ def test_a_step_is_accumulate_clip_update() -> None:
     stepper, lm = _setup(cfg)
     ref, _ = _setup(cfg)
     batches = _batches(0)
-    res = stepper.run(batches, handoff=False, where="step 1", last_ckpt=None)
+    res = stepper.run(batches, has_parts=False, where="step 1", last_ckpt=None)
     # by hand: the micro-batches' losses summed, their gradients accumulated, clipped, SGD
     ref_lm = ref.wrapped.lm
     losses = [tree_loss(ref_lm, b, loss="sft") for b in batches[0]]
@@ -83,7 +83,7 @@ def test_a_non_finite_loss_stops_before_the_update() -> None:
         lm.get_output_embeddings().weight[5] = float("nan")
     before = {k: v.clone() for k, v in lm.state_dict().items()}
     with pytest.raises(TrainingError, match=r"^step 7 \(epoch 1\): loss nan .*checkpoint: ck-6"):
-        stepper.run(_batches(1), handoff=False, where="step 7 (epoch 1)", last_ckpt="ck-6")
+        stepper.run(_batches(1), has_parts=False, where="step 7 (epoch 1)", last_ckpt="ck-6")
     torch.testing.assert_close(lm.state_dict(), before, rtol=0, atol=0, equal_nan=True)
 
 
@@ -129,7 +129,7 @@ def test_the_rate_is_set_from_the_step_whatever_the_optimizer_holds() -> None:
     stepper, _ = _setup(cfg)
     stepper.step = 2
     stepper.opt.param_groups[0]["lr"] = 123.0  # what a loaded optimizer state may hold
-    res = stepper.run(_batches(2), handoff=False, where="step 3", last_ckpt=None)
+    res = stepper.run(_batches(2), has_parts=False, where="step 3", last_ckpt=None)
     assert res.lr == Schedule.of(cfg, 4).lr(2) == pytest.approx(3e-4 * 0.55)
     assert stepper.step == 3
 

@@ -64,7 +64,7 @@ def _torchrun(data: Path, run: Path, parallel: str) -> subprocess.CompletedProce
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+@pytest.mark.parametrize("parallel", ["ddp", pytest.param("fsdp", marks=pytest.mark.long)])
 def test_two_processes_match_one(setup, tmp_path: Path, parallel: str) -> None:
     data, ref_losses, ref_weights = setup
     run = tmp_path / parallel

@@ -100,6 +100,7 @@ def test_sample_data_gives_the_same_bytes_as_the_local_engine(
     assert c.records_read == c.records_in_trees + len(rejects) + c.records_filtered
 
 
+@pytest.mark.long
 @pytest.mark.ray
 @needs_shared
 def test_real_logs_with_qwen3_by_file_url_give_the_same_bytes(tmp_path: Path, local_ray) -> None:
@@ -126,6 +127,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.long
 @pytest.mark.ray
 def test_a_killed_driver_resumes_and_a_half_written_file_is_redone_whole(
     tmp_path: Path, local_ray
@@ -197,6 +199,7 @@ def _render_actor_pids() -> list[int]:
     return pids
 
 
+@pytest.mark.long
 @pytest.mark.ray
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds Ray's actor processes in /proc")
 def test_killed_render_workers_are_retried_without_duplicate_rows(
