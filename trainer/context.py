@@ -247,7 +247,7 @@ def pad_batch(batch: Any, n: int) -> Any:
         node_length=torch.cat([batch.node_length, torch.tensor([pad], device=dev)]),
         node_parent=torch.cat([batch.node_parent, torch.tensor([-1], device=dev)]),
         node_last=torch.cat([batch.node_last, torch.tensor([num_nodes], device=dev)]),
-        handoff=None,
+        part_cuts=None,
     )
 
 

@@ -81,6 +81,7 @@ def _seq(gid: str, tokens: list[int]):
     return Sequence(tokens=np.asarray(tokens, dtype=np.int32), loss_spans=[], group_id=gid)
 
 
+@pytest.mark.long  # (the sample data on Ray by default: the dedup and normalized test)
 @pytest.mark.ray
 def test_sample_data_gives_the_same_bytes_as_the_local_engine(
     tmp_path: Path, local_ray, monkeypatch: pytest.MonkeyPatch
