@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -212,7 +211,7 @@ def build_cmd(
             style="yellow", soft_wrap=True, highlight=False, markup=False,
         )  # fmt: skip
     manifest = _build_with_progress(cfg, err)
-    _report_skipped(manifest.skipped_files, _input_root(inputs), err)
+    _report_skipped(manifest, err)
     if as_json:
         typer.echo(json.dumps(manifest.counts.model_dump(), indent=2))
         return
@@ -254,43 +253,19 @@ def _print_manifest(manifest: Any, out: str, err: Any) -> None:
         )
 
 
-def _input_root(inputs: list[str]) -> str:
-    """The folder the build names its files from: the deepest one holding every named input
-    (:func:`treeprep.io.inputs.discover_inputs`; a glob's or a file's own folder)."""
-    import glob
-
-    dirs = [
-        os.path.abspath(p if os.path.isdir(p) and not glob.has_magic(p) else os.path.dirname(p))
-        for p in inputs
-    ]
-    return os.path.commonpath(dirs) if dirs else os.getcwd()
-
-
-def _report_skipped(skipped: list[str], root: str, err: Any) -> None:
-    """Files of no known format, on stderr (they are in ``manifest.skipped_files`` too); files
-    a format reads with another one (OpenCode storage's message and part files) are counted
-    apart, without the ``--format`` hint."""
-    from treeprep.formats import companion_format
-
-    if not skipped:
-        return
-    read_with: dict[str, int] = {}
-    unknown = []
-    for path in skipped:
-        fmt = companion_format(os.path.join(root, path))
-        if fmt is None:
-            unknown.append(path)
-        else:
-            read_with[fmt] = read_with.get(fmt, 0) + 1
-    for fmt, n in sorted(read_with.items()):
+def _report_skipped(manifest: Any, err: Any) -> None:
+    """Files of no known format, on stderr (``manifest.skipped_files``); files a format reads
+    with its sessions (``manifest.companion_files``: OpenCode storage's message and part files)
+    are counted apart, without the ``--format`` hint."""
+    for fmt, names in manifest.companion_files.items():
         err.print(
-            f"{n} files belong to {fmt} sessions (read with them, or holding no calls): not "
-            "logs on their own",
+            f"{len(names)} files belong to {fmt} sessions (read with them, or holding no calls): "
+            "not logs on their own",
             highlight=False,
         )
-    if not unknown:
+    skipped = manifest.skipped_files
+    if not skipped:
         return
-    skipped = unknown
     shown = skipped[:20]
     more = f" (and {len(skipped) - len(shown)} more)" if len(skipped) > len(shown) else ""
     err.print(

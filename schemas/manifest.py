@@ -110,6 +110,9 @@ class Manifest(FileModel):
     formats: dict[str, int] = Field(default_factory=dict)
     #: files found inside a folder or glob whose format was not recognised (README, LICENSE, ...)
     skipped_files: list[str] = Field(default_factory=list)
+    #: files found inside a folder or glob that a format reads through its sessions, by that
+    #: format (OpenCode storage's message, part and project files): not logs on their own
+    companion_files: dict[str, list[str]] = Field(default_factory=dict)
     #: second paths to input files already read, each read once
     duplicate_inputs: list[DuplicateInput] = Field(default_factory=list)
     #: records left out, by reason: a filter (``before --since``, ...) or deduplication
@@ -127,7 +130,7 @@ class Manifest(FileModel):
     #: folders left out of discovery (``OUT``, other builds), written only when there are any
     excluded_inputs: list[ExcludedInput] = Field(default_factory=list)
 
-    _omit_default = ("filtered", "curation", "excluded_inputs", "normalized")
+    _omit_default = ("filtered", "curation", "excluded_inputs", "normalized", "companion_files")
 
 
 # --------------------------------------------------------------------------------------------

@@ -45,11 +45,18 @@ def test_opencode_message_and_part_files_are_not_called_unknown(tmp_path: Path) 
     companions = sum(
         len([*(logs / "storage" / kind).rglob("*.json")]) for kind in ("message", "part", "project")
     )
-    res = _run(str(logs), "-o", str(tmp_path / "out"), "--json")
-    assert res.exit_code == 0, res.output
-    assert f"{companions} files belong to opencode sessions (read with them" in res.stderr
-    assert "1 files of no known format were skipped" in res.stderr
-    assert "  notes.txt\n" in res.stderr and "prt_" not in res.stderr
+    # a folder, and a glob whose base is not the glob's folder (the companions are found where
+    # the build opens them, not re-derived from the arguments)
+    cases = [(str(logs), "notes.txt"), (str(tmp_path / "l*s" / "**"), "logs/notes.txt")]
+    for i, (arg, notes) in enumerate(cases):
+        res = _run(arg, "-o", str(tmp_path / f"out{i}"), "--json")
+        assert res.exit_code == 0, res.output
+        assert f"{companions} files belong to opencode sessions (read with them" in res.stderr
+        assert "1 files of no known format were skipped" in res.stderr
+        assert f"  {notes}\n" in res.stderr and "prt_" not in res.stderr
+        m = json.loads((tmp_path / f"out{i}" / "manifest.json").read_text())
+        assert m["skipped_files"] == [notes]
+        assert len(m["companion_files"]["opencode"]) == companions
 
 
 def test_chat_template_and_date_options(tmp_path: Path) -> None:

@@ -285,6 +285,7 @@ def make_manifest(
         shards=shards,
         formats=dict(sorted(tally.formats.items())),
         skipped_files=tally.skipped,
+        companion_files={f: names for f, names in sorted(tally.companions.items())},
         duplicate_inputs=[DuplicateInput(path=p, same_as=q) for p, q in inputs.duplicates],
         filtered=dict(sorted(tally.filtered.items())),
         curation=dict(sorted(tally.curation.items())),
@@ -300,8 +301,10 @@ class _InputTally:
     entries: list[InputEntry] = field(default_factory=list)
     #: records read, by format
     formats: dict[str, int] = field(default_factory=dict)
-    #: files stage 1 skipped
+    #: files stage 1 skipped: of no known format
     skipped: list[str] = field(default_factory=list)
+    #: files stage 1 skipped that a format reads through its sessions, by that format
+    companions: dict[str, list[str]] = field(default_factory=dict)
     #: records left out by filters or as duplicates, by reason
     filtered: dict[str, int] = field(default_factory=dict)
     #: records changed by curation, by kind
@@ -320,7 +323,8 @@ def _tally_inputs(
     for job in jobs:
         res = results[job.name]
         if res.skipped:
-            t.skipped.append(job.name)
+            into = t.companions.setdefault(res.format, []) if res.format else t.skipped
+            into.append(job.name)
             continue
         why = dict(res.filtered)
         _add(why, duplicates.by_file.get(job.name, {}))
