@@ -28,6 +28,7 @@ switches its attention implementation to tree attention when it runs (set it bac
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,7 +192,7 @@ class OnlineStep:
     micro_batches: list[TreeBatch]
     budget: int | None
     #: per micro-batch: True when it runs as hand-off parts
-    handoff: list[bool] = field(default_factory=list)
+    has_parts: list[bool] = field(default_factory=list)
     #: per rollout (in the order given): its largest token id, checked against the model's
     #: vocabulary before anything runs
     max_ids: list[int] = field(default_factory=list)
@@ -212,6 +213,17 @@ class OnlineStep:
                 )
 
     @property
+    def handoff(self) -> list[bool]:
+        """Deprecated name of :attr:`has_parts` (one word per idea: ``handoff`` names the
+        hand-off state); warns, and goes in a later release."""
+        warnings.warn(
+            "OnlineStep.handoff is deprecated: use OnlineStep.has_parts",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.has_parts
+
+    @property
     def tokens_tree(self) -> int:
         return sum(b.num_tokens for b in self.micro_batches)
 
@@ -224,7 +236,7 @@ class OnlineStep:
     ) -> list[torch.Tensor]:
         """Each micro-batch's loss tensor (the caller calls ``backward`` on each, or on their
         sum); refused when a micro-batch needs hand-off parts."""
-        if any(self.handoff):
+        if any(self.has_parts):
             raise TreeprepError(
                 "a tree is over the budget and runs as hand-off parts, whose backward is "
                 "interleaved with the forward: use OnlineStep.backward"
@@ -247,7 +259,7 @@ class OnlineStep:
         self.check_vocab(model)
         total = 0.0
         sums = StepMetricSums()
-        for b, parts in zip(self.micro_batches, self.handoff, strict=True):
+        for b, parts in zip(self.micro_batches, self.has_parts, strict=True):
             if parts:
                 assert self.budget is not None
                 out = run_parts(model, b, cfg, budget=self.budget, mode=part_graph, attn=attn)

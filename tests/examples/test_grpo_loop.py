@@ -69,7 +69,7 @@ def test_grpo_loop_gradient_equals_per_sequence_reference() -> None:
                 p.add_(torch.randn(p.shape, generator=gen) * 0.05)
         for budget in (256, 24):  # one micro-batch, then each group as hand-off parts
             step = build_step(rollouts, norm="token-mean", adv_norm="grpo", budget=budget)
-            assert any(step.handoff) == (budget == 24)
+            assert any(step.has_parts) == (budget == 24)
             _, metrics = step.backward(model, ex.LOSS)
             got = _grads(model)
             _reference(model, rollouts, ex.LOSS)

@@ -123,3 +123,11 @@ def test_good_rollouts_still_train_and_accept_whole_floats_and_bool_masks():
     loss, _ = other.backward(model, LossConfig("grpo"))
     assert math.isfinite(loss)
     model.zero_grad(set_to_none=True)
+
+
+def test_handoff_is_a_deprecated_name_of_has_parts():
+    """``OnlineStep.has_parts`` is the flag's name; the old ``handoff`` still reads it, warning."""
+    step = build_step(_batch(_good()))
+    assert step.has_parts == [False]
+    with pytest.warns(DeprecationWarning, match="OnlineStep.has_parts"):
+        assert step.handoff == step.has_parts
