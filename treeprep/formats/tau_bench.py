@@ -90,6 +90,44 @@ def _tau_message(m: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _tau_trial(traj: list[Any], where: str) -> list[dict[str, Any]]:
+    """A tau-bench trial's ``traj`` in OpenAI form; RecordError at the first misshapen
+    message."""
+    msgs = []
+    for j, m in enumerate(traj):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
+            raise RecordError(
+                f"{where}[{j}]: expected a message with role system/user/assistant/tool"
+            )
+        msgs.append(_tau_message(m, f"{where}[{j}]"))
+    return msgs
+
+
+def _tau2_simulation(
+    messages: list[Any], where: str, system: str | None
+) -> tuple[list[dict[str, Any]], list[bool]]:
+    """A tau2 simulation's ``messages`` as the agent sees them, in OpenAI form after the
+    ``system`` prompt, and which of them are the agent's calls; RecordError at the first
+    misshapen message."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    is_call = [False] * len(msgs)
+    for j, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ("user", "assistant", "tool"):
+            raise RecordError(f"{where}[{j}]: unknown role {role!r}")
+        if role == "tool" and m.get("requestor", "assistant") != "assistant":
+            continue  # the user simulator's own tool results: the agent never sees them
+        if role == "user" and m.get("tool_calls") is not None:
+            # tau2's is_valid_agent_history_message: a user message that makes tool calls
+            # goes to the environment, never to the agent (not even as an empty turn)
+            continue
+        msgs.append(_tau_message(m, f"{where}[{j}]"))
+        is_call.append(
+            role == "assistant" and (m.get("raw_data") is not None or m.get("usage") is not None)
+        )
+    return msgs, is_call
+
+
 def _calls(
     *,
     path: str,
@@ -101,9 +139,13 @@ def _calls(
     is_call: list[bool],
     tools: list[dict[str, Any]] | None,
     reward: float | NonFinite | None,
-    first_reason: str | None,
+    earlier_trials: int,
     where: str,
 ) -> Iterator[Item]:
+    """One trial's calls: each message marked in ``is_call`` with the messages before it as
+    its prompt. ``earlier_trials``: the task's trials before this one in the file; a later
+    trial's first call branches off the shared system prompt as ``new-trial``."""
+    first_reason = "new-trial" if earlier_trials else None
     k = 0
     for i, (m, call) in enumerate(zip(messages, is_call, strict=True)):
         if not call:
@@ -182,24 +224,10 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
         n = trials_seen.get(task, 0)
         trials_seen[task] = n + 1
         trial = e.get("trial", n)
-        msgs = []
-        bad = None
-        for j, m in enumerate(e["traj"]):
-            if not isinstance(m, dict) or m.get("role") not in (
-                "system",
-                "user",
-                "assistant",
-                "tool",
-            ):
-                bad = f"[{i}].traj[{j}]: expected a message with role system/user/assistant/tool"
-                break
-            try:
-                msgs.append(_tau_message(m, f"[{i}].traj[{j}]"))
-            except RecordError as err:
-                bad = str(err)
-                break
-        if bad:
-            yield Reject(file=path, line=line, format=TAU, reason=bad)
+        try:
+            msgs = _tau_trial(e["traj"], f"[{i}].traj")
+        except RecordError as err:
+            yield Reject(file=path, line=line, format=TAU, reason=str(err))
             continue
         yield from _calls(
             path=path,
@@ -211,7 +239,7 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
             is_call=[m["role"] == "assistant" for m in msgs],
             tools=opts.tools,
             reward=_float(e.get("reward")),
-            first_reason="new-trial" if n else None,
+            earlier_trials=n,
             where=f"[{i}].traj",
         )
 
@@ -245,33 +273,8 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
         task = str(s.get("task_id"))
         n = trials_seen.get(task, 0)
         trials_seen[task] = n + 1
-        msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-        is_call = [False] * len(msgs)
-        bad = None
-        for j, m in enumerate(s["messages"]):
-            role = m.get("role") if isinstance(m, dict) else None
-            if role not in ("user", "assistant", "tool"):
-                bad = f"simulations[{i}].messages[{j}]: unknown role {role!r}"
-                break
-            if role == "tool" and m.get("requestor", "assistant") != "assistant":
-                continue  # the user simulator's own tool results: the agent never sees them
-            if role == "user" and m.get("tool_calls") is not None:
-                # tau2's is_valid_agent_history_message: a user message that makes tool calls
-                # goes to the environment, never to the agent (not even as an empty turn)
-                continue
-            try:
-                msgs.append(_tau_message(m, f"simulations[{i}].messages[{j}]"))
-            except RecordError as err:
-                bad = str(err)
-                break
-            is_call.append(
-                role == "assistant"
-                and (m.get("raw_data") is not None or m.get("usage") is not None)
-            )
-        if bad:
-            yield Reject(file=path, line=line, format=TAU2, reason=bad)
-            continue
         try:
+            msgs, is_call = _tau2_simulation(s["messages"], f"simulations[{i}].messages", system)
             info_r = opt_dict(s.get("reward_info"), f"simulations[{i}].reward_info")
         except RecordError as err:
             yield Reject(file=path, line=line, format=TAU2, reason=str(err))
@@ -287,7 +290,7 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
             is_call=is_call,
             tools=tools,
             reward=reward,
-            first_reason="new-trial" if n else None,
+            earlier_trials=n,
             where=f"simulations[{i}]",
         )
 

@@ -173,46 +173,6 @@ def _holds_build(folder: str) -> str | None:
 _MAX_MANIFEST = 64 << 20
 
 
-def _walk(
-    folder: str,
-    seen_dirs: set[tuple[int, int]],
-    bad: list[tuple[str, str]],
-    builds: _BuildFolders,
-    hidden: list[str],
-) -> list[str]:
-    """Every non-hidden file under ``folder``, following symbolic links to folders once each (a
-    link loop or a second link to one folder is not walked again) and leaving out build folders
-    (``builds``). Hidden files and folders met go to ``hidden`` (not walked into). Folders that
-    cannot be listed go to ``bad`` as (path, reason); dangling links are returned like files
-    (they become rejects when opened)."""
-    found: list[str] = []
-
-    def onerror(e: OSError) -> None:
-        bad.append((e.filename or folder, f"cannot list folder: {e.strerror or e}"))
-
-    for root, dirs, files in os.walk(folder, onerror=onerror, followlinks=True):
-        keep = []
-        for d in sorted(dirs):
-            if _is_hidden(d):
-                hidden.append(os.path.join(root, d))
-                continue
-            try:
-                st = os.stat(os.path.join(root, d))
-            except OSError as e:
-                bad.append((os.path.join(root, d), f"cannot open folder: {e.strerror or e}"))
-                continue
-            if (st.st_dev, st.st_ino) in seen_dirs:
-                continue  # a link loop, or a folder reached twice: its files are listed once
-            seen_dirs.add((st.st_dev, st.st_ino))
-            if builds.skip(os.path.join(root, d)):
-                continue  # a build's output folder: never read back as input
-            keep.append(d)
-        dirs[:] = keep
-        found.extend(os.path.join(root, f) for f in sorted(files) if not _is_hidden(f))
-        hidden.extend(os.path.join(root, f) for f in sorted(files) if _is_hidden(f))
-    return found
-
-
 def _through_loop(path: str) -> bool:
     """Whether two folders on ``path`` are one folder (the path went round a link loop)."""
     seen: set[str] = set()
@@ -240,24 +200,61 @@ def _glob_base(spec: str) -> str:
     return base if os.path.isdir(base) else (os.path.dirname(base) or ".")
 
 
-def _glob(
-    spec: str,
-    seen_dirs: set[tuple[int, int]],
-    bad: list[tuple[str, str]],
-    builds: _BuildFolders,
-    hidden: list[str],
-) -> list[str]:
-    """The files a glob matches, folders among the matches walked, build folders left out."""
-    matches = sorted(glob.glob(spec, recursive=True)) if glob.has_magic(spec) else []
-    base = _glob_base(spec)
-    files: list[str] = []
-    for m in matches:
-        if _through_loop(m):
-            continue  # ``**`` followed a link back into a folder above it
-        if builds.inside(m, base) or (os.path.isdir(m) and builds.skip(m)):
-            continue  # inside a build's output folder
-        files.extend(_walk(m, seen_dirs, bad, builds, hidden) if os.path.isdir(m) else [m])
-    return files
+class _Walk:
+    """One discovery's walk state, shared by every folder and glob it walks: the folders met (by
+    (device, inode): each is walked once), folders that cannot be listed (``bad``, as (path,
+    reason)), the build folders to leave out (``builds``) and the hidden files and folders met
+    (``hidden``, not walked into)."""
+
+    def __init__(self, builds: _BuildFolders) -> None:
+        self.builds = builds
+        self.seen_dirs: set[tuple[int, int]] = set()
+        self.bad: list[tuple[str, str]] = []
+        self.hidden: list[str] = []
+
+    def folder(self, folder: str) -> list[str]:
+        """Every non-hidden file under ``folder``, following symbolic links to folders once each
+        (a link loop or a second link to one folder is not walked again) and leaving out build
+        folders; dangling links are returned like files (they become rejects when opened)."""
+        found: list[str] = []
+
+        def onerror(e: OSError) -> None:
+            self.bad.append((e.filename or folder, f"cannot list folder: {e.strerror or e}"))
+
+        for root, dirs, files in os.walk(folder, onerror=onerror, followlinks=True):
+            dirs[:] = [d for d in sorted(dirs) if self._enter(os.path.join(root, d))]
+            found.extend(os.path.join(root, f) for f in sorted(files) if not _is_hidden(f))
+            self.hidden.extend(os.path.join(root, f) for f in sorted(files) if _is_hidden(f))
+        return found
+
+    def _enter(self, d: str) -> bool:
+        """Whether the walk goes into folder ``d`` (noting it as hidden, bad or seen)."""
+        if _is_hidden(os.path.basename(d)):
+            self.hidden.append(d)
+            return False
+        try:
+            st = os.stat(d)
+        except OSError as e:
+            self.bad.append((d, f"cannot open folder: {e.strerror or e}"))
+            return False
+        if (st.st_dev, st.st_ino) in self.seen_dirs:
+            return False  # a link loop, or a folder reached twice: its files are listed once
+        self.seen_dirs.add((st.st_dev, st.st_ino))
+        return not self.builds.skip(d)  # a build's output folder: never read back as input
+
+    def glob(self, spec: str) -> list[str]:
+        """The files a glob matches, folders among the matches walked, build folders left
+        out."""
+        matches = sorted(glob.glob(spec, recursive=True)) if glob.has_magic(spec) else []
+        base = _glob_base(spec)
+        files: list[str] = []
+        for m in matches:
+            if _through_loop(m):
+                continue  # ``**`` followed a link back into a folder above it
+            if self.builds.inside(m, base) or (os.path.isdir(m) and self.builds.skip(m)):
+                continue  # inside a build's output folder
+            files.extend(self.folder(m) if os.path.isdir(m) else [m])
+        return files
 
 
 def _file_error(path: str) -> str | None:
@@ -299,20 +296,18 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
     named file's) that is ``out`` itself is refused with a TreeprepError: all of it is output.
     """
     builds = _BuildFolders(out)
+    walk = _Walk(builds)
     found: list[tuple[str, bool]] = []
     bases: list[str] = []
-    bad: list[tuple[str, str]] = []
-    seen_dirs: set[tuple[int, int]] = set()
     searched: list[str] = []  # folders walked and glob bases: where OUT would be met
-    hidden: list[str] = []  # hidden files and folders the walks met
     for spec in specs:
         if os.path.isdir(spec) or glob.has_magic(spec) or os.path.lexists(spec):
             builds.refuse_out(spec if os.path.isdir(spec) else _glob_base(spec))
         if os.path.isdir(spec):
             st = os.stat(spec)
-            seen_dirs.add((st.st_dev, st.st_ino))
-            files = _walk(spec, seen_dirs, bad, builds, hidden)
-            if not files and not any(p.startswith(spec) for p, _ in bad):
+            walk.seen_dirs.add((st.st_dev, st.st_ino))
+            files = walk.folder(spec)
+            if not files and not any(p.startswith(spec) for p, _ in walk.bad):
                 raise InputError(printable(spec), 0, _empty_folder(spec))
             found.extend((f, False) for f in files)
             bases.append(spec)
@@ -321,7 +316,7 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
             found.append((spec, True))
             bases.append(os.path.dirname(spec) or ".")
         else:
-            files = _glob(spec, seen_dirs, bad, builds, hidden)
+            files = walk.glob(spec)
             if not files:
                 raise InputError(printable(spec), 0, "no such file or folder")
             found.extend((f, False) for f in files)
@@ -340,7 +335,7 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
             have.explicit = have.explicit or explicit
             continue
         by_name[name] = InputFile(path, name, explicit, _file_error(path))
-    for path, reason in bad:
+    for path, reason in walk.bad:
         name = name_of(path)
         by_name.setdefault(name, InputFile(path, name, False, reason))
     unique: list[InputFile] = []
@@ -358,7 +353,7 @@ def discover_inputs(specs: list[str], *, out: str | None = None) -> InputSet:
             first[(st.st_dev, st.st_ino)] = f
         unique.append(f)
     excluded = {name_of(d): why for d, why in builds.found}
-    for h in hidden:  # a hidden file also named on the command line is read, not excluded
+    for h in walk.hidden:  # a hidden file also named on the command line is read, not excluded
         if name_of(h) not in by_name:
             excluded.setdefault(name_of(h), HIDDEN_REASON)
     if out is not None and _searched(out, searched):
