@@ -411,15 +411,15 @@ def autocast_bytes(m: ModelShape, s: MemorySetup, layer_params: int, casted: int
 
 def lm_head_bytes(vocab: int, rows: int, compute_bytes: int, *, entropy: bool = False) -> int:
     """The loss's LM-head chunk of ``rows`` rows (module docstring): the larger of its forward
-    (the logits, and one block's log-softmax, its ``exp`` and their product: a 16-bit block's
-    float32 copy dies before the ``exp``) and its backward (the logits and their gradient, and
-    one block's log-probs turned into its gradient in place; with an entropy term, ``entropy``,
-    its softmax beside)."""
+    (the logits, and one block's log-softmax and its ``exp``, which then holds their product; a
+    16-bit block's float32 copy dies before the ``exp``) and its backward (the logits and their
+    gradient, and one block's log-probs turned into its gradient in place; with an entropy
+    term, ``entropy``, its softmax beside)."""
     c = compute_bytes
     w = max(4, c)  # the dtype the log-probs are computed in
     block = min(rows, head_block_rows(vocab)) * vocab
     back = (2 if entropy else 1) * w * block
-    return max(rows * vocab * c + 3 * w * block, 2 * rows * vocab * c + back)
+    return max(rows * vocab * c + 2 * w * block, 2 * rows * vocab * c + back)
 
 
 def peak(t: dict[str, int], *, checkpointing: bool = False) -> int:

@@ -13,9 +13,9 @@ saves only the logits, in their own dtype, with the entropies ``H`` and the log-
 in place into ``p - onehot(t)`` and writes ``-g_lp`` times that into one gradient tensor of the
 logits' dtype (with an entropy gradient, ``- g_H p (log p + H)`` joins it, ``p`` in a second
 buffer). What stays is the logits and their gradient: 2 x 2 bytes per row and vocabulary entry in
-bf16 runs, 2 x 4 in float32 runs, and the float32 temporaries of one block (three in the
-forward: the log-softmax, its ``exp`` and their product). Float64 logits are computed in
-float64. The memory model counts the same (:func:`treeprep.memory.lm_head_bytes`).
+bf16 runs, 2 x 4 in float32 runs, and the float32 temporaries of one block (two in the
+forward: the log-softmax and its ``exp``, which then holds their product). Float64 logits are
+computed in float64. The memory model counts the same (:func:`treeprep.memory.lm_head_bytes`).
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ class TargetLogProb(torch.autograd.Function):
             lse[i : i + n] = (x.gather(1, top) - ls.gather(1, top))[:, 0]
             del x
             lp[i : i + n] = ls.gather(1, target[i : i + n, None])[:, 0]
-            ent[i : i + n] = -(ls.exp() * ls).sum(-1)
-            del ls  # before the next block's is made
+            p = ls.exp()
+            ent[i : i + n] = -p.mul_(ls).sum(-1)  # p log p in p's buffer: two blocks, not three
+            del ls, p  # before the next block's are made
         ctx.save_for_backward(logits, target, ent, lse)
         ctx.set_materialize_grads(False)
         return lp, ent
