@@ -90,9 +90,9 @@ def _tau_message(m: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _tau_trial(traj: list[Any], where: str) -> list[dict[str, Any]]:
-    """A tau-bench trial's ``traj`` in OpenAI form; RecordError at the first misshapen
-    message."""
+def _tau_trial(traj: list[Any], where: str) -> tuple[list[dict[str, Any]], list[bool]]:
+    """A tau-bench trial's ``traj`` in OpenAI form, and which messages are calls (every
+    assistant message); RecordError at the first misshapen message."""
     msgs = []
     for j, m in enumerate(traj):
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
@@ -100,7 +100,7 @@ def _tau_trial(traj: list[Any], where: str) -> list[dict[str, Any]]:
                 f"{where}[{j}]: expected a message with role system/user/assistant/tool"
             )
         msgs.append(_tau_message(m, f"{where}[{j}]"))
-    return msgs
+    return msgs, [m["role"] == "assistant" for m in msgs]
 
 
 def _tau2_simulation(
@@ -128,69 +128,84 @@ def _tau2_simulation(
     return msgs, is_call
 
 
-def _calls(
-    *,
-    path: str,
-    fmt: str,
-    gid: str,
-    call_prefix: str,
-    line: int,
-    messages: list[dict[str, Any]],
-    is_call: list[bool],
-    tools: list[dict[str, Any]] | None,
-    reward: float | NonFinite | None,
-    earlier_trials: int,
-    where: str,
-) -> Iterator[Item]:
-    """One trial's calls: each message marked in ``is_call`` with the messages before it as
-    its prompt. ``earlier_trials``: the task's trials before this one in the file; a later
-    trial's first call branches off the shared system prompt as ``new-trial``."""
-    first_reason = "new-trial" if earlier_trials else None
-    k = 0
-    for i, (m, call) in enumerate(zip(messages, is_call, strict=True)):
-        if not call:
-            continue
-        held = {"messages": messages[:i], "completion": m, "tools": tools, "reward": reward}
-        bad = find_non_finite(held)
-        if bad is not None:  # a NaN/Infinity in what this call holds rejects this call only
-            yield Reject(
-                file=path,
-                line=line,
-                format=fmt,
-                call_id=f"{call_prefix}/{k}",
-                reason=f"{where}: {bad}: expected a finite number, got {find_value(held, bad)}",
-            )
-            k += 1
-            continue
-        item = make_call(
-            {
-                "group_id": gid,
-                "agent_id": "main",
-                "call_id": f"{call_prefix}/{k}",
-                "trajectory_id": call_prefix,
-                "parent_call_id": f"{call_prefix}/{k - 1}" if k else None,
-                "messages": messages[:i],
-                "tools": tools,
-                "completion": m,
-                "reward": reward,
-                "provenance": {
-                    "exact_tokens": False,
-                    "exact_messages": False,
-                    "reconstructed": True,
+class _Trials:
+    """One results file's trials, read in file order, and what both formats make of them: a
+    task's trials share its group (``<stem>:task-<id>``, unless the record names one), and a
+    trial after the task's first branches off their shared system prompt as ``new-trial``."""
+
+    def __init__(self, path: str, fmt: str, opts: ReadOptions) -> None:
+        self.path, self.fmt, self.opts = path, fmt, opts
+        self.stem = file_stem(path, _SUFFIXES)
+        self._seen: dict[str, int] = {}
+
+    def number(self, task: str) -> int:
+        """This trial's number among ``task``'s trials in the file (0: the first)."""
+        n = self._seen.get(task, 0)
+        self._seen[task] = n + 1
+        return n
+
+    def reject(self, line: int, reason: str, call_id: str | None = None) -> Reject:
+        return Reject(file=self.path, line=line, format=self.fmt, reason=reason, call_id=call_id)
+
+    def calls(
+        self,
+        rec: dict[str, Any],
+        task: str,
+        n: int,
+        *,
+        prefix: str,
+        line: int,
+        where: str,
+        chat: tuple[list[dict[str, Any]], list[bool]],
+        tools: list[dict[str, Any]] | None,
+        reward: float | NonFinite | None,
+    ) -> Iterator[Item]:
+        """The calls of trial ``n`` of ``task`` (record ``rec``): each message marked a call in
+        ``chat`` (messages, is_call), with the messages before it as its prompt; call ids are
+        ``prefix/<k>``."""
+        gid = group_or(rec, self.opts, f"{self.stem}:task-{task}")
+        messages, is_call = chat
+        k = 0
+        for i, (m, call) in enumerate(zip(messages, is_call, strict=True)):
+            if not call:
+                continue
+            held = {"messages": messages[:i], "completion": m, "tools": tools, "reward": reward}
+            bad = find_non_finite(held)
+            if bad is not None:  # a NaN/Infinity in what this call holds rejects this call only
+                got = find_value(held, bad)
+                reason = f"{where}: {bad}: expected a finite number, got {got}"
+                yield self.reject(line, reason, call_id=f"{prefix}/{k}")
+                k += 1
+                continue
+            item = make_call(
+                {
+                    "group_id": gid,
+                    "agent_id": "main",
+                    "call_id": f"{prefix}/{k}",
+                    "trajectory_id": prefix,
+                    "parent_call_id": f"{prefix}/{k - 1}" if k else None,
+                    "messages": messages[:i],
+                    "tools": tools,
+                    "completion": m,
+                    "reward": reward,
+                    "provenance": {
+                        "exact_tokens": False,
+                        "exact_messages": False,
+                        "reconstructed": True,
+                    },
+                    "branch_reason": "new-trial" if n and k == 0 else None,
+                    "source_file": self.path,
+                    "source_line": line,
+                    "source_format": self.fmt,
                 },
-                "branch_reason": first_reason if k == 0 else None,
-                "source_file": path,
-                "source_line": line,
-                "source_format": fmt,
-            },
-            file=path,
-            line=line,
-            fmt=fmt,
-        )
-        if isinstance(item, Reject):
-            item.reason = f"{where}.messages[{i}]: {item.reason}"
-        yield item
-        k += 1
+                file=self.path,
+                line=line,
+                fmt=self.fmt,
+            )
+            if isinstance(item, Reject):
+                item.reason = f"{where}.messages[{i}]: {item.reason}"
+            yield item
+            k += 1
 
 
 def _float(v: Any) -> float | NonFinite | None:
@@ -208,39 +223,30 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
     if not isinstance(doc, list):
         raise InputError(path, 1, "expected a tau-bench JSON list of {task_id, traj, reward}")
     lines = d.element_lines(len(doc))
-    stem = file_stem(path, _SUFFIXES)
-    trials_seen: dict[str, int] = {}
+    trials = _Trials(path, TAU, opts)
     for i, e in enumerate(doc):
         line = lines[i]
         if not isinstance(e, dict) or "task_id" not in e or not isinstance(e.get("traj"), list):
-            yield Reject(
-                file=path,
-                line=line,
-                format=TAU,
-                reason=f"[{i}]: expected an object with 'task_id' and a 'traj' list",
-            )
+            yield trials.reject(line, f"[{i}]: expected an object with 'task_id' and a 'traj' list")
             continue
         task = str(e["task_id"])
-        n = trials_seen.get(task, 0)
-        trials_seen[task] = n + 1
-        trial = e.get("trial", n)
+        n = trials.number(task)
         try:
-            msgs = _tau_trial(e["traj"], f"[{i}].traj")
+            chat = _tau_trial(e["traj"], f"[{i}].traj")
         except RecordError as err:
-            yield Reject(file=path, line=line, format=TAU, reason=str(err))
+            yield trials.reject(line, str(err))
             continue
-        yield from _calls(
-            path=path,
-            fmt=TAU,
-            gid=group_or(e, opts, f"{stem}:task-{task}"),
-            call_prefix=f"task-{task}/trial-{trial}",
+        prefix = f"task-{task}/trial-{e.get('trial', n)}"
+        yield from trials.calls(
+            e,
+            task,
+            n,
+            prefix=prefix,
             line=line,
-            messages=msgs,
-            is_call=[m["role"] == "assistant" for m in msgs],
+            where=f"[{i}].traj",
+            chat=chat,
             tools=opts.tools,
             reward=_float(e.get("reward")),
-            earlier_trials=n,
-            where=f"[{i}].traj",
         )
 
 
@@ -257,41 +263,32 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
         raise InputError(path, 1, str(e)) from e
     tools = env.get("tool_defs") if isinstance(env.get("tool_defs"), list) else opts.tools
     system = opts.system_prompt or (tau2_system_prompt(policy) if policy else None)
-    stem = file_stem(path, _SUFFIXES)
-    trials_seen: dict[str, int] = {}
+    trials = _Trials(path, TAU2, opts)
     for i, s in enumerate(doc["simulations"]):
         if not isinstance(s, dict) or not isinstance(s.get("messages"), list):
-            yield Reject(
-                file=path,
-                line=1,
-                format=TAU2,
-                reason=f"simulations[{i}]: expected an object with a 'messages' list",
-            )
+            yield trials.reject(1, f"simulations[{i}]: expected an object with a 'messages' list")
             continue
         sid = s.get("id")
         line = d.line_of(f'"{sid}"') if isinstance(sid, str | int) and sid else 1
         task = str(s.get("task_id"))
-        n = trials_seen.get(task, 0)
-        trials_seen[task] = n + 1
+        n = trials.number(task)
         try:
-            msgs, is_call = _tau2_simulation(s["messages"], f"simulations[{i}].messages", system)
+            chat = _tau2_simulation(s["messages"], f"simulations[{i}].messages", system)
             info_r = opt_dict(s.get("reward_info"), f"simulations[{i}].reward_info")
         except RecordError as err:
-            yield Reject(file=path, line=line, format=TAU2, reason=str(err))
+            yield trials.reject(line, str(err))
             continue
-        reward = _float(info_r.get("reward"))
-        yield from _calls(
-            path=path,
-            fmt=TAU2,
-            gid=group_or(s, opts, f"{stem}:task-{task}"),
-            call_prefix=f"task-{task}/trial-{s.get('trial', n)}/{s.get('id', i)}",
+        prefix = f"task-{task}/trial-{s.get('trial', n)}/{s.get('id', i)}"
+        yield from trials.calls(
+            s,
+            task,
+            n,
+            prefix=prefix,
             line=line,
-            messages=msgs,
-            is_call=is_call,
-            tools=tools,
-            reward=reward,
-            earlier_trials=n,
             where=f"simulations[{i}]",
+            chat=chat,
+            tools=tools,
+            reward=_float(info_r.get("reward")),
         )
 
 
