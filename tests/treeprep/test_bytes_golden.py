@@ -51,7 +51,7 @@ SAMPLE_GOLDEN = {
     "openai_responses_aviary.jsonl": (
         "57fb05882da818aaac600dd375dad61b96b7e4bf14d3df4b5cbfabc0c2c3627f"
     ),
-    "opencode": "1d19e79e0577eaabeaf7d37a7a979ee08b62e16fb8a84ff1ae4ad1f2fc29669d",
+    "opencode": "73266f57ab885c3edd28b7b9426d09cad78bb771adbd324ca54cec6954e25b51",
     "openhands": "e247051e722772f3c215b760b9ae3dc686a21e90aa4ae5d8b8c08fcf55e2ce46",
     "pi": "9bf0da80e338093071dad9a6a0a8ed360fd22981fd6d548c36b07a13b06ee135",
     "swe_agent_slugify.traj": "a7bfa33fd9d437b172f17ac894b45a0dd05906fd5ef6ab6cbb061a53112a864c",
