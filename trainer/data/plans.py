@@ -18,7 +18,7 @@ step, :class:`EpochPlan` per pass over the data.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -224,22 +224,24 @@ def keep_parts(plan: EpochPlan, keep: Any) -> list[StepPlan]:
     return steps
 
 
+def without_trees(plan: EpochPlan, trees: frozenset[tuple[str, int]]) -> EpochPlan:
+    """``plan`` without any part of the ``trees`` ((shard, row)); see :func:`keep_parts`."""
+    return replace(plan, steps=keep_parts(plan, lambda part: (part.shard, part.row) not in trees))
+
+
+@dataclass(eq=False)
 class Epochs:
     """Epoch plans, made on demand and kept (they are small), without the ``excluded`` trees
     ((shard, row); an RL run's unrewarded ones, :mod:`treeprep.trainer.objective.rewarded`)."""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        reader: BuildReader,
-        world: int,
-        cost: Any,
-        excluded: frozenset[tuple[str, int]] = frozenset(),
-    ) -> None:
-        self.cfg, self.reader, self.cost = cfg, reader, cost
-        self._cache: dict[int, EpochPlan] = {}
-        self.world = world
-        self.excluded = excluded
+    cfg: TrainConfig
+    reader: BuildReader
+    #: the number of data ranks a step is planned for
+    world: int
+    #: the packer's cost model (:class:`treeprep.flops.ModelShape`)
+    cost: Any
+    excluded: frozenset[tuple[str, int]] = frozenset()
+    _cache: dict[int, EpochPlan] = field(default_factory=dict, init=False, repr=False)
 
     def get(self, epoch: int) -> EpochPlan:
         p = self._cache.get(epoch)
@@ -258,7 +260,6 @@ class Epochs:
                     group_by_prefix=self.cfg.group_by_prefix,
                 )
             if self.excluded:
-                out = self.excluded
-                p = replace(p, steps=keep_parts(p, lambda part: (part.shard, part.row) not in out))
+                p = without_trees(p, self.excluded)
             self._cache[epoch] = p
         return p

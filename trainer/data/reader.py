@@ -2,7 +2,7 @@
 
 * :class:`BuildReader` opens a build: it checks the manifest and every shard's schema version,
   memory-maps shards on first use and hands out tree rows by (shard, row), read with the columns
-  the trainer needs (:data:`ROW_COLUMNS`).
+  the trainer needs (:data:`ROW_COLUMNS`, its per-sequence ones :data:`SEQ_COLUMNS`).
 * :func:`check_compatible` refuses shards built with another tokenizer than the model folder's
   own (by content: a tokenizer re-saved by ``save_pretrained`` is the same one), built with the
   built-in byte tokenizer for a model with its own, or holding token ids outside the model's
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pyarrow as pa
 import torch
@@ -29,6 +29,17 @@ from treeprep.schemas import SCHEMA_VERSION, Manifest
 from treeprep.schemas.shard import read_shard
 from treeprep.trainer.models.load import load_model
 from treeprep.trainer.models.presets import PRESETS
+
+#: the per-sequence shard columns that a part or a single sequence carries over as they are
+#: (one entry per sequence; ``seq_node`` and ``seq_count`` are renumbered, so not among them)
+SEQ_COLUMNS: tuple[str, ...] = (
+    "seq_loss_spans",
+    "seq_logprobs",
+    "seq_advantage",
+    "seq_reward",
+    "seq_trajectory_id",
+    "seq_ref_logprobs",
+)
 
 #: the shard columns a tree row is read with (what the trainer's rows hold)
 ROW_COLUMNS: tuple[str, ...] = (
@@ -41,12 +52,7 @@ ROW_COLUMNS: tuple[str, ...] = (
     "node_last",
     "seq_node",
     "seq_count",
-    "seq_loss_spans",
-    "seq_logprobs",
-    "seq_advantage",
-    "seq_reward",
-    "seq_trajectory_id",
-    "seq_ref_logprobs",
+    *SEQ_COLUMNS,
 )
 
 
@@ -194,26 +200,30 @@ def check_compatible(reader: BuildReader, model_spec: str, vocab_size: int) -> N
         )
 
 
+class LoadOptions(TypedDict, total=False):
+    """The options :func:`model_for_build` passes on to
+    :func:`~treeprep.trainer.models.load.load_model` (the defaults are load_model's)."""
+
+    dtype: torch.dtype
+    device: str | torch.device
+    attn: str
+    seed: int
+
+
 def model_for_build(
-    reader: BuildReader,
-    spec: str,
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    attn: str = "auto",
-    seed: int = 0,
-    vocab_size: int | None = None,
+    reader: BuildReader, spec: str, *, vocab_size: int | None = None, **load: Unpack[LoadOptions]
 ) -> Any:
     """The model ``spec`` (a preset, a model folder, or a hub id in the local HF cache) to train
-    or verify ``reader``'s build on, checked against it (:func:`check_compatible`). A preset's
-    random embedding covers the build: ``vocab_size`` (default: the build's tokenizer's) grown
-    to the largest token id in it."""
+    or verify ``reader``'s build on, checked against it (:func:`check_compatible`); ``load``:
+    :func:`~treeprep.trainer.models.load.load_model`'s options. A preset's random embedding
+    covers the build: ``vocab_size`` (default: the build's tokenizer's) grown to the largest
+    token id in it."""
     vocab = None
     if spec not in PRESETS:
         spec = local_folder(spec, "--model")  # a hub id: its snapshot in the local HF cache
     if spec in PRESETS:
         vocab = vocab_size or reader.manifest.tokenizer.vocab_size
         vocab = max(vocab, reader.max_token_id() + 1)
-    lm = load_model(spec, dtype=dtype, device=device, attn=attn, seed=seed, vocab_size=vocab)
+    lm = load_model(spec, vocab_size=vocab, **load)
     check_compatible(reader, spec, int(lm.config.vocab_size))
     return lm

@@ -19,19 +19,12 @@ import numpy as np
 
 from treeprep.errors import ShardError
 from treeprep.trainer.data.plans import PartRef
-from treeprep.trainer.data.reader import ROW_COLUMNS
+from treeprep.trainer.data.reader import ROW_COLUMNS, SEQ_COLUMNS
 from treeprep.treeindex import path_to_root
 
-#: per-sequence columns a part or a single sequence carries over from its tree
-_SEQ_LISTS = (
-    "seq_loss_spans",
-    "seq_logprobs",
-    "seq_advantage",
-    "seq_reward",
-    "seq_trajectory_id",
-    "seq_ref_logprobs",
-    "seq_trajectory_tokens",
-)
+#: per-sequence columns a part or a single sequence carries over from its tree: the shard's, and
+#: the one :func:`~treeprep.trainer.objective.advantages.prepare_row` adds
+_SEQ_LISTS = (*SEQ_COLUMNS, "seq_trajectory_tokens")
 
 #: a micro-batch for an empty slot: one token, no sequence, so no target and a zero loss
 NULL_ROW: dict[str, Any] = {k: [] for k in ROW_COLUMNS} | {

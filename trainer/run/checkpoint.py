@@ -213,32 +213,20 @@ def save_main(
     """Rank 0's part: the model folder, optimizer and scheduler, then ``state.json`` last. A
     failed write is a CheckpointError naming the file and the cause; the temporary folder goes."""
     with _writing(tmp, remove=tmp):
-        _save_main(tmp, model, model_state, optimizer_state, scheduler_state, state, tokenizer_dir)
+        mdir = os.path.join(tmp, "model")
+        save_plain(model, mdir, state_dict=model_state)
+        if tokenizer_dir is not None:
+            from treeprep.schemas.tokenizer import TOKENIZER_FILES
 
-
-def _save_main(
-    tmp: str,
-    model: torch.nn.Module,
-    model_state: dict | None,
-    optimizer_state: dict,
-    scheduler_state: dict,
-    state: dict[str, Any],
-    tokenizer_dir: str | None,
-) -> None:
-    mdir = os.path.join(tmp, "model")
-    save_plain(model, mdir, state_dict=model_state)
-    if tokenizer_dir is not None:
-        from treeprep.schemas.tokenizer import TOKENIZER_FILES
-
-        for name in TOKENIZER_FILES:
-            src = os.path.join(tokenizer_dir, name)
-            if os.path.isfile(src):
-                shutil.copy2(src, os.path.join(mdir, name))
-    _torch_save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
-    _torch_save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
-    state = {**state, "files": checksum_files(tmp)}
-    with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
-        json.dump(state, f, indent=2)
+            for name in TOKENIZER_FILES:
+                src = os.path.join(tokenizer_dir, name)
+                if os.path.isfile(src):
+                    shutil.copy2(src, os.path.join(mdir, name))
+        _torch_save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
+        _torch_save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
+        state = {**state, "files": checksum_files(tmp)}
+        with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=2)
 
 
 def save_plain(model: torch.nn.Module, folder: str, state_dict: dict | None = None) -> None:

@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from treeprep.trainer.data.plans import (
     StepPlan,
     keep_parts,
     make_plan,
+    without_trees,
 )
 from treeprep.trainer.data.reader import BuildReader, check_compatible
 from treeprep.trainer.data.steps import StepNormalizers, step_batches, step_normalizers
@@ -57,21 +58,12 @@ def held_out(reader: BuildReader, fraction: float, seed: int) -> frozenset[Tree]
     return frozenset(trees[int(i)] for i in pick)
 
 
+@dataclass(eq=False)
 class TrainSplit(Epochs):
     """:class:`Epochs` without the held-out trees."""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        reader: BuildReader,
-        world: int,
-        cost: Any,
-        held: frozenset[Tree],
-        excluded: frozenset[Tree] = frozenset(),
-    ) -> None:
-        super().__init__(cfg, reader, world, cost, excluded)
-        self.held = held
-        self._split: dict[int, EpochPlan] = {}
+    held: frozenset[Tree] = field(kw_only=True)
+    _split: dict[int, EpochPlan] = field(default_factory=dict, init=False, repr=False)
 
     def whole(self, epoch: int) -> EpochPlan:
         """The epoch's plan over every tree, the held-out ones included."""
@@ -80,9 +72,7 @@ class TrainSplit(Epochs):
     def get(self, epoch: int) -> EpochPlan:
         p = self._split.get(epoch)
         if p is None:
-            plan = self.whole(epoch)
-            steps = keep_parts(plan, lambda part: (part.shard, part.row) not in self.held)
-            p = replace(plan, steps=steps)
+            p = without_trees(self.whole(epoch), self.held)
             self._split[epoch] = p
         return p
 

@@ -390,7 +390,7 @@ def _open_epochs(
         plan_world = cfg.plan_world_size
     if cfg.val_fraction:
         held = held_out(reader, cfg.val_fraction, cfg.seed)
-        epochs: Epochs = TrainSplit(cfg, reader, plan_world, cost, held, skipped)
+        epochs: Epochs = TrainSplit(cfg, reader, plan_world, cost, skipped, held=held)
     else:
         epochs = Epochs(cfg, reader, plan_world, cost, skipped)
     first = epochs.get(0)

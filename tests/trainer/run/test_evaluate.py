@@ -102,7 +102,7 @@ def test_held_out_trees_are_seeded_whole_and_never_trained(data: Path) -> None:
     held = held_out(reader, 0.25, seed=7)
     assert len(held) == 3 and held == held_out(reader, 0.25, seed=7)
     assert held != held_out(reader, 0.25, seed=8)
-    split = TrainSplit(cfg(data, Path("unused")), reader, 1, None, held)
+    split = TrainSplit(cfg(data, Path("unused")), reader, 1, None, held=held)
     for epoch in range(3):  # every epoch's plan (another shuffle each) leaves them out
         trained = {(p.shard, p.row) for st in split.get(epoch).steps for p in st.parts}
         assert trained.isdisjoint(held) and trained | held == _all_trees(reader)
