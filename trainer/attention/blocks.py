@@ -1,4 +1,4 @@
-"""One softmax over several key blocks, each attended by SDPA's fused CPU kernel, merged exactly.
+"""One softmax over several key blocks, each attended by a fused SDPA kernel, merged exactly.
 
 Shape legend: B = 1, H query heads, G key/value heads (GQA: G divides H; the kernel takes G < H
 as is), q query rows, L_b key rows of block b, D head width.
@@ -7,8 +7,9 @@ The ``nodes`` backend reads a chain's keys as a few blocks that already lie in m
 prefix rows, ancestor segments of the packed sequence, the chain's own earlier rows, all visible in
 full, and its own rows, causal). One attention over their union is the softmax over all of them;
 instead of building those scores (the math path: H x q x L floats written, soft-maxed and kept for
-the backward), every block goes through ``_scaled_dot_product_flash_attention_for_cpu``, which
-returns its partial output o_b and its log-sum-exp l_b, and the blocks are merged with
+the backward), every block goes through a fused kernel that returns its partial output o_b and
+its log-sum-exp l_b (:mod:`.kernels`: SDPA's flash kernel on the CPU, its memory-efficient one on
+CUDA), and the blocks are merged with
 
     l = log sum_b exp(l_b),    o = sum_b exp(l_b - l) o_b,
 
@@ -19,8 +20,8 @@ each call returns block b's exact share of dq and the exact dk_b, dv_b (the rule
 uses across devices). Nothing of size q x L is stored: the saved tensors are q, the blocks (views),
 o and l.
 
-CPU only (the CUDA kernels have other signatures and no device test here); plain layers only (a
-window, soft-capping or sinks change the scores, and those layers keep the math path).
+Plain layers only (a window, soft-capping or sinks change the scores, and those layers keep the
+math path); :func:`fused_ok` says where a kernel runs.
 """
 
 from __future__ import annotations
@@ -29,24 +30,7 @@ from typing import Any
 
 import torch
 
-_FWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_BWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-
-
-def fused_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether :func:`block_attention` can run this attention: the fused CPU kernel needs one
-    head width for queries, keys and values (multi-head latent attention's values are narrower)
-    and one dtype (under autocast rotary leaves queries and keys float32, values bf16)."""
-    if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
-        return False
-    if not q.dtype == k.dtype == v.dtype:
-        return False
-    return q.device.type == "cpu" and q.dtype in (
-        torch.float32,
-        torch.float64,
-        torch.bfloat16,
-        torch.float16,
-    )
+from treeprep.trainer.attention import kernels
 
 
 class _BlockAttention(torch.autograd.Function):
@@ -62,7 +46,7 @@ class _BlockAttention(torch.autograd.Function):
     ) -> torch.Tensor:
         ks, vs = kv[:n], kv[n:]
         parts = [
-            _FWD(q, k, v, 0.0, causal_last and i == n - 1, scale=scale)
+            kernels.forward(q, k, v, causal_last and i == n - 1, scale)
             for i, (k, v) in enumerate(zip(ks, vs, strict=True))
         ]
         if n == 1:
@@ -90,7 +74,7 @@ class _BlockAttention(torch.autograd.Function):
         dvs: list[torch.Tensor] = []
         for i in range(n):
             causal = ctx.causal_last and i == n - 1
-            dq_i, dk_i, dv_i = _BWD(g, q, kv[i], kv[n + i], o, lse, 0.0, causal, scale=ctx.scale)
+            dq_i, dk_i, dv_i = kernels.backward(g, q, kv[i], kv[n + i], o, lse, causal, ctx.scale)
             dq = dq_i if dq is None else dq + dq_i
             sink = ctx.into[i] if ctx.into is not None else None
             if sink is not None:  # a stored prefix block: its gradients go to its store now

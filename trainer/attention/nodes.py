@@ -9,15 +9,17 @@ handed-over prefix rows, (b) a few contiguous ancestor segments of the packed se
 full, and (c) its own tokens causally. Each of these key blocks is a view of the packed keys (no
 copy).
 
-Plain layers on CPU (:mod:`.blocks`): every block goes through SDPA's fused CPU kernel, which
-returns its partial output and log-sum-exp, and the blocks are merged exactly (one softmax over
+Plain layers (:mod:`.blocks`): every block goes through a fused SDPA kernel (:mod:`.kernels`:
+the flash kernel on the CPU, the memory-efficient one on CUDA), which returns its partial output
+and log-sum-exp, and the blocks are merged exactly (one softmax over
 all visible keys); the backward runs the kernel's backward per block with the merged output. No
 score matrix is written or kept: a chain costs what the linear layout's causal call costs per
 (query, key) pair. Elsewhere (layers with a window, soft-capping or sinks; values narrower than
 the keys, as in latent attention; other devices) the scores against each block are computed
 from the same views, concatenated along the key axis, soft-maxed once and split back per block
-for the value products (the math path). GQA groups the r query heads of a key head into the
-query rows, so keys are never repeated either.
+for the value products (the math path); so do CUDA runs in float64, or where the CUDA kernel
+failed its one check (:func:`.kernels.fused_ok`). GQA groups the r query heads of a key head
+into the query rows, so keys are never repeated either.
 
 Memory: no gathered key rows at all (``gathered_rows`` is 0). The fused path keeps the queries,
 the block views, the output and its log-sum-exp; the math path's transient scores of one chunk
@@ -45,8 +47,9 @@ import torch
 import torch.nn.functional as F
 
 from treeprep.trainer.attention import stream
-from treeprep.trainer.attention.blocks import block_attention, fused_ok
+from treeprep.trainer.attention.blocks import block_attention
 from treeprep.trainer.attention.call import AttentionCall
+from treeprep.trainer.attention.kernels import fused_ok
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.options import LayerOptions, cap_scores, softmax_rows
 from treeprep.trainer.attention.stream import split_blocks, streamed_attention, window_masks

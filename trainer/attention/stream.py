@@ -25,12 +25,13 @@ log-sum-exp (so its share of dq and its dk, dv are exact), and sends the window'
 store's host accumulators at once. So the device holds one or two windows of one layer, never
 the path: the device memory of a step no longer grows with the session.
 
-Block kernels: SDPA's fused CPU kernel where it applies (CPU, one dtype, one head width, a block
-visible in full or causal, no soft-capping), else the same product written out on the block
-(scores, soft-capping, a boolean mask, exp against the block's or the merged log-sum-exp), which
-runs on any device and is what windowed layers (a depth mask per block), soft-capped layers and
-the CUDA device use. Sinks (gpt-oss) enter once, in the merged log-sum-exp: they take
-probability mass and add no value, and their gradient is ``-sum exp(sink - l) rowsum(do * o)``.
+Block kernels: a fused SDPA kernel where it applies (:func:`.kernels.fused_ok`: one dtype, one
+head width, a block visible in full or causal, no soft-capping; the CPU's flash kernel, CUDA's
+memory-efficient one), else the same product written out on the block (scores, soft-capping, a
+boolean mask, exp against the block's or the merged log-sum-exp), which runs on any device and
+is what windowed layers (a depth mask per block) and soft-capped layers use. Sinks (gpt-oss)
+enter once, in the merged log-sum-exp: they take probability mass and add no value, and their
+gradient is ``-sum exp(sink - l) rowsum(do * o)``.
 """
 
 from __future__ import annotations
@@ -42,12 +43,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from treeprep.trainer.attention.blocks import fused_ok
+from treeprep.trainer.attention import kernels
 from treeprep.trainer.attention.mask import TreeMask
 from treeprep.trainer.attention.options import LayerOptions, cap_scores
-
-_FWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_BWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 #: prefix rows per device window: what the device holds of one layer's prefix at once (twice
 #: that while the next window's copy is in flight)
@@ -199,7 +197,7 @@ def _acc(q: torch.Tensor) -> torch.dtype:
 def _is_fused(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, softcap: Any
 ) -> bool:
-    return mask is None and softcap is None and fused_ok(q, k, v)
+    return mask is None and softcap is None and kernels.fused_ok(q, k, v)
 
 
 def _scores(
@@ -236,7 +234,7 @@ def block_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One block's partial output o_BHqD and log-sum-exp l_BHq (-inf where a row sees none)."""
     if _is_fused(q, k, v, mask, softcap):
-        o, lse = _FWD(q, k, v, 0.0, causal, scale=scale)
+        o, lse = kernels.forward(q, k, v, causal, scale)
         return o, lse.to(_acc(q))
     _, h, nq, _ = q.shape
     s, _ = _scores(q, k, scale, causal, mask, softcap)
@@ -261,8 +259,7 @@ def block_backward(
     """Block b's share of dq and its dk, dv, from the *merged* output ``o`` and log-sum-exp
     ``lse`` (``rowterm``: rowsum(do * o), [1, H, q])."""
     if _is_fused(q, k, v, mask, plan.softcap):
-        dq, dk, dv = _BWD(g_o, q, k, v, o, lse, 0.0, causal, scale=plan.scale)
-        return dq, dk, dv
+        return kernels.backward(g_o, q, k, v, o, lse, causal, plan.scale)
     _, h, nq, d = q.shape
     g = k.shape[1]
     r = h // g
