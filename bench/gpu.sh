@@ -8,6 +8,10 @@
 #                                            #   bench/_work/memory/claude-code and
 #                                            #   bench/_work/train/build-agent-gpu)
 #   bash bench/gpu.sh --device cpu --dry     # the same stages at toy sizes on the CPU: checks the script
+#   bash bench/gpu.sh --stage memory [--limit SECONDS]
+#                                            # one stage alone, with its default limit or SECONDS
+#                                            #   (train, memory, tests, profile; head with --dry;
+#                                            #   session only this way: not in the default run)
 #
 # Results go to $OUT (the device machine's output folder) or bench/_work/gpu: env.txt (card,
 # driver, torch, transformers), train.json (bench/train.py at Qwen3-4B, 32k, checkpointing:
@@ -17,7 +21,10 @@
 # on its longest path, seconds of one forward and backward), tests.txt (exactness on the device:
 # tests/trainer/test_gpu.py with host stores, the Liger fused head, target log-probs) and, with
 # the time left, profile.json (bench/profile_step.py: top kernels and attention's share, tree
-# against linear, Qwen3-1.7B at 16k).
+# against linear, Qwen3-1.7B at 16k). session.json (bench/session.py, issue 43 item 5: the whole
+# Claude Code session's measured speedup at Qwen3-1.7B, bf16, checkpointing, budget 16k, the
+# linear side a stratified sample of 12 of its 173 sequences, beside treeprep stats' estimate)
+# runs only when named: --stage session (the default run fills its 10 minutes).
 # Stages run in order of importance, each with its own time limit; a failed stage does not stop
 # the others; the exit status is the number of failed stages. Each memory result is also written
 # as a `RESULT {json}` line to its .err file as it comes, so a stage stopped at its limit keeps
@@ -30,14 +37,30 @@ cd "$(dirname "$0")/.."
 device=cuda
 dry=0
 prepare=0
+only=
+limit=
 while [ $# -gt 0 ]; do
     case "$1" in
         --device) device="$2"; shift 2 ;;
         --dry) dry=1; shift ;;
         --prepare) prepare=1; shift ;;
+        --stage) only="$2"; shift 2 ;;
+        --limit) limit="$2"; shift 2 ;;
         *) echo "bench/gpu.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
+
+if [ -n "$only" ]; then
+    if [ "$dry" = 1 ]; then names="memory tests head train session"
+    else names="train memory tests profile session"; fi
+    case " $names " in
+        *" $only "*) ;;
+        *) echo "bench/gpu.sh: unknown stage $only (stages: $names)" >&2; exit 2 ;;
+    esac
+fi
+case "$limit" in
+    ''|*[!0-9]*) [ -z "$limit" ] || { echo "bench/gpu.sh: --limit takes seconds" >&2; exit 2; } ;;
+esac
 
 PY=${PYTHON:-python}
 # (not CC: the device exports CC, the C compiler Triton builds its launcher with)
@@ -80,6 +103,14 @@ failed=0
 stage() {  # stage NAME SECONDS OUTFILE COMMAND...: run with a limit, keep going on failure
     local name=$1 secs=$2 out=$3
     shift 3
+    # --stage NAME: only that stage runs, with --limit SECONDS or its own limit; the session
+    # stage runs only when named
+    if [ -n "$only" ]; then
+        [ "$name" = "$only" ] || return 0
+        secs=${limit:-$secs}
+    elif [ "$name" = session ]; then
+        return 0
+    fi
     local t0=$SECONDS
     if timeout "$secs" "$@" >"$RES/$out" 2>"$RES/$name.err"; then
         echo "ok    $name ($((SECONDS - t0)) s) -> $RES/$out"
@@ -108,6 +139,9 @@ if [ "$dry" = 1 ]; then
         --device cpu --json
     stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
         --rounds 1 --checkpointing --json
+    # (the session's build: bench/session.py makes it where --prepare would when it is missing)
+    stage session 300 session.json $PY bench/session.py --device cpu --model tiny-qwen3 \
+        --budget 1024 --trees 1 --max-length 4096 --sample 4 --json
 else
     # the stages' limits sum to 550 s, inside the 10 minutes with the set-up. In order of value
     # (times seen on an H200, 2026-11-28):
@@ -133,9 +167,16 @@ else
     if [ "$left" -gt 60 ]; then
         stage profile "$left" profile.json $PY bench/profile_step.py --device "$device" \
             --model qwen3-1.7b --budget 16384 --steps 2 --work bench/_work/train --json
-    else
+    elif [ -z "$only" ]; then
         echo "skip  profile (${left} s left)"
     fi
+    # (5) only with --stage session: the whole Claude Code session's speedup (issue 43 item 5).
+    # On an H200 (2026-11-28) its tree side took 98.8 s as 40 parts and its longest path 28.9 s
+    # linear, so all 173 sequences would take about half an hour: a stratified sample of 12
+    # (estimated 150 s, the long ones weighted by their tokens), the warm-up (FlexAttention's
+    # compile, about 130 s) and the 31k-token tree's parts fit the 560 s limit
+    stage session 560 session.json $PY bench/session.py --data "$SESSION" --device "$device" \
+        --model qwen3-1.7b --budget 16384 --checkpointing --sample 12 --json
 fi
 echo "$failed stage(s) failed; results in $RES"
 exit "$failed"
