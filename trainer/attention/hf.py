@@ -7,6 +7,9 @@ keys and values are recorded for the descendant parts and the ancestors' handed-
 values come back as the prefix (``module.layer_idx`` names the layer). Without a mask it runs plain
 causal attention, so a model loaded by treeprep still works for ordinary calls.
 
+Under autocast the tree path takes queries, keys and values in the autocast dtype, as SDPA does
+in the linear trainer (:func:`_autocast_inputs`).
+
 The layer's extras arrive as transformers' keywords and become :class:`LayerOptions`:
 ``sliding_window`` (the layer's window; transformers passes None on full-attention layers),
 ``s_aux`` (gpt-oss's per-head sink logits) and ``softcap`` (attention logit soft-capping).
@@ -59,6 +62,7 @@ def hf_tree_attention(
             query, key, value, is_causal=query.shape[2] > 1, scale=scaling, enable_gqa=gqa
         )
         return out.transpose(1, 2).contiguous(), None
+    query, key, value = _autocast_inputs(query, key, value)
     if cp_group is not None:
         query, key, value = (cp_group.to_heads(x) for x in (query, key, value))
         sinks = cp_group.local_heads(s_aux)
@@ -73,6 +77,22 @@ def hf_tree_attention(
     if cp_group is not None:
         out = cp_group.to_tokens(out)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _autocast_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Under autocast, queries, keys and values in the autocast dtype, as autocast hands them to
+    SDPA in the linear trainer: rotary and the key norm leave queries and keys float32 while the
+    values are bf16, and the backends' products cast them at every use anyway. One cast here
+    lets the fused block kernels run (one dtype, :func:`.kernels.fused_ok`), makes the stored
+    prefix blocks the own rows' dtype (no float32 copy of the prefix per call) and halves what
+    context parallelism sends."""
+    dev = q.device.type
+    if not torch.is_autocast_enabled(dev):
+        return q, k, v
+    dt = torch.get_autocast_dtype(dev)
+    return q.to(dt), k.to(dt), v.to(dt)
 
 
 def register_attention() -> None:
