@@ -167,7 +167,14 @@ def _cuda_checked(device: torch.device, dtype: torch.dtype, d: int) -> bool:
     """Whether the CUDA pair agrees with the written-out product in float64 for ``dtype`` and
     head width ``d`` (module docstring); warns and says no otherwise."""
     try:
-        err = _check_error(device, dtype, d)
+        # the first block may come inside a forward (no grad), an eval pass (inference mode) or
+        # an autocast region: the check runs outside all three
+        with (
+            torch.inference_mode(False),
+            torch.enable_grad(),
+            torch.autocast(device.type, enabled=False),
+        ):
+            err = _check_error(device, dtype, d)
     except Exception as e:  # noqa: BLE001 - any failure means: do not use the kernel here
         why = f"{type(e).__name__}: {e}"
     else:
@@ -185,19 +192,35 @@ def _cuda_checked(device: torch.device, dtype: torch.dtype, d: int) -> bool:
 
 def _check_error(device: torch.device, dtype: torch.dtype, d: int) -> float:
     """The largest relative error of :func:`forward` / :func:`backward` (a block in full then a
-    causal block, 4 query heads over 2 key heads, merged by log-sum-exp) against float64."""
+    causal block, 4 query heads over 2 key heads, merged by log-sum-exp) against float64. The
+    tensors are laid out as the callers hand them over: the queries and the causal block are
+    views into packed tensors at a row offset, the block in full a rows-first view (a store's
+    layout, ``[rows, G, D]`` in memory)."""
     gen = torch.Generator(device="cpu").manual_seed(0)
-    nq, nk, h, g = 37, 53, 4, 2
+    nq, nk, h, g, lead = 37, 53, 4, 2, 5
     scale = d**-0.5
 
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
-    q64, g64 = rand(1, h, nq, d), rand(1, h, nq, d)
-    ks, vs = [rand(1, g, nk, d), rand(1, g, nq, d)], [rand(1, g, nk, d), rand(1, g, nq, d)]
-    want = _reference(q64, ks, vs, g64, scale)
-    q = q64.to(device, dtype)
-    kd, vd = [x.to(device, dtype) for x in ks], [x.to(device, dtype) for x in vs]
+    def packed(x: torch.Tensor) -> torch.Tensor:  # [1, heads, lead + nq, D]: its last nq rows
+        return x.to(device, dtype).split([lead, nq], dim=2)[1]
+
+    def rows_first(x: torch.Tensor) -> torch.Tensor:  # [nk, G, D] in memory as [1, G, nk, D]
+        return x.to(device, dtype).transpose(0, 1).unsqueeze(0)
+
+    qp, g64 = rand(1, h, lead + nq, d), rand(1, h, nq, d)
+    kf, vf, kc, vc = (
+        rand(nk, g, d),
+        rand(nk, g, d),
+        rand(1, g, lead + nq, d),
+        rand(1, g, lead + nq, d),
+    )
+    ks = [kf.transpose(0, 1).unsqueeze(0), kc[:, :, lead:]]
+    vs = [vf.transpose(0, 1).unsqueeze(0), vc[:, :, lead:]]
+    want = _reference(qp[:, :, lead:], ks, vs, g64, scale)
+    q = packed(qp)
+    kd, vd = [rows_first(kf), packed(kc)], [rows_first(vf), packed(vc)]
     parts = [forward(q, kd[i], vd[i], i == 1, scale) for i in range(2)]
     lse = torch.logaddexp(parts[0][1].double(), parts[1][1].double())
     o = sum(torch.exp(p[1].double() - lse)[..., None] * p[0].double() for p in parts)

@@ -63,6 +63,21 @@ def test_a_failed_check_turns_the_kernel_off_with_a_warning(
         kernels._cuda_checked.cache_clear()
 
 
+def test_the_check_runs_inside_a_forward_an_eval_pass_and_autocast() -> None:
+    """The first fused block on a device comes inside a layer's forward (an autograd function:
+    no grad), maybe in an eval pass or under autocast; the check still measures (its own
+    backward raised there, and a raise turns the kernel off). Run here with the CPU pair."""
+    cpu = torch.device("cpu")
+    kernels._cuda_checked.cache_clear()
+    try:
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            assert kernels._cuda_checked(cpu, torch.float32, 16)
+        with torch.no_grad():
+            assert kernels._cuda_checked(cpu, torch.float32, 32)
+    finally:
+        kernels._cuda_checked.cache_clear()
+
+
 def test_fused_ok_refuses_what_no_kernel_takes() -> None:
     q = torch.zeros(1, 2, 3, 8)
     assert kernels.fused_ok(q, q, q)
