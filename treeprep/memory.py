@@ -15,7 +15,9 @@ Terms, per rank:
   moments (``optimizer_states``) in that dtype. FSDP shards the three by the world size, DDP
   replicates them. ``fsdp_gathered``: under FSDP, one decoder layer's full weights and gradient;
   in bf16, FSDP2 gathers the layers in bf16 (two layers' bf16 weights, the running one and the
-  one gathered ahead) and reduces a layer's gradient in float32.
+  one gathered ahead) and reduces a layer's gradient in float32; and the root group's full
+  weights (embeddings, an untied LM head, the final norm), which FSDP2 keeps gathered from the
+  forward to the end of the backward (it does not reshard its root after the forward).
 * ``autocast_weights``: autocast casts every matmul weight to bf16 in the forward (the trainer
   turns autocast's weight cache off); the matmuls save the copies for the backward, so all of
   them are live at the end of a forward without checkpointing, one layer's with it. Under FSDP
@@ -375,7 +377,7 @@ def terms(
         "parameters": p * w // s.shard,
         "gradients": p * w // s.shard if s.accumulated_gradients else 0,
         "optimizer": s.optimizer_states * p * w // s.shard,
-        "fsdp_gathered": gathered_bytes(layer_params, s),
+        "fsdp_gathered": gathered_bytes(layer_params, p - m.layers * layer_params, s),
         "autocast_weights": autocast_bytes(m, s, layer_params, casted),
         "handoff": handoff,
         "host_stores": host,
@@ -386,16 +388,20 @@ def terms(
     }
 
 
-def gathered_bytes(layer_params: int, s: MemorySetup) -> int:
+def gathered_bytes(layer_params: int, root_params: int, s: MemorySetup) -> int:
     """``fsdp_gathered`` (module docstring): under FSDP one layer's full weights and gradient;
     in bf16 (FSDP2's mixed precision, :func:`~treeprep.trainer.distributed.layer_policy`) two
     layers' bf16 weights (the running one and the one gathered ahead) and one layer's gradient,
-    reduced in float32."""
+    reduced in float32. Plus the root group's full weights (the embeddings, an untied LM head,
+    the final norm: ``root_params``), in the weights' dtype: FSDP2 does not reshard the root
+    after the forward, so they stay gathered from a pass's forward to the end of its
+    backward."""
     if s.shard == 1:
         return 0
+    root = root_params * s.weight_bytes
     if s.mixed:
-        return layer_params * (2 * 2 + 4)
-    return 2 * layer_params * s.weight_bytes
+        return layer_params * (2 * 2 + 4) + root
+    return 2 * layer_params * s.weight_bytes + root
 
 
 def autocast_bytes(m: ModelShape, s: MemorySetup, layer_params: int, casted: int) -> int:

@@ -73,8 +73,9 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
     t = terms(TINY, s, budget=100, path=300)
     p = 1312 * 4  # float32 master weights
     assert t["parameters"] == p // 4 and t["optimizer"] == 2 * p // 4
-    # FSDP2 gathers the layers in bf16: two layers' bf16 weights, one layer's float32 gradient
-    assert t["fsdp_gathered"] == 576 * (2 * 2 + 4)
+    # FSDP2 gathers the layers in bf16: two layers' bf16 weights, one layer's float32 gradient;
+    # and its root group (embeddings and the untied head, 2 x 80) stays gathered in float32
+    assert t["fsdp_gathered"] == 576 * (2 * 2 + 4) + 160 * 4
     assert t["autocast_weights"] == 2 * 10 * 8  # only the root's LM head is cast (vocab x hidden)
     ddp = terms(TINY, replace(s, parallel="ddp"), budget=100, path=300)
     assert ddp["fsdp_gathered"] == 0
