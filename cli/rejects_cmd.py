@@ -20,6 +20,7 @@ def rejects_cmd(
     from rich.console import Console
     from rich.table import Table
 
+    from treeprep.cli.tables import columns_table
     from treeprep.rejects import summarize_rejects
 
     s = summarize_rejects(str(build))
@@ -45,9 +46,6 @@ def rejects_cmd(
             t.add_row(key, f"{tally.count:,}", f"{where} {ex.get('reason', '')}")
         console.print(t)
     if s.filtered:
-        t = Table(title="filtered (left out by --since/--until/--model-name/--project, dedup)")
-        t.add_column("reason")
-        t.add_column("count", justify="right")
-        for reason, n in s.filtered.items():
-            t.add_row(reason, f"{n:,}")
-        console.print(t)
+        title = "filtered (left out by --since/--until/--model-name/--project, dedup)"
+        counts = ((reason, f"{n:,}") for reason, n in s.filtered.items())
+        console.print(columns_table(title, ("reason", "count"), counts))

@@ -38,28 +38,17 @@ def show_cmd(
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
             return
-        from rich.table import Table
+        from treeprep.cli.tables import columns_table
 
-        t = Table(title=f"trees in {out}")
-        for col in ("group_id", "source_format", "sequences", "nodes", "tokens_tree"):
-            t.add_column(
-                col, justify="right" if col not in ("group_id", "source_format") else "left"
-            )
-        for r in rows:
-            t.add_row(
-                r["group_id"],
-                r["source_format"],
-                f"{r['sequences']:,}",
-                f"{r['nodes']:,}",
-                f"{r['tokens_tree']:,}",
-            )
-        Console().print(t)
+        cols = ("group_id", "source_format", "sequences", "nodes", "tokens_tree")
+        cells = ([r[c] if i < 2 else f"{r[c]:,}" for i, c in enumerate(cols)] for r in rows)
+        Console().print(columns_table(f"trees in {out}", cols, cells, left=2))
         return
     view = sh.show(
         sh.ShowConfig(
             out=str(out),
             group=group,
-            tokenizer=str(tokenizer) if tokenizer else None,
+            tokenizer=opt.plain(tokenizer),
             max_nodes=max_nodes,
         )
     )

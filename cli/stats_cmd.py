@@ -164,73 +164,63 @@ def _metrics(s: dict, out: Path) -> Any:
 
 
 def _distributions(s: dict) -> Any:
-    from rich.table import Table
+    from treeprep.cli.tables import columns_table
 
-    d = Table(title="distributions")
     cols = ["min", "p50", "p90", "p99", "max", "mean"]  # --json has p10 too
-    d.add_column("", no_wrap=True)
-    for c in cols:
-        d.add_column(c, justify="right")
-    for k, q in s["distributions"].items():
-        d.add_row(
-            _SHORT.get(k, k), *[f"{q[c]:,.0f}" if c != "mean" else f"{q[c]:,.1f}" for c in cols]
-        )
-    return d
+    rows = (
+        [_SHORT.get(k, k), *[f"{q[c]:,.0f}" if c != "mean" else f"{q[c]:,.1f}" for c in cols]]
+        for k, q in s["distributions"].items()
+    )
+    return columns_table("distributions", ["", *cols], rows, no_wrap=True)
+
+
+#: the breakdown tables' figure columns: (header, the key in the breakdown's dicts, format spec)
+_BY_FORMAT = (
+    ("records", "records", ","),
+    ("trees", "trees", ","),
+    ("sequences", "sequences", ","),
+    ("N_flat", "tokens_linear", ","),
+    ("N_tree", "tokens_tree", ","),
+    ("POR", "por", ".3f"),
+)
+_BY_BRANCH_REASON = (
+    ("branches", "branches", ","),
+    ("sequences", "sequences", ","),
+    ("mean shared prefix", "shared_prefix_tokens_mean", ",.0f"),
+)
 
 
 def _by_format(s: dict) -> Any:
-    from rich.table import Table
-
-    f = Table(title="by input format")
-    for c in ("format", "records", "trees", "sequences", "N_flat", "N_tree", "POR"):
-        f.add_column(c, justify="right" if c != "format" else "left")
-    for name, v in s["by_format"].items():
-        f.add_row(
-            name or "-",
-            f"{v['records']:,}",
-            f"{v['trees']:,}",
-            f"{v['sequences']:,}",
-            f"{v['tokens_linear']:,}",
-            f"{v['tokens_tree']:,}",
-            f"{v['por']:.3f}",
-        )
-    return f
+    return _breakdown("by input format", "format", s["by_format"], _BY_FORMAT)
 
 
 def _by_branch_reason(s: dict) -> Any:
-    from rich.table import Table
+    return _breakdown("branches by reason", "reason", s["by_branch_reason"], _BY_BRANCH_REASON)
 
-    b = Table(title="branches by reason")
-    for c in ("reason", "branches", "sequences", "mean shared prefix"):
-        b.add_column(c, justify="right" if c != "reason" else "left")
-    for name, v in s["by_branch_reason"].items():
-        b.add_row(
-            name,
-            f"{v['branches']:,}",
-            f"{v['sequences']:,}",
-            f"{v['shared_prefix_tokens_mean']:,.0f}",
-        )
-    return b
+
+def _breakdown(
+    title: str, by: str, rows: dict[str, dict], figures: tuple[tuple[str, str, str], ...]
+) -> Any:
+    """A table of one breakdown of the stats: a row per name (``-`` for none), its figures."""
+    from treeprep.cli.tables import columns_table
+
+    cells = ([name or "-", *(format(v[k], f) for _, k, f in figures)] for name, v in rows.items())
+    return columns_table(title, [by, *(h for h, _, _ in figures)], cells)
 
 
 def _speedups(s: dict) -> Any:
-    from rich.table import Table
+    from treeprep.cli.tables import columns_table
 
-    sp = Table(title="estimated training speedup by model (unpacked)")
-    sp.add_column("model")
-    sp.add_column("speedup", justify="right")
-    for name, v in s["speedup_by_model"].items():
-        sp.add_row(name, f"{v:.2f}x")
-    return sp
+    rows = ([name, f"{v:.2f}x"] for name, v in s["speedup_by_model"].items())
+    title = "estimated training speedup by model (unpacked)"
+    return columns_table(title, ("model", "speedup"), rows)
 
 
 def _sharing_table(x: dict) -> object:
     """Cross-tree sharing: the trees' common openings fed once (treeprep.pack.share)."""
-    from rich.table import Table
+    from treeprep.cli.tables import columns_table
 
-    t = Table(title="prefixes shared across trees")
-    for c in ("layout", "tokens fed", "POR"):
-        t.add_column(c, justify="right" if c != "layout" else "left")
+    t = columns_table("prefixes shared across trees", ("layout", "tokens fed", "POR"))
     t.add_row("each tree alone (per-tree POR)", f"{x['tokens_tree']:,}", f"{x['por_tree']:.3f}")
     t.add_row("all trees merged", f"{x['tokens_shared_all']:,}", f"{x['por_shared_all']:.3f}")
     if "tokens_shared_budget" in x:

@@ -1,7 +1,9 @@
-"""The one table shape the reporting commands print: a titled two-column metric/value table."""
+"""The table shapes the reporting commands print: a titled two-column metric/value table, and a
+titled table of columns whose first ones (names) are left-aligned and the rest (numbers) right."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -12,4 +14,28 @@ def metrics_table(title: str) -> Any:
     t = Table(title=title, show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
+    return t
+
+
+def columns_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]] = (),
+    *,
+    left: int = 1,
+    no_wrap: bool = False,
+) -> Any:
+    """A rich ``Table`` titled ``title`` with a header of ``columns``: the first ``left`` columns
+    left-aligned (names; never wrapped with ``no_wrap``), the others right-aligned (figures);
+    ``rows`` (formatted already) added in order. More rows may be added to the table it returns."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for i, c in enumerate(columns):
+        if i < left:
+            t.add_column(c, no_wrap=no_wrap)
+        else:
+            t.add_column(c, justify="right")
+    for row in rows:
+        t.add_row(*row)
     return t

@@ -89,7 +89,8 @@ def verify_cmd(
 def _print_report(rep: Any, tol: float) -> None:
     """The verify report for people: the losses, a table per parameter group, a verdict."""
     from rich.console import Console
-    from rich.table import Table
+
+    from treeprep.cli.tables import columns_table
 
     con = Console()
     con.print(
@@ -98,12 +99,12 @@ def _print_report(rep: Any, tol: float) -> None:
         f"{rep.tokens_linear:,}; targets tree {rep.targets_tree:,} linear "
         f"{rep.targets_linear:,}"
     )
-    t = Table(title=f"treeprep verify: gradients tree vs linear (tol {tol:g} relative)")
     has64 = rep.loss_64 is not None
     cols = ["group", "params", "grad norm", "max abs diff", "rel diff"]
     cols += ["tree vs f64", "linear vs f64"] if has64 else []
-    for c in [*cols, ""]:
-        t.add_column(c, justify="left" if c == "group" else "right")
+    t = columns_table(
+        f"treeprep verify: gradients tree vs linear (tol {tol:g} relative)", [*cols, ""]
+    )
     for g in rep.groups:
         f64 = [f"{g.rel_tree64:.2e}", f"{g.rel_lin64:.2e}"] if has64 else []
         mark = "[green]ok[/]" if g.rel <= tol else "[yellow]ok (f64)[/]"
