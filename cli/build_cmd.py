@@ -170,14 +170,14 @@ def build_cmd(
     file = FileOptions(
         format=fmt,
         group_by=group_by,
-        system_prompt=_path(system_prompt),
-        tools=_path(tools),
+        system_prompt=opt.plain(system_prompt),
+        tools=opt.plain(tools),
         native_templates=native_templates,
         max_record_bytes=max(1, int(max_record_mb * (1 << 20))),  # MiB, checked > 0
-        chat_template=_path(chat_template),
+        chat_template=opt.plain(chat_template),
         date=date,
         map=tuple(field_map or ()),
-        map_file=_path(map_file),
+        map_file=opt.plain(map_file),
         since=since,
         until=until,
         model_name=model_name,
@@ -191,7 +191,7 @@ def build_cmd(
         inputs=inputs,
         out=out,
         file=file,
-        tokenizer=_path(tokenizer),
+        tokenizer=opt.plain(tokenizer),
         workers=workers,
         max_errors=max_errors,
         engine=engine,
@@ -216,11 +216,6 @@ def build_cmd(
         typer.echo(json.dumps(manifest.counts.model_dump(), indent=2))
         return
     _print_manifest(manifest, out, err)
-
-
-def _path(value: Path | None) -> str | None:
-    """A path option as the config keeps it: the string given (None: not given)."""
-    return None if value is None else str(value)
 
 
 def _print_manifest(manifest: Any, out: str, err: Any) -> None:

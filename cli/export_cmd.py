@@ -45,6 +45,6 @@ def export_cmd(
 
     from treeprep.export import build_decoder, export_sequences
 
-    decode = build_decoder(str(build), str(tokenizer) if tokenizer else None) if text else None
+    decode = build_decoder(str(build), opt.plain(tokenizer)) if text else None
     n = export_sequences(str(build), str(out), groups=group or None, fmt=fmt, decode=decode)
     Console(stderr=True).print(f"wrote {n:,} sequences to {out} ({fmt})")

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from treeprep.cli import options as opt
+
 
 def export_model_cmd(
     run: Annotated[Path, typer.Argument(help="The run folder (treeprep train -o RUN).")],
@@ -33,6 +35,5 @@ def export_model_cmd(
 
     from treeprep.trainer.export import export_model
 
-    path = export_model(str(run), str(out), step=step, merge=merge,
-                        tokenizer=str(tokenizer) if tokenizer else None)  # fmt: skip
+    path = export_model(str(run), str(out), step=step, merge=merge, tokenizer=opt.plain(tokenizer))
     Console(stderr=True).print(f"wrote {path}")
