@@ -167,20 +167,13 @@ class TokenRollout(_Model):
             t < 0 for t in self.generation_token_ids
         ):
             raise ValueError("token ids must be non-negative")
-        if self.generation_log_probs is not None and len(self.generation_log_probs) != len(
-            self.generation_token_ids
-        ):
-            raise ValueError(
-                f"generation_log_probs has {len(self.generation_log_probs)} entries, "
-                f"generation_token_ids has {len(self.generation_token_ids)}"
-            )
-        if self.ref_log_probs is not None and len(self.ref_log_probs) != len(
-            self.generation_token_ids
-        ):
-            raise ValueError(
-                f"ref_log_probs has {len(self.ref_log_probs)} entries, "
-                f"generation_token_ids has {len(self.generation_token_ids)}"
-            )
+        n = len(self.generation_token_ids)
+        for name, probs in (
+            ("generation_log_probs", self.generation_log_probs),
+            ("ref_log_probs", self.ref_log_probs),
+        ):  # one per generated token
+            if probs is not None and len(probs) != n:
+                raise ValueError(f"{name} has {len(probs)} entries, generation_token_ids has {n}")
         return self
 
 
