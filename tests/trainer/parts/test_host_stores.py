@@ -97,8 +97,8 @@ def test_host_stores_equal_gpu_stores_and_the_whole_tree(name: str, mode: str, l
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gpt-oss"])
 def test_the_written_out_block_kernel_is_exact(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The block product written out (what the windowed layers run, and float64 or a CUDA kernel
-    that failed its check; long device blocks cut to a window) against the whole tree, with checkpointing (the layer and
-    its windows read again in the backward)."""
+    that failed its check; long device blocks cut to a window) against the whole tree, with
+    checkpointing (the layer and its windows read again in the backward)."""
     from treeprep.trainer.attention import kernels, nodes
 
     monkeypatch.setattr(kernels, "fused_ok", lambda *a: False)
