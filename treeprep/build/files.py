@@ -238,14 +238,9 @@ def _changed(job: FileJob, fmt: str, why: str) -> FileResult:
 
 
 def _unrecognised(job: FileJob) -> FileResult:
-    """A file of no known format: skipped when a folder or glob found it, rejected when named.
-    A skipped file that a format reads through its sessions (:func:`companion_format`) keeps
-    that format's name, so the manifest lists it apart."""
+    """A file of no known format: skipped when a folder or glob found it, rejected when named."""
     if not job.explicit:
-        from treeprep.formats import companion_format
-
-        companion = companion_format(job.path) or ""
-        result = FileResult(job.name, companion, 0, 0, 0, skipped=True)
+        result = FileResult(job.name, "", 0, 0, 0, skipped=True)
         finish_file(job, result, [])
         return result
     return _one_reject(job, 0, "unrecognised input format (pass --format to force one)")

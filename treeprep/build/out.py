@@ -35,6 +35,7 @@ from treeprep.atomic import commit, crash_point, fsync_path, make_dirs, write_at
 from treeprep.build.dedup import Duplicates
 from treeprep.build.workfiles import FileJob, FileResult
 from treeprep.errors import TreeprepError
+from treeprep.formats import companion_format
 from treeprep.schemas import SCHEMA_VERSION, Manifest, TokenizerIdentity
 from treeprep.schemas.manifest import (
     Counts,
@@ -322,9 +323,9 @@ def _tally_inputs(
     t = _InputTally()
     for job in jobs:
         res = results[job.name]
-        if res.skipped:
-            into = t.companions.setdefault(res.format, []) if res.format else t.skipped
-            into.append(job.name)
+        if res.skipped:  # a file another format reads with its sessions is listed apart
+            fmt = companion_format(job.path)
+            (t.companions.setdefault(fmt, []) if fmt else t.skipped).append(job.name)
             continue
         why = dict(res.filtered)
         _add(why, duplicates.by_file.get(job.name, {}))
