@@ -105,6 +105,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from treeprep import modes
 from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape
 from treeprep.modes import (
@@ -133,10 +134,11 @@ class Gpu:
     fp32_flops: float
 
 
-#: published figures: H100 SXM 80 GB, H200 141 GB; both 989 TFLOP/s dense bf16, 495 TF32
+#: published figures: H100 SXM 80 GB, H200 141 GB; both 989 TFLOP/s dense bf16, 495 TF32; one
+#: row per member of :class:`treeprep.modes.Gpu` (``--gpu``'s choices; a test checks both agree)
 GPUS: dict[str, Gpu] = {
-    "h100": Gpu("h100", 80 * GIB, 989.4e12, 494.7e12),
-    "h200": Gpu("h200", 141 * 10**9, 989.4e12, 494.7e12),
+    modes.Gpu.h100: Gpu("h100", 80 * GIB, 989.4e12, 494.7e12),
+    modes.Gpu.h200: Gpu("h200", 141 * 10**9, 989.4e12, 494.7e12),
 }
 
 

@@ -236,3 +236,12 @@ def test_context_parallelism_splits_the_tokens_and_the_heads() -> None:
         assert t2[k] == t1[k], k
     with pytest.raises(TreeprepError, match="cp 3"):
         replace(one, cp=3)
+
+
+def test_every_gpu_choice_has_its_figures() -> None:
+    """``--gpu``'s choices (:class:`treeprep.modes.Gpu`) and the figures the dry run reads
+    (``GPUS``) name the same cards."""
+    from treeprep.modes import Gpu
+
+    assert sorted(GPUS) == sorted(g.value for g in Gpu)
+    assert all(GPUS[g].name == g for g in Gpu)
