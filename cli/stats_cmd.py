@@ -40,20 +40,19 @@ def stats_cmd(
 ) -> None:
     """How much the trees share, and what tree training should save on this data."""
     from treeprep.flops import load_model
-    from treeprep.stats import collect, read_plan_summary, summarize, write_plot
+    from treeprep.stats import collect, compute_stats, write_plot
 
     out = build
     shape = load_model(model) if model else None
-    summary = read_plan_summary(str(out), str(plan)) if plan else None
     collected = collect(str(out))
-    stats = summarize(
-        collected,
+    stats = compute_stats(
+        str(out),
         model=shape,
         budget=budget,
-        plan=summary,
-        out_dir=str(out),
+        plan=str(plan) if plan else None,
         cut=cut,
         head=head,
+        collected=collected,
     )
     if shape is not None:
         stats["memory"] = _memory(shape, out)

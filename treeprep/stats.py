@@ -375,17 +375,19 @@ def compute_stats(
     plan: str | None = None,
     cut: Cut | str = Cut.handoff,
     head: Head | str = Head.targets,
+    collected: Collected | None = None,
 ) -> dict:
     """Stats of a finished build as a JSON-able dict.
 
     ``model``: a preset name or a ``config.json`` path (default: the packer's default model);
     ``budget``: plan in memory with that token budget; ``plan``: a plan folder written by
-    ``treeprep pack`` (wins over ``budget``); ``head``: where the LM head runs (module docstring).
+    ``treeprep pack`` (wins over ``budget``); ``head``: where the LM head runs (module docstring);
+    ``collected``: the build's :func:`collect`, when the caller has read it already (for a plot).
     """
     shape = load_model(model) if isinstance(model, str) else model
     summary = read_plan_summary(out_dir, plan) if plan else None
     return summarize(
-        collect(out_dir),
+        collect(out_dir) if collected is None else collected,
         model=shape,
         budget=budget,
         plan=summary,
