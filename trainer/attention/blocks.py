@@ -1,7 +1,7 @@
 """One softmax over several key blocks, each attended by a fused SDPA kernel, merged exactly.
 
-Shape legend: B = 1, H query heads, G key/value heads (GQA: G divides H; the kernel takes G < H
-as is), q query rows, L_b key rows of block b, D head width.
+Shape legend: B = 1, H query heads, G key/value heads (GQA: G divides H; :mod:`.kernels` takes
+G < H on every device), q query rows, L_b key rows of block b, D head width.
 
 The ``nodes`` backend reads a chain's keys as a few blocks that already lie in memory (handed-over
 prefix rows, ancestor segments of the packed sequence, the chain's own earlier rows, all visible in
