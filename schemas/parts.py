@@ -41,15 +41,22 @@ import numpy as np
 #: many targets the part trains
 HEAD_ROWS = 256
 #: logits the loss turns into log-probs at once (``treeprep.trainer.objective.target_logp``): the
-# float32
-#: temporaries of one block of rows, about 16 bytes per logit (256 MiB), beside the chunk's
-#: logits and their gradient; a block is at least one row
+#: float32 temporaries of one block of rows, about 16 bytes per logit (256 MiB), beside the
+#: chunk's logits and their gradient; a block is at least one row
 HEAD_BLOCK_ELEMENTS = 1 << 24
+#: LM-head weight entries cast to the autocast dtype at once
+#: (``treeprep.trainer.objective.cast_head``): 128 MiB in bf16; a block is at least one row
+HEAD_WEIGHT_BLOCK_ELEMENTS = 1 << 26
 
 
 def head_block_rows(vocab: int) -> int:
     """Rows per block of the loss's log-probs for a vocabulary of ``vocab`` entries."""
     return max(1, HEAD_BLOCK_ELEMENTS // max(vocab, 1))
+
+
+def head_weight_block_rows(hidden: int) -> int:
+    """Vocabulary rows of an LM head of width ``hidden`` cast to the autocast dtype at once."""
+    return max(1, HEAD_WEIGHT_BLOCK_ELEMENTS // max(hidden, 1))
 
 
 def keep_cap(path: int, budget: int, keep_tokens: int | None = None) -> int:

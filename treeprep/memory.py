@@ -20,8 +20,11 @@ Terms, per rank:
   forward to the end of the backward (it does not reshard its root after the forward).
 * ``autocast_weights``: autocast casts every matmul weight to bf16 in the forward (the trainer
   turns autocast's weight cache off); the matmuls save the copies for the backward, so all of
-  them are live at the end of a forward without checkpointing, one layer's with it. Under FSDP
-  the layers' weights arrive in bf16 and only the LM head's (root group, float32) is copied.
+  them are live at the end of a forward without checkpointing, one layer's with it. The LM
+  head is cast one block of :func:`~treeprep.schemas.parts.head_weight_block_rows` vocabulary
+  rows at a time and saves no copy (:mod:`treeprep.trainer.objective.cast_head`). Under FSDP
+  the layers' weights arrive in bf16 and only the LM head's block (root group, float32) is
+  cast.
 * ``activations``: what one part of ``budget`` tokens saves for its backward. Per token and
   decoder layer, counting the tensors autograd saves in the transformers layer (H hidden, Hq =
   heads x head_dim, Hkv = kv_heads x head_dim, I the MLP width): the residual stream in and after
@@ -118,7 +121,7 @@ from treeprep.modes import (
     Stores,
     coerce_modes,
 )
-from treeprep.schemas.parts import HEAD_ROWS, head_block_rows, keep_cap
+from treeprep.schemas.parts import HEAD_ROWS, head_block_rows, head_weight_block_rows, keep_cap
 
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float64": 8}
@@ -408,13 +411,17 @@ def gathered_bytes(layer_params: int, root_params: int, s: MemorySetup) -> int:
 
 def autocast_bytes(m: ModelShape, s: MemorySetup, layer_params: int, casted: int) -> int:
     """``autocast_weights`` (module docstring): autocast's bf16 copies of the matmul weights, all
-    of them without checkpointing, one layer's with it. Under FSDP the layers are gathered in
-    bf16 already, so only the LM head (in the root group, float32) is copied."""
+    of the layers' without checkpointing, one layer's with it, and one block of the LM head's
+    (``casted``: the matmul weights, the head's included). Under FSDP the layers are gathered
+    in bf16 already, so only the LM head's block (in the root group, float32) is cast."""
     if not s.mixed:
         return 0
+    head = min(m.vocab, head_weight_block_rows(m.hidden)) * m.hidden
     if s.shard > 1:
-        return 2 * m.vocab * m.hidden
-    return 2 * (layer_params if s.activation_checkpointing else casted)
+        return 2 * head
+    if s.activation_checkpointing:
+        return 2 * max(layer_params, head)
+    return 2 * (casted - m.vocab * m.hidden + head)
 
 
 def lm_head_bytes(vocab: int, rows: int, compute_bytes: int, *, entropy: bool = False) -> int:

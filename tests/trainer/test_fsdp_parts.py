@@ -35,11 +35,14 @@ if not torch.distributed.is_available():  # pragma: no cover
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
 
+from treeprep.schemas import parts  # noqa: E402
 from treeprep.schemas.parts import handoff_cuts, part_parents  # noqa: E402
 
 TOL = 1e-5
 BUDGET = 12
 LAYERS = 4
+#: LM-head rows cast to bf16 at once in the bf16 runs (the vocabulary is 512 rows)
+HEAD_BLOCK_ROWS = 200
 #: (loss, part graph) runs, each a fresh model and one step
 RUNS = [("sft", "recompute"), ("sft", "keep"), ("gspo", "recompute")]
 
@@ -101,8 +104,11 @@ class WeightCopies(TorchDispatchMode):
     """The bf16 copies of decoder-layer matmul weights that operators make (autocast's casts),
     and how many of them are alive at once: each copy is held by a weak reference."""
 
-    def __init__(self, layers: list) -> None:
+    def __init__(self, layers: list, hidden: int) -> None:
         super().__init__()
+        self.hidden = hidden
+        #: the most rows of any other bf16 copy of hidden width: the LM head's blocks
+        self.head_rows = 0
         self.shapes = {
             tuple(m.weight.shape) for layer in layers for m in layer.modules()
             if isinstance(m, torch.nn.Linear)
@@ -119,11 +125,13 @@ class WeightCopies(TorchDispatchMode):
             and isinstance(src, torch.Tensor)
             and src.dtype == torch.float32
             and out.dtype == torch.bfloat16
-            and tuple(out.shape) in self.shapes
         ):
-            self.made += 1
-            self.copies.append(weakref.ref(out))
-            self.look()
+            if tuple(out.shape) in self.shapes:
+                self.made += 1
+                self.copies.append(weakref.ref(out))
+                self.look()
+            elif out.ndim == 2 and out.shape[1] == self.hidden:
+                self.head_rows = max(self.head_rows, out.shape[0])
         return out
 
     def look(self) -> None:
@@ -244,11 +252,11 @@ def _sharded_bf16(policy: bool, handoff: bool, info) -> dict:
     layers = sharded.layers if sharded is not None else list(wrapped.lm.model.layers)
     probe = Probe(wrapped, layers)
     mine = [(rank_batches() if handoff else plain_batches())[info.rank]]
-    with WeightCopies(layers) as copies:
+    with WeightCopies(layers, wrapped.lm.config.hidden_size) as copies:
         micro_batches(wrapped, mine, cfg, BUDGET, float(info.world_size), info, handoff, sharded)
     grads = {n: p.grad.full_tensor() for n, p in wrapped.lm.named_parameters()}
     return {"grads": grads, "max_full": probe.max_full, "copies": copies.made,
-            "copies_alive": copies.max_alive}  # fmt: skip
+            "copies_alive": copies.max_alive, "head_rows": copies.head_rows}  # fmt: skip
 
 
 def bf16_runs(info) -> list[dict]:
@@ -283,6 +291,8 @@ def worker(out: str) -> None:
     from treeprep.trainer.distributed import init_distributed, shutdown
 
     torch.set_num_threads(1)
+    # the LM head cast in 3 blocks (of 200, 200 and 112 rows)
+    parts.HEAD_WEIGHT_BLOCK_ELEMENTS = HEAD_BLOCK_ROWS * _model().config.hidden_size
     info = init_distributed("cpu")
     res: dict = {"runs": []}
     for loss, mode in RUNS:
@@ -399,11 +409,14 @@ def test_bf16_layers_gathered_in_bf16_and_freed_layer_by_layer(results: list[dic
     weights is made) and at most two are held at once (the running one and one gathered ahead),
     in the forward and the backward. Before the layer policy autocast made a copy of every
     matmul weight and, in an ordinary step, all of them were alive at the end of the forward
-    (the probe sees them)."""
+    (the probe sees them). The LM head's weight, in the root group, is cast to bf16 a vocabulary
+    block at a time (:mod:`treeprep.trainer.objective.cast_head`)."""
     for rank in results:
         r = rank["bf16"][step]
         assert r["policy"]["copies"] == 0, r
         assert max(r["policy"]["max_full"].values()) <= 2, r
+        # the LM head (root group, float32) is cast a vocabulary block at a time, never whole
+        assert r["policy"]["head_rows"] == HEAD_BLOCK_ROWS, r
     ordinary = results[0]["bf16"][1]["autocast"]
     assert ordinary["copies"] == ordinary["copies_alive"] == LAYERS * 7, ordinary
 

@@ -95,6 +95,43 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
     assert peak(t, checkpointing=True) == base + want
 
 
+def test_the_lm_head_is_cast_a_block_at_a_time(monkeypatch) -> None:
+    """Autocast's copy of the LM head is one block of vocabulary rows
+    (:mod:`treeprep.trainer.objective.cast_head`): 3 of TINY's 10 rows here."""
+    from treeprep.schemas import parts
+
+    monkeypatch.setattr(parts, "HEAD_WEIGHT_BLOCK_ELEMENTS", 3 * 8)
+    s = MemorySetup(precision="bfloat16", world_size=4, parallel="fsdp",
+                    activation_checkpointing=True)  # fmt: skip
+    assert terms(TINY, s, budget=100, path=300)["autocast_weights"] == 2 * 3 * 8
+    no_ckpt = replace(s, parallel="ddp", activation_checkpointing=False)
+    # the layers' copies (all matmul weights less the head and the embedding) and one block
+    assert terms(TINY, no_ckpt, budget=100, path=300)["autocast_weights"] == 2 * (
+        1312 - 80 - 80 + 3 * 8
+    )
+    # with checkpointing: one layer's copies (576 weights) or the head's block, the larger
+    ckpt = replace(s, parallel="ddp")
+    assert terms(TINY, ckpt, budget=100, path=300)["autocast_weights"] == 2 * 576
+    monkeypatch.setattr(parts, "HEAD_WEIGHT_BLOCK_ELEMENTS", 90 * 8)
+    assert terms(replace(TINY, vocab=100), ckpt, budget=100, path=300)["autocast_weights"] == (
+        2 * 90 * 8
+    )
+
+
+def test_fsdp_casts_at_most_two_layers_at_8b() -> None:
+    """Issue 37 item 5's bar: Qwen3-8B under FSDP2 in bf16 (8 ranks, the Claude Code session's
+    budget of 1,024) holds autocast copies of at most two decoder layers' bf16 weights."""
+    from treeprep.flops import PRESETS
+
+    m = PRESETS["qwen3-8b"]
+    layer = (m.params_total - 2 * m.vocab * m.hidden) // m.layers
+    for ckpt in (False, True):
+        s = MemorySetup(precision="bfloat16", world_size=8, parallel="fsdp",
+                        activation_checkpointing=ckpt)  # fmt: skip
+        t = terms(m, s, budget=1024, path=126_189)
+        assert 0 < t["autocast_weights"] <= 2 * 2 * layer, t
+
+
 def test_keep_counts_the_ancestors_graphs_by_hand() -> None:
     """keep: the running part's ancestors' saved activations and the gradients of their final
     hidden states (their heads ran their backward at their forward: no log-softmax is held);

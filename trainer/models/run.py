@@ -33,7 +33,11 @@ class SoftcappedHead(torch.nn.Module):
         self.cap = float(cap)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.head(h) / self.cap) * self.cap
+        return self.cap_logits(self.head(h))
+
+    def cap_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The soft-capping applied to the inner head's logits."""
+        return torch.tanh(logits / self.cap) * self.cap
 
 
 def output_head(model: torch.nn.Module) -> torch.nn.Module:

@@ -67,6 +67,7 @@ from treeprep.modes import KlEstimator, Loss, coerce_modes
 from treeprep.trainer.batch import Missing, TreeBatch
 from treeprep.trainer.models.run import decoder_hidden, output_head
 from treeprep.trainer.objective import fused_head
+from treeprep.trainer.objective.cast_head import head_logits
 from treeprep.trainer.objective.target_logp import target_logprobs
 from treeprep.trainer.objective.targets import Targets
 
@@ -115,7 +116,7 @@ def _head_logp(
     is always there, the graph only when the loss has an entropy term): the logits, their
     gradient and one block of rows' float32 temporaries
     (:mod:`treeprep.trainer.objective.target_logp`)."""
-    return target_logprobs(head(h_KE), tgt_K, want_entropy)
+    return target_logprobs(head_logits(head, h_KE), tgt_K, want_entropy)
 
 
 def head_logprobs(
