@@ -10,7 +10,8 @@
 #   bash bench/gpu.sh --device cpu --dry     # the same stages at toy sizes on the CPU: checks the script
 #   bash bench/gpu.sh --stage memory [--limit SECONDS]
 #                                            # one stage alone, with its default limit or SECONDS
-#                                            #   (train, memory, tests, profile; head with --dry;
+#                                            #   (train, memory, head_cast, tests, profile; head
+#                                            #   with --dry;
 #                                            #   session only this way: not in the default run)
 #
 # Results go to $OUT (the device machine's output folder) or bench/_work/gpu: env.txt (card,
@@ -18,7 +19,9 @@
 # measured against estimated speedup, each layout's peak), memory.json (bench/memory.py on the
 # real Claude Code session at Qwen3-1.7B, bf16, checkpointing, budget 16k: the tree's device peak
 # with its stores in host memory and on the GPU, host_store_bytes, against the linear trainer's
-# on its longest path, seconds of one forward and backward), tests.txt (exactness on the device:
+# on its longest path, seconds of one forward and backward), head_cast.json (bench/head_cast.py:
+# Qwen3-8B's LM head under bf16 autocast, cast whole against a block at a time, on 4,096 rows:
+# peak and time), tests.txt (exactness on the device:
 # tests/trainer/test_gpu.py with host stores, the Liger fused head, target log-probs) and, with
 # the time left, profile.json (bench/profile_step.py: top kernels and attention's share, tree
 # against linear, Qwen3-1.7B at 16k). session.json (bench/session.py, issue 43 item 5: the whole
@@ -51,8 +54,8 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -n "$only" ]; then
-    if [ "$dry" = 1 ]; then names="memory tests head train session"
-    else names="train memory tests profile session"; fi
+    if [ "$dry" = 1 ]; then names="memory tests head head_cast train session"
+    else names="train memory head_cast tests profile session"; fi
     case " $names " in
         *" $only "*) ;;
         *) echo "bench/gpu.sh: unknown stage $only (stages: $names)" >&2; exit 2 ;;
@@ -139,13 +142,16 @@ if [ "$dry" = 1 ]; then
     # 2048; the forward's transposed product 1.9 s), so a bf16 dry run never ends in its limit
     stage head 120 head.json $PY bench/head_memory.py --vocab 32768 --rows 256 --rounds 2 \
         --device cpu --dtype float32 --json
+    stage head_cast 120 head_cast.json $PY bench/head_cast.py --vocab 8192 --hidden 256 \
+        --rows 64 --block-rows 1000 --rounds 2 --device cpu --json
     stage train 600 train.json $PY bench/train.py --config cpu --workload sample --steps 2 \
         --rounds 1 --checkpointing --json
     # (the session's build: bench/session.py makes it where --prepare would when it is missing)
     stage session 300 session.json $PY bench/session.py --device cpu --model tiny-qwen3 \
         --budget 1024 --trees 1 --max-length 4096 --sample 4 --json
 else
-    # the stages' limits sum to 550 s, inside the 10 minutes with the set-up. In order of value
+    # the first three stages' limits sum to 520 s and the tests take what is left of 575 s (at
+    # least 70 s), inside the 10 minutes with the set-up. In order of value
     # (times seen on an H200, 2026-11-28):
     # (1) the speed row where users train (issue 43): Qwen3-4B at 32k with checkpointing, tree
     # against linear, measured, estimated and both peaks (two steps, one timed: about 150 s;
@@ -154,16 +160,20 @@ else
     # linear trainer (issue 37 item 6): FlexAttention's warm-up compile took 127 s and the linear
     # run 29 s, so the host-store run gets what is left and the device-store run (measured
     # before: 40.7 GiB, 108 s) comes last; each finished configuration is kept as a RESULT line;
-    # (3) exactness on the device, host stores included (51 tests, about 70 s).
+    # (3) the LM head under autocast cast a block at a time against whole (issue 37 item 5):
+    # Qwen3-8B's head on a 4,096-row chunk, peak and time side by side (not run on a GPU yet);
+    # (4) exactness on the device, host stores included (52 tests, about 70 s).
     stage train 180 train.json $PY bench/train.py --config gpu --checkpointing \
         --models qwen3-4b --budgets 32768 --workload agent --steps 2 --rounds 1 --json
     stage memory 300 memory.json $PY bench/memory.py --workload claude-code --data "$SESSION" \
         --device "$device" --model qwen3-1.7b --budgets 16384 --modes linear,recompute \
         --stores host,gpu --no-whole --checkpointing --no-probe --warmup --json
+    stage head_cast 40 head_cast.json $PY bench/head_cast.py --vocab 151936 --hidden 4096 \
+        --rows 4096 --device "$device" --json
     left=$((575 - SECONDS))
     stage tests "$((left < 70 ? 70 : left))" tests.txt $PY -m pytest -q -p no:cacheprovider \
         tests/trainer/test_gpu.py tests/trainer/objective/test_fused_head.py tests/trainer/objective/test_target_logp.py
-    # (4) with the time the stages above left (they may end early): where a 1.7B step's time
+    # (5) with the time the stages above left (they may end early): where a 1.7B step's time
     # goes, tree against linear (issue 43 item 2)
     left=$((575 - SECONDS))
     if [ "$left" -gt 60 ]; then
@@ -172,7 +182,7 @@ else
     elif [ -z "$only" ]; then
         echo "skip  profile (${left} s left)"
     fi
-    # (5) only with --stage session: the whole Claude Code session's speedup (issue 43 item 5).
+    # (6) only with --stage session: the whole Claude Code session's speedup (issue 43 item 5).
     # On an H200 (2026-11-28) its tree side took 98.8 s as 40 parts and its longest path 28.9 s
     # linear, so all 173 sequences would take about half an hour: a stratified sample of 12
     # (estimated 150 s, the long ones weighted by their tokens), the warm-up (FlexAttention's

@@ -105,3 +105,32 @@ def test_the_fused_block_kernel_passes_its_check(dtype: str, d: int) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert kernels._cuda_checked(torch.device("cuda", 0), dt, d)
+
+
+def test_the_lm_head_cast_in_blocks_on_cuda(monkeypatch) -> None:
+    """The head under bf16 autocast, cast a block at a time (``cast_head``): CUDA's matmul with a
+    float32 output passes its check, the logits are within one bf16 rounding of autocast's own
+    (cuBLAS may tile a narrower product differently), the weight's gradient within bf16
+    rounding, and the hidden states' gradient at least as close to float64 as autocast's."""
+    from treeprep.schemas import parts
+    from treeprep.trainer.objective import cast_head
+
+    assert cast_head._has_float32_output("cuda", torch.bfloat16)
+    monkeypatch.setattr(parts, "HEAD_WEIGHT_BLOCK_ELEMENTS", 300 * 256)  # 7 blocks of 2,000 rows
+    torch.manual_seed(0)
+    head = torch.nn.Linear(256, 2000, bias=False, device="cuda")
+    h = torch.randn(96, 256, device="cuda", requires_grad=True)
+    g = torch.randn(96, 2000, device="cuda")
+    out = {}
+    for name, fn in (("whole", head), ("blocks", lambda x: cast_head.head_logits(head, x))):
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+            y = fn(h)
+        out[name] = (y.detach(), *torch.autograd.grad(y, [h, head.weight], g.bfloat16()))
+    ref_h = g.double() @ head.weight.detach().double()
+    (yw, hw, ww), (yb, hb, wb) = out["whole"], out["blocks"]
+    assert yb.dtype == torch.bfloat16
+    assert float((yb.float() - yw.float()).abs().max()) <= float(yw.float().abs().max()) * 2**-7
+    assert float((wb - ww).norm() / ww.norm()) < 4e-3
+    err_b = float((hb.double() - ref_h).norm() / ref_h.norm())
+    err_w = float((hw.double() - ref_h).norm() / ref_h.norm())
+    assert err_b <= err_w, (err_b, err_w)
