@@ -7,7 +7,9 @@ and the batch included, RSS never used), on CUDA ``torch.cuda.max_memory_allocat
 Configurations (``--modes``): the whole tree at once (unless ``--no-whole``), ``linear`` (the
 causal baseline: the tree's longest sequence as a one-path tree, one ``is_causal`` attention call
 per layer, same dtype and checkpointing), and hand-off parts at each budget in ``recompute`` and
-``keep`` modes. ``--dtype float32|bfloat16`` loads the weights in that dtype (CPU too).
+``keep`` modes. ``--dtype float32|bfloat16`` loads the weights in that dtype (CPU too);
+``--autocast`` instead runs what ``treeprep train`` runs in bf16: float32 weights under bf16
+autocast (no weight cache), the memory model's ``autocast=True``.
 
 Every result carries ``peak_bytes``, ``predicted_peak_bytes`` (:mod:`treeprep.memory`, no
 optimizer: one forward and backward, its gradients included; for ``keep``, over the largest
@@ -193,8 +195,8 @@ def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
     mode = spec["mode"] if spec["mode"] in ("recompute", "keep") else "recompute"
     s = MemorySetup(
         stores=spec.get("stores") or "gpu",
-        precision=spec["dtype"],
-        autocast=False,
+        precision="bfloat16" if spec.get("autocast") else spec["dtype"],
+        autocast=bool(spec.get("autocast")),
         parallel="ddp",
         optimizer_states=0,  # one forward and backward: its gradients, no optimizer
         accumulated_gradients=True,  # all live by the last layer's backward, and across parts
@@ -226,6 +228,13 @@ def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
 _MODELS: dict[tuple, object] = {}
 
 
+def _autocast(dev: str):  # noqa: ANN202
+    """The bf16 autocast ``treeprep train`` runs (``trainer/config.py``: no weight cache)."""
+    import torch
+
+    return lambda: torch.autocast(torch.device(dev).type, dtype=torch.bfloat16, cache_enabled=False)
+
+
 def measure(spec: dict, row: dict) -> dict:
     """One forward and backward of ``row``: peak bytes (exact live tensor bytes on the CPU,
     ``max_memory_allocated`` on CUDA), seconds, parts."""
@@ -243,7 +252,8 @@ def measure(spec: dict, row: dict) -> dict:
 
     torch.manual_seed(0)
     dev = spec["device"]
-    dtype = getattr(torch, spec["dtype"])
+    dtype = torch.float32 if spec.get("autocast") else getattr(torch, spec["dtype"])
+    cast = _autocast(dev) if spec.get("autocast") else None
     vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
     tracker = LiveBytes() if dev == "cpu" else None
     pool = HostPool(dev)
@@ -251,7 +261,7 @@ def measure(spec: dict, row: dict) -> dict:
         tracker.exclude(pool.owns)  # host RAM, not what a device would hold
     with tracker or contextlib.nullcontext():
         attn = spec["attn"]
-        key = (spec["model"], spec["dtype"], dev, attn, vocab)
+        key = (spec["model"], str(dtype), dev, attn, vocab)
         model = _MODELS.get(key) if dev == "cuda" else None
         if model is None:
             model = load_model(spec["model"], dtype=dtype, device=dev, attn=attn, vocab_size=vocab)
@@ -277,7 +287,8 @@ def measure(spec: dict, row: dict) -> dict:
         stacks: list[tuple[int, int, int, int]] = []
         head_rows = int(batch.targets().token.numel())
         if spec["budget"] is None:
-            out = tree_loss(model, batch, loss="sft")
+            with cast() if cast is not None else contextlib.nullcontext():
+                out = tree_loss(model, batch, loss="sft")
             out.loss.backward()
             del out
         else:
@@ -289,6 +300,7 @@ def measure(spec: dict, row: dict) -> dict:
                     budget=spec["budget"],
                     mode=spec["mode"],
                     attn=attn,
+                    autocast=cast,
                     stores=spec.get("stores") or "gpu",
                     pool=pool,
                 )
@@ -444,6 +456,11 @@ def main() -> None:
         help="weights and compute (default: bfloat16 on CUDA, float32 on CPU)",
     )
     ap.add_argument(
+        "--autocast",
+        action="store_true",
+        help="float32 weights under bf16 autocast, as treeprep train runs bf16 (not --dtype)",
+    )
+    ap.add_argument(
         "--attn",
         default=None,
         help="attention backend (default: nodes on CPU, which keeps no score matrix as flex "
@@ -487,7 +504,8 @@ def main() -> None:
     results = []
     for model, path in ((m, p) for m in models for p in paths):
         base = {"workload": a.workload, "path": path, "model": model, "device": a.device,
-                "dtype": dtype, "attn": attn, "data": a.data,
+                "dtype": "bfloat16" if a.autocast else dtype, "autocast": a.autocast,
+                "attn": attn, "data": a.data,
                 "checkpointing": a.checkpointing, "no_probe": a.no_probe}  # fmt: skip
         specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]
         if "linear" in modes:

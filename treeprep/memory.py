@@ -4,10 +4,11 @@ from the model's shapes (:mod:`treeprep.flops`) and the build's longest path. Ar
 Dtypes. ``b`` is the compute dtype's bytes (4 float32, 2 bfloat16, 8 float64). The trainer runs
 ``bfloat16`` as autocast over float32 master weights (``autocast=True``): weights, gradients and
 moments are then 4 bytes, the residual stream and the norms stay float32 (the embedding is
-float32), and so do the keys, because rotary multiplies them by float32 cos/sin (Qwen3's key
-norm with its float32 weight promotes them too); values and projections are bf16. The hand-off
-state is stored in the compute dtype (keys included: attention computes in it).
-``autocast=False`` is a model loaded in bf16 (``bench/memory.py``): everything is 2 bytes.
+float32); the projections are bf16, and so is what attention takes: rotary (and Qwen3's key
+norm with its float32 weight) leave queries and keys float32, and the tree path casts them to
+the autocast dtype as autocast does for SDPA (``trainer/attention/hf.py``). The hand-off state is
+stored in the compute dtype. ``autocast=False`` is a model loaded in bf16 (``bench/memory.py``
+without ``--autocast``): everything is 2 bytes but the norms' float32 internals.
 
 Terms, per rank:
 
@@ -26,15 +27,21 @@ Terms, per rank:
   the layers' weights arrive in bf16 and only the LM head's block (root group, float32) is
   cast.
 * ``activations``: what one part of ``budget`` tokens saves for its backward. Per token and
-  decoder layer, counting the tensors autograd saves in the transformers layer (H hidden, Hq =
-  heads x head_dim, Hkv = kv_heads x head_dim, I the MLP width): the residual stream in and after
-  attention and each RMSNorm's normalized input and output, ``6 H`` (stream bytes); the queries
-  after the projection, the head norm and rotary ``3 Hq`` and as many keys ``3 Hkv`` (``Hq`` and
-  ``Hkv`` without a query/key norm: rotary saves only cos and sin); the values ``Hkv``; the
-  attention output and its contiguous copy for ``o_proj`` ``2 Hq``; SwiGLU's gate, activation, up
-  and product ``4 I``; with autocast, the bf16 copies of the two norm outputs ``2 H``. Attention
-  backends add nothing per key: the setup refuses one that keeps a score matrix (its
-  ``keeps_scores`` fact, :data:`~treeprep.modes.ATTN_FACTS`). Around the layers:
+  decoder layer, the tensors autograd saves in the transformers layer (H hidden, Hq = heads x
+  head_dim, Hkv = kv_heads x head_dim, I the MLP width; ``c`` compute bytes, ``a`` stream
+  bytes), :func:`layer_activation_bytes`: each of the two RMSNorms its float32 input (the layer's
+  input or the residual after attention, upcast in bf16 runs), ``1/rms`` and its normalized
+  input in the stream's dtype, ``2 (4 H + 4 + a H)``; the projections' inputs, the two norms'
+  outputs ``2 c H``, or under autocast a bf16 cast per projection (q, k, v, gate, up: ``5 x
+  2 H``); with a query/key norm, each its float32 input, ``1/rms`` per head and its normalized
+  input, ``(4 + c)(Hq + Hkv) + 4 (heads + kv_heads)`` (rotary saves only its shared cos and sin);
+  attention its queries, keys, values and output, ``2 c (Hq + Hkv)``, and a float32 log-sum-exp
+  per query head, ``4 heads`` (``o_proj`` reads the saved output); SwiGLU's gate, activation, up
+  and product ``4 c I``. The test measures it with saved-tensor hooks around a layer (Qwen3 and
+  Llama shapes, float32, bf16, autocast; exact). Under autocast attention computes in bf16
+  (``trainer/attention/hf.py``), so its keys are bf16 too. Attention backends add nothing per
+  key: the setup refuses one that keeps a score matrix (its ``keeps_scores`` fact,
+  :data:`~treeprep.modes.ATTN_FACTS`). Around the layers:
   the final norm and the gathered head rows, ``3 H``. With per-layer activation checkpointing a
   layer saves only its input, ``H`` stream bytes, and its activations exist for one layer at a
   time, in its backward (a hand-off part's own keys and values too: its descendants'
@@ -45,7 +52,8 @@ Terms, per rank:
   the recomputed activations, whose gradients take the place of those already used, one
   layer's worth. These two factors are measured, not derived: exact live bytes on the CPU
   (small-qwen3, float32 and bf16, ``bench/memory.py``), and for checkpointing the linear trainer
-  on an H200 too (Qwen3-1.7B, bf16, 126k tokens: 34.06 GiB measured, 33.37 GiB predicted).
+  on an H200 too (Qwen3-1.7B, bf16, 126k tokens: 34.06 GiB measured, 34.59 GiB predicted;
+  Qwen3-0.6B 18.45 against 18.13).
 * ``handoff``: the handed-over state of the parts on one stack at its largest over the build's
   trees (:func:`~treeprep.schemas.parts.stored_rows_peak`,
   :meth:`~treeprep.dry_run.BuildFacts.stored_rows`: the rows of the deepest path but its last
@@ -218,24 +226,21 @@ class MemorySetup:
         return 4 if self.mixed else self.compute_bytes
 
     @property
-    def key_bytes(self) -> int:
-        return 4 if self.mixed else self.compute_bytes
-
-    @property
     def shard(self) -> int:
         return self.world_size if self.parallel == "fsdp" else 1
 
 
 def layer_activation_bytes(m: ModelShape, s: MemorySetup) -> int:
     """Bytes one decoder layer saves for its backward, per token (module docstring)."""
-    c, a, k = s.compute_bytes, s.stream_bytes, s.key_bytes
+    c, a, h = s.compute_bytes, s.stream_bytes, m.hidden
     hq, hkv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-    qk = 3 if m.qk_norm else 1
     mlp = m.moe_intermediate * m.experts_per_token if m.experts else m.intermediate
     mlp += m.shared_intermediate
-    out = 6 * m.hidden * a + (2 * m.hidden * c if s.mixed else 0)
-    out += qk * hq * a + qk * hkv * k + hkv * c + 2 * hq * c + 4 * mlp * c
-    return out
+    norms = 2 * (4 * h + 4 + a * h)
+    inputs = 5 * 2 * h if s.mixed else 2 * c * h
+    qk = (4 + c) * (hq + hkv) + 4 * (m.heads + m.kv_heads) if m.qk_norm else 0
+    attention = 2 * c * (hq + hkv) + 4 * m.heads
+    return norms + inputs + qk + attention + 4 * mlp * c
 
 
 def handoff_bytes_per_path_token(m: ModelShape, s: MemorySetup) -> int:
@@ -308,19 +313,18 @@ def kept_graph_bytes(
     exchange holds for the backward), and the gradient of the final hidden state of each token
     of a part whose head has run its backward (``H`` stream bytes per token).
     Hand-off: a gradient accumulator per stored key and value of every row (keep stores all of a
-    part's rows), plus the stores themselves where they are not the saved tensors already: all of
-    them under checkpointing, the bf16 copies of float32 keys under autocast."""
+    part's rows); the stores themselves are the saved tensors (counted with the graphs: under
+    checkpointing the keys and values, which the exchange holds)."""
     kv = m.kv_heads * m.head_dim
     attn_layers = m.full_layers + m.window_layers
     acc = 4 if s.handoff_accumulate == "float32" else s.compute_bytes
-    c, k = s.compute_bytes, s.key_bytes
+    c = s.compute_bytes
     if s.activation_checkpointing:
-        graphs = m.layers * m.hidden * s.stream_bytes + attn_layers * kv * (k + c)
+        graphs = m.layers * m.hidden * s.stream_bytes + attn_layers * kv * 2 * c
     else:
         graphs = m.layers * layer_activation_bytes(m, s)
     graphs += 3 * m.hidden * s.stream_bytes
-    stores = 0 if k == c else attn_layers * kv * c  # values shared, float32 keys copied to bf16
-    handoff = tokens * (attn_layers * kv * 2 * acc + stores) // s.cp  # its heads (``--cp``)
+    handoff = tokens * attn_layers * kv * 2 * acc // s.cp  # its heads (``--cp``)
     return tokens * graphs + grad_tokens * m.hidden * s.stream_bytes, handoff
 
 
