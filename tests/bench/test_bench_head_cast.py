@@ -5,8 +5,8 @@ states' gradient is at least as close to float64."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,15 +14,23 @@ import pytest
 
 pytest.importorskip("torch")
 
+from treeprep.schemas import parts  # noqa: E402
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "head_cast.py"
 
 
-def test_head_cast_bench_reports_blocks_against_whole() -> None:
+def test_head_cast_bench_reports_blocks_against_whole(monkeypatch, capsys) -> None:
+    spec = importlib.util.spec_from_file_location("bench_head_cast", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # --block-rows sets the trainer's block for the process: restored after the test
+    monkeypatch.setattr(parts, "HEAD_WEIGHT_BLOCK_ELEMENTS", parts.HEAD_WEIGHT_BLOCK_ELEMENTS)
     args = ["--vocab", "4096", "--hidden", "64", "--rows", "32", "--block-rows", "500",
             "--rounds", "2", "--device", "cpu", "--json"]  # fmt: skip
-    out = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True,
-                         timeout=120, check=True)  # fmt: skip
-    r = json.loads(out.stdout)
+    monkeypatch.setattr(sys, "argv", ["head_cast.py", *args])
+    bench.main()
+    r = json.loads(capsys.readouterr().out)
     assert r["block_rows"] == 500 and r["logits_identical"]
     assert r["peak_bytes"]["blocks"] < r["peak_bytes"]["whole"], r
     assert r["hidden_grad_error"]["blocks"] <= r["hidden_grad_error"]["whole"], r
