@@ -9,9 +9,11 @@ either
   on the last micro-batch of a step (``no_sync`` on the others), or
 * ``fsdp``: FSDP2 ``fully_shard``, applied to every decoder layer and then to the root (embeddings,
   final norm and LM head stay in the root group, which unshards in the root's forward, where the
-  loss also runs the LM head); ``set_requires_gradient_sync(False)`` on all but the last
-  micro-batch of a step. A step with hand-off parts stays sharded too, its ranks running their
-  passes in lockstep (:class:`~treeprep.trainer.parts.sharded.ShardedHandOff`).
+  loss also runs the LM head); every micro-batch reduce-scatters its gradients into the sharded
+  ``.grad``: FSDP2 without the sync (``set_requires_gradient_sync(False)``) would keep every
+  parameter's unsharded gradient until the step's last micro-batch, the whole model's per rank.
+  A step with hand-off parts stays sharded too, its ranks running their passes in lockstep
+  (:class:`~treeprep.trainer.parts.sharded.ShardedHandOff`).
 
 Both average gradients over ranks. The loop multiplies each rank's loss by the world size, so
 the update is the gradient of the *sum* of the ranks' losses: with the global normalizers of
@@ -305,22 +307,15 @@ def unwrap(wrapped: torch.nn.Module) -> LossModule:
 
 
 @contextlib.contextmanager
-def grad_sync(wrapped: torch.nn.Module, parallel: str, enabled: bool) -> Iterator[None]:
-    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) unless ``enabled``: the
-    micro-batches of a step accumulate locally and only the last one synchronises."""
+def grad_sync(wrapped: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Under DDP, skip the gradient all-reduce unless ``enabled``: the micro-batches of a step
+    accumulate locally and only the last one synchronises. FSDP2 reduce-scatters every
+    micro-batch (the module docstring: skipping it would hold the unsharded gradients)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if isinstance(wrapped, DDP):
-        if enabled:
+    if isinstance(wrapped, DDP) and not enabled:
+        with wrapped.no_sync():
             yield
-        else:
-            with wrapped.no_sync():
-                yield
-        return
-    if parallel == "fsdp" and hasattr(wrapped, "set_requires_gradient_sync"):
-        # an FSDP2 module; nn.Module's __getattr__ stub types the method as Tensor | Module
-        cast(Any, wrapped).set_requires_gradient_sync(enabled)
-        yield
         return
     yield
 

@@ -18,7 +18,9 @@ Terms, per rank:
   in bf16, FSDP2 gathers the layers in bf16 (two layers' bf16 weights, the running one and the
   one gathered ahead) and reduces a layer's gradient in float32; and the root group's full
   weights (embeddings, an untied LM head, the final norm), which FSDP2 keeps gathered from the
-  forward to the end of the backward (it does not reshard its root after the forward).
+  forward to the end of the backward (it does not reshard its root after the forward), with
+  their full gradients: formed in every backward (the head's first), and held unsharded
+  through a hand-off step until its end (``ShardedHandOff`` reduces the root once).
 * ``autocast_weights``: autocast casts every matmul weight to bf16 in the forward (the trainer
   turns autocast's weight cache off); the matmuls save the copies for the backward, so all of
   them are live at the end of a forward without checkpointing, one layer's with it. The LM
@@ -78,6 +80,9 @@ Terms, per rank:
   :data:`~treeprep.schemas.parts.HEAD_BLOCK_ELEMENTS`): per row and vocabulary entry the chunk
   holds its logits (compute dtype) in the forward and their gradient too in the backward; one
   block adds its float32 temporaries (:func:`lm_head_bytes`).
+* ``head_weight_gradient``: the LM head's weight gradient of one chunk, vocab x hidden in the
+  weights' dtype, formed in the chunk's backward before autograd adds it into ``.grad`` (every
+  chunk after a step's first: the gradients are live by then).
 
 Context parallelism (``cp``, ``--cp N``): a group of N ranks shares each micro-batch and part;
 each rank feeds 1/N of its tokens (activations, kept graphs, the layer backward and the LM-head
@@ -89,7 +94,8 @@ or output of the rank's slice, transient).
 
 The peak is the largest of three phases, each on top of ``parameters + gradients + optimizer +
 fsdp_gathered + handoff + activations``: the end of a part's forward (``autocast_weights``: the
-cache is full), the LM head after it (``lm_head_chunk``), and a layer's backward
+cache is full), the LM head after it (``lm_head_chunk`` and ``head_weight_gradient``), and a
+layer's backward
 (``layer_backward``); without checkpointing the matmuls keep the bf16 weight copies through the
 last two phases too, with checkpointing they are freed when the forward's autocast region closes.
 With ``part_graph="keep"`` the graphs of the running part's kept ancestors are live too
@@ -394,6 +400,7 @@ def terms(
         "kept_graphs": graphs,
         "layer_backward": (2 if s.activation_checkpointing else 1) * fed * per_layer // 2,
         "lm_head_chunk": lm_head_bytes(m.vocab, rows, s.compute_bytes, entropy=s.entropy),
+        "head_weight_gradient": m.vocab * m.hidden * s.weight_bytes,
     }
 
 
@@ -401,13 +408,14 @@ def gathered_bytes(layer_params: int, root_params: int, s: MemorySetup) -> int:
     """``fsdp_gathered`` (module docstring): under FSDP one layer's full weights and gradient;
     in bf16 (FSDP2's mixed precision, :func:`~treeprep.trainer.distributed.layer_policy`) two
     layers' bf16 weights (the running one and the one gathered ahead) and one layer's gradient,
-    reduced in float32. Plus the root group's full weights (the embeddings, an untied LM head,
-    the final norm: ``root_params``), in the weights' dtype: FSDP2 does not reshard the root
-    after the forward, so they stay gathered from a pass's forward to the end of its
-    backward."""
+    reduced in float32. Plus the root group's full weights and gradients (the embeddings, an
+    untied LM head, the final norm: ``root_params``), in the weights' dtype: FSDP2 does not
+    reshard the root after the forward, so its weights stay gathered from a pass's forward to
+    the end of its backward, and its unsharded gradients are formed in every backward (held
+    through a hand-off step, which reduces the root once at its end)."""
     if s.shard == 1:
         return 0
-    root = root_params * s.weight_bytes
+    root = 2 * root_params * s.weight_bytes
     if s.mixed:
         return layer_params * (2 * 2 + 4) + root
     return 2 * layer_params * s.weight_bytes + root
@@ -448,7 +456,7 @@ def peak(t: dict[str, int], *, checkpointing: bool = False) -> int:
     cast = t["autocast_weights"]
     kept = 0 if checkpointing else cast  # saved by the matmuls until each layer's backward
     forward_end = cast
-    head = kept + t["lm_head_chunk"]
+    head = kept + t["lm_head_chunk"] + t["head_weight_gradient"]
     backward = kept + t["layer_backward"]
     return static + max(forward_end, head, backward)
 

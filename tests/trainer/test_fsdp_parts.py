@@ -8,8 +8,10 @@ both part graphs and for a loss with the no-grad pre-pass (``gspo``). Hooks on e
 submodule of every decoder layer (forward pre- and post-hooks, and gradient hooks on the outputs,
 which fire during backward) count the layers whose full parameters are held: never more than one,
 in the forward and in the backward; and the parameter bytes a rank holds at its peak fall with
-the world size. In bf16 the layers are gathered in bf16 (FSDP2's mixed precision): autocast makes
-no copies of their weights, and the gradients are as accurate as with its copies.
+the world size. No unsharded layer gradient is held in any forward: every backward, and every
+micro-batch of an ordinary step (two on each rank here), reduce-scatters. In bf16 the layers
+are gathered in bf16 (FSDP2's mixed precision): autocast makes no copies of their weights, and
+the gradients are as accurate as with its copies.
 
 The processes are started directly (``RANK``/``WORLD_SIZE`` in the environment) running this file
 as a script; the test reads what rank 0 wrote.
@@ -147,6 +149,8 @@ class Probe:
         self.groups = [root, *layers]
         self.layers = layers
         self.max_full = {"forward": 0, "backward": 0}
+        #: the most bytes of unsharded layer gradients held at once, per phase
+        self.grad_bytes = {"forward": 0, "backward": 0}
         self.calls = {"forward": 0, "backward": 0}
         self.peak_bytes = 0
         for layer in layers:
@@ -164,6 +168,8 @@ class Probe:
         self.calls[phase] += 1
         n = sum(gathered(layer) for layer in self.layers)
         self.max_full[phase] = max(self.max_full[phase], n)
+        g = sum(unsharded_grad_bytes(layer) for layer in self.layers)
+        self.grad_bytes[phase] = max(self.grad_bytes[phase], g)
         self.peak_bytes = max(self.peak_bytes, sum(sum(held(g)) for g in self.groups))
 
 
@@ -184,6 +190,20 @@ def held(module) -> tuple[int, int]:
     full = sum(_nbytes(fp._unsharded_param) for fp in fps if hasattr(fp, "_unsharded_param"))
     ahead = [g._all_gather_result for g in groups if g._all_gather_result is not None]
     return shard, full + sum(_nbytes(r.all_gather_output) for r in ahead)
+
+
+def unsharded_grad_bytes(module) -> int:
+    """Bytes of one FSDP2 module's unsharded gradients on this rank: on its unsharded
+    parameters, and what FSDP2 accumulates there when a backward does not reduce-scatter."""
+    state = module._get_fsdp_state()
+    total = 0
+    for g in state._fsdp_param_groups:
+        for fp in g.fsdp_params:
+            up = getattr(fp, "_unsharded_param", None)
+            for t in (getattr(up, "grad", None), getattr(fp, "unsharded_accumulated_grad", None)):
+                if t is not None:
+                    total += _nbytes(t)
+    return total
 
 
 def gathered(layer) -> bool:
@@ -208,8 +228,9 @@ def _reference(
 
 
 def plain_batches() -> list[list]:
-    """Both ranks' micro-batches of an ordinary step: whole trees, no hand-off parts."""
-    return [[_batch(12, 2, None)], [_batch(13, 3, None)]]
+    """Both ranks' micro-batches of an ordinary step: whole trees, no hand-off parts, two on
+    each rank (gradient accumulation)."""
+    return [[_batch(12, 2, None), _batch(15, 2, None)], [_batch(13, 3, None), _batch(16, 2, None)]]
 
 
 def _sharded(loss: str, mode: str, info) -> tuple[dict, Probe, dict]:
@@ -255,7 +276,8 @@ def _sharded_bf16(policy: bool, handoff: bool, info) -> dict:
     with WeightCopies(layers, wrapped.lm.config.hidden_size) as copies:
         micro_batches(wrapped, mine, cfg, BUDGET, float(info.world_size), info, handoff, sharded)
     grads = {n: p.grad.full_tensor() for n, p in wrapped.lm.named_parameters()}
-    return {"grads": grads, "max_full": probe.max_full, "copies": copies.made,
+    return {"grads": grads, "max_full": probe.max_full, "grad_bytes": probe.grad_bytes,
+            "copies": copies.made,
             "copies_alive": copies.max_alive, "head_rows": copies.head_rows}  # fmt: skip
 
 
@@ -306,6 +328,7 @@ def worker(out: str) -> None:
                 "mode": mode,
                 "rel": _rel(grads, ref) if ref is not None else None,
                 "max_full": probe.max_full,
+                "grad_bytes": probe.grad_bytes,
                 "calls": probe.calls,
                 "peak_bytes": probe.peak_bytes,
                 "world1_bytes": full,
@@ -392,6 +415,19 @@ def test_one_layer_gathered_at_a_time(results: list[dict], run: int) -> None:
         assert r["max_full"] == {"forward": 1, "backward": 1}, r
 
 
+def test_no_unsharded_layer_gradient_outlives_its_backward(results: list[dict]) -> None:
+    """Every backward reduce-scatters the layers' gradients: in a forward (a later part's, or
+    the second micro-batch's of an ordinary step) no rank holds an unsharded layer gradient.
+    FSDP2 without the sync would keep them all until the step's last micro-batch. In the
+    backward the probe does see them (a layer's, until its reduce-scatter), so it reads the
+    right place."""
+    for rank in results:
+        runs = [*rank["runs"], *(r["policy"] for r in rank["bf16"])]
+        for r in runs:
+            assert r["grad_bytes"]["forward"] == 0, r
+            assert r["grad_bytes"]["backward"] > 0, r
+
+
 def test_parameter_memory_falls_with_world_size(results: list[dict]) -> None:
     for rank in results:
         for r in rank["runs"]:
@@ -418,7 +454,8 @@ def test_bf16_layers_gathered_in_bf16_and_freed_layer_by_layer(results: list[dic
         # the LM head (root group, float32) is cast a vocabulary block at a time, never whole
         assert r["policy"]["head_rows"] == HEAD_BLOCK_ROWS, r
     ordinary = results[0]["bf16"][1]["autocast"]
-    assert ordinary["copies"] == ordinary["copies_alive"] == LAYERS * 7, ordinary
+    # two micro-batches on each rank: a copy of every weight in each, all alive at the end of one
+    assert ordinary["copies"] == 2 * LAYERS * 7 and ordinary["copies_alive"] == LAYERS * 7, ordinary
 
 
 def test_bf16_layers_as_accurate_as_autocast_copies(results: list[dict]) -> None:

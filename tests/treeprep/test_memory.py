@@ -51,8 +51,11 @@ def test_terms_float32_by_hand() -> None:
     assert t["lm_head_chunk"] == 100 * 10 * 12  # the logits and two f32 blocks (a block: 100 rows)
     assert t["layer_backward"] == 100 * LAYER_F32 // 2
     assert t["autocast_weights"] == t["fsdp_gathered"] == 0
+    # the head's weight gradient of a chunk, before autograd adds it into .grad: vocab x hidden
+    assert t["head_weight_gradient"] == 10 * 8 * 4
     static = 4 * p + t["handoff"] + t["activations"]
-    assert peak(t) == static + max(t["lm_head_chunk"], t["layer_backward"])
+    head = t["lm_head_chunk"] + t["head_weight_gradient"]
+    assert peak(t) == static + max(head, t["layer_backward"])
     assert terms(TINY, s, budget=400, path=300)["handoff"] == 0  # one part: nothing handed over
 
 
@@ -80,8 +83,9 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
     p = 1312 * 4  # float32 master weights
     assert t["parameters"] == p // 4 and t["optimizer"] == 2 * p // 4
     # FSDP2 gathers the layers in bf16: two layers' bf16 weights, one layer's float32 gradient;
-    # and its root group (embeddings and the untied head, 2 x 80) stays gathered in float32
-    assert t["fsdp_gathered"] == 576 * (2 * 2 + 4) + 160 * 4
+    # and its root group (embeddings and the untied head, 2 x 80) stays gathered in float32,
+    # with its full float32 gradients
+    assert t["fsdp_gathered"] == 576 * (2 * 2 + 4) + 2 * 160 * 4
     assert t["autocast_weights"] == 2 * 10 * 8  # only the root's LM head is cast (vocab x hidden)
     ddp = terms(TINY, replace(s, parallel="ddp"), budget=100, path=300)
     assert ddp["fsdp_gathered"] == 0
@@ -97,7 +101,8 @@ def test_bf16_autocast_fsdp_and_checkpointing() -> None:
     # with checkpointing the weight copies die with the forward's autocast region
     base = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
     base += t["handoff"] + t["activations"]
-    want = max(t["autocast_weights"], t["lm_head_chunk"], t["layer_backward"])
+    head = t["lm_head_chunk"] + t["head_weight_gradient"]
+    want = max(t["autocast_weights"], head, t["layer_backward"])
     assert peak(t, checkpointing=True) == base + want
 
 
@@ -152,7 +157,7 @@ def test_keep_counts_the_ancestors_graphs_by_hand() -> None:
     assert t["handoff"] == 300 * 2 * 4 * 2 * 4  # accumulators only
     static = sum(t[k] for k in ("parameters", "gradients", "optimizer", "fsdp_gathered"))
     assert peak(t) == static + t["handoff"] + t["activations"] + t["kept_graphs"] + max(
-        t["lm_head_chunk"], t["layer_backward"]
+        t["lm_head_chunk"] + t["head_weight_gradient"], t["layer_backward"]
     )
     stored = terms(TINY, s, budget=100, path=300, kept=(300, 200, 40))
     assert stored["handoff"] == t["handoff"] + 40 * handoff_bytes_per_path_token(TINY, s)

@@ -6,9 +6,10 @@ optimizer and the schedule) and :meth:`Stepper.run` does one step on this proces
 in this order:
 
 1. **Micro-batches** (:func:`micro_batches`). Each rank runs its micro-batches; gradients
-   accumulate in ``.grad`` and only the last micro-batch synchronises them (DDP's ``no_sync`` /
-   FSDP's ``set_requires_gradient_sync``). A micro-batch over the budget is one tree run as
-   hand-off parts (:mod:`treeprep.trainer.parts`). Under DDP such a step bypasses the wrapper
+   accumulate in ``.grad``. Under DDP only the last micro-batch synchronises them (``no_sync``
+   on the others); under FSDP2 every one reduce-scatters into the sharded gradients, so that
+   no rank holds an unsharded gradient between them. A micro-batch over the budget is one tree
+   run as hand-off parts (:mod:`treeprep.trainer.parts`). Under DDP such a step bypasses the wrapper
    (its hooks expect one backward per forward) and all-reduces the gradients once at the end.
    Under FSDP2 the parameters stay sharded: every part's forward and backward gathers and frees
    them layer by layer, the ranks run their passes in lockstep and each backward
@@ -195,7 +196,7 @@ def micro_batches(
                 if sharded is not None:
                     loss, mets = _forward_backward(fwd, b, cfg, budget, world_scale, sharded)
                 else:
-                    with dist_mod.grad_sync(wrapped, cfg.parallel, sync):
+                    with dist_mod.grad_sync(wrapped, sync):
                         loss, mets = _forward_backward(fwd, b, cfg, budget, world_scale, None)
                 out.loss = out.loss + loss.detach()
                 if b.num_sequences:
