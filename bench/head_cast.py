@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+
+from ways import run_ways
 
 
 def main() -> None:
@@ -49,8 +49,8 @@ def main() -> None:
 
     from treeprep.schemas import parts
     from treeprep.schemas.parts import head_weight_block_rows
+    from treeprep.trainer.config import bf16_autocast
     from treeprep.trainer.objective.cast_head import head_logits
-    from treeprep.trainer.run.memtrack import LiveBytes
 
     dev = torch.device(a.device)
     if a.block_rows:
@@ -61,38 +61,21 @@ def main() -> None:
     g = torch.randn(a.rows, a.vocab, device=dev).bfloat16()
     head.weight.grad = torch.zeros_like(head.weight)  # accumulated into, as in a step
     ways = {"whole": lambda x: head(x), "blocks": lambda x: head_logits(head, x)}
-    fixed = (head.weight, head.weight.grad, h, g)
-    peaks: dict[str, int] = {}
-    times: dict[str, list[float]] = {k: [] for k in ways}
     out: dict[str, torch.Tensor] = {}
     grads: dict[str, torch.Tensor] = {}
-    for rnd in range(a.rounds):
-        for name in list(ways) if rnd % 2 == 0 else list(ways)[::-1]:
-            h.grad = None
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-            tracker = LiveBytes() if dev.type == "cpu" and rnd == 0 else None
-            t0 = time.perf_counter()
-            if tracker is not None:
-                tracker.__enter__()
-                tracker.track(*fixed)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, cache_enabled=False):
-                logits = ways[name](h)
-            logits.backward(g)
-            if tracker is not None:
-                tracker.__exit__(None, None, None)
-                peaks[name] = tracker.peak - sum(t.numel() * t.element_size() for t in fixed)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-                peaks[name] = torch.cuda.max_memory_allocated() - base
-            times[name].append(time.perf_counter() - t0)
-            out[name], grads[name] = logits.detach(), h.grad.detach().clone()
-            del logits
+    cast = bf16_autocast(dev)
+
+    def run(name: str) -> None:
+        h.grad = None
+        with cast():
+            logits = ways[name](h)
+        logits.backward(g)
+        out[name], grads[name] = logits.detach(), h.grad.detach().clone()
+
+    fixed = (head.weight, head.weight.grad, h, g)
+    peaks, med = run_ways(list(ways), run, rounds=a.rounds, device=dev, fixed=fixed)
     ref = (g.double() @ head.weight.detach().double()).cpu()
     err = {k: float((v.double().cpu() - ref).norm() / ref.norm()) for k, v in grads.items()}
-    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items()}
     r = {
         "vocab": a.vocab, "hidden": a.hidden, "rows": a.rows, "device": a.device,
         "block_rows": min(a.vocab, head_weight_block_rows(a.hidden)),

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+
+from ways import run_ways
 
 
 def chain(logits, target):  # noqa: ANN001, ANN201
@@ -52,7 +52,6 @@ def main() -> None:
 
     from treeprep.memory import lm_head_bytes
     from treeprep.trainer.objective.target_logp import target_logprobs
-    from treeprep.trainer.run.memtrack import LiveBytes
 
     dev, dt = torch.device(a.device), getattr(torch, a.dtype)
     ways = {"chain": chain, "blocks": lambda lg, t: target_logprobs(lg, t, False)}
@@ -63,35 +62,16 @@ def main() -> None:
     for rows in [int(r) for r in a.rows.split(",")]:
         h = torch.randn(rows, a.hidden, device=dev, dtype=dt, requires_grad=True)
         target = torch.randint(0, a.vocab, (rows,), device=dev)
-        peaks: dict[str, int] = {}
-        times: dict[str, list[float]] = {k: [] for k in ways}
         values: dict[str, torch.Tensor] = {}
-        for rnd in range(a.rounds):
-            for name in list(ways) if rnd % 2 == 0 else list(ways)[::-1]:
-                h.grad = None
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                    base = torch.cuda.memory_allocated()
-                    torch.cuda.reset_peak_memory_stats()
-                tracker = LiveBytes() if dev.type == "cpu" and rnd == 0 else None
-                t0 = time.perf_counter()
-                if tracker is not None:
-                    tracker.__enter__()
-                    tracker.track(head.weight, h, target)
-                lp, _ = ways[name](head(h), target)
-                lp.sum().backward()
-                if tracker is not None:
-                    tracker.__exit__(None, None, None)
-                    peaks[name] = tracker.peak - sum(
-                        t.numel() * t.element_size() for t in (head.weight, h, target)
-                    )
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                    peaks[name] = torch.cuda.max_memory_allocated() - base
-                times[name].append(time.perf_counter() - t0)
-                values[name] = lp.detach().float()
-                del lp
-        med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items()}
+
+        def run(name: str, h=h, target=target, values=values) -> None:  # noqa: ANN001
+            h.grad = None
+            lp, _ = ways[name](head(h), target)
+            lp.sum().backward()
+            values[name] = lp.detach().float()
+
+        fixed = (head.weight, h, target)
+        peaks, med = run_ways(list(ways), run, rounds=a.rounds, device=dev, fixed=fixed)
         c = torch.finfo(dt).bits // 8
         r = {
             "vocab": a.vocab, "hidden": a.hidden, "rows": rows, "dtype": a.dtype,

@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "head_cast.py"
 
 
 def test_head_cast_bench_reports_blocks_against_whole(monkeypatch, capsys) -> None:
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # head_cast.py imports bench/ways.py
     spec = importlib.util.spec_from_file_location("bench_head_cast", BENCH)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
