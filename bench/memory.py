@@ -228,13 +228,6 @@ def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
 _MODELS: dict[tuple, object] = {}
 
 
-def _autocast(dev: str):  # noqa: ANN202
-    """The bf16 autocast ``treeprep train`` runs (``trainer/config.py``: no weight cache)."""
-    import torch
-
-    return lambda: torch.autocast(torch.device(dev).type, dtype=torch.bfloat16, cache_enabled=False)
-
-
 def measure(spec: dict, row: dict) -> dict:
     """One forward and backward of ``row``: peak bytes (exact live tensor bytes on the CPU,
     ``max_memory_allocated`` on CUDA), seconds, parts."""
@@ -244,6 +237,7 @@ def measure(spec: dict, row: dict) -> dict:
 
     from treeprep.schemas.parts import stored_rows_peak
     from treeprep.trainer import TreeBatch, load_model
+    from treeprep.trainer.config import bf16_autocast
     from treeprep.trainer.objective.loss import LossConfig, tree_loss
     from treeprep.trainer.parts import run_parts
     from treeprep.trainer.parts.host import HostPool
@@ -253,7 +247,7 @@ def measure(spec: dict, row: dict) -> dict:
     torch.manual_seed(0)
     dev = spec["device"]
     dtype = torch.float32 if spec.get("autocast") else getattr(torch, spec["dtype"])
-    cast = _autocast(dev) if spec.get("autocast") else None
+    cast = bf16_autocast(torch.device(dev)) if spec.get("autocast") else None
     vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
     tracker = LiveBytes() if dev == "cpu" else None
     pool = HostPool(dev)

@@ -355,7 +355,12 @@ def precision(cfg: TrainConfig, dev: torch.device) -> tuple[str, Any]:
     if prec == "auto":
         prec = "bfloat16" if dev.type == "cuda" else "float32"
     if prec == "bfloat16":
-        # no weight cache: it would hold a bf16 copy of every weight until the autocast region
-        # (one part's whole forward) ends, 2 bytes per parameter on top of sharded weights
-        return prec, lambda: torch.autocast(dev.type, dtype=torch.bfloat16, cache_enabled=False)
+        return prec, bf16_autocast(dev)
     return prec, None
+
+
+def bf16_autocast(dev: torch.device) -> Callable[[], Any]:
+    """The autocast factory of a bfloat16 run on ``dev``'s device type. No weight cache: it
+    would hold a bf16 copy of every weight until the autocast region (one part's whole forward)
+    ends, 2 bytes per parameter on top of sharded weights."""
+    return lambda: torch.autocast(dev.type, dtype=torch.bfloat16, cache_enabled=False)

@@ -34,8 +34,7 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from trainer_fixtures import VOCAB, group_tree, rows_of  # noqa: E402
+from trainer_fixtures import VOCAB, Bf16Casts, bf16_autocast, group_tree, rows_of  # noqa: E402
 
 from treeprep.schemas import parts  # noqa: E402
 from treeprep.schemas.parts import handoff_cuts, part_parents  # noqa: E402
@@ -98,11 +97,7 @@ def _module(cfg, autocast=None):
     return LossModule(_model(), {"attn": None, **asdict(cfg.loss_config())}, autocast)
 
 
-def _bf16():
-    return torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
-
-
-class WeightCopies(TorchDispatchMode):
+class WeightCopies(Bf16Casts):
     """The bf16 copies of decoder-layer matmul weights that operators make (autocast's casts),
     and how many of them are alive at once: each copy is held by a weak reference."""
 
@@ -119,22 +114,13 @@ class WeightCopies(TorchDispatchMode):
         self.made = 0
         self.max_alive = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        src = args[0] if args else None
-        if (
-            func is torch.ops.aten._to_copy.default
-            and isinstance(src, torch.Tensor)
-            and src.dtype == torch.float32
-            and out.dtype == torch.bfloat16
-        ):
-            if tuple(out.shape) in self.shapes:
-                self.made += 1
-                self.copies.append(weakref.ref(out))
-                self.look()
-            elif out.ndim == 2 and out.shape[1] == self.hidden:
-                self.head_rows = max(self.head_rows, out.shape[0])
-        return out
+    def on_cast(self, out: torch.Tensor) -> None:
+        if tuple(out.shape) in self.shapes:
+            self.made += 1
+            self.copies.append(weakref.ref(out))
+            self.look()
+        elif out.ndim == 2 and out.shape[1] == self.hidden:
+            self.head_rows = max(self.head_rows, out.shape[0])
 
     def look(self) -> None:
         self.copies = [c for c in self.copies if c() is not None]
@@ -267,7 +253,7 @@ def _sharded_bf16(policy: bool, handoff: bool, info) -> dict:
     from treeprep.trainer.run.step import micro_batches
 
     cfg = _cfg("sft", "recompute")
-    wrapped = wrap(_module(cfg, _bf16), info, "fsdp", torch.bfloat16 if policy else None)
+    wrapped = wrap(_module(cfg, bf16_autocast), info, "fsdp", torch.bfloat16 if policy else None)
     null = TreeBatch.from_trees([NULL_ROW], norm="sum")
     sharded = ShardedHandOff(wrapped, null, info) if handoff else None
     layers = sharded.layers if sharded is not None else list(wrapped.lm.model.layers)

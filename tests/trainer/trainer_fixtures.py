@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trie import Tree, build_tree  # noqa: E402
 
@@ -156,3 +158,30 @@ def forest_mask(parent: list[int], length: list[int], backend: str = "flex"):
         q_depth=kd,
         k_depth=kd,
     )
+
+
+def bf16_autocast():  # noqa: ANN201
+    """The bf16 autocast ``treeprep train`` runs, on the CPU (no weight cache)."""
+    from treeprep.trainer.config import bf16_autocast as of_run
+
+    return of_run(torch.device("cpu"))()
+
+
+class Bf16Casts(TorchDispatchMode):
+    """Hands :meth:`on_cast` every float32 -> bf16 copy an operator makes (autocast's casts of
+    weights and inputs) while the mode is active."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        src = args[0] if args else None
+        if (
+            func is torch.ops.aten._to_copy.default
+            and isinstance(src, torch.Tensor)
+            and src.dtype == torch.float32
+            and out.dtype == torch.bfloat16
+        ):
+            self.on_cast(out)
+        return out
+
+    def on_cast(self, out: torch.Tensor) -> None:
+        raise NotImplementedError

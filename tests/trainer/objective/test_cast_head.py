@@ -15,8 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from trainer_fixtures import random_group  # noqa: E402
+from trainer_fixtures import Bf16Casts, bf16_autocast, random_group  # noqa: E402
 
 from treeprep.schemas import parts  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model  # noqa: E402
@@ -28,11 +27,7 @@ from treeprep.trie import build_tree  # noqa: E402
 K, E, V = 11, 32, 50
 
 
-def _bf16():
-    return torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
-
-
-class Casts(TorchDispatchMode):
+class Casts(Bf16Casts):
     """The float32 -> bf16 copies made of tensors of width ``E`` (weight rows, never the [K, E]
     input: K is no block's row count here), their largest row count, and the most rows of
     them alive at once."""
@@ -44,22 +39,11 @@ class Casts(TorchDispatchMode):
         self.alive: list = []
         self.most_alive = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        src = args[0] if args else None
-        if (
-            func is torch.ops.aten._to_copy.default
-            and isinstance(src, torch.Tensor)
-            and src.dtype == torch.float32
-            and out.dtype == torch.bfloat16
-            and out.ndim == 2
-            and out.shape[1] == E
-            and out.shape[0] != self.rows_not
-        ):
+    def on_cast(self, out: torch.Tensor) -> None:
+        if out.ndim == 2 and out.shape[1] == E and out.shape[0] != self.rows_not:
             self.largest = max(self.largest, out.shape[0])
             self.alive = [r for r in self.alive if r() is not None] + [weakref.ref(out)]
             self.most_alive = max(self.most_alive, sum(r().shape[0] for r in self.alive))
-        return out
 
 
 def _grads(out: torch.Tensor, h: torch.Tensor, head: torch.nn.Module, g: torch.Tensor):
@@ -90,7 +74,7 @@ def test_blocks_give_autocasts_values(monkeypatch, rows: int, bias: bool, cap: f
     head = lin if cap is None else SoftcappedHead(lin, cap)
     h = torch.randn(K, E, requires_grad=True)
     g = torch.randn(K, V)
-    with _bf16():
+    with bf16_autocast():
         want = head(h)
         with Casts(rows_not=K) as casts:
             got = cast_head.head_logits(head, h)
@@ -111,7 +95,7 @@ def test_autocast_alone_casts_the_whole_weight() -> None:
     """What the blocks avoid, seen by the same probe (so the probe can fail)."""
     lin = torch.nn.Linear(E, V, bias=False)
     h = torch.randn(K, E, requires_grad=True)
-    with _bf16(), Casts(rows_not=K) as casts:
+    with bf16_autocast(), Casts(rows_not=K) as casts:
         lin(h).sum().backward()
     assert casts.largest == V
 
@@ -123,7 +107,7 @@ def test_other_heads_run_as_they_are() -> None:
     h = torch.randn(K, E)
     assert torch.equal(cast_head.head_logits(lin, h), lin(h))
     lin64 = torch.nn.Linear(E, V, dtype=torch.float64)
-    with _bf16():
+    with bf16_autocast():
         assert not cast_head._blockable(lin64, h.double(), torch.bfloat16)
         assert not cast_head._blockable(lin, h[None], torch.bfloat16)
         assert not cast_head._blockable(torch.nn.Sequential(lin), h, torch.bfloat16)
@@ -158,7 +142,7 @@ def _batch():
 def _model_grads(model, batch, cfg, autocast: bool) -> dict[str, torch.Tensor]:
     model.zero_grad(set_to_none=True)
     if autocast:
-        with _bf16():
+        with bf16_autocast():
             out = loss_with_config(model, batch, cfg, attn="dense")
     else:
         out = loss_with_config(model, batch, cfg, attn="dense")
