@@ -8,20 +8,23 @@ option of the command is refused, naming the key and the file. TOML is read with
 library's ``tomllib``; YAML with PyYAML (a dependency of transformers, so always installed).
 
 :func:`dumps_toml` writes the resolved options of a run as ``RUN/config.toml``, so that
-``treeprep train --config RUN/config.toml`` repeats it. TOML has no null: an option that is None
-(its default) is left out.
+``treeprep train --config RUN/config.toml`` repeats it (:func:`write_run_config`, at the start of
+a run). TOML has no null: an option that is None (its default) is left out.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from treeprep.atomic import write_atomic
 from treeprep.cli import renames
+from treeprep.cli.options import plain
 from treeprep.errors import TreeprepError
 from treeprep.io.paths import regular_file
 
@@ -112,3 +115,37 @@ def dumps_toml(values: Mapping[str, Any], header: str = "") -> str:
             continue
         lines.append(f"{k.replace('_', '-')} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"
+
+
+#: options that name this invocation, not the run: not saved in ``RUN/config.toml``
+NOT_SAVED = frozenset(
+    {"config", "as_json", "resume", "overwrite", "dry_run", "world_size", "gpu", "gpu_memory"}
+    | {"host_memory"}
+)
+
+
+def saved_options(options: Mapping[str, Any], run_dir: str) -> dict[str, Any]:
+    """The options of a run (``train``'s, by parameter name: its context's ``params``) as
+    ``RUN/config.toml`` holds them: plain values, paths absolute (so the file repeats the run from
+    any folder), the resolved run folder, and none of :data:`NOT_SAVED`."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        if k in NOT_SAVED:
+            continue
+        v = [plain(x) for x in v] if isinstance(v, list | tuple) else plain(v)
+        if v and (k in ("build", "plan", "eval_data") or (k == "model" and os.path.isdir(str(v)))):
+            v = os.path.abspath(str(v))
+        out[k] = v
+    out["out"] = os.path.abspath(run_dir)
+    return out
+
+
+def write_run_config(options: Mapping[str, Any], run_dir: str) -> str:
+    """Write ``RUN/config.toml`` (atomically); its path."""
+    path = os.path.join(run_dir, "config.toml")
+    header = (
+        "treeprep train options of this run; continue it: treeprep train --config FILE --resume "
+        "auto; the same run in a new folder: treeprep train --config FILE -o NEW"
+    )
+    write_atomic(path, dumps_toml(saved_options(options, run_dir), header).encode())
+    return path

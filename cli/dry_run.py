@@ -8,6 +8,12 @@ fields (that imports the trainer's preset table, not a model). Prints a table, o
 ``predicted_peak_bytes``, the suggested budget and checkpointing, ``predicted_step_seconds`` and
 the terms.
 
+The dry run takes the memory model's typed setup of the command's options
+(:func:`memory_setup`, a :class:`~treeprep.memory.MemorySetup`, whose fields mirror
+``TrainConfig``'s), its own options, and which options were given (:func:`dry_run_cmd`). Not the
+``TrainConfig`` itself: importing ``treeprep.trainer.config`` imports torch (the trainer's
+package does), seconds the dry run does not spend.
+
 Both store places are compared (:mod:`treeprep.memory_stores`): the GPU peak and host RAM per
 rank with the hand-off stores on the GPU and in host memory, and the longest path each fits in
 ``--gpu-memory`` and, for host stores, ``--host-memory`` (per node, shared by up to
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import typer
@@ -31,7 +37,7 @@ from treeprep.errors import TreeprepError
 from treeprep.flops import ModelShape, load_model
 from treeprep.memory import GPUS, MemorySetup, shape_from_preset
 from treeprep.memory_stores import dry_run_stores
-from treeprep.modes import Attn, Parallel, Stores
+from treeprep.modes import Accumulate, Attn, Gpu, Optimizer, Parallel, PartGraph, Precision, Stores
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
@@ -49,7 +55,7 @@ def parse_bytes(text: str, option: str = "--gpu-memory") -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-def model_shape(spec: str, vocab: int | None = None) -> ModelShape:
+def model_shape(spec: str) -> ModelShape:
     """A flops preset, a config.json (or its folder), or a trainer preset's fields."""
     try:
         return load_model(spec)
@@ -58,81 +64,98 @@ def model_shape(spec: str, vocab: int | None = None) -> ModelShape:
 
         if spec not in PRESETS:
             raise
-        return shape_from_preset(asdict(PRESETS[spec]), name=spec, vocab=vocab)
+        return shape_from_preset(asdict(PRESETS[spec]), name=spec)
 
 
-def setup_of(p: dict[str, Any], parallel: str) -> MemorySetup:
-    """The memory setup of the train command's options."""
-    prec = p["precision"]
-    if prec == "auto":
-        prec = "bfloat16"  # a GPU run
-    if p["optimizer"] == "adamw":
-        states = 2
-    else:
-        states = 1 if p["momentum"] else 0
+def memory_setup(
+    *,
+    precision: Precision,
+    optimizer: Optimizer,
+    momentum: float,
+    world_size: int,
+    activation_checkpointing: bool,
+    handoff_accumulate: Accumulate,
+    part_graph: PartGraph,
+    keep_tokens: int | None,
+    chunk: int,
+    entropy_coef: float,
+    stores: Stores,
+    cp: int,
+    attn: Attn,
+) -> MemorySetup:
+    """The memory setup of the train command's options: a GPU run (precision auto is bf16),
+    the optimizer's states per parameter; the parallelism is set per try by
+    :func:`dry_run_cmd`."""
+    if world_size < 1:
+        raise TreeprepError("--world-size must be >= 1")
+    states = 2 if optimizer == Optimizer.adamw else int(bool(momentum))
     return MemorySetup(
-        precision=prec,
+        precision=Precision.bfloat16 if precision == Precision.auto else precision,
         autocast=True,
-        world_size=p["world_size"],
-        parallel=Parallel(parallel),
+        world_size=world_size,
+        parallel=Parallel.ddp,
         optimizer_states=states,
-        activation_checkpointing=p["activation_checkpointing"],
-        handoff_accumulate=p["handoff_accumulate"],
-        part_graph=p["part_graph"],
-        keep_tokens=p.get("keep_tokens"),
-        chunk=p["chunk"],
-        entropy=bool(p.get("entropy_coef")),
-        stores=p.get("stores") or Stores.gpu,
-        cp=p.get("cp") or 1,
-        attn=p.get("attn") or Attn.auto,
+        activation_checkpointing=activation_checkpointing,
+        handoff_accumulate=handoff_accumulate,
+        part_graph=part_graph,
+        keep_tokens=keep_tokens,
+        chunk=chunk,
+        entropy=bool(entropy_coef),
+        stores=stores,
+        cp=cp,
+        attn=attn,
     )
 
 
-def dry_run_cmd(p: dict[str, Any]) -> None:
-    """The ``--dry-run`` branch of ``treeprep train`` (its parameters as a dict)."""
-    if p["world_size"] < 1:
-        raise TreeprepError("--world-size must be >= 1")
-    gpu = GPUS[p["gpu"].value]
-    mem = parse_bytes(p["gpu_memory"]) if p["gpu_memory"] else None
+def dry_run_cmd(
+    setup: MemorySetup,
+    *,
+    build: str,
+    model: str,
+    budget: int,
+    parallel: Parallel,
+    gpu: Gpu,
+    gpu_memory: str | None,
+    host_memory: str | None,
+    given: frozenset[str],
+    command_line: dict[str, list[str]],
+    as_json: bool,
+) -> None:
+    """The ``--dry-run`` branch of ``treeprep train``: ``setup`` (:func:`memory_setup`), the
+    options the dry run reads besides, ``given``, the names of the options set (on the command
+    line, in a config file; :func:`treeprep.cli.train_options.given`: the budget, parallelism
+    and stores not among them are the dry run's to choose) and ``command_line``, those set on
+    the command line, spelled (carried into the command it suggests)."""
+    mem = parse_bytes(gpu_memory) if gpu_memory else None
     host = None
-    if p.get("host_memory"):  # per node -> per rank
-        host = parse_bytes(p["host_memory"], "--host-memory") // min(
-            p["world_size"], RANKS_PER_NODE
-        )
-    shape = model_shape(p["model"], p.get("vocab_size"))
-    facts = BuildFacts.of(str(p["build"]))
-    given = p["parallel"].value if p["parallel"] is not None else None
-    for par in [given] if given else ["ddp", "fsdp"]:
+    if host_memory:  # per node -> per rank
+        host = parse_bytes(host_memory, "--host-memory") // min(setup.world_size, RANKS_PER_NODE)
+    shape = model_shape(model)
+    facts = BuildFacts.of(build)
+    chosen = "parallel" in given
+    for par in [parallel] if chosen else [Parallel.ddp, Parallel.fsdp]:
         out = dry_run_stores(
             shape,
-            setup_of(p, par),
+            replace(setup, parallel=par),
             facts,
-            gpu,
+            GPUS[gpu.value],
             gpu_memory=mem,
             host_memory=host,
-            budget=p["budget"],
-            checkpointing_given=p["activation_checkpointing"],
-            stores_given=_given(p.get("ctx"), "stores"),
+            budget=budget if "budget" in given else None,
+            checkpointing_given=setup.activation_checkpointing,
+            stores_given="stores" in given,
         )
         if out["fits"]:
             break
-    out = {"model": shape.name, "world_size": p["world_size"], "parallel": par,
-           "parallel_source": "given" if given else "suggested", "cp": p.get("cp") or 1,
-           "handoff_accumulate": p["handoff_accumulate"].value, **out}  # fmt: skip
-    out["command"] = next_command(out, p, _given_options(p.get("ctx")))
-    if p["as_json"]:
+    out = {"model": shape.name, "world_size": setup.world_size, "parallel": par.value,
+           "parallel_source": "given" if chosen else "suggested", "cp": setup.cp,
+           "handoff_accumulate": setup.handoff_accumulate.value, **out}  # fmt: skip
+    rest = [w for name, words in command_line.items() if name not in _PLANNED for w in words]
+    out["command"] = next_command(out, build, model, rest)
+    if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
     _print(out)
-
-
-def _given(ctx: Any, name: str) -> bool:
-    """Whether the command's option ``name`` was given (command line, config file or
-    environment), not left at its default; True without the command's context."""
-    if ctx is None:
-        return True
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name != "DEFAULT"
 
 
 #: options the run's command line sets from the dry run's answer, or that only the dry run reads
@@ -141,38 +164,15 @@ _PLANNED = {"budget", "activation_checkpointing", "part_graph", "stores", "paral
             "model"}  # fmt: skip
 
 
-def _given_options(ctx: Any) -> list[str]:
-    """The options given on the command line (``--config FILE`` for those of a config file),
-    spelled back, but for those the dry run plans (:data:`_PLANNED`)."""
-    if ctx is None:
-        return []
-    words: list[str] = []
-    for param in ctx.command.params:
-        name = param.name or ""
-        src = ctx.get_parameter_source(name)
-        if param.param_type_name != "option" or name in _PLANNED or src is None:
-            continue
-        if src.name in ("DEFAULT", "DEFAULT_MAP"):
-            continue
-        value = ctx.params.get(name)
-        if getattr(param, "is_flag", False):
-            flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
-            words += [flag] if flag else []
-            continue
-        for v in value if isinstance(value, list | tuple) else [value]:
-            words += [param.opts[0], str(getattr(v, "value", v))]
-    return words
-
-
-def next_command(d: dict[str, Any], p: dict[str, Any], given: list[str]) -> str:
+def next_command(d: dict[str, Any], build_dir: str, model_spec: str, given: list[str]) -> str:
     """One command line to run next: the run as planned (torchrun for more than one rank,
     the budget, checkpointing, part graph, stores, parallelism and cp that fit, and ``given``,
     the other options given), or where nothing fits, the dry run to try next."""
     import shlex
 
-    ws, build = d["world_size"], shlex.quote(str(p["build"]))
+    ws, build = d["world_size"], shlex.quote(build_dir)
     rest = [shlex.quote(w) for w in given]
-    model = ["--model", shlex.quote(str(p["model"]))]
+    model = ["--model", shlex.quote(model_spec)]
     if not d["fits"]:
         if ws == 1 or d["parallel"] == "ddp":
             more = ["--world-size", str(max(ws, RANKS_PER_NODE)), "--parallel", "fsdp"]
@@ -182,8 +182,8 @@ def next_command(d: dict[str, Any], p: dict[str, Any], given: list[str]) -> str:
             more = ["--world-size", str(2 * ws), "--parallel", "fsdp"]
         if d["cp"] > 1:
             more += ["--cp", str(d["cp"])]
-        return shlex.join(["treeprep", "train", str(p["build"]), "--model", str(p["model"]),
-                           "--dry-run", *more])  # fmt: skip
+        return shlex.join(["treeprep", "train", build_dir, "--model", model_spec, "--dry-run",
+                           *more])  # fmt: skip
     if ws == 1:
         head = ["treeprep", "train", build]
     else:

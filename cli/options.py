@@ -8,11 +8,11 @@ Grammar: a command that reads an existing build takes it as its one positional a
 any torch device (``cuda:1``).
 
 Options that several commands share are declared here once (``Annotated`` aliases: the build
-folder, the model, the attention backend, the objective). Typer needs every option in each
-command's signature, so a command still lists them; what it does not repeat is their help, their
-defaults and their translation: :func:`objective` picks the objective's options out of a
-command's parameters as the trainer's keyword arguments, and :func:`plain` turns one option value
-into what the library takes (an Enum's value, a path's string).
+folder, the model, the attention backend, the objective), with their defaults (``DEFAULT_*``):
+typer needs every option in each command's signature, so a command still lists them, but not
+their help. The options of ``train`` alone are in :mod:`treeprep.cli.train_options`. Each command
+builds its config with explicit keywords; :func:`plain` turns one option value into what a
+library takes that wants no Enum or path (an Enum's value, a path's string).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import math
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -134,27 +134,14 @@ ChunkOpt = Annotated[
     int, typer.Option(help="LM-head rows per chunk in the loss.", rich_help_panel=Panel.model)
 ]
 
-#: the defaults of those options (the trainer's LossConfig and TrainConfig defaults)
+#: the defaults of those options (the trainer's LossConfig and TrainConfig defaults: held equal
+#: by tests/cli/test_train_defaults.py and tests/cli/test_options.py)
 DEFAULT_LOSS = Loss.sft
 DEFAULT_NORM = Norm.token_mean
 DEFAULT_ADV_NORM = AdvNorm.grpo
 DEFAULT_CLIP_EPS = CLIP_EPS
 DEFAULT_KL_ESTIMATOR = KlEstimator.k3
 DEFAULT_CHUNK = 4096
-
-#: the objective's options by name: the same names in ``TrainConfig`` and ``verify_gradients``
-OBJECTIVE = (
-    "loss",
-    "norm",
-    "adv_norm",
-    "clip_eps",
-    "clip_eps_high",
-    "kl_coef",
-    "kl_estimator",
-    "entropy_coef",
-    "chunk",
-)
-
 
 # --------------------------------------------------------------------------------------------
 # numbers by range: NaN, infinity or a value out of range is a usage error (exit code 2)
@@ -211,8 +198,3 @@ def plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def objective(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The objective's options among a command's parameters, as the trainer's keyword arguments."""
-    return {name: plain(params[name]) for name in OBJECTIVE}

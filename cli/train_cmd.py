@@ -10,9 +10,12 @@ Many (DDP, or FSDP2 with ``--parallel fsdp``), ranks taking the plan's balanced 
     torchrun --nproc-per-node 8 -m treeprep.cli train BUILD --model DIR \\
         --plan BUILD/plans/b16384-w8-n4-s0 -o runs/big
 
-The command builds a :class:`~treeprep.trainer.run.loop.TrainConfig`, calls
-:func:`~treeprep.trainer.run.loop.train` and renders: a rich progress bar on stderr (rank 0 only), a
-summary table on stdout (or ``--json``). torch and the trainer are imported inside the command.
+The command builds a :class:`~treeprep.trainer.config.TrainConfig` with explicit keywords (each
+option declared once, in :mod:`treeprep.cli.train_options` or, shared with ``verify``, in
+:mod:`treeprep.cli.options`), calls :func:`~treeprep.trainer.run.loop.train` and renders: a rich
+progress bar on stderr (rank 0 only), a summary table on stdout (or ``--json``). torch and the
+trainer are imported inside the command. ``--dry-run`` builds the memory model's setup instead
+(:mod:`treeprep.cli.dry_run`): it imports neither.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from treeprep.cli import options as opt
 from treeprep.cli import train_options as topt
 from treeprep.cli import train_progress as show
+from treeprep.cli.config_file import write_run_config
 from treeprep.errors import TreeprepError
 from treeprep.modes import (
     Accumulate,
@@ -51,27 +55,14 @@ def train_cmd(
     config: topt.ConfigOpt = None,
     plan: topt.PlanOpt = None,
     layout: topt.LayoutOpt = Layout.tree,
-    share_prefixes: Annotated[
-        bool,
-        typer.Option(
-            help="Feed the common openings of a micro-batch's trees once.",
-            rich_help_panel=opt.Panel.data,
-        ),
-    ] = True,
-    steps: Annotated[
-        int | None, typer.Option(help="Optimizer steps to run.", rich_help_panel=opt.Panel.data)
-    ] = None,
-    epochs: Annotated[
-        int | None, typer.Option(help="Epochs to run (default 1).", rich_help_panel=opt.Panel.data)
-    ] = None,
-    budget: topt.BudgetOpt = None,
-    cut: Annotated[Cut, opt.in_panel(opt.CutOpt, opt.Panel.data)] = Cut.handoff,
+    share_prefixes: topt.SharePrefixesOpt = True,
+    steps: topt.StepsOpt = None,
+    epochs: topt.EpochsOpt = None,
+    budget: topt.BudgetOpt = 4096,
+    cut: topt.CutOpt = Cut.handoff,
     group_by_prefix: topt.GroupByPrefixOpt = False,
     steps_of: topt.StepsOfOpt = 1,
-    seed: Annotated[
-        int,
-        typer.Option(help="Seed (weights of presets, data order).", rich_help_panel=opt.Panel.data),
-    ] = 0,
+    seed: topt.SeedOpt = 0,
     prefetch: topt.PrefetchOpt = True,
     model: opt.ModelOpt,
     chunk: opt.ChunkOpt = opt.DEFAULT_CHUNK,
@@ -81,27 +72,14 @@ def train_cmd(
     handoff_accumulate: topt.HandoffAccumulateOpt = Accumulate.model,
     stores: topt.StoresOpt = Stores.gpu,
     precision: topt.PrecisionOpt = Precision.auto,
-    device: Annotated[
-        str, typer.Option(help="auto, cpu or cuda.", rich_help_panel=opt.Panel.model)
-    ] = "auto",
+    device: topt.DeviceOpt = "auto",
     activation_checkpointing: topt.CheckpointingOpt = False,
     no_probe: topt.NoProbeOpt = False,
-    lora_r: Annotated[
-        int, typer.Option(help="LoRA rank (0: train all weights).", rich_help_panel=opt.Panel.model)
-    ] = 0,
-    lora_alpha: Annotated[
-        float | None,
-        typer.Option(help="LoRA alpha (default 2 r).", rich_help_panel=opt.Panel.model),
-    ] = None,
+    lora_r: topt.LoraROpt = 0,
+    lora_alpha: topt.LoraAlphaOpt = None,
     lora_targets: topt.LoraTargetsOpt = None,
     lora_dropout: topt.LoraDropoutOpt = 0.0,
-    merge_lora: Annotated[
-        bool,
-        typer.Option(
-            help="RUN/final holds the base with the LoRA adapter merged in.",
-            rich_help_panel=opt.Panel.model,
-        ),
-    ] = False,
+    merge_lora: topt.MergeLoraOpt = False,
     loss: opt.LossOpt = opt.DEFAULT_LOSS,
     norm: opt.NormOpt = opt.DEFAULT_NORM,
     adv_norm: opt.AdvNormOpt = opt.DEFAULT_ADV_NORM,
@@ -111,121 +89,27 @@ def train_cmd(
     kl_coef: opt.KlCoefOpt = 0.0,
     kl_estimator: opt.KlEstimatorOpt = opt.DEFAULT_KL_ESTIMATOR,
     entropy_coef: opt.EntropyCoefOpt = 0.0,
-    optimizer: Annotated[
-        Optimizer, typer.Option(help="The optimizer.", rich_help_panel=opt.Panel.optimizer)
-    ] = Optimizer.adamw,
-    lr: Annotated[
-        float,
-        typer.Option(
-            help="Peak learning rate.",
-            callback=opt.in_range(gt=0),
-            rich_help_panel=opt.Panel.optimizer,
-        ),
-    ] = 3e-4,
-    lr_schedule: Annotated[
-        LrSchedule,
-        typer.Option(
-            help="After the warmup: cosine or linear down to lr x min-lr-ratio, or constant.",
-            rich_help_panel=opt.Panel.optimizer,
-        ),
-    ] = LrSchedule.cosine,
-    min_lr_ratio: Annotated[
-        float,
-        typer.Option(
-            help="Final lr / peak lr (cosine, linear).", rich_help_panel=opt.Panel.optimizer
-        ),
-    ] = 0.1,
-    warmup: Annotated[
-        int,
-        typer.Option(
-            "--warmup",
-            "--warmup-steps",
-            help="Linear warmup steps.",
-            rich_help_panel=opt.Panel.optimizer,
-        ),
-    ] = 0,
-    warmup_ratio: Annotated[
-        float,
-        typer.Option(
-            help="Or warm up over this fraction of the steps (rounded up).",
-            rich_help_panel=opt.Panel.optimizer,
-        ),
-    ] = 0.0,
-    weight_decay: Annotated[
-        float,
-        typer.Option(
-            help="Weight decay.", callback=opt.in_range(ge=0), rich_help_panel=opt.Panel.optimizer
-        ),
-    ] = 0.0,
-    momentum: Annotated[
-        float,
-        typer.Option(
-            help="SGD momentum.",
-            callback=opt.in_range(ge=0, lt=1),
-            rich_help_panel=opt.Panel.optimizer,
-        ),
-    ] = 0.0,
-    grad_clip: Annotated[
-        float,
-        typer.Option(
-            help="Clip the gradient norm (0: off).",
-            callback=opt.in_range(ge=0),
-            rich_help_panel=opt.Panel.optimizer,
-        ),
-    ] = 1.0,
-    parallel: Annotated[
-        Parallel | None,
-        typer.Option(
-            help="Under torchrun (default ddp; --dry-run: ddp where it fits, else fsdp).",
-            rich_help_panel=opt.Panel.parallel,
-        ),
-    ] = None,
-    cp: Annotated[
-        int,
-        typer.Option(
-            "--cp",
-            help="Context parallelism under torchrun: groups of N ranks share each micro-batch, "
-            "attention heads split N ways (data parallel over world / N).",
-            rich_help_panel=opt.Panel.parallel,
-        ),
-    ] = 1,
-    collective_timeout: Annotated[
-        float,
-        typer.Option(
-            help="Under torchrun: seconds a rank waits for the others in a collective before it "
-            "stops, naming the rank that did not answer (one that dies is noticed at once).",
-            callback=opt.in_range(gt=0),
-            rich_help_panel=opt.Panel.parallel,
-        ),
-    ] = 600.0,
+    optimizer: topt.OptimizerOpt = Optimizer.adamw,
+    lr: topt.LrOpt = 3e-4,
+    lr_schedule: topt.LrScheduleOpt = LrSchedule.cosine,
+    min_lr_ratio: topt.MinLrRatioOpt = 0.1,
+    warmup: topt.WarmupOpt = 0,
+    warmup_ratio: topt.WarmupRatioOpt = 0.0,
+    weight_decay: topt.WeightDecayOpt = 0.0,
+    momentum: topt.MomentumOpt = 0.0,
+    grad_clip: topt.GradClipOpt = 1.0,
+    parallel: topt.ParallelOpt = Parallel.ddp,
+    cp: topt.CpOpt = 1,
+    collective_timeout: topt.CollectiveTimeoutOpt = 600.0,
     out: topt.RunDirOpt = None,
-    save_every: Annotated[
-        int | None,
-        typer.Option(help="Checkpoint every N steps.", rich_help_panel=opt.Panel.checkpoints),
-    ] = None,
+    save_every: topt.SaveEveryOpt = None,
     save_minutes: topt.SaveMinutesOpt = 30.0,
-    keep: Annotated[
-        int,
-        typer.Option(
-            help="Keep the newest N checkpoints (0: all).", rich_help_panel=opt.Panel.checkpoints
-        ),
-    ] = 2,
+    keep: topt.KeepOpt = 2,
     resume: topt.ResumeOpt = None,
     overwrite: topt.OverwriteOpt = False,
     report_to: topt.ReportToOpt = None,
-    run_name: Annotated[
-        str | None,
-        typer.Option(
-            help="The run's name in the trackers (default: the run folder's name).",
-            rich_help_panel=opt.Panel.logging,
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Print the summary as JSON.", rich_help_panel=opt.Panel.logging
-        ),
-    ] = False,
+    run_name: topt.RunNameOpt = None,
+    as_json: topt.JsonOpt = False,
     val_fraction: topt.ValFractionOpt = 0.0,
     eval_data: topt.EvalDataOpt = None,
     eval_every: topt.EvalEveryOpt = None,
@@ -238,20 +122,49 @@ def train_cmd(
     """Train on the trees of a build with exactly restored losses; checkpoint and resume."""
     if dry_run:
         check_model_name(model)
-        from treeprep.cli.dry_run import dry_run_cmd
+        from treeprep.cli import dry_run as dr
 
-        dry_run_cmd(dict(locals()))  # ctx: which options were given
+        setup = dr.memory_setup(
+            precision=precision, optimizer=optimizer, momentum=momentum, world_size=world_size,
+            activation_checkpointing=activation_checkpointing,
+            handoff_accumulate=handoff_accumulate, part_graph=part_graph,
+            keep_tokens=keep_tokens, chunk=chunk, entropy_coef=entropy_coef, stores=stores, cp=cp,
+            attn=attn,
+        )  # fmt: skip
+        dr.dry_run_cmd(
+            setup, build=str(build), model=model, budget=budget, parallel=parallel, gpu=gpu,
+            gpu_memory=gpu_memory, host_memory=host_memory, given=topt.given(ctx),
+            command_line=topt.command_line(ctx), as_json=as_json,
+        )  # fmt: skip
         return
     if world_size != 1 or gpu_memory is not None or host_memory is not None:
         raise TreeprepError("--world-size, --gpu-memory and --host-memory are --dry-run options")
     _check_inputs(build, plan, eval_data)  # before the model's name: its check imports torch
     check_model_name(model)
-    if out is None:
-        out = fresh_run_dir(build, model, resume)
-    params = {k: v for k, v in locals().items() if k != "ctx"}
-    cfg = _config(params)
+    from treeprep.trainer.config import TrainConfig
+
+    cfg = TrainConfig(
+        data=str(build), model=model, run_dir=str(out or fresh_run_dir(build, model, resume)),
+        plan=opt.plain(plan), loss=loss, norm=norm, adv_norm=adv_norm, unrewarded=unrewarded,
+        layout=layout, share_prefixes=share_prefixes, attn=attn, steps=steps, epochs=epochs,
+        budget=budget, steps_of=steps_of, optimizer=optimizer, lr=lr, lr_schedule=lr_schedule,
+        min_lr_ratio=min_lr_ratio, warmup_steps=warmup, warmup_ratio=warmup_ratio,
+        weight_decay=weight_decay, momentum=momentum, grad_clip=topt.none_if_off(grad_clip),
+        seed=seed, precision=precision, device=device,
+        activation_checkpointing=activation_checkpointing, parallel=parallel, cp=cp,
+        collective_timeout=collective_timeout, save_every=save_every,
+        save_minutes=topt.none_if_off(save_minutes), keep=topt.none_if_off(keep),
+        run_name=run_name, merge_lora=merge_lora, resume=resume, overwrite=overwrite,
+        report_to=list(report_to or []), clip_eps=clip_eps, clip_eps_high=clip_eps_high,
+        kl_coef=kl_coef, kl_estimator=kl_estimator, entropy_coef=entropy_coef, chunk=chunk,
+        part_graph=part_graph, keep_tokens=keep_tokens, handoff_accumulate=handoff_accumulate,
+        stores=stores, cut=cut, group_by_prefix=group_by_prefix, probe=not no_probe,
+        lora_r=lora_r, lora_alpha=lora_alpha, lora_targets=topt.none_if_off(lora_targets),
+        lora_dropout=lora_dropout, prefetch=prefetch, val_fraction=val_fraction,
+        eval_data=opt.plain(eval_data), eval_every=eval_every,
+    )  # fmt: skip
     main = int(os.environ.get("RANK", "0")) == 0
-    res = _train_with_progress(cfg, main, warn_no_probe=no_probe, options=params)
+    res = _train_with_progress(cfg, main, warn_no_probe=no_probe, options=topt.values(ctx))
     if main:
         summary = _summary(res, layout.value)
         if as_json:
@@ -375,37 +288,6 @@ def _new_run_dir(data: Path, model: str) -> Path:
     return path
 
 
-#: options of ``--dry-run`` alone (a run's world comes from torchrun, its memory from the GPU)
-DRY_RUN_ONLY = ("dry_run", "world_size", "gpu", "gpu_memory", "host_memory")
-#: options named differently from the ``TrainConfig`` fields they set
-_RENAMED = {"build": "data", "out": "run_dir", "warmup": "warmup_steps"}
-
-
-def _config(params: dict[str, Any]) -> Any:
-    """The ``TrainConfig`` of the command's options: each option sets the field of its name (Enums
-    as their values, paths as strings), but for the renamed ones, the negated ``--no-probe`` and
-    the zeros and empty lists that mean "off"."""
-    from treeprep.trainer.run.loop import TrainConfig
-
-    kw = {
-        _RENAMED.get(k, k): opt.plain(v)
-        for k, v in params.items()
-        if k not in ("as_json", "no_probe", "config") + DRY_RUN_ONLY
-    }
-    for k in ("budget", "parallel", "keep_tokens"):
-        if params[k] is None:
-            del kw[k]  # the config's default
-    kw.update(
-        grad_clip=params["grad_clip"] or None,
-        keep=params["keep"] or None,
-        save_minutes=params["save_minutes"] or None,
-        lora_targets=params["lora_targets"] or None,
-        report_to=[opt.plain(r) for r in params["report_to"] or []],
-        probe=not params["no_probe"],
-    )
-    return TrainConfig(**kw)
-
-
 def _train_with_progress(
     cfg: Any, main: bool, *, warn_no_probe: bool, options: dict[str, Any] | None = None
 ) -> Any:
@@ -461,7 +343,7 @@ def _saving_config(cb: Any, params: dict[str, Any], run_dir: str) -> Any:
 
     def wrapped(event: str, d: dict[str, Any]) -> None:
         if event == "start":
-            topt.write_run_config(params, run_dir)
+            write_run_config(params, run_dir)
         cb(event, d)
 
     return wrapped

@@ -1,34 +1,64 @@
-"""``treeprep train``'s option declarations and help panels, ``--config``, and the saved config.
+"""``treeprep train``'s options: each declared here once, with its help and its panel.
 
 ``train`` has about 60 options; ``--help`` groups them in panels (data, model, objective, RL,
 optimizer, parallelism, checkpoints, logging, evaluation, dry run): each option names its own
-(``rich_help_panel=``, the names in :mod:`treeprep.cli.options`), and the command's signature
-lists them panel by panel (tests/cli/test_train_help.py fails on an option without one).
+(``rich_help_panel=``, the names in :class:`treeprep.cli.options.Panel`), and the command's
+signature lists them panel by panel, each with its default (tests/cli/test_train_help.py fails on
+an option without a panel). The options that ``train`` shares with ``verify`` (the model, the
+attention backend, the objective) are declared in :mod:`treeprep.cli.options`; every other one
+here.
+
+An option sets the ``TrainConfig`` field of its name, with the field's default
+(tests/cli/test_train_defaults.py holds the two equal and checks that every option reaches its
+field), but for the few that say otherwise where they are declared below:
+
+* ``--out`` sets ``run_dir``, ``--warmup`` ``warmup_steps`` and ``BUILD`` ``data``;
+* ``--no-probe`` sets ``probe`` to False;
+* ``--grad-clip 0``, ``--save-minutes 0``, ``--keep 0`` and no ``--lora-targets`` are the
+  config's None (off, all, the default targets): :func:`none_if_off`. That is no typer callback:
+  ``RUN/config.toml`` saves the value given (``grad-clip = 0``), which a reread must repeat;
+* ``--dry-run``, ``--world-size``, ``--gpu``, ``--gpu-memory`` and ``--host-memory`` are the dry
+  run's (:mod:`treeprep.cli.dry_run`; a run's world is torchrun's, its memory its GPU's),
+  ``--config`` and ``--json`` the invocation's: they set no field.
 
 ``--config FILE`` (:mod:`treeprep.cli.config_file`) is eager: its values become the command's
-defaults before the other options are read, so flags given on the command line win. At the start
-of a run, :func:`write_run_config` saves the resolved options as ``RUN/config.toml``.
+defaults before the other options are read, so flags given on the command line win.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from treeprep.atomic import write_atomic
 from treeprep.cli import config_file
 from treeprep.cli import options as opt
 from treeprep.errors import TreeprepError
-from treeprep.modes import Accumulate, Gpu, Layout, Precision, ReportTo, Stores, Unrewarded
-
-#: options that name this invocation, not the run: not saved in ``RUN/config.toml``
-NOT_SAVED = frozenset(
-    {"config", "as_json", "resume", "overwrite", "dry_run", "world_size", "gpu", "gpu_memory"}
-    | {"host_memory"}
+from treeprep.modes import (
+    Accumulate,
+    Cut,
+    Gpu,
+    Layout,
+    LrSchedule,
+    Optimizer,
+    Parallel,
+    Precision,
+    ReportTo,
+    Stores,
+    Unrewarded,
 )
+
+_T = TypeVar("_T")
+
+
+def none_if_off(value: _T) -> _T | None:
+    """The config's value of an option whose 0 (or empty list) means off or all: None.
+
+    >>> none_if_off(0.0), none_if_off(1.5), none_if_off([]), none_if_off(["q_proj"])
+    (None, 1.5, None, ['q_proj'])
+    """
+    return value or None
 
 
 def _load_config(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
@@ -44,6 +74,48 @@ def _load_config(ctx: typer.Context, param: typer.CallbackParam, value: Path | N
     return value
 
 
+def values(ctx: typer.Context) -> dict[str, Any]:
+    """The command's option values by name, in its signature's order (``RUN/config.toml``'s)."""
+    return {p.name: ctx.params[p.name] for p in ctx.command.params if p.name in ctx.params}
+
+
+def given(ctx: typer.Context) -> frozenset[str]:
+    """The names of the options set on the command line, in ``--config``'s file or the
+    environment: not left at their defaults."""
+    out = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name != "DEFAULT":
+            out.add(name)
+    return frozenset(out)
+
+
+def command_line(ctx: typer.Context) -> dict[str, list[str]]:
+    """The options given on the command line itself, each spelled back as its words
+    (``{"lr": ["--lr", "0.01"], "prefetch": ["--no-prefetch"]}``), in the signature's order."""
+    words: dict[str, list[str]] = {}
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if param.param_type_name != "option" or source is None:
+            continue
+        if source.name in ("DEFAULT", "DEFAULT_MAP"):
+            continue
+        value = ctx.params.get(name)
+        if getattr(param, "is_flag", False):
+            flags = param.opts[:1] if value else param.secondary_opts[:1]
+            words[name] = list(flags)
+            continue
+        words[name] = []
+        for v in value if isinstance(value, list | tuple) else [value]:
+            words[name] += [param.opts[0], str(getattr(v, "value", v))]
+    return words
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(
@@ -58,69 +130,6 @@ ConfigOpt = Annotated[
         rich_help_panel=opt.Panel.data,
     ),
 ]
-ReportToOpt = Annotated[
-    list[ReportTo] | None,
-    typer.Option(
-        "--report-to",
-        help="Also send the metrics to this tracker (repeatable); each is an extra of the "
-        "same name: pip install 'treeprep\\[wandb]'.",
-        show_default=False,
-        rich_help_panel=opt.Panel.logging,
-    ),
-]
-
-
-def _absolute(value: Any) -> Any:
-    return os.path.abspath(value) if value else value
-
-
-def saved_options(params: dict[str, Any], run_dir: str) -> dict[str, Any]:
-    """The options of a run as ``RUN/config.toml`` holds them: plain values, paths absolute (so
-    the file repeats the run from any folder), the resolved run folder, and none of
-    :data:`NOT_SAVED`."""
-    from treeprep.cli.options import plain
-
-    out: dict[str, Any] = {}
-    for k, v in params.items():
-        if k in NOT_SAVED:
-            continue
-        v = [plain(x) for x in v] if isinstance(v, list | tuple) else plain(v)
-        if k in ("build", "plan", "eval_data") or (k == "model" and os.path.isdir(str(v))):
-            v = _absolute(v)
-        out[k] = v
-    out["out"] = os.path.abspath(run_dir)
-    return out
-
-
-def write_run_config(params: dict[str, Any], run_dir: str) -> str:
-    """Write ``RUN/config.toml`` (atomically); its path."""
-    path = os.path.join(run_dir, "config.toml")
-    header = (
-        "treeprep train options of this run; continue it: treeprep train --config FILE --resume "
-        "auto; the same run in a new folder: treeprep train --config FILE -o NEW"
-    )
-    write_atomic(path, config_file.dumps_toml(saved_options(params, run_dir), header).encode())
-    return path
-
-
-# the options of ``train`` that take more than a line to declare, one alias each
-# (those it shares with ``verify`` are in :mod:`treeprep.cli.options`)
-RunDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--out",
-        "-o",
-        help="The run folder (metrics, checkpoints); default: a new runs/<date>-<build>-<model>.",
-        rich_help_panel=opt.Panel.checkpoints,
-    ),
-]
-OverwriteOpt = Annotated[
-    bool,
-    typer.Option(
-        help="Start fresh in an --out that holds an earlier run, deleting it.",
-        rich_help_panel=opt.Panel.checkpoints,
-    ),
-]
 PlanOpt = Annotated[
     Path | None,
     typer.Option(
@@ -131,22 +140,59 @@ PlanOpt = Annotated[
 LayoutOpt = Annotated[
     Layout, typer.Option(help="tree, or linear (the baseline).", rich_help_panel=opt.Panel.data)
 ]
-BudgetOpt = Annotated[
-    int | None,
+SharePrefixesOpt = Annotated[
+    bool,
     typer.Option(
-        help="Tokens computed at once per micro-batch (without --plan; default 4096, or with "
-        "--dry-run the suggested budget); a tree over it runs as hand-off parts.",
+        help="Feed the common openings of a micro-batch's trees once.",
         rich_help_panel=opt.Panel.data,
     ),
 ]
-HandoffAccumulateOpt = Annotated[
-    Accumulate,
+StepsOpt = Annotated[
+    int | None, typer.Option(help="Optimizer steps to run.", rich_help_panel=opt.Panel.data)
+]
+EpochsOpt = Annotated[
+    int | None, typer.Option(help="Epochs to run (default 1).", rich_help_panel=opt.Panel.data)
+]
+BudgetOpt = Annotated[
+    int,
     typer.Option(
-        help="Gradient accumulators of the handed-over keys and values: in their own dtype "
-        "(model), or float32 (bf16 runs).",
-        rich_help_panel=opt.Panel.model,
+        help="Tokens computed at once per micro-batch (without --plan); a tree over it runs as "
+        "hand-off parts. --dry-run suggests one unless it is given.",
+        rich_help_panel=opt.Panel.data,
     ),
 ]
+CutOpt = Annotated[Cut, opt.in_panel(opt.CutOpt, opt.Panel.data)]
+GroupByPrefixOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Order each epoch's trees by their opening tokens (steps still in seeded order; "
+        "without --plan), so a micro-batch's trees share long openings: fewer tokens fed, but it "
+        "changes sampling (a step's trees are less random).",
+        rich_help_panel=opt.Panel.data,
+    ),
+]
+StepsOfOpt = Annotated[
+    int,
+    typer.Option(
+        help="Gradient accumulation: micro-batches per rank per optimizer step (without --plan).",
+        rich_help_panel=opt.Panel.data,
+    ),
+]
+SeedOpt = Annotated[
+    int,
+    typer.Option(help="Seed (weights of presets, data order).", rich_help_panel=opt.Panel.data),
+]
+PrefetchOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Build the next step's batches in a background thread.", rich_help_panel=opt.Panel.data
+    ),
+]
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
 KeepTokensOpt = Annotated[
     int | None,
     typer.Option(
@@ -157,13 +203,12 @@ KeepTokensOpt = Annotated[
         rich_help_panel=opt.Panel.model,
     ),
 ]
-DryRunOpt = Annotated[
-    bool,
+HandoffAccumulateOpt = Annotated[
+    Accumulate,
     typer.Option(
-        "--dry-run",
-        help="Predict the peak memory per rank and the step time (no weights loaded, nothing "
-        "written); suggest the largest budget that fits.",
-        rich_help_panel=opt.Panel.dry_run,
+        help="Gradient accumulators of the handed-over keys and values: in their own dtype "
+        "(model), or float32 (bf16 runs).",
+        rich_help_panel=opt.Panel.model,
     ),
 ]
 StoresOpt = Annotated[
@@ -175,46 +220,6 @@ StoresOpt = Annotated[
         rich_help_panel=opt.Panel.model,
     ),
 ]
-HostMemoryOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="--dry-run: host RAM per node, e.g. 1TiB (shared by up to 8 ranks): the longest "
-        "path that fits with host stores.",
-        rich_help_panel=opt.Panel.dry_run,
-    ),
-]
-WorldSizeOpt = Annotated[
-    int,
-    typer.Option(help="--dry-run: the ranks to predict for.", rich_help_panel=opt.Panel.dry_run),
-]
-GpuOpt = Annotated[
-    Gpu,
-    typer.Option(
-        help="--dry-run: the GPU (memory and peak FLOP/s).", rich_help_panel=opt.Panel.dry_run
-    ),
-]
-GpuMemoryOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="--dry-run: memory per GPU, e.g. 80GiB, 141GB (default: the GPU's).",
-        rich_help_panel=opt.Panel.dry_run,
-    ),
-]
-UnrewardedOpt = Annotated[
-    Unrewarded,
-    typer.Option(
-        help="RL losses on trees with no advantages or rewards (formats that record none): "
-        "refuse the run, or skip those trees (counted in the log and the summary).",
-        rich_help_panel=opt.Panel.rl,
-    ),
-]
-StepsOfOpt = Annotated[
-    int,
-    typer.Option(
-        help="Gradient accumulation: micro-batches per rank per optimizer step (without --plan).",
-        rich_help_panel=opt.Panel.data,
-    ),
-]
 PrecisionOpt = Annotated[
     Precision,
     typer.Option(
@@ -223,10 +228,186 @@ PrecisionOpt = Annotated[
         rich_help_panel=opt.Panel.model,
     ),
 ]
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda.", rich_help_panel=opt.Panel.model)]
 CheckpointingOpt = Annotated[
     bool,
     typer.Option(
         help="Recompute decoder layers in backward (saves memory).", rich_help_panel=opt.Panel.model
+    ),
+]
+#: sets ``probe`` to its negation
+NoProbeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-probe",
+        help="Skip the exactness probe before training.",
+        rich_help_panel=opt.Panel.model,
+    ),
+]
+LoraROpt = Annotated[
+    int, typer.Option(help="LoRA rank (0: train all weights).", rich_help_panel=opt.Panel.model)
+]
+LoraAlphaOpt = Annotated[
+    float | None, typer.Option(help="LoRA alpha (default 2 r).", rich_help_panel=opt.Panel.model)
+]
+#: none given: the config's None (:func:`none_if_off`)
+LoraTargetsOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="LoRA target modules (default all linear).", rich_help_panel=opt.Panel.model),
+]
+LoraDropoutOpt = Annotated[
+    float,
+    typer.Option(
+        help="Dropout on the LoRA adapter's input while training (0: off, exact).",
+        rich_help_panel=opt.Panel.model,
+    ),
+]
+MergeLoraOpt = Annotated[
+    bool,
+    typer.Option(
+        help="RUN/final holds the base with the LoRA adapter merged in.",
+        rich_help_panel=opt.Panel.model,
+    ),
+]
+
+# --------------------------------------------------------------------------------------------
+# RL (the objective's own options are shared with verify: treeprep.cli.options)
+# --------------------------------------------------------------------------------------------
+
+UnrewardedOpt = Annotated[
+    Unrewarded,
+    typer.Option(
+        help="RL losses on trees with no advantages or rewards (formats that record none): "
+        "refuse the run, or skip those trees (counted in the log and the summary).",
+        rich_help_panel=opt.Panel.rl,
+    ),
+]
+
+# --------------------------------------------------------------------------------------------
+# Optimizer
+# --------------------------------------------------------------------------------------------
+
+OptimizerOpt = Annotated[
+    Optimizer, typer.Option(help="The optimizer.", rich_help_panel=opt.Panel.optimizer)
+]
+LrOpt = Annotated[
+    float,
+    typer.Option(
+        help="Peak learning rate.", callback=opt.in_range(gt=0), rich_help_panel=opt.Panel.optimizer
+    ),
+]
+LrScheduleOpt = Annotated[
+    LrSchedule,
+    typer.Option(
+        help="After the warmup: cosine or linear down to lr x min-lr-ratio, or constant.",
+        rich_help_panel=opt.Panel.optimizer,
+    ),
+]
+MinLrRatioOpt = Annotated[
+    float,
+    typer.Option(help="Final lr / peak lr (cosine, linear).", rich_help_panel=opt.Panel.optimizer),
+]
+#: sets ``warmup_steps``
+WarmupOpt = Annotated[
+    int,
+    typer.Option(
+        "--warmup", "--warmup-steps", help="Linear warmup steps.",
+        rich_help_panel=opt.Panel.optimizer,
+    ),
+]  # fmt: skip
+WarmupRatioOpt = Annotated[
+    float,
+    typer.Option(
+        help="Or warm up over this fraction of the steps (rounded up).",
+        rich_help_panel=opt.Panel.optimizer,
+    ),
+]
+WeightDecayOpt = Annotated[
+    float,
+    typer.Option(
+        help="Weight decay.", callback=opt.in_range(ge=0), rich_help_panel=opt.Panel.optimizer
+    ),
+]
+MomentumOpt = Annotated[
+    float,
+    typer.Option(
+        help="SGD momentum.",
+        callback=opt.in_range(ge=0, lt=1),
+        rich_help_panel=opt.Panel.optimizer,
+    ),
+]
+#: 0: the config's None (:func:`none_if_off`)
+GradClipOpt = Annotated[
+    float,
+    typer.Option(
+        help="Clip the gradient norm (0: off).",
+        callback=opt.in_range(ge=0),
+        rich_help_panel=opt.Panel.optimizer,
+    ),
+]
+
+# --------------------------------------------------------------------------------------------
+# Parallelism
+# --------------------------------------------------------------------------------------------
+
+ParallelOpt = Annotated[
+    Parallel,
+    typer.Option(
+        help="Under torchrun: ddp or fsdp (--dry-run, unless it is given: ddp where it fits, "
+        "else fsdp).",
+        rich_help_panel=opt.Panel.parallel,
+    ),
+]
+CpOpt = Annotated[
+    int,
+    typer.Option(
+        "--cp",
+        help="Context parallelism under torchrun: groups of N ranks share each micro-batch, "
+        "attention heads split N ways (data parallel over world / N).",
+        rich_help_panel=opt.Panel.parallel,
+    ),
+]
+CollectiveTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        help="Under torchrun: seconds a rank waits for the others in a collective before it "
+        "stops, naming the rank that did not answer (one that dies is noticed at once).",
+        callback=opt.in_range(gt=0),
+        rich_help_panel=opt.Panel.parallel,
+    ),
+]
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------
+
+#: sets ``run_dir``; none given: a new folder (:func:`treeprep.cli.train_cmd.fresh_run_dir`)
+RunDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="The run folder (metrics, checkpoints); default: a new runs/<date>-<build>-<model>.",
+        rich_help_panel=opt.Panel.checkpoints,
+    ),
+]
+SaveEveryOpt = Annotated[
+    int | None,
+    typer.Option(help="Checkpoint every N steps.", rich_help_panel=opt.Panel.checkpoints),
+]
+#: 0: the config's None (:func:`none_if_off`)
+SaveMinutesOpt = Annotated[
+    float,
+    typer.Option(
+        help="Also checkpoint every N minutes of wall time (0: off).",
+        rich_help_panel=opt.Panel.checkpoints,
+    ),
+]
+#: 0: the config's None (:func:`none_if_off`)
+KeepOpt = Annotated[
+    int,
+    typer.Option(
+        help="Keep the newest N checkpoints (0: all).", rich_help_panel=opt.Panel.checkpoints
     ),
 ]
 ResumeOpt = Annotated[
@@ -237,38 +418,43 @@ ResumeOpt = Annotated[
         rich_help_panel=opt.Panel.checkpoints,
     ),
 ]
-SaveMinutesOpt = Annotated[
-    float,
+OverwriteOpt = Annotated[
+    bool,
     typer.Option(
-        help="Also checkpoint every N minutes of wall time (0: off).",
+        help="Start fresh in an --out that holds an earlier run, deleting it.",
         rich_help_panel=opt.Panel.checkpoints,
     ),
 ]
-NoProbeOpt = Annotated[
+
+# --------------------------------------------------------------------------------------------
+# Logging
+# --------------------------------------------------------------------------------------------
+
+ReportToOpt = Annotated[
+    list[ReportTo] | None,
+    typer.Option(
+        "--report-to",
+        help="Also send the metrics to this tracker (repeatable); each is an extra of the "
+        "same name: pip install 'treeprep\\[wandb]'.",
+        show_default=False,
+        rich_help_panel=opt.Panel.logging,
+    ),
+]
+RunNameOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The run's name in the trackers (default: the run folder's name).",
+        rich_help_panel=opt.Panel.logging,
+    ),
+]
+JsonOpt = Annotated[
     bool,
-    typer.Option(
-        "--no-probe",
-        help="Skip the exactness probe before training.",
-        rich_help_panel=opt.Panel.model,
-    ),
+    typer.Option("--json", help="Print the summary as JSON.", rich_help_panel=opt.Panel.logging),
 ]
-PrefetchOpt = Annotated[
-    bool,
-    typer.Option(
-        help="Build the next step's batches in a background thread.", rich_help_panel=opt.Panel.data
-    ),
-]
-LoraDropoutOpt = Annotated[
-    float,
-    typer.Option(
-        help="Dropout on the LoRA adapter's input while training (0: off, exact).",
-        rich_help_panel=opt.Panel.model,
-    ),
-]
-LoraTargetsOpt = Annotated[
-    list[str] | None,
-    typer.Option(help="LoRA target modules (default all linear).", rich_help_panel=opt.Panel.model),
-]
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
 
 ValFractionOpt = Annotated[
     float,
@@ -290,12 +476,42 @@ EvalEveryOpt = Annotated[
         help="Log val_loss every N steps (always at the end).", rich_help_panel=opt.Panel.evaluation
     ),
 ]
-GroupByPrefixOpt = Annotated[
+
+# --------------------------------------------------------------------------------------------
+# Dry run (no TrainConfig fields)
+# --------------------------------------------------------------------------------------------
+
+DryRunOpt = Annotated[
     bool,
     typer.Option(
-        help="Order each epoch's trees by their opening tokens (steps still in seeded order; "
-        "without --plan), so a micro-batch's trees share long openings: fewer tokens fed, but it "
-        "changes sampling (a step's trees are less random).",
-        rich_help_panel=opt.Panel.data,
+        "--dry-run",
+        help="Predict the peak memory per rank and the step time (no weights loaded, nothing "
+        "written); suggest the largest budget that fits.",
+        rich_help_panel=opt.Panel.dry_run,
+    ),
+]
+WorldSizeOpt = Annotated[
+    int,
+    typer.Option(help="--dry-run: the ranks to predict for.", rich_help_panel=opt.Panel.dry_run),
+]
+GpuOpt = Annotated[
+    Gpu,
+    typer.Option(
+        help="--dry-run: the GPU (memory and peak FLOP/s).", rich_help_panel=opt.Panel.dry_run
+    ),
+]
+GpuMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="--dry-run: memory per GPU, e.g. 80GiB, 141GB (default: the GPU's).",
+        rich_help_panel=opt.Panel.dry_run,
+    ),
+]
+HostMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="--dry-run: host RAM per node, e.g. 1TiB (shared by up to 8 ranks): the longest "
+        "path that fits with host stores.",
+        rich_help_panel=opt.Panel.dry_run,
     ),
 ]

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from treeprep.cli import options as opt
-from treeprep.modes import PartGraph
+from treeprep.modes import Attn, PartGraph
 
 
 def verify_cmd(
@@ -40,7 +40,7 @@ def verify_cmd(
     precision: Annotated[
         str, typer.Option(help="float32, or float64 (weights, coefficients and loss).")
     ] = "float32",
-    attn: opt.AttnOpt = opt.Attn.auto,
+    attn: opt.AttnOpt = Attn.auto,
     tol: Annotated[
         float,
         typer.Option(help="Largest relative L2 difference allowed.", callback=opt.in_range(ge=0)),
@@ -65,10 +65,15 @@ def verify_cmd(
 
     from treeprep.trainer.verify import VerifyConfig, verify_build
 
+    objective = {
+        "loss": loss.value, "norm": norm.value, "adv_norm": adv_norm.value,
+        "clip_eps": clip_eps, "clip_eps_high": clip_eps_high, "kl_coef": kl_coef,
+        "kl_estimator": kl_estimator.value, "entropy_coef": entropy_coef, "chunk": chunk,
+    }  # fmt: skip
     cfg = VerifyConfig(
-        build=str(build), model=model, groups=groups, objective=opt.objective(locals()),
-        precision=precision, attn=attn.value, tol=tol, max_tokens=max_tokens, device=device,
-        seed=seed, budget=budget, part_graph=part_graph,
+        build=str(build), model=model, groups=groups, objective=objective, precision=precision,
+        attn=attn, tol=tol, max_tokens=max_tokens, device=device, seed=seed, budget=budget,
+        part_graph=part_graph,
     )  # fmt: skip
     err = Console(stderr=True)
     run = verify_build(cfg, log=lambda line: err.print(line, markup=False))

@@ -240,3 +240,17 @@ def test_a_half_precision_dry_run_is_a_bf16_one(tmp_path: Path) -> None:
     assert fp16 == got["bfloat16"]["command"]
     del got["float16"]["command"], got["bfloat16"]["command"]
     assert got["float16"] == got["bfloat16"]
+
+
+def test_a_budget_and_parallelism_from_a_config_file_are_given(build: Path, tmp_path: Path) -> None:
+    """Issue 55 item 2: the dry run chooses the budget and the parallelism only where they were
+    not set: on the command line or in ``--config``'s file (``RUN/config.toml`` holds both), not
+    by their defaults (``--budget 4096``, ``--parallel ddp``, the run's)."""
+    conf = tmp_path / "c.toml"
+    conf.write_text('budget = 1024\nparallel = "fsdp"\n')
+    args = ["train", str(build), "--model", "qwen3-0.6b", "--world-size", "8", "--dry-run"]
+    d = json.loads(CliRunner().invoke(app, [*args, "--json", "--config", str(conf)]).output)
+    assert (d["budget"], d["budget_source"], d["parallel"]) == (1024, "given", "fsdp")
+    assert d["parallel_source"] == "given"
+    d = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    assert d["budget_source"] == "suggested" and d["parallel_source"] == "suggested"
