@@ -34,7 +34,7 @@ def export_model_cmd(
     import transformers
     from rich.console import Console
 
-    from treeprep.trainer.export import export_model
+    from treeprep.trainer.run.export import export_model
 
     transformers.utils.logging.disable_progress_bar()  # no tqdm bars: one line when written
     path = export_model(str(run), str(out), step=step, merge=merge, tokenizer=opt.plain(tokenizer))

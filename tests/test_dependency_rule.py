@@ -298,8 +298,8 @@ def test_static_reach_check_sees_a_new_module(tmp_path: Path) -> None:
 
 
 def test_static_objective_imports_nothing_of_the_run() -> None:
-    """The trainer's rooms point one way: the run's loop reads the objective (loss, targets,
-    advantages), never the other way round."""
+    """The trainer's rooms point one way: the run's loop reads the objective (the losses and the
+    LM head), never the other way round (the room ladder below holds it too)."""
 
     def rule(mod: str, names: list[str], lazy: bool) -> str | None:
         reached = {mod, *(f"{mod}.{n}" for n in names)}
@@ -488,6 +488,55 @@ def test_build_package_modules_import_only_those_before_them() -> None:
         if n in names and names.index(n) >= i
     ]
     assert late == []
+
+
+#: the trainer's rooms (a top-level module or folder of trainer/), bottom to top: see the rooms
+#: in ``trainer/__init__.py``. The leaves first: ``distributed`` knows ranks, not the model;
+#: ``reference`` shares no code with what it checks (so it sits below all of it)
+TRAINER_ROOMS = [
+    "attention", "distributed", "reference", "batch", "models", "config", "objective", "context",
+    "parts", "data", "run", "online", "verify", "loss", "__init__",
+]  # fmt: skip
+
+
+def _trainer_room(module: str) -> str:
+    """The room of a ``treeprep.trainer`` module: its first name under the trainer, or
+    ``__init__`` for the facade itself."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _late_trainer_imports(graph: dict[str, set[str]], rooms: list[str]) -> list[str]:
+    """Each import, at the top or lazily, of a room not below the importing one."""
+    return [
+        f"{m} ({_trainer_room(m)}) imports {n} ({_trainer_room(n)})"
+        for m in sorted(graph)
+        if m.startswith("treeprep.trainer")
+        for n in sorted(graph[m])
+        if n.startswith("treeprep.trainer") and _trainer_room(n) != _trainer_room(m)
+        and rooms.index(_trainer_room(n)) > rooms.index(_trainer_room(m))
+    ]  # fmt: skip
+
+
+def test_trainer_rooms_import_only_those_below_them() -> None:
+    """The trainer's rooms as a ladder (issue 55): each room imports, at the top or lazily, only
+    the rooms listed before it, so a room's dependencies are read downward and none is a cycle."""
+    graph = _import_graph()
+    rooms = {_trainer_room(m) for m in graph if m.startswith("treeprep.trainer")}
+    assert sorted(rooms) == sorted(TRAINER_ROOMS)
+    assert _late_trainer_imports(graph, TRAINER_ROOMS) == []
+
+
+def test_trainer_room_check_reports_an_import_upward() -> None:
+    """The checker itself: an import of a higher room is reported, one of a lower room is not
+    (:func:`_import_graph` holds lazy imports too: the cycle check's own test)."""
+    graph = {
+        "treeprep.trainer.batch.tree_batch": {"treeprep.trainer.models.run"},
+        "treeprep.trainer.models.run": {"treeprep.trainer.batch"},
+    }
+    assert _late_trainer_imports(graph, ["batch", "models"]) == [
+        "treeprep.trainer.batch.tree_batch (batch) imports treeprep.trainer.models.run (models)"
+    ]
 
 
 def test_cycle_check_sees_lazy_relative_and_package_imports(tmp_path: Path) -> None:

@@ -32,7 +32,25 @@ The in-memory API for online RL (``docs/training.md``, ``examples/grpo_loop.py``
 
 * :class:`Rollout`, :func:`build_step`, :class:`OnlineStep` (:mod:`.online`): token rollouts as
   Python lists to one optimizer step's restored tree losses.
-* :class:`LossConfig`: the loss settings that :func:`tree_loss` and ``OnlineStep.backward`` take.
+* :class:`LossConfig` (:mod:`.config`): the loss settings that :func:`tree_loss` and
+  ``OnlineStep.backward`` take.
+
+The rooms (a top-level module or folder here) form a ladder: each imports, at the top or lazily,
+only the rooms below it (``test_trainer_rooms_import_only_those_below_them`` in
+``tests/test_dependency_rule.py``). Bottom to top:
+
+* ``attention/`` (the tree mask and its backends), ``distributed.py`` (ranks, DDP and FSDP2 applied
+  from outside the model) and ``reference.py`` (what ``verify`` checks against, sharing no code
+  with it) import no other room;
+* ``batch/``: tree rows to one packed micro-batch (advantages, targets, assembly, the batch);
+* ``models/``: presets, families, loading, the decoder run, the guard;
+* ``config.py``: :class:`TrainConfig` and the settings it hands each component (``LossConfig``,
+  ``DataConfig``), torch-free checks included (the loss's ``--cp`` fact);
+* ``objective/``: the losses and the LM head; ``context.py``: ``--cp``; ``parts/``: hand-off parts;
+* ``data/``: a build's plans, rows and steps, and the rewarded-only filter;
+* ``run/``: the loop, its step (with the micro-batch forward, ``LossModule``), checkpoints and
+  the model's export;
+* ``online.py``, ``verify.py``, then ``loss.py`` (a deprecated alias) and this facade.
 
 This package is the one stable place to import these names from: the modules that define them
 move as the trainer's rooms are rearranged, the names here do not (``tests/trainer/
@@ -42,10 +60,10 @@ import the defining module, never this facade.
 """
 
 from treeprep.trainer.attention import TreeMask, choose_backend, tree_attention
-from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.batch.tree_batch import TreeBatch
+from treeprep.trainer.config import LossConfig
 from treeprep.trainer.models import PRESETS, Preset, decoder_hidden, load_model, tree_logits
 from treeprep.trainer.objective.loss import (
-    LossConfig,
     LossOutput,
     sequence_logprobs,
     token_logprobs,

@@ -8,16 +8,21 @@ options, ``config.json`` of a run folder is its :func:`config_dict`, and a resum
 fields that must not change against the checkpoint's copy.
 
 Flat rather than nested (model / data / optimizer sub-configs): every field maps one to one to a
-``treeprep train`` option, and the RL knobs are turned into the loss's own
-:class:`~treeprep.trainer.objective.loss.LossConfig` by :meth:`TrainConfig.loss_config`, validated
-once here.
+``treeprep train`` option, and the RL knobs are turned into the loss's own :class:`LossConfig`
+by :meth:`TrainConfig.loss_config`, validated once here. A component below the run takes its own
+settings, not the whole config: the data room's :class:`DataConfig`
+(:meth:`DataConfig.from_train`), the loss's :class:`LossConfig`.
+
+This module is low in the trainer's ladder (it imports only :mod:`~treeprep.trainer.models`'
+presets): the loss and context parallelism are checked with the loss's facts
+(:data:`~treeprep.modes.LOSS_FACTS`, :func:`check_loss`), not by importing the objective.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -26,6 +31,7 @@ from treeprep.errors import TrainingError, TreeprepError
 from treeprep.io.hub import local_folder
 from treeprep.modes import (
     CLIP_EPS,
+    LOSS_FACTS,
     Accumulate,
     AdvNorm,
     Attn,
@@ -45,9 +51,49 @@ from treeprep.modes import (
     coerce_modes,
     reads_prefix_in_place,
 )
-from treeprep.trainer.context import check_loss
 from treeprep.trainer.models.presets import PRESETS
-from treeprep.trainer.objective.loss import LossConfig
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The objective and its knobs (:mod:`treeprep.trainer.objective.loss` says what each does).
+
+    Torch-free, so that the config, the CLI and the online API name an objective without the
+    loss's module; ``treeprep.trainer.objective.loss.LossConfig`` (and the facade's) is this one."""
+
+    loss: Loss = Loss.sft
+    #: eps_low of the clip range [1 - clip_eps, 1 + clip_eps_high]
+    clip_eps: float = CLIP_EPS
+    #: eps_high (DAPO's decoupled clip); None: clip_eps
+    clip_eps_high: float | None = None
+    #: weight of the KL penalty against the rollouts' reference log-probs
+    kl_coef: float = 0.0
+    #: weight of the entropy bonus
+    entropy_coef: float = 0.0
+    #: LM-head rows per chunk
+    chunk: int = 4096
+    #: k3 or k1 (module docstring)
+    kl_estimator: KlEstimator = KlEstimator.k3
+
+    def __post_init__(self) -> None:
+        coerce_modes(self, TreeprepError)
+        if not 0.0 <= self.clip_eps < 1.0:
+            raise TreeprepError(f"clip_eps must be in [0, 1), got {self.clip_eps}")
+        if self.clip_eps_high is not None and self.clip_eps_high < 0.0:
+            raise TreeprepError(f"clip_eps_high must be >= 0, got {self.clip_eps_high}")
+        if self.chunk < 1:
+            raise TreeprepError(f"chunk must be >= 1, got {self.chunk}")
+
+
+def check_loss(loss: str, cp: int) -> None:
+    """Refuse a loss that is not a sum over targets (``gspo``'s sequence ratio) under ``cp > 1``:
+    its :data:`~treeprep.modes.LOSS_FACTS` row says whether ``--cp`` may split a sequence."""
+    if cp > 1 and not LOSS_FACTS[loss].context_parallel:
+        others = "/".join(name for name, f in LOSS_FACTS.items() if f.context_parallel)
+        raise TrainingError(
+            f"--cp {cp}: {loss}'s sequence-level ratio needs every target of a sequence on one "
+            f"rank; use {others}, or --cp 1"
+        )
 
 
 @dataclass
@@ -70,7 +116,7 @@ class TrainConfig:
     #: advantages from rewards, over each group's trajectories: grpo, dr-grpo, rloo or none
     adv_norm: AdvNorm = AdvNorm.grpo
     #: an RL loss on trees without advantages or rewards (formats that record none): refuse the
-    #: run, or skip those trees, counted (:mod:`treeprep.trainer.objective.rewarded`); SFT ignores
+    #: run, or skip those trees, counted (:mod:`treeprep.trainer.data.rewarded`); SFT ignores
     # it
     unrewarded: Unrewarded = Unrewarded.refuse
     #: tree (packed tries) or linear (every sequence on its own: the baseline)
@@ -140,7 +186,7 @@ class TrainConfig:
     #: the run's name in the trackers (default: the run folder's name; WANDB_NAME wins for W&B)
     run_name: str | None = None
     #: save a checkpoint after the last step, and its model as a standalone Hugging Face folder
-    #: in RUN/final (:mod:`~treeprep.trainer.export`)
+    #: in RUN/final (:mod:`~treeprep.trainer.run.export`)
     save_final: bool = True
     #: a LoRA run's RUN/final holds the base with the adapter merged, not the adapter
     merge_lora: bool = False
@@ -295,6 +341,30 @@ class TrainConfig:
             raise TrainingError(f"train config: {e}") from e
 
 
+@dataclass(frozen=True)
+class DataConfig:
+    """What the data room (:mod:`treeprep.trainer.data`) reads of a run: its plans, epochs and
+    micro-batches. Each field is the :class:`TrainConfig` field of the same name (documented
+    there, validated there); :meth:`from_train` copies them, so ``data/`` never sees the rest."""
+
+    plan: str | None
+    budget: int
+    steps_of: int
+    seed: int
+    cut: Cut
+    group_by_prefix: bool
+    epochs: int | None
+    layout: Layout
+    norm: Norm
+    adv_norm: AdvNorm
+    share_prefixes: bool
+
+    @classmethod
+    def from_train(cls, cfg: TrainConfig) -> DataConfig:
+        """The data settings of the run ``cfg``."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
+
+
 @dataclass
 class StepMetrics:
     """One optimizer step, as logged (one JSON line of metrics.jsonl)."""
@@ -333,13 +403,13 @@ class TrainResult:
     #: RL steps of this run without a learning signal (every trained advantage zero)
     no_signal_steps: int = 0
     #: RL runs with ``unrewarded="skip"``: the trees (and their sequences) left out for having no
-    #: advantages or rewards (:mod:`treeprep.trainer.objective.rewarded`)
+    #: advantages or rewards (:mod:`treeprep.trainer.data.rewarded`)
     unrewarded_trees: int = 0
     unrewarded_sequences: int = 0
     #: the loss, lr and throughput plot (RUN/train.png), when matplotlib is installed
     plot: str | None = None
     #: the last step's model as a standalone Hugging Face folder (RUN/final), when the run
-    #: reached its end and saved it (:mod:`~treeprep.trainer.export`)
+    #: reached its end and saved it (:mod:`~treeprep.trainer.run.export`)
     final: str | None = None
 
     @property

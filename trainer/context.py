@@ -20,7 +20,7 @@ Rank r of the group holds query heads ``[r H/N, (r+1) H/N)`` and key/value heads
 
 Loss (NOTES section 3). A loss term of target j is computed from the hidden row of its
 predecessor prev(j), so it belongs to the rank whose slice holds prev(j): each rank keeps those
-targets (:meth:`~treeprep.trainer.objective.targets.Targets.select`, rows renumbered into its slice)
+targets (:meth:`~treeprep.trainer.batch.targets.Targets.select`, rows renumbered into its slice)
 with
 the tree's own coefficients, and the sum of the group's losses is the micro-batch's loss term for
 term. Every rank's backward runs through every layer's exchanges (a rank without targets
@@ -59,8 +59,8 @@ import torch
 import torch.distributed as dist
 
 from treeprep.errors import TrainingError
-from treeprep.modes import LOSS_FACTS
-from treeprep.trainer.objective.targets import Targets
+from treeprep.trainer.batch.targets import Targets
+from treeprep.trainer.config import check_loss
 
 __all__ = [
     "ContextGroup",
@@ -265,17 +265,6 @@ def _model_config(spec: str) -> Any:
         return tf.AutoConfig.from_pretrained(spec, local_files_only=True)
     except Exception:  # any unreadable config: the load reports it
         return None
-
-
-def check_loss(loss: str, cp: int) -> None:
-    """Refuse a loss that is not a sum over targets (``gspo``'s sequence ratio) under ``cp > 1``:
-    its :data:`~treeprep.modes.LOSS_FACTS` row says whether ``--cp`` may split a sequence."""
-    if cp > 1 and not LOSS_FACTS[loss].context_parallel:
-        others = "/".join(name for name, f in LOSS_FACTS.items() if f.context_parallel)
-        raise TrainingError(
-            f"--cp {cp}: {loss}'s sequence-level ratio needs every target of a sequence on one "
-            f"rank; use {others}, or --cp 1"
-        )
 
 
 def pad_batch(batch: Any, n: int) -> Any:

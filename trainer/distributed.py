@@ -1,9 +1,10 @@
 """Data parallelism applied from outside the model: process groups, DDP, FSDP2, collectives.
 
-The model code (``models/``, ``loss.py``) is written for one device; this module is the only
-place that knows about ranks (torchtitan's split). The loop wraps one :class:`LossModule` (the
-Hugging Face model plus the loss, so that the wrapper's ``forward`` is the whole forward pass) in
-either
+The model code (``models/``, ``objective/``) is written for one device; this module is the only
+place that knows about ranks (torchtitan's split), and it imports no other room of the trainer.
+The loop wraps one :class:`~treeprep.trainer.run.step.LossModule` (the Hugging Face model plus
+the loss, so that the wrapper's ``forward`` is the whole forward pass; this module knows only its
+``lm``) in either
 
 * ``ddp``: :class:`torch.nn.parallel.DistributedDataParallel`; gradients are averaged across ranks
   on the last micro-batch of a step (``no_sync`` on the others), or
@@ -207,39 +208,6 @@ def rank_lost(
     )
 
 
-class LossModule(torch.nn.Module):
-    """The Hugging Face causal LM and the tree loss as one module: ``forward(batch) -> (loss,
-    metrics)``. Wrappers (DDP, FSDP2) see the whole forward pass through it."""
-
-    def __init__(
-        self,
-        lm: torch.nn.Module,
-        loss_kw: dict[str, Any],
-        autocast: Any = None,
-        context: Any = None,
-    ):
-        super().__init__()
-        self.lm = lm
-        self.loss_kw = dict(loss_kw)
-        self.autocast = autocast
-        #: this rank's context group (:mod:`treeprep.trainer.context`): the forward computes
-        #: this rank's share of the micro-batch's loss; None: the whole loss
-        self.context = context
-
-    def forward(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-        from treeprep.trainer.context import context_loss
-        from treeprep.trainer.objective.loss import tree_loss
-
-        ctx = self.autocast() if self.autocast is not None else contextlib.nullcontext()
-        with ctx:
-            if self.context is not None:
-                out = context_loss(self.lm, batch, self.context, **self.loss_kw)
-            else:
-                out = tree_loss(self.lm, batch, **self.loss_kw)
-        loss = out.loss if out.loss.dtype == torch.float64 else out.loss.float()
-        return loss, out.metrics
-
-
 def decoder_layers(lm: torch.nn.Module) -> list[torch.nn.Module]:
     # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module
     layers = getattr(cast(Any, lm).get_decoder(), "layers", None)
@@ -249,9 +217,11 @@ def decoder_layers(lm: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def wrap(
-    module: LossModule, info: DistInfo, parallel: str, compute: torch.dtype | None = None
+    module: torch.nn.Module, info: DistInfo, parallel: str, compute: torch.dtype | None = None
 ) -> torch.nn.Module:
-    """Apply DDP or FSDP2 to ``module`` (returned unchanged in a single process).
+    """Apply DDP or FSDP2 to ``module`` (returned unchanged in a single process): the run's
+    forward module, whose ``lm`` attribute is the Hugging Face model
+    (:class:`~treeprep.trainer.run.step.LossModule`).
 
     ``compute``: the autocast dtype of a mixed-precision run (None: none). Under FSDP2 the
     decoder layers then gather their weights in that dtype (:func:`layer_policy`), so autocast
@@ -267,7 +237,7 @@ def wrap(
     from torch.distributed.fsdp import fully_shard
 
     policy = layer_policy(compute)
-    for layer in decoder_layers(module.lm):
+    for layer in decoder_layers(_lm(module)):
         if policy is None:
             fully_shard(layer)
         else:
@@ -300,10 +270,18 @@ def layer_policy(compute: torch.dtype | None) -> Any:
     )
 
 
-def unwrap(wrapped: torch.nn.Module) -> LossModule:
+def unwrap(wrapped: torch.nn.Module) -> torch.nn.Module:
+    """The module :func:`wrap` was given (DDP holds it as ``.module``; FSDP2 shards in place)."""
     inner = getattr(wrapped, "module", wrapped)
-    assert isinstance(inner, LossModule)
+    assert isinstance(inner, torch.nn.Module)
     return inner
+
+
+def _lm(module: torch.nn.Module) -> torch.nn.Module:
+    """The Hugging Face model of the forward module ``module`` (its ``lm``)."""
+    lm = getattr(module, "lm", None)
+    assert isinstance(lm, torch.nn.Module), type(module).__name__
+    return lm
 
 
 @contextlib.contextmanager
@@ -377,9 +355,9 @@ def full_model_state(wrapped: torch.nn.Module, parallel: str, info: DistInfo) ->
         )
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        sd = get_model_state_dict(inner.lm, options=opts)
+        sd = get_model_state_dict(_lm(inner), options=opts)
         return sd if info.is_main else None
-    return inner.lm.state_dict() if info.is_main else None
+    return _lm(inner).state_dict() if info.is_main else None
 
 
 def full_optimizer_state(

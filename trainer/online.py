@@ -9,7 +9,7 @@ rollouts as Python lists and gets the update done on its own model:
    multi-call agent run shares it).
 2. :func:`build_step` groups the rollouts into tries (:func:`treeprep.trie.build_tree`, the same
    code the shard builder runs), fills advantages from rewards over each group's trajectories
-   (:mod:`treeprep.trainer.objective.advantages`), and plans the trees under a token ``budget``:
+   (:mod:`treeprep.trainer.batch.advantages`), and plans the trees under a token ``budget``:
    small trees
    are packed first-fit-decreasing into micro-batches, a tree over the budget becomes its own
    micro-batch that runs as hand-off parts (:func:`treeprep.trainer.parts.run_parts`). Every
@@ -38,9 +38,11 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.sequence import Sequence as TokenSequence
-from treeprep.trainer.batch import TreeBatch
-from treeprep.trainer.objective.advantages import prepare_row, trained_targets
-from treeprep.trainer.objective.loss import LossConfig, loss_with_config
+from treeprep.trainer.batch.advantages import prepare_row, trained_targets
+from treeprep.trainer.batch.tree_batch import TreeBatch
+from treeprep.trainer.config import LossConfig
+from treeprep.trainer.objective.loss import loss_with_config
+from treeprep.trainer.parts.schedule import run_parts
 from treeprep.trainer.run.metrics import StepMetricSums
 from treeprep.trie import build_tree
 
@@ -256,8 +258,6 @@ class OnlineStep:
     ) -> tuple[float, dict[str, float]]:
         """Forward and backward of every micro-batch on ``model`` (gradients land in ``.grad``);
         returns the step's loss and metrics (``clip_frac``, ``approx_kl``, ``entropy``, ...)."""
-        from treeprep.trainer.parts.schedule import run_parts
-
         self.check_vocab(model)
         total = 0.0
         sums = StepMetricSums()

@@ -55,10 +55,12 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import Attn, PartGraph, coerce_modes
-from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.batch.tree_batch import TreeBatch
+from treeprep.trainer.config import LossConfig
 from treeprep.trainer.data.reader import BuildReader, model_for_build
 from treeprep.trainer.models.float64 import keep_float64
 from treeprep.trainer.objective.loss import tree_loss
+from treeprep.trainer.parts.schedule import run_parts
 from treeprep.trainer.reference import reference_gradients
 
 
@@ -217,9 +219,6 @@ def _grads_parts(
     """The tree layout one tree at a time, every tree over ``budget`` run as hand-off parts
     (their stores where ``stores`` says), with the whole batch's normalizers (so the sum is the
     same loss)."""
-    from treeprep.trainer.objective.loss import LossConfig
-    from treeprep.trainer.parts.schedule import run_parts
-
     n_tok, n_seq, n_traj = whole.totals()
     dev = whole.device
     model.zero_grad(set_to_none=True)

@@ -119,7 +119,7 @@ def _cfg(loss: str, cp: int, graph: str | None = None):
 def _module(cfg, context=None, dtype=None):
     from dataclasses import asdict
 
-    from treeprep.trainer.distributed import LossModule
+    from treeprep.trainer.run.step import LossModule
 
     kw = {"attn": None, **asdict(cfg.loss_config())}
     return LossModule(_model(dtype), kw, context=context)

@@ -92,7 +92,7 @@ def _cfg(loss: str, mode: str):
 def _module(cfg, autocast=None):
     from dataclasses import asdict
 
-    from treeprep.trainer.distributed import LossModule
+    from treeprep.trainer.run.step import LossModule
 
     return LossModule(_model(), {"attn": None, **asdict(cfg.loss_config())}, autocast)
 

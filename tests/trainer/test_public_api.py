@@ -51,6 +51,7 @@ PUBLIC = {
 #: (module, name, deprecated?) for every import path a published doc or example used
 PUBLISHED = [
     ("treeprep.trainer.loss", "LossConfig", True),  # docs/training.md before round 3
+    ("treeprep.trainer.objective.loss", "LossConfig", False),  # round 3's docs (now in config)
     ("treeprep.trainer.online", "Rollout", False),
     ("treeprep.trainer.online", "build_step", False),
 ]

@@ -14,7 +14,7 @@ import pytest
 
 from treeprep.build import BuildConfig, build
 from treeprep.shards import iter_trees
-from treeprep.trainer.objective.advantages import group_advantages, normalize, trajectory_index
+from treeprep.trainer.batch.advantages import group_advantages, normalize, trajectory_index
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data" / "tau_bench_shop.json"

@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 
 from trainer_fixtures import group_tree, rows_of, tiny  # noqa: E402
 
-from treeprep.trainer import assembly  # noqa: E402
 from treeprep.trainer.attention import mask as mask_mod  # noqa: E402
+from treeprep.trainer.batch import assembly  # noqa: E402
 from treeprep.trainer.reference import reference_sequences  # noqa: E402
 from treeprep.trainer.verify import verify_gradients  # noqa: E402
 

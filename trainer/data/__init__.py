@@ -7,7 +7,11 @@ Each module imports only those before it:
 * :mod:`.plans`: plans (loaded from ``treeprep pack`` or made in memory) and epochs of them;
 * :mod:`.rows`: a planned part, or one sequence, as a small tree row;
 * :mod:`.steps`: the steps walked in order, each built into micro-batches with global normalizers;
-* :mod:`.prefetch`: the next step built in a background thread while the current one runs.
+* :mod:`.prefetch`: the next step built in a background thread while the current one runs;
+* :mod:`.rewarded`: an RL run's scan of the build for trees without advantages or rewards.
+
+The room takes its own settings, :class:`~treeprep.trainer.config.DataConfig` (the run builds it
+from its :class:`~treeprep.trainer.config.TrainConfig`), never the whole config.
 
 Import from the modules; this package re-exports nothing.
 """

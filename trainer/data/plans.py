@@ -27,7 +27,7 @@ import pyarrow as pa
 from treeprep.errors import ShardError, TreeprepError
 from treeprep.modes import Cut
 from treeprep.schemas.plan import PlanSummary, load_summary
-from treeprep.trainer.config import TrainConfig
+from treeprep.trainer.config import DataConfig
 from treeprep.trainer.data.reader import BuildReader
 
 
@@ -232,9 +232,9 @@ def without_trees(plan: EpochPlan, trees: frozenset[tuple[str, int]]) -> EpochPl
 @dataclass(eq=False)
 class Epochs:
     """Epoch plans, made on demand and kept (they are small), without the ``excluded`` trees
-    ((shard, row); an RL run's unrewarded ones, :mod:`treeprep.trainer.objective.rewarded`)."""
+    ((shard, row); an RL run's unrewarded ones, :mod:`treeprep.trainer.data.rewarded`)."""
 
-    cfg: TrainConfig
+    cfg: DataConfig
     reader: BuildReader
     #: the number of data ranks a step is planned for
     world: int

@@ -23,7 +23,7 @@ from treeprep.trainer.data.reader import ROW_COLUMNS, SEQ_COLUMNS
 from treeprep.treeindex import path_to_root
 
 #: per-sequence columns a part or a single sequence carries over from its tree: the shard's, and
-#: the one :func:`~treeprep.trainer.objective.advantages.prepare_row` adds
+#: the one :func:`~treeprep.trainer.batch.advantages.prepare_row` adds
 _SEQ_LISTS = (*SEQ_COLUMNS, "seq_trajectory_tokens")
 
 #: a micro-batch for an empty slot: one token, no sequence, so no target and a zero loss

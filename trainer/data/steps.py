@@ -8,7 +8,7 @@
   ``trajectory-mean``'s Tr are counted over every sequence of the step on every rank (each rank
   reads the plan, so it can count without communicating), and passed as ``total_tokens`` /
   ``total_sequences`` / ``total_trajectories`` to every micro-batch. Each tree is prepared whole
-  first (:func:`treeprep.trainer.objective.advantages.prepare_row`): advantages from rewards over
+  first (:func:`treeprep.trainer.batch.advantages.prepare_row`): advantages from rewards over
   its
   trajectories, and each trajectory's trained targets, so a part keeps its tree's numbers. The sum
   of all micro-batch losses of all ranks is then exactly the linearized loss of the step's global
@@ -32,12 +32,12 @@ import torch
 
 from treeprep.binpack import first_fit_decreasing, longest_processing_time
 from treeprep.errors import ShardError, TreeprepError
-from treeprep.trainer.batch import TreeBatch
-from treeprep.trainer.config import TrainConfig
+from treeprep.trainer.batch.advantages import prepare_row, trained_targets
+from treeprep.trainer.batch.tree_batch import TreeBatch
+from treeprep.trainer.config import DataConfig
 from treeprep.trainer.data.plans import EpochPlan, Epochs, PartRef, StepPlan
 from treeprep.trainer.data.reader import BuildReader
 from treeprep.trainer.data.rows import NULL_ROW, part_row, sequence_rows
-from treeprep.trainer.objective.advantages import prepare_row, trained_targets
 
 
 @dataclass
@@ -229,7 +229,7 @@ class StepWork:
 
 
 def step_work(
-    cfg: TrainConfig,
+    cfg: DataConfig,
     reader: BuildReader,
     epochs: Epochs,
     *,

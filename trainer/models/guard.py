@@ -211,7 +211,7 @@ def _layer_outputs(model: torch.nn.Module, batch: object) -> list[torch.Tensor]:
 def probe(model: torch.nn.Module, *, seed: int = 0, tol: float = PROBE_TOL) -> ProbeReport:
     """Run the probe (see the module docstring) in the model's current mode; returns the
     per-layer report (raises only :class:`ModelRefused`, for a forward that fails upstream)."""
-    from treeprep.trainer.batch import TreeBatch
+    from treeprep.trainer.batch.tree_batch import TreeBatch
 
     dev = next(model.parameters()).device
     # nn.Module's __getattr__ stub types a transformers model's attributes as Tensor | Module

@@ -14,7 +14,7 @@ end), and the batch's float64 coefficients are cast to the log-probs' dtype.
 
 The linearized objective, per sequence s with normalizer c_s (``norm``: sum, token-mean,
 sequence-mean, trajectory-mean; :mod:`treeprep.trainer.batch`), advantage A_s (per trajectory,
-:mod:`treeprep.trainer.objective.advantages`), trained mask m_s and multiplicity count_s, is
+:mod:`treeprep.trainer.batch.advantages`), trained mask m_s and multiplicity count_s, is
 ``L = sum_s count_s c_s sum_t m_s(t) l_s(t)``; the tree restores it with per-target sums of
 ``count_s c_s`` (and of ``count_s c_s A_s`` split by sign). Per-token terms l_s(t):
 
@@ -48,7 +48,7 @@ divides them once per step.
 With ``layout="linear"`` the same functions give the baseline: that is what ``treeprep verify``
 and the tests compare.
 
-Everything after the decoder reads a :class:`~treeprep.trainer.objective.targets.Targets`
+Everything after the decoder reads a :class:`~treeprep.trainer.batch.targets.Targets`
 (predecessor rows,
 target tokens and the restored coefficients), so a hand-off part (:mod:`treeprep.trainer.parts`)
 runs the same code on its own slice of the targets: :func:`loss_from_hidden`. Metrics are detached
@@ -63,13 +63,14 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from treeprep.errors import TreeprepError
-from treeprep.modes import CLIP_EPS, LOSS_FACTS, KlEstimator, Loss, coerce_modes
-from treeprep.trainer.batch import Missing, TreeBatch
+from treeprep.modes import CLIP_EPS, LOSS_FACTS, KlEstimator, Loss
+from treeprep.trainer.batch.targets import Targets
+from treeprep.trainer.batch.tree_batch import Missing, TreeBatch
+from treeprep.trainer.config import LossConfig  # its home; importable here as documented
 from treeprep.trainer.models.run import decoder_hidden, output_head
 from treeprep.trainer.objective import fused_head
 from treeprep.trainer.objective.cast_head import head_logits
 from treeprep.trainer.objective.target_logp import target_logprobs
-from treeprep.trainer.objective.targets import Targets
 
 
 @dataclass
@@ -79,34 +80,6 @@ class LossOutput:
     loss: torch.Tensor
     token_logp: torch.Tensor  # [K]
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """The objective and its knobs (see the module docstring)."""
-
-    loss: Loss = Loss.sft
-    #: eps_low of the clip range [1 - clip_eps, 1 + clip_eps_high]
-    clip_eps: float = CLIP_EPS
-    #: eps_high (DAPO's decoupled clip); None: clip_eps
-    clip_eps_high: float | None = None
-    #: weight of the KL penalty against the rollouts' reference log-probs
-    kl_coef: float = 0.0
-    #: weight of the entropy bonus
-    entropy_coef: float = 0.0
-    #: LM-head rows per chunk
-    chunk: int = 4096
-    #: k3 or k1 (module docstring)
-    kl_estimator: KlEstimator = KlEstimator.k3
-
-    def __post_init__(self) -> None:
-        coerce_modes(self, TreeprepError)
-        if not 0.0 <= self.clip_eps < 1.0:
-            raise TreeprepError(f"clip_eps must be in [0, 1), got {self.clip_eps}")
-        if self.clip_eps_high is not None and self.clip_eps_high < 0.0:
-            raise TreeprepError(f"clip_eps_high must be >= 0, got {self.clip_eps_high}")
-        if self.chunk < 1:
-            raise TreeprepError(f"chunk must be >= 1, got {self.chunk}")
 
 
 def _head_logp(

@@ -59,7 +59,8 @@ from treeprep.modes import LOSS_FACTS, PartGraph, Stores, reads_prefix_in_place
 from treeprep.schemas.parts import HEAD_ROWS
 from treeprep.trainer.attention.backends import choose_backend
 from treeprep.trainer.attention.mask import TreeMask
-from treeprep.trainer.context import check_loss, context_slice, local_targets
+from treeprep.trainer.config import check_loss
+from treeprep.trainer.context import context_slice, local_targets
 from treeprep.trainer.models.guard import check_part_checkpointing
 from treeprep.trainer.models.run import output_head, run_decoder
 from treeprep.trainer.objective.loss import (

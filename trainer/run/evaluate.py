@@ -40,6 +40,7 @@ from treeprep.trainer.data.plans import (
 )
 from treeprep.trainer.data.reader import BuildReader, check_compatible
 from treeprep.trainer.data.steps import StepNormalizers, step_batches, step_normalizers
+from treeprep.trainer.run.step import loss_module
 
 Tree = tuple[str, int]
 
@@ -126,7 +127,7 @@ class Evaluator:
     def loss(self, wrapped: torch.nn.Module, info: dist_mod.DistInfo) -> float:
         """The loss over the whole validation set at the current weights (no gradient)."""
         cfg = self.cfg
-        lm = dist_mod.unwrap(wrapped).lm
+        lm = loss_module(wrapped).lm
         was_training = lm.training
         lm.eval()
         total = 0.0
@@ -143,5 +144,5 @@ class Evaluator:
                     total += float(loss) * scale / self.total
         finally:
             lm.train(was_training)
-        context = dist_mod.unwrap(wrapped).context  # each rank of a context group: its share
+        context = loss_module(wrapped).context  # each rank of a context group: its share
         return context.sum(total) if context is not None else total

@@ -78,6 +78,7 @@ from treeprep.io.paths import open_regular
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.config import (
     Callback,
+    DataConfig,
     StepMetrics,
     TrainConfig,
     TrainResult,
@@ -94,10 +95,10 @@ from treeprep.trainer.context import (
 from treeprep.trainer.data.plans import Epochs
 from treeprep.trainer.data.prefetch import Prefetch
 from treeprep.trainer.data.reader import BuildReader, model_for_build
+from treeprep.trainer.data.rewarded import rewarded_only
 from treeprep.trainer.data.steps import step_work
 from treeprep.trainer.models.guard import guard_model
 from treeprep.trainer.models.lora import apply_lora
-from treeprep.trainer.objective.rewarded import rewarded_only
 from treeprep.trainer.run import checkpoint as ckpt_mod
 from treeprep.trainer.run import preemption, run_lock, trackers
 from treeprep.trainer.run.evaluate import Evaluator, TrainSplit, held_out
@@ -111,7 +112,14 @@ from treeprep.trainer.run.run_identity import (
     run_identity,
 )
 from treeprep.trainer.run.saver import Saver, export_final, restore, save, saved_schedule
-from treeprep.trainer.run.step import Schedule, Stepper, StepResult, lr_factor, make_optimizer
+from treeprep.trainer.run.step import (
+    LossModule,
+    Schedule,
+    Stepper,
+    StepResult,
+    lr_factor,
+    make_optimizer,
+)
 
 __all__ = [
     "Callback",
@@ -230,8 +238,9 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     # ---- 3. steps, each fed by the data of section 2 (built one step ahead with prefetch)
     stepper = Stepper(cfg, info, wrapped, params, opt, sched, first.budget, step=step)
     my_ranks = [data_rank(info.rank, cfg.cp)] if info.distributed else list(range(first.world_size))
-    works = step_work(cfg, reader, epochs, start=(epoch, epoch_step), count=total - step,
-                      ranks=my_ranks, budget=first.budget, device=dev)  # fmt: skip
+    works = step_work(DataConfig.from_train(cfg), reader, epochs, start=(epoch, epoch_step),
+                      count=total - step, ranks=my_ranks, budget=first.budget,
+                      device=dev)  # fmt: skip
     saver = Saver(cfg, info, (wrapped, opt, sched), ident, resume.path if resume else None)
     history: list[StepMetrics] = []
     try:
@@ -276,7 +285,7 @@ def _model_and_optimizer(
     lm = _load_lm(cfg, reader, resume, info)
     check_model(lm, cfg.cp)
     loss_kw = {"attn": None, **asdict(cfg.loss_config())}
-    module = dist_mod.LossModule(lm, loss_kw, autocast, context)
+    module = LossModule(lm, loss_kw, autocast, context)
     compute = None if autocast is None else autocast().fast_dtype  # FSDP2 gathers in it
     wrapped = dist_mod.wrap(module, info, cfg.parallel, compute)
     params = [p for p in wrapped.parameters() if p.requires_grad]
@@ -402,11 +411,12 @@ def _open_epochs(
     plan_world = data_world(info.world_size, cfg.cp)
     if not cfg.plan and cfg.plan_world_size:
         plan_world = cfg.plan_world_size
+    data_cfg = DataConfig.from_train(cfg)
     if cfg.val_fraction:
         held = held_out(reader, cfg.val_fraction, cfg.seed)
-        epochs: Epochs = TrainSplit(cfg, reader, plan_world, cost, skipped, held=held)
+        epochs: Epochs = TrainSplit(data_cfg, reader, plan_world, cost, skipped, held=held)
     else:
-        epochs = Epochs(cfg, reader, plan_world, cost, skipped)
+        epochs = Epochs(data_cfg, reader, plan_world, cost, skipped)
     first = epochs.get(0)
     if not first.steps:  # else the loop would look for a first step forever
         raise TrainingError(

@@ -5,7 +5,7 @@ random state; the weights are loaded with the model, and the learning rate follo
 :class:`~treeprep.trainer.run.step.Schedule`); :func:`saved_schedule` reads the schedule a
 checkpoint
 was on, so that a resume can say where the new one stands; :func:`export_final` writes
-``RUN/final`` (:mod:`treeprep.trainer.export`) after the last step's checkpoint.
+``RUN/final`` (:mod:`treeprep.trainer.run.export`) after the last step's checkpoint.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import torch
 
 from treeprep.trainer import distributed as dist_mod
 from treeprep.trainer.config import StepMetrics, TrainConfig, config_dict
-from treeprep.trainer.export import FINAL_DIR, export_model
 from treeprep.trainer.models.presets import PRESETS
 from treeprep.trainer.run import checkpoint as ckpt_mod
-from treeprep.trainer.run.step import Schedule
+from treeprep.trainer.run.export import FINAL_DIR, export_model
+from treeprep.trainer.run.step import Schedule, loss_module
 
 
 def restore(
@@ -45,7 +45,7 @@ def restore(
 
 def export_final(cfg: TrainConfig, info: dist_mod.DistInfo, saver: Saver, step: int) -> str | None:
     """``RUN/final/``: the last step's model as a standalone Hugging Face folder
-    (:mod:`treeprep.trainer.export`), written by rank 0 when the run saved its last step."""
+    (:mod:`treeprep.trainer.run.export`), written by rank 0 when the run saved its last step."""
     if (
         not info.is_main
         or saver.last is None
@@ -119,7 +119,7 @@ def save(
     final = ckpt_mod.step_dir_name(step)
     dist_mod.barrier(info)
     if info.is_main:
-        lm = dist_mod.unwrap(wrapped).lm
+        lm = loss_module(wrapped).lm
         tok_dir = cfg.model if (cfg.model not in PRESETS and os.path.isdir(cfg.model)) else None
         assert opt_state is not None
         ckpt_mod.save_main(

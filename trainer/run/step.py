@@ -42,11 +42,53 @@ import torch
 from treeprep.errors import TrainingError
 from treeprep.modes import LOSS_FACTS, LrSchedule
 from treeprep.trainer import distributed as dist_mod
-from treeprep.trainer.batch import TreeBatch
+from treeprep.trainer.batch.tree_batch import TreeBatch
 from treeprep.trainer.config import TrainConfig
+from treeprep.trainer.context import context_loss
 from treeprep.trainer.data.rows import NULL_ROW
+from treeprep.trainer.objective.loss import tree_loss
 from treeprep.trainer.parts.host import HostPoolExhausted
+from treeprep.trainer.parts.schedule import run_parts
 from treeprep.trainer.parts.sharded import ShardedHandOff
+from treeprep.trainer.run.metrics import StepMetricSums
+
+
+class LossModule(torch.nn.Module):
+    """The Hugging Face causal LM and the tree loss as one module: ``forward(batch) -> (loss,
+    metrics)``: the micro-batch forward. Wrappers (DDP, FSDP2,
+    :func:`~treeprep.trainer.distributed.wrap`) see the whole forward pass through it."""
+
+    def __init__(
+        self,
+        lm: torch.nn.Module,
+        loss_kw: dict[str, Any],
+        autocast: Any = None,
+        context: Any = None,
+    ):
+        super().__init__()
+        self.lm = lm
+        self.loss_kw = dict(loss_kw)
+        self.autocast = autocast
+        #: this rank's context group (:mod:`treeprep.trainer.context`): the forward computes
+        #: this rank's share of the micro-batch's loss; None: the whole loss
+        self.context = context
+
+    def forward(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        ctx = self.autocast() if self.autocast is not None else contextlib.nullcontext()
+        with ctx:
+            if self.context is not None:
+                out = context_loss(self.lm, batch, self.context, **self.loss_kw)
+            else:
+                out = tree_loss(self.lm, batch, **self.loss_kw)
+        loss = out.loss if out.loss.dtype == torch.float64 else out.loss.float()
+        return loss, out.metrics
+
+
+def loss_module(wrapped: torch.nn.Module) -> LossModule:
+    """The :class:`LossModule` inside ``wrapped`` (:func:`~treeprep.trainer.distributed.unwrap`)."""
+    inner = dist_mod.unwrap(wrapped)
+    assert isinstance(inner, LossModule)
+    return inner
 
 
 def lr_factor(
@@ -179,9 +221,7 @@ def micro_batches(
     accumulates every micro-batch locally and the caller all-reduces the gradients once (the
     parts' several backward passes per micro-batch do not fit DDP's one-backward hook), unless
     ``sharded`` (FSDP2) runs every pass in lockstep and reduce-scatters after each backward."""
-    from treeprep.trainer.run.metrics import StepMetricSums
-
-    inner = dist_mod.unwrap(wrapped)
+    inner = loss_module(wrapped)
     n_mb = len(batches[0])
     out = StepLossAndCounts()
     mets_sums = StepMetricSums()
@@ -222,11 +262,9 @@ def _forward_backward(
 ) -> tuple[torch.Tensor, Any]:
     """One micro-batch: as hand-off parts when it has them, else one forward and backward;
     ``sharded`` is told before each pass."""
-    from treeprep.trainer.parts.schedule import run_parts
-
     gate = sharded.before_pass if sharded is not None else None
     if b.part_cuts is not None:
-        inner = dist_mod.unwrap(fwd)
+        inner = loss_module(fwd)
         res = run_parts(
             inner.lm,
             b,

@@ -23,10 +23,10 @@ torch = pytest.importorskip("torch")
 from trainer_fixtures import random_group  # noqa: E402
 
 from treeprep.trainer import TreeBatch, load_model  # noqa: E402
+from treeprep.trainer.batch.targets import Targets  # noqa: E402
 from treeprep.trainer.models.run import SoftcappedHead  # noqa: E402
 from treeprep.trainer.objective import fused_head  # noqa: E402
 from treeprep.trainer.objective.loss import LossConfig, head_logprobs, loss_with_config  # noqa: E402
-from treeprep.trainer.objective.targets import Targets  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
 
 HAVE_LIGER = fused_head.liger_function() is not None

@@ -18,8 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from treeprep.errors import TreeprepError  # noqa: E402
+from treeprep.trainer.batch.targets import Targets  # noqa: E402
 from treeprep.trainer.objective.loss import LossConfig, objective  # noqa: E402
-from treeprep.trainer.objective.targets import Targets  # noqa: E402
 
 F64 = torch.float64
 LP = [-0.5, -1.2, -0.3, -2.0]  # per-target log-probs of the policy
@@ -145,8 +145,8 @@ def test_the_loss_facts_answer_for_every_loss() -> None:
     ``--cp 2`` refuses exactly the losses whose row forbids splitting a sequence."""
     from treeprep.errors import TrainingError
     from treeprep.modes import LOSS_FACTS, Loss
-    from treeprep.trainer.assembly import Missing
-    from treeprep.trainer.context import check_loss
+    from treeprep.trainer.batch.assembly import Missing
+    from treeprep.trainer.config import check_loss
     from treeprep.trainer.objective.loss import check_advantages
 
     assert list(LOSS_FACTS) == list(Loss)

@@ -26,7 +26,7 @@ from trainer_fixtures import VOCAB, random_group  # noqa: E402
 from treeprep.errors import TreeprepError  # noqa: E402
 from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model, tree_loss  # noqa: E402
-from treeprep.trainer.objective.advantages import normalize  # noqa: E402
+from treeprep.trainer.batch.advantages import normalize  # noqa: E402
 from treeprep.trainer.objective.loss import LossConfig  # noqa: E402
 from treeprep.trainer.parts import run_parts  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402

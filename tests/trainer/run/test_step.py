@@ -18,6 +18,7 @@ from treeprep.trainer import TreeBatch, load_model, tree_loss  # noqa: E402
 from treeprep.trainer import distributed as dist_mod  # noqa: E402
 from treeprep.trainer.config import TrainConfig  # noqa: E402
 from treeprep.trainer.run.step import (  # noqa: E402
+    LossModule,
     Schedule,
     StepLossAndCounts,
     Stepper,
@@ -44,7 +45,7 @@ def _batches(seed: int) -> list[list[TreeBatch]]:
 
 def _setup(cfg: TrainConfig):
     lm = load_model("tiny-qwen3", vocab_size=VOCAB, attn="dense", seed=3)
-    module = dist_mod.LossModule(lm, {"loss": "sft", "attn": None})
+    module = LossModule(lm, {"loss": "sft", "attn": None})
     params = [p for p in module.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params, torch.device("cpu"))
     return Stepper(cfg, ALONE, module, params, opt, Schedule.of(cfg, 4), budget=4096), lm

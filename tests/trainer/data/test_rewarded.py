@@ -1,5 +1,5 @@
 """GRPO on the bundled sample (issue 27 item 7): trees without rewards are refused, or skipped
-with ``--unrewarded skip`` and counted (:mod:`treeprep.trainer.objective.rewarded`).
+with ``--unrewarded skip`` and counted (:mod:`treeprep.trainer.data.rewarded`).
 
 Most of the sample's formats record no reward (Claude Code, Codex, Gemini CLI, ShareGPT ...);
 tau-bench, tau2, the token rollouts, NeMo-Gym rollouts and a few chat logs do. The expected

@@ -2,7 +2,7 @@
 
 An RL loss (``ppo``, ``grpo``, ``gspo``) needs an advantage for every trained sequence: stored in
 the shards, or computed from the rewards of the tree's trajectories
-(:mod:`treeprep.trainer.objective.advantages`). A build of agent logs often mixes formats that
+(:mod:`treeprep.trainer.batch.advantages`). A build of agent logs often mixes formats that
 record rewards
 (tau-bench, NeMo-Gym rollouts, token rollouts, datasets with a ``resolved`` column) with formats
 that record none (Claude Code, Codex, Gemini CLI, ShareGPT ...); the bundled sample is such a
@@ -30,8 +30,8 @@ import numpy as np
 
 from treeprep.errors import TrainingError, TreeprepError
 from treeprep.modes import LOSS_FACTS, AdvNorm, Loss, Unrewarded
+from treeprep.trainer.batch.advantages import group_advantages
 from treeprep.trainer.data.reader import BuildReader
-from treeprep.trainer.objective.advantages import group_advantages
 
 #: (shard, row): one tree of a build
 Tree = tuple[str, int]

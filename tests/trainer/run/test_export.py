@@ -19,7 +19,7 @@ from typer.testing import CliRunner  # noqa: E402
 from treeprep.errors import TrainingError  # noqa: E402
 from treeprep.trainer import load_model, tree_logits  # noqa: E402
 from treeprep.trainer.batch import TreeBatch  # noqa: E402
-from treeprep.trainer.export import MARKER, export_model, pick_checkpoint, trained_model  # noqa: E402
+from treeprep.trainer.run.export import MARKER, export_model, pick_checkpoint, trained_model  # noqa: E402
 from treeprep.trainer.run.loop import train  # noqa: E402
 
 IDS = list(range(40, 90))

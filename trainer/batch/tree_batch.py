@@ -29,7 +29,7 @@ c_s from ``norm``:
 
 ``total_tokens`` / ``total_sequences`` / ``total_trajectories`` override N, S and Tr, so that a
 training loop can normalise by a whole optimizer step's counts while it feeds several micro-batches;
-rows prepared by :func:`treeprep.trainer.objective.advantages.prepare_row` carry their trajectories'
+rows prepared by :func:`treeprep.trainer.batch.advantages.prepare_row` carry their trajectories'
 token
 counts from the whole tree, so a part of a tree keeps the tree's n_traj. The restored weight of
 target t is ``w_t = sum_s count_s c_s m_s(t)``; the RL coefficients split the same sum by the sign
@@ -39,7 +39,7 @@ shared by all sequences through t.
 
 Advantages come from ``seq_advantage``; where a tree has none but every trajectory has a reward,
 the group advantage over the tree's *trajectories* (``adv_norm``: grpo, dr-grpo, rloo or none; see
-:mod:`treeprep.trainer.objective.advantages`) is used, and every call of a trajectory carries it.
+:mod:`treeprep.trainer.batch.advantages`) is used, and every call of a trajectory carries it.
 Sequences
 with neither leave NaN, and the RL losses refuse them.
 
@@ -64,11 +64,11 @@ The linear layout (``layout="linear"``) is the same assembler fed with every seq
 own one-node tree: the baseline a linearizing trainer would run, packed by documents.
 
 The assembly itself (rows checked, laid out, coefficients summed) is host work in numpy,
-:mod:`treeprep.trainer.assembly`; this module holds the batch it fills and the copy of its arrays
-to the device (on CUDA from pinned memory, non-blocking, so that a batch built in the prefetch
-thread, :mod:`treeprep.trainer.data.prefetch`, overlaps the running step). Facts the loss must
-check (a missing advantage or reference log-prob: :class:`Missing`) are found in numpy there too,
-so the loss never reads a device tensor back to refuse a batch.
+:mod:`treeprep.trainer.batch.assembly`; this module holds the batch it fills and the copy of its
+arrays to the device (on CUDA from pinned memory, non-blocking, so that a batch built in the
+prefetch thread, :mod:`treeprep.trainer.data.prefetch`, overlaps the running step). Facts the
+loss must check (a missing advantage or reference log-prob: :class:`Missing`) are found in numpy
+there too, so the loss never reads a device tensor back to refuse a batch.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import AdvNorm, Layout, Norm
-from treeprep.trainer.assembly import Assembled, Missing, assemble, read_tree
-from treeprep.trainer.objective.targets import Targets
+from treeprep.trainer.batch.assembly import Assembled, Missing, assemble, read_tree
+from treeprep.trainer.batch.targets import Targets
 
 __all__ = ["Missing", "TreeBatch"]
 

@@ -1,8 +1,8 @@
 """Tree rows to the packed arrays of one micro-batch, on the host, in numpy.
 
 What the arrays mean (layout, targets, the restored weights and RL coefficients) is the contract
-of :class:`~treeprep.trainer.batch.TreeBatch`, written down in that module's docstring; this
-module computes them, in steps that each hold one idea:
+of :class:`~treeprep.trainer.batch.tree_batch.TreeBatch`, written down in that module's
+docstring; this module computes them, in steps that each hold one idea:
 
 1. :func:`read_tree` checks a row (shard row dict, or a :class:`treeprep.trie.Tree`-like object)
    with the schema's :func:`~treeprep.schemas.shard.validate_tree_row` and turns it into arrays,
@@ -32,7 +32,7 @@ import numpy as np
 from treeprep.errors import TreeprepError
 from treeprep.pack.share import Forest, merge_forest
 from treeprep.schemas.shard import validate_tree_row
-from treeprep.trainer.objective.advantages import (
+from treeprep.trainer.batch.advantages import (
     group_advantages,
     trajectory_index,
     trajectory_tokens,

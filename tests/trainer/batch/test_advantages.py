@@ -1,4 +1,4 @@
-"""trainer/objective/advantages.py ``normalize``: a group's rewards to advantages, against the
+"""trainer/batch/advantages.py ``normalize``: a group's rewards to advantages, against the
 definitions
 written out here (GRPO's z-score with the population std, Dr. GRPO's centring, RLOO's
 leave-one-out baseline computed by an explicit loop)."""
@@ -12,7 +12,7 @@ from treeprep.errors import TreeprepError
 
 pytest.importorskip("torch")
 
-from treeprep.trainer.objective.advantages import normalize  # noqa: E402
+from treeprep.trainer.batch.advantages import normalize  # noqa: E402
 
 R = np.array([1.0, 0.0, 0.5, 2.0, -1.0])
 
