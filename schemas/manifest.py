@@ -153,6 +153,11 @@ class Manifest(FileModel):
     #: why no response parser was used (no trained completion was read back), when none was
     response_parser_missing: str | None = None
 
+    #: sha256 of the ``rejects.jsonl`` this build wrote beside the manifest, so a reader can tell
+    #: it from another build's (swapped in, or edited); written only when the build rejected
+    #: something (an empty rejects file is checked by its count, 0), and absent from manifests
+    #: written before it existed, whose rejects are checked by their count only
+    rejects_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$")
     #: folders left out of discovery (``OUT``, other builds), written only when there are any
     excluded_inputs: list[ExcludedInput] = Field(default_factory=list)
     #: the Hub datasets read from the local cache, written only when there are any
@@ -169,6 +174,7 @@ class Manifest(FileModel):
         "companion_files",
         "response_parser",
         "response_parser_missing",
+        "rejects_sha256",
     )
 
 

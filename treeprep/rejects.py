@@ -7,13 +7,16 @@ which are not rejects but are not in the trees either. Reasons that differ only 
 (``messages[3]: ...`` and ``messages[7]: ...``) are one reason: digits are read as ``N`` for
 counting; the example keeps the reject as written.
 
-The rejects file is checked against the manifest beside it, which records how many records the
-build rejected: a ``rejects.jsonl`` holding another number of rejects is another build's (swapped
-in, or edited), and is refused rather than shown as this build's.
+The rejects file is checked against the manifest beside it, which records the sha256 of the
+``rejects.jsonl`` the build wrote (``rejects_sha256``) and how many records it rejected: a
+``rejects.jsonl`` with other bytes, even holding as many rejects, is another build's (swapped in,
+or edited), and is refused rather than shown as this build's. A manifest written before the
+digest existed is checked by the count alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -78,15 +81,18 @@ def summarize_rejects(build_dir: str) -> RejectSummary:
     manifest = load_manifest(build_dir)
     path = os.path.join(build_dir, "rejects.jsonl")
     by: tuple[dict[str, Tally], dict[str, Tally], dict[str, Tally]] = ({}, {}, {})
+    digest, found, bad = hashlib.sha256(), True, None
     try:
         with open(path, "rb") as f:
             for no, line in enumerate(f, 1):
-                if not line.strip():
+                digest.update(line)
+                if bad is not None or not line.strip():
                     continue
                 try:
                     rej = orjson.loads(line)
                 except orjson.JSONDecodeError as e:
-                    raise ShardError(f"{path}:{no}: not a JSON line ({e})") from e
+                    bad = ShardError(f"{path}:{no}: not a JSON line ({e})")
+                    continue  # hashed to the end: another build's file is named as such
                 keys = (
                     reason_key(str(rej.get("reason", ""))),
                     str(rej.get("file", "")),
@@ -96,10 +102,19 @@ def summarize_rejects(build_dir: str) -> RejectSummary:
                     tally = table.setdefault(key, Tally(example=rej))
                     tally.count += 1
     except FileNotFoundError:
-        pass  # a build with no rejects file rejected nothing
+        found = False  # a build with no rejects file rejected nothing (the count says)
     except OSError as e:
         raise ShardError(f"{path}: cannot read ({e})") from e
     c = manifest.counts
+    recorded = manifest.rejects_sha256
+    if found and recorded is not None and digest.hexdigest() != recorded:
+        raise ShardError(
+            f"{path} is not this build's rejects file: its sha256 differs from the "
+            f"rejects_sha256 that {os.path.join(build_dir, 'manifest.json')} records (copied in "
+            "from another build, or edited); build again to write its own"
+        )
+    if bad is not None:
+        raise bad
     listed = sum(t.count for t in by[0].values())
     if listed != c.records_rejected:
         raise ShardError(

@@ -32,18 +32,18 @@ SHARED = ROOT / ".." / "shared" / "data"
 
 #: a sample (an entry of ``sample_data/``) -> the hash of its build and plan (:func:`_digest`)
 SAMPLE_GOLDEN = {
-    "aider": "264f634193273d267c27b676c1cc7a857f1e5b44a6c46fc43513e721501e5450",
+    "aider": "5a35fe9dca531bd19efcf4b7503df31a922f8c73d6bb577ebbccca41999f841c",
     "anthropic_messages.jsonl": "e94e9f2a3e0b89b96202a2bc9998b126fa958411100747d002455ef830f0174d",
-    "atif": "7feffbb9677f19a627431baf0126e7145575bac2919a2a6558b208b20db6b6cb",
+    "atif": "e3b9d31433f92f3eb45f101c86959063dbb042c69604ea674392e7fc89e4501b",
     "claude-code": "b3289a166d324fabb09f0b667f8c338a36aaea32b793bc749786d33bd16da311",
     "cline": "add8ebbcf6d23aec742e040d9b3aed8d8c83dae4121ef576633ad7ed87690433",
-    "codex": "7e284791156ba4e50a392d41653c52d10555bb4130043aecb0e4f60d2e3d73e2",
-    "cursor": "2700bc858d37f02a73dbc5e8cc1297e96e4e4a8e3a5c914a8203d099084c266d",
-    "crush": "7002c7f80c51be83b06119fc134cfb63ccfcc36aa8b20686c604af28c1a30d87",
-    "conversations": "6fffe92b7ac3525b2a6b3fbf388c8511269daf8dc5598b06c7edfcba3b9cc724",
+    "codex": "2c0b93bbb64650088801c7f503b543bd39a4abcff4b338efe4492bdc1818c815",
+    "cursor": "a1fdfa0117eacc0eb225c89369b800df7af272a9fa73726996cdb5944d98d1a6",
+    "crush": "cd580f1c092a48aa9658d417045c7961257f5f1d4786e9ea89eed61c73164088",
+    "conversations": "47317610ce5ab8bf62a7a6b34e7152dd1e9a4130e2d8ec775ceb2e645b7cd11c",
     "gemini_cli": "2440eecca58417e5c7c801099ecc2b667a5fc1622e1aa854896d47ccf153b0be",
     "gemini_cli_subagents": "3fe4ea5f31f774c95c27b494564ecf97839ab2c784010049ba8ae02e638fe7b8",
-    "goose": "84e8893456cf0560225f7727047b1f660b9106bb20f453902356816932f6d9c5",
+    "goose": "38a491e66d197717ce7f9b305e9523d227f500d17344f3c85fcdb3bf607d1b67",
     "gptme": "09e780e2f73cfa0b0ce9ba553a3c5ea26b35441f0f68cd58a50ce04a9ac0ad23",
     "litellm": "bb2d4220b3bb527787ed81dc6ff2372bb2df06a143c4ceff04de0291454e94b8",
     "mini_swe_agent_wc.traj.json": (
@@ -53,18 +53,18 @@ SAMPLE_GOLDEN = {
     "openai_chat.jsonl": "037b5448197fc1189e11c695b6d77727c2eb765a90baf587b0cebecf2c21cae9",
     "openai_responses.jsonl": "cff8a4ccf3b7bab68fdb233e543af0d3982259e14f4f9d9623311f51ff607ef2",
     "openai_responses_aviary.jsonl": (
-        "5406a6a5de0360ec600b742b8501420d8ba8bf79255cd0d38c983a5cdc0c0143"
+        "654b774066778562dad4d440c1b559e8bffcc41c75f174cbe17ac5e3100c6fbc"
     ),
     "opencode": "29c55dcec98688c9d887fd98ee71bcb0754c3300bce69c17d64ab3ec9cf4b14b",
-    "opencode_db": "57552eae9bc43ea07f787abdc68d24d9d589e75975f810fc112a4a44336b79dd",
+    "opencode_db": "4981128d0fc21195df22a6c9635bdedb1b4d9ad5b54eb54ea94b245b7f5fbb84",
     "openhands": "aea73dbc47f31d2aa47c06b55d9818a4bff850dc6dff47e54af8c756fe519fe2",
-    "pi": "ce566ede87e6887f914d4f61da75f9310da097e74380863c7c37549dc53f498f",
-    "session_traces.jsonl": "c557dc022797d2e33ab1572982423f0e4d06a6ddc78519a3a807feb3c0c5e54b",
+    "pi": "c46363926e3aa810e0e1c69efc937ca3b58bd07688f915d8ffa4046d44e14494",
+    "session_traces.jsonl": "77f701968676a5962a18db06443d6d956d7a1e679f91cc1808cf1dfdfe8f55c8",
     "swe_agent_slugify.traj": "a226bad88c1351256f6bb1a56375112bbdac8997aba33192a09bd5d9298f2505",
     "tau2_bench_shop.json": "da4b1aa9dedd14f735773a4bfb7c39f01ca06fe5f9fd723207e2b0a507590bf5",
     "tau_bench_shop.json": "2304d4a250ca4865da5c8e4a86cc7cb630129ce896b21bfcfd2ef2a50e16aa5b",
     "tokens.jsonl": "3f37299aaf6b265fd540a4b5f9752723dc65b1a1e3bce5008933cf33a1e2f9b0",
-    "trajectory_dataset": "9e9a96321016d98eb717257e938bea0c6df82ad266ff28db3cef227e72adb170",
+    "trajectory_dataset": "89ef603110d080ef8f021445009a81b86636b9d42d8020947982493355ec008f",
 }
 
 #: inputs of a sample other than the entry itself
@@ -81,12 +81,12 @@ SAMPLE_OPTIONS = {
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "9f8dff6b2e8fb2cdeb56e7a4f0a6abd4fe3b91d558b6a144c88b4aaffd904bfe",
+    "manifest.json": "47370e563a9329cc3517c049378ba57a86be43835ff37ed03e6525ccce081481",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "d10ef5b921b52dbddc8f37ba7a9b61718f5e9f4a4c4f6e4f7928022120a26e7d"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "e20048b65767fe497edbe739b3bea636b42e8d942562fa34dc30a5b1612902b9"
+        "d4fcb3e360df7f279ffe6279cf6d43d58b4f4fa88eb4e42686db667b55a0f0e9"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
     "shards/shard-00000.arrow": "5b95a5f113f9d0fd70884412f1dcbad3571cfa5d8ed4d57857e35bb86ea45ff5",

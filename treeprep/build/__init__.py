@@ -136,7 +136,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
                 paths, stage, cfg.shard_tokens, counts, on_progress, index.add_shard, dups.drop
             )
             shards = engine.write_trees(trees)
-        write_rejects(jobs, stage)
+        rejects_sha256 = write_rejects(jobs, stage)
         manifest = make_manifest(
             group_by=cfg.file.group_by,
             identity=renderer.identity_by_content(),
@@ -149,6 +149,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         )
         manifest.prompt_given = given_gaps(manifest.prompt_gaps, cfg.file)
         manifest.datasets = [HubDataset(id=d.id, revision=d.revision) for d in datasets]
+        manifest.rejects_sha256 = rejects_sha256
         if renderer.response_parser is not None:
             manifest.response_parser = renderer.response_parser.name
         else:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -306,21 +307,32 @@ def _adapter_bug(job: FileJob, spec: FormatSpec, e: Exception, named: _Names) ->
 class _Names:
     """Puts a file's name (relative to the input root) where an adapter put the path it opened,
     and names the files it read with it (OpenCode's part and message files, ATIF's siblings, a
-    Claude Code parent session) relative to the input root too: a moved copy of the inputs
-    rejects with the same bytes."""
+    Claude Code parent session) relative to the input root too: a moved copy of the inputs, or
+    the same inputs named by another path, rejects with the same bytes.
+
+    The input root is the file's path less its name, as given (``logs/``) and made absolute
+    (``/home/me/logs/``, as adapters that resolve their sidecars name them); either is cut only
+    where a path starts, never inside a word (``catalogs/`` holds no ``logs/``)."""
 
     def __init__(self, job: FileJob) -> None:
         self.path, self.name = job.path, job.name
-        root = job.path[: -len(job.name)] if job.path.endswith(os.sep + job.name) else ""
-        self.root = root if root.endswith(os.sep) else ""
+        self.root: re.Pattern[str] | None = None
+        given = job.path[: -len(job.name)] if job.path.endswith(job.name) else None
+        if given is None or (given and not given.endswith(os.sep)):
+            return  # the path does not end in the name: no root to cut
+        absolute = os.path.join(os.path.abspath(given or os.curdir), "")
+        roots = sorted({r for r in (absolute, given) if r and r != os.sep}, key=len, reverse=True)
+        if roots:
+            self.root = re.compile(r"(?<![\w.\-/])(?:" + "|".join(map(re.escape, roots)) + ")")
 
     def __call__(self, text: str | None) -> str:
-        if not text or self.path == self.name:
-            return text or ""
+        if not text:
+            return ""
         if text == self.path:
             return self.name
-        text = text.replace(self.path, self.name)
-        return text.replace(self.root, "") if self.root else text
+        if self.path != self.name:
+            text = text.replace(self.path, self.name)
+        return self.root.sub("", text) if self.root is not None else text
 
 
 def _render_records(

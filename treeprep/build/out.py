@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -247,17 +248,24 @@ def _move(src: str, dst: str) -> None:
     os.remove(src)
 
 
-def write_rejects(jobs: list[FileJob], folder: str) -> None:
+def write_rejects(jobs: list[FileJob], folder: str) -> str | None:
     """``rejects.jsonl`` in ``folder`` (the stage): every file's rejects, in input order,
-    atomically."""
+    atomically. Returns the sha256 of its bytes, which the manifest records
+    (:attr:`~treeprep.schemas.manifest.Manifest.rejects_sha256`), or None when it is empty (a
+    build that rejected nothing: its count, 0, is check enough)."""
     rej_path = os.path.join(folder, REJECTS)
+    digest = hashlib.sha256()
     with writing(rej_path, rej_path + ".tmp"), open(rej_path + ".tmp", "wb") as rej_out:
         for job in jobs:
             p = job.rejects_path()
             if os.path.exists(p):
                 with open(p, "rb") as rej_in:
-                    shutil.copyfileobj(rej_in, rej_out)
+                    while block := rej_in.read(1 << 20):
+                        digest.update(block)
+                        rej_out.write(block)
+        empty = rej_out.tell() == 0
     commit(rej_path + ".tmp", rej_path)
+    return None if empty else digest.hexdigest()
 
 
 def make_manifest(
