@@ -126,6 +126,10 @@ def _render(s: dict, out: Path) -> None:
     con.print(_by_format(s))
     if s["by_branch_reason"]:
         con.print(_by_branch_reason(s))
+        from treeprep.show import reason_legend
+
+        for line in reason_legend(s["by_branch_reason"]):  # unknown's line: what to do
+            con.print(line, style="dim", soft_wrap=True, highlight=False, markup=False)
     if "sharing" in s:
         con.print(_sharing_table(s["sharing"]))
     con.print(_speedups(s))

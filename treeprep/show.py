@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,15 +239,17 @@ REASON_MEANING = {
     "compaction": "the agent summarised its history and went on from the summary",
     "reasoning-dropped": "the template drops earlier turns' reasoning, so later calls differ",
     "elided-history": "the agent cut old turns (tool output, messages) from later prompts",
-    "new-trial": "another attempt at the same task from its start",
+    "new-trial": "another attempt at the same task from its start (tau-bench trials): the "
+    "trials part where their conversations first differ",
     "retry": "a call sent again after an error",
     "parallel-tools": "calls made side by side on one prompt",
-    "sampling": "several samples of one prompt (GRPO groups, best-of-n)",
-    "unknown": "the sequence leaves the earlier one's prefix and its format does not say why: "
-    "usually a template that renders history differently from call to call, or a log edited "
-    "between calls; a chat template that renders history the same way (--chat-template) or a "
-    "format that records the cause "
-    "turns these into named reasons",
+    "sampling": "another sample of the same prompt (a GRPO group's rollouts, best-of-n): the "
+    "samples part where their tokens first differ",
+    "unknown": "the sequence leaves the earlier one's prefix and its format does not say why, "
+    "most often a chat template that renders history differently from call to call, or a log "
+    "edited between calls; it trains like any branch and costs only the tokens no longer "
+    "shared. To name it: --chat-template with a template that renders history the same way "
+    "each call, or a branch_reason field on OpenAI chat or Responses JSONL records",
 }
 
 
@@ -258,9 +260,13 @@ def legend(view: dict[str, Any]) -> list[str]:
         "@N: the segment starts at token N of its sequences (its depth); xN: N sequences pass "
         "through it (each trains its own continuation); 'K end': K of them end inside it"
     ]
-    for r in view["branches"]:
-        lines.append(f"{r}: {REASON_MEANING.get(r, 'a reason its format named')}")
-    return lines
+    return lines + reason_legend(view["branches"])
+
+
+def reason_legend(reasons: Iterable[str]) -> list[str]:
+    """One line per branch reason: what it means (``show`` under its drawing, ``stats`` under its
+    table of reasons)."""
+    return [f"{r}: {REASON_MEANING.get(r, 'a reason its format named')}" for r in reasons]
 
 
 def render_view(view: dict[str, Any]):  # -> rich.tree.Tree

@@ -16,7 +16,11 @@ separate entries ending at the same node, so every normalization can be restored
 
 Branch reasons: at a node with several children (or a group with several roots) the child holding
 the earliest input sequence is the main continuation; each other child is a branch whose reason is
-the adapter's hint on the earliest sequence that took it (``unknown`` when there is none).
+the adapter's hint on the earliest sequence that took it. Two runs of one task (a later tau-bench
+trial, another GRPO sample) part where their tokens first differ, which is often a call after the
+one that started the run: such a branch, whose earliest sequence has no hint and belongs to
+another trajectory than the main continuation's, takes the run's reason (:data:`RUN_REASONS`)
+from the hint on its trajectory's first sequence. ``unknown`` when neither says why.
 """
 
 from __future__ import annotations
@@ -364,18 +368,35 @@ def _subtree_aggregates(
     return last, nseq, first
 
 
+#: hints that name why a whole run (trajectory) differs from the group's others: on a run's first
+#: call, they also explain where a later call of the run leaves another run's path
+RUN_REASONS = frozenset({"new-trial", "sampling"})
+
+
 def _branch_reasons(trie: _Trie, first: np.ndarray, seqs: list[Sequence]) -> list[str]:
     """The child holding the earliest input is the main continuation; every other child gets
-    the hint of the earliest sequence that took it (``unknown`` when there is none)."""
+    the hint of the earliest sequence that took it, else the run's reason of that sequence's
+    trajectory when it parts from another trajectory (see the module docstring), else
+    ``unknown``."""
     reason = [""] * len(trie.src)
+    runs: dict[str, str | None] | None = None  # trajectory -> hint of its first sequence
     for sibs in [trie.roots] + trie.children:
         if len(sibs) < 2:
             continue
         main = min(sibs, key=lambda c: first[c])
         for c in sibs:
-            if c != main:
-                hint = seqs[int(first[c])].branch_reason
-                reason[c] = hint or "unknown"
+            if c == main:
+                continue
+            seq = seqs[int(first[c])]
+            hint = seq.branch_reason
+            if not hint and seq.trajectory_id != seqs[int(first[main])].trajectory_id:
+                if runs is None:
+                    runs = {}
+                    for s in seqs:  # input order: the first of each trajectory
+                        runs.setdefault(s.trajectory_id, s.branch_reason)
+                run = runs.get(seq.trajectory_id)
+                hint = run if run in RUN_REASONS else None
+            reason[c] = hint or "unknown"
     return reason
 
 

@@ -87,3 +87,18 @@ def test_the_drawing_ends_with_a_legend_of_its_marks_and_reasons(out):
         view["branches"]
     )
     assert all(line in r.stdout for line in lines)
+
+
+def test_stats_explains_each_reason_under_its_table(out):
+    """Issue 53 item 11: ``stats`` counted the reasons and defined none. The tau-bench trial
+    parts as ``new-trial`` (it was ``unknown``), and each reason of the table has its line."""
+    from treeprep.show import REASON_MEANING
+
+    tau = show(ShowConfig(out=out, group="tau:task-0"))
+    assert tau["branches"] == {"new-trial": 1}
+    r = CliRunner().invoke(app, ["stats", out], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert "branches by reason" in r.stdout
+    for reason in ("sub-agent", "compaction", "new-trial"):
+        assert f"{reason}: {REASON_MEANING[reason]}" in r.stdout
+    assert "unknown:" not in r.stdout

@@ -51,7 +51,7 @@ SAMPLE_GOLDEN = {
     ),
     "mistral_vibe": "86528108fdb803ba03a7a429ba7d27429bc02b1563a5a5821c2cbc65bf060ed8",
     "openai_chat.jsonl": "037b5448197fc1189e11c695b6d77727c2eb765a90baf587b0cebecf2c21cae9",
-    "openai_responses.jsonl": "cff8a4ccf3b7bab68fdb233e543af0d3982259e14f4f9d9623311f51ff607ef2",
+    "openai_responses.jsonl": "9a25210e022733b2dc6ec266de516f99a66c02bc906a557e910429db6dbfb872",
     "openai_responses_aviary.jsonl": (
         "654b774066778562dad4d440c1b559e8bffcc41c75f174cbe17ac5e3100c6fbc"
     ),
@@ -61,9 +61,9 @@ SAMPLE_GOLDEN = {
     "pi": "c46363926e3aa810e0e1c69efc937ca3b58bd07688f915d8ffa4046d44e14494",
     "session_traces.jsonl": "77f701968676a5962a18db06443d6d956d7a1e679f91cc1808cf1dfdfe8f55c8",
     "swe_agent_slugify.traj": "a226bad88c1351256f6bb1a56375112bbdac8997aba33192a09bd5d9298f2505",
-    "tau2_bench_shop.json": "da4b1aa9dedd14f735773a4bfb7c39f01ca06fe5f9fd723207e2b0a507590bf5",
-    "tau_bench_shop.json": "2304d4a250ca4865da5c8e4a86cc7cb630129ce896b21bfcfd2ef2a50e16aa5b",
-    "tokens.jsonl": "3f37299aaf6b265fd540a4b5f9752723dc65b1a1e3bce5008933cf33a1e2f9b0",
+    "tau2_bench_shop.json": "11c333119a5d27e6aaf2dbd40cf26f9dcb2f121310deb78c59577315712b82ee",
+    "tau_bench_shop.json": "233d21349845b02569fb5e81e4e2b7f65a8e955f0b3d76c8aea309fa9cfb9810",
+    "tokens.jsonl": "7a54f33e7b77b31ee026830e6410a2144418444652b0f4b1a236da54d5428b9f",
     "trajectory_dataset": "89ef603110d080ef8f021445009a81b86636b9d42d8020947982493355ec008f",
 }
 
@@ -81,15 +81,15 @@ SAMPLE_OPTIONS = {
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "47370e563a9329cc3517c049378ba57a86be43835ff37ed03e6525ccce081481",
+    "manifest.json": "8081ef266394246cf01d022a0414374c2abfa6c40f040b2fc8b941bff8a7c1a8",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "d10ef5b921b52dbddc8f37ba7a9b61718f5e9f4a4c4f6e4f7928022120a26e7d"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "d4fcb3e360df7f279ffe6279cf6d43d58b4f4fa88eb4e42686db667b55a0f0e9"
+        "1e314609790085ca9a52cd3e45888185bcd25a1981a782c67114019ca4ff3111"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "5b95a5f113f9d0fd70884412f1dcbad3571cfa5d8ed4d57857e35bb86ea45ff5",
+    "shards/shard-00000.arrow": "d697945c81baa6022bd9a76dc910e73dc968f4bf01d09588f9e3d021efe3f59e",
 }
 
 

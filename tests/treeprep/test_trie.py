@@ -98,6 +98,52 @@ def test_main_continuation_is_the_earliest_sequence() -> None:
     assert reasons == {(1,): "", (9, 9): "", (2, 2): "compaction"}
 
 
+def _reasons(t) -> dict[tuple[int, ...], str]:
+    return {tuple(t.node_tokens(i).tolist()): t.node_branch_reason[i] for i in range(t.num_nodes)}
+
+
+def test_a_later_run_parts_with_the_reason_its_first_call_names() -> None:
+    """Issue 53 item 11: a second tau-bench trial (or GRPO sample) repeats the first one's
+    opening call and parts from it at a later call, which carried no hint: ``unknown``. The
+    branch takes the run's reason from the run's first call."""
+    for why in ("new-trial", "sampling"):
+        t = build_tree(
+            [
+                _seq([1, 2, 3], trajectory_id="t1"),
+                _seq([1, 2, 3, 4, 5], trajectory_id="t1"),
+                _seq([1, 2, 3], trajectory_id="t2", branch_reason=why),
+                _seq([1, 2, 3, 6, 7], trajectory_id="t2"),
+            ]
+        )
+        assert _reasons(t) == {(1, 2, 3): "", (4, 5): "", (6, 7): why}
+
+
+def test_a_run_reason_explains_no_branch_inside_its_run() -> None:
+    """Within one run, and for hints that are not about runs (a sub-agent's first call), the
+    branch stays ``unknown``: the run's reason says why two runs differ, nothing more."""
+    inside = build_tree(
+        [
+            _seq([1, 2], trajectory_id="t1"),
+            _seq([1, 2], trajectory_id="t2", branch_reason="new-trial"),
+            _seq([1, 2, 3, 4], trajectory_id="t2"),
+            _seq([1, 2, 5, 6], trajectory_id="t2"),
+        ]
+    )
+    assert _reasons(inside) == {(1, 2): "", (3, 4): "", (5, 6): "unknown"}
+    other = build_tree(
+        [
+            _seq([1, 2, 3], trajectory_id="t1"),
+            _seq([8], trajectory_id="t2", branch_reason="sub-agent"),
+            _seq([1, 2, 4], trajectory_id="t2"),
+        ]
+    )
+    assert _reasons(other) == {(1, 2): "", (3,): "", (4,): "unknown", (8,): "sub-agent"}
+    named = build_tree(
+        [_seq([1, 2, 3], trajectory_id="t1"), _seq([1, 2, 4], trajectory_id="t2")]
+    )  # two runs, neither naming why
+    assert _reasons(named) == {(1, 2): "", (3,): "", (4,): "unknown"}
+
+
 def test_build_is_deterministic_under_input_permutation_of_tokens() -> None:
     a = [_seq([1, 2, 3]), _seq([1, 2, 4]), _seq([5])]
     t1 = build_tree(a)

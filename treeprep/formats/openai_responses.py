@@ -34,7 +34,9 @@ Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under 
 else NeMo-Gym's ``_ng_task_index`` scoped by the file's name (``NAME:task-N``): the rollouts of one
 task (GRPO samples) share one tree. Reward and advantage come from the record. One record is one
 rollout: its turns share a trajectory id (``trajectory_id`` and the other keys of
-:func:`~treeprep.formats.openai_chat.trajectory_of`, else ``FILE:LINE``).
+:func:`~treeprep.formats.openai_chat.trajectory_of`, else ``FILE:LINE``). The first call of a
+rollout that names its sample (one of those keys, or NeMo-Gym's) is hinted ``sampling``
+(:mod:`treeprep.formats._samples`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from treeprep.formats._fields import (
     type_name,
 )
 from treeprep.formats._read import records
+from treeprep.formats._samples import Samples
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -498,12 +501,12 @@ def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> l
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    samples = Samples()  # each rollout's first call: sampling (see the module)
     for line, rec in records(path, NAME):
-        yield from (
-            [rec]
-            if isinstance(rec, Reject)
-            else convert(rec, file=path, line=line, fmt=NAME, opts=opts)
-        )
+        if isinstance(rec, Reject):
+            yield rec
+        else:
+            yield from samples.mark(rec, convert(rec, file=path, line=line, fmt=NAME, opts=opts))
 
 
 def looks_like_responses(rec: Any) -> bool:

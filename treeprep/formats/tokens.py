@@ -6,11 +6,11 @@ Two JSONL layouts:
   ``generation_log_probs`` (one per generated token), ``reward``, ``advantage``, ``group_id``
   (or ``task_id``/``session_id``/``metadata.*``/``--group-by``), ``call_id``, ``agent_id``,
   ``trajectory_id`` (or ``sample_id``/``rollout_id``/``episode_id``/``session_id``: the sample the
-  call belongs to; without one the group is one run), ``ref_log_probs`` (a reference policy's
-  log-probs of the generated tokens, one per generated token, for ``--kl-coef``), and the
-  generation as text (``generation_text``, or its aliases in :data:`~treeprep.formats._fields.
-  FIELDS`: a string), which the generation ids are checked to decode to
-  (:mod:`treeprep.render.idcheck`);
+  call belongs to, its first call hinted ``sampling``; without one the group is one run),
+  ``ref_log_probs`` (a reference policy's log-probs of the generated tokens, one per generated
+  token, for ``--kl-coef``), and the generation as text (``generation_text``, or its aliases in
+  :data:`~treeprep.formats._fields.FIELDS`: a string), which the generation ids are checked to
+  decode to (:mod:`treeprep.render.idcheck`);
 * NeMo-Gym Responses rollouts, where the ids sit on the ``response.output`` items: every assistant
   turn whose items carry ids is one :class:`~treeprep.schemas.TokenRollout` (the ids on the message
   item cover the whole generation, reasoning included), grouped by ``_ng_task_index`` within the
@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from treeprep.formats._fields import AliasError, aliased, key_of, token_rollout, type_name
 from treeprep.formats._read import records
+from treeprep.formats._samples import Samples
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
@@ -113,10 +114,12 @@ def convert(rec: Any, *, file: str, line: int, opts: ReadOptions) -> list[Item]:
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
+    samples = Samples()  # each named sample's first call: sampling (see the module)
     for line, rec in records(path, NAME):
-        yield from (
-            [rec] if isinstance(rec, Reject) else convert(rec, file=path, line=line, opts=opts)
-        )
+        if isinstance(rec, Reject):
+            yield rec
+        else:
+            yield from samples.mark(rec, convert(rec, file=path, line=line, opts=opts))
 
 
 def _has_ids(rec: Any) -> bool:

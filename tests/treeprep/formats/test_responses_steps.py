@@ -36,7 +36,8 @@ def test_regression_aviary_output_list_of_lists_was_rejected() -> None:
     assert len(c2.messages) == len(states[1]) - 1
     assert c2.messages[1].content == "[Previous environment state - hidden]"
     # the agent collapsed old environment states before step 2: its prompt rewrote history
-    assert [c.branch_reason for c in calls] == [None, None, "elided-history"]
+    # a NeMo-Gym rollout's first call starts a sample of its task (treeprep/formats/_samples.py)
+    assert [c.branch_reason for c in calls] == ["sampling", None, "elided-history"]
     assert all(c.reward == 1.0 and c.tools is not None and len(c.tools) == 2 for c in calls)
     assert [(r.line, r.reason) for r in rejects] == [
         (
