@@ -1,5 +1,6 @@
 """trainer/config.py: every bad field is refused by name, the JSON form round-trips, the
-precision mode's autocast."""
+precision mode's autocast, the settings handed to the components (DataConfig, LossConfig) and
+the --cp refusal that config checks without importing the objective."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ torch = pytest.importorskip("torch")
 
 from treeprep.errors import TrainingError  # noqa: E402
 from treeprep.modes import Cut, Loss, Norm, PartGraph, Precision  # noqa: E402
-from treeprep.trainer.config import TrainConfig, config_dict, precision  # noqa: E402
+from treeprep.trainer.config import (  # noqa: E402
+    DataConfig,
+    LossConfig,
+    TrainConfig,
+    check_loss,
+    config_dict,
+    precision,
+)
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -80,3 +88,52 @@ def test_precision_modes() -> None:
     with autocast():
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16
         assert torch.is_autocast_enabled("cpu")
+
+
+def test_the_data_settings_are_the_run_fields_of_the_same_name() -> None:
+    """What the data room receives: each DataConfig field is the TrainConfig field of its name,
+    a value that differs from the default included (a field renamed on one side fails here)."""
+    from dataclasses import fields
+
+    cfg = _cfg(
+        plan=None,
+        budget=77,
+        steps_of=3,
+        seed=5,
+        cut="prefix",
+        group_by_prefix=True,
+        epochs=2,
+        layout="linear",
+        norm="sum",
+        adv_norm="rloo",
+        share_prefixes=False,
+    )
+    got = DataConfig.from_train(cfg)
+    assert {f.name: getattr(got, f.name) for f in fields(DataConfig)} == {
+        "plan": None, "budget": 77, "steps_of": 3, "seed": 5, "cut": Cut.prefix,
+        "group_by_prefix": True, "epochs": 2, "layout": "linear", "norm": Norm.sum,
+        "adv_norm": "rloo", "share_prefixes": False,
+    }  # fmt: skip
+    with pytest.raises(AttributeError):
+        got.loss  # noqa: B018  (the data room sees only its own settings)
+
+
+def test_config_refuses_a_sequence_ratio_loss_under_cp_with_the_facts_table() -> None:
+    from treeprep.modes import LOSS_FACTS
+
+    assert _cfg(loss="grpo", cp=2).cp == 2
+    with pytest.raises(TrainingError, match=r"--cp 2: gspo's sequence-level ratio .* or --cp 1"):
+        _cfg(loss="gspo", cp=2)
+    for name, facts in LOSS_FACTS.items():  # the function config calls, on every row
+        if facts.context_parallel:
+            check_loss(name, 4)
+        else:
+            with pytest.raises(TrainingError, match="sequence-level ratio"):
+                check_loss(name, 4)
+
+
+def test_loss_config_lives_in_config_and_the_objective_hands_it_on() -> None:
+    from treeprep.trainer.objective import loss as objective_loss
+
+    assert objective_loss.LossConfig is LossConfig
+    assert _cfg(loss="ppo", clip_eps=0.1).loss_config() == LossConfig("ppo", clip_eps=0.1)
