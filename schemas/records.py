@@ -22,6 +22,7 @@ names the sample; when it is None the builder uses the group id (the group is on
 
 from __future__ import annotations
 
+from operator import is_
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -127,8 +128,16 @@ class ChatCall(_Model):
 
     @model_validator(mode="after")
     def _tool_results_have_calls(self) -> ChatCall:
-        seen: set[str] = set()
-        for i, m in enumerate(self.messages):
+        global _LAST_CALLS
+        msgs = self.messages
+        last, last_seen = _LAST_CALLS
+        k = len(last)
+        if k and k <= len(msgs) and msgs[k - 1] is last[-1] and all(map(is_, last, msgs)):
+            start, seen = k, set(last_seen)  # the same objects checked last time: not again
+        else:
+            start, seen = 0, set()
+        for i in range(start, len(msgs)):
+            m = msgs[i]
             if m.role == "assistant" and m.tool_calls:
                 seen.update(tc.id for tc in m.tool_calls if tc.id)
             if m.role == "tool" and m.tool_call_id is not None and m.tool_call_id not in seen:
@@ -136,7 +145,15 @@ class ChatCall(_Model):
                     f"messages[{i}] is a tool result for tool_call_id {m.tool_call_id!r} "
                     "but no earlier assistant message made that call"
                 )
+        _LAST_CALLS = (list(msgs), seen)
         return self
+
+
+#: the messages :meth:`ChatCall._tool_results_have_calls` checked last and the tool-call ids they
+#: made: a session's calls share their history's :class:`Message` objects (the adapters validate
+#: each once), so a call whose messages start with the last call's objects checks only the rest
+#: (a message's role and ids are not changed after it is made)
+_LAST_CALLS: tuple[list[Message], set[str]] = ([], set())
 
 
 class TokenRollout(_Model):

@@ -45,6 +45,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
+from operator import is_
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -279,16 +280,30 @@ def _unrecognised(job: FileJob) -> FileResult:
 
 
 def _too_deep(item: Any) -> str | None:
-    """Why a call's tools or tool-call arguments nest too deep to render, or None."""
+    """Why a call's tools or tool-call arguments nest too deep to render, or None. The prompt
+    messages that start with the last passed call's (the same objects: a session's history,
+    :func:`treeprep.formats._fields.make_call`) are not walked again."""
+    global _PASSED
     tools = getattr(item, "tools", None)
     if tools and nested_deeper(tools, MAX_JSON_DEPTH):
         return f"tools: nested deeper than {MAX_JSON_DEPTH} levels"
-    msgs = [*getattr(item, "messages", []), getattr(item, "completion", None)]
-    for i, m in enumerate(msgs):
-        for tc in getattr(m, "tool_calls", None) or []:
+    prompt = list(getattr(item, "messages", []))
+    k = len(_PASSED)
+    if not (0 < k <= len(prompt) and prompt[k - 1] is _PASSED[-1]) or not all(
+        map(is_, _PASSED, prompt)
+    ):
+        k = 0
+    msgs = [*prompt, getattr(item, "completion", None)]
+    for i in range(k, len(msgs)):
+        for tc in getattr(msgs[i], "tool_calls", None) or []:
             if nested_deeper(tc.function.arguments, MAX_JSON_DEPTH):
                 return f"messages[{i}]: tool call arguments nested deeper than {MAX_JSON_DEPTH}"
+    _PASSED = prompt
     return None
+
+
+#: the prompt messages of the last call :func:`_too_deep` passed (curation rewrites no nesting)
+_PASSED: list[Any] = []
 
 
 def _adapter_bug(job: FileJob, spec: FormatSpec, e: Exception, named: _Names) -> dict:

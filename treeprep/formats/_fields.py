@@ -32,12 +32,13 @@ import os
 from collections.abc import Collection
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from treeprep.errors import RecordError
 from treeprep.formats.base import ReadOptions, TextRollout
 from treeprep.io.jsonparse import NonFinite
-from treeprep.schemas import ChatCall, Reject, TokenRollout
+from treeprep.schemas import ChatCall, Message, Reject, TokenRollout
 
 # --------------------------------------------------------------------------------------------
 # typed accessors: a value of the expected shape, or a RecordError naming its path
@@ -304,8 +305,18 @@ def file_stem(path: str, suffixes: tuple[str, ...]) -> str:
 
 
 def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> ChatCall | Reject:
-    """Validate a ChatCall; a validation error becomes a Reject naming the file and line."""
+    """Validate a ChatCall; a validation error becomes a Reject naming the file and line.
+
+    The prompt's messages that the last call made here also began with (the same JSON) are that
+    call's :class:`~treeprep.schemas.Message` objects, not validated again
+    (:func:`_shared_messages`)."""
+    shared = _shared_messages(fields.get("messages"))
     try:
+        if shared is not None:
+            try:
+                return ChatCall.model_validate({**fields, "messages": shared})
+            except ValidationError:
+                pass  # validated as a whole below, so that the reject reads as it always did
         return ChatCall.model_validate(fields)
     except ValidationError as e:
         errs = "; ".join(
@@ -318,6 +329,52 @@ def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> Chat
             format=fmt,
             call_id=fields.get("call_id"),
         )
+
+
+#: the last prompt :func:`make_call` validated: its messages' JSON and their objects
+_LAST_PROMPT: tuple[bytes, list[Message]] = (b"", [])
+
+_PASSTHROUGH = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+
+
+def _refuse(x: Any) -> Any:
+    raise TypeError(type(x).__name__)
+
+
+def _shared_messages(messages: Any) -> list[Message] | None:
+    """``messages`` (dicts) as validated objects: the last prompt's objects for the messages that
+    begin both prompts with the same JSON text, the others validated one by one; None when one
+    does not validate or the list is not plain JSON (the caller then validates the whole call).
+
+    A session's call k sends call k-1's messages again, and validating every message of every
+    call cost pydantic time quadratic in the session. The objects are shared between the calls,
+    as the rows of :mod:`~treeprep.formats.conversations` share theirs; the renderer knows a
+    shared history by them (:mod:`treeprep.render.history`). Equal JSON text is equal input
+    (orjson tells ``1``, ``1.0`` and ``true`` apart; it writes a non-finite float as ``null``,
+    which JSON logs cannot hold: :mod:`treeprep.io.jsonparse` refuses them)."""
+    global _LAST_PROMPT
+    if not isinstance(messages, list):
+        return None
+    try:
+        blob = orjson.dumps(messages, default=_refuse, option=_PASSTHROUGH)
+    except TypeError:
+        return None
+    last_blob, last = _LAST_PROMPT
+    k = 0
+    if last and blob.startswith(last_blob[:-1]):
+        n = len(last_blob)
+        if len(blob) == n or blob[n - 1 : n] == b",":  # each element is a whole JSON value
+            k = len(last)
+    try:
+        out = last[:k] + [Message.model_validate(m) for m in messages[k:]]
+    except ValidationError:
+        return None
+    _LAST_PROMPT = (blob, out)
+    return list(out)
 
 
 def group_or(doc: dict[str, Any], opts: ReadOptions, default: str) -> str:

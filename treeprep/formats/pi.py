@@ -184,33 +184,42 @@ def _cut_off(e: dict[str, Any]) -> str | None:
     return m.get("stopReason") if m.get("stopReason") in CUT_OFF else None
 
 
-def _as_sent(msgs: list[tuple[dict[str, Any], bool]]) -> list[dict[str, Any]]:
-    """Pi's ``transformMessages`` on chat messages (each with whether it is a cut-off reply):
-    cut-off replies left out; tool calls that no result answered before the next assistant or
-    user message answered with :data:`NO_RESULT`. Calls still pending at the end stay so."""
-    out: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []  # the last sent reply's tool calls
-    answered: set[Any] = set()
-    for m, cut in msgs:
+class _Sent:
+    """Pi's ``transformMessages`` on chat messages, one at a time (each with whether it is a
+    cut-off reply): cut-off replies left out; tool calls that no result answered before the next
+    assistant or user message answered with :data:`NO_RESULT`. Calls still pending at the end
+    stay so: nothing is done at the end, so the state after a path's messages goes on with the
+    messages of a longer path."""
+
+    def __init__(self) -> None:
+        self.out: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []  # the last sent reply's tool calls
+        self.answered: set[Any] = set()
+
+    def add(self, m: dict[str, Any], cut: bool) -> None:
+        out = self.out
         role = m.get("role")
         if role in ("assistant", "user"):
-            for tc in pending:
-                if tc.get("id") not in answered:
+            for tc in self.pending:
+                if tc.get("id") not in self.answered:
                     name = tc.get("function", {}).get("name")
                     out.append(_tool_result(tc["id"], name, [{"type": "text", "text": NO_RESULT}]))
-            pending, answered = [], set()
+            self.pending, self.answered = [], set()
             if cut:
-                continue
-            pending = list(m.get("tool_calls") or []) if role == "assistant" else []
+                return
+            self.pending = list(m.get("tool_calls") or []) if role == "assistant" else []
         elif role == "tool":
-            answered.add(m.get("tool_call_id"))
+            self.answered.add(m.get("tool_call_id"))
         out.append(m)
-    return out
 
 
 # --------------------------------------------------------------------------------------------
 # the tree -> calls
 # --------------------------------------------------------------------------------------------
+
+
+#: paths :meth:`_Session.path_to` keeps (each as long as the session: a few, not one per call)
+_PATHS_KEPT = 4
 
 
 class _Session:
@@ -222,22 +231,61 @@ class _Session:
         # each entry's chat message, converted once: every call's context is its whole path,
         # and converting it again per call made a session's read quadratic in its text
         self.converted: dict[str, dict[str, Any] | None] = {}
+        #: the paths last asked for, by their last entry (:meth:`path_to`)
+        self.paths: dict[str, list[str]] = {}
+        #: the last path without a compaction and what Pi sends for it (:meth:`context`)
+        self.sent: tuple[list[str], _Sent] | None = None
+
+    def add(self, eid: str, line: int, rec: dict[str, Any]) -> None:
+        """Read entry ``eid``; a repeated id replaces the earlier entry (and what was derived
+        from the entries is derived again)."""
+        if eid in self.entries:
+            self.converted.pop(eid, None)
+            self.paths.clear()
+            self.sent = None
+        self.entries[eid] = (line, rec)
 
     def path_to(self, eid: str | None) -> list[str]:
-        """Entry ids from the root to ``eid``; RecordError on a dangling or cyclic parent."""
+        """Entry ids from the root to ``eid``; RecordError on a dangling or cyclic parent.
+
+        The walk stops at an entry whose path is one of the last few asked for (the previous
+        call's parent, in a session that goes on), so a call walks what it adds."""
         out: list[str] = []
         seen: set[str] = set()
+        base: list[str] = []
+        asked = eid
         while eid is not None:
+            known = self.paths.get(eid)
+            if known is not None:
+                base = known
+                break
             if eid in seen or eid not in self.entries:
                 raise RecordError(f"parentId {eid!r} names no earlier entry of the session")
             seen.add(eid)
             out.append(eid)
             parent = self.entries[eid][1].get("parentId")
             eid = parent if isinstance(parent, str) else None
-        return out[::-1]
+        path = base + out[::-1]
+        if asked is not None:
+            self.paths[asked] = path
+            while len(self.paths) > _PATHS_KEPT:
+                del self.paths[next(iter(self.paths))]
+        return list(path)
 
     def context(self, ids: list[str]) -> tuple[list[dict[str, Any]], bool]:
-        """The chat messages Pi sends for a path (and whether a compaction is on it)."""
+        """The chat messages Pi sends for a path (and whether a compaction is on it).
+
+        A path that goes on from the last one without a compaction goes on from its state."""
+        if self.sent is not None:
+            last, sent = self.sent
+            k = len(last)
+            if k <= len(ids) and ids[k - 1] == last[-1] and ids[:k] == last:
+                if all(self._type(e) != "compaction" for e in ids[k:]):
+                    self.sent = None  # until the state is whole again
+                    for eid in ids[k:]:
+                        self._send(sent, eid)
+                    self.sent = (ids, sent)
+                    return list(sent.out), False
         comp = max((i for i, e in enumerate(ids) if self._type(e) == "compaction"), default=-1)
         if comp < 0:
             kept = ids
@@ -246,23 +294,29 @@ class _Session:
             first = entry.get("firstKeptEntryId")
             start = ids.index(first) if first in ids[:comp] else comp
             kept = ids[start:comp] + ids[comp + 1 :]
-        msgs: list[tuple[dict[str, Any], bool]] = []
+        sent = _Sent()
         if comp >= 0:
             summary = str(self.entries[ids[comp]][1].get("summary"))
             text = COMPACTION_PREFIX + summary + COMPACTION_SUFFIX
-            msgs.append(({"role": "user", "content": text}, False))
+            sent.add({"role": "user", "content": text}, False)
         for eid in kept:
-            line, e = self.entries[eid]
-            if _cut_off(e) is not None:  # left out unread: a partial reply may not parse
-                msgs.append(({"role": "assistant"}, True))
-                continue
-            if eid in self.converted:
-                m = self.converted[eid]
-            else:
-                m = self.converted[eid] = _entry_message(e, f"line {line}")
-            if m is not None:
-                msgs.append((m, False))
-        return _as_sent(msgs), comp >= 0
+            self._send(sent, eid)
+        if comp < 0 and ids:
+            self.sent = (ids, sent)
+        return list(sent.out), comp >= 0
+
+    def _send(self, sent: _Sent, eid: str) -> None:
+        """Entry ``eid``'s chat message into ``sent`` (none for an entry that is no message)."""
+        line, e = self.entries[eid]
+        if _cut_off(e) is not None:  # left out unread: a partial reply may not parse
+            sent.add({"role": "assistant"}, True)
+            return
+        if eid in self.converted:
+            m = self.converted[eid]
+        else:
+            m = self.converted[eid] = _entry_message(e, f"line {line}")
+        if m is not None:
+            sent.add(m, False)
 
     def _type(self, eid: str) -> Any:
         return self.entries[eid][1].get("type")
@@ -365,8 +419,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         if not isinstance(eid, str) or not eid:
             yield Reject(file=path, line=line, format=NAME, reason="id: expected a string")
             continue
-        s.entries[eid] = (line, rec)
-        s.converted.pop(eid, None)  # a repeated id: its later entry is the one read
+        s.add(eid, line, rec)
         message = rec.get("message")
         if rec.get("type") != "message" or not isinstance(message, dict):
             continue

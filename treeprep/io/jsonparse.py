@@ -123,7 +123,20 @@ def find_value(value: Any, path: str) -> str:
 
 
 def nested_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion)."""
+    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion).
+
+    First in C: each object or array writes one ``{`` or ``[`` in its JSON text, so a text with
+    at most ``limit`` of them nests no deeper (a session's calls repeat their history's
+    arguments, and the walk below cost more than the render)."""
+    if not isinstance(value, dict | list):
+        return False
+    try:
+        blob = orjson.dumps(value)
+    except TypeError:  # not plain JSON (orjson.JSONEncodeError is a TypeError): walk it
+        pass
+    else:
+        if blob.count(b"{") + blob.count(b"[") <= limit:
+            return False
     stack = [(value, 1)]
     while stack:
         v, d = stack.pop()

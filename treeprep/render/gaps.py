@@ -19,6 +19,7 @@ A call whose tool list lacks only some of the tools it calls is counted apart, a
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 #: a call whose prompt holds no system (or developer) message
@@ -28,7 +29,7 @@ NO_TOOL_SCHEMAS = "no-tool-schemas"
 #: the kinds above, in the order the notes name them
 GAP_KINDS = (NO_SYSTEM_PROMPT, NO_TOOL_SCHEMAS)
 
-_SYSTEM_ROLES = ("system", "developer")
+_SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 def prompt_gaps(
@@ -43,7 +44,7 @@ def prompt_gaps(
     >>> prompt_gaps([{"role": "system", "content": "be brief"}], {"content": "ok"}, None)
     ()
     """
-    no_system = not any(m.get("role") in _SYSTEM_ROLES for m in messages)
+    no_system = _SYSTEM_ROLES.isdisjoint(map(dict.get, messages, repeat("role")))  # in C
     no_tools = not tools and bool(completion.get("tool_calls"))
     return tuple(kind for kind, gap in zip(GAP_KINDS, (no_system, no_tools), strict=True) if gap)
 

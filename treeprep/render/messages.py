@@ -20,6 +20,7 @@ shows what the log holds.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from treeprep.errors import RenderError
@@ -152,12 +153,19 @@ def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "content": tail.lstrip("\n"), "reasoning_content": reasoning}
 
 
-def template_messages(rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
+def template_messages(
+    rec: ChatCall, *, normalized: Callable[[list[Message]], list[dict]] | None = None
+) -> tuple[list[dict], dict, list[dict] | None]:
     """(messages, completion, tools) of a call as passed to the chat template, each message
-    normalized and its inline ``<think>`` block split off."""
-    msgs = [
-        split_inline_think(normalize_message(m, f"messages[{i}]"))
-        for i, m in enumerate(rec.messages)
-    ]
+    normalized and its inline ``<think>`` block split off (the prompt's by ``normalized`` when
+    given: :class:`~treeprep.render.history.NormalizedHistory`, which reuses the dicts of a
+    history it has seen)."""
+    if normalized is not None:
+        msgs = normalized(rec.messages)
+    else:
+        msgs = [
+            split_inline_think(normalize_message(m, f"messages[{i}]"))
+            for i, m in enumerate(rec.messages)
+        ]
     comp = split_inline_think(normalize_message(rec.completion, "completion"))
     return msgs, comp, (rec.tools or None)

@@ -35,7 +35,9 @@ and on the real logs.
 Trade-offs: a port is code to maintain per template, and only templates we know are ported (Qwen3
 with hybrid thinking, Qwen2.5, Qwen3-Instruct-2507, the built-in ChatML template); every other
 template keeps the jinja path. No per-message cache: building a block is as cheap as hashing the
-key such a cache would need.
+key such a cache would need. A port whose text of a conversation starts with the text of any of
+its prefixes (the built-in ChatML template) declares it (:attr:`NativeTemplate.extend`), and a
+session's calls then render only what they append (:mod:`treeprep.render.history`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ __all__ = [
     "find_port",
     "find_verified_port",
     "probe_conversations",
+    "extend_builtin_chatml",
     "render_builtin_chatml",
     "render_qwen2_5",
     "render_qwen3",
@@ -73,6 +76,8 @@ FALLBACK_ERRORS: tuple[type[Exception], ...] = (
 )
 
 RenderFn = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None, bool], str]
+#: (text of ``messages[:start]``, messages, start, tools) -> text of ``messages``
+ExtendFn = Callable[[str, list[dict[str, Any]], int, list[dict[str, Any]] | None], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,13 @@ class NativeTemplate:
 
     name: str
     render: RenderFn
+    #: for a port whose text of a conversation is the text of any non-empty prefix of it (no
+    #: generation prompt) followed by more text: the text of the messages after the prefix
+    #: appended to the prefix's (:func:`extend_builtin_chatml`); None for ports whose earlier
+    #: turns depend on later ones (Qwen3 drops reasoning before the last user query)
+    extend: ExtendFn | None = None
+    #: with ``extend``: what ``add_generation_prompt`` appends to the text
+    generation_prompt: str = ""
 
 
 def _tojson(x: Any) -> str:
@@ -153,6 +165,9 @@ _QWEN_TOOLS_TAIL = (
 _QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
+_GENERATION_PROMPT = "<|im_start|>assistant\n"
+
+
 def _turn(out: list[str], role: str, content: str) -> None:
     """One plain ChatML turn: ``<|im_start|>role\ncontent<|im_end|>\n``."""
     out.append("<|im_start|>")
@@ -165,7 +180,7 @@ def _turn(out: list[str], role: str, content: str) -> None:
 def _finish(out: list[str], add_generation_prompt: bool) -> str:
     """The rendered text, with the assistant header appended when a generation prompt is asked."""
     if add_generation_prompt:
-        out.append("<|im_start|>assistant\n")
+        out.append(_GENERATION_PROMPT)
     return "".join(out)
 
 
@@ -398,9 +413,28 @@ def render_builtin_chatml(
     """The built-in tokenizer's ChatML template: reasoning in a ``<think>`` block on every
     assistant turn that has it, tool results as ``tool`` turns."""
     out: list[str] = []
-    ap = out.append
     _system_block(out, messages, tools, head=_BUILTIN_TOOLS_HEAD, tail=_BUILTIN_TOOLS_TAIL)
-    for i, m in enumerate(messages):
+    _builtin_turns(out, messages, 0)
+    return _finish(out, add_generation_prompt)
+
+
+def extend_builtin_chatml(
+    text: str, messages: list[dict[str, Any]], start: int, tools: list[dict[str, Any]] | None
+) -> str:
+    """``render_builtin_chatml(messages, tools, False)``, given ``text``, the render of
+    ``messages[:start]`` with the same tools and ``start >= 1``: the system block reads only
+    ``messages[0]`` and the tools, and each turn only its own message, so the text of the
+    messages after ``start`` is appended to ``text``."""
+    out = [text]
+    _builtin_turns(out, messages, start)
+    return "".join(out)
+
+
+def _builtin_turns(out: list[str], messages: list[dict[str, Any]], start: int) -> None:
+    """The turns of ``messages[start:]`` (a leading system message is the system block's)."""
+    ap = out.append
+    for i in range(start, len(messages)):
+        m = messages[i]
         role = m["role"]
         if role == "system" and i == 0:
             continue
@@ -421,7 +455,6 @@ def render_builtin_chatml(
             ap("\n</tool_response><|im_end|>\n")
         else:
             _turn(out, role, m["content"])
-    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -444,7 +477,10 @@ PORTS: dict[str, NativeTemplate] = {
     ),
     # treeprep.render.builtin.CHAT_TEMPLATE
     "1da93fe193dbadec53c47e6d813de217c0975f039d60190ee04e61b2157c4d2f": NativeTemplate(
-        "builtin_chatml", render_builtin_chatml
+        "builtin_chatml",
+        render_builtin_chatml,
+        extend=extend_builtin_chatml,
+        generation_prompt=_GENERATION_PROMPT,
     ),
 }
 

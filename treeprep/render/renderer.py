@@ -70,6 +70,7 @@ from treeprep.render.coverage import (
 )
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.gaps import prompt_gaps
+from treeprep.render.history import NormalizedHistory, RenderedPrefixes
 from treeprep.render.idcheck import IdCheck
 from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
@@ -156,6 +157,8 @@ class Renderer:
         # recent full renders: fingerprint of (messages, tools, date) -> ids
         self._recent: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._recent_max = 8
+        #: the last call's prompt, normalized (:mod:`treeprep.render.history`)
+        self._history = NormalizedHistory()
         #: the name of the native template port in use (None: jinja renders every call)
         self.native_template: str | None = None
         self._native: RenderFn | None = None
@@ -343,7 +346,7 @@ class Renderer:
         if port is None:
             return None
         self.native_template = port.name
-        return port.render
+        return RenderedPrefixes(port).render
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of rendered text (int32), through the piece cache."""
@@ -358,7 +361,7 @@ class Renderer:
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
         """(messages, completion, tools) as passed to the chat template
         (:func:`~treeprep.render.messages.template_messages`)."""
-        return template_messages(rec)
+        return template_messages(rec, normalized=self._history.messages)
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""

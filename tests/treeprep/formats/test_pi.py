@@ -323,3 +323,21 @@ def test_an_errored_replys_tool_calls_get_no_synthetic_results(tmp_path: Path) -
 def test_both_sessions_build_and_their_counts_reconcile(tmp_path: Path) -> None:
     m = build(BuildConfig(inputs=[str(PI)], out=str(tmp_path / "o")))
     assert (m.counts.records_in_trees, m.counts.trees, m.counts.records_rejected) == (11, 2, 2)
+
+
+@pytest.mark.parametrize("path", sorted(Path("sample_data/pi").rglob("*.jsonl")), ids=str)
+def test_paths_and_contexts_kept_between_calls_change_nothing(path: Path, monkeypatch) -> None:
+    """A call's path and context go on from the last call's (issue 54 item 9: a session's read
+    was quadratic); computed from the root for every call, every record is the same."""
+    from treeprep.formats import pi
+
+    kept = [r.model_dump() for r in pi.read(str(path), ReadOptions())]
+    whole = pi._Session.context
+
+    def from_the_root(self: Any, ids: list[str]) -> Any:
+        self.sent = None
+        return whole(self, ids)
+
+    monkeypatch.setattr(pi, "_PATHS_KEPT", 0)
+    monkeypatch.setattr(pi._Session, "context", from_the_root)
+    assert [r.model_dump() for r in pi.read(str(path), ReadOptions())] == kept

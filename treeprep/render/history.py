@@ -1,0 +1,142 @@
+"""A session's shared history, normalized once and rendered once.
+
+Why
+---
+Call k of an agent session sends the whole history again: its messages are call k-1's plus the
+last completion and its tool results. Normalizing every message of every call
+(:func:`~treeprep.render.messages.normalize_message`) and rendering the whole history with a
+native port on every call (three times: the full sequence, the generation prompt and the previous
+turn) made a build's CPU quadratic in the session's length: 4x the turns cost 13-16x the CPU.
+Here each message is normalized once, and the text of a known prefix is extended by the text of
+the appended messages, so a call costs what it appends (plus C-speed list and string copies).
+
+What the caches are keyed by
+----------------------------
+- :class:`NormalizedHistory` keeps the last call's prompt :class:`~treeprep.schemas.Message`
+  objects and their template dicts. A call whose messages start with *the same objects* (identity,
+  not equality: ``1 == True`` in a tool call's arguments would render differently) reuses those
+  dicts. The adapters hand out the same validated objects for a history that did not change
+  (:func:`treeprep.formats._fields.make_call`), and records are not changed in place after they
+  are read, except by the build's curation, which rewrites copies of them.
+- :class:`RenderedPrefixes` keeps the last few texts a native port rendered, each with its
+  template dicts (identity again: the dicts of :class:`NormalizedHistory` are only read) and its
+  tools (by their JSON text, compared exactly; tools holding a non-finite number are not cached,
+  as orjson writes it as ``null``). Only ports that declare the prefix property extend a text
+  (:attr:`~treeprep.render.native.NativeTemplate.extend`); the renderer's cross-check against the
+  jinja template (the first renders and every 64th) covers extended texts like whole ones.
+"""
+
+from __future__ import annotations
+
+import math
+from operator import is_
+from typing import Any
+
+import orjson
+
+from treeprep.render.messages import normalize_message, split_inline_think
+from treeprep.render.native import NativeTemplate
+from treeprep.schemas import Message
+
+#: texts kept by :class:`RenderedPrefixes` (a call renders three: full, prompt, previous turn)
+KEEP = 4
+
+_PASSTHROUGH = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+
+
+def _refuse(x: Any) -> Any:
+    raise TypeError(type(x).__name__)
+
+
+def _starts_with(items: list[Any], head: list[Any]) -> bool:
+    """Whether ``items`` starts with the very objects of ``head`` (identity, in C)."""
+    k = len(head)
+    return 0 < k <= len(items) and items[k - 1] is head[-1] and all(map(is_, head, items))
+
+
+class NormalizedHistory:
+    """The template dicts of a call's prompt messages, reusing the last call's for the messages
+    it shares with it (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._source: list[Message] = []
+        self._dicts: list[dict[str, Any]] = []
+
+    def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """``[split_inline_think(normalize_message(m, f"messages[{i}]")) ...]`` of
+        ``messages``; :class:`~treeprep.errors.RenderError` as that raises it."""
+        k = len(self._source) if _starts_with(messages, self._source) else 0
+        out = self._dicts[:k]
+        for i in range(k, len(messages)):
+            out.append(split_inline_think(normalize_message(messages[i], f"messages[{i}]")))
+        self._source, self._dicts = list(messages), out
+        return list(out)
+
+    def clear(self) -> None:
+        self._source, self._dicts = [], []
+
+
+def _tools_key(tools: list[dict[str, Any]] | None) -> bytes | None:
+    """The tools' JSON text (None: not cacheable)."""
+    try:
+        key = orjson.dumps(tools, default=_refuse, option=_PASSTHROUGH)
+    except TypeError:
+        return None
+    if b"null" in key and _non_finite(tools):
+        return None
+    return key
+
+
+def _non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return True
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return False
+
+
+class RenderedPrefixes:
+    """A native port's renders, extending the longest kept text whose messages start the
+    conversation (see the module docstring)."""
+
+    def __init__(self, port: NativeTemplate) -> None:
+        self.port = port
+        #: (template dicts, tools key, text without the generation prompt), newest last
+        self._texts: list[tuple[list[dict[str, Any]], bytes, str]] = []
+
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool
+    ) -> str:
+        """``port.render(messages, tools, gen)``; raises as the port does."""
+        port = self.port
+        if port.extend is None or not messages:
+            return port.render(messages, tools, gen)
+        key = _tools_key(tools)
+        text = None
+        if key is not None:
+            best: tuple[list[dict[str, Any]], bytes, str] | None = None
+            for kept in self._texts:
+                if kept[1] == key and (best is None or len(kept[0]) > len(best[0])):
+                    if _starts_with(messages, kept[0]):
+                        best = kept
+            if best is not None:
+                k = len(best[0])
+                text = best[2] if k == len(messages) else port.extend(best[2], messages, k, tools)
+        if text is None:
+            text = port.render(messages, tools, False)
+        if key is not None:
+            self._texts.append((list(messages), key, text))
+            del self._texts[:-KEEP]
+        return text + port.generation_prompt if gen else text
+
+    def clear(self) -> None:
+        self._texts.clear()
