@@ -105,7 +105,6 @@ COVERED_BY: dict[str, tuple[str, str]] = {
     "trainer/run/plot.py": ("trainer/run/test_trackers.py", "train.png"),
     "trainer/run/run_identity.py": ("trainer/run/test_resume.py", "check_resume"),
     "trainer/run/run_lock.py": ("trainer/run/test_run_folders.py", "FolderLocked"),
-    "trainer/run/saver.py": ("trainer/run/test_export.py", "RUN/final"),
     "trainer/verify.py": ("trainer/test_verify_objective.py", "verify_gradients"),
     # cli/ (the command modules are found by their command's name, below)
     "cli/app.py": ("cli/test_options.py", "app"),

@@ -159,8 +159,8 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     seed: int = 0
     #: auto (bf16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast), float16
-    #: (autocast and a dynamic grad scaler, for CUDA cards without bf16; the scale starts afresh
-    #: on resume) or float64 (weights, coefficients and loss: verification runs)
+    #: (autocast and a dynamic grad scaler, for CUDA cards without bf16; checkpoints keep its
+    #: scale) or float64 (weights, coefficients and loss: verification runs)
     precision: Precision = Precision.auto
     #: auto, cpu, cuda
     device: str = "auto"

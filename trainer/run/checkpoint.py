@@ -8,6 +8,7 @@ Layout of ``RUN/checkpoints/step-00000042/``::
                         adapter_model.safetensors) that PeftModel.from_pretrained loads
     optimizer.pt        the optimizer state (unsharded), torch.save of tensors and numbers
     scheduler.pt        the learning-rate schedule, for information (the rate follows the step)
+    scaler.pt           float16 runs: the grad scaler's state (its loss scale and growth count)
     rng-rank<R>.pt      each rank's random state (python, numpy, torch CPU, torch CUDA) as tensors
     state.json          step, epoch, position in the epoch, config, last metrics, and the sha256
                         of every other file: written last
@@ -54,6 +55,8 @@ _STEP_DIR = re.compile(r"^step-(\d{8})$")
 #: the weights file of a peft adapter folder (LoRA runs save the adapter, not the base model)
 ADAPTER_FILE = "adapter_model.safetensors"
 STATE_FILE = "state.json"
+#: a float16 run's grad scaler state
+SCALER_FILE = "scaler.pt"
 
 
 def step_dir_name(step: int) -> str:
@@ -209,9 +212,11 @@ def save_main(
     scheduler_state: dict,
     state: dict[str, Any],
     tokenizer_dir: str | None,
+    scaler_state: dict | None = None,
 ) -> None:
-    """Rank 0's part: the model folder, optimizer and scheduler, then ``state.json`` last. A
-    failed write is a CheckpointError naming the file and the cause; the temporary folder goes."""
+    """Rank 0's part: the model folder, optimizer, scheduler and (float16) grad scaler, then
+    ``state.json`` last. A failed write is a CheckpointError naming the file and the cause; the
+    temporary folder goes."""
     with _writing(tmp, remove=tmp):
         mdir = os.path.join(tmp, "model")
         save_plain(model, mdir, state_dict=model_state)
@@ -224,6 +229,8 @@ def save_main(
                     shutil.copy2(src, os.path.join(mdir, name))
         _torch_save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
         _torch_save(scheduler_state, os.path.join(tmp, "scheduler.pt"))
+        if scaler_state is not None:
+            _torch_save(scaler_state, os.path.join(tmp, SCALER_FILE))
         state = {**state, "files": checksum_files(tmp)}
         with open(os.path.join(tmp, STATE_FILE), "w", encoding="utf-8") as f:
             json.dump(state, f, indent=2)
@@ -377,6 +384,13 @@ class Checkpoint:
 
     def scheduler_state(self) -> dict:
         return self._load("scheduler.pt")  # type: ignore[no-any-return]
+
+    def scaler_state(self) -> dict | None:
+        """The float16 grad scaler's state; None when the run had no scaler (another precision)
+        or was saved before checkpoints held it."""
+        if not os.path.isfile(os.path.join(self.path, SCALER_FILE)):
+            return None
+        return self._load(SCALER_FILE)  # type: ignore[no-any-return]
 
     def rng(self, rank: int) -> dict | None:
         name = f"rng-rank{rank}.pt"

@@ -117,6 +117,7 @@ from treeprep.trainer.run.step import (
     Schedule,
     Stepper,
     StepResult,
+    grad_scaler,
     lr_factor,
     make_optimizer,
 )
@@ -222,9 +223,10 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
         total = sum(len(epochs.get(e).steps) for e in range(cfg.epochs or 1))
     sched = Schedule.of(cfg, total)
     step, epoch, epoch_step = 0, 0, 0
+    scaler = grad_scaler(cfg, dev)
     resumed = None
     if resume is not None and notes is not None:
-        step, epoch, epoch_step = restore(resume, wrapped, opt, cfg, info)
+        step, epoch, epoch_step = restore(resume, wrapped, opt, cfg, info, scaler)
         resumed = _resumed(resume, notes, sched, step)
     log = _RunLog(cfg, info, step, fresh=resume is None, emit=emit)
     emit("start", {
@@ -236,12 +238,14 @@ def _train(cfg: TrainConfig, info: dist_mod.DistInfo, callback: Callback | None)
     })  # fmt: skip
 
     # ---- 3. steps, each fed by the data of section 2 (built one step ahead with prefetch)
-    stepper = Stepper(cfg, info, wrapped, params, opt, sched, first.budget, step=step)
+    stepper = Stepper(cfg, info, wrapped, params, opt, sched, first.budget, step=step,
+                      scaler=scaler)  # fmt: skip
     my_ranks = [data_rank(info.rank, cfg.cp)] if info.distributed else list(range(first.world_size))
     works = step_work(DataConfig.from_train(cfg), reader, epochs, start=(epoch, epoch_step),
                       count=total - step, ranks=my_ranks, budget=first.budget,
                       device=dev)  # fmt: skip
-    saver = Saver(cfg, info, (wrapped, opt, sched), ident, resume.path if resume else None)
+    saver = Saver(cfg, info, (wrapped, opt, sched), ident, resume.path if resume else None,
+                  scaler)  # fmt: skip
     history: list[StepMetrics] = []
     try:
 

@@ -30,12 +30,17 @@ def restore(
     opt: torch.optim.Optimizer,
     cfg: TrainConfig,
     info: dist_mod.DistInfo,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[int, int, int]:
-    """Load the optimizer and random state of ``resume``; its (step, epoch, step in the epoch).
-    The learning rate is not restored: the run's own :class:`~.step.Schedule` sets it from the
-    step before every update."""
+    """Load the optimizer, the float16 grad scaler and the random state of ``resume``; its (step,
+    epoch, step in the epoch). The learning rate is not restored: the run's own
+    :class:`~.step.Schedule` sets it from the step before every update. A checkpoint without a
+    scaler state (saved before checkpoints held it) leaves ``scaler`` at its initial scale."""
     opt_state = resume.optimizer_state()
     dist_mod.load_optimizer_state(wrapped, opt, opt_state, cfg.parallel, info)
+    scaler_state = resume.scaler_state() if scaler is not None else None
+    if scaler is not None and scaler_state is not None:
+        scaler.load_state_dict(scaler_state)
     step, epoch, epoch_step = (int(resume.state[k]) for k in ("step", "epoch", "epoch_step"))
     rng = resume.rng(info.rank)
     if rng is not None:
@@ -79,8 +84,10 @@ class Saver:
         state: tuple[torch.nn.Module, torch.optim.Optimizer, Schedule],
         identity: dict[str, Any],
         last: str | None,
+        scaler: torch.amp.GradScaler | None = None,
     ) -> None:
         self.cfg, self.info, self.state, self.identity, self.last = cfg, info, state, identity, last
+        self.scaler = scaler
         self.since = time.monotonic()
 
     def due(self) -> bool:
@@ -91,7 +98,7 @@ class Saver:
     def save(self, step: int, epoch: int, epoch_step: int, m: StepMetrics | None) -> str:
         wrapped, opt, sched = self.state
         self.last = save(self.cfg, self.info, wrapped, opt, sched, step, epoch, epoch_step, m,
-                         identity=self.identity)  # fmt: skip
+                         identity=self.identity, scaler=self.scaler)  # fmt: skip
         self.since = time.monotonic()
         return self.last
 
@@ -108,9 +115,11 @@ def save(
     last: StepMetrics | None,
     *,
     identity: dict[str, Any] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> str:
     """Write a checkpoint atomically (every rank calls it); returns its final folder. The run's
-    ``identity`` (:mod:`.run_identity`) is what a resume is checked against."""
+    ``identity`` (:mod:`.run_identity`) is what a resume is checked against; a float16 run's
+    ``scaler`` is saved so that a resume goes on at the scale it reached."""
     tmp = ckpt_mod.begin_save(cfg.run_dir, step, info.is_main)
     dist_mod.barrier(info)
     ckpt_mod.save_rng(tmp, info.rank)
@@ -139,6 +148,7 @@ def save(
                 "metrics": last.to_dict() if last is not None else None,
             },
             tokenizer_dir=tok_dir,
+            scaler_state=scaler.state_dict() if scaler is not None else None,
         )
         final = ckpt_mod.finish_save(cfg.run_dir, tmp, step, cfg.keep)
     dist_mod.barrier(info)

@@ -157,6 +157,15 @@ class Schedule:
         return f"lr schedule now over {self.total} steps; step {step + 1} at {lr}"
 
 
+def grad_scaler(cfg: TrainConfig, device: torch.device) -> torch.amp.GradScaler | None:
+    """A float16 run's dynamic loss scale (gradients scaled by it in backward, unscaled before
+    the clip; a step whose gradients overflow is skipped and the scale halves); None otherwise.
+    Checkpoints save its state, so that a resume goes on at the scale it reached."""
+    if cfg.precision != "float16":
+        return None
+    return torch.amp.GradScaler(device.type)
+
+
 def make_optimizer(
     cfg: TrainConfig, params: list[torch.nn.Parameter], dev: torch.device
 ) -> torch.optim.Optimizer:
@@ -313,11 +322,8 @@ class Stepper:
         self.world_scale = float(info.world_size) if info.distributed else 1.0
         #: FSDP2's lockstep for hand-off steps, made on the first one
         self.sharded: ShardedHandOff | None = None
-        #: float16 runs: the dynamic loss scale (gradients scaled by it in backward, unscaled
-        #: before the clip; a step whose gradients overflow is skipped and the scale halves)
-        if scaler is None and cfg.precision == "float16":
-            scaler = torch.amp.GradScaler(info.device.type)
-        self.scaler = scaler
+        #: float16 runs: the dynamic loss scale (:func:`grad_scaler`)
+        self.scaler = scaler if scaler is not None else grad_scaler(cfg, info.device)
         #: updates skipped for an overflowing float16 gradient
         self.skipped = 0
 
