@@ -72,7 +72,7 @@ def _mode_fields(cls: type) -> dict[str, type[Mode]]:
 
 
 # --------------------------------------------------------------------------------------------
-# the objective (trainer.loss, trainer.advantages, trainer.batch)
+# the objective (trainer.objective.loss, trainer.batch.advantages, trainer.batch)
 # --------------------------------------------------------------------------------------------
 
 
@@ -136,7 +136,7 @@ class AdvNorm(Mode):
 
 class Unrewarded(Mode):
     """What an RL loss does with trees that have no advantage and no reward for some trajectory
-    (trainer.rewarded): refuse the run, or skip those trees, counted in the log and the summary."""
+    (trainer.data.rewarded): refuse the run, or skip those trees, counted in the log and the summary."""
 
     refuse = "refuse"
     skip = "skip"
