@@ -85,9 +85,8 @@ from treeprep.render.template import (
     first_char_difference,
     parse_date,
 )
-from treeprep.render.tokenizer import content_identity
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
-from treeprep.schemas.tokenizer import sha256_text
+from treeprep.schemas.tokenizer import content_identity, sha256_text
 from treeprep.sequence import Sequence
 
 if TYPE_CHECKING:

@@ -24,16 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from treeprep.errors import TokenizerError
 from treeprep.schemas.tokenizer import (
-    content_identity,
     folder_template,
     read_config,
     special_tokens,
     token_text,
 )
 
-#: the identity moved into :mod:`treeprep.schemas.tokenizer` (the trainer reads it there);
-#: the renderer still imports it from here
-__all__ = ["TokenizerFolder", "content_identity", "load_folder"]
+__all__ = ["TokenizerFolder", "load_folder"]
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
