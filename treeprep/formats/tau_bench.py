@@ -29,7 +29,8 @@ normalized over the trials, each counted once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from treeprep.errors import InputError, RecordError
@@ -128,6 +129,10 @@ def _tau2_simulation(
     return msgs, is_call
 
 
+#: a trial read: its chat (messages, which are calls) and its logged reward
+_Trial = tuple[tuple[list[dict[str, Any]], list[bool]], Any]
+
+
 class _Trials:
     """One results file's trials, read in file order, and what both formats make of them: a
     task's trials share its group (``<stem>:task-<id>``, unless the record names one), and a
@@ -146,6 +151,31 @@ class _Trials:
 
     def reject(self, line: int, reason: str, call_id: str | None = None) -> Reject:
         return Reject(file=self.path, line=line, format=self.fmt, reason=reason, call_id=call_id)
+
+    def trial(
+        self,
+        rec: dict[str, Any],
+        task: str,
+        *,
+        line: int,
+        where: str,
+        read: Callable[[], _Trial],
+        prefix: Callable[[int], str],
+        tools: list[dict[str, Any]] | None,
+    ) -> Iterator[Item]:
+        """One trial of ``task`` (both formats' loop): ``read()`` gives its chat and its logged
+        reward (a RecordError: the trial is one reject), ``prefix(n)`` its calls' id prefix
+        from its number among the task's trials."""
+        n = self.number(task)
+        try:
+            chat, reward = read()
+        except RecordError as err:
+            yield self.reject(line, str(err))
+            return
+        yield from self.calls(
+            rec, task, n, prefix=prefix(n), line=line, where=where, chat=chat, tools=tools,
+            reward=_float(reward),
+        )  # fmt: skip
 
     def calls(
         self,
@@ -217,6 +247,23 @@ def _float(v: Any) -> float | NonFinite | None:
         return None
 
 
+def _tau_read(e: dict[str, Any], i: int) -> _Trial:
+    return _tau_trial(e["traj"], f"[{i}].traj"), e.get("reward")
+
+
+def _tau_prefix(e: dict[str, Any], task: str, n: int) -> str:
+    return f"task-{task}/trial-{e.get('trial', n)}"
+
+
+def _tau2_read(s: dict[str, Any], i: int, system: str | None) -> _Trial:
+    chat = _tau2_simulation(s["messages"], f"simulations[{i}].messages", system)
+    return chat, opt_dict(s.get("reward_info"), f"simulations[{i}].reward_info").get("reward")
+
+
+def _tau2_prefix(s: dict[str, Any], i: int, task: str, n: int) -> str:
+    return f"task-{task}/trial-{s.get('trial', n)}/{s.get('id', i)}"
+
+
 def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
     d = document(path, keep_non_finite=True)
     doc = d.value
@@ -230,23 +277,14 @@ def read_tau(path: str, opts: ReadOptions) -> Iterator[Item]:
             yield trials.reject(line, f"[{i}]: expected an object with 'task_id' and a 'traj' list")
             continue
         task = str(e["task_id"])
-        n = trials.number(task)
-        try:
-            chat = _tau_trial(e["traj"], f"[{i}].traj")
-        except RecordError as err:
-            yield trials.reject(line, str(err))
-            continue
-        prefix = f"task-{task}/trial-{e.get('trial', n)}"
-        yield from trials.calls(
+        yield from trials.trial(
             e,
             task,
-            n,
-            prefix=prefix,
             line=line,
             where=f"[{i}].traj",
-            chat=chat,
+            read=partial(_tau_read, e, i),
+            prefix=partial(_tau_prefix, e, task),
             tools=opts.tools,
-            reward=_float(e.get("reward")),
         )
 
 
@@ -271,24 +309,14 @@ def read_tau2(path: str, opts: ReadOptions) -> Iterator[Item]:
         sid = s.get("id")
         line = d.line_of(f'"{sid}"') if isinstance(sid, str | int) and sid else 1
         task = str(s.get("task_id"))
-        n = trials.number(task)
-        try:
-            chat = _tau2_simulation(s["messages"], f"simulations[{i}].messages", system)
-            info_r = opt_dict(s.get("reward_info"), f"simulations[{i}].reward_info")
-        except RecordError as err:
-            yield trials.reject(line, str(err))
-            continue
-        prefix = f"task-{task}/trial-{s.get('trial', n)}/{s.get('id', i)}"
-        yield from trials.calls(
+        yield from trials.trial(
             s,
             task,
-            n,
-            prefix=prefix,
             line=line,
             where=f"simulations[{i}]",
-            chat=chat,
+            read=partial(_tau2_read, s, i, system),
+            prefix=partial(_tau2_prefix, s, i, task),
             tools=tools,
-            reward=_float(info_r.get("reward")),
         )
 
 
