@@ -287,10 +287,10 @@ def _too_deep(item: Any) -> str | None:
     tools = getattr(item, "tools", None)
     if tools and nested_deeper(tools, MAX_JSON_DEPTH):
         return f"tools: nested deeper than {MAX_JSON_DEPTH} levels"
-    prompt = list(getattr(item, "messages", []))
-    k = len(_PASSED)
-    if not (0 < k <= len(prompt) and prompt[k - 1] is _PASSED[-1]) or not all(
-        map(is_, _PASSED, prompt)
+    prompt, passed = list(getattr(item, "messages", [])), _PASSED
+    k = len(passed)
+    if not (0 < k <= len(prompt) and prompt[k - 1] is passed[-1]) or not all(
+        map(is_, passed, prompt)
     ):
         k = 0
     msgs = [*prompt, getattr(item, "completion", None)]

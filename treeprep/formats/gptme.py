@@ -242,32 +242,96 @@ def _chat(
     """gptme messages as the chat messages the OpenAI provider sends. ``parsed`` holds the
     history's assistant messages already parsed, by content: each call's prompt is the whole
     history, and parsing it again per call made a session's read quadratic in its text."""
-    parsed = {} if parsed is None else parsed
-    out: list[dict[str, Any]] = []
-    held: list[dict[str, Any]] = []  # messages between tool calls and their results
-    pending: set[str] = set()
+    chat = _Chat({} if parsed is None else parsed)
     for m in msgs:
+        chat.add(m)
+    return chat.messages()
+
+
+class _Chat:
+    """:func:`_chat` one message at a time (a left fold; :meth:`messages` ends it)."""
+
+    def __init__(self, parsed: dict[str, dict[str, Any]]) -> None:
+        self.parsed = parsed
+        self.out: list[dict[str, Any]] = []
+        self.held: list[dict[str, Any]] = []  # messages between tool calls and their results
+        self.pending: set[str] = set()
+
+    def add(self, m: dict[str, Any]) -> None:
         role, content = m["role"], m["content"]
         if role == "system" and m.get("call_id"):
-            out.append({"role": "tool", "tool_call_id": m["call_id"], "content": content})
-            pending.discard(m["call_id"])
-            continue
+            self.out.append({"role": "tool", "tool_call_id": m["call_id"], "content": content})
+            self.pending.discard(m["call_id"])
+            return
         if role == "assistant":
-            out.extend(held)
-            held = []
-            msg = parsed.get(content) or parsed.setdefault(
+            self.out.extend(self.held)
+            self.held = []
+            msg = self.parsed.get(content) or self.parsed.setdefault(
                 content, assistant(content, "", strict=False)
             )
-            pending = {tc["id"] for tc in msg.get("tool_calls") or []}
-            out.append(msg)
-            continue
-        if pending:
-            held.append({"role": role, "content": content})
+            self.pending = {tc["id"] for tc in msg.get("tool_calls") or []}
+            self.out.append(msg)
+            return
+        if self.pending:
+            self.held.append({"role": role, "content": content})
         else:
-            out.extend(held)
-            held = []
-            out.append({"role": role, "content": content})
-    return out + held
+            self.out.extend(self.held)
+            self.held = []
+            self.out.append({"role": role, "content": content})
+
+    def copy(self) -> _Chat:
+        c = _Chat(self.parsed)
+        c.out, c.held, c.pending = list(self.out), list(self.held), set(self.pending)
+        return c
+
+    def messages(self) -> list[dict[str, Any]]:
+        return self.out + self.held
+
+
+class _Prompts:
+    """``_chat(_prune_ephemeral(_active_generation(history)), parsed)`` for a history that
+    grows, each call going on from the last one's state (issue 54 item 9: a session's read was
+    quadratic). While no message has a prompt generation or a time to live, the first two steps
+    choose and prune nothing and all three are left folds: the merge's state is its last
+    message (a later one may merge into it), the chat's the messages merged before it. After
+    such a message, each call computes its prompt from the whole history, as gptme does."""
+
+    def __init__(self, parsed: dict[str, dict[str, Any]]) -> None:
+        self.parsed = parsed
+        self.seen = 0  # history messages folded
+        self.folds = True
+        self.chat = _Chat(parsed)  # the merged messages before the last
+        self.last: dict[str, Any] | None = None  # the last merged message
+
+    def of(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.folds:
+            try:
+                for m in history[self.seen :]:
+                    ttl = m.get("ephemeral_ttl")
+                    if _meta(m, "prompt_generation") is not None or isinstance(ttl, int):
+                        self.folds = False
+                        break
+                    self._merge(m)
+            except Exception:
+                self.folds = False  # the whole computation raises it again, as it always did
+                raise
+            self.seen = len(history)
+        if not self.folds:
+            return _chat(_prune_ephemeral(_active_generation(history)), self.parsed)
+        chat = self.chat.copy()
+        if self.last is not None:
+            chat.add(self.last)
+        return chat.messages()
+
+    def _merge(self, m: dict[str, Any]) -> None:
+        """:func:`_prune_ephemeral`'s merge of consecutive messages, one message at a time."""
+        prev = self.last
+        if prev and prev["role"] == m["role"] and not m.get("call_id") and not prev.get("call_id"):
+            self.last = {**prev, "content": f"{prev['content']}\n\n{m['content']}"}
+            return
+        if prev is not None:
+            self.chat.add(prev)
+        self.last = m
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,7 +352,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     conv, branch = _conversation(path)
     stem = conv if branch == "main" else f"{conv}/{branch}"
     history: list[dict[str, Any]] = []
-    parsed: dict[str, dict[str, Any]] = {}  # the history's assistant messages, parsed once
+    prompts = _Prompts({})  # the history's assistant messages parsed once, the prompt folded
     broken: str | None = None  # why the prompts stop being whole
     k = 0
     for line, rec in records(path, NAME, objects=True):
@@ -312,7 +376,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=broken)
         else:
             try:
-                yield _call(path, line, m, history, opts, conv, stem, k, parsed)
+                yield _call(path, line, m, history, opts, conv, stem, k, prompts)
             except RecordError as e:
                 yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=str(e))
         history.append(m)
@@ -327,9 +391,9 @@ def _call(
     conv: str,
     stem: str,
     k: int,
-    parsed: dict[str, dict[str, Any]],
+    prompts: _Prompts,
 ) -> Item:
-    prompt = _chat(_prune_ephemeral(_active_generation(history)), parsed)
+    prompt = prompts.of(history)
     if opts.system_prompt and not (prompt and prompt[0]["role"] == "system"):
         prompt.insert(0, {"role": "system", "content": opts.system_prompt})
     model = _meta(m, "model")

@@ -201,3 +201,41 @@ def test_calls_render_as_apply_chat_template_qwen3() -> None:
     full = list(hf.apply_chat_template([*sent, reply], **kw))
     head = list(hf.apply_chat_template(sent, add_generation_prompt=True, **kw))
     assert seq.tokens.tolist() == full and seq.loss_spans == [(len(head), len(full))]
+
+
+def _merging_session(tmp_path: Path) -> Path:
+    """Consecutive user and system messages (merged), text between a call and its result
+    (held), then a message with a time to live (the whole computation from there on)."""
+    ts = "2025-11-06T10:00:00.000001"
+    lines: list[dict[str, Any]] = [{"role": "system", "content": "You are gptme."}]
+    for i in range(6):
+        lines += [{"role": "user", "content": f"do {i}"}, {"role": "user", "content": "now"}]
+        call = f'ok\n@shell(c{i}): {{"command": "ls {i}"}}'
+        lines.append({"role": "assistant", "content": call})
+        lines.append({"role": "user", "content": "wait"})
+        lines.append({"role": "system", "content": f"out {i}", "call_id": f"c{i}"})
+        lines.append({"role": "system", "content": "note"})
+        lines.append({"role": "assistant", "content": f"done {i}"})
+        if i == 3:
+            lines.append({"role": "system", "content": "brief", "ephemeral_ttl": 1})
+    path = tmp_path / "conv" / "conversation.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps({**m, "timestamp": ts}) + "\n" for m in lines))
+    return path
+
+
+def test_prompts_folded_between_calls_change_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Each call's prompt goes on from the last call's (issue 54 item 9: a session's read was
+    quadratic); computed from the whole history for every call, every record is the same."""
+    from treeprep.formats import gptme
+
+    paths = [*sorted(Path("sample_data/gptme").rglob("*.jsonl")), _merging_session(tmp_path)]
+    kept = [[r.model_dump() for r in gptme.read(str(p), ReadOptions())] for p in paths]
+
+    def whole(self: Any, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        prompt = gptme._active_generation(history)
+        return gptme._chat(gptme._prune_ephemeral(prompt), self.parsed)
+
+    monkeypatch.setattr(gptme._Prompts, "of", whole)
+    assert [[r.model_dump() for r in gptme.read(str(p), ReadOptions())] for p in paths] == kept
+    assert sum(isinstance(r, ChatCall) for r in gptme.read(str(paths[-1]), ReadOptions())) == 12
