@@ -136,7 +136,8 @@ class AdvNorm(Mode):
 
 class Unrewarded(Mode):
     """What an RL loss does with trees that have no advantage and no reward for some trajectory
-    (trainer.data.rewarded): refuse the run, or skip those trees, counted in the log and the summary."""
+    (trainer.data.rewarded): refuse the run, or skip those trees, counted in the log and the
+    summary."""
 
     refuse = "refuse"
     skip = "skip"

@@ -22,7 +22,9 @@ reasoning merge.
   included; a turn of text and tool calls without reasoning gets its text as the reasoning, which
   is where gpt-oss's template writes it anyway (the response parser reads it back as reasoning,
   so without ``fold`` such a completion is rejected: :mod:`treeprep.render.response`). Each call
-  changed is counted (``reasoning-merge:drop``). A final answer after such
+  in which a turn changed is counted (``reasoning-merge:drop``); the calls of a session share
+  their history's messages (:func:`treeprep.formats._fields.make_call`), so a turn that later
+  calls repeat is changed, and counted, in the first call that carries it. A final answer after such
   turns renders after its generation prompt (:mod:`treeprep.render.prompted`).
 """
 
