@@ -149,8 +149,11 @@ class FileWorker:
         of them changed)."""
         seq_path = job.sequences_path()
         tmp = seq_path + ".tmp"
+        from treeprep.formats import forget_shared_messages
+
         opts = _read_options(self.options)
         curator = Curator(self.options)
+        forget_shared_messages()  # curation rewrites shared messages: none from another file
         with writing(seq_path, tmp), curator.active(), seen.active():
             with pa.OSFile(tmp, "wb") as sink, ipc.new_file(sink, WORK_SCHEMA) as writer:
                 n_read, n_seq, normalized = _render_records(

@@ -121,4 +121,21 @@ def _detect(path: str, head: bytes) -> FormatSpec | None:
     return None
 
 
-__all__ = ["FormatSpec", "Item", "ReadOptions", "Record", "detect_format", "formats", "get_format"]
+def forget_shared_messages() -> None:
+    """Before a new input file: the calls of one file share their history's message objects
+    (:func:`treeprep.formats._fields.make_call`); none is shared with another file's."""
+    from treeprep.formats._fields import forget_shared_messages as forget
+
+    forget()
+
+
+__all__ = [
+    "FormatSpec",
+    "Item",
+    "ReadOptions",
+    "Record",
+    "detect_format",
+    "forget_shared_messages",
+    "formats",
+    "get_format",
+]

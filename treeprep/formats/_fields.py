@@ -345,6 +345,14 @@ def _refuse(x: Any) -> Any:
     raise TypeError(type(x).__name__)
 
 
+def forget_shared_messages() -> None:
+    """Start a new input file: its first call shares no objects with the last file's calls (a
+    file's work, and the counts of its curation, depend on that file alone, not on what the
+    worker process read before it)."""
+    global _LAST_PROMPT
+    _LAST_PROMPT = (b"", [])
+
+
 def _shared_messages(messages: Any) -> list[Message] | None:
     """``messages`` (dicts) as validated objects: the last prompt's objects for the messages that
     begin both prompts with the same JSON text, the others validated one by one; None when one

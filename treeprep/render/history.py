@@ -16,8 +16,10 @@ What the caches are keyed by
   objects and their template dicts. A call whose messages start with *the same objects* (identity,
   not equality: ``1 == True`` in a tool call's arguments would render differently) reuses those
   dicts. The adapters hand out the same validated objects for a history that did not change
-  (:func:`treeprep.formats._fields.make_call`), and records are not changed in place after they
-  are read, except by the build's curation, which rewrites copies of them.
+  (:func:`treeprep.formats._fields.make_call`, within one input file). Records are not changed
+  in place after they are read, except by the build's curation (:mod:`treeprep.build.curate`),
+  which runs on each call before it renders and is idempotent: a shared message is rewritten by
+  the first call that carries it, before its first render, and left as it is by the later ones.
 - :class:`RenderedPrefixes` keeps the last few texts a native port rendered, each with its
   template dicts (identity again: the dicts of :class:`NormalizedHistory` are only read) and its
   tools (by their JSON text, compared exactly; tools holding a non-finite number are not cached,

@@ -350,3 +350,43 @@ def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -
         assert m.curation == {f"reasoning-merge:{how}": 2}
         # drop keeps the completion's reasoning, which the template refuses with its text
         assert m.counts.records_in_trees == (1 if how == "drop" else 2)
+
+
+def _anthropic_record(session: str) -> dict:
+    """A Claude API call whose history holds a turn of thinking, text and a tool call."""
+    turn = [
+        {"type": "thinking", "thinking": "Check the file.", "signature": "s"},
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "t", "name": "ls", "input": {}},
+    ]
+    result = [{"type": "tool_result", "tool_use_id": "t", "content": "a.py"}]
+    messages = [
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": turn},
+        {"role": "user", "content": result},
+    ]
+    response = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [{"type": "text", "text": "a.py"}],
+        "stop_reason": "end_turn",
+    }
+    request = {"model": "claude", "max_tokens": 64, "messages": messages}
+    return {"session_id": session, "request": request, "response": response}
+
+
+@pytest.mark.parametrize("how", ["drop", "fold"])
+def test_a_files_curation_does_not_depend_on_the_file_read_before(tmp_path: Path, how: str) -> None:
+    """The calls of one file share their history's message objects, which curation rewrites in
+    place; the next file read by the same process starts afresh, so that a file's work (and its
+    counts) are that file's alone, whatever the worker read before it."""
+    logs = tmp_path / "logs"
+    _jsonl(logs / "a.jsonl", [_anthropic_record("s1")])
+    _jsonl(logs / "b.jsonl", [_anthropic_record("s2")])
+    one = FileOptions(reasoning_merge=how)
+    alone = build(BuildConfig(inputs=[str(logs / "b.jsonl")], out=str(tmp_path / "b"), file=one))
+    both = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "ab"), file=one))
+    assert alone.curation == {f"reasoning-merge:{how}": 1}
+    assert both.curation == {f"reasoning-merge:{how}": 2}
