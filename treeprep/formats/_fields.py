@@ -32,12 +32,11 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from treeprep.errors import RecordError
 from treeprep.formats.base import ReadOptions, TextRollout
-from treeprep.io.jsonparse import NonFinite
+from treeprep.io.jsonparse import NonFinite, json_key
 from treeprep.schemas import ChatCall, Message, Reject, TokenRollout
 
 # --------------------------------------------------------------------------------------------
@@ -334,16 +333,6 @@ def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> Chat
 #: the last prompt :func:`make_call` validated: its messages' JSON and their objects
 _LAST_PROMPT: tuple[bytes, list[Message]] = (b"", [])
 
-_PASSTHROUGH = (
-    orjson.OPT_PASSTHROUGH_SUBCLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-)
-
-
-def _refuse(x: Any) -> Any:
-    raise TypeError(type(x).__name__)
-
 
 def forget_shared_messages() -> None:
     """Start a new input file: its first call shares no objects with the last file's calls (a
@@ -367,9 +356,8 @@ def _shared_messages(messages: Any) -> list[Message] | None:
     global _LAST_PROMPT
     if not isinstance(messages, list):
         return None
-    try:
-        blob = orjson.dumps(messages, default=_refuse, option=_PASSTHROUGH)
-    except TypeError:
+    blob = json_key(messages)
+    if blob is None:
         return None
     last_blob, last = _LAST_PROMPT
     k = 0

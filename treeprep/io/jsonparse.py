@@ -50,6 +50,36 @@ __all__ = [
 BOM = b"\xef\xbb\xbf"
 
 
+#: orjson passes these to ``default`` (which refuses them) instead of writing them its own way
+_PLAIN_ONLY = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+def json_key(value: Any) -> bytes | None:
+    """orjson's text of a plain JSON value, as an exact cache key: two values with the same key
+    are equal and of the same types (``1``, ``1.0`` and ``true`` differ). None when ``value``
+    holds anything but dicts with string keys, lists, strings, 64-bit integers, floats, booleans
+    and None (a subclass, a datetime or a dataclass is refused, not written its own way). orjson
+    writes NaN and infinities as ``null``: a caller whose values may hold them checks for that.
+
+    >>> json_key({"a": [1, 1.0, True, None]})
+    b'{"a":[1,1.0,true,null]}'
+    >>> json_key({1: "a"}) is None
+    True
+    """
+    try:
+        return orjson.dumps(value, default=_refuse, option=_PLAIN_ONLY)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return None
+
+
 def strip_bom(data: bytes) -> bytes:
     """``data`` without a leading :data:`BOM`."""
     return data[len(BOM) :] if data.startswith(BOM) else data

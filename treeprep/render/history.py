@@ -34,24 +34,13 @@ import math
 from operator import is_
 from typing import Any
 
-import orjson
-
+from treeprep.io.jsonparse import json_key
 from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
 from treeprep.schemas import Message
 
 #: texts kept by :class:`RenderedPrefixes` (a call renders three: full, prompt, previous turn)
 KEEP = 4
-
-_PASSTHROUGH = (
-    orjson.OPT_PASSTHROUGH_SUBCLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-)
-
-
-def _refuse(x: Any) -> Any:
-    raise TypeError(type(x).__name__)
 
 
 def _starts_with(items: list[Any], head: list[Any]) -> bool:
@@ -84,9 +73,8 @@ class NormalizedHistory:
 
 def _tools_key(tools: list[dict[str, Any]] | None) -> bytes | None:
     """The tools' JSON text (None: not cacheable)."""
-    try:
-        key = orjson.dumps(tools, default=_refuse, option=_PASSTHROUGH)
-    except TypeError:
+    key = json_key(tools)
+    if key is None:
         return None
     if b"null" in key and _non_finite(tools):
         return None

@@ -47,9 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from treeprep.errors import RenderError, TemplateLimitError
+from treeprep.io.jsonparse import json_key
 from treeprep.schemas.tokenizer import sha256_text
 
 __all__ = [
@@ -100,17 +99,6 @@ def _tojson(x: Any) -> str:
     return json.dumps(x, ensure_ascii=False)
 
 
-_PASSTHROUGH = (
-    orjson.OPT_PASSTHROUGH_SUBCLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-)
-
-
-def _refuse(x: Any) -> Any:
-    raise TypeError(type(x).__name__)
-
-
 _TOOL_JSON: dict[bytes, str] = {}
 _TOOL_JSON_MAX = 1024
 
@@ -125,9 +113,8 @@ def _tool_json(tool: Any) -> str:
     a refusal here; a ``uuid.UUID`` or an ``enum.Enum`` value would still be keyed as its value:
     JSON-parsed tools hold neither). Values orjson refuses (non-string keys, integers over 64 bits)
     are not memoized either."""
-    try:
-        key = orjson.dumps(tool, default=_refuse, option=_PASSTHROUGH)
-    except TypeError:
+    key = json_key(tool)
+    if key is None:
         return _tojson(tool)
     text = _TOOL_JSON.get(key)
     if text is None:
