@@ -24,13 +24,22 @@ Tool calls. :func:`openai_tool_calls` is the one conversion of a list of OpenAI-
 (``{id, type: "function", function: {name, arguments}}``, or the flat ``{id, name, arguments}``
 of tau2-bench and ShareGPT) into chat form (:func:`chat_tool_call`); arguments are kept as given,
 a JSON string or an object, because the renderer must see what the model wrote.
+
+Content blocks. :func:`assistant_blocks` is the one walk over an assistant's content blocks (Pi's
+``content``, OpenCode's parts, the Messages API's ``content``) that sorts them by their ``type``
+into its texts, its reasoning and its tool calls, reading each text with :func:`block_text` and
+naming each block by its path. A format gives its spellings and its strictness as a
+:class:`BlockNames` and converts a tool-call block itself (the fields, their checks and what else a
+call carries differ per format); how the pieces become a turn (:func:`assistant_turn`: the joins,
+no text as ``""`` or None) stays with the format too.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -239,6 +248,79 @@ def assistant_turn(
     if calls:
         msg["tool_calls"] = calls
     return msg
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockNames:
+    """How a format spells an assistant's content blocks (by their ``type``), and how strictly
+    :func:`assistant_blocks` reads them."""
+
+    text: str
+    """The type of a text block (its text is in ``text``)."""
+    thinking: str
+    """The type of a reasoning block."""
+    thinking_field: str
+    """The field that holds a reasoning block's text."""
+    tool_call: str
+    """The type of a tool-call block."""
+    text_required: bool = True
+    """A text or reasoning block's text must be a string; else null or absent reads as ``""``."""
+    others: Literal["reject", "skip"] = "reject"
+    """A block of another type: a RecordError naming the three types, or skipped."""
+
+
+def block_text(b: dict[str, Any], key: str, where: str, *, required: bool = True) -> str:
+    """Block ``b``'s string ``key`` (not ``required``: ``""`` when null or absent); RecordError
+    naming ``<where>.<key>`` otherwise.
+
+    >>> block_text({"type": "text"}, "text", "content[0]", required=False)
+    ''
+    """
+    if required:
+        return expect(b.get(key), f"{where}.{key}", str)  # type: ignore[no-any-return]
+    return opt_str(b.get(key), f"{where}.{key}") or ""
+
+
+def assistant_blocks(
+    blocks: Iterable[tuple[int, dict[str, Any]]],
+    where: str,
+    names: BlockNames,
+    tool_call: Callable[[dict[str, Any], str], dict[str, Any]],
+) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """An assistant's content blocks, ``(index, block)`` pairs, sorted into (its texts, its
+    reasoning texts, its tool calls), each in order. Block ``i`` is named ``<where>[i]``;
+    ``tool_call(block, that path)`` converts a tool-call block (and raises RecordError for one
+    that does not fit), in block order with the other checks.
+
+    >>> names = BlockNames(text="text", thinking="thinking", thinking_field="thinking",
+    ...                    tool_call="toolCall")
+    >>> call = lambda b, w: chat_tool_call(b["id"], b["name"], {})
+    >>> blocks = [{"type": "text", "text": "hi"}, {"type": "toolCall", "id": "c1", "name": "ls"}]
+    >>> assistant_blocks(enumerate(blocks), "content", names, call)
+    (['hi'], [], [{'id': 'c1', 'type': 'function', 'function': {'name': 'ls', 'arguments': {}}}])
+    >>> assistant_blocks(enumerate([{"type": "image"}]), "content", names, call)
+    Traceback (most recent call last):
+    ...
+    treeprep.errors.RecordError: content[0].type: expected text, thinking or toolCall, got 'image'
+    """
+    text: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for i, b in blocks:
+        w = f"{where}[{i}]"
+        kind = b.get("type")
+        if kind == names.text:
+            text.append(block_text(b, "text", w, required=names.text_required))
+        elif kind == names.thinking:
+            thinking.append(block_text(b, names.thinking_field, w, required=names.text_required))
+        elif kind == names.tool_call:
+            calls.append(tool_call(b, w))
+        elif names.others == "reject":
+            raise RecordError(
+                f"{w}.type: expected {names.text}, {names.thinking} or {names.tool_call}, "
+                f"got {kind!r}"
+            )
+    return text, thinking, calls
 
 
 def openai_tool_calls(v: Any, where: str) -> list[dict[str, Any]]:

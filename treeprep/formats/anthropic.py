@@ -24,12 +24,15 @@ from typing import Any
 
 from treeprep.errors import RecordError
 from treeprep.formats._fields import (
+    BlockNames,
     as_list,
+    assistant_blocks,
     assistant_turn,
+    block_text,
+    chat_tool_call,
     expect,
     make_call,
     opt_list,
-    opt_str,
     type_name,
 )
 from treeprep.formats._read import head_json_objects, records
@@ -85,11 +88,6 @@ def convert_tools(tools: Any, where: str = "tools") -> list[dict[str, Any]] | No
 _BLOCKS = "a string or a list of content blocks"
 
 
-def _block_text(b: dict[str, Any], key: str, where: str) -> str:
-    """A block's ``text`` (or ``thinking``) string; absent is empty."""
-    return opt_str(b.get(key), f"{where}.{key}") or ""
-
-
 def _text(blocks: Any, where: str) -> str:
     """The text of a string or of the ``text`` blocks of a list (null: no text)."""
     if blocks is None:
@@ -97,10 +95,27 @@ def _text(blocks: Any, where: str) -> str:
     if isinstance(expect(blocks, where, str, list, what=_BLOCKS), str):
         return blocks  # type: ignore[no-any-return]
     return "".join(
-        _block_text(b, "text", f"{where}[{i}]")
+        block_text(b, "text", f"{where}[{i}]", required=False)
         for i, b in enumerate(blocks)
         if isinstance(b, dict) and b.get("type") == "text"
     )
+
+
+#: an assistant's content blocks, read leniently: a null or absent text is empty, and blocks of
+#: other types (``redacted_thinking``, server tool blocks) are skipped
+_BLOCK_NAMES = BlockNames(
+    text="text",
+    thinking="thinking",
+    thinking_field="thinking",
+    tool_call="tool_use",
+    text_required=False,
+    others="skip",
+)
+
+
+def _tool_use(b: dict[str, Any], where: str) -> dict[str, Any]:
+    """A ``tool_use`` block as a chat tool call, its ``input`` the arguments (as logged)."""
+    return chat_tool_call(b.get("id"), b.get("name", ""), b.get("input") or {})
 
 
 def assistant_message(content: Any, where: str = "content") -> dict[str, Any]:
@@ -113,25 +128,9 @@ def assistant_message(content: Any, where: str = "content") -> dict[str, Any]:
     """
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
-    texts: list[str] = []
-    thinking: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for i, b in enumerate(opt_list(expect_blocks(content, where), where)):
-        if not isinstance(b, dict):
-            continue
-        t = b.get("type")
-        if t == "text":
-            texts.append(_block_text(b, "text", f"{where}[{i}]"))
-        elif t == "thinking":
-            thinking.append(_block_text(b, "thinking", f"{where}[{i}]"))
-        elif t == "tool_use":
-            calls.append(
-                {
-                    "id": b.get("id"),
-                    "type": "function",
-                    "function": {"name": b.get("name", ""), "arguments": b.get("input") or {}},
-                }
-            )
+    listed = enumerate(opt_list(expect_blocks(content, where), where))
+    blocks = ((i, b) for i, b in listed if isinstance(b, dict))  # others are skipped
+    texts, thinking, calls = assistant_blocks(blocks, where, _BLOCK_NAMES, _tool_use)
     return assistant_turn("".join(texts) if texts else None, thinking, calls, sep="\n\n")
 
 
@@ -161,7 +160,9 @@ def user_messages(content: Any, where: str) -> list[dict[str, Any]]:
                 }
             )
         elif b.get("type") == "text":
-            parts.append({"type": "text", "text": _block_text(b, "text", f"{where}[{i}]")})
+            parts.append(
+                {"type": "text", "text": block_text(b, "text", f"{where}[{i}]", required=False)}
+            )
         else:
             parts.append(dict(b))
     if parts:

@@ -48,7 +48,9 @@ from typing import Any
 
 from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import (
+    BlockNames,
     as_dict,
+    assistant_blocks,
     assistant_turn,
     chat_tool_call,
     dicts,
@@ -294,27 +296,28 @@ def _steps(parts: list[dict[str, Any]]) -> list[list[tuple[int, dict[str, Any]]]
     return [s for s in steps if any(p.get("type") != "step-start" for _, p in s)]
 
 
+#: a step's parts that are its reply (a part's text must be a string); the others (the step's
+#: bounds, files, patches: :data:`PART_TYPES`, checked by :func:`check_part`) are skipped
+_BLOCK_NAMES = BlockNames(
+    text="text", thinking="reasoning", thinking_field="text", tool_call="tool", others="skip"
+)
+
+
 def _step_messages(step: list[tuple[int, dict[str, Any]]], where: str) -> list[dict[str, Any]]:
     """One step as chat: the assistant message, then one tool message per tool result."""
-    text: list[str] = []
-    thinking: list[str] = []
-    calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
-    for i, p in step:
-        w = f"{where}.parts[{i}]"
-        kind = p.get("type")
-        if kind == "text":
-            text.append(expect(p.get("text"), f"{w}.text", str))
-        elif kind == "reasoning":
-            thinking.append(expect(p.get("text"), f"{w}.text", str))
-        elif kind == "tool":
-            cid = expect(p.get("callID"), f"{w}.callID", str)
-            name = expect(p.get("tool"), f"{w}.tool", str)
-            state = as_dict(p.get("state"), f"{w}.state")
-            args = as_dict(state.get("input", {}), f"{w}.state.input")
-            calls.append(chat_tool_call(cid, name, args))
-            out = _tool_output(state, f"{w}.state")
-            results.append({"role": "tool", "tool_call_id": cid, "name": name, "content": out})
+
+    def tool_call(p: dict[str, Any], w: str) -> dict[str, Any]:
+        """A ``tool`` part as a chat tool call; its result goes to ``results``."""
+        cid = expect(p.get("callID"), f"{w}.callID", str)
+        name = expect(p.get("tool"), f"{w}.tool", str)
+        state = as_dict(p.get("state"), f"{w}.state")
+        args = as_dict(state.get("input", {}), f"{w}.state.input")
+        out = _tool_output(state, f"{w}.state")
+        results.append({"role": "tool", "tool_call_id": cid, "name": name, "content": out})
+        return chat_tool_call(cid, name, args)
+
+    text, thinking, calls = assistant_blocks(step, f"{where}.parts", _BLOCK_NAMES, tool_call)
     return [assistant_turn("".join(text), thinking, calls), *results]
 
 

@@ -49,7 +49,9 @@ from typing import Any
 
 from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import (
+    BlockNames,
     as_dict,
+    assistant_blocks,
     assistant_turn,
     chat_tool_call,
     dicts,
@@ -108,21 +110,23 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
     ]
 
 
+#: an assistant's content blocks (``AssistantMessage.content``), read strictly: a block's text
+#: must be a string, and a block of another type is a reject
+_BLOCK_NAMES = BlockNames(
+    text="text", thinking="thinking", thinking_field="thinking", tool_call="toolCall"
+)
+
+
+def _tool_call(b: dict[str, Any], where: str) -> dict[str, Any]:
+    """A ``toolCall`` block (``id``, ``name``, ``arguments``) in chat form."""
+    args = expect(b.get("arguments", {}), f"{where}.arguments", dict, str, what="an object")
+    name = expect(b.get("name"), f"{where}.name", str)
+    return chat_tool_call(expect(b.get("id"), f"{where}.id", str), name, args)
+
+
 def _assistant(m: dict[str, Any], where: str) -> dict[str, Any]:
-    text, thinking, calls = [], [], []
-    for i, b in enumerate(dicts(m.get("content"), f"{where}.content")):
-        w = f"{where}.content[{i}]"
-        kind = b.get("type")
-        if kind == "text":
-            text.append(expect(b.get("text"), f"{w}.text", str))
-        elif kind == "thinking":
-            thinking.append(expect(b.get("thinking"), f"{w}.thinking", str))
-        elif kind == "toolCall":
-            args = expect(b.get("arguments", {}), f"{w}.arguments", dict, str, what="an object")
-            name = expect(b.get("name"), f"{w}.name", str)
-            calls.append(chat_tool_call(expect(b.get("id"), f"{w}.id", str), name, args))
-        else:
-            raise RecordError(f"{w}.type: expected text, thinking or toolCall, got {kind!r}")
+    blocks = enumerate(dicts(m.get("content"), f"{where}.content"))
+    text, thinking, calls = assistant_blocks(blocks, f"{where}.content", _BLOCK_NAMES, _tool_call)
     return assistant_turn("".join(text), thinking, calls)
 
 

@@ -107,3 +107,31 @@ def test_a_compacted_time_of_the_wrong_type_is_a_reject(tmp_path: Path) -> None:
     assert rejects[0].reason.endswith(
         ".state.time.compacted: expected an integer or float, got string"
     )
+
+
+def _set_part(doc: dict[str, Any], part: dict[str, Any]) -> None:
+    """The summary step's text part (``messages[3].parts[1]``) replaced by ``part``."""
+    doc["messages"][3]["parts"][1] = {"id": "prt_x", **part}
+
+
+@pytest.mark.parametrize(
+    ("part", "reason"),
+    [
+        ({"type": "reasoning", "text": 5}, "messages[3].parts[1].text: expected a string, got int"),
+        ({"type": "text"}, "messages[3].parts[1].text: expected a string, got null"),
+    ],
+)
+def test_a_reply_part_without_its_text_is_a_reject(
+    tmp_path: Path, part: dict[str, Any], reason: str
+) -> None:
+    """A reasoning part's text is in ``text`` too, and must be a string."""
+    rejects = [i for i in _items(_export(tmp_path, lambda d: _set_part(d, part)))
+               if isinstance(i, Reject)]  # fmt: skip
+    assert rejects[0].reason == reason
+
+
+def test_a_step_reads_its_reasoning_from_text_and_skips_its_bounds(tmp_path: Path) -> None:
+    path = _export(tmp_path, lambda d: _set_part(d, {"type": "reasoning", "text": "Summing up."}))
+    summary = [i for i in _items(path) if isinstance(i, ChatCall)][3]
+    assert summary.call_id.endswith("#0") and summary.completion.content == ""
+    assert summary.completion.reasoning_content == "Summing up."

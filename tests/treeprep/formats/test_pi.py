@@ -341,3 +341,21 @@ def test_paths_and_contexts_kept_between_calls_change_nothing(path: Path, monkey
     monkeypatch.setattr(pi, "_PATHS_KEPT", 0)
     monkeypatch.setattr(pi._Session, "context", from_the_root)
     assert [r.model_dump() for r in pi.read(str(path), ReadOptions())] == kept
+
+
+@pytest.mark.parametrize(
+    ("block", "reason"),
+    [
+        ({"type": "image", "data": "x"}, "type: expected text, thinking or toolCall, got 'image'"),
+        ({"type": "text"}, "text: expected a string, got null"),
+        ({"type": "thinking", "text": "t"}, "thinking: expected a string, got null"),
+        ({"type": "toolCall", "id": "c1", "name": 3}, "name: expected a string, got int"),
+    ],
+)
+def test_a_reply_block_pi_does_not_write_is_a_reject_naming_it(
+    tmp_path: Path, block: dict[str, Any], reason: str
+) -> None:
+    """Pi reads its replies strictly (formats._fields.assistant_blocks with Pi's names): a
+    block's text must be a string, and a block of another type is no reply Pi wrote."""
+    (rej,) = _read(_session(tmp_path, [_user("go"), _reply([block])]))
+    assert isinstance(rej, Reject) and rej.reason == f"message.content[0].{reason}"
