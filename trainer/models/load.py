@@ -49,6 +49,12 @@ def load_model(
         register_attention()
         if not os.path.exists(os.path.join(spec, "config.json")):
             raise TreeprepError(f"{spec}: not a model folder (no config.json)")
+        if os.path.exists(os.path.join(spec, "adapter_config.json")):
+            raise TreeprepError(
+                f"{spec}: a LoRA adapter beside its base (transformers would load both, and the "
+                "run would train the base under a frozen adapter); give --model its base folder, "
+                "or merge the adapter first: treeprep export-model RUN --merge -o DIR"
+            )
         regular_folder(spec, "the model folder")  # a FIFO in it would hang the load
         try:
             # use_kernels=False: 5.25 turns hub kernels on by default, which downloads kernels on

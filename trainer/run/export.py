@@ -11,12 +11,14 @@ as the run spelled it. :func:`export_model` writes a folder that stands alone:
 - **LoRA runs**: the peft adapter (``task_type`` ``CAUSAL_LM``) and the tokenizer. Its
   ``base_model_name_or_path`` names the base so that it survives a move: a folder of the Hugging
   Face hub cache by its hub id and revision, another folder by its absolute path, and a preset's
-  random base, which exists nowhere else, as ``base`` (written into ``DIR/base``). peft resolves
-  that relative name against the working directory, not against ``DIR``: such an export loads
-  wherever it lies with ``AutoPeftModelForCausalLM.from_pretrained(".")`` run inside ``DIR``,
-  or from anywhere with ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(
-  "DIR/base"), "DIR")``; the other two load from anywhere with
-  ``AutoPeftModelForCausalLM.from_pretrained(DIR)``;
+  random base, which exists nowhere else, as ``base`` (written into ``DIR/base``, and hard-linked
+  beside the adapter: ``DIR`` is also a model folder with an embedded adapter). peft resolves
+  that relative name against the working directory, not against ``DIR``, so such an export loads
+  from anywhere with ``AutoModelForCausalLM.from_pretrained(DIR)`` (transformers loads the base
+  that ``DIR`` holds and the adapter on it) or ``PeftModel.from_pretrained(
+  AutoModelForCausalLM.from_pretrained("DIR/base"), "DIR")``, and with
+  ``AutoPeftModelForCausalLM.from_pretrained(".")`` run inside ``DIR``; the other two load from
+  anywhere with ``AutoPeftModelForCausalLM.from_pretrained(DIR)``;
 - **merged** (``merge=True``, LoRA runs only): the base with the adapter merged into its weights
   (peft's ``merge_and_unload``), a full folder like the first case.
 
@@ -208,7 +210,10 @@ def _write_adapter(ckpt: ckpt_mod.Checkpoint, cfg: dict[str, Any], tmp: str) -> 
     _link_model_files(ckpt, tmp)
     spec = _base_spec(cfg, ckpt)
     if spec in PRESETS:
-        ckpt_mod.save_plain(_load_base(cfg, ckpt), os.path.join(tmp, BASE_DIR))
+        base = os.path.join(tmp, BASE_DIR)
+        ckpt_mod.save_plain(_load_base(cfg, ckpt), base)
+        for name in sorted(os.listdir(base)):  # the base beside the adapter too (hard links)
+            _link(os.path.join(base, name), os.path.join(tmp, name))
         spec = BASE_DIR
     path = os.path.join(tmp, _ADAPTER_CONFIG)
     with open(path, encoding="utf-8") as f:

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from test_train import cfg, data  # noqa: E402, F401  (the build fixture)
 from typer.testing import CliRunner  # noqa: E402
 
-from treeprep.errors import TrainingError  # noqa: E402
+from treeprep.errors import TrainingError, TreeprepError  # noqa: E402
 from treeprep.trainer import load_model, tree_logits  # noqa: E402
 from treeprep.trainer.batch import TreeBatch  # noqa: E402
 from treeprep.trainer.run.export import MARKER, export_model, pick_checkpoint, trained_model  # noqa: E402
@@ -113,6 +113,12 @@ def test_lora_adapter_and_merged_exports_load_after_a_move(
     base = tf.AutoModelForCausalLM.from_pretrained(str(final / "base"))
     peft_model = PeftModel.from_pretrained(base, str(final))
     torch.testing.assert_close(_plain_logits(peft_model), ref, rtol=1e-5, atol=1e-5)
+    # final/ is also a model folder with an embedded adapter: transformers loads both, anywhere
+    embedded = tf.AutoModelForCausalLM.from_pretrained(str(final))
+    assert any("lora_A" in k for k in embedded.state_dict())
+    torch.testing.assert_close(_plain_logits(embedded), ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TreeprepError, match="a LoRA adapter beside its base"):
+        load_model(str(final))  # treeprep would train the base under a frozen adapter
     torch.testing.assert_close(adapter_logits, ref, rtol=1e-5, atol=1e-5)
     plain = tf.AutoModelForCausalLM.from_pretrained(str(merged))
     assert not any("lora" in k for k in plain.state_dict())
