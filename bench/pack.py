@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,29 @@ def _session(
         length.append(max(1, int(rng.integers(150, 900)) // fine))  # completion + tool result
         depth.append(d)
         v = nxt
+
+
+def _forest(group: str, nodes: tuple, seqs: tuple, **extra: Any) -> Forest:
+    """A one-shard forest of the node columns (offsets, parents, lengths, depths) and sequence
+    columns (offsets, nodes, lengths) as lists; trees named ``<group><i>``."""
+    node_off, parent, length, depth = nodes
+    seq_off, seq_node, seq_len = seqs
+    nt = len(node_off) - 1
+    return Forest(
+        shard_names=["synthetic"],
+        tree_shard=np.zeros(nt, dtype=np.int32),
+        tree_row=np.arange(nt),
+        group_id=[f"{group}{i}" for i in range(nt)],
+        node_off=np.array(node_off),
+        node_parent=np.array(parent),
+        node_length=np.array(length),
+        node_depth=np.array(depth),
+        seq_off=np.array(seq_off),
+        seq_node=np.array(seq_node),
+        seq_count=np.ones(len(seq_node), dtype=np.int64),
+        seq_length=np.array(seq_len),
+        **extra,
+    )
 
 
 def synthetic_forest(scale: float = 1.0, seed: int = 0, fine: int = 1) -> Forest:
@@ -103,21 +127,8 @@ def synthetic_forest(scale: float = 1.0, seed: int = 0, fine: int = 1) -> Forest
             seq_len.append(p_len + c_len)
         node_off.append(len(parent))
         seq_off.append(len(seq_node))
-    nt = len(node_off) - 1
-    return Forest(
-        shard_names=["synthetic"],
-        tree_shard=np.zeros(nt, dtype=np.int32),
-        tree_row=np.arange(nt),
-        group_id=[f"g{i}" for i in range(nt)],
-        node_off=np.array(node_off),
-        node_parent=np.array(parent),
-        node_length=np.array(length),
-        node_depth=np.array(depth),
-        seq_off=np.array(seq_off),
-        seq_node=np.array(seq_node),
-        seq_count=np.ones(len(seq_node), dtype=np.int64),
-        seq_length=np.array(seq_len),
-    )
+    nodes = (node_off, parent, length, depth)
+    return _forest("g", nodes, (seq_off, seq_node, seq_len))
 
 
 def shared_forest(trees: int, seed: int = 0, system: int = 3000) -> Forest:
@@ -162,19 +173,10 @@ def shared_forest(trees: int, seed: int = 0, system: int = 3000) -> Forest:
         for t in np.asarray(which).tolist():
             yield t, ids[t]
 
-    return Forest(
-        shard_names=["synthetic"],
-        tree_shard=np.zeros(trees, dtype=np.int32),
-        tree_row=np.arange(trees),
-        group_id=[f"task{i}" for i in range(trees)],
-        node_off=np.array(node_off),
-        node_parent=np.array(parent),
-        node_length=np.array(length),
-        node_depth=np.array(depth),
-        seq_off=np.array(seq_off),
-        seq_node=np.array(seq_node),
-        seq_count=np.ones(len(seq_node), dtype=np.int64),
-        seq_length=np.array(seq_len),
+    return _forest(
+        "task",
+        (node_off, parent, length, depth),
+        (seq_off, seq_node, seq_len),
         open_off=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
         open_ids=np.concatenate(openings),
         tree_ids=tree_ids,
