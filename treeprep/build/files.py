@@ -61,6 +61,7 @@ from treeprep.build.workfiles import (
     FileResult,
     PrefixSharing,
     RejectLog,
+    TokenHashes,
     TooManyRejects,
     finish_file,
     sequence_digest,
@@ -476,15 +477,19 @@ class _Rows:
     def __init__(self, writer: ipc.RecordBatchFileWriter) -> None:
         self.writer = writer
         self.sharing = PrefixSharing()
+        self.hashes = TokenHashes()
         self.n_seq = 0
         self.buf: list[Sequence] = []
         self.digests: list[bytes] = []
         self.kinds: list[str | None] = []  # how each row was normalized (the work file's column)
 
     def add(self, seq: Sequence, kind: str | None) -> None:
-        self.digests.append(sequence_digest(seq))  # of the whole sequence, before sharing cuts it
+        whole = seq.tokens
+        self.buf.append(self.sharing.share(seq, self.n_seq))  # cuts seq.tokens to what it adds
+        shared = seq.prefix_len if seq.prefix >= 0 else 0
+        # of the whole sequence (its tokens' hash goes on from the row before's)
+        self.digests.append(sequence_digest(seq, self.hashes.of(whole, shared)))
         self.kinds.append(kind)
-        self.buf.append(self.sharing.share(seq, self.n_seq))
         self.n_seq += 1
         if len(self.buf) >= WORK_BATCH:
             self.flush()

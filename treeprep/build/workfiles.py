@@ -303,9 +303,34 @@ class PrefixSharing:
         return seq
 
 
-def sequence_digest(seq: Sequence) -> bytes:
+class TokenHashes:
+    """The hash of each row's tokens, going on from the row before's where the row starts with
+    all of its tokens (an agent session's calls each extend the last: hashing each whole would
+    cost a session's build time quadratic in its length). ``hashlib``'s ``copy()`` keeps the
+    state, so the hash equals the hash of the whole token bytes."""
+
+    def __init__(self) -> None:
+        self._state: Any = None
+        self._len = 0
+
+    def of(self, tokens: np.ndarray, shared: int) -> Any:
+        """The blake2b state fed with ``tokens`` (int32 bytes); ``shared``: how many of its first
+        tokens equal the row before's (0 when unknown)."""
+        ids = np.asarray(tokens, np.int32)
+        if self._state is not None and shared == self._len:
+            h = self._state.copy()
+            h.update(ids[shared:].tobytes())
+        else:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(ids.tobytes())
+        self._state, self._len = h.copy(), len(ids)
+        return h
+
+
+def sequence_digest(seq: Sequence, tokens_hash: Any = None) -> bytes:
     """16 bytes naming what a sequence trains: its tokens, loss spans, log-probs, reward and
-    advantage (not its group, call or file), for deduplication across files.
+    advantage (not its group, call or file), for deduplication across files. ``tokens_hash``: a
+    blake2b state already fed with the whole sequence's token bytes (:class:`TokenHashes`).
 
     >>> ids = np.arange(4, dtype=np.int32)
     >>> a = Sequence(tokens=ids, loss_spans=[(2, 4)], group_id="g")
@@ -314,8 +339,10 @@ def sequence_digest(seq: Sequence) -> bytes:
     >>> sequence_digest(a) == sequence_digest(c), sequence_digest(a) == sequence_digest(b)
     (True, False)
     """
-    h = hashlib.blake2b(digest_size=16)
-    h.update(np.asarray(seq.tokens, np.int32).tobytes())
+    h = tokens_hash
+    if h is None:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.asarray(seq.tokens, np.int32).tobytes())
     h.update(orjson.dumps([list(map(int, sp)) for sp in seq.loss_spans]))
     h.update(orjson.dumps([seq.reward, seq.advantage]))
     for lp in (seq.logprobs, seq.ref_logprobs):

@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from treeprep.build.workfiles import WORK_SCHEMA, rows_to_sequences, sequences_to_batch
+from treeprep.build.workfiles import (
+    WORK_SCHEMA,
+    PrefixSharing,
+    TokenHashes,
+    rows_to_sequences,
+    sequence_digest,
+    sequences_to_batch,
+)
 from treeprep.sequence import Sequence
 
 
@@ -142,3 +149,23 @@ def test_shared_prefix_rows_round_trip_and_link_to_their_row() -> None:
         (s.prefix, s.prefix_len, s.tokens.tolist()) for s in seqs[:3]
     ]
     assert [s.length for s in back] == [4, 5, 1]
+
+
+def test_chained_token_hashes_give_each_sequence_its_whole_digest() -> None:
+    """An agent session's rows each extend the last (the hash goes on from the row before's);
+    a retry, another group, a shorter row and a longer row that diverges start afresh. Every
+    digest equals the digest of the whole sequence hashed alone."""
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 1000, 50, dtype=np.int32)
+    tokens = [base[:10], base[:25], base[:50], base[:30], np.concatenate([base[:20], base[:5]])]
+    groups = ["g", "g", "g", "g", "h"]
+    tokens += [np.concatenate([base, base]), base[:60]]
+    groups += ["h", "h"]
+    sharing, hashes = PrefixSharing(), TokenHashes()
+    for row, (ids, gid) in enumerate(zip(tokens, groups, strict=True)):
+        seq = Sequence(tokens=ids, loss_spans=[(1, len(ids))], group_id=gid, reward=float(row))
+        alone = sequence_digest(Sequence(tokens=ids.copy(), loss_spans=seq.loss_spans,
+                                         group_id=gid, reward=seq.reward))  # fmt: skip
+        sharing.share(seq, row)
+        shared = seq.prefix_len if seq.prefix >= 0 else 0
+        assert sequence_digest(seq, hashes.of(ids, shared)) == alone, row
