@@ -35,20 +35,34 @@ and on the real logs.
 Trade-offs: a port is code to maintain per template, and only templates we know are ported (Qwen3
 with hybrid thinking, Qwen2.5, Qwen3-Instruct-2507, the built-in ChatML template); every other
 template keeps the jinja path. No per-message cache: building a block is as cheap as hashing the
-key such a cache would need. A port whose text of a conversation starts with the text of any of
-its prefixes (the built-in ChatML template) declares it (:attr:`NativeTemplate.extend`), and a
-session's calls then render only what they append (:mod:`treeprep.render.history`).
+key such a cache would need. A port that can extend the text of a conversation's prefix to the
+text of the conversation (:attr:`NativeTemplate.extend`: the built-in ChatML template appends;
+the Qwen ports of :mod:`treeprep.render.native_qwen` render the last kept message again, and
+Qwen3 the turns after the last query when a new one comes) lets a session's calls render only
+what they append (:mod:`treeprep.render.history`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from treeprep.errors import RenderError, TemplateLimitError
-from treeprep.io.jsonparse import json_key
+from treeprep.render.native_qwen import (
+    _GENERATION_PROMPT,
+    _end_assistant,
+    _finish,
+    _reasoning,
+    _system_block,
+    _turn,
+    extend_qwen2_5,
+    extend_qwen3,
+    extend_qwen3_instruct_2507,
+    render_qwen2_5,
+    render_qwen3,
+    render_qwen3_instruct_2507,
+)
 from treeprep.schemas.tokenizer import sha256_text
 
 __all__ = [
@@ -59,6 +73,9 @@ __all__ = [
     "find_verified_port",
     "probe_conversations",
     "extend_builtin_chatml",
+    "extend_qwen2_5",
+    "extend_qwen3",
+    "extend_qwen3_instruct_2507",
     "render_builtin_chatml",
     "render_qwen2_5",
     "render_qwen3",
@@ -85,302 +102,14 @@ class NativeTemplate:
 
     name: str
     render: RenderFn
-    #: for a port whose text of a conversation is the text of any non-empty prefix of it (no
-    #: generation prompt) followed by more text: the text of the messages after the prefix
-    #: appended to the prefix's (:func:`extend_builtin_chatml`); None for ports whose earlier
-    #: turns depend on later ones (Qwen3 drops reasoning before the last user query)
+    #: the text of a conversation (no generation prompt) from the text of a non-empty prefix of
+    #: it, exactly ``render(messages, tools, False)``: the text of the messages after the prefix
+    #: appended (:func:`extend_builtin_chatml`), or the prefix's last turns rendered again where
+    #: they depend on later messages (:func:`~treeprep.render.native_qwen.extend_qwen3`); None:
+    #: every call is rendered whole
     extend: ExtendFn | None = None
     #: with ``extend``: what ``add_generation_prompt`` appends to the text
     generation_prompt: str = ""
-
-
-def _tojson(x: Any) -> str:
-    # transformers' tojson filter with its defaults
-    return json.dumps(x, ensure_ascii=False)
-
-
-_TOOL_JSON: dict[bytes, str] = {}
-_TOOL_JSON_MAX = 1024
-
-
-def _tool_json(tool: Any) -> str:
-    """``_tojson(tool)``, memoized: every call of a session lists the same tool schemas (and its
-    history the same tool-call arguments), and
-    ``json.dumps`` costs ten times what ``orjson.dumps`` does. The key is orjson's serialization,
-    which tells apart any two values that ``json.dumps`` serializes differently, except that it
-    writes NaN and infinities as ``null`` (a key containing ``null`` is not memoized) and that it
-    knows types ``json.dumps`` refuses (subclasses, datetimes and dataclasses are passed through to
-    a refusal here; a ``uuid.UUID`` or an ``enum.Enum`` value would still be keyed as its value:
-    JSON-parsed tools hold neither). Values orjson refuses (non-string keys, integers over 64 bits)
-    are not memoized either."""
-    key = json_key(tool)
-    if key is None:
-        return _tojson(tool)
-    text = _TOOL_JSON.get(key)
-    if text is None:
-        text = _tojson(tool)
-        if b"null" not in key:
-            if len(_TOOL_JSON) >= _TOOL_JSON_MAX:
-                _TOOL_JSON.clear()
-            _TOOL_JSON[key] = text
-    return text
-
-
-def _reasoning(m: dict[str, Any]) -> Any:
-    """``reasoning_content`` as transformers' ``_alias_reasoning_fields`` sets it (None: unset)."""
-    r = m.get("reasoning_content")
-    if r is None:
-        r = m.get("thinking")
-        if r is None:
-            r = m.get("reasoning")
-    return r
-
-
-# --------------------------------------------------------------------------------------------------
-# Qwen (Qwen2.5, Qwen3, Qwen3-Instruct-2507): shared pieces
-# --------------------------------------------------------------------------------------------------
-
-_QWEN_TOOLS_HEAD = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-)
-_QWEN_TOOLS_TAIL = (
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
-    '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
-)
-_QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-
-
-_GENERATION_PROMPT = "<|im_start|>assistant\n"
-
-
-def _turn(out: list[str], role: str, content: str) -> None:
-    """One plain ChatML turn: ``<|im_start|>role\ncontent<|im_end|>\n``."""
-    out.append("<|im_start|>")
-    out.append(role)
-    out.append("\n")
-    out.append(content)
-    out.append("<|im_end|>\n")
-
-
-def _finish(out: list[str], add_generation_prompt: bool) -> str:
-    """The rendered text, with the assistant header appended when a generation prompt is asked."""
-    if add_generation_prompt:
-        out.append(_GENERATION_PROMPT)
-    return "".join(out)
-
-
-def _system_block(
-    out: list[str],
-    messages: list[dict[str, Any]],
-    tools: Any,
-    *,
-    head: str = _QWEN_TOOLS_HEAD,
-    tail: str = _QWEN_TOOLS_TAIL,
-    default_system: str | None = None,
-) -> None:
-    """The ChatML system block these templates share: the system message (or the template's
-    default one) and, when tools are given, ``head``, one JSON line per tool and ``tail``."""
-    ap = out.append
-    first = messages[0]
-    system = first["content"] if first["role"] == "system" else default_system
-    if tools:
-        ap("<|im_start|>system\n")
-        if system is not None:
-            ap(system)
-            ap("\n\n")
-        ap(head)
-        for tool in tools:
-            ap("\n")
-            ap(_tool_json(tool))
-        ap(tail)
-    elif system is not None:
-        ap("<|im_start|>system\n")
-        ap(system)
-        ap("<|im_end|>\n")
-
-
-def _qwen3_tool_calls(
-    out: list[str], tool_calls: list[dict[str, Any]], content: str, *, if_defined: bool = False
-) -> None:
-    """``<tool_call>`` blocks as the Qwen3 templates write them (string arguments verbatim).
-
-    A call's ``function`` replaces it when truthy (``{%- if tool_call.function %}``), or with
-    ``if_defined`` when present at all (the built-in template's ``is defined``)."""
-    ap = out.append
-    for j, tc in enumerate(tool_calls):
-        if j or content:
-            ap("\n")
-        if if_defined:
-            if "function" in tc:
-                tc = tc["function"]
-        else:
-            fn = tc.get("function")
-            if fn:
-                tc = fn
-        ap('<tool_call>\n{"name": "')
-        ap(tc["name"])
-        ap('", "arguments": ')
-        args = tc["arguments"]
-        ap(args if isinstance(args, str) else _tool_json(args))
-        ap("}\n</tool_call>")
-
-
-def _end_assistant(
-    out: list[str], m: dict[str, Any], content: str, *, if_defined: bool = False
-) -> None:
-    """The end of an assistant turn: its tool calls (:func:`_qwen3_tool_calls`), then
-    ``<|im_end|>``."""
-    tool_calls = m.get("tool_calls")
-    if tool_calls:
-        _qwen3_tool_calls(out, tool_calls, content, if_defined=if_defined)
-    out.append("<|im_end|>\n")
-
-
-def _tool_message(
-    out: list[str], messages: list[dict[str, Any]], i: int, n: int, content: str
-) -> None:
-    """A tool result: consecutive results share one ``user`` turn (Qwen templates)."""
-    ap = out.append
-    if i == 0 or messages[i - 1]["role"] != "tool":
-        ap("<|im_start|>user")
-    ap("\n<tool_response>\n")
-    ap(content)
-    ap("\n</tool_response>")
-    if i == n - 1 or messages[i + 1]["role"] != "tool":
-        ap("<|im_end|>\n")
-
-
-# --------------------------------------------------------------------------------------------------
-# Qwen3 (hybrid thinking)
-# --------------------------------------------------------------------------------------------------
-
-
-def render_qwen3(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
-) -> str:
-    """The Qwen3 template (``tokenizers/qwen3``): reasoning kept only after the last real user
-    query, the last assistant turn always with a ``<think>`` block, ``enable_thinking`` unset."""
-    out: list[str] = []
-    ap = out.append
-    n = len(messages)
-    _system_block(out, messages, tools)
-    # the last user message that is not a wrapped tool response
-    last_query = n - 1
-    for i in range(n - 1, -1, -1):
-        m = messages[i]
-        if m["role"] == "user":
-            c = m["content"]
-            if not (c.startswith("<tool_response>") and c.endswith("</tool_response>")):
-                last_query = i
-                break
-    last = n - 1
-    for i, m in enumerate(messages):
-        role = m["role"]
-        if role == "tool":  # inlined _tool_message (the most frequent turn in agent logs)
-            if i == 0 or messages[i - 1]["role"] != "tool":
-                ap("<|im_start|>user")
-            ap("\n<tool_response>\n")
-            ap(m["content"])
-            ap("\n</tool_response>")
-            if i == last or messages[i + 1]["role"] != "tool":
-                ap("<|im_end|>\n")
-        elif role == "assistant":
-            content = m["content"]
-            reasoning = m.get("reasoning_content")
-            if reasoning is None and ("thinking" in m or "reasoning" in m):
-                reasoning = _reasoning(m)  # the other names transformers aliases
-            if reasoning is None:
-                reasoning = ""
-                if "</think>" in content:
-                    halves = content.split("</think>")
-                    content = halves[-1].lstrip("\n")
-                    reasoning = halves[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-            if i > last_query and (i == last or reasoning):
-                ap("<|im_start|>assistant\n<think>\n")
-                ap(reasoning.strip("\n"))
-                ap("\n</think>\n\n")
-                ap(content.lstrip("\n"))
-            else:
-                ap("<|im_start|>assistant\n")
-                ap(content)
-            _end_assistant(out, m, content)
-        elif role == "user" or (role == "system" and i):
-            _turn(out, role, m["content"])
-    return _finish(out, add_generation_prompt)
-
-
-# --------------------------------------------------------------------------------------------------
-# Qwen3-Instruct-2507 (no thinking)
-# --------------------------------------------------------------------------------------------------
-
-
-def render_qwen3_instruct_2507(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
-) -> str:
-    """The Qwen3-4B-Instruct-2507 template (OpenHands' copy): Qwen3's layout without reasoning;
-    a non-string ``content`` renders as ``""`` in the turns (not in the system header)."""
-    out: list[str] = []
-    ap = out.append
-    n = len(messages)
-    _system_block(out, messages, tools)
-    for i, m in enumerate(messages):
-        content = m.get("content")
-        if not isinstance(content, str):
-            content = ""
-        role = m["role"]
-        if role == "user" or (role == "system" and i):
-            _turn(out, role, content)
-        elif role == "assistant":
-            ap("<|im_start|>assistant\n")
-            ap(content)
-            _end_assistant(out, m, content)
-        elif role == "tool":
-            _tool_message(out, messages, i, n, content)
-    return _finish(out, add_generation_prompt)
-
-
-# --------------------------------------------------------------------------------------------------
-# Qwen2.5
-# --------------------------------------------------------------------------------------------------
-
-
-def render_qwen2_5(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
-) -> str:
-    """The Qwen2.5 template (``tokenizers/qwen2_5``): a default system prompt, tool-call arguments
-    always through ``tojson`` (a string argument becomes a JSON string), no reasoning."""
-    out: list[str] = []
-    ap = out.append
-    n = len(messages)
-    _system_block(out, messages, tools, default_system=_QWEN25_DEFAULT_SYSTEM)
-    for i, m in enumerate(messages):
-        role = m["role"]
-        if (
-            role == "user"
-            or (role == "system" and i)
-            or (role == "assistant" and not m.get("tool_calls"))
-        ):
-            _turn(out, role, m["content"])
-        elif role == "assistant":
-            ap("<|im_start|>assistant")
-            content = m["content"]
-            if content:
-                ap("\n")
-                ap(content)
-            for tc in m["tool_calls"]:
-                if "function" in tc:
-                    tc = tc["function"]
-                ap('\n<tool_call>\n{"name": "')
-                ap(tc["name"])
-                ap('", "arguments": ')
-                ap(_tool_json(tc["arguments"]))
-                ap("}\n</tool_call>")
-            ap("<|im_end|>\n")
-        elif role == "tool":
-            _tool_message(out, messages, i, n, m["content"])
-    return _finish(out, add_generation_prompt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -452,15 +181,24 @@ def _builtin_turns(out: list[str], messages: list[dict[str, Any]], start: int) -
 PORTS: dict[str, NativeTemplate] = {
     # tokenizers/qwen3 (Qwen3 hybrid thinking, with tools)
     "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5": NativeTemplate(
-        "qwen3", render_qwen3
+        "qwen3",
+        render_qwen3,
+        extend=extend_qwen3,
+        generation_prompt=_GENERATION_PROMPT,
     ),
     # tokenizers/qwen2_5 (Qwen2.5 tool calling)
     "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f": NativeTemplate(
-        "qwen2_5", render_qwen2_5
+        "qwen2_5",
+        render_qwen2_5,
+        extend=extend_qwen2_5,
+        generation_prompt=_GENERATION_PROMPT,
     ),
     # tokenizers/qwen3-4b-instruct-2507-config-from-openhands
     "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326": NativeTemplate(
-        "qwen3_instruct_2507", render_qwen3_instruct_2507
+        "qwen3_instruct_2507",
+        render_qwen3_instruct_2507,
+        extend=extend_qwen3_instruct_2507,
+        generation_prompt=_GENERATION_PROMPT,
     ),
     # treeprep.render.builtin.CHAT_TEMPLATE
     "1da93fe193dbadec53c47e6d813de217c0975f039d60190ee04e61b2157c4d2f": NativeTemplate(

@@ -510,7 +510,7 @@ def test_cli_flag_no_native_templates(tmp_path: Path) -> None:
 
 
 def test_tool_schema_memo_tells_apart_what_json_dumps_does() -> None:
-    from treeprep.render.native import _tojson, _tool_json
+    from treeprep.render.native_qwen import _tojson, _tool_json
 
     class Key(str):
         pass
