@@ -37,7 +37,9 @@ import orjson
 
 from treeprep.errors import RecordError
 from treeprep.formats._fields import (
+    BlockNames,
     as_dict,
+    assistant_blocks,
     assistant_turn,
     chat_tool_call,
     dicts,
@@ -117,20 +119,24 @@ def _tool_call(c: dict[str, Any], where: str) -> dict[str, Any]:
     return chat_tool_call(cid, name, as_dict(value.get("arguments") or {}, f"{where}.arguments"))
 
 
+#: goose's assistant content: its other items (tool responses, images...) are not the reply's
+_BLOCKS = BlockNames(
+    text="text", thinking="thinking", thinking_field="thinking", tool_call="toolRequest",
+    others="skip",
+)  # fmt: skip
+
+
 def _reply(rows: list[_Row]) -> dict[str, Any]:
     """A run of assistant rows as one assistant turn."""
     text: list[str] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     for r in rows:
-        for i, (kind, c) in enumerate(r.items):
-            w = f"{r.where}.content_json[{i}]"
-            if kind == "text":
-                text.append(expect(c.get("text"), f"{w}.text", str))
-            elif kind == "thinking":
-                thinking.append(expect(c.get("thinking"), f"{w}.thinking", str))
-            elif kind == "toolRequest":
-                calls.append(_tool_call(c, w))
+        blocks = enumerate(c for _, c in r.items)
+        t, th, tc = assistant_blocks(blocks, f"{r.where}.content_json", _BLOCKS, _tool_call)
+        text += t
+        thinking += th
+        calls += tc
     return assistant_turn("\n".join(text), thinking, calls)
 
 
