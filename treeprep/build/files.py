@@ -45,7 +45,6 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
-from operator import is_
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -287,16 +286,14 @@ def _too_deep(item: Any) -> str | None:
     """Why a call's tools or tool-call arguments nest too deep to render, or None. The prompt
     messages that start with the last passed call's (the same objects: a session's history,
     :func:`treeprep.formats._fields.make_call`) are not walked again."""
+    from treeprep.render.history import starts_with
+
     global _PASSED
     tools = getattr(item, "tools", None)
     if tools and nested_deeper(tools, MAX_JSON_DEPTH):
         return f"tools: nested deeper than {MAX_JSON_DEPTH} levels"
-    prompt, passed = list(getattr(item, "messages", [])), _PASSED
-    k = len(passed)
-    if not (0 < k <= len(prompt) and prompt[k - 1] is passed[-1]) or not all(
-        map(is_, passed, prompt)
-    ):
-        k = 0
+    prompt = list(getattr(item, "messages", []))
+    k = len(_PASSED) if starts_with(prompt, _PASSED) else 0
     msgs = [*prompt, getattr(item, "completion", None)]
     for i in range(k, len(msgs)):
         for tc in getattr(msgs[i], "tool_calls", None) or []:

@@ -43,7 +43,7 @@ from treeprep.schemas import Message
 KEEP = 4
 
 
-def _starts_with(items: list[Any], head: list[Any]) -> bool:
+def starts_with(items: list[Any], head: list[Any]) -> bool:
     """Whether ``items`` starts with the very objects of ``head`` (identity, in C)."""
     k = len(head)
     return 0 < k <= len(items) and items[k - 1] is head[-1] and all(map(is_, head, items))
@@ -60,7 +60,7 @@ class NormalizedHistory:
     def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
         """``[split_inline_think(normalize_message(m, f"messages[{i}]")) ...]`` of
         ``messages``; :class:`~treeprep.errors.RenderError` as that raises it."""
-        k = len(self._source) if _starts_with(messages, self._source) else 0
+        k = len(self._source) if starts_with(messages, self._source) else 0
         out = self._dicts[:k]
         for i in range(k, len(messages)):
             out.append(split_inline_think(normalize_message(messages[i], f"messages[{i}]")))
@@ -116,7 +116,7 @@ class RenderedPrefixes:
             best: tuple[list[dict[str, Any]], bytes, str] | None = None
             for kept in self._texts:
                 if kept[1] == key and (best is None or len(kept[0]) > len(best[0])):
-                    if _starts_with(messages, kept[0]):
+                    if starts_with(messages, kept[0]):
                         best = kept
             if best is not None:
                 k = len(best[0])
