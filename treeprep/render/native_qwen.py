@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from itertools import islice
 from operator import indexOf, itemgetter
 from typing import Any
@@ -379,18 +380,18 @@ def extend_qwen3_instruct_2507(
     text: str, messages: list[dict[str, Any]], start: int, tools: list[dict[str, Any]] | None
 ) -> str:
     """``render_qwen3_instruct_2507(messages, tools, False)`` from ``text``, the render of
-    ``messages[:start]`` with the same tools and ``start >= 1``: the pieces from ``start - 1``
-    on are rendered again (a tool result closes its turn only before a non-tool message)."""
-    return _extend(
-        text,
-        messages,
-        start - 1,
-        start,
-        _qwen3_instruct_2507_turns,
-        (start,),
-        (len(messages),),
-        lambda: render_qwen3_instruct_2507(messages, tools, False),
-    )
+    ``messages[:start]`` with the same tools and ``start >= 1`` (:func:`_extend_last`)."""
+    whole = partial(render_qwen3_instruct_2507, messages, tools, False)
+    return _extend_last(text, messages, start, _qwen3_instruct_2507_turns, whole)
+
+
+def _extend_last(
+    text: str, messages: list[dict[str, Any]], start: int, turns: TurnsFn, whole: Callable[[], str]
+) -> str:
+    """:func:`_extend` for ports whose pieces depend only on the conversation's length (no last
+    query): the pieces from ``start - 1`` on are rendered again (a tool result closes its turn
+    only before a non-tool message)."""
+    return _extend(text, messages, start - 1, start, turns, (start,), (len(messages),), whole)
 
 
 def _qwen3_instruct_2507_turns(
@@ -429,18 +430,9 @@ def extend_qwen2_5(
     text: str, messages: list[dict[str, Any]], start: int, tools: list[dict[str, Any]] | None
 ) -> str:
     """``render_qwen2_5(messages, tools, False)`` from ``text``, the render of
-    ``messages[:start]`` with the same tools and ``start >= 1`` (as
-    :func:`extend_qwen3_instruct_2507`)."""
-    return _extend(
-        text,
-        messages,
-        start - 1,
-        start,
-        _qwen2_5_turns,
-        (start,),
-        (len(messages),),
-        lambda: render_qwen2_5(messages, tools, False),
-    )
+    ``messages[:start]`` with the same tools and ``start >= 1`` (:func:`_extend_last`)."""
+    whole = partial(render_qwen2_5, messages, tools, False)
+    return _extend_last(text, messages, start, _qwen2_5_turns, whole)
 
 
 def _qwen2_5_turns(
