@@ -133,9 +133,12 @@ class ChatCall(_Model):
         last, last_seen = _LAST_CALLS
         k = len(last)
         if k and k <= len(msgs) and msgs[k - 1] is last[-1] and all(map(is_, last, msgs)):
-            start, seen = k, set(last_seen)  # the same objects checked last time: not again
+            # the same objects checked last time: not again; their ids grow in place (a copy
+            # would cost the whole history's ids per call), so forget them until this call passes
+            start, seen = k, last_seen
         else:
             start, seen = 0, set()
+        _LAST_CALLS = ([], set())
         for i in range(start, len(msgs)):
             m = msgs[i]
             if m.role == "assistant" and m.tool_calls:

@@ -26,7 +26,6 @@ COVERED_BY: dict[str, tuple[str, str]] = {
     "schemas/manifest.py": ("schemas/test_contract.py", "manifest"),
     "schemas/parts.py": ("treeprep/test_memory.py", "keep_cap"),
     "schemas/plan.py": ("schemas/test_old_plans.py", "PlanSummary"),
-    "schemas/records.py": ("treeprep/render/test_renderer.py", "ChatCall"),
     "schemas/tokenizer.py": ("treeprep/render/test_identity.py", "sha256_text"),
     # treeprep/
     "treeprep/build/config.py": ("treeprep/build/test_build_config.py", "BuildConfig"),
