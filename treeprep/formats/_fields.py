@@ -39,6 +39,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from itertools import compress
+from operator import is_not
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -388,9 +390,13 @@ def file_stem(path: str, suffixes: tuple[str, ...]) -> str:
 def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> ChatCall | Reject:
     """Validate a ChatCall; a validation error becomes a Reject naming the file and line.
 
-    The prompt's messages that the last call made here also began with (the same JSON) are that
-    call's :class:`~treeprep.schemas.Message` objects, not validated again
-    (:func:`_shared_messages`)."""
+    The prompt's messages that the last call made here also began with are that call's
+    :class:`~treeprep.schemas.Message` objects, not validated again (:func:`_shared_messages`).
+
+    The readers' contract: a reader never changes a message dict (nor anything inside it) after
+    it has handed it here, so a dict handed again is the input it was the first time and the
+    Message made of it then stands for it (``tests/treeprep/formats/test_reader_contract.py``
+    checks every format's reader on its samples). The list itself is the reader's to change."""
     shared = _shared_messages(fields.get("messages"))
     try:
         if shared is not None:
@@ -412,8 +418,9 @@ def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> Chat
         )
 
 
-#: the last prompt :func:`make_call` validated: its messages' JSON and their objects
-_LAST_PROMPT: tuple[bytes, list[Message]] = (b"", [])
+#: the last prompt :func:`make_call` validated: its message dicts (the reader's objects), each
+#: one's JSON text, and the Message objects made of them
+_LAST_PROMPT: tuple[list[Any], list[bytes], list[Message]] = ([], [], [])
 
 
 def forget_shared_messages() -> None:
@@ -421,37 +428,56 @@ def forget_shared_messages() -> None:
     file's work, and the counts of its curation, depend on that file alone, not on what the
     worker process read before it)."""
     global _LAST_PROMPT
-    _LAST_PROMPT = (b"", [])
+    _LAST_PROMPT = ([], [], [])
 
 
 def _shared_messages(messages: Any) -> list[Message] | None:
-    """``messages`` (dicts) as validated objects: the last prompt's objects for the messages that
-    begin both prompts with the same JSON text, the others validated one by one; None when one
-    does not validate or the list is not plain JSON (the caller then validates the whole call).
+    """``messages`` (dicts) as validated objects: when the last prompt's messages begin this one
+    (each the same input), their objects, and the others validated one by one; else all
+    validated. None when one does not validate or the list is not plain JSON (the caller then
+    validates the whole call).
 
     A session's call k sends call k-1's messages again, and validating every message of every
     call cost pydantic time quadratic in the session. The objects are shared between the calls,
     as the rows of :mod:`~treeprep.formats.conversations` share theirs; the renderer knows a
-    shared history by them (:mod:`treeprep.render.history`). Equal JSON text is equal input
+    shared history by them (:mod:`treeprep.render.history`). Whether the last prompt begins this
+    one is all or nothing, as it always was: a prompt that goes back and on differently shares
+    none (so the curation of its turns is counted again, :mod:`treeprep.build.curate`).
+
+    Same input is told per message, in two ways. A message that is the very dict of the last
+    prompt at its position is the same input by the readers' contract (:func:`make_call`): the
+    readers that keep their converted messages (Pi, Cline, gptme's parsed replies) hand the same
+    dicts to every call, and knowing them by identity writes nothing, where writing the whole
+    prompt's JSON per call was quadratic in the session. Another dict is written as JSON and is
+    the same input when its text is the text kept for that position: a reader that builds equal
+    dicts afresh still shares, at the cost of writing those. Equal JSON text is equal input
     (orjson tells ``1``, ``1.0`` and ``true`` apart; it writes a non-finite float as ``null``,
     which JSON logs cannot hold: :mod:`treeprep.io.jsonparse` refuses them)."""
     global _LAST_PROMPT
     if not isinstance(messages, list):
         return None
-    blob = json_key(messages)
-    if blob is None:
-        return None
-    last_blob, last = _LAST_PROMPT
-    k = 0
-    if last and blob.startswith(last_blob[:-1]):
-        n = len(last_blob)
-        if len(blob) == n or blob[n - 1 : n] == b",":  # each element is a whole JSON value
-            k = len(last)
+    last_dicts, last_blobs, last = _LAST_PROMPT
+    n = len(last)
+    blobs = last_blobs[: len(messages)]  # the identical dicts' texts; the others' written below
+    same = 0 < n <= len(messages)
+    # only the positions whose dict is not the last prompt's (the walk to them runs in C)
+    for i in compress(range(n), map(is_not, messages, last_dicts)):
+        blob = json_key(messages[i])
+        if blob is None:
+            return None
+        same = same and blob == last_blobs[i]
+        blobs[i] = blob
+    for m in messages[n:]:
+        blob = json_key(m)
+        if blob is None:
+            return None
+        blobs.append(blob)
+    k = n if same else 0
     try:
         out = last[:k] + [Message.model_validate(m) for m in messages[k:]]
     except ValidationError:
         return None
-    _LAST_PROMPT = (blob, out)
+    _LAST_PROMPT = (list(messages), blobs, out)
     return list(out)
 
 

@@ -1,13 +1,15 @@
 """formats._fields: the one OpenAI tool-call conversion, the one walk over an assistant's
-content blocks, and the builders adapters share."""
+content blocks, the builders adapters share, and make_call's messages shared between calls."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
+import treeprep.formats._fields as fields_module
 from treeprep.errors import RecordError
 from treeprep.formats._fields import (
     BlockNames,
@@ -15,9 +17,12 @@ from treeprep.formats._fields import (
     chat_tool_call,
     expect,
     file_stem,
+    forget_shared_messages,
+    make_call,
     openai_tool_calls,
     system_message,
 )
+from treeprep.schemas import ChatCall
 
 
 def test_openai_tool_calls_both_forms_keep_arguments_as_given() -> None:
@@ -155,3 +160,118 @@ def test_assistant_blocks_name_the_block_that_does_not_fit(
     with pytest.raises(RecordError) as ei:
         assistant_blocks(blocks, "m.parts", names, _call)
     assert str(ei.value) == reason
+
+
+# --------------------------------------------------------------------------------------------
+# make_call: the messages a call shares with the last one
+# --------------------------------------------------------------------------------------------
+
+
+def _history(n: int) -> list[dict[str, Any]]:
+    """A system message, then ``n`` user turns each answered by a tool call and its result."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": "be brief"}]
+    for i in range(n):
+        out += [
+            {"role": "user", "content": f"task {i}"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [chat_tool_call(f"c{i}", "sh", {"n": i})],
+            },
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "done"},
+        ]
+    return out
+
+
+def _validated(msgs: list[dict[str, Any]], cid: str = "c") -> ChatCall:
+    fields = {"call_id": cid, "messages": msgs, "completion": {"role": "assistant", "content": "k"}}
+    call = make_call(fields, file="f", line=1, fmt="t")
+    assert isinstance(call, ChatCall)
+    assert call == ChatCall.model_validate(fields)  # what validating it whole gives
+    return call
+
+
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every value make_call writes as JSON, from a fresh start."""
+    out: list[Any] = []
+    real = fields_module.json_key
+    monkeypatch.setattr(fields_module, "json_key", lambda v: out.append(v) or real(v))
+    forget_shared_messages()
+    return out
+
+
+def test_the_last_calls_dicts_are_known_by_identity_and_only_new_ones_written(
+    written: list[Any],
+) -> None:
+    msgs = _history(3)
+    first = _validated(msgs[:4])
+    assert [id(v) for v in written] == [id(m) for m in msgs[:4]]
+    written.clear()
+    second = _validated(msgs[:7])
+    assert [id(v) for v in written] == [id(m) for m in msgs[4:7]]  # not the whole prompt
+    assert all(map(lambda a, b: a is b, second.messages[:4], first.messages))
+    assert second.messages[4] is not first.messages[0]
+
+
+def test_fresh_dicts_with_the_same_json_share_the_last_calls_objects(written: list[Any]) -> None:
+    msgs = _history(3)
+    first = _validated(msgs[:4])
+    again = copy.deepcopy(msgs[:7])
+    written.clear()
+    second = _validated(again)
+    assert [id(v) for v in written] == [id(m) for m in again]  # each written, one by one
+    assert all(map(lambda a, b: a is b, second.messages[:4], first.messages))
+
+
+@pytest.mark.parametrize("n", [1.0, True])
+def test_equal_values_of_another_json_type_are_another_input(n: object) -> None:
+    """``1``, ``1.0`` and ``true`` are equal in Python and differ in JSON: a message that was
+    ``{"n": 1}`` and is now ``{"n": 1.0}`` is validated again, keeping its type."""
+    forget_shared_messages()
+    msgs = _history(2)
+    first = _validated(msgs)
+    other = copy.deepcopy(msgs)
+    other[5]["tool_calls"][0]["function"]["arguments"] = {"n": n}
+    assert other == msgs
+    second = _validated(other)
+    assert not any(map(lambda a, b: a is b, second.messages, first.messages))
+    assert type(second.messages[5].tool_calls[0].function.arguments["n"]) is type(n)
+
+
+def test_a_prompt_that_does_not_go_on_from_the_last_shares_nothing() -> None:
+    """All or nothing, as it always was: a prompt shorter than the last, or one that differs
+    in one message, validates all its messages, even those that are the last call's dicts."""
+    forget_shared_messages()
+    msgs = _history(3)
+    first = _validated(msgs[:7])
+    shorter = _validated(msgs[:4])
+    assert not any(map(lambda a, b: a is b, shorter.messages, first.messages))
+    longer = _validated(msgs[:7])
+    assert all(map(lambda a, b: a is b, longer.messages, shorter.messages))
+    branch = [*msgs[:4], {"role": "user", "content": "again"}, *msgs[5:7]]
+    forked = _validated(branch)
+    assert not any(map(lambda a, b: a is b, forked.messages, longer.messages))
+
+
+def test_a_prompt_that_is_not_plain_json_is_validated_whole_and_not_kept() -> None:
+    class Text(str):
+        pass
+
+    forget_shared_messages()
+    msgs = _history(2)
+    first = _validated(msgs[:4])
+    odd = [*msgs[:4], {"role": "user", "content": Text("a str subclass is not plain JSON")}]
+    whole = _validated(odd)
+    assert not any(map(lambda a, b: a is b, whole.messages, first.messages))
+    after = _validated(msgs[:7])  # goes on from the last prompt kept: the one before
+    assert all(map(lambda a, b: a is b, after.messages[:4], first.messages))
+
+
+def test_a_new_file_shares_nothing_with_the_last() -> None:
+    forget_shared_messages()
+    msgs = _history(2)
+    first = _validated(msgs[:4])
+    forget_shared_messages()
+    second = _validated(msgs[:7])
+    assert not any(map(lambda a, b: a is b, second.messages, first.messages))
