@@ -41,9 +41,10 @@ rendering a small *window* instead of the whole conversation:
 Any check that fails, or a window the template refuses, means a full render, so the fast path
 only ever replaces a render whose result it can vouch for in these terms. Because these checks are
 evidence, not a proof (an append could change a message outside the window that has no look-alike
-inside it), the result is also compared with a full render on the first
-:data:`CHECK_FIRST` incremental renders and every :data:`CHECK_EVERY`-th after, and on probe
-sessions when the renderer is built (a template that fails them is never rendered incrementally).
+inside it), the result is also compared with a full render on a deterministic sample of the
+incremental renders (:mod:`treeprep.render.crosscheck`: the first 16, then every 64th, spaced
+further apart as the text grows past 32k characters), and on probe sessions when the renderer is
+built (a template that fails them is never rendered incrementally).
 A difference at run time is :class:`~treeprep.errors.NativeTemplateMismatch`, as for the ports.
 
 Cost: the window renders are small and the history's text is copied once per call (C speed). The
@@ -61,12 +62,11 @@ from typing import Any
 import orjson
 
 from treeprep.errors import NativeTemplateMismatch, RenderError, TemplateLimitError
+from treeprep.render.crosscheck import CrossCheck
 
 #: (messages, tools, add_generation_prompt, now) -> text, a full render
 FullRender = Callable[[list[dict], list[dict] | None, bool, datetime | None], str]
 
-CHECK_FIRST = 16
-CHECK_EVERY = 64
 CACHE_CHARS = 64 << 20
 #: histories shorter than this many blocks are rendered in full (the window would be the same)
 MIN_BLOCKS = 6
@@ -118,6 +118,8 @@ class IncrementalRenderer:
         #: renders done incrementally, and those that fell back to a full render
         self.incremental = 0
         self.fallbacks = 0
+        #: which incremental renders are compared with a full render
+        self.cross_check = CrossCheck()
 
     # -- the cache -----------------------------------------------------------------------------
 
@@ -171,9 +173,8 @@ class IncrementalRenderer:
         if text is None:
             text = self.full(msgs, tools, gen, now)
         else:
-            k = self.incremental
-            self.incremental = k + 1
-            if k < CHECK_FIRST or k % CHECK_EVERY == 0:
+            self.incremental += 1
+            if self.cross_check.due(len(text)):
                 self._check(text, msgs, tools, gen, now, where)
         if key is not None:
             self._put(key, text)

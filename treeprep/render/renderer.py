@@ -68,6 +68,7 @@ from treeprep.render.coverage import (
     normalized_kinds,
     undeclared_tools,
 )
+from treeprep.render.crosscheck import CrossCheck
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.gaps import prompt_gaps
 from treeprep.render.history import NormalizedHistory, RenderedPrefixes
@@ -91,10 +92,6 @@ from treeprep.sequence import Sequence
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-#: the native port's renders compared with the jinja template: the first ones, then every n-th
-CHECK_FIRST = 16
-CHECK_EVERY = 64
 
 # --------------------------------------------------------------------------------------------------
 # The renderer
@@ -163,8 +160,9 @@ class Renderer:
         self._native: RenderFn | None = None
         #: the tokenizer folder and template the identity by content is computed from
         self._identity_source: tuple[Path, str] | None = None
-        #: renders done by the port so far (the cross-check schedule counts them)
+        #: renders done by the port so far, and which of them are compared with the template
         self.native_renders = 0
+        self._native_check = CrossCheck()
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -293,9 +291,8 @@ class Renderer:
             except FALLBACK_ERRORS:
                 pass  # outside the port's domain: the template decides (and names any error)
             else:
-                k = self.native_renders
-                self.native_renders = k + 1
-                if k < CHECK_FIRST or k % CHECK_EVERY == 0:
+                self.native_renders += 1
+                if self._native_check.due(len(text)):
                     self._check_native(text, messages, tools, add_generation_prompt, where, now)
                 return text
         if self.incremental is not None:

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
-from treeprep.render import incremental as incremental_module
 from treeprep.render.coverage import EMPTY_REPLY, completion_loss
+from treeprep.render.crosscheck import CrossCheck
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.template import DEFAULT_DATE, ChatTemplate
 from treeprep.render.tokenizer import load_folder
@@ -367,17 +367,16 @@ def test_incremental_equals_whole_on_random_sessions(turns: list[str], which: in
     [FINAL_DROPS_TEXT_OUTSIDE_WINDOW, FINAL_DROPS_TEXT_AFTER_USER, FINAL_DROPS_TEXT_AFTER_CALLS],
 )
 def test_incremental_sees_a_final_answer_drop_the_text_of_a_call_outside_the_window(
-    turns: list[str], monkeypatch: pytest.MonkeyPatch
+    turns: list[str],
 ) -> None:
     """The bug: the window held only the first tool call with text, which a final answer already
     followed; a final answer appended later drops the text of a later such call outside the
     window's tail, the window did not change, and the history's old text was kept. The window
     now holds the last look-alike too, sees the rewrite and renders whole. Checked with the
     run-time comparison off (as on most renders of a build), so the window alone must be right."""
-    monkeypatch.setattr(incremental_module, "CHECK_FIRST", 0)
-    monkeypatch.setattr(incremental_module, "CHECK_EVERY", 1 << 30)
     t = ChatTemplate((GPT_OSS / "chat_template.jinja").read_text())
     inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
+    inc.cross_check = CrossCheck(first=0, every=1 << 30)
     msgs = _random_session(turns)
     for k in range(2, len(msgs) + 1):
         fallbacks = inc.fallbacks
@@ -389,9 +388,7 @@ def test_incremental_sees_a_final_answer_drop_the_text_of_a_call_outside_the_win
 
 
 @needs_data
-def test_build_renders_of_the_bug_session_match_whole_renders(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_build_renders_of_the_bug_session_match_whole_renders() -> None:
     """The same session through Renderer.render (what a build does, prompt and full sequence
     per call), with the real tokenizer and the run-time comparison off: every call gives the
     tokens, or the rejection, of rendering it whole. The last call is a final answer, which makes
@@ -400,11 +397,10 @@ def test_build_renders_of_the_bug_session_match_whole_renders(
     (wrong tokens). It was then rejected; now (issue 27 item 6, treeprep.render.prompted) it is
     trained after the reference's generation prompt, the answer as the reference's full render
     ends."""
-    monkeypatch.setattr(incremental_module, "CHECK_FIRST", 0)
-    monkeypatch.setattr(incremental_module, "CHECK_EVERY", 1 << 30)
     fast = Renderer.load(GPT_OSS)
     whole = Renderer.load(GPT_OSS, native_templates=False)
     assert fast.incremental is not None and fast.incremental.enabled
+    fast.incremental.cross_check = CrossCheck(first=0, every=1 << 30)
 
     def render(r: Renderer, rec: ChatCall) -> tuple[list[int], list] | str:
         try:
