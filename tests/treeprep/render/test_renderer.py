@@ -463,6 +463,54 @@ def test_reusing_the_previous_cut_equals_whole(base: str, edits: list[tuple[int,
     assert (enc.misses, enc.hits) == (3, 2)  # without the previous cut it is
 
 
+def test_the_reused_cut_never_changes_a_returned_array() -> None:
+    """The previous text's ids and cut live in buffers that the next call writes in place after
+    the kept prefix (growing by doubling); the arrays returned are views of the ids buffer, and
+    the kept prefix is often shorter than what was returned before (full, then prompt, then
+    previous turn). A session's texts in the renderer's order, with unrelated texts and cuts
+    anywhere (inside a token too) between, each encode like the whole text, and every array
+    returned is still what it was when returned."""
+    import random
+
+    from treeprep.render.builtin import build_backend
+
+    enc = CachedEncoder(build_backend(), max_chars=2000)  # small: evictions during the session
+    assert enc._simple
+    rng = random.Random(7)
+    words = ["word", "x", "é", "🙂", " ", "\n", "<think>", "</think>", "<|im_end|>", "123"]
+
+    def body(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n))
+
+    returned: list[tuple[np.ndarray, np.ndarray]] = []
+    capacity = []
+
+    def check(text: str) -> None:
+        ids = enc.encode(text)
+        assert np.array_equal(ids, enc.encode_whole(text)), text
+        assert not ids.flags.writeable
+        returned.append((ids, ids.copy()))
+        capacity.append(len(enc._ids))
+
+    hist = f"<|im_start|>system\n{body(30)}<|im_end|>\n"
+    for i in range(120):
+        prev = hist
+        hist += f"<|im_start|>user\n{body(8)}<|im_end|>\n"
+        prompt = hist + "<|im_start|>assistant\n"
+        full = prompt + f"{body(10)}<|im_end|>\n"
+        for text in (full, prompt, prev):
+            check(text)
+        if i % 7 == 0:
+            check(f"<|im_start|>user\n{body(5)}<|im_end|>")  # unrelated: nothing kept
+        if i % 5 == 0:
+            check(full[: rng.randrange(len(full))])  # shorter: cut anywhere
+        hist = full + f"<|im_start|>tool\n{body(25)}<|im_end|>\n"
+    # the buffers grew (from 1024 ids and 64 cuts) while the texts were reused
+    assert max(capacity) > 8 * 1024 and len(enc._cut_chars) > 256
+    for ids, at_return in returned:
+        assert np.array_equal(ids, at_return)
+
+
 # ------------------------------------------------------------------------------------------------
 # loading
 # ------------------------------------------------------------------------------------------------
