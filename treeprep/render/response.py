@@ -49,7 +49,7 @@ from typing import Any
 
 from treeprep.render.messages import tool_arguments
 
-__all__ = ["ROUND_TRIP", "ResponseParser", "find_parser"]
+__all__ = ["ROUND_TRIP", "ResponseParser", "find_parser", "overlap_free"]
 
 #: the kind (manifest ``normalized``) counting calls whose completion was read back
 ROUND_TRIP = "round-trip"
@@ -95,8 +95,36 @@ class ResponseParser:
         """The message ``text`` (generated after ``prefix``) reads back as."""
         from transformers.utils.chat_parsing import parse_response
 
-        out: dict[str, Any] = parse_response(text, self._compiled, prefix=prefix)
+        out: dict[str, Any] = parse_response(text, self._compiled, prefix=self.last_turn(prefix))
         return out
+
+    def last_turn(self, prefix: str) -> str:
+        """The tail of ``prefix`` from its last start anchor on: what the parser reads of it.
+
+        transformers reads a prefix only to cut it past its last start anchor
+        (``ResponseTemplate.truncate_past_last_anchor``, called by ``_consume_prefix``; nothing
+        else looks at it but ``is None`` and emptiness tests), and finds that anchor with a regex
+        scan of the whole prompt, left to right: O(prompt) per call, quadratic over a session whose
+        every call sends the whole history again. Cutting the prompt here at the last anchor's
+        start ``i`` gives the same cut at O(last turn), with ``str.rfind`` from the end:
+
+        - the scan of ``prefix[i:]`` matches at 0 the longest literal found at ``i`` (the
+          alternation is sorted longest-first), as the scan of the whole prompt does if it tries
+          ``i`` at all, and after that match nothing (no literal starts after ``i``);
+        - the scan of the whole prompt tries ``i`` unless a match starting before ``i`` runs past
+          it, which takes a literal ending inside (or around) one that starts at ``i``: a proper
+          suffix of a literal that is a prefix of one, or a literal inside another at a non-zero
+          offset. :func:`overlap_free` rules both out, once per template; where it cannot (a
+          regex anchor, overlapping literals) the whole prompt is passed, as is one holding no
+          anchor (transformers then logs and parses all of it).
+        """
+        literals = self._anchors
+        if not literals:
+            return prefix
+        i = -1
+        for lit in literals:  # each searched only past the best start so far
+            i = max(i, prefix.rfind(lit, i + 1))
+        return prefix[i:] if i > 0 else prefix
 
     @cached_property
     def _compiled(self) -> Any:
@@ -104,6 +132,12 @@ class ResponseParser:
         from transformers.utils.chat_parsing.response_templates import load_response_template
 
         return load_response_template(self.template)
+
+    @cached_property
+    def _anchors(self) -> tuple[str, ...]:
+        """The start anchor's literals where :meth:`last_turn` may cut at the last one, else ()."""
+        literals = self._compiled.start_anchor_literals
+        return tuple(literals) if literals and overlap_free(literals) else ()
 
     def check(self, completion: dict[str, Any], prefix: str, text: str) -> str | None:
         """None when the trained ``text`` (after ``prefix``) reads back as ``completion`` (the
@@ -114,6 +148,24 @@ class ResponseParser:
             first = (str(e).splitlines() or [""])[0]
             return f"the parser fails on it ({type(e).__name__}: {first}){_freeform(completion)}"
         return differences(completion, parsed)
+
+
+def overlap_free(literals: list[str] | tuple[str, ...]) -> bool:
+    """True when no two occurrences of ``literals`` can overlap unless they start together: no
+    proper suffix of a literal is a prefix of a literal (itself included), nor does a literal
+    occur inside another at a non-zero offset.
+
+    >>> overlap_free(["<|im_start|>assistant\\n"]), overlap_free(["<a>", "<a><b>"])
+    (True, True)
+    >>> overlap_free(["aa"]), overlap_free(["ab", "b"]), overlap_free(["ab", "bc"])
+    (False, False, False)
+    """
+    return not any(
+        b.startswith(a[k:]) or a[k:].startswith(b)
+        for a in literals
+        for k in range(1, len(a))
+        for b in literals
+    )
 
 
 def _freeform(completion: dict[str, Any]) -> str:

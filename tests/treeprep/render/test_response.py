@@ -10,7 +10,9 @@ comparison of a parsed message with the logged one is written here, apart from
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,8 @@ from hf_reference import hf_tokenizer
 from treeprep.build import BuildConfig, build
 from treeprep.errors import TreeprepError
 from treeprep.formats import detect_format
-from treeprep.render import Renderer
-from treeprep.render.response import find_parser
+from treeprep.render import Renderer, response
+from treeprep.render.response import ResponseParser, find_parser
 from treeprep.schemas import ChatCall
 from treeprep.shards import iter_trees
 
@@ -235,3 +237,130 @@ def _fold() -> Any:
     from treeprep.build import FileOptions
 
     return FileOptions(reasoning_merge="fold")
+
+
+# ------------------------------------------------------------------------------------------------
+# the prefix: cut at its last start anchor, the parse is transformers' on the whole prompt
+# ------------------------------------------------------------------------------------------------
+
+#: TRL's response templates (dicts: the ones treeprep's tables name and the rest of them)
+TRL_TEMPLATES = sorted(
+    n for n in dir(trl) if n.endswith("_template") and isinstance(getattr(trl, n), dict)
+)
+
+
+def _reference(text: str, template: dict[str, Any], prefix: str) -> Any:
+    """transformers' parse with the whole prompt as the prefix (or its error, by type and text)."""
+    from transformers.utils.chat_parsing import parse_response
+
+    try:
+        return parse_response(text, template, prefix=prefix)
+    except Exception as e:  # the parser's own errors: ours must raise the same
+        return (type(e).__name__, str(e))
+
+
+def _ours(parser: ResponseParser, text: str, prefix: str) -> Any:
+    try:
+        return parser.parse(text, prefix)
+    except Exception as e:
+        return (type(e).__name__, str(e))
+
+
+def _markers(template: dict[str, Any]) -> list[str]:
+    """The template's literal anchors and field delimiters, whole and cut short."""
+    anchor = template.get("start_anchor") or []
+    whole = [anchor] if isinstance(anchor, str) else list(anchor)
+    for f in template["fields"].values():
+        for key in ("open", "close"):
+            v = f.get(key) or []
+            whole += [v] if isinstance(v, str) else list(v)
+    return whole + [m[: len(m) // 2] for m in whole] + [m[1:] for m in whole if len(m) > 1]
+
+
+def _prefixes(pieces: list[str], seed: int) -> list[str]:
+    """Prompts made of ``pieces`` and filler: long histories, an anchor at the very end, none."""
+    rng = random.Random(seed)
+    filler = ["hi ", "\n", " ", "<", ">", "|", '{"a": 1}', "ok\n\n", "x"]
+    out = ["", "no anchor here at all\n", pieces[0], "text\n" + pieces[0]]
+    for n in [1, 3, 10, 40, 400]:
+        for _ in range(6 if n < 400 else 2):
+            out.append("".join(rng.choice(pieces + filler) for _ in range(n)))
+    out += [p + pieces[0] for p in out[4:12]] + [p + pieces[0][:-1] for p in out[4:12]]
+    return out
+
+
+@pytest.mark.parametrize("name", TRL_TEMPLATES)
+def test_the_cut_prefix_parses_as_the_whole(name: str) -> None:
+    """Every TRL template, over many prompts: ``ResponseParser.parse`` (the prompt cut at its last
+    start anchor) gives what transformers' ``parse_response`` gives on the whole prompt; the cut
+    truncates to the same text; a regex anchor keeps the whole prompt."""
+    assert set(response._TRL_BY_JINJA.values()) | set(response._TRL_BY_PORT.values()) <= set(
+        TRL_TEMPLATES
+    )
+    template = getattr(trl, name)
+    parser = ResponseParser(name, template)
+    compiled = parser._compiled
+    pieces = _markers(template) or ["<|turn>model\n"]
+    texts = ["", "hello", "<think>why</think>\n\nhi", *pieces[:4], "".join(pieces)]
+    literals = compiled.start_anchor_literals
+    assert literals is None or response.overlap_free(literals)  # TRL's literals: the fast path
+    cut = 0
+    for prefix in _prefixes(pieces, seed=len(name)):
+        tail = parser.last_turn(prefix)
+        assert prefix.endswith(tail)
+        if literals is None:
+            assert tail is prefix  # a regex anchor: transformers' scan, as before
+        else:  # cut at the last anchor's start, where there is one
+            assert (len(tail) < len(prefix)) == (max(prefix.rfind(s) for s in literals) > 0)
+        cut += len(tail) < len(prefix)
+        truncated = compiled.truncate_past_last_anchor(prefix)
+        assert compiled.truncate_past_last_anchor(tail) == truncated, repr(prefix[-200:])
+        for text in texts:
+            assert _ours(parser, text, prefix) == _reference(text, template, prefix), (
+                repr(prefix[-200:]),
+                text,
+            )
+    assert cut >= 15 or literals is None
+
+
+#: anchors whose occurrences can overlap (the guard passes the whole prompt), then safe ones
+OVERLAPPING = [["aa"], ["aba"], ["ab", "b"], ["abc", "b"], ["ab", "bc"], ["ba", "ab"]]
+SAFE = [["ab"], ["a", "b"], ["ab", "abc"], ["<a>", "<a><b>"], ["ac", "b"]]
+#: the overlapping sets where a cut at the last occurrence would truncate wrongly on some prompt
+#: (["ab", "b"] overlaps only end to end, which the guard refuses too: it is sufficient, not
+#: necessary)
+NAIVE_ERRS = [["aa"], ["aba"], ["abc", "b"], ["ab", "bc"], ["ba", "ab"]]
+
+
+def _short_prompts(letters: str, seed: int) -> list[str]:
+    """Every prompt of ``letters`` (at least two) up to the length where they number about
+    1,000, and 300 random longer ones."""
+    rng = random.Random(seed)
+    out, n = [], 0
+    while len(letters) ** n <= 6000 // (n + 1):
+        out += ["".join(p) for p in itertools.product(letters, repeat=n)]
+        n += 1
+    return out + ["".join(rng.choices(letters, k=rng.randint(n, 40))) for _ in range(300)]
+
+
+@pytest.mark.parametrize("literals", OVERLAPPING + SAFE, ids=str)
+def test_overlapping_anchors_keep_the_whole_prefix(literals: list[str]) -> None:
+    """Adversarial literal sets over every short prompt of their letters: the parse equals
+    transformers' on the whole prompt. Where occurrences can overlap, the last occurrence is not
+    where the left-to-right scan cuts (shown on one prompt), so the whole prompt is passed."""
+    template = {"start_anchor": literals, "fields": {"content": {}}}
+    parser = ResponseParser("adversarial", template)
+    compiled = parser._compiled
+    naive_differs = False
+    for prefix in _short_prompts("".join(sorted(set("".join(literals) + "x"))), len(literals)):
+        tail = parser.last_turn(prefix)
+        whole = compiled.truncate_past_last_anchor(prefix)
+        assert compiled.truncate_past_last_anchor(tail) == whole, prefix
+        assert _ours(parser, "z", prefix) == _reference("z", template, prefix), prefix
+        i = max(prefix.rfind(s) for s in literals)
+        naive = compiled.truncate_past_last_anchor(prefix[max(i, 0) :])
+        naive_differs |= naive != whole
+        if literals in OVERLAPPING:
+            assert tail is prefix
+    assert response.overlap_free(literals) == (literals not in OVERLAPPING)
+    assert naive_differs == (literals in NAIVE_ERRS)
