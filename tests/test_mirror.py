@@ -73,7 +73,6 @@ COVERED_BY: dict[str, tuple[str, str]] = {
     "treeprep/render/messages.py": ("treeprep/render/test_inline_think.py", "split_inline_think"),
     "treeprep/render/template.py": ("treeprep/render/test_template_limits.py", "RenderLimits"),
     "treeprep/render/tokenizer.py": ("treeprep/render/test_renderer.py", "load_folder"),
-    "treeprep/sequence.py": ("treeprep/test_trie.py", "Sequence"),
     "treeprep/shards.py": ("adversarial/test_adv_rebuild.py", "iter_trees"),
     "treeprep/show.py": ("cli/test_show.py", "ShowConfig"),
     "treeprep/formats/_atif_handoff.py": ("treeprep/formats/test_atif_handoff.py", "summarization"),

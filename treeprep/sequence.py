@@ -79,3 +79,40 @@ class Sequence:
             ref,
             self.trajectory_id,
         )
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many first ids two token arrays share.
+
+    Two views of the same memory from the same first id hold the same ids over their common
+    length, so that answer costs O(1): the encoder hands out a session's sequences as views of
+    one buffer (:mod:`treeprep.render.encoder`), and comparing each call's whole history with the
+    last one's, id by id, made a build's CPU quadratic in a session's length. Other arrays are
+    compared in one vectorized pass.
+
+    >>> ids = np.arange(6, dtype=np.int32)
+    >>> common_prefix(ids, ids[:4]), common_prefix(ids, np.array([0, 1, 7], np.int32))
+    (4, 2)
+    """
+    m = min(len(a), len(b))
+    if m and _same_memory(a, b):
+        return m
+    diff = np.flatnonzero(a[:m] != b[:m])
+    return int(diff[0]) if diff.size else m
+
+
+def is_prefix(head: np.ndarray, ids: np.ndarray) -> bool:
+    """Whether ``ids`` starts with ``head`` (the same memory: O(1); see :func:`common_prefix`)."""
+    k = len(head)
+    if k > len(ids):
+        return False
+    return k == 0 or _same_memory(head, ids) or bool(np.array_equal(ids[:k], head))
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` read the same memory from their first element on, alike."""
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.dtype == b.dtype
+        and a.strides == b.strides
+    )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from treeprep.sequence import Sequence
+from treeprep.sequence import Sequence, common_prefix
 from treeprep.treeindex import path_to_root
 
 
@@ -181,12 +181,6 @@ def _logprobs_list(lp: np.ndarray | None) -> list[float] | None:
     return None if lp is None else lp.tolist()
 
 
-def _lcp(a: np.ndarray, b: np.ndarray) -> int:
-    m = min(len(a), len(b))
-    diff = np.flatnonzero(a[:m] != b[:m])
-    return int(diff[0]) if diff.size else m
-
-
 @dataclass
 class _Entries:
     """A group's sequences with exact duplicates merged, in input order of first occurrence."""
@@ -314,7 +308,7 @@ def _insert_sorted(uniq: list[np.ndarray]) -> _Trie:
     prev: np.ndarray | None = None
     for u in order:
         toks = uniq[u]
-        lcp = 0 if prev is None else _lcp(prev, toks)
+        lcp = 0 if prev is None else common_prefix(prev, toks)
         while stack and trie.start[stack[-1]] >= lcp:
             stack.pop()
         parent = -1
@@ -525,7 +519,7 @@ class _Chain:
         while True:
             if node >= 0 and d < trie.end[node]:  # inside a node: follow its tokens
                 seg = trie.tokens(node, self.sources)[d - trie.start[node] :]
-                m = _lcp(seg, rest[k:])
+                m = common_prefix(seg, rest[k:])
                 k, d = k + m, d + m
                 if m < len(seg):  # the sequence ends or leaves the node at depth d
                     self._split(node, d)

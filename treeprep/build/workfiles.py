@@ -40,7 +40,7 @@ import pyarrow.ipc as ipc
 
 from treeprep.atomic import commit, crash_point, sha256_of, write_atomic, writing
 from treeprep.io.reads import stale
-from treeprep.sequence import Sequence
+from treeprep.sequence import Sequence, common_prefix
 
 WORK_SCHEMA = pa.schema(
     [
@@ -293,9 +293,7 @@ class PrefixSharing:
         """``seq`` (row ``row`` of the work file) with its prefix shared, where it has one."""
         whole = seq.tokens
         if self._tokens is not None and self._gid == seq.group_id:
-            m = min(len(whole), len(self._tokens))
-            diff = np.flatnonzero(whole[:m] != self._tokens[:m])
-            p = int(diff[0]) if diff.size else m
+            p = common_prefix(whole, self._tokens)
             if p > 0:
                 seq.tokens = whole[p:].copy()  # a copy: a view would keep the whole array
                 seq.prefix, seq.prefix_len = self._row, p

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from treeprep.errors import RenderError
+from treeprep.sequence import is_prefix
 
 #: ``render_text(messages, tools, add_generation_prompt=..., now=..., where=...)``
 RenderText = Callable[..., str]
@@ -71,7 +72,7 @@ def completion_after_prompt(
     text = prompt_text + body
     ids = encode(text)
     n_p = len(prompt_ids)
-    if not body or len(ids) <= n_p or not np.array_equal(ids[:n_p], prompt_ids):
+    if not body or len(ids) <= n_p or not is_prefix(prompt_ids, ids):
         return None
     return text, ids
 

@@ -88,7 +88,7 @@ from treeprep.render.template import (
 )
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
-from treeprep.sequence import Sequence
+from treeprep.sequence import Sequence, is_prefix
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -409,8 +409,8 @@ class Renderer:
             a, b = len(head), len(full)
             ok = (
                 a < b <= len(seq.tokens)
-                and np.array_equal(full[:a], head)
-                and np.array_equal(seq.tokens[:b], full)
+                and is_prefix(head, full)
+                and is_prefix(full, seq.tokens)
                 and completion_coverage(msgs[j], self.decode(full[a:]))[0] is None
             )
             key = parallel.LATER if ok else parallel.UNTRAINED
@@ -468,7 +468,7 @@ class Renderer:
         prompt_ids = self.encode(prompt_text)
         n_p, n = len(prompt_ids), len(full_ids)
         kept = None
-        if n_p > n or not np.array_equal(full_ids[:n_p], prompt_ids):
+        if not is_prefix(prompt_ids, full_ids):
             kept = completion_after_prompt(self.render_text, self.encode, msgs, comp, tools,
                                            prompt=(prompt_text, prompt_ids), full_text=full_text,
                                            now=now, where=where)  # fmt: skip
@@ -511,7 +511,7 @@ class Renderer:
             self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
         inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         kinds = normalized_kinds(inline, normalized, undeclared_tools(comp, tools))
-        kinds += prompt_gaps(msgs, comp, tools)
+        kinds += prompt_gaps(msgs, comp, tools, has_system=self._history.has_system(msgs))
         self.last_normalized = (*kinds, ROUND_TRIP) if checked else kinds
         self.last_prompt_kept = kept is not None
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
@@ -560,8 +560,7 @@ class Renderer:
                 prev_ids = self.encode(self.render_text(prev_msgs, tools, now=now, where=where))
             except RenderError:
                 return False  # the history alone does not render: no hint to give
-        k = len(prev_ids)
-        return k > len(full_ids) or not np.array_equal(full_ids[:k], prev_ids)
+        return not is_prefix(prev_ids, full_ids)
 
     @staticmethod
     def _fingerprint(msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> bytes:
