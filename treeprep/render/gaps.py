@@ -29,14 +29,20 @@ NO_TOOL_SCHEMAS = "no-tool-schemas"
 #: the kinds above, in the order the notes name them
 GAP_KINDS = (NO_SYSTEM_PROMPT, NO_TOOL_SCHEMAS)
 
-_SYSTEM_ROLES = frozenset({"system", "developer"})
+SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 def prompt_gaps(
-    messages: list[dict[str, Any]], completion: dict[str, Any], tools: list[dict] | None
+    messages: list[dict[str, Any]],
+    completion: dict[str, Any],
+    tools: list[dict] | None,
+    *,
+    has_system: bool | None = None,
 ) -> tuple[str, ...]:
     """The gaps of a call's prompt (template messages, completion and tools), as the build
-    counts them.
+    counts them. ``has_system``: whether a message has a system role, where the caller knows
+    (:meth:`~treeprep.render.history.NormalizedHistory.has_system`: a session's calls would
+    otherwise scan their whole history's roles, each call).
 
     >>> call = {"role": "assistant", "tool_calls": [{"function": {"name": "ls"}}]}
     >>> prompt_gaps([{"role": "user", "content": "hi"}], call, None)
@@ -44,7 +50,9 @@ def prompt_gaps(
     >>> prompt_gaps([{"role": "system", "content": "be brief"}], {"content": "ok"}, None)
     ()
     """
-    no_system = _SYSTEM_ROLES.isdisjoint(map(dict.get, messages, repeat("role")))  # in C
+    if has_system is None:
+        has_system = not SYSTEM_ROLES.isdisjoint(map(dict.get, messages, repeat("role")))  # in C
+    no_system = not has_system
     no_tools = not tools and bool(completion.get("tool_calls"))
     return tuple(kind for kind, gap in zip(GAP_KINDS, (no_system, no_tools), strict=True) if gap)
 

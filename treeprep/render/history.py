@@ -35,6 +35,7 @@ from operator import is_
 from typing import Any
 
 from treeprep.io.jsonparse import json_key
+from treeprep.render.gaps import SYSTEM_ROLES
 from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
 from treeprep.schemas import Message
@@ -56,19 +57,33 @@ class NormalizedHistory:
     def __init__(self) -> None:
         self._source: list[Message] = []
         self._dicts: list[dict[str, Any]] = []
+        self._returned: list[dict[str, Any]] = []
+        self._first_system = -1  # the index of the first system-role dict (-1: none)
 
     def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
         """``[split_inline_think(normalize_message(m, f"messages[{i}]")) ...]`` of
         ``messages``; :class:`~treeprep.errors.RenderError` as that raises it."""
         k = len(self._source) if starts_with(messages, self._source) else 0
         out = self._dicts[:k]
+        first = self._first_system if self._first_system < k else -1
         for i in range(k, len(messages)):
-            out.append(split_inline_think(normalize_message(messages[i], f"messages[{i}]")))
-        self._source, self._dicts = list(messages), out
-        return list(out)
+            d = split_inline_think(normalize_message(messages[i], f"messages[{i}]"))
+            if first < 0 and d.get("role") in SYSTEM_ROLES:
+                first = i
+            out.append(d)
+        self._source, self._dicts, self._first_system = list(messages), out, first
+        self._returned = list(out)
+        return self._returned
+
+    def has_system(self, msgs: list[dict[str, Any]]) -> bool | None:
+        """Whether ``msgs``, the list :meth:`messages` returned last and unchanged since, has a
+        system (or developer) message; None for any other list (not known here)."""
+        if msgs is not self._returned or len(msgs) != len(self._dicts):
+            return None
+        return self._first_system >= 0
 
     def clear(self) -> None:
-        self._source, self._dicts = [], []
+        self._source, self._dicts, self._returned, self._first_system = [], [], [], -1
 
 
 def _tools_key(tools: list[dict[str, Any]] | None) -> bytes | None:
@@ -113,11 +128,13 @@ class RenderedPrefixes:
         key = _tools_key(tools)
         text = None
         if key is not None:
-            best: tuple[list[dict[str, Any]], bytes, str] | None = None
-            for kept in self._texts:
-                if kept[1] == key and (best is None or len(kept[0]) > len(best[0])):
-                    if starts_with(messages, kept[0]):
-                        best = kept
+            # the longest kept text first: one whole identity check per render, not one per text
+            # that passes the first check (each walks the history)
+            ranked = sorted(self._texts, key=lambda kept: len(kept[0]), reverse=True)
+            best = next(
+                (kept for kept in ranked if kept[1] == key and starts_with(messages, kept[0])),
+                None,
+            )
             if best is not None:
                 k = len(best[0])
                 text = best[2] if k == len(messages) else port.extend(best[2], messages, k, tools)

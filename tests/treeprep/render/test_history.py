@@ -135,3 +135,33 @@ def test_a_session_renders_as_each_call_rendered_alone() -> None:
         alone = Renderer.load(None).render(c.model_copy(deep=True), group_id="g")
         assert seq.tokens.tolist() == alone.tokens.tolist()
         assert seq.loss_spans == alone.loss_spans and seq.branch_reason == alone.branch_reason
+
+
+def test_has_system_follows_each_prompt_and_refuses_other_lists() -> None:
+    from treeprep.render.gaps import prompt_gaps
+
+    def msg(role: str, text: str) -> Message:
+        extra = {"tool_call_id": "t"} if role == "tool" else {}
+        return Message.model_validate({"role": role, "content": text, **extra})
+
+    history = NormalizedHistory()
+    base = [msg("user", "a"), msg("assistant", "b")]
+    c = msg("user", "c")
+    prompts = [
+        base,
+        [*base, c],  # shares the history: no system role yet
+        [*base, c, msg("system", "d")],  # shares it, and one is appended later
+        [msg("system", "s"), *base],  # a new history that opens with one
+        base,  # back to none: the system message is not in this prompt
+    ]
+    for prompt in prompts:
+        msgs = history.messages(prompt)
+        want = any(m["role"] in ("system", "developer") for m in msgs)
+        assert history.has_system(msgs) is want
+        comp = {"role": "assistant", "content": "ok"}
+        assert prompt_gaps(msgs, comp, None, has_system=history.has_system(msgs)) == (
+            prompt_gaps(msgs, comp, None)
+        )
+    assert history.has_system(list(msgs)) is None  # a copy: not the list it returned
+    msgs.append({"role": "system", "content": "late"})
+    assert history.has_system(msgs) is None  # changed since
