@@ -19,6 +19,7 @@ prints the top functions by cumulative and by own time.
 
     python bench/session_scaling.py --turns 200 --rounds 3
     python bench/session_scaling.py --turns 400 --formats pi --profile pi
+    python bench/session_scaling.py --turns 400 --tokenizer ../shared/data/tokenizers/qwen3
 """
 
 from __future__ import annotations
@@ -158,18 +159,21 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
 }
 
 
-def build_cpu(inputs: Path, out: Path) -> float:
-    """CPU seconds of one in-process build of ``inputs`` (built-in tokenizer), OUT fresh."""
+def build_cpu(inputs: Path, out: Path, tokenizer: str | None = None) -> float:
+    """CPU seconds of one in-process build of ``inputs`` (``tokenizer``: a tokenizer folder, None
+    the built-in one), OUT fresh."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.process_time()
-    manifest = build(BuildConfig(inputs=[str(inputs)], out=str(out)))
+    manifest = build(BuildConfig(inputs=[str(inputs)], out=str(out), tokenizer=tokenizer))
     seconds = time.process_time() - start
     if manifest.counts.records_rejected:
         raise SystemExit(f"{inputs}: {manifest.counts.records_rejected} records rejected")
     return seconds
 
 
-def measure(work: Path, formats: list[str], turns: int, rounds: int) -> None:
+def measure(
+    work: Path, formats: list[str], turns: int, rounds: int, tokenizer: str | None = None
+) -> None:
     sizes = (turns, 4 * turns)
     for f in formats:
         for n in sizes:
@@ -178,7 +182,7 @@ def measure(work: Path, formats: list[str], turns: int, rounds: int) -> None:
     for _ in range(rounds):
         for f in formats:
             for n in sizes:
-                s = build_cpu(work / f"{f}-{n}", work / "out")
+                s = build_cpu(work / f"{f}-{n}", work / "out", tokenizer)
                 best[f, n] = min(best.get((f, n), s), s)
     print(f"{'format':<10} {'N':>6} {'cpu N s':>9} {'4N':>6} {'cpu 4N s':>9} {'ratio':>6}")
     for f in formats:
@@ -186,10 +190,10 @@ def measure(work: Path, formats: list[str], turns: int, rounds: int) -> None:
         print(f"{f:<10} {sizes[0]:>6} {a:>9.2f} {sizes[1]:>6} {b:>9.2f} {b / a:>6.1f}")
 
 
-def profile(work: Path, fmt: str, turns: int) -> None:
+def profile(work: Path, fmt: str, turns: int, tokenizer: str | None = None) -> None:
     WRITERS[fmt](work / fmt, turns)
     profiler = cProfile.Profile()
-    profiler.runcall(build_cpu, work / fmt, work / "out")
+    profiler.runcall(build_cpu, work / fmt, work / "out", tokenizer)
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(30)
     stats.sort_stats("tottime").print_stats(25)
@@ -201,12 +205,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (minimum kept)")
     p.add_argument("--formats", default=",".join(WRITERS), help="comma-separated formats")
     p.add_argument("--profile", choices=sorted(WRITERS), help="profile one build of N turns")
+    p.add_argument("--tokenizer", help="a tokenizer folder (default: the built-in tokenizer)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="session-scaling-") as tmp:
         if args.profile:
-            profile(Path(tmp), args.profile, args.turns)
+            profile(Path(tmp), args.profile, args.turns, args.tokenizer)
         else:
-            measure(Path(tmp), args.formats.split(","), args.turns, args.rounds)
+            measure(Path(tmp), args.formats.split(","), args.turns, args.rounds, args.tokenizer)
     sys.stdout.flush()
 
 
