@@ -9,8 +9,9 @@ build linear in the unique text gives about 4x, one quadratic in it about 16x.
 
 The formats are the ones whose sessions a user found to grow quadratically: Pi (a JSONL session
 tree), Cline (one ``api_conversation_history.json``), gptme (``conversation.jsonl``) and a chat
-dataset row (one OpenAI fine-tuning row holding every turn). A turn is an assistant message with
-one tool call and its result; every tenth turn opens with a user message.
+dataset row (one OpenAI fine-tuning row holding every turn), and Claude Code (a JSONL session, one
+line per content block, each call's prompt replayed from its ``parentUuid`` thread). A turn is an
+assistant message with one tool call and its result; every tenth turn opens with a user message.
 
 The sizes are interleaved over ``--rounds`` rounds (N, 4N, N, 4N, ...; the project's rule:
 ratios measured side by side, so that load drift hits both alike), and the minimum CPU time of
@@ -151,11 +152,42 @@ def write_chat_row(folder: Path, n: int) -> Path:
     return path
 
 
+def write_claude_code(folder: Path, n: int) -> Path:
+    """A Claude Code session (``sample_data/claude-code``): one line per content block, each
+    line's ``parentUuid`` the line before, tool results in user lines."""
+    sid = "7e1d2c3b-0a9f-4e8d-b7c6-000000000000"
+    path = folder / "-home-dev-app" / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    lines: list[dict] = []
+    head = {"isSidechain": False, "userType": "external", "cwd": "/app", "sessionId": sid}
+    head["version"] = "2.1.39"
+
+    def line(kind: str, message: dict) -> None:
+        uuid = f"00000000-0000-4000-8000-{len(lines):012d}"
+        parent = lines[-1]["uuid"] if lines else None
+        stamp = f"2026-01-05T10:{len(lines) // 60 % 60:02d}:{len(lines) % 60:02d}.000Z"
+        lines.append({"parentUuid": parent, **head, "type": kind, "message": message,
+                      "uuid": uuid, "timestamp": stamp})  # fmt: skip
+
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 5)):
+        if user is not None:
+            line("user", {"role": "user", "content": user})
+        reply = {"model": "claude-opus-4-6", "id": f"msg_{i}", "type": "message"}
+        call = {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": cmd}}
+        for block in ({"type": "text", "text": said}, call):
+            line("assistant", {**reply, "role": "assistant", "content": [block]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": out}
+        line("user", {"role": "user", "content": [result]})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
     "gptme": write_gptme,
     "chat-row": write_chat_row,
+    "claude-code": write_claude_code,
 }
 
 

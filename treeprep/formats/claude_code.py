@@ -49,8 +49,9 @@ be linked to its ``Task`` call, and a compaction summariser's prompt cannot be r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from treeprep.errors import RecordError
@@ -112,6 +113,22 @@ class _Session:
     parent_of_line: dict[int, str] = field(default_factory=dict)
     #: uuid -> line of the lines rejected as misshapen (so a chain through one says so)
     rejected: dict[str, int] = field(default_factory=dict)
+    #: the messages made of lines, by the lines' (and blocks') identity: see :meth:`made`
+    _made: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    def made(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """``make()``, made once per session for ``key`` (what it is made of, by identity: the
+        session holds those lines and blocks, so their ids stay theirs).
+
+        Each call replays its whole thread, so a session's calls made every message of their
+        history again: reading a session was quadratic in its length (800 turns: 320,400
+        assistant messages merged). The messages are pure functions of their lines, and handing
+        the same dicts to every call lets :func:`~treeprep.formats._fields.make_call` know a
+        history by identity; nothing changes a dict once it is handed over."""
+        m = self._made.get(key)
+        if m is None:
+            m = self._made[key] = make()
+        return m
 
     def add(self, ln: _Line) -> None:
         r = ln.rec
@@ -216,6 +233,10 @@ def _tool_result_content(b: dict[str, Any]) -> str | list[dict[str, Any]]:
     return str(c)
 
 
+def _tool_message(blk: dict[str, Any], tid: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(blk)}
+
+
 def _assistant_message(lines: list[_Line]) -> dict[str, Any]:
     """Merge the content blocks of one API response (its lines in file order)."""
     blocks: list[Any] = []
@@ -300,7 +321,7 @@ def _prompt(
             # point into the main session, whose own thread does not carry them; adding them to
             # the summariser alone would make two reconstructions of one history disagree
             if id(m) not in on_chain and m.own == ln.own and _before(m, cut):
-                msgs.extend(_user_messages(m))
+                msgs.extend(sess.made(("u", id(m)), partial(_user_messages, m)))
 
     for ln in chain:
         r = ln.rec
@@ -315,7 +336,7 @@ def _prompt(
                 continue
             seen_resp.add(key)
             lines = [x for x in sess.responses.get(key, [ln]) if _before(x, cut)]
-            am = _assistant_message(lines)
+            am = sess.made(("a", *map(id, lines)), partial(_assistant_message, lines))
             msgs.append(am)
             last_resp = key[1]
             found: list[tuple[_Line, dict[str, Any], str]] = []
@@ -329,14 +350,13 @@ def _prompt(
                 if k in done_results:
                     continue
                 done_results.add(k)
-                msgs.append(
-                    {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(blk)}
-                )
+                msgs.append(sess.made(("t", id(blk), tid), partial(_tool_message, blk, tid)))
             for x in lines:
                 attach_meta(x)
             continue
         if t == "user":
-            msgs.extend(_user_messages(ln))  # tool results come with their assistant turn
+            # tool results come with their assistant turn
+            msgs.extend(sess.made(("u", id(ln)), partial(_user_messages, ln)))
             attach_meta(ln)
             continue
         attach_meta(ln)  # progress/system lines: not seen by the model, but context may hang off

@@ -267,3 +267,43 @@ def test_regression_inline_sidechain_branched_as_unknown(tmp_path):
     tree = build_tree(seqs, "g")
     assert "unknown" not in tree.node_branch_reason
     assert "sub-agent" in tree.node_branch_reason
+
+
+def test_a_history_is_handed_to_every_call_as_the_same_dicts(monkeypatch, tmp_path):
+    """Each call replays its thread; the messages of its history are made once per session, so
+    a call's prompt holds the very dicts the call before handed over (make_call then knows the
+    history by identity, writing no JSON of it)."""
+    import treeprep.formats.claude_code as cc
+
+    handed: list[list[dict]] = []
+    make_call = cc.make_call
+
+    def capture(fields, **kw):
+        handed.append(list(fields["messages"]))
+        return make_call(fields, **kw)
+
+    monkeypatch.setattr(cc, "make_call", capture)
+    sid = "7e1d2c3b-0a9f-4e8d-b7c6-000000000001"
+    head = {"isSidechain": False, "userType": "external", "sessionId": sid, "version": "2.1.39"}
+    lines, parent = [], None
+    for i in range(6):
+        for kind, message in (
+            ("user", {"role": "user", "content": f"step {i}"} if i == 0 else {"role": "user",
+             "content": [{"type": "tool_result", "tool_use_id": f"t{i - 1}", "content": "ok"}]}),
+            ("assistant", {"id": f"m{i}", "role": "assistant", "content": [{"type": "text",
+             "text": f"run {i}"}], "model": "claude-opus-4-6"}),
+            ("assistant", {"id": f"m{i}", "role": "assistant", "content": [{"type": "tool_use",
+             "id": f"t{i}", "name": "Bash", "input": {"command": "ls"}}],
+             "model": "claude-opus-4-6"}),
+        ):  # fmt: skip
+            uuid = f"00000000-0000-4000-8000-{len(lines):012d}"
+            lines.append({**head, "parentUuid": parent, "uuid": uuid, "type": kind,
+                          "message": message, "timestamp": "2026-01-05T10:00:00.000Z"})  # fmt: skip
+            parent = uuid
+    path = tmp_path / f"{sid}.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    calls, rejects = _split(path)
+    assert rejects == [] and len(calls) == 6 and len(handed) == 6
+    for before, after in zip(handed, handed[1:], strict=False):
+        assert len(after) == len(before) + 2  # the last reply and its tool result
+        assert all(a is b for a, b in zip(before, after, strict=False))
