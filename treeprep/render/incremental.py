@@ -115,10 +115,9 @@ class IncrementalRenderer:
         self.enabled = True
         self._texts: OrderedDict[bytes, str] = OrderedDict()
         self._chars = 0
-        #: renders done incrementally, and those that fell back to a full render
-        self.incremental = 0
+        #: renders that fell back to a full render
         self.fallbacks = 0
-        #: which incremental renders are compared with a full render
+        #: which incremental renders are compared with a full render (it counts them)
         self.cross_check = CrossCheck()
 
     # -- the cache -----------------------------------------------------------------------------
@@ -173,7 +172,6 @@ class IncrementalRenderer:
         if text is None:
             text = self.full(msgs, tools, gen, now)
         else:
-            self.incremental += 1
             if self.cross_check.due(len(text)):
                 self._check(text, msgs, tools, gen, now, where)
         if key is not None:
@@ -269,8 +267,13 @@ class IncrementalRenderer:
         except TemplateLimitError:
             self.enabled = False
         self.clear()
-        self.incremental = self.fallbacks = 0
+        self.cross_check, self.fallbacks = CrossCheck(), 0
         return self.enabled
+
+    @property
+    def incremental(self) -> int:
+        """Renders done incrementally (since :meth:`verify`)."""
+        return self.cross_check.renders
 
     def _verify(self, sessions: list[tuple[list[dict], list[dict] | None]]) -> None:
         for msgs, tools in sessions:

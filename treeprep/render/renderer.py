@@ -160,8 +160,7 @@ class Renderer:
         self._native: RenderFn | None = None
         #: the tokenizer folder and template the identity by content is computed from
         self._identity_source: tuple[Path, str] | None = None
-        #: renders done by the port so far, and which of them are compared with the template
-        self.native_renders = 0
+        #: which of the port's renders are compared with the template
         self._native_check = CrossCheck()
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
@@ -255,6 +254,11 @@ class Renderer:
         return self.template.date
 
     @property
+    def native_renders(self) -> int:
+        """Renders done by the native port so far."""
+        return self._native_check.renders
+
+    @property
     def cache_key(self) -> str:
         """What a rendered sequence depends on besides the record: the tokenizer, the template
         used, the fixed date and the response parser (a build's work files are keyed by it)."""
@@ -291,7 +295,6 @@ class Renderer:
             except FALLBACK_ERRORS:
                 pass  # outside the port's domain: the template decides (and names any error)
             else:
-                self.native_renders += 1
                 if self._native_check.due(len(text)):
                     self._check_native(text, messages, tools, add_generation_prompt, where, now)
                 return text
