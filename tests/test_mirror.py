@@ -39,6 +39,7 @@ COVERED_BY: dict[str, tuple[str, str]] = {
         "subagent_trajectory_ref",
     ),
     "treeprep/formats/_claude_layout.py": ("treeprep/formats/test_claude_code.py", "subagents"),
+    "treeprep/formats/_claude_session.py": ("treeprep/formats/test_claude_code.py", "tool_result"),
     "treeprep/formats/_gemini_layout.py": ("treeprep/formats/test_gemini_subagents.py", "chats"),
     "treeprep/formats/_rows.py": ("treeprep/formats/test_dataset_rows.py", "Toucan"),
     "treeprep/formats/_sniff.py": ("treeprep/formats/test_detection.py", "first_record"),

@@ -69,6 +69,12 @@ class NativeTemplateMismatch(TreeprepError):
     port (:mod:`treeprep.render.native`), never a bad record, so the build stops."""
 
 
+class ReplayMismatch(TreeprepError):
+    """Claude Code's incremental replay of a thread differs from a whole replay of it: a bug in
+    :mod:`treeprep.formats._claude_replay`, never a bad record. The file it was reading ends as
+    one ``internal error in adapter`` reject."""
+
+
 class PackError(TreeprepError):
     """The trees cannot be packed under the given settings (a path longer than the budget)."""
 

@@ -31,8 +31,11 @@ attached where they belong:
   hook reminders hang off main-session lines whose own thread never carries them; they are left
   out so that the summariser continues the pre-compaction prefix exactly.
 
-Cost: each call walks its own thread, O(calls x thread length) dictionary lookups: about 0.1 s for
-the 1,863-line real session. The alternative (one incremental walk) breaks on rewinds and forks.
+Cost: a thread is replayed once per session, not once per call: the next call goes on from the
+last one's replay unless a line written between them changes the history already replayed
+(:mod:`treeprep.formats._claude_replay`, which checks itself against whole replays on a sparse
+schedule). A session of 1,600 turns builds in 4.0 CPU-seconds, 5.7x its 400 turns (linear is
+4x), where replaying every call whole took 18.6 s, 10.6x (``bench/session_scaling.py``).
 
 Branch hints: every call of a sub-agent file is ``sub-agent``, and so is every call whose lines
 carry ``isSidechain: true`` inside a main session file (Claude Code before 1.0.x wrote sub-agent
@@ -49,16 +52,16 @@ be linked to its ``Task`` call, and a compaction summariser's prompt cannot be r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from treeprep.errors import RecordError
 from treeprep.formats._claude_layout import not_a_chain, parent_session_path
+from treeprep.formats._claude_replay import ChainError, Replay, Threads
+from treeprep.formats._claude_session import Line, Session, response_message
 from treeprep.formats._fields import as_dict, expect, make_call, opt_str
 from treeprep.formats._read import head_json_objects, records
-from treeprep.formats.anthropic import assistant_message
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -90,72 +93,6 @@ def sniff(path: str, head: bytes) -> bool:
         # a first line longer than the head: fall back to the envelope's keys
         return all(f'"{k}"'.encode() in head for k in (*_SIGNATURE, "isSidechain"))
     return False
-
-
-@dataclass
-class _Line:
-    no: int  # 1-based line number in its file
-    rec: dict[str, Any]
-    own: bool  # in the file being read (False: in the parent session file)
-
-
-@dataclass
-class _Session:
-    """The lines that a thread can reach: the file's own, plus its parent session's."""
-
-    path: str
-    by_uuid: dict[str, _Line] = field(default_factory=dict)
-    # message.id -> its lines (file order); keyed per origin so a parent's ids never mix with ours
-    responses: dict[tuple[bool, str], list[_Line]] = field(default_factory=dict)
-    tool_use_owner: dict[str, tuple[bool, str]] = field(default_factory=dict)
-    results: dict[str, list[tuple[_Line, dict[str, Any]]]] = field(default_factory=dict)
-    meta_children: dict[str, list[_Line]] = field(default_factory=dict)
-    parent_of_line: dict[int, str] = field(default_factory=dict)
-    #: uuid -> line of the lines rejected as misshapen (so a chain through one says so)
-    rejected: dict[str, int] = field(default_factory=dict)
-    #: the messages made of lines, by the lines' (and blocks') identity: see :meth:`made`
-    _made: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-
-    def made(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
-        """``make()``, made once per session for ``key`` (what it is made of, by identity: the
-        session holds those lines and blocks, so their ids stay theirs).
-
-        Each call replays its whole thread, so a session's calls made every message of their
-        history again: reading a session was quadratic in its length (800 turns: 320,400
-        assistant messages merged). The messages are pure functions of their lines, and handing
-        the same dicts to every call lets :func:`~treeprep.formats._fields.make_call` know a
-        history by identity; nothing changes a dict once it is handed over."""
-        m = self._made.get(key)
-        if m is None:
-            m = self._made[key] = make()
-        return m
-
-    def add(self, ln: _Line) -> None:
-        r = ln.rec
-        u = r.get("uuid")
-        if isinstance(u, str):
-            # own lines win over the parent's (a file never needs the parent's copy of its line)
-            if u not in self.by_uuid or ln.own:
-                self.by_uuid[u] = ln
-        msg = r.get("message")
-        content = msg.get("content") if isinstance(msg, dict) else None
-        if (
-            r.get("type") == "assistant"
-            and isinstance(msg, dict)
-            and isinstance(msg.get("id"), str)
-        ):
-            key = (ln.own, msg["id"])
-            self.responses.setdefault(key, []).append(ln)
-            if isinstance(content, list):
-                for b in content:
-                    if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id"):
-                        self.tool_use_owner[b["id"]] = key
-        if r.get("type") == "user" and isinstance(content, list):
-            for b in content:
-                if isinstance(b, dict) and b.get("type") == "tool_result":
-                    self.results.setdefault(str(b.get("tool_use_id")), []).append((ln, b))
-        if r.get("type") == "user" and r.get("isMeta") and isinstance(r.get("parentUuid"), str):
-            self.meta_children.setdefault(r["parentUuid"], []).append(ln)
 
 
 _CONTENT = "a string or a list of content blocks"
@@ -197,175 +134,9 @@ def _check_line(rec: dict[str, Any]) -> None:
         _check_blocks(content, "message.content")
 
 
-class _ChainError(Exception):
-    pass
-
-
-def _before(a: _Line, cut: _Line) -> bool:
-    """Was line ``a`` written before ``cut``? Parent-session lines precede the sub-agent file."""
-    if a.own != cut.own:
-        return not a.own
-    return a.no < cut.no
-
-
-def _text_of_blocks(blocks: list[Any]) -> str:
-    return "".join(
-        b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
-    )
-
-
-def _tool_result_content(b: dict[str, Any]) -> str | list[dict[str, Any]]:
-    c = b.get("content")
-    if c is None:
-        return ""
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):
-        parts: list[dict[str, Any]] = []
-        for p in c:
-            if isinstance(p, dict) and p.get("type") == "text":
-                parts.append({"type": "text", "text": p.get("text", "")})
-            elif isinstance(p, dict):
-                parts.append(dict(p))
-        if all(p["type"] == "text" for p in parts):
-            return "".join(p["text"] for p in parts)
-        return parts
-    return str(c)
-
-
-def _tool_message(blk: dict[str, Any], tid: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(blk)}
-
-
-def _assistant_message(lines: list[_Line]) -> dict[str, Any]:
-    """Merge the content blocks of one API response (its lines in file order)."""
-    blocks: list[Any] = []
-    for ln in lines:
-        content = ln.rec["message"].get("content")
-        if isinstance(content, str):
-            blocks.append({"type": "text", "text": content})
-        else:
-            blocks.extend(content or [])
-    return assistant_message(blocks)
-
-
-def _user_messages(ln: _Line) -> list[dict[str, Any]]:
-    """The user-role messages of one user line (its text; tool results are handled apart)."""
-    content = ln.rec.get("message", {}).get("content")
-    if isinstance(content, str):
-        return [{"role": "user", "content": content}]
-    if not isinstance(content, list):
-        return []
-    parts: list[dict[str, Any]] = []
-    for b in content:
-        if not isinstance(b, dict) or b.get("type") == "tool_result":
-            continue
-        if b.get("type") == "text":
-            parts.append({"type": "text", "text": b.get("text", "")})
-        else:
-            parts.append(dict(b))  # images and documents stay parts; the renderer decides
-    if not parts:
-        return []
-    if all(p["type"] == "text" for p in parts):
-        return [{"role": "user", "content": "".join(p["text"] for p in parts)}]
-    return [{"role": "user", "content": parts}]
-
-
-def _chain(sess: _Session, start: str | None, file: str) -> list[_Line]:
-    """The thread ending at ``start`` (oldest first). Raises _ChainError naming the bad link."""
-    out: list[_Line] = []
-    seen: set[str] = set()
-    u = start
-    child: _Line | None = None
-    while u:
-        if u in seen:
-            raise _ChainError(f"cycle in parentUuid: uuid {u} is reached twice")
-        seen.add(u)
-        ln = sess.by_uuid.get(u)
-        if ln is None and u in sess.rejected:
-            raise _ChainError(f"parentUuid {u} is line {sess.rejected[u]}, which is rejected")
-        if ln is None:
-            where = f"line {child.no}" if child is not None else "the call's first line"
-            raise _ChainError(
-                f"broken parent chain: parentUuid {u} (from {where}) is not in {file}"
-                + (" or its parent session" if child is not None and not child.own else "")
-            )
-        out.append(ln)
-        child = ln
-        if ln.rec.get("type") == "system" and ln.rec.get("subtype") == "compact_boundary":
-            break  # the thread after a compaction is a new root
-        p = ln.rec.get("parentUuid")
-        u = p if isinstance(p, str) else None
-    out.reverse()
-    return out
-
-
-def _prompt(
-    sess: _Session, chain: list[_Line], cut: _Line, orphans: set[tuple[int, bool]]
-) -> tuple[list[dict[str, Any]], str | None, bool]:
-    """Replay a thread into OpenAI messages.
-
-    Returns (messages, id of the last assistant response in it, whether it crossed a compaction).
-    """
-    msgs: list[dict[str, Any]] = []
-    done_results: set[tuple[int, bool, str]] = set()
-    last_resp: str | None = None
-    compacted = False
-    seen_resp: set[tuple[bool, str]] = set()
-    on_chain = {id(x) for x in chain}
-
-    def attach_meta(ln: _Line) -> None:
-        u = ln.rec.get("uuid")
-        for m in sess.meta_children.get(u, []) if isinstance(u, str) else []:
-            # context hung on a line of the same file only: the compaction file's hook reminders
-            # point into the main session, whose own thread does not carry them; adding them to
-            # the summariser alone would make two reconstructions of one history disagree
-            if id(m) not in on_chain and m.own == ln.own and _before(m, cut):
-                msgs.extend(sess.made(("u", id(m)), partial(_user_messages, m)))
-
-    for ln in chain:
-        r = ln.rec
-        t = r.get("type")
-        if t == "system" and r.get("subtype") == "compact_boundary":
-            compacted = True
-            continue
-        if t == "assistant":
-            key = (ln.own, r["message"].get("id"))
-            if key in seen_resp:
-                attach_meta(ln)
-                continue
-            seen_resp.add(key)
-            lines = [x for x in sess.responses.get(key, [ln]) if _before(x, cut)]
-            am = sess.made(("a", *map(id, lines)), partial(_assistant_message, lines))
-            msgs.append(am)
-            last_resp = key[1]
-            found: list[tuple[_Line, dict[str, Any], str]] = []
-            for tc in am.get("tool_calls") or []:
-                for rl, blk in sess.results.get(str(tc["id"]), []):
-                    if _before(rl, cut):
-                        found.append((rl, blk, str(tc["id"])))
-            found.sort(key=lambda x: (x[0].own, x[0].no))
-            for rl, blk, tid in found:
-                k = (rl.no, rl.own, tid)
-                if k in done_results:
-                    continue
-                done_results.add(k)
-                msgs.append(sess.made(("t", id(blk), tid), partial(_tool_message, blk, tid)))
-            for x in lines:
-                attach_meta(x)
-            continue
-        if t == "user":
-            # tool results come with their assistant turn
-            msgs.extend(sess.made(("u", id(ln)), partial(_user_messages, ln)))
-            attach_meta(ln)
-            continue
-        attach_meta(ln)  # progress/system lines: not seen by the model, but context may hang off
-    return msgs, last_resp, compacted
-
-
-def _inline_agent(chain: list[_Line], first: _Line) -> str:
+def _inline_agent(replay: Replay, first: Line) -> str:
     """``sidechain-<uuid>`` named after the first sidechain line of an inline sub-agent thread."""
-    root = next((x for x in chain if x.rec.get("isSidechain")), first)
+    root = replay.first_sidechain or first
     agent = root.rec.get("agentId")
     return str(agent) if agent else f"sidechain-{str(root.rec.get('uuid', root.no))[:8]}"
 
@@ -384,7 +155,7 @@ class _File:
     is_compact: bool
 
 
-def _identify(path: str, own: list[_Line]) -> _File:
+def _identify(path: str, own: list[Line]) -> _File:
     session_id = next((ln.rec["sessionId"] for ln in own if ln.rec.get("sessionId")), None)
     agent_ids = {ln.rec.get("agentId") for ln in own if ln.rec.get("isSidechain")} - {None}
     sidechain = bool(agent_ids) and all(
@@ -395,7 +166,7 @@ def _identify(path: str, own: list[_Line]) -> _File:
     return _File(path, session_id, agent_id, sidechain, is_compact)
 
 
-def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
+def _link_parent(sess: Session, f: _File) -> tuple[str | None, str | None]:
     """Read a sub-agent's parent session into ``sess``.
 
     Returns (the API response whose Task call started the sub-agent, or None; the reason every
@@ -414,7 +185,7 @@ def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
     for no, rec in records(ppath, NAME, objects=True):
         if isinstance(rec, Reject) or _misshapen(rec) is not None:
             continue  # reported when the parent file itself is read
-        sess.add(_Line(no, rec, False))
+        sess.add(Line(no, rec, False))
         d = rec.get("data")
         if (
             rec.get("type") == "progress"
@@ -429,17 +200,15 @@ def _link_parent(sess: _Session, f: _File) -> tuple[str | None, str | None]:
     return (owner[1] if owner is not None and not owner[0] else None), None
 
 
-def _orphans(sess: _Session, f: _File) -> tuple[set[tuple[int, bool]], list[tuple[int, Item]]]:
-    """Tool results whose tool_use is nowhere in the session: (their lines, a reject per own
-    line). The line is rejected, the rest of the session is kept."""
-    orphans: set[tuple[int, bool]] = set()
+def _orphans(sess: Session, f: _File) -> list[tuple[int, Item]]:
+    """A reject per own line holding a tool result whose tool_use is nowhere in the session. The
+    line is rejected, the rest of the session is kept (no replay attaches the result)."""
     out: list[tuple[int, Item]] = []
     orphan_lines: set[int] = set()
     for tid, found in sess.results.items():
         if tid in sess.tool_use_owner:
             continue
         for rl, _blk in found:
-            orphans.add((rl.no, rl.own))
             if rl.own and rl.no not in orphan_lines:
                 orphan_lines.add(rl.no)
                 reason = (
@@ -447,14 +216,13 @@ def _orphans(sess: _Session, f: _File) -> tuple[set[tuple[int, bool]], list[tupl
                     "left out of every prompt"
                 )
                 out.append((rl.no, Reject(file=f.path, line=rl.no, reason=reason, format=NAME)))
-    return orphans, out
+    return out
 
 
 def _branch(
     f: _File,
-    first: _Line,
-    chain: list[_Line],
-    compacted: bool,
+    first: Line,
+    replay: Replay,
     seen_compactions: set[str],
 ) -> tuple[str | None, str]:
     """(the call's branch hint, its agent id); the first call after each compaction boundary
@@ -463,11 +231,9 @@ def _branch(
         return ("compaction" if f.is_compact else "sub-agent"), f.agent_id
     if first.rec.get("isSidechain"):
         # Claude Code before 1.0.x: a sub-agent's lines sit inline in the session file
-        return "sub-agent", _inline_agent(chain, first)
-    if compacted:
-        boundary = next(
-            x.rec.get("uuid", "") for x in chain if x.rec.get("subtype") == "compact_boundary"
-        )
+        return "sub-agent", _inline_agent(replay, first)
+    boundary = replay.boundary
+    if boundary is not None:
         if boundary not in seen_compactions:
             seen_compactions.add(boundary)
             return "compaction", f.agent_id
@@ -475,10 +241,9 @@ def _branch(
 
 
 def _call(
-    sess: _Session,
     f: _File,
     mid: str,
-    lines: list[_Line],
+    lines: list[Line],
     ctx: _CallContext,
 ) -> Item:
     """One API response (its lines in file order) as a ChatCall, or the Reject saying why not."""
@@ -490,21 +255,20 @@ def _call(
     if ctx.parent_missing:
         return reject(ctx.parent_missing)
     try:
-        chain = _chain(sess, first.rec.get("parentUuid"), f.path)
-    except _ChainError as e:
+        replay = ctx.threads.replay(first)
+    except ChainError as e:
         return reject(f"cannot rebuild the prompt of API response {mid}: {e}")
-    messages, prev_resp, compacted = _prompt(sess, chain, first, ctx.orphans)
-    completion = _assistant_message(lines)
+    completion = response_message(lines)
     if (
         not completion.get("content")
         and not completion.get("tool_calls")
         and not (completion.get("reasoning_content"))
     ):
         return reject(f"API response {mid} has no text, thinking or tool_use block to train on")
-    if not messages:
+    if not replay.messages:
         return reject(f"API response {mid} has an empty prompt (no user line before it)")
-    reason, call_agent = _branch(f, first, chain, compacted, ctx.seen_compactions)
-    parent_call = prev_resp
+    reason, call_agent = _branch(f, first, replay, ctx.seen_compactions)
+    parent_call = replay.last_response
     if parent_call is None and f.sidechain:
         parent_call = ctx.task_call
     gid = f.session_id
@@ -522,7 +286,7 @@ def _call(
         "project": _opt_text(first.rec.get("cwd")),  # for --project
         "messages": [
             *([{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []),
-            *messages,
+            *replay.messages,  # a copy: the replay goes on with the next call
         ],
         "tools": opts.tools,
         "completion": completion,
@@ -544,7 +308,8 @@ class _CallContext:
     task_call: str | None
     #: why every call is rejected (a sub-agent whose parent session file is absent)
     parent_missing: str | None
-    orphans: set[tuple[int, bool]]
+    #: the live replays of the file's threads
+    threads: Threads
     #: compaction boundaries whose first call has been hinted ``compaction``
     seen_compactions: set[str] = field(default_factory=set)
 
@@ -560,8 +325,8 @@ def _misshapen(rec: dict[str, Any]) -> str | None:
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     """Every API response of the file as one ChatCall (plus rejects), in file order."""
     out: list[tuple[int, Item]] = []
-    own: list[_Line] = []
-    sess = _Session(path)
+    own: list[Line] = []
+    sess = Session(path)
     for no, rec in records(path, NAME, objects=True):
         if isinstance(rec, Reject):
             out.append((no, rec))
@@ -570,15 +335,14 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             if isinstance(rec.get("uuid"), str):
                 sess.rejected[rec["uuid"]] = no
         else:
-            own.append(_Line(no, rec, True))
+            own.append(Line(no, rec, True))
     f = _identify(path, own)
     look_alike = not_a_chain(own)
     for ln in own:
         sess.add(ln)
     task_call, parent_missing = _link_parent(sess, f) if f.sidechain else (None, None)
-    orphans, orphan_rejects = _orphans(sess, f)
-    out.extend(orphan_rejects)
-    ctx = _CallContext(opts, task_call, parent_missing, orphans)
+    out.extend(_orphans(sess, f))
+    ctx = _CallContext(opts, task_call, parent_missing, Threads(sess, path))
     for (is_own, mid), lines in sess.responses.items():
         if not is_own:
             continue
@@ -590,7 +354,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 (no, Reject(file=path, line=no, reason=look_alike, format=NAME, call_id=mid))
             )
         else:
-            out.append((no, _call(sess, f, mid, lines, ctx)))
+            out.append((no, _call(f, mid, lines, ctx)))
     out.sort(key=lambda x: x[0])
     for _no, item in out:
         yield item

@@ -25,7 +25,7 @@ What the caches are keyed by
   tools (by their JSON text, compared exactly; tools holding a non-finite number are not cached,
   as orjson writes it as ``null``). Only ports that declare the prefix property extend a text
   (:attr:`~treeprep.render.native.NativeTemplate.extend`); the renderer's cross-check against the
-  jinja template (:mod:`treeprep.render.crosscheck`) covers extended texts like whole ones.
+  jinja template (:mod:`treeprep.crosscheck`) covers extended texts like whole ones.
 """
 
 from __future__ import annotations

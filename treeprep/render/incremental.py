@@ -42,7 +42,7 @@ Any check that fails, or a window the template refuses, means a full render, so 
 only ever replaces a render whose result it can vouch for in these terms. Because these checks are
 evidence, not a proof (an append could change a message outside the window that has no look-alike
 inside it), the result is also compared with a full render on a deterministic sample of the
-incremental renders (:mod:`treeprep.render.crosscheck`: the first 16, then every 64th, spaced
+incremental renders (:mod:`treeprep.crosscheck`: the first 16, then every 64th, spaced
 further apart as the text grows past 32k characters), and on probe sessions when the renderer is
 built (a template that fails them is never rendered incrementally).
 A difference at run time is :class:`~treeprep.errors.NativeTemplateMismatch`, as for the ports.
@@ -61,8 +61,8 @@ from typing import Any
 
 import orjson
 
+from treeprep.crosscheck import CrossCheck
 from treeprep.errors import NativeTemplateMismatch, RenderError, TemplateLimitError
-from treeprep.render.crosscheck import CrossCheck
 
 #: (messages, tools, add_generation_prompt, now) -> text, a full render
 FullRender = Callable[[list[dict], list[dict] | None, bool, datetime | None], str]

@@ -28,7 +28,7 @@ stringified (``{{ x }}`` of a number) never silently renders differently: it fal
 
 Trust, but verify: :class:`treeprep.render.Renderer` uses a port only after it renders the probe
 conversations exactly like ``apply_chat_template``, and then compares a deterministic sample of the
-real renders (:mod:`treeprep.render.crosscheck`) with the jinja template, raising on any
+real renders (:mod:`treeprep.crosscheck`) with the jinja template, raising on any
 difference. The tests compare the ports with the templates on hypothesis-generated conversations
 and on the real logs.
 

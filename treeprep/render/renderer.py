@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from treeprep.crosscheck import CrossCheck
 from treeprep.errors import (
     NativeTemplateMismatch,
     RenderError,
@@ -68,7 +69,6 @@ from treeprep.render.coverage import (
     normalized_kinds,
     undeclared_tools,
 )
-from treeprep.render.crosscheck import CrossCheck
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.gaps import prompt_gaps
 from treeprep.render.history import NormalizedHistory, RenderedPrefixes

@@ -20,10 +20,10 @@ from hf_reference import hf_convention, hf_tokenizer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from treeprep.crosscheck import CrossCheck
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.render.coverage import EMPTY_REPLY, completion_loss
-from treeprep.render.crosscheck import CrossCheck
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.template import DEFAULT_DATE, ChatTemplate
 from treeprep.render.tokenizer import load_folder

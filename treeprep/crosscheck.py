@@ -1,4 +1,9 @@
-"""The cross-check schedule: which fast renders are compared with a whole jinja render.
+"""The cross-check schedule: which fast results are compared with the slow reference they stand for.
+
+Its first users were the renderers: which fast renders are compared with a whole jinja render
+(below). Claude Code's incremental replay (:mod:`treeprep.formats._claude_replay`) uses the same
+schedule with a thread's length in lines for a text's length in characters: a replayed prompt is
+compared with a whole replay of its thread.
 
 Why
 ---

@@ -1,4 +1,4 @@
-"""The cross-check schedule (treeprep.render.crosscheck): short texts keep the old schedule
+"""The cross-check schedule (treeprep.crosscheck): short texts keep the old schedule
 exactly, a growing session's checks re-render characters linear in its length, and the checks keep
 coming to the end of a session however fast it grows."""
 
@@ -9,9 +9,9 @@ import re
 
 import pytest
 
+from treeprep.crosscheck import CHECK_EVERY, CHECK_FIRST, REFERENCE_CHARS, CrossCheck
 from treeprep.errors import NativeTemplateMismatch
 from treeprep.render import Renderer
-from treeprep.render.crosscheck import CHECK_EVERY, CHECK_FIRST, REFERENCE_CHARS, CrossCheck
 
 
 def _checked(lengths: list[int], c: CrossCheck | None = None) -> list[int]:

@@ -1,0 +1,150 @@
+"""The lines of one Claude Code session, indexed, and the messages made of them.
+
+Helpers of :mod:`treeprep.formats.claude_code` (kept apart to keep that module short): a
+:class:`Session` indexes the lines a thread can reach (the file's own and, for a sub-agent, its
+parent session's) by ``uuid``, by API response (``message.id``), by ``tool_use`` id and by the
+line an ``isMeta`` context line hangs off; the builders turn lines into OpenAI messages. How a
+thread of lines becomes a prompt is :mod:`treeprep.formats._claude_replay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from treeprep.formats.anthropic import assistant_message
+
+#: where a line was written: (in the file being read, its line number). Parent-session lines
+#: (``False``) precede the sub-agent file's own, so tuple order is file order.
+Pos = tuple[bool, int]
+
+
+@dataclass
+class Line:
+    no: int  # 1-based line number in its file
+    rec: dict[str, Any]
+    own: bool  # in the file being read (False: in the parent session file)
+
+    @property
+    def pos(self) -> Pos:
+        return (self.own, self.no)
+
+
+def before(a: Line, cut: Line) -> bool:
+    """Was line ``a`` written before ``cut``? Parent-session lines precede the sub-agent file."""
+    return a.pos < cut.pos
+
+
+@dataclass
+class Session:
+    """The lines that a thread can reach: the file's own, plus its parent session's."""
+
+    path: str
+    by_uuid: dict[str, Line] = field(default_factory=dict)
+    # message.id -> its lines (file order); keyed per origin so a parent's ids never mix with ours
+    responses: dict[tuple[bool, str], list[Line]] = field(default_factory=dict)
+    tool_use_owner: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    results: dict[str, list[tuple[Line, dict[str, Any]]]] = field(default_factory=dict)
+    meta_children: dict[str, list[Line]] = field(default_factory=dict)
+    #: uuid -> line of the lines rejected as misshapen (so a chain through one says so)
+    rejected: dict[str, int] = field(default_factory=dict)
+    #: the messages made of lines, by the lines' (and blocks') identity: see :meth:`made`
+    _made: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    def made(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """``make()``, made once per session for ``key`` (what it is made of, by identity: the
+        session holds those lines and blocks, so their ids stay theirs).
+
+        The messages are pure functions of their lines, and handing the same dicts to every call
+        lets :func:`~treeprep.formats._fields.make_call` know a history by identity; nothing
+        changes a dict once it is handed over."""
+        m = self._made.get(key)
+        if m is None:
+            m = self._made[key] = make()
+        return m
+
+    def add(self, ln: Line) -> None:
+        r = ln.rec
+        u = r.get("uuid")
+        if isinstance(u, str):
+            # own lines win over the parent's (a file never needs the parent's copy of its line)
+            if u not in self.by_uuid or ln.own:
+                self.by_uuid[u] = ln
+        msg = r.get("message")
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if (
+            r.get("type") == "assistant"
+            and isinstance(msg, dict)
+            and isinstance(msg.get("id"), str)
+        ):
+            key = (ln.own, msg["id"])
+            self.responses.setdefault(key, []).append(ln)
+            if isinstance(content, list):
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id"):
+                        self.tool_use_owner[b["id"]] = key
+        if r.get("type") == "user" and isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict) and b.get("type") == "tool_result":
+                    self.results.setdefault(str(b.get("tool_use_id")), []).append((ln, b))
+        if r.get("type") == "user" and r.get("isMeta") and isinstance(r.get("parentUuid"), str):
+            self.meta_children.setdefault(r["parentUuid"], []).append(ln)
+
+
+def _tool_result_content(b: dict[str, Any]) -> str | list[dict[str, Any]]:
+    c = b.get("content")
+    if c is None:
+        return ""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        parts: list[dict[str, Any]] = []
+        for p in c:
+            if isinstance(p, dict) and p.get("type") == "text":
+                parts.append({"type": "text", "text": p.get("text", "")})
+            elif isinstance(p, dict):
+                parts.append(dict(p))
+        if all(p["type"] == "text" for p in parts):
+            return "".join(p["text"] for p in parts)
+        return parts
+    return str(c)
+
+
+def tool_message(blk: dict[str, Any], tid: str) -> dict[str, Any]:
+    """The ``tool`` message of one ``tool_result`` block."""
+    return {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(blk)}
+
+
+def response_message(lines: list[Line]) -> dict[str, Any]:
+    """Merge the content blocks of one API response (its lines in file order)."""
+    blocks: list[Any] = []
+    for ln in lines:
+        content = ln.rec["message"].get("content")
+        if isinstance(content, str):
+            blocks.append({"type": "text", "text": content})
+        else:
+            blocks.extend(content or [])
+    return assistant_message(blocks)
+
+
+def user_messages(ln: Line) -> list[dict[str, Any]]:
+    """The user-role messages of one user line (its text; tool results are handled apart)."""
+    content = ln.rec.get("message", {}).get("content")
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    if not isinstance(content, list):
+        return []
+    parts: list[dict[str, Any]] = []
+    for b in content:
+        if not isinstance(b, dict) or b.get("type") == "tool_result":
+            continue
+        if b.get("type") == "text":
+            parts.append({"type": "text", "text": b.get("text", "")})
+        else:
+            parts.append(dict(b))  # images and documents stay parts; the renderer decides
+    if not parts:
+        return []
+    if all(p["type"] == "text" for p in parts):
+        return [{"role": "user", "content": "".join(p["text"] for p in parts)}]
+    return [{"role": "user", "content": parts}]
