@@ -131,11 +131,10 @@ class ChatCall(_Model):
         global _LAST_CALLS
         msgs = self.messages
         last, last_seen = _LAST_CALLS
-        k = len(last)
-        if k and k <= len(msgs) and msgs[k - 1] is last[-1] and all(map(is_, last, msgs)):
+        if starts_with(msgs, last):
             # the same objects checked last time: not again; their ids grow in place (a copy
             # would cost the whole history's ids per call), so forget them until this call passes
-            start, seen = k, last_seen
+            start, seen = len(last), last_seen
         else:
             start, seen = 0, set()
         _LAST_CALLS = ([], set())
@@ -150,6 +149,14 @@ class ChatCall(_Model):
                 )
         _LAST_CALLS = (list(msgs), seen)
         return self
+
+
+def starts_with(items: list[Any], head: list[Any]) -> bool:
+    """Whether ``items`` starts with the very objects of ``head`` (identity, in C), ``head`` not
+    empty: how a session's calls know the history they share, here and in
+    :mod:`treeprep.render.history`."""
+    k = len(head)
+    return 0 < k <= len(items) and items[k - 1] is head[-1] and all(map(is_, head, items))
 
 
 #: the messages :meth:`ChatCall._tool_results_have_calls` checked last and the tool-call ids they

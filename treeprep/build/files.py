@@ -286,7 +286,7 @@ def _too_deep(item: Any) -> str | None:
     """Why a call's tools or tool-call arguments nest too deep to render, or None. The prompt
     messages that start with the last passed call's (the same objects: a session's history,
     :func:`treeprep.formats._fields.make_call`) are not walked again."""
-    from treeprep.render.history import starts_with
+    from treeprep.schemas.records import starts_with
 
     global _PASSED
     tools = getattr(item, "tools", None)

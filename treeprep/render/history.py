@@ -31,7 +31,6 @@ What the caches are keyed by
 from __future__ import annotations
 
 import math
-from operator import is_
 from typing import Any
 
 from treeprep.io.jsonparse import json_key
@@ -39,15 +38,10 @@ from treeprep.render.gaps import SYSTEM_ROLES
 from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
 from treeprep.schemas import Message
+from treeprep.schemas.records import starts_with
 
 #: texts kept by :class:`RenderedPrefixes` (a call renders three: full, prompt, previous turn)
 KEEP = 4
-
-
-def starts_with(items: list[Any], head: list[Any]) -> bool:
-    """Whether ``items`` starts with the very objects of ``head`` (identity, in C)."""
-    k = len(head)
-    return 0 < k <= len(items) and items[k - 1] is head[-1] and all(map(is_, head, items))
 
 
 class NormalizedHistory:
