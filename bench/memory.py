@@ -36,8 +36,14 @@ time). Every result carries ``device_peak_bytes`` (CUDA: ``max_memory_allocated`
 live-tensor count with the pool left out, which is what a device would hold) and
 ``host_store_bytes`` (the pool's peak; 0 with gpu stores). ``--rounds N`` runs every
 configuration N times, the configurations interleaved round by round, and the summary gives each
-one's median seconds, the host / gpu time ratio, the device peak's growth from the shortest to the
-longest path, and its ratio to the linear trainer's peak on the longest path.
+one's median seconds, the host / gpu time ratio (and host-sync / host), the device peak's growth
+from the shortest to the longest path, and its ratio to the linear trainer's peak on the longest
+path.
+
+``host-sync`` is host stores with each window's gradients copied back and added at once
+(``HostPool(grad_depth=0)``: a host sync per window and layer), the way before the gradient sink
+(:class:`~treeprep.trainer.parts.host.GradSink`): ``--stores gpu,host,host-sync`` measures what
+the sink saves, side by side.
 
 Workloads:
 
@@ -194,7 +200,7 @@ def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
     m = shape_of(spec["model"], vocab)
     mode = spec["mode"] if spec["mode"] in ("recompute", "keep") else "recompute"
     s = MemorySetup(
-        stores=spec.get("stores") or "gpu",
+        stores=_place(spec)[0],
         precision="bfloat16" if spec.get("autocast") else spec["dtype"],
         autocast=bool(spec.get("autocast")),
         parallel="ddp",
@@ -250,7 +256,7 @@ def measure(spec: dict, row: dict) -> dict:
     cast = bf16_autocast(torch.device(dev)) if spec.get("autocast") else None
     vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
     tracker = LiveBytes() if dev == "cpu" else None
-    pool = HostPool(dev)
+    pool = HostPool(dev, grad_depth=_place(spec)[1])
     if tracker is not None:
         tracker.exclude(pool.owns)  # host RAM, not what a device would hold
     with tracker or contextlib.nullcontext():
@@ -295,7 +301,7 @@ def measure(spec: dict, row: dict) -> dict:
                     mode=spec["mode"],
                     attn=attn,
                     autocast=cast,
-                    stores=spec.get("stores") or "gpu",
+                    stores=_place(spec)[0],
                     pool=pool,
                 )
             parts, prefix = res.parts, res.prefix_rows
@@ -474,7 +480,7 @@ def main() -> None:
         action="store_true",
         help="CUDA: one untimed small run first, so that compiling FlexAttention is not timed",
     )
-    ap.add_argument("--stores", default="gpu", help="hand-off stores: gpu and/or host")
+    ap.add_argument("--stores", default="gpu", help="hand-off stores: gpu, host, host-sync")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each configuration")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -486,7 +492,7 @@ def main() -> None:
     if bad := set(modes) - {"recompute", "keep", "linear"}:
         ap.error(f"unknown modes {sorted(bad)}")
     stores = a.stores.split(",")
-    if bad := set(stores) - {"gpu", "host"}:
+    if bad := set(stores) - {"gpu", "host", "host-sync"}:
         ap.error(f"unknown stores {sorted(bad)}")
     dtype = a.dtype or ("bfloat16" if a.device.startswith("cuda") else "float32")
     attn = a.attn or ("nodes" if a.device == "cpu" else "auto")
@@ -557,11 +563,22 @@ def _summary(results: list[dict]) -> list[str]:
                 f"({peak_hi / peak_lo - 1:+.1%} from path {paths[0]} to {paths[-1]}{vs}), host "
                 f"{hi[0]['host_store_bytes'] / 2**20:.1f} MiB, {sec:.2f} s (median of {len(hi)})"
             )
-        gpu, host = runs.get(("gpu", paths[-1])), runs.get(("host", paths[-1]))
-        if gpu and host:
-            ratio = np.median([r["seconds"] for r in host]) / np.median([r["seconds"] for r in gpu])
-            lines.append(f"  host / gpu seconds at path {paths[-1]}: {ratio:.3f}x")
+        for a, b in (("host", "gpu"), ("host-sync", "host")):
+            num, den = runs.get((a, paths[-1])), runs.get((b, paths[-1]))
+            if num and den:
+                ratio = np.median([r["seconds"] for r in num]) / np.median(
+                    [r["seconds"] for r in den]
+                )
+                lines.append(f"  {a} / {b} seconds at path {paths[-1]}: {ratio:.3f}x")
     return lines
+
+
+def _place(spec: dict) -> tuple[str, int]:
+    """(``stores`` for the trainer, the host pool's gradient depth) of a spec's store place."""
+    from treeprep.trainer.parts.host import GRAD_DEPTH
+
+    st = spec.get("stores") or "gpu"
+    return ("host", 0) if st == "host-sync" else (st, GRAD_DEPTH)
 
 
 def runs_linear(results: list[dict], model: str, dtype: str, path: int) -> int | None:

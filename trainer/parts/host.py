@@ -26,6 +26,24 @@ A store the host cannot give (``DefaultCPUAllocator: can't allocate memory``, a 
 ``cudaHostAlloc``) is :class:`HostPoolExhausted`, with the bytes asked and held: the trainer turns
 it into one line naming the step and what to change (:class:`~treeprep.trainer.run.step.Stepper`).
 
+Gradients. A window's key and value gradients are computed on the device, one window at a time,
+and belong in the host accumulators. Copied back and added in place (``acc.add_(g.cpu())``),
+each window's copy would wait for the device to finish all it was given (a host sync per window
+and layer), and the device would idle while the host copied and added. :class:`GradSink` takes
+them off that path: on CUDA each gradient is copied into a pinned staging buffer on a copy
+stream of its own (after an event on the compute stream, and marked as used by that stream so
+the caching allocator does not hand its memory out before the copy read it), and one worker
+thread waits for each copy and adds it into its accumulator, in the order they were sent (the
+same adds in the same order as the synchronous way: the same bits). At most
+:data:`GRAD_DEPTH` gradients are in flight, so staging memory is bounded and a host slower
+than the device holds the device back instead of piling up. A reader of an accumulator
+(:meth:`KVStore.with_accumulated <treeprep.trainer.parts.state.KVStore.with_accumulated>`)
+first waits for every add sent before it (:meth:`GradSink.flush`), as does the end of a step.
+On the CPU the same worker adds the gradient tensors themselves (no copy): the CPU runs the
+deferred adds and their flushes as a device does, so its tests cover them. ``grad_depth=0``
+adds each gradient at once, synchronously (the way before, kept to measure the difference:
+``bench/memory.py --stores host,host-sync``).
+
 The pool counts its live bytes and their peak (``host_store_bytes`` in ``bench/memory.py``);
 a storage leaves the count when it is freed (the stores of a part are dropped once every
 descendant has run its backward).
@@ -33,7 +51,10 @@ descendant has run its backward).
 
 from __future__ import annotations
 
+import threading
 import weakref
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -58,16 +79,104 @@ class HostPoolExhausted(TrainingError):
         )
 
 
+#: gradients on their way into the host accumulators at once (:class:`GradSink`)
+GRAD_DEPTH = 4
+
+
+class GradSink:
+    """Adds device gradients into host accumulators off the device's path (module docstring).
+
+    ``depth``: gradients in flight at most; 0 adds each at once. ``stage``: the pool's pinned
+    allocation for the staging buffers (CUDA)."""
+
+    def __init__(self, device: torch.device, depth: int, pool: HostPool) -> None:
+        if depth < 0:
+            raise ValueError(f"grad depth must be >= 0, got {depth}")
+        self.device = device
+        self.depth = depth
+        self._pool = pool
+        self._slots = threading.BoundedSemaphore(max(depth, 1))
+        self._pending: deque[Future[None]] = deque()
+        self._free: list[torch.Tensor] = []  # pinned uint8 staging buffers (CUDA)
+        self._worker: ThreadPoolExecutor | None = None
+        self._stream: Any = None
+
+    def add(self, acc: torch.Tensor, g: torch.Tensor) -> None:
+        """``acc.add_(g)``, ``acc`` a host accumulator view, ``g`` this run's gradient of it."""
+        if self.depth == 0:
+            acc.add_(g.to(acc.device))
+            return
+        while self._pending and self._pending[0].done():
+            self._pending.popleft().result()  # raises what an add raised
+        self._slots.acquire()
+        try:
+            staged, buf, done = self._stage(g)
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="treeprep-grads")
+            self._pending.append(self._worker.submit(self._apply, acc, staged, buf, done))
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def flush(self) -> None:
+        """Wait for every add sent so far (and raise what one raised)."""
+        while self._pending:
+            self._pending.popleft().result()
+
+    def _stage(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+        """``g`` where the worker can read it: (tensor, its staging buffer or None, the event
+        that says its copy is done or None)."""
+        if g.device.type != "cuda":
+            return g, None, None
+        n = g.numel() * g.element_size()
+        buf = next((b for b in self._free if b.numel() >= n), None)
+        if buf is None:
+            buf = self._pool.pinned_bytes(n)
+        else:
+            self._free.remove(buf)
+        staged = buf[:n].view(g.dtype).view(g.shape)
+        main = torch.cuda.current_stream(g.device)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(g.device)
+        ready = torch.cuda.Event()
+        ready.record(main)
+        with torch.cuda.stream(self._stream):
+            self._stream.wait_event(ready)
+            staged.copy_(g, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        g.record_stream(self._stream)
+        return staged, buf, done
+
+    def _apply(
+        self, acc: torch.Tensor, staged: torch.Tensor, buf: torch.Tensor | None, done: Any
+    ) -> None:
+        try:
+            if done is not None:
+                done.synchronize()
+            acc.add_(staged)
+        finally:
+            if buf is not None:
+                self._free.append(buf)
+            self._slots.release()
+
+
 class HostPool:
     """Host storages for hand-off stores (module docstring); ``device``: the run's device (CUDA:
-    pinned memory)."""
+    pinned memory); ``grad_depth``: see :class:`GradSink`."""
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu", *, grad_depth: int = GRAD_DEPTH) -> None:
         self.device = torch.device(device)
         self.pin = self.device.type == "cuda"
         self._live: dict[int, int] = {}  # data_ptr -> bytes
         self.current = 0
         self.peak = 0
+        #: where the windows' gradients go on their way into the accumulators
+        self.sink = GradSink(self.device, grad_depth, self)
+
+    def pinned_bytes(self, n: int) -> torch.Tensor:
+        """A registered buffer of ``n`` pinned bytes (the gradient sink's staging)."""
+        return self._allocate((n, 1, 1), torch.uint8).view(-1)
 
     def owns(self, ptr: int) -> bool:
         """Whether the storage at data pointer ``ptr`` is one of the pool's (live)."""
@@ -158,4 +267,4 @@ def use_host_stores(stores: Stores | str, run: Any) -> bool:
     return bool(need > free // 2)
 
 
-__all__ = ["HostPool", "store_bytes_per_row", "use_host_stores"]
+__all__ = ["GRAD_DEPTH", "GradSink", "HostPool", "store_bytes_per_row", "use_host_stores"]

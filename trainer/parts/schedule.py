@@ -226,6 +226,8 @@ class _Runner:
             self.total = pre.pop("loss").to(self.sum_dtype)
             self.metrics.update(pre)
         _walk(self.layout, self.enter, self.leave)
+        if self.pool is not None:
+            self.pool.sink.flush()  # an add that failed says so in this step
         return PartsOutput(
             loss=self.total,
             metrics=self.metrics,

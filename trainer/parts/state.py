@@ -110,11 +110,17 @@ class KVStore:
         if self.need[0] and gk is not None:
             if self.gk is None:
                 self.gk = self._accumulator(self.k)
-            self.gk[:, :, s:e].add_(gk.to(self.gk.device))
+            self._add(self.gk[:, :, s:e], gk)
         if self.need[1] and gv is not None:
             if self.gv is None:
                 self.gv = self._accumulator(self.v)
-            self.gv[:, :, s:e].add_(gv.to(self.gv.device))
+            self._add(self.gv[:, :, s:e], gv)
+
+    def _add(self, acc: torch.Tensor, g: torch.Tensor) -> None:
+        if self.pool is not None:  # a host accumulator: the pool's sink adds it off the path
+            self.pool.sink.add(acc, g)
+        else:
+            acc.add_(g)
 
     def grad_into(self, s: int) -> GradInto:
         """Where a block read from stored rows ``s, s + 1, ...`` sends its gradients directly
@@ -134,6 +140,8 @@ class KVStore:
         acc = (self.gk, self.gv)[which]
         if acc is None:
             return g
+        if self.pool is not None:
+            self.pool.sink.flush()  # every add sent before this read has landed
         acc = acc.to(device=g.device, dtype=g.dtype)
         return g + acc if rows is None else g.index_add(2, rows, acc)
 

@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -25,7 +28,7 @@ from treeprep.sequence import Sequence  # noqa: E402
 from treeprep.trainer import TreeBatch, load_model, verify_gradients  # noqa: E402
 from treeprep.trainer.attention import stream  # noqa: E402
 from treeprep.trainer.objective.loss import LossConfig, tree_loss  # noqa: E402
-from treeprep.trainer.parts import KVStore, LinearState, run_parts, schedule  # noqa: E402
+from treeprep.trainer.parts import KVStore, LinearState, host, run_parts, schedule  # noqa: E402
 from treeprep.trainer.parts.host import HostPool  # noqa: E402
 from treeprep.trainer.run.memtrack import LiveBytes  # noqa: E402
 from treeprep.trie import build_tree  # noqa: E402
@@ -250,3 +253,65 @@ def test_stores_are_checked() -> None:
                   stores="host")  # fmt: skip
     with pytest.raises(TreeprepError, match="stores"):
         run_parts(_model("tiny-qwen3"), b, LossConfig("sft"), budget=16, stores="disk")
+
+
+def _slow_adds(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Make every deferred add of the gradient sink late (the worker sleeps first), and count the
+    adds in flight at once."""
+    seen = {"now": 0, "most": 0, "adds": 0}
+    lock = threading.Lock()
+    apply = host.GradSink._apply
+    original_add = host.GradSink.add
+
+    def add(self: host.GradSink, acc: torch.Tensor, g: torch.Tensor) -> None:
+        original_add(self, acc, g)
+        if self.depth:  # sent (a count at most the true one: its add may be done already)
+            with lock:
+                seen["now"] += 1
+                seen["most"] = max(seen["most"], seen["now"])
+
+    def slow(self: host.GradSink, *a: object) -> None:
+        time.sleep(0.01)
+        with lock:
+            seen["now"] -= 1
+            seen["adds"] += 1
+        apply(self, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(host.GradSink, "add", add)
+    monkeypatch.setattr(host.GradSink, "_apply", slow)
+    return seen
+
+
+@pytest.mark.usefixtures("small_windows")
+@pytest.mark.parametrize(("name", "mode"), [("tiny-qwen3", "recompute"), ("tiny-gpt-oss", "keep")])
+def test_deferred_gradient_adds_give_the_same_bits_as_adding_at_once(
+    name: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sink adds each window's gradients later, on its worker (here late on purpose): every
+    read of an accumulator still waits for them, in the order they were sent, so the gradients
+    are the very bits of adding each at once (``grad_depth=0``), and at most GRAD_DEPTH are in
+    flight."""
+    model = _model(name)
+    b = TreeBatch.from_trees(rows_of(group_tree(7, n_seq=6)), norm="token-mean")
+    l0, g0 = _run(model, b, "sft", budget=5, mode=mode, stores="host", pool=HostPool(grad_depth=0))
+    seen = _slow_adds(monkeypatch)
+    l4, g4 = _run(model, b, "sft", budget=5, mode=mode, stores="host", pool=HostPool())
+    assert seen["adds"] >= 20 and 1 < seen["most"] <= host.GRAD_DEPTH, seen
+    assert l4 == l0
+    assert all(torch.equal(g4[k], g0[k]) for k in g0)
+
+
+def test_an_add_that_fails_fails_its_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An add that raises on the sink's worker is raised in the step (at the next read of an
+    accumulator, or at the step's end), never lost."""
+
+    def broken(self: host.GradSink, acc: torch.Tensor, *a: object) -> None:
+        self._slots.release()
+        raise RuntimeError("the host add failed")
+
+    monkeypatch.setattr(host.GradSink, "_apply", broken)
+    b = TreeBatch.from_trees(rows_of(group_tree(7, n_seq=4)), norm="token-mean")
+    with pytest.raises(RuntimeError, match="the host add failed"):
+        _run(_model("tiny-qwen3"), b, "sft", budget=5, stores="host", pool=HostPool())
+    with pytest.raises(ValueError, match="grad depth"):
+        HostPool(grad_depth=-1)
