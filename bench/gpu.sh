@@ -8,6 +8,8 @@
 #                                            #   bench/_work/memory/claude-code and
 #                                            #   bench/_work/train/build-agent-gpu)
 #   bash bench/gpu.sh --device cpu --dry     # the same stages at toy sizes on the CPU: checks the script
+#   bash bench/gpu.sh --device cuda --call a # issue 52's two prepared calls, about 6 minutes each
+#   bash bench/gpu.sh --device cuda --call b #   (see "The two calls" below; --dry for toy sizes)
 #   bash bench/gpu.sh --stage memory [--limit SECONDS]
 #                                            # one stage alone, with its default limit or SECONDS
 #                                            #   (train, memory, head_cast, tests, profile; head
@@ -31,7 +33,24 @@
 # Stages run in order of importance, each with its own time limit; a failed stage does not stop
 # the others; the exit status is the number of failed stages. Each memory result is also written
 # as a `RESULT {json}` line to its .err file as it comes, so a stage stopped at its limit keeps
-# the configurations it finished. Without a package index on the device, the script puts the
+# the configurations it finished.
+#
+# The two calls (issue 52: 15 minutes of device time, the machine's start included, so two calls
+# of about 6 minutes rather than one default run of 10). No FlexAttention anywhere: every run
+# attends with the nodes backend (SDPA's memory-efficient kernel on CUDA, checked once against
+# float64), so nothing compiles (the warm-up compile took 127 s of the last try).
+#   a) items 1-2: tests (exactness on CUDA: host stores, the fused block kernel's check, the head
+#      cast in blocks, Liger, target log-probs; about 70 s), then stores (bench/memory.py on the
+#      real Claude Code session, Qwen3-1.7B, bf16, checkpointing, budget 16k: the linear trainer
+#      on the longest path, host stores, gpu stores, then host stores that add each window's
+#      gradients at once, host-sync, to show what the gradient sink saves; each configuration a
+#      RESULT line as it ends).
+#   b) items 3-4: long (bench/memory.py, a generated agent session with a 262,144-token path,
+#      Qwen3-1.7B, host stores, checkpointing, budget 16k: device peak, host pool, seconds; the
+#      linear trainer is not run at that length, its peak is the memory model's), then speed
+#      (bench/train.py, Qwen3-4B at 32k with checkpointing, 4 steps: 3 timed, tree against linear,
+#      measured against estimated speedup).
+# Without a package index on the device, the script puts the
 # wheels of .whl/ in /tmp/site and links trainer, schemas and cli under treeprep/ in the device's
 # copy of the checkout (as pyproject's package-dir maps them).
 set -uo pipefail
@@ -42,6 +61,7 @@ dry=0
 prepare=0
 only=
 limit=
+call=
 while [ $# -gt 0 ]; do
     case "$1" in
         --device) device="$2"; shift 2 ;;
@@ -49,10 +69,18 @@ while [ $# -gt 0 ]; do
         --prepare) prepare=1; shift ;;
         --stage) only="$2"; shift 2 ;;
         --limit) limit="$2"; shift 2 ;;
+        --call) call="$2"; shift 2 ;;
         *) echo "bench/gpu.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 
+case "$call" in
+    ''|a|b) ;;
+    *) echo "bench/gpu.sh: --call takes a or b" >&2; exit 2 ;;
+esac
+if [ -n "$only" ] && [ -n "$call" ]; then
+    echo "bench/gpu.sh: --stage or --call, not both" >&2; exit 2
+fi
 if [ -n "$only" ]; then
     if [ "$dry" = 1 ]; then names="memory tests head head_cast train session"
     else names="train memory head_cast tests profile session"; fi
@@ -132,7 +160,33 @@ stage() {  # stage NAME SECONDS OUTFILE COMMAND...: run with a limit, keep going
 } >"$RES/env.txt" 2>&1
 cat "$RES/env.txt"
 
-if [ "$dry" = 1 ]; then
+if [ -n "$call" ]; then
+    # issue 52's calls (see the top of this file); --dry: the same commands at toy sizes
+    if [ "$dry" = 1 ]; then
+        small=tiny-qwen3 budget=1024 path=8192
+        sess=(--workload agent --path 4096) cfg=(--config cpu)
+    else
+        small=qwen3-1.7b budget=16384 path=262144
+        sess=(--workload claude-code --data "$SESSION")
+        cfg=(--config gpu --models qwen3-4b --budgets 32768)
+    fi
+    dtype=(--dtype bfloat16)
+    [ "$dry" = 1 ] && dtype=(--dtype float32)
+    if [ "$call" = a ]; then
+        stage tests 100 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
+            tests/trainer/objective/test_fused_head.py tests/trainer/objective/test_target_logp.py
+        stage stores 240 stores.json $PY bench/memory.py "${sess[@]}" --device "$device" \
+            --model "$small" --budgets "$budget" --modes linear,recompute \
+            --stores host,gpu,host-sync --no-whole --checkpointing --no-probe --attn nodes \
+            "${dtype[@]}" --json
+    else
+        stage long 200 long.json $PY bench/memory.py --workload agent --path "$path" \
+            --device "$device" --model "$small" --budgets "$budget" --modes recompute \
+            --stores host --no-whole --checkpointing --no-probe --attn nodes "${dtype[@]}" --json
+        stage speed 210 speed.json $PY bench/train.py "${cfg[@]}" --checkpointing \
+            --workload agent --steps 4 --rounds 1 --attn nodes --json
+    fi
+elif [ "$dry" = 1 ]; then
     stage memory 300 memory.json $PY bench/memory.py --workload agent --path 4096 \
         --budgets 1024 --modes linear,recompute --stores host,gpu --no-whole --checkpointing \
         --no-probe --warmup --model tiny-qwen3,tiny-llama --device cpu --dtype bfloat16 --json

@@ -370,6 +370,7 @@ def bench_one(workload: str, spec: dict, steps: int | None, work: Path, rounds: 
         "params": shape.params_total,
         "budget": spec["budget"],
         "precision": spec["precision"],
+        "attn": spec.get("attn", "auto"),
         "checkpointing": ckpt,
         "baseline": "causal",
         "rounds": rounds,
@@ -445,6 +446,12 @@ def main() -> None:
         action="store_true",
         help="activation checkpointing in both layouts (the estimate counts the recompute)",
     )
+    ap.add_argument(
+        "--attn",
+        default=None,
+        help="attention backend of both layouts (default: the config's; auto on the GPU, which "
+        "is flex there and compiles first)",
+    )
     a = ap.parse_args()
     import torch
 
@@ -470,7 +477,7 @@ def main() -> None:
         and (a.budgets is None or str(s["budget"]) in a.budgets.split(","))
     ]
     for spec in specs:
-        spec = {**spec, "checkpointing": a.checkpointing}
+        spec = {**spec, "checkpointing": a.checkpointing, **({"attn": a.attn} if a.attn else {})}
         for w in loads:
             t0 = time.perf_counter()
             r = bench_one(w, spec, a.steps or spec.get("steps"), work, a.rounds)
