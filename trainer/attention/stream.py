@@ -140,6 +140,16 @@ def window_masks(
 _SIDE: dict[torch.device, Any] = {}
 
 
+def copy_stream(device: torch.device) -> Any:
+    """The CUDA stream that host stores are copied on, both ways: the windows' reads here and the
+    stores' writes (:meth:`~treeprep.trainer.parts.host.HostPool.copy_in`), so a window is read
+    only after its store is written (one stream runs in order)."""
+    side = _SIDE.get(device)
+    if side is None:
+        side = _SIDE[device] = torch.cuda.Stream(device)
+    return side
+
+
 def _to_device(t: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
     """One host window k_BGWD as a device tensor of the same shape. A rows-first store's window
     is one contiguous block ([W, G, D] in memory): it moves as one copy."""
@@ -163,9 +173,7 @@ def load_windows(
                    _to_device(w.v, device, False).to(v_dtype))  # fmt: skip
         return
     main = torch.cuda.current_stream(device)
-    side = _SIDE.get(device)
-    if side is None:
-        side = _SIDE[device] = torch.cuda.Stream(device)
+    side = copy_stream(device)
 
     def issue(w: Window) -> tuple[torch.Tensor, torch.Tensor, Any]:
         with torch.cuda.stream(side):
@@ -429,6 +437,7 @@ __all__ = [
     "Window",
     "block_backward",
     "block_forward",
+    "copy_stream",
     "load_windows",
     "split_blocks",
     "streamed_attention",

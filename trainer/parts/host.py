@@ -63,6 +63,7 @@ import torch
 from treeprep.errors import TrainingError
 from treeprep.modes import Accumulate, Stores
 from treeprep.schemas.parts import stored_rows_peak
+from treeprep.trainer.attention.stream import copy_stream
 
 
 class HostPoolExhausted(TrainingError):
@@ -218,10 +219,29 @@ class HostPool:
         return out.zero_()
 
     def copy_in(self, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """A pool copy of ``t`` ([1, G, S, D], any device), cast to ``dtype``."""
+        """A pool copy of ``t`` ([1, G, S, D], any device), cast to ``dtype``.
+
+        From CUDA the rows are cast and laid rows first on the device, then moved by one
+        asynchronous copy on the stream the windows are read back on
+        (:func:`~treeprep.trainer.attention.stream.copy_stream`), after the compute stream's work
+        so far: a window read on that stream sees its store whole, and the compute stream never
+        waits. (A plain ``copy_`` into the rows-first view went through a pageable temporary of
+        the heads-first layout: a host sync per layer and part, and a strided copy on the
+        host.)"""
         _, g, s, d = t.shape
-        out = self.rows(s, g, d, t.dtype if dtype is None else dtype)
-        return out.copy_(t)
+        dt = t.dtype if dtype is None else dtype
+        out = self.rows(s, g, d, dt)
+        if t.device.type != "cuda":
+            return out.copy_(t)
+        src = t[0].transpose(0, 1).to(dt).contiguous()  # [S, G, D], as the pool lays it out
+        stream = copy_stream(t.device)
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(t.device))
+        with torch.cuda.stream(stream):
+            stream.wait_event(ready)
+            out[0].transpose(0, 1).copy_(src, non_blocking=True)
+        src.record_stream(stream)
+        return out
 
     def _register(self, st: torch.UntypedStorage) -> None:
         ptr, n = st.data_ptr(), st.nbytes()
