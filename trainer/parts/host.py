@@ -87,8 +87,8 @@ GRAD_DEPTH = 4
 class GradSink:
     """Adds device gradients into host accumulators off the device's path (module docstring).
 
-    ``depth``: gradients in flight at most; 0 adds each at once. ``stage``: the pool's pinned
-    allocation for the staging buffers (CUDA)."""
+    ``depth``: gradients in flight at most; 0 adds each at once. ``pool``: where the pinned
+    staging buffers are allocated (CUDA), counted with the stores."""
 
     def __init__(self, device: torch.device, depth: int, pool: HostPool) -> None:
         if depth < 0:
@@ -111,10 +111,10 @@ class GradSink:
             self._pending.popleft().result()  # raises what an add raised
         self._slots.acquire()
         try:
-            staged, buf, done = self._stage(g)
+            dst, src, buf, done = self._stage(acc, g)
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(1, thread_name_prefix="treeprep-grads")
-            self._pending.append(self._worker.submit(self._apply, acc, staged, buf, done))
+            self._pending.append(self._worker.submit(self._apply, dst, src, buf, done))
         except BaseException:
             self._slots.release()
             raise
@@ -124,18 +124,23 @@ class GradSink:
         while self._pending:
             self._pending.popleft().result()
 
-    def _stage(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
-        """``g`` where the worker can read it: (tensor, its staging buffer or None, the event
-        that says its copy is done or None)."""
+    def _stage(
+        self, acc: torch.Tensor, g: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, Any]:
+        """What the worker adds, and into what: (the accumulator, the gradient where the worker
+        can read it, its staging buffer or None, the event that says its copy is done or None).
+        From CUDA both are laid rows first, ``[W, G, D]``, as the pool lays the accumulator out:
+        the copy is one memcpy and the add a contiguous one."""
         if g.device.type != "cuda":
-            return g, None, None
+            return acc, g, None, None
         n = g.numel() * g.element_size()
         buf = next((b for b in self._free if b.numel() >= n), None)
         if buf is None:
             buf = self._pool.pinned_bytes(n)
         else:
             self._free.remove(buf)
-        staged = buf[:n].view(g.dtype).view(g.shape)
+        _, heads, rows, dim = g.shape
+        staged = buf[:n].view(g.dtype).view(rows, heads, dim)
         main = torch.cuda.current_stream(g.device)
         if self._stream is None:
             self._stream = torch.cuda.Stream(g.device)
@@ -143,19 +148,19 @@ class GradSink:
         ready.record(main)
         with torch.cuda.stream(self._stream):
             self._stream.wait_event(ready)
-            staged.copy_(g, non_blocking=True)
+            staged.copy_(g[0].transpose(0, 1), non_blocking=True)  # contiguous on the device first
             done = torch.cuda.Event()
             done.record(self._stream)
         g.record_stream(self._stream)
-        return staged, buf, done
+        return acc[0].transpose(0, 1), staged, buf, done
 
     def _apply(
-        self, acc: torch.Tensor, staged: torch.Tensor, buf: torch.Tensor | None, done: Any
+        self, dst: torch.Tensor, src: torch.Tensor, buf: torch.Tensor | None, done: Any
     ) -> None:
         try:
             if done is not None:
                 done.synchronize()
-            acc.add_(staged)
+            dst.add_(src)
         finally:
             if buf is not None:
                 self._free.append(buf)
