@@ -182,12 +182,43 @@ def write_claude_code(folder: Path, n: int) -> Path:
     return path
 
 
+def write_codex(folder: Path, n: int) -> Path:
+    """A Codex rollout (``sample_data/codex``): a session_meta line, then one Responses API item
+    per line (``function_call`` and its ``function_call_output``)."""
+    sid = "5f0c1a2e-7b3d-4e21-9a55-000000000000"
+    path = folder / "2025" / "11" / "02" / f"rollout-2025-11-02T09-15-00-{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    stamp = "2025-11-02T09:15:00.000Z"
+    meta = {"id": sid, "timestamp": stamp, "cwd": "/app", "originator": "codex_cli_rs",
+            "cli_version": "0.53.0", "base_instructions": {"text": "You are Codex."}}  # fmt: skip
+    lines: list[dict] = [
+        {"timestamp": stamp, "type": "session_meta", "payload": meta},
+        {"timestamp": stamp, "type": "turn_context", "payload": {"model": "gpt-5-codex"}},
+    ]
+
+    def item(payload: dict) -> None:
+        lines.append({"timestamp": stamp, "type": "response_item", "payload": payload})
+
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 6)):
+        if user is not None:
+            item({"type": "message", "role": "user",
+                  "content": [{"type": "input_text", "text": user}]})  # fmt: skip
+        item({"type": "message", "role": "assistant",
+              "content": [{"type": "output_text", "text": said}]})  # fmt: skip
+        args = json.dumps({"command": ["bash", "-lc", cmd]})
+        item({"type": "function_call", "name": "shell", "arguments": args, "call_id": f"c{i}"})
+        item({"type": "function_call_output", "call_id": f"c{i}", "output": out})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
     "gptme": write_gptme,
     "chat-row": write_chat_row,
     "claude-code": write_claude_code,
+    "codex": write_codex,
 }
 
 

@@ -132,8 +132,22 @@ class _Turn:
         return assistant_turn(content, self.reasoning, self.tool_calls)
 
 
-def segments(items: Any, where: str) -> list[_Segment]:
-    """Convert Responses items to chat messages, merging each assistant turn into one message."""
+def turn_item(it: dict[str, Any]) -> bool:
+    """Whether a Responses item belongs to an assistant turn (reasoning, a function call or an
+    assistant message): :func:`segments` merges a run of them into one message, and any other
+    item closes the run."""
+    typ = it.get("type")
+    if typ is None and "role" in it:
+        typ = "message"
+    return typ in ("reasoning", "function_call") or (
+        typ == "message" and it.get("role") == "assistant"
+    )
+
+
+def segments(items: Any, where: str, *, start: int = 0) -> list[_Segment]:
+    """Convert Responses items to chat messages, merging each assistant turn into one message.
+    ``start``: the index of ``items[0]`` in the list it was cut from (errors name ``where[i]``
+    by that list's indexes: a reader converting a history piece by piece names the same item)."""
     if isinstance(items, str):
         return [_Segment({"role": "user", "content": items})]
     if not isinstance(items, list):
@@ -149,16 +163,14 @@ def segments(items: Any, where: str) -> list[_Segment]:
             out.append(_Segment(turn.message(), turn=True, id_items=turn.id_items))
             turn = None
 
-    for i, it in enumerate(items):
+    for i, it in enumerate(items, start):
         w = f"{where}[{i}]"
         if not isinstance(it, dict):
             raise RecordError(f"{w}: expected an item object, got {type_name(it)}")
         typ = it.get("type")
         if typ is None and "role" in it:
             typ = "message"
-        assistant_item = typ in ("reasoning", "function_call") or (
-            typ == "message" and it.get("role") == "assistant"
-        )
+        assistant_item = turn_item(it)
         if not assistant_item:
             close()
         if typ == "message":
