@@ -212,6 +212,29 @@ def write_codex(folder: Path, n: int) -> Path:
     return path
 
 
+def write_gemini_cli(folder: Path, n: int) -> Path:
+    """A Gemini CLI session (``sample_data/gemini_cli``, the one-document form): user and gemini
+    messages, each gemini message's tool calls with their recorded results."""
+    path = folder / "session-2025-07-02T08-00-7b21e0c4.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = "2025-07-02T08:00:01.500Z"
+    messages: list[dict] = []
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 7)):
+        if user is not None or not messages:
+            messages.append({"id": f"u{i}", "timestamp": stamp, "type": "user",
+                             "content": user or "start"})  # fmt: skip
+        result = [{"functionResponse": {"id": f"c{i}", "name": "run_shell_command",
+                                        "response": {"output": out}}}]  # fmt: skip
+        call = {"id": f"c{i}", "name": "run_shell_command", "args": {"command": cmd},
+                "status": "success", "timestamp": stamp, "result": result}  # fmt: skip
+        reply = {"id": f"g{i}", "timestamp": stamp, "type": "gemini", "content": said}
+        messages.append({**reply, "thoughts": [], "model": "gemini-2.5-pro", "toolCalls": [call]})
+    doc = {"sessionId": "7b21e0c4-0f3a-4d6e-8c59-000000000000", "projectHash": "9e1b",
+           "startTime": stamp, "lastUpdated": stamp, "messages": messages}  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -219,6 +242,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "chat-row": write_chat_row,
     "claude-code": write_claude_code,
     "codex": write_codex,
+    "gemini-cli": write_gemini_cli,
 }
 
 

@@ -37,10 +37,11 @@ turn, it is rebuilt as a user message at the event's place; a call whose prompt 
 turn is rejected. Tool schemas: ``--tools``, else ``session_meta.dynamic_tools`` (``name``,
 ``description``, ``input_schema``); Codex's built-in tools are not stored.
 
-Cost (:class:`_Converted`): a session's history is converted to chat messages once, each call
-converting only the items its history gained since the last call, and the messages are the same
-dicts call after call, so :func:`~treeprep.formats._fields.make_call` validates each once and the
-renderer knows the history by identity. Converting and validating every call's whole history
+Cost: a session's history is converted to chat messages once
+(:class:`~treeprep.formats._history.ConvertedHistory`), each call converting only the items its
+history gained since the last call, and the messages are the same dicts call after call, so
+:func:`~treeprep.formats._fields.make_call` validates each once and the renderer knows the
+history by identity. Converting and validating every call's whole history
 made a build quadratic in the session: 800 generated turns took 34.8 CPU-seconds, 15.4x the
 time of 200 turns; now 1.9 s, 5.2x (``bench/session_scaling.py --formats codex``).
 
@@ -67,6 +68,7 @@ import orjson
 from pydantic import ValidationError
 
 from treeprep.formats._fields import make_call, one_of
+from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats._read import records
 from treeprep.formats._sniff import first_record
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -74,7 +76,6 @@ from treeprep.formats.openai_chat import RecordError, validation_reason
 from treeprep.formats.openai_responses import segments, turn_item
 from treeprep.io import reads
 from treeprep.schemas import ChatCall, Reject
-from treeprep.schemas.records import starts_with
 
 NAME = "codex"
 _LINE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
@@ -182,57 +183,38 @@ def _dynamic_tools(meta: dict[str, Any]) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _first_unsupported(entries: list[tuple[int, dict[str, Any]]]) -> tuple[int, Any] | None:
-    """The first item of ``entries`` that has no chat form: (line, type), or None."""
+class _Unsupported(RecordError):
+    """An item that has no chat form, in a call's prompt or completion."""
+
+    def __init__(self, line: int, typ: Any) -> None:
+        super().__init__(
+            f"line {line}: {typ} item (a hosted tool or encrypted state that has no chat form), "
+            "so the prompt or completion cannot be rendered"
+        )
+
+
+def _first_unsupported(entries: list[tuple[int, dict[str, Any]]]) -> _Unsupported | None:
+    """The first item of ``entries`` that has no chat form, as the error naming it."""
     for no, it in entries:
         if one_of(it.get("type"), _UNSUPPORTED):
-            return no, it.get("type")
+            return _Unsupported(no, it.get("type"))
     return None
 
 
-class _Converted:
-    """A session's history as chat messages, converted once: each call converts only the items
-    the history gained since the last call (module docstring, Cost).
-
-    A history only grows at its end between two calls (items, a finished turn, a user message put
-    back at its line), so what was converted stays: the history is checked to begin with the
-    very entries converted last time (by identity), else it is converted afresh (a compaction
-    replaced it, or a user message went in before its end). The last segment is converted again
-    when it is a turn that may go on (the history ends with an assistant item). The messages are
-    the same dicts call after call, which :func:`~treeprep.formats._fields.make_call` knows by
-    identity."""
-
-    def __init__(self) -> None:
-        #: the history entries converted, and their messages
-        self.items: list[tuple[int, dict[str, Any]]] = []
-        self.messages: list[dict[str, Any]] = []
-        #: user messages among them
-        self.users = 0
-        #: the index of the first item of the turn the entries end with (len(items): none)
-        self.tail = 0
-
-    def scan(self, history: list[tuple[int, dict[str, Any]]]) -> tuple[int, Any] | None:
-        """Keep what was converted if ``history`` begins with it; the first unsupported item of
-        ``history`` (line, type), or None (the entries converted hold none: a call whose history
-        holds one is rejected before it converts)."""
-        if self.items and not starts_with(history, self.items):
-            self.__init__()  # type: ignore[misc]
-        return _first_unsupported(history[len(self.items) :])
-
-    def convert(self, history: list[tuple[int, dict[str, Any]]]) -> None:
-        """Convert the entries ``history`` gained (after :meth:`scan`); RecordError as
-        :func:`segments` raises it, leaving what was converted as it was."""
-        r = self.tail
-        items = [_as_responses_item(it, no) for no, it in history[r:]]
-        segs = segments(items, "history", start=r)
-        kept = self.messages if r == len(self.items) else self.messages[:-1]
-        self.messages = kept + [s.message for s in segs]
-        self.users += sum(s.message.get("role") == "user" for s in segs)
-        tail = len(items)
-        while tail and turn_item(items[tail - 1]):
-            tail -= 1
-        self.items = history[:]
-        self.tail = r + tail if tail < len(items) else len(history)
+def _convert(entries: list[tuple[int, dict[str, Any]]], start: int) -> Converted:
+    """History entries as chat messages; the assistant turn they end with may go on. An entry
+    with no chat form is found before any is converted (its error comes first, as it names the
+    first such item of the prompt or completion: entries converted before hold none)."""
+    bad = _first_unsupported(entries)
+    if bad is not None:
+        raise bad
+    items = [_as_responses_item(it, no) for no, it in entries]
+    segs = segments(items, "history", start=start)
+    tail = len(items)
+    while tail and turn_item(items[tail - 1]):
+        tail -= 1
+    open_entries = len(items) - tail
+    return Converted([s.message for s in segs], open_entries, 1 if open_entries else 0)
 
 
 class _Session:
@@ -257,7 +239,8 @@ class _Session:
         self.user_events: list[tuple[int, str]] = []
         #: texts of the user message items since the last assistant turn
         self.user_texts: list[str] = []
-        self.converted = _Converted()
+        #: the history's chat messages, converted once (module docstring, Cost)
+        self.converted: ConvertedHistory[tuple[int, dict[str, Any]]] = ConvertedHistory(_convert)
         self._system_message: dict[str, Any] | None = None
 
     def add(self, no: int, it: dict[str, Any]) -> Iterator[Item]:
@@ -310,17 +293,18 @@ class _Session:
                 f"the history was compacted at line {self.lost} without a stored "
                 "replacement_history, so this call's prompt is unknown"
             )
-        conv = self.converted
-        bad = conv.scan(self.history)
-        if bad is None:
-            bad = _first_unsupported(turn)
+        bad = _first_unsupported(turn)
+        try:
+            history = self.converted.update(self.history)
+        except _Unsupported:
+            raise
+        except RecordError:
+            if bad is not None:  # an item with no chat form is named before any other fault
+                raise bad from None
+            raise
         if bad is not None:
-            raise RecordError(
-                f"line {bad[0]}: {bad[1]} item (a hosted tool or encrypted state that "
-                "has no chat form), so the prompt or completion cannot be rendered"
-            )
-        conv.convert(self.history)
-        if not conv.users:
+            raise bad
+        if not self.converted.roles["user"]:
             raise RecordError(
                 "the call's prompt has no user turn (no user message item and no event_msg "
                 "user_message before it)"
@@ -334,7 +318,7 @@ class _Session:
             "model": self.model,
             "timestamp": self.timestamp,
             "project": self.project,
-            "messages": [*self._system(), *conv.messages],
+            "messages": [*self._system(), *history],
             "tools": self.opts.tools if self.opts.tools is not None else self.tools,
             "completion": done[0].message,
             "provenance": {"exact_messages": True, "reconstructed": True},

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from treeprep.formats import codex
+from treeprep.formats import _history, codex
 from treeprep.formats._fields import forget_shared_messages
 from treeprep.formats.base import ReadOptions
 from treeprep.schemas import ChatCall
@@ -29,7 +29,7 @@ def _read(path: Path, monkeypatch: pytest.MonkeyPatch, *, whole: bool) -> list[s
     forget_shared_messages()
     with monkeypatch.context() as m:
         if whole:
-            m.setattr(codex, "starts_with", lambda items, head: False)
+            m.setattr(_history, "starts_with", lambda items, head: False)
         return [i.model_dump_json() for i in codex.read(str(path), ReadOptions())]
 
 

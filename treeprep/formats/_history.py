@@ -1,0 +1,88 @@
+"""A session's history converted to chat messages once, however many calls send it again.
+
+An agent sends its whole history with every call, so a reader that converts every call's history
+afresh does O(N^2) work over a session of N calls, and hands :func:`~treeprep.formats._fields.
+make_call` new dicts each time, so each message is validated again and the renderer cannot tell
+that the history is shared (Codex: 800 generated turns took 34.8 CPU-seconds, 15.4x the time of
+200 turns; ``bench/session_scaling.py``).
+
+:class:`ConvertedHistory` keeps what it converted and, at each call, converts only the entries the
+history gained. The history must begin with the very entries converted last time (by identity,
+:func:`~treeprep.schemas.records.starts_with`, in C); any other history (a compaction replaced
+it, a rewind cut it, an entry went in before its end) is converted afresh. Entries at the end
+whose message later entries may still change (an assistant turn that may go on) are converted
+again together with the next ones: the converter says how many (:class:`Converted`).
+
+The messages are the same dicts call after call and are never changed once made (the readers'
+contract of :func:`~treeprep.formats._fields.make_call`), so make_call validates each once and
+the renderer knows the shared history by identity. A converter that raises leaves what was
+converted as it was: a call whose history cannot be converted is rejected, and so is the next
+one, as when each converted its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from treeprep.schemas.records import starts_with
+
+T = TypeVar("T")
+
+
+class Converted(NamedTuple):
+    """What a converter made of some entries of a history: their messages, and how many of the
+    last entries made the last ``open_messages`` messages that later entries may change."""
+
+    messages: list[dict[str, Any]]
+    open_entries: int = 0
+    open_messages: int = 0
+
+
+#: a converter: (entries, the index of the first of them in the history) -> what it made of them
+Convert = Callable[[list[T], int], Converted]
+
+
+class ConvertedHistory(Generic[T]):
+    """The chat messages of a growing history (module docstring).
+
+    >>> h = ConvertedHistory(lambda xs, at: Converted([{"role": "user", "content": x} for x in xs]))
+    >>> history = ["a", "b"]
+    >>> [m["content"] for m in h.update(history)]
+    ['a', 'b']
+    >>> first = h.messages[0]
+    >>> history.append("c")
+    >>> [m["content"] for m in h.update(history)], h.messages[0] is first, h.roles["user"]
+    (['a', 'b', 'c'], True, 3)
+    """
+
+    def __init__(self, convert: Convert[T]) -> None:
+        self._convert = convert
+        self.entries: list[T] = []
+        self.messages: list[dict[str, Any]] = []
+        #: how many messages have each role
+        self.roles: Counter[Any] = Counter()
+        self._open = Converted([])
+
+    def reset(self) -> None:
+        self.entries, self.messages, self.roles = [], [], Counter()
+        self._open = Converted([])
+
+    def update(self, history: list[T]) -> list[dict[str, Any]]:
+        """The messages of ``history``, converting what it gained since the last update; raises
+        what the converter raises. Returns :attr:`messages`, which the next update changes: copy
+        what you keep."""
+        if self.entries and not starts_with(history, self.entries):
+            self.reset()
+        r = len(self.entries) - self._open.open_entries
+        made = self._convert(history[r:], r)
+        drop = self._open.open_messages
+        if drop:
+            self.roles.subtract(m.get("role") for m in self.messages[-drop:])
+            del self.messages[-drop:]
+        self.messages.extend(made.messages)
+        self.roles.update(m.get("role") for m in made.messages)
+        self.entries.extend(history[len(self.entries) :])
+        self._open = made
+        return self.messages
