@@ -10,8 +10,10 @@ build linear in the unique text gives about 4x, one quadratic in it about 16x.
 The formats are the ones whose sessions a user found to grow quadratically: Pi (a JSONL session
 tree), Cline (one ``api_conversation_history.json``), gptme (``conversation.jsonl``) and a chat
 dataset row (one OpenAI fine-tuning row holding every turn), and Claude Code (a JSONL session, one
-line per content block, each call's prompt replayed from its ``parentUuid`` thread). A turn is an
-assistant message with one tool call and its result; every tenth turn opens with a user message.
+line per content block, each call's prompt replayed from its ``parentUuid`` thread); then Codex (a
+rollout of Responses API items), Gemini CLI (one session document) and OpenCode (an export). A
+turn is an assistant message with one tool call and its result; every tenth turn opens with a user
+message.
 
 The sizes are interleaved over ``--rounds`` rounds (N, 4N, N, 4N, ...; the project's rule:
 ratios measured side by side, so that load drift hits both alike), and the minimum CPU time of
@@ -235,6 +237,39 @@ def write_gemini_cli(folder: Path, n: int) -> Path:
     return path
 
 
+def write_opencode(folder: Path, n: int) -> Path:
+    """An OpenCode export (``sample_data/opencode/export-*.json``): a user message opens each
+    user turn, and the assistant message after it holds one step (start, text, tool, finish)
+    per turn until the next user turn."""
+    sid = "ses_5b2e9d8c7ffeRt6Uy1Io0Pa3sD"
+    path = folder / f"export-{sid}.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    messages: list[dict] = []
+    model = {"modelID": "claude-sonnet-4-5", "providerID": "anthropic"}
+
+    def part(mid: str, kind: str, **fields: object) -> dict:
+        return {"id": f"prt_{mid}_{kind}_{len(messages)}", "sessionID": sid, "messageID": mid,
+                "type": kind, **fields}  # fmt: skip
+
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 8)):
+        if user is not None or not messages:
+            uid, aid = f"msg_u{i:05d}", f"msg_a{i:05d}"
+            text = part(uid, "text", text=user or "start")
+            messages.append({"info": {"id": uid, "sessionID": sid, "role": "user"},
+                             "parts": [text]})  # fmt: skip
+            info = {"id": aid, "sessionID": sid, "role": "assistant", "parentID": uid, **model,
+                    "finish": "tool-calls"}  # fmt: skip
+            messages.append({"info": info, "parts": []})
+        parts = messages[-1]["parts"]
+        state = {"status": "completed", "input": {"command": cmd}, "output": out}
+        parts += [part(aid, "step-start"), part(aid, "text", text=said),
+                  part(aid, "tool", callID=f"c{i}", tool="bash", state=state),
+                  part(aid, "step-finish", reason="tool-calls")]  # fmt: skip
+    info = {"id": sid, "version": "1.0.24", "directory": "/app", "title": "long session"}
+    path.write_text(json.dumps({"info": info, "messages": messages}))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -243,6 +278,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "claude-code": write_claude_code,
     "codex": write_codex,
     "gemini-cli": write_gemini_cli,
+    "opencode": write_opencode,
 }
 
 
