@@ -150,9 +150,10 @@ def copy_stream(device: torch.device) -> Any:
     return side
 
 
-def _to_device(t: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
-    """One host window k_BGWD as a device tensor of the same shape. A rows-first store's window
-    is one contiguous block ([W, G, D] in memory): it moves as one copy."""
+def rows_to_device(t: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
+    """A host tensor k_BGWD laid rows first (a store's window, or a whole accumulator) as a device
+    tensor of the same shape: its rows are one contiguous block ([W, G, D] in memory), which moves
+    as one copy (asynchronous from pinned memory with ``non_blocking``)."""
     rows_first = t[0].transpose(0, 1)
     dst = torch.empty(rows_first.shape, dtype=t.dtype, device=device)
     dst.copy_(rows_first, non_blocking=non_blocking)
@@ -169,15 +170,15 @@ def load_windows(
     the attention that read them is done."""
     if device.type != "cuda":
         for w in wins:
-            yield (_to_device(w.k, device, False).to(k_dtype),
-                   _to_device(w.v, device, False).to(v_dtype))  # fmt: skip
+            yield (rows_to_device(w.k, device, False).to(k_dtype),
+                   rows_to_device(w.v, device, False).to(v_dtype))  # fmt: skip
         return
     main = torch.cuda.current_stream(device)
     side = copy_stream(device)
 
     def issue(w: Window) -> tuple[torch.Tensor, torch.Tensor, Any]:
         with torch.cuda.stream(side):
-            k, v = _to_device(w.k, device, True), _to_device(w.v, device, True)
+            k, v = rows_to_device(w.k, device, True), rows_to_device(w.v, device, True)
             ev = torch.cuda.Event()
             ev.record(side)
         return k, v, ev
@@ -439,6 +440,7 @@ __all__ = [
     "block_forward",
     "copy_stream",
     "load_windows",
+    "rows_to_device",
     "split_blocks",
     "streamed_attention",
     "window_masks",

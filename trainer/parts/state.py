@@ -59,7 +59,7 @@ import torch
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import Accumulate
-from treeprep.trainer.attention.stream import HostSegment, StreamedPrefix
+from treeprep.trainer.attention.stream import HostSegment, StreamedPrefix, rows_to_device
 from treeprep.trainer.parts.host import HostPool
 
 
@@ -120,7 +120,7 @@ class KVStore:
         if self.pool is not None:  # a host accumulator: the pool's sink adds it off the path
             self.pool.sink.add(acc, g)
         else:
-            acc.add_(g)
+            acc.add_(g.to(acc.device))
 
     def grad_into(self, s: int) -> GradInto:
         """Where a block read from stored rows ``s, s + 1, ...`` sends its gradients directly
@@ -142,6 +142,8 @@ class KVStore:
             return g
         if self.pool is not None:
             self.pool.sink.flush()  # every add sent before this read has landed
+            if g.device.type == "cuda":  # one asynchronous copy on the compute stream
+                acc = rows_to_device(acc, g.device, True)
         acc = acc.to(device=g.device, dtype=g.dtype)
         return g + acc if rows is None else g.index_add(2, rows, acc)
 
