@@ -11,9 +11,9 @@ The formats are the ones whose sessions a user found to grow quadratically: Pi (
 tree), Cline (one ``api_conversation_history.json``), gptme (``conversation.jsonl``) and a chat
 dataset row (one OpenAI fine-tuning row holding every turn), and Claude Code (a JSONL session, one
 line per content block, each call's prompt replayed from its ``parentUuid`` thread); then Codex (a
-rollout of Responses API items), Gemini CLI (one session document) and OpenCode (an export). A
-turn is an assistant message with one tool call and its result; every tenth turn opens with a user
-message.
+rollout of Responses API items), Gemini CLI (one session document), OpenCode (an export) and
+OpenHands (a V1 event stream). A turn is an assistant message with one tool call and its result;
+every tenth turn opens with a user message.
 
 The sizes are interleaved over ``--rounds`` rounds (N, 4N, N, 4N, ...; the project's rule:
 ratios measured side by side, so that load drift hits both alike), and the minimum CPU time of
@@ -270,6 +270,40 @@ def write_opencode(folder: Path, n: int) -> Path:
     return path
 
 
+def write_openhands_events(folder: Path, n: int) -> Path:
+    """An OpenHands V1 event stream (``sample_data/openhands/events.jsonl``): the system prompt
+    event, user MessageEvents, one ActionEvent per turn (its thought, one terminal call) and its
+    ObservationEvent."""
+    path = folder / "events.jsonl"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = "2025-10-03T14:21:01.000"
+    params = {"type": "object", "properties": {"command": {"type": "string"}}}
+    fn = {"name": "terminal", "description": "Run bash.", "parameters": params}
+    tool = {"type": "function", "function": fn}
+    events: list[dict] = [{"id": "e-sys", "timestamp": stamp, "source": "agent", "tools": [tool],
+                           "system_prompt": {"type": "text", "text": "You are OpenHands."},
+                           "kind": "SystemPromptEvent"}]  # fmt: skip
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 9)):
+        if user is not None:
+            msg = {"role": "user", "content": [{"type": "text", "text": user}]}
+            events.append({"id": f"e-u{i}", "timestamp": stamp, "source": "user",
+                           "llm_message": msg, "kind": "MessageEvent"})  # fmt: skip
+        call = {"id": f"t{i}", "name": "terminal", "arguments": json.dumps({"command": cmd}),
+                "origin": "completion"}  # fmt: skip
+        events.append({"id": f"e-a{i}", "timestamp": stamp, "source": "agent",
+                       "thought": [{"type": "text", "text": said}],
+                       "action": {"kind": "TerminalAction", "command": cmd},
+                       "tool_name": "terminal", "tool_call_id": f"t{i}", "tool_call": call,
+                       "llm_response_id": f"resp-{i}", "kind": "ActionEvent"})  # fmt: skip
+        seen = {"content": [{"type": "text", "text": out}], "is_error": False,
+                "kind": "TerminalObservation"}  # fmt: skip
+        events.append({"id": f"e-o{i}", "timestamp": stamp, "source": "environment",
+                       "tool_name": "terminal", "tool_call_id": f"t{i}", "observation": seen,
+                       "action_id": f"e-a{i}", "kind": "ObservationEvent"})  # fmt: skip
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -279,6 +313,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "codex": write_codex,
     "gemini-cli": write_gemini_cli,
     "opencode": write_opencode,
+    "openhands-events": write_openhands_events,
 }
 
 

@@ -133,7 +133,10 @@ class _Stream:
     """The history as the agent's LLM saw it, event by event."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[str, dict[str, Any]]] = []  # (event id, chat message)
+        #: the chat messages, and the id of the event each came from (kept in step: a call's
+        #: prompt is the messages as they are, not a list rebuilt from pairs per call)
+        self.msgs: list[dict[str, Any]] = []
+        self.ids: list[str] = []
         self.system: dict[str, Any] | None = None
         self.tools: list[dict[str, Any]] | None = None
         self.call_ids: set[str] = set()
@@ -141,7 +144,12 @@ class _Stream:
         self.condensed = False
 
     def messages(self) -> list[dict[str, Any]]:
-        return [m for _, m in self.items]
+        """The history's chat messages (the list itself: copy what you keep)."""
+        return self.msgs
+
+    def add(self, event_id: str, msg: dict[str, Any]) -> None:
+        self.ids.append(event_id)
+        self.msgs.append(msg)
 
     def add_result(self, line: int, ev: dict[str, Any]) -> None:
         msg = _result(ev)
@@ -151,16 +159,19 @@ class _Stream:
                 "is not in the stream"
             )
             return
-        self.items.append((ev["id"], msg))
+        self.add(ev["id"], msg)
 
     def condense(self, ev: dict[str, Any]) -> None:
         ids = opt_list(ev.get("forgotten_event_ids"), "forgotten_event_ids")
         forgotten = {expect(x, f"forgotten_event_ids[{i}]", str) for i, x in enumerate(ids)}
-        self.items = [(i, m) for i, m in self.items if i not in forgotten]
+        kept = [k for k, i in enumerate(self.ids) if i not in forgotten]
+        self.ids = [self.ids[k] for k in kept]
+        self.msgs = [self.msgs[k] for k in kept]
         if isinstance(ev.get("summary"), str):
             at = ev.get("summary_offset")
-            at = at if isinstance(at, int) and 0 <= at <= len(self.items) else len(self.items)
-            self.items.insert(at, (ev["id"], {"role": "user", "content": ev["summary"]}))
+            at = at if isinstance(at, int) and 0 <= at <= len(self.msgs) else len(self.msgs)
+            self.ids.insert(at, ev["id"])
+            self.msgs.insert(at, {"role": "user", "content": ev["summary"]})
         self.condensed = True
 
     def why_not(self, opts: ReadOptions) -> str | None:
@@ -170,7 +181,7 @@ class _Stream:
                 "no SystemPromptEvent before this call (the agent's system prompt and "
                 "tools; pass --system-prompt and --tools to supply them)"
             )
-        if not any(m["role"] == "user" for _, m in self.items):
+        if not any(m["role"] == "user" for m in self.msgs):
             why.append("no user message before this call (the stream starts mid-conversation)")
         if not why:
             return None
@@ -250,13 +261,13 @@ def _step(
     elif kind == "ActionEvent" and ev.get("source") == "agent":
         completion = _assistant(group)
         item = _call(path, line, ev, completion, s, opts)
-        s.items.append((ev["id"], completion))
+        s.add(ev["id"], completion)
         s.call_ids.update(tc["id"] for tc in completion["tool_calls"])
     elif kind == "MessageEvent":
         msg = _llm_message(ev)
         if ev.get("source") == "agent" and msg["role"] == "assistant":
             item = _call(path, line, ev, msg, s, opts)
-        s.items.append((ev["id"], msg))
+        s.add(ev["id"], msg)
     elif kind in _RESULTS and ev.get("tool_call_id"):
         s.add_result(line, ev)
     elif kind == "Condensation":
