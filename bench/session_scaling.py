@@ -11,9 +11,9 @@ The formats are the ones whose sessions a user found to grow quadratically: Pi (
 tree), Cline (one ``api_conversation_history.json``), gptme (``conversation.jsonl``) and a chat
 dataset row (one OpenAI fine-tuning row holding every turn), and Claude Code (a JSONL session, one
 line per content block, each call's prompt replayed from its ``parentUuid`` thread); then Codex (a
-rollout of Responses API items), Gemini CLI (one session document), OpenCode (an export) and
-OpenHands (a V1 event stream). A turn is an assistant message with one tool call and its result;
-every tenth turn opens with a user message.
+rollout of Responses API items), Gemini CLI (one session document), OpenCode (an export),
+OpenHands (a V1 event stream) and Goose (its SQLite store). A turn is an assistant message with
+one tool call and its result; every tenth turn opens with a user message.
 
 The sizes are interleaved over ``--rounds`` rounds (N, 4N, N, 4N, ...; the project's rule:
 ratios measured side by side, so that load drift hits both alike), and the minimum CPU time of
@@ -33,6 +33,7 @@ import json
 import pstats
 import random
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -304,6 +305,41 @@ def write_openhands_events(folder: Path, n: int) -> Path:
     return path
 
 
+def write_goose(folder: Path, n: int) -> Path:
+    """A Goose session store (``sample_data/goose/sessions.db``): one session's messages, each
+    row's ``content_json`` a list of content items (text, toolRequest, toolResponse)."""
+    path = folder / "sessions.db"
+    folder.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, working_dir TEXT NOT NULL, "
+        "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)"
+    )
+    db.execute(
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, role "
+        "TEXT, content_json TEXT, created_timestamp INTEGER, metadata_json TEXT)"
+    )
+    db.execute("INSERT INTO sessions (id, working_dir) VALUES ('s1', '/app')")
+    rows: list[tuple[str, str]] = []
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 10)):
+        if user is not None or not rows:
+            rows.append(("user", json.dumps([{"type": "text", "text": user or "start"}])))
+        call = {"status": "success", "value": {"name": "shell", "arguments": {"command": cmd}}}
+        request = {"type": "toolRequest", "id": f"c{i}", "toolCall": call}
+        rows.append(("assistant", json.dumps([{"type": "text", "text": said}, request])))
+        result = {"status": "success", "value": {"content": [{"type": "text", "text": out}]}}
+        response = {"type": "toolResponse", "id": f"c{i}", "toolResult": result}
+        rows.append(("user", json.dumps([response])))
+    db.executemany(
+        "INSERT INTO messages (session_id, role, content_json, created_timestamp, metadata_json) "
+        "VALUES ('s1', ?, ?, ?, '{}')",
+        [(role, content, k) for k, (role, content) in enumerate(rows)],
+    )
+    db.commit()
+    db.close()
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -314,6 +350,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "gemini-cli": write_gemini_cli,
     "opencode": write_opencode,
     "openhands-events": write_openhands_events,
+    "goose": write_goose,
 }
 
 

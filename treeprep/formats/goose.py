@@ -169,6 +169,37 @@ def _turns(rows: list[_Row]) -> list[list[_Row]]:
     return turns
 
 
+class _Seen:
+    """What the agent saw before each turn, kept as the turns go on (a call's prompt was a walk
+    over every turn before it: quadratic in the session).
+
+    Before turn ``t`` the agent saw the chat of every earlier turn that is agent-visible or comes
+    at or after the last agent-only turn before ``t`` (the compaction's summary): turns that a
+    compaction hid stay in the prompts up to that summary."""
+
+    def __init__(self, turns: list[list[_Row]], chats: list[list[dict[str, Any]]]) -> None:
+        self.turns, self.chats = turns, chats
+        self.hidden_before = 0  # the last agent-only turn before ``self.upto``
+        self.upto = 0
+        self.visible: list[dict[str, Any]] = []  # the messages seen before ``self.upto``
+
+    def before(self, t: int) -> tuple[int, list[dict[str, Any]]]:
+        """(the last agent-only turn before ``t`` or 0, the messages the agent saw before ``t``:
+        the list itself, copy what you keep). ``t`` only grows."""
+        turns = self.turns
+        h = self.hidden_before
+        for k in range(self.upto, t):
+            if turns[k][0].agent_only:
+                h = k
+        if h != self.hidden_before:  # a compaction: which turns are seen changed
+            self.hidden_before, self.upto, self.visible = h, 0, []
+        for k in range(self.upto, t):
+            if turns[k][0].agent_visible or k >= h:
+                self.visible.extend(self.chats[k])
+        self.upto = t
+        return h, self.visible
+
+
 def _session(path: str, sid: str, raw: list[Any], opts: ReadOptions) -> Iterator[Item]:
     rows: list[_Row] = []
     for rowid, role, content, meta in raw:
@@ -185,6 +216,8 @@ def _session(path: str, sid: str, raw: list[Any], opts: ReadOptions) -> Iterator
     chats: list[list[dict[str, Any]]] = []
     cut = 0  # turns before this index that the agent no longer saw
     broken: str | None = None
+    seen = _Seen(turns, chats)
+    system = [{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []
     for t, turn in enumerate(turns):
         head = turn[0]
         cid = f"{sid}/{head.rowid}"
@@ -200,13 +233,8 @@ def _session(path: str, sid: str, raw: list[Any], opts: ReadOptions) -> Iterator
         if head.role == "assistant" and chat and broken is not None:
             yield Reject(file=path, line=head.rowid, format=NAME, call_id=cid, reason=broken)
         elif head.role == "assistant" and chat:
-            hidden_before = max((k for k in range(t) if turns[k][0].agent_only), default=0)
-            prompt = [
-                msg for k in range(t) for msg in chats[k]
-                if turns[k][0].agent_visible or k >= hidden_before
-            ]  # fmt: skip
-            if opts.system_prompt:
-                prompt.insert(0, {"role": "system", "content": opts.system_prompt})
+            hidden_before, visible = seen.before(t)
+            prompt = [*system, *visible]
             yield make_call(
                 {"group_id": sid, "call_id": cid, "model": head.model, "messages": prompt,
                  "completion": chat[0], "tools": opts.tools,
