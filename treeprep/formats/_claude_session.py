@@ -31,11 +31,6 @@ class Line:
         return (self.own, self.no)
 
 
-def before(a: Line, cut: Line) -> bool:
-    """Was line ``a`` written before ``cut``? Parent-session lines precede the sub-agent file."""
-    return a.pos < cut.pos
-
-
 @dataclass
 class Session:
     """The lines that a thread can reach: the file's own, plus its parent session's."""

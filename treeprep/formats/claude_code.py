@@ -34,7 +34,7 @@ attached where they belong:
 Cost: a thread is replayed once per session, not once per call: the next call goes on from the
 last one's replay unless a line written between them changes the history already replayed
 (:mod:`treeprep.formats._claude_replay`, which checks itself against whole replays on a sparse
-schedule). A session of 1,600 turns builds in 4.0 CPU-seconds, 5.7x its 400 turns (linear is
+schedule). A session of 1,600 turns builds in 4.95 CPU-seconds, 6.6x its 400 turns (linear is
 4x), where replaying every call whole took 18.6 s, 10.6x (``bench/session_scaling.py``).
 
 Branch hints: every call of a sub-agent file is ``sub-agent``, and so is every call whose lines
