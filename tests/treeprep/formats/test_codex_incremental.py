@@ -17,20 +17,11 @@ from typing import Any
 
 import pytest
 
-from treeprep.formats import _history, codex
-from treeprep.formats._fields import forget_shared_messages
+from treeprep.formats import codex
 from treeprep.formats.base import ReadOptions
 from treeprep.schemas import ChatCall
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _read(path: Path, monkeypatch: pytest.MonkeyPatch, *, whole: bool) -> list[str]:
-    forget_shared_messages()
-    with monkeypatch.context() as m:
-        if whole:
-            m.setattr(_history, "starts_with", lambda items, head: False)
-        return [i.model_dump_json() for i in codex.read(str(path), ReadOptions())]
 
 
 def _rollout(seed: int, turns: int) -> list[dict[str, Any]]:
@@ -96,17 +87,17 @@ def _write(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
-def test_the_sample_converts_as_whole_conversions_do(monkeypatch):
+def test_the_sample_converts_as_whole_conversions_do(read_converted):
     (path,) = (ROOT / "sample_data" / "codex").rglob("*.jsonl")
-    got = _read(path, monkeypatch, whole=False)
-    assert got == _read(path, monkeypatch, whole=True) and got
+    got = read_converted(codex.read, path, whole=False)
+    assert got == read_converted(codex.read, path, whole=True) and got
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_random_rollouts_convert_as_whole_conversions_do(seed, tmp_path, monkeypatch):
+def test_random_rollouts_convert_as_whole_conversions_do(seed, tmp_path, read_converted):
     path = _write(tmp_path, _rollout(seed, 40))
-    got = _read(path, monkeypatch, whole=False)
-    assert got == _read(path, monkeypatch, whole=True)
+    got = read_converted(codex.read, path, whole=False)
+    assert got == read_converted(codex.read, path, whole=True)
     assert any('"messages"' in x for x in got)  # some calls, not only rejects
 
 

@@ -17,19 +17,9 @@ from typing import Any
 
 import pytest
 
-from treeprep.formats import _history, gemini_cli
-from treeprep.formats._fields import forget_shared_messages
-from treeprep.formats.base import ReadOptions
+from treeprep.formats import gemini_cli
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _read(path: Path, monkeypatch: pytest.MonkeyPatch, *, whole: bool) -> list[str]:
-    forget_shared_messages()
-    with monkeypatch.context() as m:
-        if whole:
-            m.setattr(_history, "starts_with", lambda items, head: False)
-        return [i.model_dump_json() for i in gemini_cli.read(str(path), ReadOptions())]
 
 
 def _tool_calls(rng: random.Random, k: int) -> list[dict[str, Any]]:
@@ -74,13 +64,14 @@ def _session(seed: int, steps: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "sample_data").glob("gemini_cli*/**/*.json*")))
-def test_the_samples_convert_as_whole_conversions_do(path, monkeypatch):
-    assert _read(path, monkeypatch, whole=False) == _read(path, monkeypatch, whole=True)
+def test_the_samples_convert_as_whole_conversions_do(path, read_converted):
+    got = read_converted(gemini_cli.read, path, whole=False)
+    assert got == read_converted(gemini_cli.read, path, whole=True)
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_random_sessions_convert_as_whole_conversions_do(seed, tmp_path, monkeypatch):
+def test_random_sessions_convert_as_whole_conversions_do(seed, tmp_path, read_converted):
     path = tmp_path / "session-h.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in _session(seed, 40)))
-    got = _read(path, monkeypatch, whole=False)
-    assert got == _read(path, monkeypatch, whole=True)
+    got = read_converted(gemini_cli.read, path, whole=False)
+    assert got == read_converted(gemini_cli.read, path, whole=True)
