@@ -67,7 +67,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from treeprep.formats._fields import make_call, one_of
+from treeprep.formats._fields import make_call, one_of, system_message
 from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats._read import records
 from treeprep.formats._sniff import first_record
@@ -241,7 +241,6 @@ class _Session:
         self.user_texts: list[str] = []
         #: the history's chat messages, converted once (module docstring, Cost)
         self.converted: ConvertedHistory[tuple[int, dict[str, Any]]] = ConvertedHistory(_convert)
-        self._system_message: dict[str, Any] | None = None
 
     def add(self, no: int, it: dict[str, Any]) -> Iterator[Item]:
         """One response item: an assistant item joins the turn, any other closes it."""
@@ -318,7 +317,7 @@ class _Session:
             "model": self.model,
             "timestamp": self.timestamp,
             "project": self.project,
-            "messages": [*self._system(), *history],
+            "messages": [*system_message(self.system), *history],
             "tools": self.opts.tools if self.opts.tools is not None else self.tools,
             "completion": done[0].message,
             "provenance": {"exact_messages": True, "reconstructed": True},
@@ -335,14 +334,6 @@ class _Session:
                 raise RecordError(validation_reason(e)) from e
             raise RecordError(call.reason)
         return call
-
-    def _system(self) -> list[dict[str, Any]]:
-        """The system message, the same dict while its text is the same (shared by identity)."""
-        if not self.system:
-            return []
-        if self._system_message is None or self._system_message["content"] != self.system:
-            self._system_message = {"role": "system", "content": self.system}
-        return [self._system_message]
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:

@@ -202,15 +202,9 @@ class _Unrebuilt(Exception):
 
 
 def _convert(msgs: list[dict[str, Any]], start: int) -> Converted:
-    """:func:`_history` for :class:`~treeprep.formats._history.ConvertedHistory`."""
-    out, why = _history(msgs)
-    if why is not None:
-        raise _Unrebuilt(why)
-    return Converted(out)
-
-
-def _history(msgs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
-    """Chat messages for ``msgs`` (message records in order), and why they cannot be rebuilt."""
+    """Chat messages for ``msgs`` (message records in order), converted for
+    :class:`~treeprep.formats._history.ConvertedHistory`; :class:`_Unrebuilt` saying why they
+    cannot be rebuilt."""
     out: list[dict[str, Any]] = []
     for m in msgs:
         kind = m.get("type")
@@ -229,13 +223,13 @@ def _history(msgs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | No
                     continue
                 text = _result_text(c)
                 if text is None:
-                    return out, (
+                    raise _Unrebuilt(
                         f"tool call {c.get('id')!r} ({c.get('name')!r}, status "
                         f"{c.get('status')!r}) of message {m.get('id')!r} has no recorded "
                         "result, so the prompt of a later call cannot be rebuilt"
                     )
                 out.append({"role": "tool", "tool_call_id": str(c.get("id")), "content": text})
-    return out, None
+    return Converted(out)
 
 
 # --------------------------------------------------------------------------------------------

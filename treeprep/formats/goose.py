@@ -45,6 +45,7 @@ from treeprep.formats._fields import (
     dicts,
     expect,
     make_call,
+    system_message,
 )
 from treeprep.formats._sqlite import has_tables, schema, sidecar_of, snapshot
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -217,7 +218,7 @@ def _session(path: str, sid: str, raw: list[Any], opts: ReadOptions) -> Iterator
     cut = 0  # turns before this index that the agent no longer saw
     broken: str | None = None
     seen = _Seen(turns, chats)
-    system = [{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []
+    system = system_message(opts.system_prompt)
     for t, turn in enumerate(turns):
         head = turn[0]
         cid = f"{sid}/{head.rowid}"
