@@ -39,7 +39,7 @@ SAMPLE_GOLDEN = {
     "cline": "add8ebbcf6d23aec742e040d9b3aed8d8c83dae4121ef576633ad7ed87690433",
     "codex": "2c0b93bbb64650088801c7f503b543bd39a4abcff4b338efe4492bdc1818c815",
     "cursor": "a1fdfa0117eacc0eb225c89369b800df7af272a9fa73726996cdb5944d98d1a6",
-    "crush": "cd580f1c092a48aa9658d417045c7961257f5f1d4786e9ea89eed61c73164088",
+    "crush": "85514cde9b11c40f8ce8cf49d0077766dc93d7f405ee1c11e06ac430596d9a11",
     "conversations": "47317610ce5ab8bf62a7a6b34e7152dd1e9a4130e2d8ec775ceb2e645b7cd11c",
     "gemini_cli": "2440eecca58417e5c7c801099ecc2b667a5fc1622e1aa854896d47ccf153b0be",
     "gemini_cli_subagents": "3fe4ea5f31f774c95c27b494564ecf97839ab2c784010049ba8ae02e638fe7b8",

@@ -20,8 +20,10 @@ messages are their trimmed text with text attachments and shell commands appende
 attachments as file parts; assistant messages with nothing in them are left out; tool results
 without their call are dropped, calls without a result get Crush's "interrupted" result. Once a
 summary was written (``is_summary_message``), later prompts start at it, sent as a user
-message. The summary call itself, whose prompt is Crush's summary template, is rejected, as is
-a step that did not finish (no ``finish`` part, or ``canceled``/``error``/``content_filter``).
+message, and the first call after it is hinted ``compaction``. The summary call itself, whose
+prompt is Crush's summary template, is rejected, as is a step that did not finish (no ``finish``
+part, or ``canceled``/``error``/``content_filter``). Each message is converted once as the
+session goes on (:class:`_Context`), so a build grows with the session's unique text.
 
 Sub-agents: a session with a ``parent_session_id`` (the agent tool's, named
 ``<message id>$$<tool call id>``) joins its root session's tree, its first call hinted
@@ -49,6 +51,7 @@ from treeprep.formats._fields import (
     expect,
     make_call,
     opt_str,
+    system_message,
 )
 from treeprep.formats._sqlite import has_tables, root_of, sidecar_of, snapshot
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -179,34 +182,91 @@ def _results(m: _Msg, known: set[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _prompt(history: list[_Msg], sub_agent: bool) -> list[dict[str, Any]]:
-    """``preparePrompt`` over the messages before a call (the first may be the summary)."""
-    out: list[dict[str, Any]] = [] if sub_agent else [{"role": "user", "content": TODO_REMINDER}]
-    calls = {c["id"] for m in history if m.role == "assistant" for c in m.calls()}
-    answered = {
-        str(r.get("tool_call_id")) for m in history if m.role == "tool" for r in m.of("tool_result")
-    }
-    for i, m in enumerate(history):
+class _Context:
+    """``preparePrompt`` over a session's messages as they come, each message converted once.
+
+    Two sets over the whole history decide a message's conversion: a tool result is sent only when
+    some assistant message made its call, and a call that no result answers gets Crush's
+    ``INTERRUPTED`` result. Within one history both sets only grow, so a converted message can
+    change only when an id it waits for arrives (the usual case: a step's results come right
+    after it); the history is then converted again from the earliest such message. A finished
+    summary starts the history anew, at the summary (``compacted`` until a call takes it).
+    """
+
+    def __init__(self, sub_agent: bool) -> None:
+        self.head = [] if sub_agent else [{"role": "user", "content": TODO_REMINDER}]
+        self.compacted = False
+        self._reset([])
+
+    def _reset(self, msgs: list[_Msg]) -> None:
+        self.msgs = msgs
+        self.out: list[dict[str, Any]] = list(self.head)
+        self.starts: list[int] = []  # where msgs[i]'s messages start in out, for the converted
+        self.calls: set[str] = set()  # the call ids made in the history
+        self.answered: set[str] = set()  # the call ids that a result answers
+        self.seen = 0  # msgs[:seen] are counted in calls and answered
+        self.wait_call: dict[str, int] = {}  # an orphaned result's id -> its least message
+        self.wait_answer: dict[str, int] = {}  # an unanswered call's id -> its least message
+
+    def add(self, m: _Msg) -> None:
+        if m.summary and m.finish():
+            self._reset([m])
+            self.compacted = True
+        else:
+            self.msgs.append(m)
+
+    def prompt(self) -> list[dict[str, Any]]:
+        """The messages ``preparePrompt`` makes of the history (a new list each call)."""
+        new = self.msgs[self.seen :]
+        made = [c["id"] for m in new if m.role == "assistant" for c in m.calls()]
+        got = [
+            str(r.get("tool_call_id")) for m in new if m.role == "tool" for r in m.of("tool_result")
+        ]
+        redo = min(
+            [len(self.starts)]
+            + [self.wait_call[c] for c in made if c in self.wait_call]
+            + [self.wait_answer[c] for c in got if c in self.wait_answer]
+        )
+        self.calls.update(made)
+        self.answered.update(got)
+        self.seen = len(self.msgs)
+        if redo < len(self.starts):
+            del self.out[self.starts[redo] :], self.starts[redo:]
+            self.wait_call = {c: i for c, i in self.wait_call.items() if i < redo}
+            self.wait_answer = {c: i for c, i in self.wait_answer.items() if i < redo}
+        for i in range(len(self.starts), len(self.msgs)):
+            self.starts.append(len(self.out))
+            self.out.extend(self._convert(i))
+        return list(self.out)
+
+    def _convert(self, i: int) -> list[dict[str, Any]]:
+        m = self.msgs[i]
         if not m.parts:
-            continue
+            return []
         if i == 0 and m.summary:
-            out.append({"role": "user", "content": m.text().strip()})
-        elif m.role == "user":
+            return [{"role": "user", "content": m.text().strip()}]
+        if m.role == "user":
             user = _user(m)
-            out.extend([user] if user else [])
-        elif m.role == "tool":
-            out.extend(_results(m, calls))
-        elif m.role == "assistant":
-            made = m.calls()
-            if not made and not m.text() and not m.thinking():
-                continue
-            out.append(assistant_turn(m.text().strip(), m.thinking(), made))
-            out.extend(
-                {"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"],
-                 "content": INTERRUPTED}
-                for c in made if c["id"] not in answered
-            )  # fmt: skip
-    return out
+            return [user] if user else []
+        if m.role == "tool":
+            out = _results(m, self.calls)
+            for r in m.of("tool_result"):
+                cid = r.get("tool_call_id")
+                if isinstance(cid, str) and cid not in self.calls:
+                    self.wait_call.setdefault(cid, i)
+            return out
+        if m.role != "assistant":
+            return []
+        made = m.calls()
+        if not made and not m.text() and not m.thinking():
+            return []
+        out = [assistant_turn(m.text().strip(), m.thinking(), made)]
+        for c in made:
+            if c["id"] not in self.answered:
+                self.wait_answer.setdefault(c["id"], i)
+                out.append({"role": "tool", "tool_call_id": c["id"],
+                            "name": c["function"]["name"], "content": INTERRUPTED})  # fmt: skip
+        return out
 
 
 def _why_not(m: _Msg) -> str | None:
@@ -226,7 +286,8 @@ def _why_not(m: _Msg) -> str | None:
 def _session(
     path: str, sid: str, rows: list[Any], group: str, parent: str | None, opts: ReadOptions
 ) -> Iterator[Item]:
-    msgs: list[_Msg] = []
+    ctx = _Context(sub_agent=parent is not None)
+    system = system_message(opts.system_prompt)
     broken: str | None = None
     first = True
     for rowid, mid, role, raw, model, summary in rows:
@@ -235,34 +296,32 @@ def _session(
             m = _Msg(int(rowid), str(mid), str(role), raw, model, bool(summary))
             why = _why_not(m) if role == "assistant" else None
             if role == "assistant" and why is None and broken is None:
-                start = max((i for i, h in enumerate(msgs) if h.summary and h.finish()), default=0)
-                prompt = _prompt(msgs[start:], sub_agent=parent is not None)
+                prompt = [*system, *ctx.prompt()]
                 turn = assistant_turn(m.text(), m.thinking(), m.calls())
         except RecordError as e:
             if broken is None:
                 broken = f"{e} (the prompts after it would miss it)"
                 yield Reject(file=path, line=int(rowid), format=NAME, reason=str(e))
             continue
-        msgs.append(m)
+        ctx.add(m)
         if role != "assistant":
             continue
         if why is not None or broken is not None:
             reason = why or broken or ""
             yield Reject(file=path, line=m.rowid, format=NAME, call_id=cid, reason=reason)
             continue
-        if opts.system_prompt:
-            prompt.insert(0, {"role": "system", "content": opts.system_prompt})
         link = parent and sid.split("$$")[0]
+        hint = "compaction" if ctx.compacted else None  # the first call that starts at a summary
         yield make_call(
             {"group_id": group, "call_id": cid, "agent_id": sid if parent else "main",
              "parent_call_id": f"{parent}/{link}" if first and link and "$$" in sid else None,
              "model": m.model, "messages": prompt, "completion": turn, "tools": opts.tools,
-             "branch_reason": "sub-agent" if first and parent else None,
+             "branch_reason": "sub-agent" if first and parent else hint,
              "provenance": {"exact_messages": False, "reconstructed": True},
              "source_file": path, "source_line": m.rowid, "source_format": NAME},
             file=path, line=m.rowid, fmt=NAME,
         )  # fmt: skip
-        first = False
+        first = ctx.compacted = False
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:

@@ -186,6 +186,10 @@ def test_crush_prompts_as_prepare_prompt_builds_them() -> None:
         {"role": "user", "content": "We measured shop.py (42 lines)."},  # the summary
         {"role": "user", "content": "Thanks, go on."},
     ]
+    # the first call after the summary starts the thread anew: a compaction branch, the only hint
+    assert [c.branch_reason for k, c in calls.items() if k.startswith("s1/")] == [
+        None, None, "compaction",
+    ]  # fmt: skip
     sub = calls["m2$$call_1/m6"]
     assert (sub.group_id, sub.agent_id, sub.parent_call_id, sub.branch_reason) == (
         "s1", "m2$$call_1", "s1/m2", "sub-agent",
