@@ -55,8 +55,10 @@ def show_cmd(
     from treeprep.render.gaps import gap_notes
     from treeprep.schemas.manifest import load_manifest
 
-    manifest = load_manifest(str(out))  # what the trees' prompts lack, one line per format
-    for note in gap_notes(manifest.prompt_gaps, manifest.prompt_given):
+    manifest = load_manifest(str(out))  # what the drawn tree's prompts lack (its format's line)
+    fmt = view["source_format"]
+    gaps = {k: v for k, v in manifest.prompt_gaps.items() if k == fmt}
+    for note in gap_notes(gaps, manifest.prompt_given):
         Console(stderr=True).print(note, style="yellow", soft_wrap=True, highlight=False,
                                    markup=False)  # fmt: skip
     if as_json:

@@ -102,3 +102,14 @@ def test_stats_explains_each_reason_under_its_table(out):
     for reason in ("sub-agent", "compaction", "new-trial"):
         assert f"{reason}: {REASON_MEANING[reason]}" in r.stdout
     assert "unknown:" not in r.stdout
+
+
+def test_show_says_what_the_drawn_trees_prompts_lack_and_no_other_formats(out):
+    groups = {g["source_format"]: g["group_id"] for g in list_groups(out)}
+    assert groups.keys() == {"claude-code", "tau-bench"}
+    for fmt, other in (("claude-code", "tau-bench"), ("tau-bench", "claude-code")):
+        res = CliRunner().invoke(app, ["show", out, "--group", groups[fmt]])
+        assert res.exit_code == 0, res.output
+        notes = res.stderr.replace("\n", " ")
+        assert f"{fmt}: " in notes and "no tool schemas" in notes
+        assert f"{other}: " not in notes  # the build's other format is not this tree's
