@@ -47,7 +47,9 @@
 #      RESULT line as it ends).
 #   b) items 3-4: long (bench/memory.py, a generated agent session with a 262,144-token path,
 #      Qwen3-1.7B, host stores, checkpointing, budget 16k: device peak, host pool, seconds; the
-#      linear trainer is not run at that length, its peak is the memory model's), then speed
+#      linear trainer is not run at that length, for want of time (about 100 s on an H200, by
+#      the 126k session's 28.9 s): --linear-model gives its peak from the memory model (1.02x
+#      the measured peak at 126k; 63.9 GiB at 262k, so it would fit the card)), then speed
 #      (bench/train.py, Qwen3-4B at 32k with checkpointing, 4 steps: 3 timed, tree against linear,
 #      measured against estimated speedup).
 # Without a package index on the device, the script puts the
@@ -181,8 +183,9 @@ if [ -n "$call" ]; then
             "${dtype[@]}" --json
     else
         stage long 200 long.json $PY bench/memory.py --workload agent --path "$path" \
-            --device "$device" --model "$small" --budgets "$budget" --modes recompute \
-            --stores host --no-whole --checkpointing --no-probe --attn nodes "${dtype[@]}" --json
+            --device "$device" --model "$small" --budgets "$budget" --modes recompute,linear \
+            --linear-model --stores host --no-whole --checkpointing --no-probe --attn nodes \
+            "${dtype[@]}" --json
         stage speed 210 speed.json $PY bench/train.py "${cfg[@]}" --checkpointing \
             --workload agent --steps 4 --rounds 1 --attn nodes --json
     fi

@@ -29,6 +29,9 @@ token, both on the tree's longest path with every token trained (:func:`child`):
   state plus the part's mask vectors (a few int64 per prefix row).
 
 Both are 0 for ``whole`` and ``linear`` (nothing is handed over).
+``--linear-model`` does not run the linear trainer: its result is the memory model's peak for
+the longest path (``model_only``), for a path too long to run in the time at hand. The trees and
+the predictions live in ``bench/memory_inputs.py``.
 
 Store places (``--stores gpu,host``, issue 37): each hand-off configuration runs with its stores
 on the device and in a host pool (:mod:`treeprep.trainer.parts.host`, streamed a window at a
@@ -72,163 +75,18 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "bench" / "_work" / "memory"
-#: the generated workload's vocabulary (small, so that the decoder, not the LM head, dominates)
-AGENT_VOCAB = 8192
-
-
-def agent_tree_row(path_tokens: int, seed: int = 0) -> dict:
-    """A generated agent session as a shard row (the real trie builds it)."""
-    from treeprep.sequence import Sequence
-    from treeprep.trie import build_tree
-
-    rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, AGENT_VOCAB, 1500)
-    seqs = []
-    while len(prompt) < path_tokens:
-        tries = 2 if rng.random() < 0.2 else 1
-        for _ in range(tries):
-            gen = rng.integers(0, AGENT_VOCAB, int(rng.integers(100, 400)))
-            toks = np.concatenate([prompt, gen])
-            seqs.append(Sequence("s", toks, [(len(prompt), len(toks))]))
-        tool = rng.integers(0, AGENT_VOCAB, int(rng.integers(300, 900)))
-        prompt = np.concatenate([toks, tool])
-    return build_tree(seqs).to_row()
-
-
-def claude_code_row(data: str | None) -> dict:
-    import pyarrow.ipc as ipc
-
-    if data is None:
-        out = WORK / "claude-code"
-        if not (out / "manifest.json").exists():
-            subprocess.run(
-                [sys.executable, "-m", "treeprep.cli", "build",
-                 str(ROOT.parent / "shared/data/logs/claude-code"),
-                 "--tokenizer", str(ROOT.parent / "shared/data/tokenizers/qwen3"),
-                 "-o", str(out)],
-                check=True, stdout=subprocess.DEVNULL,
-            )  # fmt: skip
-        data = str(out)
-    best: dict | None = None
-    for p in sorted(Path(data, "shards").glob("*.arrow")):
-        with open(p, "rb") as f:
-            t = ipc.open_file(f).read_all()
-        n = t.column("input_ids").to_pylist()
-        i = int(np.argmax([len(x) for x in n]))
-        if best is None or len(n[i]) > len(best["input_ids"]):
-            best = t.slice(i, 1).to_pylist()[0]
-    assert best is not None, f"{data}: no trees"
-    return best
-
-
-def longest_path_row(row: dict, *, cut: int | None = None, train_all: bool = False) -> dict:
-    """The linear baseline's input: the tree's longest sequence (a root-to-node path) with its
-    trained spans, as a one-path tree (one ``is_causal`` call per layer, no parts). ``cut``
-    keeps its first tokens, ``train_all`` trains every token (the hand-off probe)."""
-    from treeprep.sequence import Sequence
-    from treeprep.trie import build_tree
-
-    s = int(np.argmax(row["seq_length"]))
-    node, chain = int(row["seq_node"][s]), []
-    while node >= 0:
-        chain.append(node)
-        node = int(row["node_parent"][node])
-    ids = row["input_ids"]
-    toks = np.concatenate(
-        [ids[row["node_offset"][n] : row["node_offset"][n] + row["node_length"][n]]
-         for n in reversed(chain)]
-    ).astype(np.int32)[: row["seq_length"][s]]  # fmt: skip
-    flat = row["seq_loss_spans"][s]
-    spans = [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
-    if cut is not None:
-        toks = toks[:cut]
-    if train_all:
-        spans = [(1, len(toks))]
-    return build_tree([Sequence("linear", toks, spans)]).to_row()
-
-
-def shape_of(model: str, vocab: int | None):
-    """The memory model's shape of a trainer preset (or a flops preset / config folder)."""
-    from dataclasses import asdict
-
-    from treeprep.flops import load_model
-    from treeprep.memory import shape_from_preset
-    from treeprep.trainer.models.presets import PRESETS
-
-    if model not in PRESETS:
-        return load_model(model)
-    return shape_from_preset(asdict(PRESETS[model]), name=model, vocab=vocab)
-
-
-def predicted(spec: dict, r: dict) -> tuple[int, int, int]:
-    """(predicted peak, handed-over bytes and K/V bytes per path token) of the memory model; for
-    ``keep``, the largest over the layout's stacks (:meth:`PartLayout.kept_stacks`)."""
-    if spec["mode"] == "keep" and r.get("kept_stacks"):
-        outs = [
-            _predicted(
-                spec,
-                {
-                    **r,
-                    "kept_tokens": t,
-                    "kept_grad_tokens": g,
-                    "kept_running_rows": h,
-                    "kept_stored_rows": s,
-                },
-            )  # fmt: skip
-            for t, g, h, s in r["kept_stacks"]
-        ]
-        return max(outs)
-    return _predicted(spec, r)
-
-
-def _predicted(spec: dict, r: dict) -> tuple[int, int, int]:
-    from treeprep.memory import (
-        MemorySetup,
-        handoff_bytes_per_path_token,
-        kv_bytes_per_path_token,
-        peak,
-        terms,
-    )
-
-    vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
-    m = shape_of(spec["model"], vocab)
-    mode = spec["mode"] if spec["mode"] in ("recompute", "keep") else "recompute"
-    s = MemorySetup(
-        stores=_place(spec)[0],
-        precision="bfloat16" if spec.get("autocast") else spec["dtype"],
-        autocast=bool(spec.get("autocast")),
-        parallel="ddp",
-        optimizer_states=0,  # one forward and backward: its gradients, no optimizer
-        accumulated_gradients=True,  # all live by the last layer's backward, and across parts
-        activation_checkpointing=bool(spec.get("checkpointing")),
-        part_graph=mode,
-    )
-    budget = spec["budget"] or r["tokens_tree"]
-    t = terms(
-        m,
-        s,
-        budget=budget,
-        path=r["longest_path"],
-        tree_tokens=r["tokens_tree"],
-        # keep: the peak comes with the deepest stack, while its last part runs its head
-        head_rows=r["kept_running_rows"] if mode == "keep" else r["head_rows"],
-        kept=(r["kept_tokens"], r["kept_grad_tokens"], r["kept_stored_rows"])
-        if mode == "keep"
-        else None,
-        stored_rows=r["stored_rows"],
-    )
-    return (
-        peak(t, checkpointing=s.activation_checkpointing),
-        handoff_bytes_per_path_token(m, s),
-        kv_bytes_per_path_token(m, s),
-    )
-
+from memory_inputs import (  # noqa: E402  (bench/memory_inputs.py, beside this file)
+    AGENT_VOCAB,
+    WORK,
+    agent_tree_row,
+    linear_predicted,
+    longest_path_row,
+    place,
+    predicted,
+    tree_row,
+)
 
 #: CUDA: the model of the last configuration (random init of a 1.7B model costs seconds)
 _MODELS: dict[tuple, object] = {}
@@ -256,7 +114,7 @@ def measure(spec: dict, row: dict) -> dict:
     cast = bf16_autocast(torch.device(dev)) if spec.get("autocast") else None
     vocab = AGENT_VOCAB if spec["workload"] == "agent" else None
     tracker = LiveBytes() if dev == "cpu" else None
-    pool = HostPool(dev, grad_depth=_place(spec)[1])
+    pool = HostPool(dev, grad_depth=place(spec)[1])
     if tracker is not None:
         tracker.exclude(pool.owns)  # host RAM, not what a device would hold
     with tracker or contextlib.nullcontext():
@@ -301,7 +159,7 @@ def measure(spec: dict, row: dict) -> dict:
                     mode=spec["mode"],
                     attn=attn,
                     autocast=cast,
-                    stores=_place(spec)[0],
+                    stores=place(spec)[0],
                     pool=pool,
                 )
             parts, prefix = res.parts, res.prefix_rows
@@ -385,11 +243,7 @@ def child(spec: dict) -> dict:
     feeds the LM head the same rows), run as parts at the same budget whole and cut to half its
     length. The handed-over bytes per path token are the difference of the two peaks over the
     difference of the lengths: nothing else a part holds grows with the path."""
-    row = (
-        agent_tree_row(spec["path"])
-        if spec["workload"] == "agent"
-        else claude_code_row(spec.get("data"))
-    )
+    row = tree_row(spec)
     r = measure(spec, longest_path_row(row) if spec["mode"] == "linear" else row)
     handoff = slope = 0.0  # whole tree or linear: nothing is handed over
     if spec["mode"] in ("recompute", "keep") and spec.get("no_probe"):
@@ -417,6 +271,8 @@ def child(spec: dict) -> dict:
 
 
 def run_config(spec: dict) -> dict:
+    if spec["mode"] == "linear" and spec.get("linear_model"):
+        return linear_predicted(spec)
     if spec["device"] == "cuda":
         # CUDA peaks reset per configuration, so one process serves them all (and compiles once)
         import torch
@@ -481,6 +337,12 @@ def main() -> None:
         help="CUDA: one untimed small run first, so that compiling FlexAttention is not timed",
     )
     ap.add_argument("--stores", default="gpu", help="hand-off stores: gpu, host, host-sync")
+    ap.add_argument(
+        "--linear-model",
+        action="store_true",
+        help="do not run the linear trainer: its result is the memory model's peak "
+        "(model_only), for a path too long to run in the time at hand",
+    )
     ap.add_argument("--rounds", type=int, default=1, help="runs of each configuration")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -506,7 +368,8 @@ def main() -> None:
         base = {"workload": a.workload, "path": path, "model": model, "device": a.device,
                 "dtype": "bfloat16" if a.autocast else dtype, "autocast": a.autocast,
                 "attn": attn, "data": a.data,
-                "checkpointing": a.checkpointing, "no_probe": a.no_probe}  # fmt: skip
+                "checkpointing": a.checkpointing, "no_probe": a.no_probe,
+                "linear_model": a.linear_model}  # fmt: skip
         specs = [] if a.no_whole else [{**base, "budget": None, "mode": "whole"}]
         if "linear" in modes:
             specs.append({**base, "budget": None, "mode": "linear"})
@@ -520,9 +383,10 @@ def main() -> None:
         ref = None
         for rnd, spec in ((r, sp) for r in range(a.rounds) for sp in specs):
             r = {**run_config(spec), "round": rnd}
-            if r["mode"] in ("whole", "linear") and "error" not in r and ref is None:
+            ran = "error" not in r and not r.get("model_only")
+            if r["mode"] in ("whole", "linear") and ran and ref is None:
                 ref = r
-            if "error" not in r and ref is not None:
+            if ran and ref is not None:
                 r[f"time_vs_{ref['mode']}"] = round(r["seconds"] / ref["seconds"], 3)
                 r[f"peak_vs_{ref['mode']}"] = round(r["peak_bytes"] / ref["peak_bytes"], 3)
             results.append(r)
@@ -539,7 +403,7 @@ def _summary(results: list[dict]) -> list[str]:
     """Per model, dtype, budget and mode: median seconds per store place and their ratio, the
     device peak's growth from the shortest path to the longest, and its ratio to the linear
     trainer's peak on the longest path (module docstring)."""
-    ok = [r for r in results if "error" not in r]
+    ok = [r for r in results if "error" not in r and not r.get("model_only")]
     groups: dict[tuple, dict[tuple, list[dict]]] = {}
     for r in ok:
         key = (r["model"], r["dtype"], r["budget"], r["mode"])
@@ -555,8 +419,8 @@ def _summary(results: list[dict]) -> list[str]:
                 continue
             sec = float(np.median([r["seconds"] for r in hi]))
             peak_lo, peak_hi = lo[0]["device_peak_bytes"], hi[0]["device_peak_bytes"]
-            lin = runs_linear(ok, model, dtype, paths[-1])
-            vs = f", {peak_hi / lin:.2f}x linear" if lin else ""
+            lin, how = runs_linear(results, model, dtype, paths[-1])
+            vs = f", {peak_hi / lin:.2f}x linear{how}" if lin else ""
             lines.append(
                 f"{model} {dtype} budget {budget} {mode} {st} stores: device peak "
                 f"{peak_lo / 2**20:.1f} -> {peak_hi / 2**20:.1f} MiB "
@@ -573,20 +437,17 @@ def _summary(results: list[dict]) -> list[str]:
     return lines
 
 
-def _place(spec: dict) -> tuple[str, int]:
-    """(``stores`` for the trainer, the host pool's gradient depth) of a spec's store place."""
-    from treeprep.trainer.parts.host import GRAD_DEPTH
-
-    st = spec.get("stores") or "gpu"
-    return ("host", 0) if st == "host-sync" else (st, GRAD_DEPTH)
-
-
-def runs_linear(results: list[dict], model: str, dtype: str, path: int) -> int | None:
-    """The linear trainer's peak on ``path`` (None without that run)."""
+def runs_linear(results: list[dict], model: str, dtype: str, path: int) -> tuple[int | None, str]:
+    """The linear trainer's peak on ``path`` and how it is known: measured (``""``), or the
+    memory model's (``--linear-model``); None without either."""
     for r in results:
-        if (r["mode"], r["model"], r["dtype"], r["path"]) == ("linear", model, dtype, path):
-            return int(r["device_peak_bytes"])
-    return None
+        if (r["mode"], r["model"], r["dtype"], r["path"]) != ("linear", model, dtype, path):
+            continue
+        if r.get("model_only"):
+            return int(r["predicted_peak_bytes"]), " (its peak from the memory model, not run)"
+        if "error" not in r:
+            return int(r["device_peak_bytes"]), ""
+    return None, ""
 
 
 def _warm_up(
@@ -608,6 +469,11 @@ def _warm_up(
 def _line(r: dict) -> str:
     if "error" in r:
         return f"{r['workload']} path {r['path']} {r['mode']} budget {r['budget']}: {r['error']}"
+    if r.get("model_only"):
+        return (
+            f"{r['workload']:<11} {r['dtype']:<8} path {r['longest_path']:>7} linear: not run, "
+            f"the memory model's peak {r['predicted_peak_bytes'] / 2**20:.1f} MiB"
+        )
     b = "-" if r["budget"] is None else f"{r['budget']}"
     st = (
         f" {r['stores']} stores (host {r['host_store_bytes'] / 2**20:.1f} MiB)"

@@ -60,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import memory  # noqa: E402  (bench/memory.py: the session's build, the warm-up tree)
+import memory_inputs  # noqa: E402  (bench/memory_inputs.py: the session's build, the warm-up tree)
 import train  # noqa: E402  (bench/train.py: attention pairs of a tree's nodes)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,9 +76,9 @@ def session_build(data: str | None) -> Path:
     """``data``, or the Claude Code session built as bench/memory.py builds it."""
     if data is not None:
         return Path(data)
-    out = memory.WORK / "claude-code"
+    out = memory_inputs.WORK / "claude-code"
     if not (out / "manifest.json").exists():
-        memory.claude_code_row(None)  # builds it into bench/_work/memory/claude-code
+        memory_inputs.claude_code_row(None)  # builds it into bench/_work/memory/claude-code
     return out
 
 
@@ -122,7 +122,7 @@ def limited_build(data: Path, trees: int | None, max_length: int | None) -> Path
 
 def sequence_row(tree, s: int) -> dict:
     """Sequence ``s`` of ``tree`` as the linear trainer feeds it: a one-path tree of its tokens
-    and trained spans (as :func:`memory.longest_path_row` makes the longest one)."""
+    and trained spans (as :func:`memory_inputs.longest_path_row` makes the longest one)."""
     from treeprep.sequence import Sequence
     from treeprep.trie import build_tree
 
@@ -298,7 +298,7 @@ def warm_up(model, spec: dict, linear: Item) -> float:
     FlexAttention's compile): a generated agent tree of bench/memory.py twice the budget as parts
     (its ids folded into the model's vocabulary), and ``linear`` whole."""
     t0 = time.perf_counter()
-    row = memory.agent_tree_row(max(2 * spec["budget"], 2048))
+    row = memory_inputs.agent_tree_row(max(2 * spec["budget"], 2048))
     vocab = model.config.vocab_size
     step(model, {**row, "input_ids": [i % vocab for i in row["input_ids"]]}, spec)
     step(model, linear.row, spec, whole=True)
