@@ -10,6 +10,9 @@
 #   bash bench/gpu.sh --device cpu --dry     # the same stages at toy sizes on the CPU: checks the script
 #   bash bench/gpu.sh --device cuda --call a # issue 52's two prepared calls, about 6 minutes each
 #   bash bench/gpu.sh --device cuda --call b #   (see "The two calls" below; --dry for toy sizes)
+#   bash bench/gpu.sh --call b --within 420   # a call's stages end within 420 s of its start
+#                                            #   (default 570): give the run's timeout less a
+#                                            #   margin, from the session's device time left
 #   bash bench/gpu.sh --stage memory [--limit SECONDS]
 #                                            # one stage alone, with its default limit or SECONDS
 #                                            #   (train, memory, head_cast, tests, profile; head
@@ -36,7 +39,11 @@
 # the configurations it finished.
 #
 # The two calls (issue 52: 15 minutes of device time, the machine's start included, so two calls
-# of about 6 minutes rather than one default run of 10). No FlexAttention anywhere: every run
+# rather than one default run of 10). Estimated from the H200 runs of 2026-11-28 (the 126k
+# session: linear 29 s, gpu stores 108 s): a) about 70 + 29 + 2 x 110 s with host-sync cut,
+# b) about 200 s for the 262k tree, then the speed row; together more than 15 minutes with the
+# start, so each call's stages end within --within seconds, the later stages taking what the
+# earlier left (a: host-sync is cut first; b: the speed row). No FlexAttention anywhere: every run
 # attends with the nodes backend (SDPA's memory-efficient kernel on CUDA, checked once against
 # float64), so nothing compiles (the warm-up compile took 127 s of the last try).
 #   a) items 1-2: tests (exactness on CUDA: host stores, the fused block kernel's check, the head
@@ -64,6 +71,7 @@ prepare=0
 only=
 limit=
 call=
+within=570
 while [ $# -gt 0 ]; do
     case "$1" in
         --device) device="$2"; shift 2 ;;
@@ -72,6 +80,7 @@ while [ $# -gt 0 ]; do
         --stage) only="$2"; shift 2 ;;
         --limit) limit="$2"; shift 2 ;;
         --call) call="$2"; shift 2 ;;
+        --within) within="$2"; shift 2 ;;
         *) echo "bench/gpu.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -91,6 +100,9 @@ if [ -n "$only" ]; then
         *) echo "bench/gpu.sh: unknown stage $only (stages: $names)" >&2; exit 2 ;;
     esac
 fi
+case "$within" in
+    ''|*[!0-9]*) echo "bench/gpu.sh: --within takes seconds" >&2; exit 2 ;;
+esac
 case "$limit" in
     ''|*[!0-9]*) [ -z "$limit" ] || { echo "bench/gpu.sh: --limit takes seconds" >&2; exit 2; } ;;
 esac
@@ -133,6 +145,10 @@ fi
 RES=${OUT:-bench/_work/gpu}
 mkdir -p "$RES"
 failed=0
+left() {  # left MIN: the seconds of --within not spent yet, at least MIN
+    local n=$((within - SECONDS))
+    echo $((n < $1 ? $1 : n))
+}
 stage() {  # stage NAME SECONDS OUTFILE COMMAND...: run with a limit, keep going on failure
     local name=$1 secs=$2 out=$3
     shift 3
@@ -177,16 +193,21 @@ if [ -n "$call" ]; then
     if [ "$call" = a ]; then
         stage tests 100 tests.txt $PY -m pytest -q -p no:cacheprovider tests/trainer/test_gpu.py \
             tests/trainer/objective/test_fused_head.py tests/trainer/objective/test_target_logp.py
-        stage stores 240 stores.json $PY bench/memory.py "${sess[@]}" --device "$device" \
+        # the stores take what the tests left; host-sync runs last, so it is the one cut
+        stage stores "$(left 30)" stores.json $PY bench/memory.py "${sess[@]}" --device "$device" \
             --model "$small" --budgets "$budget" --modes linear,recompute \
             --stores host,gpu,host-sync --no-whole --checkpointing --no-probe --attn nodes \
             "${dtype[@]}" --json
     else
-        stage long 200 long.json $PY bench/memory.py --workload agent --path "$path" \
+        # the 262k tree first: about 200 s by the 126k session's 108 s on an H200 (1.93x its
+        # attention pairs); at most 320 s, leaving the speed stage at least 60
+        long=$(($(left 120) - 60))
+        [ "$long" -gt 320 ] && long=320
+        stage long "$long" long.json $PY bench/memory.py --workload agent --path "$path" \
             --device "$device" --model "$small" --budgets "$budget" --modes recompute,linear \
             --linear-model --stores host --no-whole --checkpointing --no-probe --attn nodes \
             "${dtype[@]}" --json
-        stage speed 210 speed.json $PY bench/train.py "${cfg[@]}" --checkpointing \
+        stage speed "$(left 30)" speed.json $PY bench/train.py "${cfg[@]}" --checkpointing \
             --workload agent --steps 4 --rounds 1 --attn nodes --json
     fi
 elif [ "$dry" = 1 ]; then
