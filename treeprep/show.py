@@ -237,11 +237,14 @@ _REASON_STYLE = {
 REASON_MEANING = {
     "sub-agent": "a sub-agent's calls start from their own prompt",
     "compaction": "the agent summarised its history and went on from the summary",
-    "reasoning-dropped": "the template drops earlier turns' reasoning, so later calls differ",
-    "elided-history": "the agent cut old turns (tool output, messages) from later prompts",
+    "reasoning-dropped": "the template (or the agent, as mini-swe-agent does) drops earlier "
+    "turns' reasoning, so later calls differ",
+    "elided-history": "the agent cut old turns (tool output, messages, gptme's ephemeral notes) "
+    "from later prompts",
     "new-trial": "another attempt at the same task from its start (tau-bench trials): the "
     "trials part where their conversations first differ",
-    "retry": "a call sent again after an error",
+    "retry": "a call sent again after an error, or the user went back to an earlier point of "
+    "the conversation and went on differently (a Pi fork, a Gemini CLI rewind, a gptme branch)",
     "parallel-tools": "calls made side by side on one prompt",
     "sampling": "another sample of the same prompt (a GRPO group's rollouts, best-of-n): the "
     "samples part where their tokens first differ",

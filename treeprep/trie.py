@@ -21,6 +21,16 @@ trial, another GRPO sample) part where their tokens first differ, which is often
 one that started the run: such a branch, whose earliest sequence has no hint and belongs to
 another trajectory than the main continuation's, takes the run's reason (:data:`RUN_REASONS`)
 from the hint on its trajectory's first sequence. ``unknown`` when neither says why.
+
+Input order is file order, which need not be the order the agent worked in: a sub-agent's file,
+a continuation or a branch of a session can sort before the session's own file (Gemini CLI's
+``chats/<session id>/`` before ``chats/session-*.jsonl``, ATIF's ``trajectory.cont-1.json``
+before ``trajectory.json``, gptme's ``branches/`` before ``conversation.jsonl``). Then the
+hinted call that left the session comes first and holds the main continuation, and the session
+itself would part from it with no hint. So where the main child's earliest sequence carries a
+hint that has named no branch above (its sequence never left an earlier one), the earliest
+sibling of the same trajectory whose earliest sequence has no hint is the main continuation
+instead, and the hinted child is the branch, with its hint (:func:`_main_child`).
 """
 
 from __future__ import annotations
@@ -260,7 +270,7 @@ def _finish(
     uniq_count = [sum(ent.counts[e] for e in es) for es in uniq_entries]
     uniq_first = [min(ent.orders[e] for e in es) for es in uniq_entries]
     last, nseq, first = _subtree_aggregates(trie, preorder, pre, uniq_count, uniq_first)
-    reason = _branch_reasons(trie, first, seqs)
+    reason = _branch_reasons(trie, preorder, first, seqs)
     return _to_tree(gid, trie, preorder, pre, sources, uniq_entries, ent, last, nseq, reason)
 
 
@@ -367,23 +377,28 @@ def _subtree_aggregates(
 RUN_REASONS = frozenset({"new-trial", "sampling"})
 
 
-def _branch_reasons(trie: _Trie, first: np.ndarray, seqs: list[Sequence]) -> list[str]:
-    """The child holding the earliest input is the main continuation; every other child gets
+def _branch_reasons(
+    trie: _Trie, preorder: list[int], first: np.ndarray, seqs: list[Sequence]
+) -> list[str]:
+    """The main continuation of each sibling set (:func:`_main_child`); every other child gets
     the hint of the earliest sequence that took it, else the run's reason of that sequence's
     trajectory when it parts from another trajectory (see the module docstring), else
-    ``unknown``."""
+    ``unknown``. Sibling sets are visited top-down, so a hint names a branch at most once."""
     reason = [""] * len(trie.src)
     runs: dict[str, str | None] | None = None  # trajectory -> hint of its first sequence
-    for sibs in [trie.roots] + trie.children:
+    named: set[int] = set()  # sequences whose hint named a branch
+    for sibs in [trie.roots] + [trie.children[v] for v in preorder]:
         if len(sibs) < 2:
             continue
-        main = min(sibs, key=lambda c: first[c])
+        main = _main_child(sibs, first, seqs, named)
         for c in sibs:
             if c == main:
                 continue
             seq = seqs[int(first[c])]
             hint = seq.branch_reason
-            if not hint and seq.trajectory_id != seqs[int(first[main])].trajectory_id:
+            if hint:
+                named.add(int(first[c]))
+            elif seq.trajectory_id != seqs[int(first[main])].trajectory_id:
                 if runs is None:
                     runs = {}
                     for s in seqs:  # input order: the first of each trajectory
@@ -392,6 +407,20 @@ def _branch_reasons(trie: _Trie, first: np.ndarray, seqs: list[Sequence]) -> lis
                 hint = run if run in RUN_REASONS else None
             reason[c] = hint or "unknown"
     return reason
+
+
+def _main_child(sibs: list[int], first: np.ndarray, seqs: list[Sequence], named: set[int]) -> int:
+    """The child holding the earliest input sequence; but when that sequence's hint has named no
+    branch yet (``named``), the earliest sibling of its trajectory whose earliest sequence has
+    no hint: the hinted sequence came first in input order only (see the module docstring)."""
+    by_order = sorted(sibs, key=lambda c: first[c])
+    m = seqs[int(first[by_order[0]])]
+    if m.branch_reason and int(first[by_order[0]]) not in named:
+        for c in by_order[1:]:
+            s = seqs[int(first[c])]
+            if not s.branch_reason and s.trajectory_id == m.trajectory_id:
+                return c
+    return by_order[0]
 
 
 def _to_tree(

@@ -34,20 +34,20 @@ SHARED = ROOT / ".." / "shared" / "data"
 SAMPLE_GOLDEN = {
     "aider": "5a35fe9dca531bd19efcf4b7503df31a922f8c73d6bb577ebbccca41999f841c",
     "anthropic_messages.jsonl": "e94e9f2a3e0b89b96202a2bc9998b126fa958411100747d002455ef830f0174d",
-    "atif": "e3b9d31433f92f3eb45f101c86959063dbb042c69604ea674392e7fc89e4501b",
+    "atif": "027f28d15bf26bbd6f9ac5eb7b7b2ab335ab9652452d74f64e8d730296fbc82f",
     "claude-code": "b3289a166d324fabb09f0b667f8c338a36aaea32b793bc749786d33bd16da311",
     "cline": "add8ebbcf6d23aec742e040d9b3aed8d8c83dae4121ef576633ad7ed87690433",
-    "codex": "2c0b93bbb64650088801c7f503b543bd39a4abcff4b338efe4492bdc1818c815",
+    "codex": "60eb2388e62216a25023544f85217d77de58e82ab93af21d10b4aa65e21b6b18",
     "cursor": "a1fdfa0117eacc0eb225c89369b800df7af272a9fa73726996cdb5944d98d1a6",
     "crush": "85514cde9b11c40f8ce8cf49d0077766dc93d7f405ee1c11e06ac430596d9a11",
     "conversations": "47317610ce5ab8bf62a7a6b34e7152dd1e9a4130e2d8ec775ceb2e645b7cd11c",
-    "gemini_cli": "2440eecca58417e5c7c801099ecc2b667a5fc1622e1aa854896d47ccf153b0be",
-    "gemini_cli_subagents": "3fe4ea5f31f774c95c27b494564ecf97839ab2c784010049ba8ae02e638fe7b8",
+    "gemini_cli": "14d4da01610975df7b66ba5aa8620b4a89486b41fd3871bc2634bd91861b9c65",
+    "gemini_cli_subagents": "a35c2ece8d7e1dffa930ea0fcf982226597dbe6f5fe3f8e0a34975de33de7833",
     "goose": "38a491e66d197717ce7f9b305e9523d227f500d17344f3c85fcdb3bf607d1b67",
-    "gptme": "09e780e2f73cfa0b0ce9ba553a3c5ea26b35441f0f68cd58a50ce04a9ac0ad23",
+    "gptme": "4b42c490742ce711986de331738a070cce012d09c21f5f9155b3d3f266c9e055",
     "litellm": "bb2d4220b3bb527787ed81dc6ff2372bb2df06a143c4ceff04de0291454e94b8",
     "mini_swe_agent_wc.traj.json": (
-        "74d66a6437a3a9a5d8cac2896ccf9573dd8d4b094bd0b214e5a8322e9fa59a8e"
+        "e101cef9339c5215a0b8bd733ae0546cbc623fec6f66abdc556b238ca22dde89"
     ),
     "mistral_vibe": "86528108fdb803ba03a7a429ba7d27429bc02b1563a5a5821c2cbc65bf060ed8",
     "openai_chat.jsonl": "037b5448197fc1189e11c695b6d77727c2eb765a90baf587b0cebecf2c21cae9",
@@ -55,7 +55,7 @@ SAMPLE_GOLDEN = {
     "openai_responses_aviary.jsonl": (
         "654b774066778562dad4d440c1b559e8bffcc41c75f174cbe17ac5e3100c6fbc"
     ),
-    "opencode": "29c55dcec98688c9d887fd98ee71bcb0754c3300bce69c17d64ab3ec9cf4b14b",
+    "opencode": "dc3e1ae3df864d2d3c2ecbfc4c8e1c9e637fd9b01672ed3e783df1fba1f3c953",
     "opencode_db": "4981128d0fc21195df22a6c9635bdedb1b4d9ad5b54eb54ea94b245b7f5fbb84",
     "openhands": "aea73dbc47f31d2aa47c06b55d9818a4bff850dc6dff47e54af8c756fe519fe2",
     "pi": "c46363926e3aa810e0e1c69efc937ca3b58bd07688f915d8ffa4046d44e14494",

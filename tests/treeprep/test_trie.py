@@ -144,6 +144,52 @@ def test_a_run_reason_explains_no_branch_inside_its_run() -> None:
     assert _reasons(named) == {(1, 2): "", (3,): "", (4,): "unknown"}
 
 
+def test_a_hinted_call_read_before_the_session_it_left_is_the_branch() -> None:
+    """A sub-agent's (or a continuation's, or a branch's) file sorts before its session's, so
+    the hinted call comes first in input order: the session, not the hinted call, is the main
+    continuation, and the branch takes the hint (before: ``unknown`` on the session)."""
+    t = build_tree(
+        [
+            _seq([1, 8, 8], branch_reason="sub-agent"),  # the sub-agent's file, read first
+            _seq([1, 8, 8, 9]),
+            _seq([1, 2, 3]),  # the session
+            _seq([1, 2, 3, 4]),
+        ]
+    )
+    assert _reasons(t) == {(1,): "", (2, 3): "", (4,): "", (8, 8): "sub-agent", (9,): ""}
+
+
+def test_a_hint_that_named_its_branch_above_names_no_other() -> None:
+    """Below the branch its hint named, the hinted call is the earliest again: a later call that
+    parts from it there, for no given reason, stays ``unknown``. So does a call of another
+    run (the run rules hold) and a sibling that carries its own hint."""
+    named = build_tree(
+        [
+            _seq([1, 2, 3]),
+            _seq([1, 5, 6, 7], branch_reason="compaction"),
+            _seq([1, 5, 6, 9]),
+        ]
+    )
+    assert _reasons(named) == {
+        (1,): "",
+        (2, 3): "",
+        (5, 6): "compaction",
+        (7,): "",
+        (9,): "unknown",
+    }
+    runs = build_tree(
+        [
+            _seq([1, 2], trajectory_id="t1", branch_reason="sub-agent"),
+            _seq([1, 3], trajectory_id="t2"),
+        ]
+    )
+    assert _reasons(runs) == {(1,): "", (2,): "", (3,): "unknown"}
+    both = build_tree(
+        [_seq([1, 2], branch_reason="compaction"), _seq([1, 3], branch_reason="retry")]
+    )
+    assert _reasons(both) == {(1,): "", (2,): "", (3,): "retry"}
+
+
 def test_build_is_deterministic_under_input_permutation_of_tokens() -> None:
     a = [_seq([1, 2, 3]), _seq([1, 2, 4]), _seq([5])]
     t1 = build_tree(a)

@@ -52,6 +52,8 @@ those listed before it:
 * :mod:`~treeprep.build.config`: :class:`BuildConfig`, holding the
   :class:`~treeprep.build.config.FileOptions` a worker needs (and a file's work is keyed by);
 * :mod:`~treeprep.build.curate`: the filters, redaction and reasoning merge stage 1 runs;
+* :mod:`~treeprep.build.hints`: the branch hint of a call left out (rejected, filtered, a
+  duplicate) passed to the next call of its thread;
 * :mod:`~treeprep.build.workfiles`: the work folders, their ``done.json`` markers, the grouping of
   their rows;
 * :mod:`~treeprep.build.files`: stage 1 for one file

@@ -36,7 +36,8 @@ the build: see :func:`_adapter_bug`.
 Names: an adapter reports the path it opened; the worker puts the file's name (relative to the
 input root) in its place everywhere (:class:`_Names`), so outputs do not depend on where the input
 lay. Records whose tools or tool-call arguments nest deeper than :data:`MAX_JSON_DEPTH` are
-rejected before rendering (a JSON encoder recurses once per level).
+rejected before rendering (a JSON encoder recurses once per level). The branch hint of a call
+rejected or filtered out passes to the next call of its thread (:mod:`treeprep.build.hints`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import pyarrow.ipc as ipc
 from treeprep.atomic import commit, crash_point, make_dirs, writing
 from treeprep.build.config import FileOptions
 from treeprep.build.curate import Curator
+from treeprep.build.hints import HeldHints
 from treeprep.build.workfiles import (
     WORK_BATCH,
     WORK_SCHEMA,
@@ -397,6 +399,8 @@ class _Records:
         self.named = _Names(job)
         #: calls the renderer normalized, by kind
         self.normalized: dict[str, int] = {}
+        #: hints of the calls left out, for the next call of their thread
+        self.hints = HeldHints()
 
     def read(self, opts: ReadOptions) -> Iterator[Item | None]:
         """The adapter's items in file order. An error that ends the file is one more record
@@ -435,12 +439,15 @@ class _Records:
                 item.format = spec.name
             self.rejects.append(item.model_dump(exclude_none=True))
             return None
+        gid = item.group_id or _default_group(self.job.name, spec.group_by_folder)
+        thread = (gid, item.trajectory_id, item.agent_id)
+        item.branch_reason = self.hints.take(thread, item.branch_reason)  # type: ignore[assignment]
         if not self.curator.keep(item):
+            self.hints.hold(thread, item.branch_reason)
             return None
         item.source_file = named(item.source_file) or self.job.name
         if not item.source_format:
             item.source_format = spec.name
-        gid = item.group_id or _default_group(self.job.name, spec.group_by_folder)
         where = {"file": item.source_file, "line": item.source_line, "call_id": item.call_id}
         why = _too_deep(item)
         if why is None:
@@ -450,6 +457,7 @@ class _Records:
                 why = str(e)
             except RecursionError:
                 why = "nested too deep to render"
+        self.hints.hold(thread, item.branch_reason)
         self.rejects.append(_reject(**where, reason=why, format=spec.name))
         return None
 

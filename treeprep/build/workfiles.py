@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from treeprep.atomic import commit, crash_point, sha256_of, write_atomic, writing
+from treeprep.build.hints import HINT_COLUMNS, carried_hints, with_carried_hints
 from treeprep.io.reads import stale
 from treeprep.sequence import Sequence, common_prefix
 
@@ -455,6 +456,8 @@ class WorkFiles:
         self._read = 0
         self.release_bytes = release_bytes
         self.max_open = max_open
+        #: per work file: kept rows that take a dropped row's branch hint (:func:`group_rows`)
+        self.hints: dict[int, dict[int, str]] = {}
 
     def add(self, path: str) -> int:
         self.paths.append(path)
@@ -490,6 +493,11 @@ class WorkFiles:
         with pa.memory_map(self.paths[i], "r") as src:
             col = ipc.open_file(src).read_all().column("group_id")
             return col.to_numpy(zero_copy_only=False)
+
+    def drop_hints(self, i: int, drop: np.ndarray) -> None:
+        """Which kept rows of work file ``i`` take the hint of a row ``drop`` leaves out."""
+        with pa.memory_map(self.paths[i], "r") as src:
+            self.hints[i] = carried_hints(ipc.open_file(src).read_all().select(HINT_COLUMNS), drop)
 
     def rows(self, i: int, rows: np.ndarray) -> pa.Table:
         """Rows ``rows`` (ascending) of work file ``i``: slices of the map, valid until release."""
@@ -534,6 +542,7 @@ def group_rows(
         keep = np.ones(len(gids), bool)
         if drop and p in drop:
             keep[np.asarray(drop[p], np.int64)] = False
+            work.drop_hints(ti, drop[p])
         order = np.argsort(gids, kind="stable")
         sorted_g = gids[order]
         bounds = np.flatnonzero(sorted_g[1:] != sorted_g[:-1]) + 1
@@ -551,7 +560,9 @@ def group_sequences(work: WorkFiles, rows: list[tuple[int, np.ndarray]]) -> list
     seqs: list[Sequence] = []
     for ti, r in rows:
         part = rows_to_sequences(work.rows(ti, r), r)
+        hints = work.hints.get(ti, {})
         for k, s in enumerate(part):
+            s.branch_reason = hints.get(int(r[k]), s.branch_reason)
             if s.prefix >= 0:
                 s.prefix += len(seqs)
             elif s.prefix_len > 0:  # its prefix row was left out (a duplicate): made whole
@@ -577,9 +588,11 @@ def whole_tokens(table: pa.Table, row: int) -> np.ndarray:
 
 def drop_rows(table: pa.Table, drop: np.ndarray) -> pa.Table:
     """A whole work file's table without the rows ``drop``, the rows that shared a prefix with
-    a dropped row made whole (``prefix_row`` -1)."""
+    a dropped row made whole (``prefix_row`` -1), and a dropped row's branch hint passed on
+    (:mod:`treeprep.build.hints`)."""
     keep = np.ones(table.num_rows, bool)
     keep[np.asarray(drop, np.int64)] = False
+    table = with_carried_hints(table, drop)
     prefix_row = table.column("prefix_row").to_numpy().copy()
     prefix_len = table.column("prefix_len").to_numpy().copy()
     fix = [r for r in np.flatnonzero(keep) if prefix_row[r] >= 0 and not keep[prefix_row[r]]]

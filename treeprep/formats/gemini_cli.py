@@ -32,7 +32,8 @@ assistant messages (text, reasoning from the thought summaries as ``**subject** 
 tool calls with their ``args`` object as the arguments), and after each response with tool calls
 one ``tool`` message per call holding the ``functionResponse``'s ``output`` (or the whole response
 as JSON). Calls rewound away are still calls the model answered, so they are emitted too (the trie
-shows the fork). The file holds no system prompt and no tool schemas: ``--system-prompt`` /
+shows the fork); the first call after a rewind is hinted ``retry`` (the user went back and went
+on differently). The file holds no system prompt and no tool schemas: ``--system-prompt`` /
 ``--tools``.
 
 Cost: the history is converted once (:class:`~treeprep.formats._history.ConvertedHistory`): each
@@ -301,7 +302,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             )
     current: list[str] = []
     rewritten_as: dict[str, dict[str, Any]] = {}  # messages as a history rewrite left them
-    rewritten = False
+    rewritten = rewound = False
     who = _who(path, session, sub_agent)
     calls = 0
     # the messages of ``current`` (as a rewrite left them), kept in step with it, and their chat
@@ -310,11 +311,10 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     history: ConvertedHistory[dict[str, Any]] = ConvertedHistory(_convert)
     for line, kind, payload in events:
         if kind == "rewind":
-            if payload in current:
-                del current[current.index(payload) :]
-            else:
-                current.clear()
-            del before[len(current) :]
+            cut = current.index(payload) if payload in current else 0
+            rewound = rewound or cut < len(current)
+            del current[cut:]
+            del before[cut:]
             continue
         if kind == "replace":
             current = list(payload)
@@ -325,12 +325,12 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         msg = versions[payload]
         if not one_of(msg.get("type"), _UI_ONLY):
             if msg.get("type") == "gemini":
-                hint = "compaction" if rewritten else None
+                hint = "compaction" if rewritten else "retry" if rewound else None
                 if who[1] != "main" and not calls:
                     hint = "sub-agent"  # the sub-agent's first call
                 caller = who if not calls else (*who[:2], None)
                 yield _call(path, line, caller, msg, (before, history), opts, hint)
-                rewritten, calls = False, calls + 1
+                rewritten, rewound, calls = False, False, calls + 1
             current.append(payload)
             before.append(rewritten_as.get(payload) or versions[payload])
 

@@ -29,6 +29,15 @@ the OpenAI provider send for the messages before it:
   the content, and sends it back so; it stays in the content, where the renderer reads it as
   the reasoning (:func:`treeprep.render.messages.split_inline_think`).
 
+Branch hints. The first call whose prompt has lost an ephemeral message that the call before
+it was sent is hinted ``elided-history`` (gptme dropped it: its tokens leave the earlier call's
+prefix there). A branch is gptme's copy of the log from the point the user branched and went on
+differently (``LogManager.branch``): the first call of a branch file at or after a line where
+it leaves one of the conversation's other logs (``conversation.jsonl``, the other branches) is
+hinted ``retry``. The main log is the trunk and gets no such hint: its branch files sort
+before it in a build, and the trie keeps the unhinted log the main continuation
+(:mod:`treeprep.trie`).
+
 What is not rebuilt (the provenance says reconstructed): gptme's context reduction near the
 model's limit (``reduce_log``/``limit_log`` truncate long outputs), attached ``files`` (gptme
 embeds text files when sending; their contents are not in the log), and the tool schemas sent
@@ -52,10 +61,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from treeprep.errors import RecordError
+from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import chat_tool_call, expect, make_call, type_name
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.io import reads
 from treeprep.schemas import Reject
 
 NAME = "gptme"
@@ -64,6 +74,7 @@ _FIELDS = frozenset(
      "quiet", "ephemeral_ttl", "metadata"}
 )  # fmt: skip
 _ROLES = ("system", "user", "assistant")
+_MAIN = "conversation.jsonl"  # the main log's name (compressed: a suffix after it)
 #: gptme's ``toolcall_re``: ``@name(call_id): {`` at the start of a line
 _TOOLCALL = re.compile(r"^@([\w.]+)\(([\w\-:\.]+)\):\s*(?={)", re.MULTILINE)
 
@@ -81,7 +92,7 @@ def _is_message(rec: Any) -> bool:
 def sniff(path: str, head: bytes) -> bool:
     name = os.path.basename(path)
     folder = os.path.basename(os.path.dirname(path))
-    if not (name.startswith("conversation.jsonl") or (folder == "branches" and ".jsonl" in name)):
+    if not (name.startswith(_MAIN) or (folder == "branches" and ".jsonl" in name)):
         return False
     recs = head_json_objects(head)  # gptme writes its startup prompt first
     return bool(recs) and _is_message(recs[0]) and recs[0]["role"] == "system"
@@ -139,13 +150,19 @@ def _active_generation(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return active + rest
 
 
+def _ttl(m: dict[str, Any]) -> int | None:
+    """How many assistant messages may follow ``m`` before gptme drops it (None: never)."""
+    ttl = m.get("ephemeral_ttl")
+    return None if m.get("pinned") or not isinstance(ttl, int) else ttl
+
+
 def _prune_ephemeral(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """gptme's ``prune_ephemeral_messages`` and ``_merge_consecutive_messages``."""
     after = 0
     kept: list[dict[str, Any]] = []
     for m in reversed(msgs):
-        ttl = m.get("ephemeral_ttl")
-        if not m.get("pinned") and isinstance(ttl, int) and after > ttl:
+        ttl = _ttl(m)
+        if ttl is not None and after > ttl:
             continue
         kept.append(m)
         after += m["role"] == "assistant"
@@ -348,11 +365,76 @@ def _conversation(path: str) -> tuple[str, str]:
     return os.path.basename(folder), "main"
 
 
+class _Expiry:
+    """The ephemeral messages of a growing history that gptme still sends; :meth:`expired` names
+    the first that expired since it was last asked (a walk of the live ones, not the history)."""
+
+    def __init__(self) -> None:
+        self.replies = 0  # assistant messages so far
+        self.live: list[tuple[int, int, int]] = []  # (ttl, replies up to it, line) of each one
+
+    def add(self, m: dict[str, Any], line: int) -> None:
+        self.replies += m["role"] == "assistant"
+        ttl = _ttl(m)
+        if ttl is not None:
+            self.live.append((ttl, self.replies, line))
+
+    def expired(self) -> int | None:
+        """The line of the first message that expired since the last call (None: none did)."""
+        gone = [line for ttl, at, line in self.live if self.replies - at > ttl]
+        self.live = [e for e in self.live if self.replies - e[1] <= e[0]]
+        return min(gone, default=None)
+
+
+def _logged(path: str) -> list[tuple[int, Any]]:
+    """``(line, record)`` of a log in order (the record None for a line that is not JSON)."""
+    return [(n, None if isinstance(v, Reject) else v) for n, v in records(path, NAME, objects=True)]
+
+
+def _forks(path: str, branch: str) -> list[int]:
+    """The lines of a branch file at which it leaves another log of its conversation (its first
+    record that differs from that log's), ascending; none for the main log."""
+    if branch == "main":
+        return []
+    folder = os.path.dirname(os.path.abspath(path))
+    conv = os.path.dirname(folder)
+    others = [os.path.join(conv, n) for n in reads.listdir(conv) if n.startswith(_MAIN)]
+    others += [os.path.join(folder, n) for n in reads.listdir(folder) if ".jsonl" in n]
+    mine = _logged(path)
+    forks: set[int] = set()
+    for other in others:
+        if not reads.isfile(other) or os.path.samefile(other, path):
+            continue
+        try:
+            theirs = [v for _, v in _logged(other)]
+        except (InputError, OSError):
+            continue  # that log is unreadable: its own read says why
+        same = next(
+            (i for i, (_, v) in enumerate(mine) if i >= len(theirs) or v != theirs[i]), None
+        )
+        if same is not None:
+            forks.add(mine[same][0])
+    return sorted(forks)
+
+
+def _hint(gone: int | None, forks: list[int], line: int) -> tuple[str | None, list[int]]:
+    """The hint of the call at ``line`` and the forks after it. ``gone``: the line of the first
+    message its prompt lost (an expired ephemeral one); ``forks``: where the log leaves another
+    log of its conversation. The earlier of the two is where its tokens part."""
+    fork = forks[0] if forks and forks[0] <= line else None
+    rest = [f for f in forks if f > line]
+    if gone is not None and (fork is None or gone < fork):
+        return "elided-history", rest
+    return ("retry" if fork is not None else None), rest
+
+
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     conv, branch = _conversation(path)
     stem = conv if branch == "main" else f"{conv}/{branch}"
     history: list[dict[str, Any]] = []
     prompts = _Prompts({})  # the history's assistant messages parsed once, the prompt folded
+    expiry = _Expiry()
+    forks = _forks(path, branch)
     broken: str | None = None  # why the prompts stop being whole
     k = 0
     for line, rec in records(path, NAME, objects=True):
@@ -370,16 +452,19 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             continue
         if m["role"] != "assistant":
             history.append(m)
+            expiry.add(m, line)
             continue
         k += 1
+        hint, forks = _hint(expiry.expired(), forks, line)
         if broken is not None:
             yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=broken)
         else:
             try:
-                yield _call(path, line, m, history, opts, conv, stem, k, prompts)
+                yield _call(path, line, m, history, opts, conv, stem, k, prompts, hint=hint)
             except RecordError as e:
                 yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=str(e))
         history.append(m)
+        expiry.add(m, line)
 
 
 def _call(
@@ -392,6 +477,8 @@ def _call(
     stem: str,
     k: int,
     prompts: _Prompts,
+    *,
+    hint: str | None,
 ) -> Item:
     prompt = prompts.of(history)
     if opts.system_prompt and not (prompt and prompt[0]["role"] == "system"):
@@ -404,6 +491,7 @@ def _call(
         "model": model if isinstance(model, str) else None,
         "messages": prompt, "completion": assistant(m["content"], f"line {line}"),
         "tools": opts.tools, "timestamp": stamp if isinstance(stamp, str) else None,
+        "branch_reason": hint,
         "provenance": {"exact_messages": False, "reconstructed": True},
         "source_file": path, "source_line": line, "source_format": NAME,
     }  # fmt: skip

@@ -10,8 +10,11 @@ message is bookkeeping, not a message the model saw.
 The completion's reasoning, when the provider returned one, sits in
 ``extra.response.choices[0].message.reasoning_content`` (or ``reasoning``, OpenRouter's spelling:
 see :mod:`treeprep.formats._fields`); it is kept on the completion only, since
-the transcript (what later prompts carry) does not hold it. Tool schemas are not stored:
-``--tools``. One group per run (``instance_id``, else the file name).
+the transcript (what later prompts carry) does not hold it: mini-swe-agent sends a message
+without its ``extra``. So the next call's prompt leaves the previous call's sequence where that
+reasoning was, and it is hinted ``reasoning-dropped`` (the renderer's own check compares a
+call with its history rendered again, which lacks the reasoning too, so it cannot see it). Tool
+schemas are not stored: ``--tools``. One group per run (``instance_id``, else the file name).
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
 
     seen: list[dict[str, Any]] = []
     k = 0
+    dropped = False  # the last reply's reasoning is not in the transcript the next call sends
     for i, m in enumerate(messages):
         reason = _not_a_message(m, f"messages[{i}]")
         if reason == "exit":
@@ -151,6 +155,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                     "messages": list(seen),
                     "tools": opts.tools,
                     "completion": comp,
+                    "branch_reason": "reasoning-dropped" if dropped else None,
                     "provenance": {
                         "exact_tokens": False,
                         "exact_messages": True,
@@ -168,6 +173,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 item.reason = f"messages[{i}]: {item.reason}"
             yield item
             k += 1
+        if role == "assistant":
+            dropped = bool(rc) and rc != msg.get("reasoning_content")
         seen.append(msg)
 
 

@@ -73,6 +73,8 @@ def test_gemini_jsonl_session() -> None:
     assert g5.messages[-1].text() == "Also strip punctuation."
     assert g6.messages[-1].text() == "Thanks, that is all."
     assert len(g6.messages) == len(g5.messages)
+    # the user went back: the call after the rewind starts a branch, hinted so (was unhinted)
+    assert [c.branch_reason for c in calls] == [None] * 5 + ["retry"]
 
 
 def test_gemini_legacy_document_and_system_prompt() -> None:

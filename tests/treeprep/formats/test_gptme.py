@@ -119,6 +119,42 @@ def test_a_branch_shares_the_conversations_group() -> None:
     }
 
 
+def test_branch_hints_name_where_the_logs_part() -> None:
+    """The last main call lost the expired budget note (``elided-history``); the branch's call
+    after its new request leaves the main log (``retry``). Both were unhinted: ``unknown``."""
+    assert [c.branch_reason for c in _read(MAIN)] == [None, None, None, "elided-history"]
+    assert [c.branch_reason for c in _read(BRANCH)] == [None, None, "retry"]
+
+
+def test_a_branch_hints_where_it_leaves_each_other_log(tmp_path: Path) -> None:
+    """A branch ``b`` of the branch ``a`` leaves the main log where ``a`` does, and ``a`` after
+    its last line, but its last call lost the budget note before that: ``elided-history``
+    (where its tokens part). ``a`` leaves only the main log (it is all of ``b``'s start). A
+    branch with no other log beside it has nothing to leave."""
+    a = _lines(BRANCH)
+    stamp = {"timestamp": "2025-11-06T10:02:00.000000"}
+    b = [
+        *a,
+        {"role": "system", "content": "Patch applied", "call_id": "call_b1", **stamp},
+        {"role": "user", "content": "Run the tests too.", **stamp},
+        {"role": "assistant", "content": "Running them now.", **stamp},
+    ]
+    conv = tmp_path / "conv"
+    (conv / "branches").mkdir(parents=True)
+    (conv / "conversation.jsonl").write_text(MAIN.read_text())
+    for name, rows in (("a", a), ("b", b)):
+        (conv / "branches" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(x) + "\n" for x in rows)
+        )
+    assert [c.branch_reason for c in _read(conv / "branches" / "a.jsonl")] == [None, None, "retry"]
+    hints = [c.branch_reason for c in _read(conv / "branches" / "b.jsonl")]
+    assert hints == [None, None, "retry", "elided-history"]
+    (conv / "conversation.jsonl").unlink()
+    (conv / "branches" / "a.jsonl").unlink()
+    alone = [c.branch_reason for c in _read(conv / "branches" / "b.jsonl")]
+    assert alone == [None, None, None, "elided-history"]
+
+
 def test_the_conversation_and_its_branch_build_one_tree(tmp_path: Path) -> None:
     m = build(BuildConfig(inputs=[str(CONV)], out=str(tmp_path / "o")))
     # the branch's first two calls repeat the main log's: left out once as duplicates

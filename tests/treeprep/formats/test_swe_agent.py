@@ -109,6 +109,8 @@ def test_sample_mini_swe_agent():
     assert {c.group_id for c in calls} == {"demo__wc-1"}
     assert calls[0].completion.reasoning_content == "Start by reading the code."
     assert calls[1].messages[2].reasoning_content is None  # not in the transcript
+    # so the next call leaves the first's tokens where the reasoning was (was unhinted)
+    assert [c.branch_reason for c in calls] == [None, "reasoning-dropped", None]
     assert calls[0].model == "deepseek/deepseek-chat"
 
 
