@@ -43,16 +43,14 @@ built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections import OrderedDict
+from collections.abc import Callable
 from collections.abc import Sequence as _Seq
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from treeprep.crosscheck import CrossCheck
 from treeprep.errors import (
@@ -79,6 +77,7 @@ from treeprep.render.messages import template_messages
 from treeprep.render.native import FALLBACK_ERRORS, find_port, find_verified_port
 from treeprep.render.prompted import completion_after_prompt
 from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
+from treeprep.render.rewritten import PreviousTurns
 from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
@@ -150,9 +149,8 @@ class Renderer:
         self.encoder = CachedEncoder(backend, max_chars=cache_chars)
         if probe:
             self.encoder.probe(probe_texts(self.encoder._by_content))
-        # recent full renders: fingerprint of (messages, tools, date) -> ids
-        self._recent: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        self._recent_max = 8
+        #: the last few calls' sequences, for the ``reasoning-dropped`` hint (:mod:`.rewritten`)
+        self._turns = PreviousTurns()
         #: the last call's prompt, normalized (:mod:`treeprep.render.history`)
         self._history = NormalizedHistory()
         #: the name of the native template port in use (None: jinja renders every call)
@@ -508,10 +506,13 @@ class Renderer:
             )
         checked = self._read_back(comp, head_text, span_text)
         branch = rec.branch_reason
-        if branch is None and self._history_rewritten(msgs, tools, full_ids, where, now):
+        if branch is None and self._turns.rewritten(
+            msgs, tools, now, full_ids, self._history_ids(tools, now, where),
+            look_up=self._native is None,
+        ):  # fmt: skip
             branch = "reasoning-dropped"
         if self._native is None:
-            self._remember(self._fingerprint(full_msgs, tools, now), full_ids)
+            self._turns.remember(full_msgs, tools, now, full_ids)
         inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         kinds = normalized_kinds(inline, normalized, undeclared_tools(comp, tools))
         kinds += prompt_gaps(msgs, comp, tools, has_system=self._history.has_system(msgs))
@@ -534,49 +535,18 @@ class Renderer:
             )
         return True
 
-    # -- the branch hint -------------------------------------------------------------------------
+    def _history_ids(
+        self, tools: list[dict] | None, now: datetime | None, where: str
+    ) -> Callable[[list[dict]], np.ndarray | None]:
+        """A history's training sequence as this renderer renders it (None: it does not render)."""
 
-    def _history_rewritten(
-        self,
-        msgs: list[dict],
-        tools: list[dict] | None,
-        full_ids: np.ndarray,
-        where: str = "",
-        now: datetime | None = None,
-    ) -> bool:
-        """Is the previous turn (history up to its last assistant message, rendered as that call's
-        training sequence) not a token prefix of this call's sequence?
-
-        With a native port the previous turn is simply rendered and encoded again (tens of
-        microseconds: the encoder reuses the cut of the texts before it); with jinja, its ids are
-        looked up among the last few calls' sequences by a hash of their messages first.
-        """
-        last = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i]["role"] == "assistant"), -1)
-        if last < 0:
-            return False
-        prev_msgs = msgs[: last + 1]
-        prev_ids = None
-        if self._native is None:
-            prev_ids = self._recent.get(self._fingerprint(prev_msgs, tools, now))
-        if prev_ids is None:
+        def ids(msgs: list[dict]) -> np.ndarray | None:
             try:
-                prev_ids = self.encode(self.render_text(prev_msgs, tools, now=now, where=where))
+                return self.encode(self.render_text(msgs, tools, now=now, where=where))
             except RenderError:
-                return False  # the history alone does not render: no hint to give
-        return not is_prefix(prev_ids, full_ids)
+                return None
 
-    @staticmethod
-    def _fingerprint(msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> bytes:
-        blob = orjson.dumps(
-            [msgs, tools, now.isoformat() if now else None], option=orjson.OPT_SORT_KEYS
-        )
-        return hashlib.blake2b(blob, digest_size=16).digest()
-
-    def _remember(self, key: bytes, ids: np.ndarray) -> None:
-        self._recent[key] = ids
-        self._recent.move_to_end(key)
-        while len(self._recent) > self._recent_max:
-            self._recent.popitem(last=False)
+        return ids
 
 
 def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:

@@ -297,7 +297,7 @@ def test_branch_hint_reasoning_dropped_qwen3() -> None:
     assert seqs[2].branch_reason == "reasoning-dropped"
     assert "think two" not in r.decode(seqs[2].tokens)
     # the same without the cache of recent renders (calls arriving out of order)
-    r._recent.clear()
+    r._turns.clear()
     assert r.render(_three_calls()[2], group_id="g").branch_reason == "reasoning-dropped"
     # a reason the adapter gave wins
     c = _three_calls()[2]
