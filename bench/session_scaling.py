@@ -12,8 +12,12 @@ tree), Cline (one ``api_conversation_history.json``), gptme (``conversation.json
 dataset row (one OpenAI fine-tuning row holding every turn), and Claude Code (a JSONL session, one
 line per content block, each call's prompt replayed from its ``parentUuid`` thread); then Codex (a
 rollout of Responses API items), Gemini CLI (one session document), OpenCode (an export),
-OpenHands (a V1 event stream) and Goose (its SQLite store). A turn is an assistant message with
-one tool call and its result; every tenth turn opens with a user message.
+OpenHands (a V1 event stream) and Goose (its SQLite store); then the two never measured before,
+Cursor (an agent transcript) and Aider (its LLM history, which logs every request whole, so that
+the log itself grows with the square of the turns). A turn is an assistant message with one tool
+call and its result; every tenth turn opens with a user message. Cursor logs no tool results (a
+transcript with a tool call is refused), so its turns are a user and an assistant line, built
+with a system prompt and tools given (:data:`OPTIONS`); Aider's are a request and its reply.
 
 The sizes are interleaved over ``--rounds`` rounds (N, 4N, N, 4N, ...; the project's rule:
 ratios measured side by side, so that load drift hits both alike), and the minimum CPU time of
@@ -40,7 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from treeprep.build import BuildConfig, build
+from treeprep.build import BuildConfig, FileOptions, build
 
 WORDS = (
     "the a of to and in is for on with that this file function return value error test import "
@@ -305,6 +309,61 @@ def write_openhands_events(folder: Path, n: int) -> Path:
     return path
 
 
+def write_cursor(folder: Path, n: int) -> Path:
+    """A Cursor agent transcript (``sample_data/cursor``): one line per message, the user's words
+    in ``<user_query>`` tags. Cursor logs no tool results, so a transcript with a tool call is
+    refused: a turn here is a user line (the user's words, or the tool output pasted in) and an
+    assistant line, built with a system prompt and tools given (:data:`OPTIONS`)."""
+    sid = "b7a2e915-4d8c-4c1b-a3f6-000000000000"
+    path = folder / "agent-transcripts" / sid / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    lines: list[dict] = []
+    for user, said, cmd, out in _turns(n, 11):
+        query = f"<user_query>\n{user or out}\n</user_query>"
+        lines.append({"role": "user", "message": {"content": [{"type": "text", "text": query}]}})
+        reply = [{"type": "text", "text": f"{said}\n\n    {cmd}"}]
+        lines.append({"role": "assistant", "message": {"content": reply}})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (folder / "options").mkdir()
+    (folder / "options" / "system-prompt.txt").write_text("You are a coding assistant in Cursor.")
+    params = {"type": "object", "properties": {"command": {"type": "string"}}}
+    fn = {"name": "Shell", "description": "Run a shell command.", "parameters": params}
+    tools = [{"type": "function", "function": fn}]
+    (folder / "options" / "tools.json").write_text(json.dumps(tools))
+    return path
+
+
+def write_aider(folder: Path, n: int) -> Path:
+    """Aider's LLM history (``sample_data/aider/.aider.llm.history``): per turn a ``TO LLM``
+    request logging the whole message list sent (the system prompt, a cache-marked repo map, the
+    history, then the user's words or Aider's "I ran this command" with its output) and the ``LLM
+    RESPONSE`` after it (text and a SEARCH/REPLACE edit); the log grows with the square of the
+    turns. Each request begins with the one before, as the other formats' calls do: files added
+    to the chat, which Aider sends after the history, would make each prompt leave the one
+    before, and make_call and the renderer share a history only with a prompt that begins the
+    next. The chat history (``.aider.chat.history.md``) is not written: it is refused as a
+    whole, one reject however long."""
+    path = folder / ".aider.llm.history"
+    folder.mkdir(parents=True, exist_ok=True)
+    history = (
+        "-------\nSYSTEM Act as an expert software developer.\nSYSTEM \nSYSTEM Always use best "
+        "practices.\n-------\nUSER type: text\nUSER text: Here are summaries of some files "
+        "present in my git repository:\ncli.py:\n  def main(): ...\n\n"
+        "USER cache_control: {'type': 'ephemeral'}\n"
+    )
+    with path.open("w") as f:
+        for i, (user, said, cmd, out) in enumerate(_turns(n, 12)):
+            ask = user or f"I ran this command:\n\n{cmd}\n\nAnd got this output:\n\n{out}"
+            asked = "-------\n" + "".join(f"USER {x}\n" for x in ask.split("\n"))
+            edit = [said, "", f"file_{i}.py", "```python", "<<<<<<< SEARCH", f"    run({i})",
+                    "=======", f"    run({i + 1})", ">>>>>>> REPLACE", "```"]  # fmt: skip
+            reply = "".join(f"ASSISTANT {x}\n" for x in edit)
+            stamp = f"2025-03-01T10:{i // 60 % 60:02d}:{i % 60:02d}"
+            f.write(f"TO LLM {stamp}\n{history}{asked}LLM RESPONSE {stamp}\n{reply}")
+            history += asked + "-------\n" + reply
+    return path
+
+
 def write_goose(folder: Path, n: int) -> Path:
     """A Goose session store (``sample_data/goose/sessions.db``): one session's messages, each
     row's ``content_json`` a list of content items (text, toolRequest, toolResponse)."""
@@ -351,15 +410,37 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "opencode": write_opencode,
     "openhands-events": write_openhands_events,
     "goose": write_goose,
+    "cursor": write_cursor,
+    "aider": write_aider,
+}
+
+#: the options a format's session is built with, from the folder its writer wrote in (Cursor's
+#: transcripts hold no system prompt nor tools)
+OPTIONS: dict[str, Callable[[Path], FileOptions]] = {
+    "cursor": lambda folder: FileOptions(
+        system_prompt=str(folder / "options" / "system-prompt.txt"),
+        tools=str(folder / "options" / "tools.json"),
+    ),
 }
 
 
-def build_cpu(inputs: Path, out: Path, tokenizer: str | None = None) -> float:
+def write(fmt: str, folder: Path, n: int) -> tuple[Path, FileOptions]:
+    """A session of ``n`` turns of ``fmt`` written in ``folder``: what to build, and with what."""
+    path = WRITERS[fmt](folder, n)
+    return path, OPTIONS[fmt](folder) if fmt in OPTIONS else FileOptions()
+
+
+def build_cpu(
+    inputs: Path, out: Path, tokenizer: str | None = None, file: FileOptions | None = None
+) -> float:
     """CPU seconds of one in-process build of ``inputs`` (``tokenizer``: a tokenizer folder, None
-    the built-in one), OUT fresh."""
+    the built-in one; ``file``: the options), OUT fresh."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.process_time()
-    manifest = build(BuildConfig(inputs=[str(inputs)], out=str(out), tokenizer=tokenizer))
+    file = file or FileOptions()
+    manifest = build(
+        BuildConfig(inputs=[str(inputs)], out=str(out), tokenizer=tokenizer, file=file)
+    )
     seconds = time.process_time() - start
     if manifest.counts.records_rejected:
         raise SystemExit(f"{inputs}: {manifest.counts.records_rejected} records rejected")
@@ -370,14 +451,13 @@ def measure(
     work: Path, formats: list[str], turns: int, rounds: int, tokenizer: str | None = None
 ) -> None:
     sizes = (turns, 4 * turns)
-    for f in formats:
-        for n in sizes:
-            WRITERS[f](work / f"{f}-{n}", n)
+    sessions = {(f, n): write(f, work / f"{f}-{n}", n) for f in formats for n in sizes}
     best: dict[tuple[str, int], float] = {}
     for _ in range(rounds):
         for f in formats:
             for n in sizes:
-                s = build_cpu(work / f"{f}-{n}", work / "out", tokenizer)
+                path, file = sessions[f, n]
+                s = build_cpu(path, work / "out", tokenizer, file)
                 best[f, n] = min(best.get((f, n), s), s)
     print(f"{'format':<10} {'N':>6} {'cpu N s':>9} {'4N':>6} {'cpu 4N s':>9} {'ratio':>6}")
     for f in formats:
@@ -386,9 +466,9 @@ def measure(
 
 
 def profile(work: Path, fmt: str, turns: int, tokenizer: str | None = None) -> None:
-    WRITERS[fmt](work / fmt, turns)
+    path, file = write(fmt, work / fmt, turns)
     profiler = cProfile.Profile()
-    profiler.runcall(build_cpu, work / fmt, work / "out", tokenizer)
+    profiler.runcall(build_cpu, path, work / "out", tokenizer, file)
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(30)
     stats.sort_stats("tottime").print_stats(25)

@@ -13,6 +13,12 @@ it, a rewind cut it, an entry went in before its end) is converted afresh. Entri
 whose message later entries may still change (an assistant turn that may go on) are converted
 again together with the next ones: the converter says how many (:class:`Converted`).
 
+A converter that makes one message of each entry from that entry alone, leaving none open, may
+say so (``per_entry``): then a history that leaves the converted one keeps the messages of the
+entries both begin with (:func:`shared_length`) and converts only the rest. Aider's requests need
+it: each sends the history, then the files and a reminder that the next one sends after more
+history.
+
 The messages are the same dicts call after call and are never changed once made (the readers'
 contract of :func:`~treeprep.formats._fields.make_call`), so make_call validates each once and
 the renderer knows the shared history by identity. A converter that raises leaves what was
@@ -24,6 +30,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import compress, count
+from operator import is_not
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from treeprep.schemas.records import starts_with
@@ -57,8 +65,10 @@ class ConvertedHistory(Generic[T]):
     (['a', 'b', 'c'], True, 3)
     """
 
-    def __init__(self, convert: Convert[T]) -> None:
+    def __init__(self, convert: Convert[T], *, per_entry: bool = False) -> None:
         self._convert = convert
+        #: the converter makes one message of each entry from that entry alone (module docstring)
+        self.per_entry = per_entry
         self.entries: list[T] = []
         self.messages: list[dict[str, Any]] = []
         #: how many messages have each role
@@ -74,9 +84,14 @@ class ConvertedHistory(Generic[T]):
         what the converter raises. Returns :attr:`messages`, which the next update changes: copy
         what you keep."""
         if self.entries and not starts_with(history, self.entries):
-            self.reset()
+            if self.per_entry:
+                self._keep(shared_length(history, self.entries))
+            else:
+                self.reset()
         r = len(self.entries) - self._open.open_entries
         made = self._convert(history[r:], r)
+        if self.per_entry and (len(made.messages) != len(history) - r or made.open_entries):
+            raise ValueError("a per_entry converter makes one closed message of each entry")
         drop = self._open.open_messages
         if drop:
             self.roles.subtract(m.get("role") for m in self.messages[-drop:])
@@ -86,3 +101,18 @@ class ConvertedHistory(Generic[T]):
         self.entries.extend(history[len(self.entries) :])
         self._open = made
         return self.messages
+
+    def _keep(self, n: int) -> None:
+        """Forget all but the first ``n`` entries and their messages (``per_entry`` only)."""
+        self.roles.subtract(m.get("role") for m in self.messages[n:])
+        del self.entries[n:], self.messages[n:]
+
+
+def shared_length(items: list[Any], head: list[Any]) -> int:
+    """How many of the first objects of ``items`` are those of ``head`` (identity, in C).
+
+    >>> a, b = object(), object()
+    >>> shared_length([a, b, 1], [a, b, 2]), shared_length([a], [b]), shared_length([a, b], [a])
+    (2, 0, 1)
+    """
+    return next(compress(count(), map(is_not, items, head)), min(len(items), len(head)))

@@ -37,8 +37,8 @@ The request's time is the call's ``timestamp``. What the log cannot give back, a
   it (a cut log), a reply with no request, an empty reply (Aider logs the reply even when the call
   failed, and a function-call reply is not logged at all), reasoning that never ends (a cut
   stream), a line of a message that does not carry the message's role, a line that is not UTF-8,
-  and a block over the per-record limit (``--max-record-mb``). The file is read line by line: a
-  block is held only until its call is made.
+  and a block over the per-record limit (``--max-record-mb``). A block is held only until its
+  call is made.
 * **Reasoning.** A streamed reply logs the reasoning first, between Aider's
   ``<thinking-content-…>`` tag and a closing tag; it becomes the completion's reasoning. Aider
   removes it before the reply joins the history, so later prompts do not hold it either.
@@ -54,6 +54,19 @@ system prompt, repo map, file contents and reminders, which change from request 
 output read like turns that never reached the model in that form. Calls rebuilt from it would
 train the model on prompts it never saw, so the file is detected and refused as a whole with a
 reason that says to rebuild from ``--llm-history-file``.
+
+**Cost.** Every request logs the whole history again, so a session's log grows with the square of
+its turns (771 MB at 1,600 generated turns, ``bench/session_scaling.py``). The reader touches what
+a request repeats only in C: the blocks are cut at the header lines with bytes searches, not line
+by line (:class:`_Scan`), and a request's messages that the one before began with are found by
+comparing bytes and kept with their chat messages (:class:`_Prompts`, over
+:class:`~treeprep.formats._history.ConvertedHistory`), so each request converts only what it
+adds. A build of 1,600 turns went from 74.3 to 5.9-7.8 CPU-seconds (13.9x the time of 400 turns
+to 7.7-9.7x); what still grows with the log's size is reading, hashing and searching it, in C.
+Files in the chat, which Aider sends after the history, make each prompt leave the one before it
+after the history: the reader still converts only what a request adds, but make_call and the
+renderer share a history only with the prompt before when it begins this one, so such a session
+builds in time that grows with the square of its turns (800 turns 13.5x the time of 200).
 """
 
 from __future__ import annotations
@@ -61,11 +74,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain
+from typing import Any, NamedTuple
 
 from treeprep.errors import InputError
 from treeprep.formats._fields import make_call
+from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.io.compressed import BLOCK, STREAM_ERRORS, open_binary, read1, stream_error
 from treeprep.io.jsonparse import strip_bom
 from treeprep.io.lines import LineTooLong, iter_lines, record_limit
 from treeprep.schemas import Reject
@@ -77,10 +93,15 @@ _REQUEST = "TO LLM"
 _RESPONSE = "LLM RESPONSE"
 _HEADER = re.compile(rb"(TO LLM|LLM RESPONSE) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\r?")
 _HEADER_BYTES = re.compile(rb"(?:TO LLM|LLM RESPONSE) \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\r?\n")
+#: what a header line starts with, after the end of the line before it
+_HEADS = (b"\nTO LLM ", b"\nLLM RESPONSE ")
 _CHAT_HEADING = b"# aider chat started at "
 #: the line that opens each message of a request
 _SEP = "-------"
+_SEP_LINE = b"-------\n"
+_NEXT_SEP = b"\n" + _SEP_LINE  # a separator line after the end of the line before it
 _ROLES = {"SYSTEM": "system", "USER": "user", "ASSISTANT": "assistant"}
+_ROLE_BYTES = frozenset(r.encode() for r in _ROLES)
 #: Aider's own reasoning tags around a streamed reply's reasoning (the closing one is the model's
 #: reasoning tag when it has one, so any tag name closes)
 _THINK_OPEN = re.compile(r"<(thinking-content-[0-9a-f]{32})>(?:\n|\Z)")
@@ -99,36 +120,47 @@ class _Bad(Exception):
 @dataclass
 class _Block:
     """One ``TO LLM`` or ``LLM RESPONSE`` block: its header's kind, time and line, and the lines
-    after the header (the first at ``line + 1``) as read, until they pass the per-record limit."""
+    after the header (the first at ``line + 1``), each ending in ``\\n``, as read (a CRLF file's
+    ``\\r`` removed) until they pass the per-record limit."""
 
     kind: str
     stamp: str
     line: int
-    raw: list[bytes] = field(default_factory=list)
+    parts: list[bytes] = field(default_factory=list)
     size: int = 0
     over: bool = False
 
-    def add(self, raw: bytes | None, limit: int) -> None:
-        """Keep a line of the block (None: a line over the limit, never held)."""
-        if raw is None or self.over or self.size + len(raw) + 1 > limit:
-            self.over, self.raw = True, []
+    def add(self, lines: bytes | None, limit: int) -> None:
+        """Keep whole lines, each ending in ``\\n`` (None: a line over the limit, never held)."""
+        if lines is None or self.over or self.size + len(lines) > limit:
+            self.over, self.parts = True, []
             return
-        self.size += len(raw) + 1
-        self.raw.append(raw)
+        self.size += len(lines)
+        self.parts.append(lines)
 
-    def body(self) -> list[str]:
-        """The block's lines as text; :class:`_Bad` when over the limit or not UTF-8."""
+    def data(self) -> bytes:
+        """The block's lines, each ending in ``\\n``; :class:`_Bad` when over the limit."""
         if self.over:
             why = f"the block is over the limit of {record_limit():,} bytes per record"
             raise _Bad(self.line, f"{why} (--max-record-mb)")
-        out = []
-        for k, raw in enumerate(self.raw):
-            try:
-                out.append(raw.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                why = f"not UTF-8 text (byte {e.start} of the line); Aider writes UTF-8"
-                raise _Bad(self.line + 1 + k, why) from e
-        return out
+        return b"".join(self.parts)
+
+    def body(self) -> list[str]:
+        """The block's lines as text; :class:`_Bad` when over the limit or not UTF-8."""
+        data = self.data()
+        return _text(data, 0, self.line + 1)[:-1].split("\n") if data else []
+
+
+def _text(data: bytes, at: int, first: int) -> str:
+    """``data[at:]`` (whole lines, ``at`` the start of one) as text; :class:`_Bad` naming the
+    first line that is not UTF-8 (``first``: the file's line number of ``data``'s first line)."""
+    try:
+        return str(memoryview(data)[at:], "utf-8")
+    except UnicodeDecodeError as e:
+        bad = at + e.start
+        byte = bad - data.rfind(b"\n", 0, bad) - 1
+        why = f"not UTF-8 text (byte {byte} of the line); Aider writes UTF-8"
+        raise _Bad(first + data.count(b"\n", 0, bad), why) from e
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -149,33 +181,115 @@ def _shown_bytes(raw: bytes | None) -> str:
     return "a line over the size limit" if raw is None else _shown(raw.decode("utf-8", "replace"))
 
 
-def _blocks(path: str) -> Iterator[_Block | Reject]:
-    """The file's blocks in order; text before the first header is one reject. A file written
-    on Windows (its first header ends in ``\\r``) has the ``\\r`` of every line removed."""
-    limit = record_limit()
-    cur: _Block | None = None
-    crlf: bool | None = None
-    for i, line in iter_lines(path, limit, every=True):
-        raw = None if isinstance(line, LineTooLong) else line  # over the limit: never held
-        if i == 1 and raw is not None:
+class _Scan:
+    """Cuts a log into its blocks at the header lines (:func:`_blocks`). The lines between two
+    headers are found with bytes searches and kept as they come, not one line at a time: a
+    request repeats the whole history, so a session's log grows with the square of its turns."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path, self.limit = path, limit
+        self.cur: _Block | None = None
+        self.crlf: bool | None = None
+        self.i = 0  # the lines read
+
+    def line(self, raw: bytes | None) -> Iterator[_Block | Reject]:
+        """The next line (None: one over the limit, never held) on its own."""
+        self.i += 1
+        if self.i == 1 and raw is not None:
             raw = strip_bom(raw)
         m = None if raw is None else _HEADER.fullmatch(raw)
         if m is not None and raw is not None:
-            if cur is not None:
-                yield cur
-            crlf = raw.endswith(b"\r") if crlf is None else crlf
-            cur = _Block(m.group(1).decode(), m.group(2).decode(), i)
-            continue
-        if raw is not None and crlf and raw.endswith(b"\r"):
+            yield from self._open(m, raw)
+            return
+        if raw is not None and self.crlf and raw.endswith(b"\r"):
             raw = raw[:-1]
-        if cur is not None:
-            cur.add(raw, limit)
+        if self.cur is not None:
+            self.cur.add(None if raw is None else raw + b"\n", self.limit)
         elif raw is None or raw.strip():
             why = f"expected a '{_REQUEST} <time>' line opening a request, got {_shown_bytes(raw)}"
-            yield Reject(file=path, line=i, format=NAME, reason=why)
-            cur = _Block("", "", i)  # the rest up to the next header belongs to this reject
-    if cur is not None:
-        yield cur
+            yield Reject(file=self.path, line=self.i, format=NAME, reason=why)
+            self.cur = _Block("", "", self.i)  # the lines up to the next header: this reject's
+
+    def _open(self, m: re.Match[bytes], raw: bytes) -> Iterator[_Block]:
+        """A header line: the block before it is whole."""
+        if self.cur is not None:
+            yield self.cur
+        self.crlf = raw.endswith(b"\r") if self.crlf is None else self.crlf
+        self.cur = _Block(m.group(1).decode(), m.group(2).decode(), self.i)
+
+    def lines(self, data: bytes, pos: int, end: int) -> Iterator[_Block | Reject]:
+        """The whole lines ``data[pos:end]``, each ending in ``\\n`` (``pos`` > 0)."""
+        while pos < end and self.cur is None:  # before the first header: one at a time
+            nl = data.index(b"\n", pos)
+            yield from self.line(data[pos:nl])
+            pos = nl + 1
+        if pos >= end:
+            return
+        for start, m in chain(_headers(data, pos, end), [(end, None)]):
+            assert self.cur is not None
+            if start > pos and not self.cur.over:
+                kept = data[pos:start]
+                self.cur.add(kept.replace(b"\r\n", b"\n") if self.crlf else kept, self.limit)
+            self.i += data.count(b"\n", pos, start)
+            if m is None:
+                return
+            nl = data.index(b"\n", start)
+            self.i += 1
+            yield from self._open(m, data[start:nl])
+            pos = nl + 1
+
+
+def _headers(data: bytes, pos: int, end: int) -> Iterator[tuple[int, re.Match[bytes]]]:
+    """The header lines among the whole lines ``data[pos:end]`` (``pos`` > 0, the start of a
+    line): (where each starts, its match)."""
+    at = {h: data.find(h, pos - 1, end) for h in _HEADS}  # the "\n" ending the line before
+    while True:
+        found = [x for x in at.values() if x >= 0]
+        if not found:
+            return
+        c = min(found)
+        nl = data.index(b"\n", c + 1)
+        m = _HEADER.fullmatch(data, c + 1, nl)
+        if m is not None:
+            yield c + 1, m
+        at = {h: data.find(h, nl, end) if x == c else x for h, x in at.items()}
+
+
+def _blocks(path: str) -> Iterator[_Block | Reject]:
+    """The file's blocks in order; text before the first header is one reject. A file written
+    on Windows (its first header ends in ``\\r``) has the ``\\r`` of every line removed. Read in
+    bounded memory, as :func:`~treeprep.io.lines.iter_lines` reads: a line over the limit is
+    never held, and a broken compressed stream raises after its complete lines."""
+    limit = record_limit()
+    scan = _Scan(path, limit)
+    pending: list[bytes] = []  # the start of a line that goes on in the next read
+    size = 0
+    try:
+        f = open_binary(path)
+    except OSError as e:
+        raise InputError(path, 0, f"cannot open: {e}") from e
+    with f:
+        while True:
+            try:
+                block = read1(f, BLOCK)
+            except STREAM_ERRORS as e:
+                raise stream_error(path, scan.i + 1, e) from e
+            if not block:
+                break
+            nl = block.find(b"\n")
+            if nl < 0:
+                size += len(block)
+                pending = [] if size > limit else [*pending, block]
+                continue
+            whole = None if size + nl > limit else b"".join([*pending, block[:nl]])
+            yield from scan.line(whole)
+            last = block.rfind(b"\n") + 1
+            yield from scan.lines(block, nl + 1, last)
+            pending, size = [block[last:]], len(block) - last
+    if size:
+        yield from scan.line(None if size > limit else b"".join(pending))
+    if scan.cur is not None:
+        yield scan.cur
 
 
 def _role_of(line: str) -> str | None:
@@ -237,24 +351,138 @@ def _plain(body: list[str], j: int, first: int, n: int) -> tuple[str, str, int]:
     return role, "\n".join(texts), end
 
 
-def _messages(body: list[str], line: int) -> list[dict[str, Any]]:
-    """The message list of the request whose header is at ``line``; :class:`_Bad` naming the
-    line when malformed."""
-    first = line + 1
-    if not body or body == [""]:
-        raise _Bad(line, "the request holds no messages")
-    if body[0] != _SEP:
-        raise _Bad(first, f"expected '{_SEP}' opening the first message, got {_shown(body[0])}")
-    out: list[dict[str, Any]] = []
-    i = 0
-    while i < len(body):
-        # body[i] is the separator of message len(out)
-        found = _cached_part(body, i + 1)
-        if found is None:
-            found = _plain(body, i + 1, first, len(out))
-        role, text, i = found
-        out.append({"role": _ROLES[role], "content": text})
+class _Raw(NamedTuple):
+    """One message of a request as logged: the index of its first line among the request's
+    lines, those lines (each ending in ``\\n``; ``b""``: none) and whether it is a cache-marked
+    text part (:func:`_cached_part`) or written line by line (:func:`_plain`)."""
+
+    line: int
+    raw: bytes
+    cached: bool
+
+
+def _separators(data: bytes, at: int) -> list[int]:
+    """Where the separator lines of ``data`` (whole lines) start, from ``at`` (one of them) on."""
+    out = [at]
+    q = data.find(_NEXT_SEP, at + len(_SEP))
+    while q >= 0:
+        out.append(q + 1)
+        q = data.find(_NEXT_SEP, q + len(_SEP_LINE))
     return out
+
+
+def _cached_end(data: bytes, seps: list[int], ends: list[int], t: int) -> tuple[int | None, bool]:
+    """(the segment that ends the cache-marked part opening after separator ``t``, or None when
+    it is not one; whether later lines may change that). Read as :func:`_cached_part` reads:
+    first line ``ROLE type: text``, second ``ROLE text: ...``, and the part ends at the first
+    line from its third on that starts with ``ROLE cache_control: `` and is the last of its
+    segment; without one the message is read as plain until a later line ends it."""
+    m, end = seps[t] + len(_SEP_LINE), ends[t]
+    nl = data.find(b"\n", m, end)
+    if nl < 0:
+        return None, False
+    role = data[m:nl].split(b" ", 1)[0]
+    if role not in _ROLE_BYTES or data[m:nl] != role + b" type: text":
+        return None, False
+    if not data.startswith(role + b" text: ", nl + 1, end):
+        return None, False
+    third = data.find(b"\n", nl + 1, end) + 1
+    mark = role + b" cache_control: "
+    for u in range(t, len(seps)):
+        start = third if u == t else seps[u] + len(_SEP_LINE)
+        if ends[u] > start:
+            last = max(data.rfind(b"\n", start, ends[u] - 1) + 1, start)
+            if data.startswith(mark, last, ends[u]):
+                return u, False
+    return None, True
+
+
+def _split(data: bytes, at: int, line: int) -> tuple[list[_Raw], list[int], int]:
+    """The messages of a request's lines ``data`` from ``at``, the start of a separator line
+    whose index is ``line``: (the messages, where each ends, how many of them no later line can
+    change: all but those from a cache-marked part whose end is not there)."""
+    seps = _separators(data, at)
+    ends = [*seps[1:], len(data)]
+    out: list[_Raw] = []
+    stops: list[int] = []
+    fixed: int | None = None
+    t = 0
+    while t < len(seps):
+        u, unsure = _cached_end(data, seps, ends, t)
+        if unsure and fixed is None:
+            fixed = len(out)
+        end = ends[t if u is None else u]
+        raw = data[seps[t] + len(_SEP_LINE) : end]
+        out.append(_Raw(line + 1, raw, u is not None))
+        stops.append(end)
+        line += 1 + raw.count(b"\n")
+        t = (t if u is None else u) + 1
+    return out, stops, len(out) if fixed is None else fixed
+
+
+class _Prompts:
+    """The message lists of a file's requests. Each request sends the history again, and Aider
+    puts the files and its reminder after it, so a request begins with most of the one before:
+    the messages it shares with that one (found by comparing bytes, in C) are the same
+    :class:`_Raw` objects, and :class:`ConvertedHistory` converts only the others."""
+
+    def __init__(self) -> None:
+        self.converted: ConvertedHistory[_Raw] = ConvertedHistory(self._convert, per_entry=True)
+        self.data = b""  # the last request's lines (all UTF-8)
+        self.raws: list[_Raw] = []  # its messages
+        self.stops: list[int] = []  # where each ends in data
+        self.fixed = 0  # how many of them no later line can change
+        self.first = 0  # the file's line number of the request's first line (for the rejects)
+
+    def of(self, req: _Block) -> list[dict[str, Any]]:
+        """The messages of request ``req``; :class:`_Bad` naming the line when malformed."""
+        data = req.data()
+        keep = self._kept(data)
+        at = self.stops[keep - 1] if keep else 0
+        _text(data, at, req.line + 1)  # what the last request did not hold must be UTF-8
+        if data in (b"", b"\n"):
+            raise _Bad(req.line, "the request holds no messages")
+        if not data.startswith(_SEP_LINE):
+            got = _shown(data[: data.index(b"\n")].decode())
+            raise _Bad(req.line + 1, f"expected '{_SEP}' opening the first message, got {got}")
+        line = self.raws[keep - 1].line + self.raws[keep - 1].raw.count(b"\n") if keep else 0
+        raws, stops, fixed = _split(data, at, line) if at < len(data) else ([], [], 0)
+        self.data, self.raws = data, self.raws[:keep] + raws
+        self.stops, self.fixed = self.stops[:keep] + stops, keep + fixed
+        self.first = req.line + 1
+        return list(self.converted.update(self.raws))
+
+    def _kept(self, data: bytes) -> int:
+        """How many of the last request's first messages this one begins with, each ending
+        where a separator line or the end follows."""
+        last = memoryview(self.data)
+
+        def same(i: int) -> bool:  # data begins with messages 0..i
+            return data.startswith(last[: self.stops[i]])
+
+        good, bad, step = self.fixed - 1, self.fixed, 1
+        while good >= 0 and not same(good):  # back from the end, twice as far each time
+            good, bad, step = good - step, good, step * 2
+        good = max(good, -1)
+        while bad - good > 1:  # then halve the gap
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if same(mid) else (good, mid)
+        while good >= 0 and not (
+            self.stops[good] == len(data) or data.startswith(_SEP_LINE, self.stops[good])
+        ):
+            good -= 1
+        return good + 1
+
+    def _convert(self, raws: list[_Raw], start: int) -> Converted:
+        """Messages ``start`` on, one of each :class:`_Raw`."""
+        out = []
+        for n, r in enumerate(raws, start):
+            lines = str(r.raw, "utf-8")[:-1].split("\n") if r.raw else []
+            found = _cached_part(lines, 0) if r.cached else None
+            if found is None:
+                found = _plain(lines, 0, self.first + r.line, n)
+            out.append({"role": _ROLES[found[0]], "content": found[1]})
+        return Converted(out)
 
 
 def _reply(body: list[str], line: int) -> dict[str, Any]:
@@ -282,11 +510,11 @@ def _reply(body: list[str], line: int) -> dict[str, Any]:
     return comp
 
 
-def _call(path: str, k: int, req: _Block, resp: _Block) -> Item:
+def _call(path: str, k: int, req: _Block, resp: _Block, prompts: _Prompts) -> Item:
     """The call of request ``req`` answered by ``resp`` (the ``k``-th of the file)."""
     call_id = f"{k}@{req.stamp}"
     try:
-        messages = _messages(req.body(), req.line)
+        messages = prompts.of(req)
         completion = _reply(resp.body(), resp.line)
     except _Bad as e:
         return Reject(file=path, line=e.line, format=NAME, reason=e.reason, call_id=call_id)
@@ -307,6 +535,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     """One call per request and the reply after it; rejects for the rest, each naming its line."""
     pending: _Block | None = None
     k = 0
+    prompts = _Prompts()
     for b in _blocks(path):
         if isinstance(b, Reject):
             yield b
@@ -321,7 +550,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 why = f"a '{_RESPONSE}' with no '{_REQUEST}' before it"
                 yield Reject(file=path, line=b.line, format=NAME, reason=why)
                 continue
-            yield _call(path, k, pending, b)
+            yield _call(path, k, pending, b, prompts)
             k += 1
             pending = None
     if pending is not None:

@@ -18,7 +18,7 @@ Reader = Callable[[str, ReadOptions], Iterable[Any]]
 @pytest.fixture
 def read_converted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[str]]:
     """``read(reader, path, whole=...)``: a reader's items as JSON. ``whole=True`` makes every
-    call convert its history afresh (``ConvertedHistory``'s identity check fails): the reference
+    call convert its history afresh (``ConvertedHistory``'s identity checks fail): the reference
     that converting only what a history gained must equal."""
 
     def read(reader: Reader, path: Path, *, whole: bool) -> list[str]:
@@ -26,6 +26,7 @@ def read_converted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[str]]:
         with monkeypatch.context() as m:
             if whole:
                 m.setattr(_history, "starts_with", lambda items, head: False)
+                m.setattr(_history, "shared_length", lambda items, head: 0)
             return [i.model_dump_json() for i in reader(str(path), ReadOptions())]
 
     return read

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from treeprep.errors import RecordError
-from treeprep.formats._history import Converted, ConvertedHistory
+from treeprep.formats._history import Converted, ConvertedHistory, shared_length
 
 
 def _merge_runs(entries: list[str], start: int) -> Converted:
@@ -79,3 +79,42 @@ def test_a_converter_that_raises_leaves_the_history_as_it_was():
     with pytest.raises(RecordError, match=r"history\[3\]"):  # and again, from where it was
         h.update(history)
     assert calls[-1] == (["!", "u"], 3)
+
+
+def _one_each(entries: list[tuple[int, str]], start: int) -> Converted:
+    """One message of each entry, from it alone; ``!`` is bad."""
+    for i, (_, e) in enumerate(entries, start):
+        if e == "!":
+            raise RecordError(f"history[{i}]: bad entry")
+    return Converted(
+        [{"role": "user" if e == "u" else "assistant", "content": e} for _, e in entries]
+    )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_per_entry_keeps_the_messages_of_the_entries_a_history_shares(seed):
+    """A history that leaves the converted one (cut, then grown by other entries) keeps the
+    messages of the entries both begin with, the same dicts, and converts the rest as whole."""
+    rng = random.Random(seed)
+    h = ConvertedHistory(_one_each, per_entry=True)
+    history: list[tuple[int, str]] = []
+    for k in range(80):
+        if rng.random() < 0.3:
+            history = history[: rng.randrange(len(history) + 1)]
+        history = history + [(k, rng.choice("uaa!" if rng.random() < 0.05 else "uaa"))]
+        kept, before = list(h.entries), list(h.messages)
+        try:
+            got = _texts(h.update(history))
+        except RecordError:
+            assert h.entries == kept[: shared_length(history, kept)]
+            continue
+        assert got == _texts(_one_each(history, 0).messages)
+        n = shared_length(history, kept)
+        assert all(a is b for a, b in zip(before[:n], h.messages, strict=False))
+        assert h.roles["user"] == sum(role == "user" for role, _ in got)
+
+
+def test_per_entry_refuses_a_converter_that_is_not():
+    h = ConvertedHistory(lambda entries, start: Converted([]), per_entry=True)
+    with pytest.raises(ValueError, match="one closed message of each entry"):
+        h.update(["u"])
