@@ -14,7 +14,8 @@ line per content block, each call's prompt replayed from its ``parentUuid`` thre
 rollout of Responses API items), Gemini CLI (one session document), OpenCode (an export),
 OpenHands (a V1 event stream) and Goose (its SQLite store); then the two never measured before,
 Cursor (an agent transcript) and Aider (its LLM history, which logs every request whole, so that
-the log itself grows with the square of the turns). A turn is an assistant message with one tool
+the log itself grows with the square of the turns); then Crush (its SQLite store) and Harbor's
+ATIF (one trajectory document). A turn is an assistant message with one tool
 call and its result; every tenth turn opens with a user message. Cursor logs no tool results (a
 transcript with a tool call is refused), so its turns are a user and an assistant line, built
 with a system prompt and tools given (:data:`OPTIONS`); Aider's are a request and its reply.
@@ -399,6 +400,62 @@ def write_goose(folder: Path, n: int) -> Path:
     return path
 
 
+def write_crush(folder: Path, n: int) -> Path:
+    """A Crush store (``sample_data/crush/crush.db``): one session, one message per step, its
+    ``parts`` typed (text, tool_call, finish), each step's results in a ``tool`` message."""
+    path = folder / "crush.db"
+    folder.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, parent_session_id TEXT, "
+        "summary_message_id TEXT, created_at INTEGER)"
+    )
+    db.execute(
+        "CREATE TABLE messages (id TEXT PRIMARY KEY, session_id TEXT, role TEXT, parts TEXT, "
+        "model TEXT, created_at INTEGER, is_summary_message INTEGER)"
+    )
+    db.execute("INSERT INTO sessions (id, created_at) VALUES ('s1', 1)")
+
+    def part(kind: str, **data: object) -> dict:
+        return {"type": kind, "data": data}
+
+    rows: list[tuple[str, list[dict]]] = []
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 12)):
+        if user is not None:
+            rows.append(("user", [part("text", text=user)]))
+        call = part("tool_call", id=f"c{i}", name="bash", input=json.dumps({"command": cmd}))
+        done = part("finish", reason="tool_use")
+        rows.append(("assistant", [part("text", text=said), call, done]))
+        result = part("tool_result", tool_call_id=f"c{i}", name="bash", content=out)
+        rows.append(("tool", [result]))
+    db.executemany(
+        "INSERT INTO messages VALUES (?, 's1', ?, ?, 'm', ?, 0)",
+        [(f"m{k}", role, json.dumps(parts), k) for k, (role, parts) in enumerate(rows)],
+    )
+    db.commit()
+    db.close()
+    return path
+
+
+def write_atif(folder: Path, n: int) -> Path:
+    """A Harbor ATIF trajectory (``sample_data/atif/trajectory.json``): one JSON document, a
+    system step, then agent steps each with its tool call and the observation of its result."""
+    steps: list[dict] = [{"step_id": 1, "source": "system", "message": "You are an agent."}]
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 13)):
+        if user is not None:
+            steps.append({"step_id": len(steps) + 1, "source": "user", "message": user})
+        call = {"tool_call_id": f"c{i}", "function_name": "bash", "arguments": {"command": cmd}}
+        seen = {"results": [{"source_call_id": f"c{i}", "content": out}]}
+        steps.append({"step_id": len(steps) + 1, "source": "agent", "model_name": "m",
+                      "message": said, "tool_calls": [call], "observation": seen})  # fmt: skip
+    doc = {"schema_version": "ATIF-v1.4", "session_id": "s1",
+           "agent": {"name": "terminus", "version": "1"}, "steps": steps}  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "trajectory.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -412,6 +469,8 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "goose": write_goose,
     "cursor": write_cursor,
     "aider": write_aider,
+    "crush": write_crush,
+    "atif": write_atif,
 }
 
 #: the options a format's session is built with, from the folder its writer wrote in (Cursor's
