@@ -478,8 +478,8 @@ def test_build_package_modules_import_only_those_before_them() -> None:
     """The build package's order (see ``treeprep/build/__init__.py``): each module imports only
     the ones listed before it, so the order can be read top to bottom."""
     order = [
-        "config", "curate", "hints", "workfiles", "files", "dedup", "jobs", "out", "engines",
-        "ray", "",
+        "config", "curate", "hints", "workrows", "workfiles", "files", "dedup", "jobs", "out",
+        "engines", "ray", "",
     ]  # fmt: skip
     names = [f"treeprep.build.{m}".rstrip(".") for m in order]
     graph = _import_graph()

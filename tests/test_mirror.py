@@ -31,6 +31,7 @@ COVERED_BY: dict[str, tuple[str, str]] = {
     "treeprep/build/config.py": ("treeprep/build/test_build_config.py", "BuildConfig"),
     "treeprep/build/dedup.py": ("treeprep/build/test_curate.py", "duplicates"),
     "treeprep/build/out.py": ("adversarial/test_adv_out.py", "lock_out"),
+    "treeprep/build/workfiles.py": ("treeprep/build/test_hints.py", "drop_rows"),
     "treeprep/dry_run.py": ("cli/test_dry_run.py", "BuildFacts"),
     "treeprep/errors.py": ("adversarial/test_adv_options.py", "TreeprepError"),
     "treeprep/export.py": ("treeprep/test_export_rejects.py", "export_sequences"),

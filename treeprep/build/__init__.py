@@ -54,6 +54,8 @@ those listed before it:
 * :mod:`~treeprep.build.curate`: the filters, redaction and reasoning merge stage 1 runs;
 * :mod:`~treeprep.build.hints`: the branch hint of a call left out (rejected, filtered, a
   duplicate) passed to the next call of its thread;
+* :mod:`~treeprep.build.workrows`: a rendered sequence as a work-file row and back (the layout,
+  shared prefixes, the digest deduplication keys on);
 * :mod:`~treeprep.build.workfiles`: the work folders, their ``done.json`` markers, the grouping of
   their rows;
 * :mod:`~treeprep.build.files`: stage 1 for one file

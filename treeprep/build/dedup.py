@@ -4,7 +4,7 @@ The same log given twice (two copies, a resumed session that repeats the calls b
 dataset shipped in two splits) would otherwise be trained twice and inflate the speedup
 estimate. After stage 1, :func:`find_duplicates` reads the small columns of every work file, in
 job order, and marks a row as a duplicate of an earlier file's row when its **token sequence** is
-the same: the :func:`~treeprep.build.workfiles.sequence_digest` of its tokens, loss spans,
+the same: the :func:`~treeprep.build.workrows.sequence_digest` of its tokens, loss spans,
 log-probs, reward and advantage. The reason says whether its **call identity** is the same too,
 ``(source_format, group_id, trajectory_id, agent_id, call_id)``: ``duplicate call`` (a copy of
 the call), else ``duplicate tokens`` (the same text under another group or call id). Ids alone

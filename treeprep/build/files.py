@@ -25,7 +25,7 @@ process keeps its worker in this module (:func:`init_worker`) and runs :func:`pr
 Detection is part of a file's work: a first record over the size or depth limits, or a
 compressed stream that breaks before any format is seen, makes the file one reject naming the
 line (:func:`_detect`), never a crashed build. Rows of one group share their common prefix with
-the row before (:class:`~treeprep.build.workfiles.PrefixSharing`), so a conversation of N turns
+the row before (:class:`~treeprep.build.workrows.PrefixSharing`), so a conversation of N turns
 writes O(N) tokens.
 
 An adapter turns malformed records into rejects and raises InputError when the whole file is
@@ -57,14 +57,16 @@ from treeprep.build.curate import Curator
 from treeprep.build.hints import HeldHints
 from treeprep.build.workfiles import (
     WORK_BATCH,
-    WORK_SCHEMA,
     FileJob,
     FileResult,
-    PrefixSharing,
     RejectLog,
-    TokenHashes,
     TooManyRejects,
     finish_file,
+)
+from treeprep.build.workrows import (
+    WORK_SCHEMA,
+    PrefixSharing,
+    TokenHashes,
     sequence_digest,
     sequences_to_batch,
 )

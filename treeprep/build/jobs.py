@@ -31,7 +31,8 @@ import numpy as np
 from treeprep import __version__
 from treeprep.atomic import sha256_of
 from treeprep.build.config import BuildConfig, FileOptions, file_fields
-from treeprep.build.workfiles import WORK_FORMAT, FileJob, FileResult, file_stamp
+from treeprep.build.workfiles import FileJob, FileResult, file_stamp
+from treeprep.build.workrows import WORK_FORMAT
 from treeprep.errors import TreeprepError
 from treeprep.schemas import SCHEMA_VERSION
 from treeprep.schemas.manifest import Counts

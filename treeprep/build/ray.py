@@ -52,7 +52,8 @@ from treeprep.atomic import make_dirs
 from treeprep.build.config import BuildConfig, FileOptions
 from treeprep.build.files import FileWorker
 from treeprep.build.jobs import RenderTask, TreeTask
-from treeprep.build.workfiles import FileJob, FileResult, drop_rows, rows_to_sequences
+from treeprep.build.workfiles import FileJob, FileResult, drop_rows
+from treeprep.build.workrows import rows_to_sequences
 from treeprep.errors import TreeprepError, install_hint
 from treeprep.schemas import TREE_SCHEMA
 from treeprep.schemas.manifest import ShardEntry

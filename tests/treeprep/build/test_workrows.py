@@ -1,4 +1,4 @@
-"""treeprep.build.workfiles: rendered sequences survive the work-file format (an Arrow IPC round
+"""treeprep.build.workrows: rendered sequences survive the work-file format (an Arrow IPC round
 trip through pyarrow's own writer and reader) field for field (all but ``order`` and ``extra``,
 which the builder sets), with and without log-probs, and shared prefixes stay linked."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from treeprep.build.workfiles import (
+from treeprep.build.workrows import (
     WORK_SCHEMA,
     PrefixSharing,
     TokenHashes,
@@ -128,7 +128,7 @@ def test_regression_one_conversation_held_every_history_at_once(tmp_path: Path) 
 
 
 def test_shared_prefix_rows_round_trip_and_link_to_their_row() -> None:
-    from treeprep.build.workfiles import PrefixSharing
+    from treeprep.build.workrows import PrefixSharing
 
     share = PrefixSharing()
     whole = [[1, 2, 3, 4], [1, 2, 3, 9, 9], [7], [7, 8]]
