@@ -81,9 +81,8 @@ from treeprep.errors import InputError
 from treeprep.formats._fields import make_call
 from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io.compressed import BLOCK, STREAM_ERRORS, open_binary, read1, stream_error
 from treeprep.io.jsonparse import strip_bom
-from treeprep.io.lines import LineTooLong, iter_lines, record_limit
+from treeprep.io.lines import LineTooLong, iter_lines, read_blocks, record_limit
 from treeprep.schemas import Reject
 
 NAME = "aider-llm-history"
@@ -264,28 +263,17 @@ def _blocks(path: str) -> Iterator[_Block | Reject]:
     scan = _Scan(path, limit)
     pending: list[bytes] = []  # the start of a line that goes on in the next read
     size = 0
-    try:
-        f = open_binary(path)
-    except OSError as e:
-        raise InputError(path, 0, f"cannot open: {e}") from e
-    with f:
-        while True:
-            try:
-                block = read1(f, BLOCK)
-            except STREAM_ERRORS as e:
-                raise stream_error(path, scan.i + 1, e) from e
-            if not block:
-                break
-            nl = block.find(b"\n")
-            if nl < 0:
-                size += len(block)
-                pending = [] if size > limit else [*pending, block]
-                continue
-            whole = None if size + nl > limit else b"".join([*pending, block[:nl]])
-            yield from scan.line(whole)
-            last = block.rfind(b"\n") + 1
-            yield from scan.lines(block, nl + 1, last)
-            pending, size = [block[last:]], len(block) - last
+    for block in read_blocks(path, lambda: scan.i):
+        nl = block.find(b"\n")
+        if nl < 0:
+            size += len(block)
+            pending = [] if size > limit else [*pending, block]
+            continue
+        whole = None if size + nl > limit else b"".join([*pending, block[:nl]])
+        yield from scan.line(whole)
+        last = block.rfind(b"\n") + 1
+        yield from scan.lines(block, nl + 1, last)
+        pending, size = [block[last:]], len(block) - last
     if size:
         yield from scan.line(None if size > limit else b"".join(pending))
     if scan.cur is not None:

@@ -11,7 +11,7 @@ a UTF-8 byte order mark at the start of line 1 (Windows editors, some exporters)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from treeprep.errors import InputError
 from treeprep.io.compressed import BLOCK, STREAM_ERRORS, open_binary, read1, stream_error
@@ -51,6 +51,25 @@ def set_max_record_bytes(n: int) -> None:
     _limits["record_bytes"] = n
 
 
+def read_blocks(path: str, line: Callable[[], int]) -> Iterator[bytes]:
+    """The file's bytes (decompressed) a block at a time; :class:`InputError` when it does not
+    open, or when its compressed stream breaks (naming line ``line() + 1``, the one being read,
+    after the blocks before it)."""
+    try:
+        f = open_binary(path)
+    except OSError as e:
+        raise InputError(path, 0, f"cannot open: {e}") from e
+    with f:
+        while True:
+            try:
+                block = read1(f, BLOCK)
+            except STREAM_ERRORS as e:
+                raise stream_error(path, line() + 1, e) from e
+            if not block:
+                return
+            yield block
+
+
 def iter_lines(
     path: str, max_bytes: int | None = None, *, every: bool = False
 ) -> Iterator[tuple[int, bytes | LineTooLong]]:
@@ -67,41 +86,31 @@ def iter_lines(
     lineno = 0
     pending: list[bytes] = []
     pending_len = 0
-    try:
-        f = open_binary(path)
-    except OSError as e:
-        raise InputError(path, 0, f"cannot open: {e}") from e
-    with f:
-        while True:
-            try:
-                block = read1(f, BLOCK)
-            except STREAM_ERRORS as e:
-                raise stream_error(path, lineno + 1, e) from e
-            if not block:
-                break
-            pieces = block.split(b"\n")
-            last = pieces.pop()
-            for piece in pieces:
-                lineno += 1
-                if max_bytes is not None and pending_len + len(piece) > max_bytes:
-                    yield lineno, LineTooLong(pending_len + len(piece))
-                    pending, pending_len = [], 0
-                    continue
-                if pending:
-                    pending.append(piece)
-                    line = b"".join(pending)
-                    pending, pending_len = [], 0
-                else:
-                    line = piece
-                kept = _kept(line, every)
-                if kept is not None:
-                    yield lineno, kept
-            if last:
-                pending_len += len(last)
-                if max_bytes is not None and pending_len > max_bytes:
-                    pending = [b""]  # the bytes are dropped; only the length is kept
-                else:
-                    pending.append(last)
+    # (the line a broken stream names is the one being read: lineno as it is then)
+    for block in read_blocks(path, lambda: lineno):  # noqa: B023
+        pieces = block.split(b"\n")
+        last = pieces.pop()
+        for piece in pieces:
+            lineno += 1
+            if max_bytes is not None and pending_len + len(piece) > max_bytes:
+                yield lineno, LineTooLong(pending_len + len(piece))
+                pending, pending_len = [], 0
+                continue
+            if pending:
+                pending.append(piece)
+                line = b"".join(pending)
+                pending, pending_len = [], 0
+            else:
+                line = piece
+            kept = _kept(line, every)
+            if kept is not None:
+                yield lineno, kept
+        if last:
+            pending_len += len(last)
+            if max_bytes is not None and pending_len > max_bytes:
+                pending = [b""]  # the bytes are dropped; only the length is kept
+            else:
+                pending.append(last)
     if pending and max_bytes is not None and pending_len > max_bytes:
         yield lineno + 1, LineTooLong(pending_len)
     elif pending:

@@ -24,6 +24,7 @@ import pytest
 
 from treeprep.formats import aider
 from treeprep.formats.base import ReadOptions
+from treeprep.io import lines
 from treeprep.io.lines import MAX_RECORD_BYTES, set_max_record_bytes
 from treeprep.schemas import ChatCall
 
@@ -119,7 +120,7 @@ def test_random_logs_convert_as_whole_conversions_do(seed, tmp_path, read_conver
     path = tmp_path / ".aider.llm.history"
     bad = 0.1 if seed % 2 else 0.0  # many rejected requests, or none but for the limit
     path.write_bytes(_log(seed, 30, bad))
-    monkeypatch.setattr(aider, "BLOCK", random.Random(seed).choice((1, 5, 64, 1 << 20)))
+    monkeypatch.setattr(lines, "BLOCK", random.Random(seed).choice((1, 5, 64, 1 << 20)))
     set_max_record_bytes(random.Random(seed).choice((MAX_RECORD_BYTES, 2000)))
     try:
         got = _read(read_converted, path, whole=False)
@@ -140,7 +141,7 @@ def test_reads_of_any_size_cut_the_same_blocks(seed, tmp_path, monkeypatch):
     try:
         whole = [x.model_dump_json() for x in aider.read(str(path), ReadOptions())]
         for size in (1, 2, 7, 64):
-            monkeypatch.setattr(aider, "BLOCK", size)
+            monkeypatch.setattr(lines, "BLOCK", size)
             got = [x.model_dump_json() for x in aider.read(str(path), ReadOptions())]
             assert got == whole, size
     finally:
