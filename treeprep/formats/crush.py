@@ -188,9 +188,10 @@ class _Context:
     Two sets over the whole history decide a message's conversion: a tool result is sent only when
     some assistant message made its call, and a call that no result answers gets Crush's
     ``INTERRUPTED`` result. Within one history both sets only grow, so a converted message can
-    change only when an id it waits for arrives (the usual case: a step's results come right
-    after it); the history is then converted again from the earliest such message. A finished
-    summary starts the history anew, at the summary (``compacted`` until a call takes it).
+    change only when an id it waits for arrives; the history is then converted again from the
+    earliest such message (seldom: a step and its results come in between the same two calls,
+    and are converted together). A finished summary starts the history anew, at the summary
+    (``compacted`` until a call takes it).
     """
 
     def __init__(self, sub_agent: bool) -> None:
