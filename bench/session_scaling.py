@@ -365,21 +365,24 @@ def write_aider(folder: Path, n: int) -> Path:
     return path
 
 
+def _store(
+    path: Path, sessions: str, messages: str, session: str, insert: str, rows: list[tuple]
+) -> Path:
+    """An SQLite store at ``path``: its ``sessions`` and ``messages`` tables, one session row,
+    and the message ``rows`` inserted by ``insert`` (Goose's and Crush's stores)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    for statement in (sessions, messages, session):
+        db.execute(statement)
+    db.executemany(insert, rows)
+    db.commit()
+    db.close()
+    return path
+
+
 def write_goose(folder: Path, n: int) -> Path:
     """A Goose session store (``sample_data/goose/sessions.db``): one session's messages, each
     row's ``content_json`` a list of content items (text, toolRequest, toolResponse)."""
-    path = folder / "sessions.db"
-    folder.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TABLE sessions (id TEXT PRIMARY KEY, working_dir TEXT NOT NULL, "
-        "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)"
-    )
-    db.execute(
-        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, role "
-        "TEXT, content_json TEXT, created_timestamp INTEGER, metadata_json TEXT)"
-    )
-    db.execute("INSERT INTO sessions (id, working_dir) VALUES ('s1', '/app')")
     rows: list[tuple[str, str]] = []
     for i, (user, said, cmd, out) in enumerate(_turns(n, 10)):
         if user is not None or not rows:
@@ -390,31 +393,22 @@ def write_goose(folder: Path, n: int) -> Path:
         result = {"status": "success", "value": {"content": [{"type": "text", "text": out}]}}
         response = {"type": "toolResponse", "id": f"c{i}", "toolResult": result}
         rows.append(("user", json.dumps([response])))
-    db.executemany(
+    return _store(
+        folder / "sessions.db",
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, working_dir TEXT NOT NULL, "
+        "created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)",
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, role "
+        "TEXT, content_json TEXT, created_timestamp INTEGER, metadata_json TEXT)",
+        "INSERT INTO sessions (id, working_dir) VALUES ('s1', '/app')",
         "INSERT INTO messages (session_id, role, content_json, created_timestamp, metadata_json) "
         "VALUES ('s1', ?, ?, ?, '{}')",
         [(role, content, k) for k, (role, content) in enumerate(rows)],
     )
-    db.commit()
-    db.close()
-    return path
 
 
 def write_crush(folder: Path, n: int) -> Path:
     """A Crush store (``sample_data/crush/crush.db``): one session, one message per step, its
     ``parts`` typed (text, tool_call, finish), each step's results in a ``tool`` message."""
-    path = folder / "crush.db"
-    folder.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TABLE sessions (id TEXT PRIMARY KEY, parent_session_id TEXT, "
-        "summary_message_id TEXT, created_at INTEGER)"
-    )
-    db.execute(
-        "CREATE TABLE messages (id TEXT PRIMARY KEY, session_id TEXT, role TEXT, parts TEXT, "
-        "model TEXT, created_at INTEGER, is_summary_message INTEGER)"
-    )
-    db.execute("INSERT INTO sessions (id, created_at) VALUES ('s1', 1)")
 
     def part(kind: str, **data: object) -> dict:
         return {"type": kind, "data": data}
@@ -428,13 +422,16 @@ def write_crush(folder: Path, n: int) -> Path:
         rows.append(("assistant", [part("text", text=said), call, done]))
         result = part("tool_result", tool_call_id=f"c{i}", name="bash", content=out)
         rows.append(("tool", [result]))
-    db.executemany(
+    return _store(
+        folder / "crush.db",
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, parent_session_id TEXT, "
+        "summary_message_id TEXT, created_at INTEGER)",
+        "CREATE TABLE messages (id TEXT PRIMARY KEY, session_id TEXT, role TEXT, parts TEXT, "
+        "model TEXT, created_at INTEGER, is_summary_message INTEGER)",
+        "INSERT INTO sessions (id, created_at) VALUES ('s1', 1)",
         "INSERT INTO messages VALUES (?, 's1', ?, ?, 'm', ?, 0)",
         [(f"m{k}", role, json.dumps(parts), k) for k, (role, parts) in enumerate(rows)],
     )
-    db.commit()
-    db.close()
-    return path
 
 
 def write_atif(folder: Path, n: int) -> Path:
