@@ -386,46 +386,51 @@ class _Expiry:
         return min(gone, default=None)
 
 
-def _logged(path: str) -> list[tuple[int, Any]]:
-    """``(line, record)`` of a log in order (the record None for a line that is not JSON)."""
-    return [(n, None if isinstance(v, Reject) else v) for n, v in records(path, NAME, objects=True)]
+def _logged(path: str) -> list[Any]:
+    """The records of a log in order (None for a line that is not JSON)."""
+    return [None if isinstance(v, Reject) else v for _, v in records(path, NAME, objects=True)]
 
 
-def _forks(path: str, branch: str) -> list[int]:
-    """The lines of a branch file at which it leaves another log of its conversation (its first
-    record that differs from that log's), ascending; none for the main log."""
-    if branch == "main":
-        return []
-    folder = os.path.dirname(os.path.abspath(path))
-    conv = os.path.dirname(folder)
-    others = [os.path.join(conv, n) for n in reads.listdir(conv) if n.startswith(_MAIN)]
-    others += [os.path.join(folder, n) for n in reads.listdir(folder) if ".jsonl" in n]
-    mine = _logged(path)
-    forks: set[int] = set()
-    for other in others:
-        if not reads.isfile(other) or os.path.samefile(other, path):
-            continue
-        try:
-            theirs = [v for _, v in _logged(other)]
-        except (InputError, OSError):
-            continue  # that log is unreadable: its own read says why
-        same = next(
-            (i for i, (_, v) in enumerate(mine) if i >= len(theirs) or v != theirs[i]), None
-        )
-        if same is not None:
-            forks.add(mine[same][0])
-    return sorted(forks)
+class _Forks:
+    """Where a branch file leaves the conversation's other logs (``conversation.jsonl``, the
+    other branches): at its first record that differs from that log's. The records are compared
+    as the branch is read; none for the main log."""
 
+    def __init__(self, path: str, branch: str) -> None:
+        self.others: list[list[Any]] = []  # the records of each log not left yet
+        self.found: list[int] = []  # the lines where the branch left one, since the last call
+        if branch == "main":
+            return
+        folder = os.path.dirname(os.path.abspath(path))
+        conv = os.path.dirname(folder)
+        names = [os.path.join(conv, n) for n in reads.listdir(conv) if n.startswith(_MAIN)]
+        names += [os.path.join(folder, n) for n in reads.listdir(folder) if ".jsonl" in n]
+        for other in names:
+            if not reads.isfile(other) or os.path.samefile(other, path):
+                continue
+            try:
+                self.others.append(_logged(other))
+            except (InputError, OSError):
+                continue  # that log is unreadable: its own read says why
 
-def _hint(gone: int | None, forks: list[int], line: int) -> tuple[str | None, list[int]]:
-    """The hint of the call at ``line`` and the forks after it. ``gone``: the line of the first
-    message its prompt lost (an expired ephemeral one); ``forks``: where the log leaves another
-    log of its conversation. The earlier of the two is where its tokens part."""
-    fork = forks[0] if forks and forks[0] <= line else None
-    rest = [f for f in forks if f > line]
-    if gone is not None and (fork is None or gone < fork):
-        return "elided-history", rest
-    return ("retry" if fork is not None else None), rest
+    def see(self, i: int, rec: Any, line: int) -> None:
+        """The branch's record ``i`` (None: not JSON), at ``line``."""
+        if not self.others:
+            return
+        same = [t for t in self.others if i < len(t) and t[i] == rec]
+        if len(same) < len(self.others):
+            self.found.append(line)
+            self.others = same
+
+    def hint(self, gone: int | None) -> str | None:
+        """The hint of the call now read. ``gone``: the line of the first message its prompt
+        lost (an expired ephemeral one); a fork since the last call: where the log left another.
+        The earlier of the two is where its tokens part."""
+        fork = self.found[0] if self.found else None
+        self.found = []
+        if gone is not None and (fork is None or gone < fork):
+            return "elided-history"
+        return "retry" if fork is not None else None
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
@@ -434,10 +439,11 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     history: list[dict[str, Any]] = []
     prompts = _Prompts({})  # the history's assistant messages parsed once, the prompt folded
     expiry = _Expiry()
-    forks = _forks(path, branch)
+    forks = _Forks(path, branch)
     broken: str | None = None  # why the prompts stop being whole
     k = 0
-    for line, rec in records(path, NAME, objects=True):
+    for i, (line, rec) in enumerate(records(path, NAME, objects=True)):
+        forks.see(i, None if isinstance(rec, Reject) else rec, line)
         if isinstance(rec, Reject):
             rec.reason += "; gptme skips it too, the prompts after it are as gptme sent them"
             yield rec
@@ -455,7 +461,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             expiry.add(m, line)
             continue
         k += 1
-        hint, forks = _hint(expiry.expired(), forks, line)
+        hint = forks.hint(expiry.expired())
         if broken is not None:
             yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=broken)
         else:
