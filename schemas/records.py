@@ -22,7 +22,9 @@ names the sample; when it is None the builder uses the group id (the group is on
 
 from __future__ import annotations
 
-from operator import is_
+from bisect import bisect_left
+from itertools import compress, count
+from operator import is_, is_not
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -130,24 +132,30 @@ class ChatCall(_Model):
     def _tool_results_have_calls(self) -> ChatCall:
         global _LAST_CALLS
         msgs = self.messages
-        last, last_seen = _LAST_CALLS
-        if starts_with(msgs, last):
-            # the same objects checked last time: not again; their ids grow in place (a copy
-            # would cost the whole history's ids per call), so forget them until this call passes
-            start, seen = len(last), last_seen
-        else:
-            start, seen = 0, set()
-        _LAST_CALLS = ([], set())
+        last, made, where, seen = _LAST_CALLS
+        _LAST_CALLS = ([], [], [], set())  # forgotten until this call passes
+        start = shared_prefix(msgs, last)
+        if start < len(last):
+            # leaves the objects checked last time: the calls made before it leaves them
+            kept = bisect_left(where, start)
+            made, where = made[:kept], where[:kept]
+            seen = set(made)
+        # else the same objects checked last time (not again), whose calls grow in place (a copy
+        # would cost the whole history's ids per call)
         for i in range(start, len(msgs)):
             m = msgs[i]
             if m.role == "assistant" and m.tool_calls:
-                seen.update(tc.id for tc in m.tool_calls if tc.id)
+                for tc in m.tool_calls:
+                    if tc.id:
+                        seen.add(tc.id)
+                        made.append(tc.id)
+                        where.append(i)
             if m.role == "tool" and m.tool_call_id is not None and m.tool_call_id not in seen:
                 raise ValueError(
                     f"messages[{i}] is a tool result for tool_call_id {m.tool_call_id!r} "
                     "but no earlier assistant message made that call"
                 )
-        _LAST_CALLS = (list(msgs), seen)
+        _LAST_CALLS = (list(msgs), made, where, seen)
         return self
 
 
@@ -159,11 +167,24 @@ def starts_with(items: list[Any], head: list[Any]) -> bool:
     return 0 < k <= len(items) and items[k - 1] is head[-1] and all(map(is_, head, items))
 
 
-#: the messages :meth:`ChatCall._tool_results_have_calls` checked last and the tool-call ids they
-#: made: a session's calls share their history's :class:`Message` objects (the adapters validate
-#: each once), so a call whose messages start with the last call's objects checks only the rest
-#: (a message's role and ids are not changed after it is made)
-_LAST_CALLS: tuple[list[Message], set[str]] = ([], set())
+def shared_prefix(items: list[Any], head: list[Any]) -> int:
+    """How many of ``items`` are, from the first on, the very objects of ``head`` (identity, in
+    C): what a call shares with the history of one before it that it leaves somewhere (Aider's
+    files after the history, an elided output, a retry).
+
+    >>> a, b = object(), object()
+    >>> shared_prefix([a, b, 1], [a, b, 2]), shared_prefix([a], [b]), shared_prefix([a, b], [a])
+    (2, 0, 1)
+    """
+    return next(compress(count(), map(is_not, items, head)), min(len(items), len(head)))
+
+
+#: the messages :meth:`ChatCall._tool_results_have_calls` checked last, the tool-call ids they
+#: made, the index of the message that made each, and the ids as a set: a session's calls share
+#: their history's :class:`Message` objects (the adapters validate each once), so a call checks
+#: only the messages after those it begins with that are the last call's objects (a message's
+#: role and ids are not changed after it is made)
+_LAST_CALLS: tuple[list[Message], list[str], list[int], set[str]] = ([], [], [], set())
 
 
 class TokenRollout(_Model):

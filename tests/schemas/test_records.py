@@ -42,3 +42,20 @@ def test_shared_history_is_checked_like_a_fresh_one() -> None:
     fresh = [Message.model_validate(m.model_dump()) for m in history]
     with pytest.raises(ValidationError, match="'x' but no earlier assistant"):
         _call([*fresh, _answers("x")])
+
+
+def test_a_call_that_leaves_the_last_keeps_only_the_ids_made_before_it_leaves() -> None:
+    """A prompt that shares the first messages of the last one and then goes on differently
+    (Aider's files after the history, an elided output, a retry) knows only the calls its
+    shared messages made, not those made after it left the last prompt."""
+    user = Message.model_validate({"role": "user", "content": "hi"})
+    history = [user, _asks("a"), _answers("a"), _asks("b"), _answers("b")]
+    _call(history)
+    retry = [*history[:3], Message.model_validate({"role": "user", "content": "again"})]
+    _call([*retry, _asks("c"), _answers("c")])
+    with pytest.raises(ValidationError, match="'b' but no earlier assistant"):
+        _call([*retry, _answers("b")])  # b was made only after this prompt leaves the first
+    with pytest.raises(ValidationError, match="'c' but no earlier assistant"):
+        _call([*history[:3], _answers("c")])
+    _call([*history[:3], _answers("a")])
+    _call([*history, _asks("d"), _answers("b"), _answers("d")])

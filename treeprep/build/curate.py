@@ -23,8 +23,9 @@ reasoning merge.
   is where gpt-oss's template writes it anyway (the response parser reads it back as reasoning,
   so without ``fold`` such a completion is rejected: :mod:`treeprep.render.response`). Each call
   in which a turn changed is counted (``reasoning-merge:drop``); the calls of a session share
-  their history's messages (:func:`treeprep.formats._fields.make_call`), so a turn that later
-  calls repeat is changed, and counted, in the first call that carries it. A final answer after such
+  their history's messages (:func:`treeprep.formats._fields.make_call`), up to where a call
+  leaves the one before (a retry, a branch), so a turn that later calls repeat is changed, and
+  counted, in the first call that carries it. A final answer after such
   turns renders after its generation prompt (:mod:`treeprep.render.prompted`).
 """
 

@@ -288,16 +288,16 @@ def _unrecognised(job: FileJob) -> FileResult:
 
 def _too_deep(item: Any) -> str | None:
     """Why a call's tools or tool-call arguments nest too deep to render, or None. The prompt
-    messages that start with the last passed call's (the same objects: a session's history,
-    :func:`treeprep.formats._fields.make_call`) are not walked again."""
-    from treeprep.schemas.records import starts_with
+    messages it begins with that are the last passed call's (the same objects: a session's
+    history, :func:`treeprep.formats._fields.make_call`) are not walked again."""
+    from treeprep.schemas.records import shared_prefix
 
     global _PASSED
     tools = getattr(item, "tools", None)
     if tools and nested_deeper(tools, MAX_JSON_DEPTH):
         return f"tools: nested deeper than {MAX_JSON_DEPTH} levels"
     prompt = list(getattr(item, "messages", []))
-    k = len(_PASSED) if starts_with(prompt, _PASSED) else 0
+    k = shared_prefix(prompt, _PASSED)
     msgs = [*prompt, getattr(item, "completion", None)]
     for i in range(k, len(msgs)):
         for tc in getattr(msgs[i], "tool_calls", None) or []:

@@ -390,8 +390,9 @@ def file_stem(path: str, suffixes: tuple[str, ...]) -> str:
 def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> ChatCall | Reject:
     """Validate a ChatCall; a validation error becomes a Reject naming the file and line.
 
-    The prompt's messages that the last call made here also began with are that call's
-    :class:`~treeprep.schemas.Message` objects, not validated again (:func:`_shared_messages`).
+    The messages the prompt begins with that are the same input as the last call's here are
+    that call's :class:`~treeprep.schemas.Message` objects, not validated again
+    (:func:`_shared_messages`).
 
     The readers' contract: a reader never changes a message dict (nor anything inside it) after
     it has handed it here, so a dict handed again is the input it was the first time and the
@@ -432,17 +433,20 @@ def forget_shared_messages() -> None:
 
 
 def _shared_messages(messages: Any) -> list[Message] | None:
-    """``messages`` (dicts) as validated objects: when the last prompt's messages begin this one
-    (each the same input), their objects, and the others validated one by one; else all
-    validated. None when one does not validate or the list is not plain JSON (the caller then
-    validates the whole call).
+    """``messages`` (dicts) as validated objects: the longest prefix of them that is the same
+    input as the last prompt's, the last prompt's objects, and the others validated one by one.
+    None when one does not validate or the list is not plain JSON (the caller then validates the
+    whole call).
 
     A session's call k sends call k-1's messages again, and validating every message of every
     call cost pydantic time quadratic in the session. The objects are shared between the calls,
     as the rows of :mod:`~treeprep.formats.conversations` share theirs; the renderer knows a
-    shared history by them (:mod:`treeprep.render.history`). Whether the last prompt begins this
-    one is all or nothing, as it always was: a prompt that goes back and on differently shares
-    none (so the curation of its turns is counted again, :mod:`treeprep.build.curate`).
+    shared history by them (:mod:`treeprep.render.history`). A prompt need not go on from the
+    last one whole: Aider sends the chat's files after the history, SWE-agent elides an old
+    output in each call, a retry goes back; each still shares the messages up to where it
+    leaves the last prompt. A Message is made of its dict alone, so sharing a prefix is exact;
+    the build's curation of a shared turn (:mod:`treeprep.build.curate`) is done, and counted,
+    by the first call that made its object.
 
     Same input is told per message, in two ways. A message that is the very dict of the last
     prompt at its position is the same input by the readers' contract (:func:`make_call`): the
@@ -457,24 +461,24 @@ def _shared_messages(messages: Any) -> list[Message] | None:
     if not isinstance(messages, list):
         return None
     last_dicts, last_blobs, last = _LAST_PROMPT
-    n = len(last)
-    blobs = last_blobs[: len(messages)]  # the identical dicts' texts; the others' written below
-    same = 0 < n <= len(messages)
+    n = min(len(last), len(messages))
+    blobs = last_blobs[:n]  # the identical dicts' texts; the others' written below
+    shared = n  # up to the first message that is another input than the last prompt's
     # only the positions whose dict is not the last prompt's (the walk to them runs in C)
     for i in compress(range(n), map(is_not, messages, last_dicts)):
         blob = json_key(messages[i])
         if blob is None:
             return None
-        same = same and blob == last_blobs[i]
+        if shared == n and blob != last_blobs[i]:
+            shared = i
         blobs[i] = blob
     for m in messages[n:]:
         blob = json_key(m)
         if blob is None:
             return None
         blobs.append(blob)
-    k = n if same else 0
     try:
-        out = last[:k] + [Message.model_validate(m) for m in messages[k:]]
+        out = last[:shared] + [Message.model_validate(m) for m in messages[shared:]]
     except ValidationError:
         return None
     _LAST_PROMPT = (list(messages), blobs, out)

@@ -15,9 +15,9 @@ again together with the next ones: the converter says how many (:class:`Converte
 
 A converter that makes one message of each entry from that entry alone, leaving none open, may
 say so (``per_entry``): then a history that leaves the converted one keeps the messages of the
-entries both begin with (:func:`shared_length`) and converts only the rest. Aider's requests need
-it: each sends the history, then the files and a reminder that the next one sends after more
-history.
+entries both begin with (:func:`~treeprep.schemas.records.shared_prefix`) and converts only the
+rest. Aider's requests need it: each sends the history, then the files and a reminder that the
+next one sends after more history.
 
 The messages are the same dicts call after call and are never changed once made (the readers'
 contract of :func:`~treeprep.formats._fields.make_call`), so make_call validates each once and
@@ -30,11 +30,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from itertools import compress, count
-from operator import is_not
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from treeprep.schemas.records import starts_with
+from treeprep.schemas.records import shared_prefix, starts_with
 
 T = TypeVar("T")
 
@@ -85,7 +83,7 @@ class ConvertedHistory(Generic[T]):
         what you keep."""
         if self.entries and not starts_with(history, self.entries):
             if self.per_entry:
-                self._keep(shared_length(history, self.entries))
+                self._keep(shared_prefix(history, self.entries))
             else:
                 self.reset()
         r = len(self.entries) - self._open.open_entries
@@ -106,13 +104,3 @@ class ConvertedHistory(Generic[T]):
         """Forget all but the first ``n`` entries and their messages (``per_entry`` only)."""
         self.roles.subtract(m.get("role") for m in self.messages[n:])
         del self.entries[n:], self.messages[n:]
-
-
-def shared_length(items: list[Any], head: list[Any]) -> int:
-    """How many of the first objects of ``items`` are those of ``head`` (identity, in C).
-
-    >>> a, b = object(), object()
-    >>> shared_length([a, b, 1], [a, b, 2]), shared_length([a], [b]), shared_length([a, b], [a])
-    (2, 0, 1)
-    """
-    return next(compress(count(), map(is_not, items, head)), min(len(items), len(head)))

@@ -13,19 +13,24 @@ the appended messages, so a call costs what it appends (plus C-speed list and st
 What the caches are keyed by
 ----------------------------
 - :class:`NormalizedHistory` keeps the last call's prompt :class:`~treeprep.schemas.Message`
-  objects and their template dicts. A call whose messages start with *the same objects* (identity,
-  not equality: ``1 == True`` in a tool call's arguments would render differently) reuses those
-  dicts. The adapters hand out the same validated objects for a history that did not change
-  (:func:`treeprep.formats._fields.make_call`, within one input file). Records are not changed
-  in place after they are read, except by the build's curation (:mod:`treeprep.build.curate`),
-  which runs on each call before it renders and is idempotent: a shared message is rewritten by
-  the first call that carries it, before its first render, and left as it is by the later ones.
+  objects and their template dicts. A call reuses the dicts of the messages it begins with that
+  are *the same objects* (identity, not equality: ``1 == True`` in a tool call's arguments would
+  render differently), up to the first that is not: a call need not go on from the last one
+  whole (Aider sends the chat's files after the history, SWE-agent elides an old output in each
+  call, a retry goes back). The adapters hand out the same validated objects for the messages
+  a history shares with the last one (:func:`treeprep.formats._fields.make_call`, within one
+  input file). Records are not changed in place after they are read, except by the build's
+  curation (:mod:`treeprep.build.curate`), which runs on each call before it renders and is
+  idempotent: a shared message is rewritten by the first call that carries it, before its first
+  render, and left as it is by the later ones.
 - :class:`RenderedPrefixes` keeps the last few texts a native port rendered, each with its
   template dicts (identity again: the dicts of :class:`NormalizedHistory` are only read) and its
   tools (by their JSON text, compared exactly; tools holding a non-finite number are not cached,
   as orjson writes it as ``null``). Only ports that declare the prefix property extend a text
   (:attr:`~treeprep.render.native.NativeTemplate.extend`); the renderer's cross-check against the
-  jinja template (:mod:`treeprep.crosscheck`) covers extended texts like whole ones.
+  jinja template (:mod:`treeprep.crosscheck`) covers extended texts like whole ones. A call is
+  extended from the longest kept text whose messages all begin it; when none does, from the one
+  that shares the most messages with it, whose turns after those are cut off first.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from treeprep.render.gaps import SYSTEM_ROLES
 from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
 from treeprep.schemas import Message
-from treeprep.schemas.records import starts_with
+from treeprep.schemas.records import shared_prefix, starts_with
 
 #: texts kept by :class:`RenderedPrefixes` (a call renders three: full, prompt, previous turn)
 KEEP = 4
@@ -57,7 +62,7 @@ class NormalizedHistory:
     def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
         """``[split_inline_think(normalize_message(m, f"messages[{i}]")) ...]`` of
         ``messages``; :class:`~treeprep.errors.RenderError` as that raises it."""
-        k = len(self._source) if starts_with(messages, self._source) else 0
+        k = shared_prefix(messages, self._source)
         out = self._dicts[:k]
         first = self._first_system if self._first_system < k else -1
         for i in range(k, len(messages)):
@@ -104,8 +109,9 @@ def _non_finite(value: Any) -> bool:
 
 
 class RenderedPrefixes:
-    """A native port's renders, extending the longest kept text whose messages start the
-    conversation (see the module docstring)."""
+    """A native port's renders, each extended from the kept text whose messages begin the
+    conversation, or else from the one that shares the most messages with it (see the module
+    docstring)."""
 
     def __init__(self, port: NativeTemplate) -> None:
         self.port = port
@@ -122,22 +128,35 @@ class RenderedPrefixes:
         key = _tools_key(tools)
         text = None
         if key is not None:
-            # the longest kept text first: one whole identity check per render, not one per text
-            # that passes the first check (each walks the history)
-            ranked = sorted(self._texts, key=lambda kept: len(kept[0]), reverse=True)
-            best = next(
-                (kept for kept in ranked if kept[1] == key and starts_with(messages, kept[0])),
-                None,
-            )
+            best, shared = self._closest(messages, key)
             if best is not None:
-                k = len(best[0])
-                text = best[2] if k == len(messages) else port.extend(best[2], messages, k, tools)
+                old, _, kept = best
+                same = shared == len(old) == len(messages)
+                text = kept if same else port.extend(kept, old, messages, shared, tools)
         if text is None:
             text = port.render(messages, tools, False)
         if key is not None:
             self._texts.append((list(messages), key, text))
             del self._texts[:-KEEP]
         return text + port.generation_prompt if gen else text
+
+    def _closest(
+        self, messages: list[dict[str, Any]], key: bytes
+    ) -> tuple[tuple[list[dict[str, Any]], bytes, str] | None, int]:
+        """The kept text (of the same tools) to extend, and how many messages it shares with
+        ``messages``: the longest whose messages all begin ``messages`` (one identity check per
+        text that fails, as its last message is checked first), else the one sharing the most
+        (the fewest kept to cut at a tie); (None, 0) when none shares the first message."""
+        same = [kept for kept in self._texts if kept[1] == key]
+        for kept in sorted(same, key=lambda kept: len(kept[0]), reverse=True):
+            if starts_with(messages, kept[0]):
+                return kept, len(kept[0])
+        best, shared = None, 0
+        for kept in same:
+            j = shared_prefix(messages, kept[0])
+            if j > shared or (j == shared and best is not None and len(kept[0]) < len(best[0])):
+                best, shared = kept, j
+        return (best, shared) if shared else (None, 0)
 
     def clear(self) -> None:
         self._texts.clear()

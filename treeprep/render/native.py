@@ -46,12 +46,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from treeprep.errors import RenderError, TemplateLimitError
 from treeprep.render.native_qwen import (
     _GENERATION_PROMPT,
     _end_assistant,
+    _extend,
     _finish,
     _reasoning,
     _system_block,
@@ -92,8 +94,11 @@ FALLBACK_ERRORS: tuple[type[Exception], ...] = (
 )
 
 RenderFn = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None, bool], str]
-#: (text of ``messages[:start]``, messages, start, tools) -> text of ``messages``
-ExtendFn = Callable[[str, list[dict[str, Any]], int, list[dict[str, Any]] | None], str]
+#: (text of ``old``, old, messages, shared, tools) -> text of ``messages``, where the first
+#: ``shared >= 1`` messages of ``old`` are those of ``messages``
+ExtendFn = Callable[
+    [str, list[dict[str, Any]], list[dict[str, Any]], int, list[dict[str, Any]] | None], str
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +107,12 @@ class NativeTemplate:
 
     name: str
     render: RenderFn
-    #: the text of a conversation (no generation prompt) from the text of a non-empty prefix of
-    #: it, exactly ``render(messages, tools, False)``: the text of the messages after the prefix
-    #: appended (:func:`extend_builtin_chatml`), or the prefix's last turns rendered again where
-    #: they depend on later messages (:func:`~treeprep.render.native_qwen.extend_qwen3`); None:
-    #: every call is rendered whole
+    #: the text of a conversation (no generation prompt) from the text of another that begins
+    #: with the same messages (at least one), exactly ``render(messages, tools, False)``: the
+    #: other's turns after the shared ones cut off, and the conversation's appended
+    #: (:func:`extend_builtin_chatml`), the last shared turns rendered again where they depend on
+    #: later messages (:func:`~treeprep.render.native_qwen.extend_qwen3`); None: every call is
+    #: rendered whole
     extend: ExtendFn | None = None
     #: with ``extend``: what ``add_generation_prompt`` appends to the text
     generation_prompt: str = ""
@@ -130,26 +136,30 @@ def render_builtin_chatml(
     assistant turn that has it, tool results as ``tool`` turns."""
     out: list[str] = []
     _system_block(out, messages, tools, head=_BUILTIN_TOOLS_HEAD, tail=_BUILTIN_TOOLS_TAIL)
-    _builtin_turns(out, messages, 0)
+    _builtin_turns(out, messages, 0, len(messages))
     return _finish(out, add_generation_prompt)
 
 
 def extend_builtin_chatml(
-    text: str, messages: list[dict[str, Any]], start: int, tools: list[dict[str, Any]] | None
+    text: str,
+    old: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    shared: int,
+    tools: list[dict[str, Any]] | None,
 ) -> str:
-    """``render_builtin_chatml(messages, tools, False)``, given ``text``, the render of
-    ``messages[:start]`` with the same tools and ``start >= 1``: the system block reads only
-    ``messages[0]`` and the tools, and each turn only its own message, so the text of the
-    messages after ``start`` is appended to ``text``."""
-    out = [text]
-    _builtin_turns(out, messages, start)
-    return "".join(out)
+    """``render_builtin_chatml(messages, tools, False)``, given ``text``, the render of ``old``
+    with the same tools, whose first ``shared >= 1`` messages are those of ``messages``: the
+    system block reads only ``messages[0]`` and the tools, and each turn only its own message,
+    so the turns of ``old[shared:]`` are cut off ``text`` and those of ``messages[shared:]``
+    appended (:func:`~treeprep.render.native_qwen._extend`)."""
+    whole = partial(render_builtin_chatml, messages, tools, False)
+    return _extend(text, old, messages, shared, _builtin_turns, (), (), whole)
 
 
-def _builtin_turns(out: list[str], messages: list[dict[str, Any]], start: int) -> None:
-    """The turns of ``messages[start:]`` (a leading system message is the system block's)."""
+def _builtin_turns(out: list[str], messages: list[dict[str, Any]], start: int, stop: int) -> None:
+    """The turns of ``messages[start:stop]`` (a leading system message is the system block's)."""
     ap = out.append
-    for i in range(start, len(messages)):
+    for i in range(start, stop):
         m = messages[i]
         role = m["role"]
         if role == "system" and i == 0:

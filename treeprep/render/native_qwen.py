@@ -24,6 +24,13 @@ block reads only ``messages[0]``, which a non-empty prefix keeps, and the tools,
 :class:`~treeprep.render.history.RenderedPrefixes` compares exactly. What can still cost in
 proportion to the whole history on a call is done in C: the search for a query (roles read lazily,
 from the start for the first one, from the end for the last) and copying the kept text.
+
+A call need not go on from the whole kept conversation: Aider sends the chat's files after the
+history, SWE-agent elides an old output in each call. When ``messages`` shares only the first
+``j`` messages of the kept one, the kept pieces from ``s`` on are cut the same way, with
+``s = j - 1`` (the last shared message's next one changed), or for Qwen3 when the two
+conversations' last queries differ, the first message after the earlier one. A call then costs
+what it changed, not its whole history.
 """
 
 from __future__ import annotations
@@ -206,25 +213,25 @@ TurnsFn = Callable[..., None]
 
 def _extend(
     text: str,
+    old: list[dict[str, Any]],
     messages: list[dict[str, Any]],
     cut: int,
-    start: int,
     turns: TurnsFn,
-    old: tuple[Any, ...],
-    new: tuple[Any, ...],
+    old_context: tuple[Any, ...],
+    new_context: tuple[Any, ...],
     whole: Callable[[], str],
 ) -> str:
-    """The render of ``messages`` from ``text``, the render of ``messages[:start]``: the pieces of
-    ``messages[cut:start]`` in their ``old`` context cut off its end, the pieces of
-    ``messages[cut:]`` in the ``new`` one appended; ``whole()`` if ``text`` does not end with
-    those old pieces."""
+    """The render of ``messages`` from ``text``, the render of ``old``, whose pieces before
+    ``cut`` are those of ``messages``: the pieces of ``old[cut:]`` in their ``old_context`` cut
+    off its end, the pieces of ``messages[cut:]`` in the ``new_context`` appended; ``whole()`` if
+    ``text`` does not end with those old pieces."""
     out: list[str] = []
-    turns(out, messages, cut, start, *old)
+    turns(out, old, cut, len(old), *old_context)
     tail = "".join(out)
     if not text.endswith(tail):
         return whole()
     out = [text[: len(text) - len(tail)]]
-    turns(out, messages, cut, len(messages), *new)
+    turns(out, messages, cut, len(messages), *new_context)
     return "".join(out)
 
 
@@ -284,35 +291,48 @@ def render_qwen3(
 
 
 def extend_qwen3(
-    text: str, messages: list[dict[str, Any]], start: int, tools: list[dict[str, Any]] | None
+    text: str,
+    old: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    shared: int,
+    tools: list[dict[str, Any]] | None,
 ) -> str:
-    """``render_qwen3(messages, tools, False)`` from ``text``, the render of
-    ``messages[:start]`` with the same tools and ``start >= 1``. The pieces from ``start - 1``
-    on are rendered again, or from the message after the old last query when the appended
-    messages hold a new one (the turns in between lose their reasoning)."""
-    n = len(messages)
-    new = _last_query(messages, start, n)
+    """``render_qwen3(messages, tools, False)`` from ``text``, the render of ``old`` with the same
+    tools, whose first ``shared >= 1`` messages are those of ``messages``.
+
+    When ``old`` is all shared (``messages`` goes on from it), the pieces from ``shared - 1`` on
+    are rendered again, or from the message after the old last query when the appended messages
+    hold a new one (the turns in between lose their reasoning). When ``messages`` leaves ``old``
+    (or is shorter), the pieces from ``shared - 1`` on are, or from the one after the earlier of
+    the two last queries when they differ (the turns between them keep their reasoning in one
+    and not in the other)."""
+    n, k = len(messages), len(old)
+    whole = partial(render_qwen3, messages, tools, False)
+    if shared < k:
+        a, b = _last_query_or_last(old), _last_query_or_last(messages)
+        cut = shared - 1 if a == b else min(shared - 1, min(a, b) + 1)
+        return _extend(text, old, messages, cut, _qwen3_turns, (k - 1, a), (n - 1, b), whole)
+    new = _last_query(messages, k, n)
     if new < 0:
         # the last query did not move: only the last kept piece is rendered again, and as it is
-        # the last query or after it, any query before ``start`` (the first costs least) stands
-        # for the last one in both contexts; none: none in either
-        first = _first_query(messages, start)
-        cut = start - 1
-        old, new = (start - 1, n - 1) if first < 0 else (first, first)
+        # the last query or after it, any query before ``k`` (the first costs least) stands for
+        # the last one in both contexts; none: none in either
+        first = _first_query(messages, k)
+        cut = k - 1
+        was, new = (k - 1, n - 1) if first < 0 else (first, first)
     else:
-        found = _last_query(messages, 0, start)
-        old = start - 1 if found < 0 else found
-        cut = min(start - 1, old + 1)
-    return _extend(
-        text,
-        messages,
-        cut,
-        start,
-        _qwen3_turns,
-        (start - 1, old),
-        (n - 1, new),
-        lambda: render_qwen3(messages, tools, False),
-    )
+        found = _last_query(messages, 0, k)
+        was = k - 1 if found < 0 else found
+        cut = min(k - 1, was + 1)
+    return _extend(text, old, messages, cut, _qwen3_turns, (k - 1, was), (n - 1, new), whole)
+
+
+def _last_query_or_last(messages: list[dict[str, Any]]) -> int:
+    """The ``last_query`` the Qwen3 template renders ``messages`` with: the index of the last real
+    user query, or of the last message when there is none."""
+    n = len(messages)
+    found = _last_query(messages, 0, n)
+    return n - 1 if found < 0 else found
 
 
 def _qwen3_turns(
@@ -377,21 +397,32 @@ def render_qwen3_instruct_2507(
 
 
 def extend_qwen3_instruct_2507(
-    text: str, messages: list[dict[str, Any]], start: int, tools: list[dict[str, Any]] | None
+    text: str,
+    old: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    shared: int,
+    tools: list[dict[str, Any]] | None,
 ) -> str:
-    """``render_qwen3_instruct_2507(messages, tools, False)`` from ``text``, the render of
-    ``messages[:start]`` with the same tools and ``start >= 1`` (:func:`_extend_last`)."""
+    """``render_qwen3_instruct_2507(messages, tools, False)`` from ``text``, the render of ``old``
+    with the same tools, whose first ``shared >= 1`` messages are those of ``messages``
+    (:func:`_extend_last`)."""
     whole = partial(render_qwen3_instruct_2507, messages, tools, False)
-    return _extend_last(text, messages, start, _qwen3_instruct_2507_turns, whole)
+    return _extend_last(text, old, messages, shared, _qwen3_instruct_2507_turns, whole)
 
 
 def _extend_last(
-    text: str, messages: list[dict[str, Any]], start: int, turns: TurnsFn, whole: Callable[[], str]
+    text: str,
+    old: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    shared: int,
+    turns: TurnsFn,
+    whole: Callable[[], str],
 ) -> str:
     """:func:`_extend` for ports whose pieces depend only on the conversation's length (no last
-    query): the pieces from ``start - 1`` on are rendered again (a tool result closes its turn
+    query): the pieces from ``shared - 1`` on are rendered again (a tool result closes its turn
     only before a non-tool message)."""
-    return _extend(text, messages, start - 1, start, turns, (start,), (len(messages),), whole)
+    n = len(messages)
+    return _extend(text, old, messages, shared - 1, turns, (len(old),), (n,), whole)
 
 
 def _qwen3_instruct_2507_turns(
@@ -427,12 +458,17 @@ def render_qwen2_5(
 
 
 def extend_qwen2_5(
-    text: str, messages: list[dict[str, Any]], start: int, tools: list[dict[str, Any]] | None
+    text: str,
+    old: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    shared: int,
+    tools: list[dict[str, Any]] | None,
 ) -> str:
-    """``render_qwen2_5(messages, tools, False)`` from ``text``, the render of
-    ``messages[:start]`` with the same tools and ``start >= 1`` (:func:`_extend_last`)."""
+    """``render_qwen2_5(messages, tools, False)`` from ``text``, the render of ``old`` with the
+    same tools, whose first ``shared >= 1`` messages are those of ``messages``
+    (:func:`_extend_last`)."""
     whole = partial(render_qwen2_5, messages, tools, False)
-    return _extend_last(text, messages, start, _qwen2_5_turns, whole)
+    return _extend_last(text, old, messages, shared, _qwen2_5_turns, whole)
 
 
 def _qwen2_5_turns(

@@ -26,7 +26,7 @@ def read_converted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[str]]:
         with monkeypatch.context() as m:
             if whole:
                 m.setattr(_history, "starts_with", lambda items, head: False)
-                m.setattr(_history, "shared_length", lambda items, head: 0)
+                m.setattr(_history, "shared_prefix", lambda items, head: 0)
             return [i.model_dump_json() for i in reader(str(path), ReadOptions())]
 
     return read

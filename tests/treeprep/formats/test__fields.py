@@ -235,23 +235,32 @@ def test_equal_values_of_another_json_type_are_another_input(n: object) -> None:
     other[5]["tool_calls"][0]["function"]["arguments"] = {"n": n}
     assert other == msgs
     second = _validated(other)
-    assert not any(map(lambda a, b: a is b, second.messages, first.messages))
+    assert all(map(lambda a, b: a is b, second.messages[:5], first.messages))
+    assert second.messages[5] is not first.messages[5]
     assert type(second.messages[5].tool_calls[0].function.arguments["n"]) is type(n)
 
 
-def test_a_prompt_that_does_not_go_on_from_the_last_shares_nothing() -> None:
-    """All or nothing, as it always was: a prompt shorter than the last, or one that differs
-    in one message, validates all its messages, even those that are the last call's dicts."""
-    forget_shared_messages()
+def test_a_prompt_that_leaves_the_last_shares_the_messages_up_to_where_it_leaves(
+    written: list[Any],
+) -> None:
+    """A prompt shorter than the last, or one that differs in one message (Aider's files after
+    the history, SWE-agent's elided output, a retry), shares the last call's objects up to the
+    first message that is another input, and validates the rest, even those that are the last
+    call's dicts."""
     msgs = _history(3)
     first = _validated(msgs[:7])
     shorter = _validated(msgs[:4])
-    assert not any(map(lambda a, b: a is b, shorter.messages, first.messages))
+    assert all(map(lambda a, b: a is b, shorter.messages, first.messages[:4]))
     longer = _validated(msgs[:7])
-    assert all(map(lambda a, b: a is b, longer.messages, shorter.messages))
+    assert all(map(lambda a, b: a is b, longer.messages[:4], shorter.messages))
+    assert not any(map(lambda a, b: a is b, longer.messages[4:], first.messages[4:]))
     branch = [*msgs[:4], {"role": "user", "content": "again"}, *msgs[5:7]]
+    written.clear()
     forked = _validated(branch)
-    assert not any(map(lambda a, b: a is b, forked.messages, longer.messages))
+    assert [id(v) for v in written] == [id(branch[4])]  # the other dicts known by identity
+    assert all(map(lambda a, b: a is b, forked.messages[:4], longer.messages))
+    assert not any(map(lambda a, b: a is b, forked.messages[4:], longer.messages[4:]))
+    assert forked.messages[4].content == "again"
 
 
 def test_a_prompt_that_is_not_plain_json_is_validated_whole_and_not_kept() -> None:

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from treeprep.errors import RecordError
-from treeprep.formats._history import Converted, ConvertedHistory, shared_length
+from treeprep.formats._history import Converted, ConvertedHistory
+from treeprep.schemas.records import shared_prefix
 
 
 def _merge_runs(entries: list[str], start: int) -> Converted:
@@ -106,10 +107,10 @@ def test_per_entry_keeps_the_messages_of_the_entries_a_history_shares(seed):
         try:
             got = _texts(h.update(history))
         except RecordError:
-            assert h.entries == kept[: shared_length(history, kept)]
+            assert h.entries == kept[: shared_prefix(history, kept)]
             continue
         assert got == _texts(_one_each(history, 0).messages)
-        n = shared_length(history, kept)
+        n = shared_prefix(history, kept)
         assert all(a is b for a, b in zip(before[:n], h.messages, strict=False))
         assert h.roles["user"] == sum(role == "user" for role, _ in got)
 

@@ -14,6 +14,7 @@ from treeprep.render.history import NormalizedHistory, RenderedPrefixes
 from treeprep.render.messages import template_messages
 from treeprep.render.native import (
     PORTS,
+    NativeTemplate,
     extend_builtin_chatml,
     probe_conversations,
     render_builtin_chatml,
@@ -28,9 +29,9 @@ def test_extend_equals_the_whole_render_at_every_split(k: int) -> None:
     msgs, tools = probe_conversations()[k]
     for start in range(1, len(msgs) + 1):
         head = render_builtin_chatml(msgs[:start], tools, False)
-        assert extend_builtin_chatml(head, msgs, start, tools) == render_builtin_chatml(
-            msgs, tools, False
-        )
+        assert extend_builtin_chatml(
+            head, msgs[:start], msgs, start, tools
+        ) == render_builtin_chatml(msgs, tools, False)
         for gen in (False, True):
             assert render_builtin_chatml(msgs, tools, False) + (
                 BUILTIN.generation_prompt if gen else ""
@@ -82,6 +83,49 @@ def test_rendered_prefixes_know_a_message_by_identity_not_equality() -> None:
     other[2] = {**other[2], "tool_calls": [{"function": {"name": "sh", "arguments": {"n": True}}}]}
     assert cache.render(other, None, False) == render_builtin_chatml(other, None, False)
     assert '"n": true' in cache.render(other, None, False)
+
+
+def _leaving_sessions(n: int) -> dict[str, list[list[dict[str, Any]]]]:
+    """Prompts that leave the one before after the shared history: Aider's (the chat's files and
+    Aider's acknowledgement after the history, before the user's words), SWE-agent's (the
+    oldest output still shown is elided in each call) and a retry's (back two turns)."""
+    msgs = _session(n)
+    files = [
+        [
+            {"role": "user", "content": f"app.py after {i} edits"},
+            {"role": "assistant", "content": "Ok"},
+        ]
+        for i in range(n)
+    ]
+    aider = [[*msgs[: 3 * i + 1], *files[i], msgs[3 * i + 1]] for i in range(n)]
+    elided, history = [], list(msgs)
+    for i in range(1, n):
+        if i > 2:
+            old = history[3 * (i - 3) + 3]
+            history[3 * (i - 3) + 3] = {**old, "content": "(output elided)"}
+        elided.append(list(history[: 3 * i + 2]))
+    retry = [msgs[:10], msgs[:12], msgs[:7], [*msgs[:4], {"role": "user", "content": "again"}]]
+    return {"aider": aider, "elided": elided, "retry": retry}
+
+
+@pytest.mark.parametrize("kind", ["aider", "elided", "retry"])
+@pytest.mark.parametrize("name", sorted({p.name for p in PORTS.values() if p.extend}))
+def test_prompts_that_leave_the_last_extend_from_what_they_share(kind: str, name: str) -> None:
+    """Each prompt renders as the port renders it whole, and only the first is rendered whole:
+    the others cut the kept text where they leave it and append the rest."""
+    port = next(p for p in PORTS.values() if p.name == name)
+    whole: list[int] = []
+
+    def counted(msgs: list[dict[str, Any]], tools: Any, gen: bool) -> str:
+        whole.append(len(msgs))
+        return port.render(msgs, tools, gen)
+
+    cache = RenderedPrefixes(NativeTemplate(name, counted, port.extend, port.generation_prompt))
+    tools = [{"type": "function", "function": {"name": "sh", "parameters": {"n": 1}}}]
+    for msgs in _leaving_sessions(8)[kind]:
+        for gen in (True, False):
+            assert cache.render(msgs, tools, gen) == port.render(msgs, tools, gen)
+    assert len(whole) == 1
 
 
 def _calls(msgs: list[dict[str, Any]]) -> list[ChatCall]:
@@ -151,6 +195,7 @@ def test_has_system_follows_each_prompt_and_refuses_other_lists() -> None:
         base,
         [*base, c],  # shares the history: no system role yet
         [*base, c, msg("system", "d")],  # shares it, and one is appended later
+        [*base, msg("user", "e")],  # leaves it before the system message
         [msg("system", "s"), *base],  # a new history that opens with one
         base,  # back to none: the system message is not in this prompt
     ]

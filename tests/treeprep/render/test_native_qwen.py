@@ -91,11 +91,11 @@ def _assert_extends_at_every_split(
             continue
         if whole is None:
             with pytest.raises(FALLBACK_ERRORS):
-                port.extend(head, msgs, k, tools)
+                port.extend(head, msgs[:k], msgs, k, tools)
             continue
-        assert port.extend(head, msgs, k, tools) == whole, k
+        assert port.extend(head, msgs[:k], msgs, k, tools) == whole, k
         # it extends (cuts the end and appends) rather than rendering whole
-        assert port.extend("X" + head, msgs, k, tools) == "X" + whole, k
+        assert port.extend("X" + head, msgs[:k], msgs, k, tools) == "X" + whole, k
     if whole is not None:
         assert port.render(msgs, tools, True) == whole + port.generation_prompt
 
@@ -113,6 +113,46 @@ def test_extend_equals_the_whole_render_at_every_split(
 def test_extend_equals_the_whole_render_on_the_probes(name: str) -> None:
     for msgs, tools in probe_conversations():
         _assert_extends_at_every_split(QWEN[name], msgs, tools)
+
+
+EXTENDING = {p.name: p for p in PORTS.values() if p.extend is not None}
+
+
+def _assert_extends_from_every_shared_prefix(
+    port: NativeTemplate, old: list[dict[str, Any]], other: list[dict[str, Any]], tools: Any
+) -> None:
+    """The render of ``old[:j] + other[j:]`` and of ``old[:j]`` (a conversation that leaves
+    ``old`` after ``j`` messages, or stops there) from the render of ``old``, at every ``j``."""
+    assert port.extend is not None
+    kept = _render(port, old, tools)
+    if kept is None:
+        return
+    for j in range(1, len(old) + 1):
+        for msgs in (old[:j] + other[j:], old[:j]):
+            whole = _render(port, msgs, tools)
+            if whole is None:
+                with pytest.raises(FALLBACK_ERRORS):
+                    port.extend(kept, old, msgs, j, tools)
+                continue
+            assert port.extend(kept, old, msgs, j, tools) == whole, j
+            # it cuts the end and appends rather than rendering whole
+            assert port.extend("X" + kept, old, msgs, j, tools) == "X" + whole, j
+
+
+@pytest.mark.parametrize("name", sorted(EXTENDING))
+@given(old=session_st(), other=session_st(), tools=tools_st)
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+def test_extend_from_a_conversation_that_shares_a_prefix_equals_the_whole_render(
+    name: str, old: list[dict[str, Any]], other: list[dict[str, Any]], tools: Any
+) -> None:
+    _assert_extends_from_every_shared_prefix(EXTENDING[name], old, other, tools)
+
+
+@pytest.mark.parametrize("name", sorted(EXTENDING))
+def test_extend_from_a_shared_prefix_on_the_probes(name: str) -> None:
+    probes = probe_conversations()
+    for (old, tools), (other, _) in zip(probes, [*probes[1:], probes[0]], strict=True):
+        _assert_extends_from_every_shared_prefix(EXTENDING[name], old, other, tools)
 
 
 def _agent_session(queries: int, steps: int) -> list[dict[str, Any]]:
@@ -142,14 +182,14 @@ def test_qwen3_drops_the_reasoning_of_the_turns_before_a_new_query() -> None:
     second = next(i for i, m in enumerate(msgs) if m["content"] == "task 1")
     head = port.render(msgs[:second], None, False)
     assert "r0.2" in head
-    assert "r0.2" not in port.extend(head, msgs, second + 1, None)
+    assert "r0.2" not in port.extend(head, msgs[:second], msgs, second, None)
 
 
 def test_extend_renders_whole_when_the_text_does_not_end_as_expected() -> None:
     port = QWEN["qwen3"]
     msgs = _agent_session(2, 2)
     head = port.render(msgs[:5], None, False)
-    assert port.extend(head + "?", msgs, 5, None) == port.render(msgs, None, False)
+    assert port.extend(head + "?", msgs[:5], msgs, 5, None) == port.render(msgs, None, False)
 
 
 @pytest.mark.parametrize("name", sorted(QWEN))
