@@ -32,6 +32,9 @@ MAX_FIRST_RECORD = 256 << 20
 #: the deepest first record detection looks into (a record nested deeper is not used to detect
 #: the format: parsing and walking it would recurse once per level)
 MAX_SNIFF_DEPTH = 200
+#: past this many bytes, the first record is read up to its limit at once: each read of a part
+#: parses it again, and a document of tens of MB was parsed at every doubling of what was read
+GREEDY = 1 << 20
 #: lines looked through for a record within the limits when the first one is not
 MAX_LINES = 16
 _KEEP_STR = 256
@@ -51,19 +54,40 @@ def _parse_first(data: bytes, eof: bool) -> tuple[str, Any] | None:
             return "value", orjson.loads(line)
         except orjson.JSONDecodeError:
             pass  # a pretty-printed document: its first line is not a whole value
-    text = s.decode("utf-8", errors="replace")
-    if text.startswith("["):
+    if s.startswith(b"["):
         i = 1
-        while i < len(text) and text[i].isspace():
+        while i < len(s) and s[i : i + 1].isspace():
             i += 1
-        if i < len(text) and text[i] == "]":
+        if i < len(s) and s[i : i + 1] == b"]":
             return "array", None
+        return _first_value(s, i, "array", eof)
+    return _first_value(s, 0, "value", eof)
+
+
+def _first_value(s: bytes, start: int, kind: str, eof: bool) -> tuple[str, Any] | None:
+    """(kind, the JSON value that starts at ``s[start]``), or None when it is incomplete or not
+    JSON. With the whole file read (``eof``), orjson first: a first record can be a document of
+    tens of MB, which the standard library parses ten times slower. The standard library where
+    orjson refuses what it reads (NaN; invalid UTF-8, which it replaces), and on a part of the
+    file: orjson's error on a cut document holds many times the part's size, where a line over
+    the record limit must not be held (:func:`_read_capped`)."""
+    if eof:
+        part = s[start:]
         try:
-            return "array", _decoder.raw_decode(text, i)[0]
-        except json.JSONDecodeError:
-            return None
+            return kind, orjson.loads(part)
+        except orjson.JSONDecodeError as e:
+            if e.msg == "unexpected end of data":
+                return None  # read as far as the standard library would: the file is cut
+            if e.msg == "unexpected content after document":
+                # e.pos counts characters: the bytes of the first ``pos`` ones, which orjson read
+                end = len(part.decode("utf-8", errors="ignore")[: e.pos].encode("utf-8"))
+                try:
+                    return kind, orjson.loads(part[:end])
+                except orjson.JSONDecodeError:
+                    pass
+    text = s.decode("utf-8", errors="replace")
     try:
-        return "value", _decoder.raw_decode(text)[0]
+        return kind, _decoder.raw_decode(text, len(s[:start].decode("utf-8", "replace")))[0]
     except json.JSONDecodeError:
         return None
 
@@ -100,6 +124,8 @@ def _read_capped(path: str, head: bytes, cap: int) -> tuple[str, Any] | None | i
                     return found
                 if len(data) > cap:
                     return len(data)
+                if len(data) >= GREEDY:
+                    size = cap + 1  # the rest at once: one more parse, not one per doubling
                 data += f.read(min(size, cap + 1 - len(data)))
                 size *= 2
     except (OSError, EOFError, ValueError):

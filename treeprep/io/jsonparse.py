@@ -24,6 +24,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -155,9 +156,11 @@ def find_value(value: Any, path: str) -> str:
 def nested_deeper(value: Any, limit: int) -> bool:
     """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion).
 
-    First in C: each object or array writes one ``{`` or ``[`` in its JSON text, so a text with
-    at most ``limit`` of them nests no deeper (a session's calls repeat their history's
-    arguments, and the walk below cost more than the render)."""
+    In C where ``value`` is plain JSON: each object or array writes one ``{`` or ``[`` in its
+    JSON text, so a text with at most ``limit`` of them nests no deeper (a session's calls repeat
+    their history's arguments, and the walk below cost more than the render); else the depth of
+    the brackets outside its strings (:func:`_text_deeper`: a first record can be a document of
+    tens of MB, which the walk took seconds over)."""
     if not isinstance(value, dict | list):
         return False
     try:
@@ -167,6 +170,7 @@ def nested_deeper(value: Any, limit: int) -> bool:
     else:
         if blob.count(b"{") + blob.count(b"[") <= limit:
             return False
+        return _text_deeper(blob, limit)
     stack = [(value, 1)]
     while stack:
         v, d = stack.pop()
@@ -175,6 +179,22 @@ def nested_deeper(value: Any, limit: int) -> bool:
                 return True
             stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
     return False
+
+
+#: every byte but the quote and the brackets (deleted from a JSON text to read its nesting)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+#: the depth an opening (+1) or closing (-1) bracket adds
+_STEP = [1 if b in b"[{" else -1 for b in range(256)]
+
+
+def _text_deeper(blob: bytes, limit: int) -> bool:
+    """Whether ``blob``, orjson's text of a value, nests deeper than ``limit``, in C: without its
+    escaped backslashes and quotes, every ``"`` opens or closes a string (the other escapes hold
+    neither a quote nor a bracket), so of the quotes and brackets left, every other piece
+    between quotes is outside the strings; the depth is the running sum of its brackets."""
+    text = blob.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    outside = b"".join(text.split(b'"')[::2])
+    return max(accumulate(map(_STEP.__getitem__, outside)), default=0) > limit
 
 
 def _walk_json(value: Any) -> Iterator[tuple[str, Any]]:

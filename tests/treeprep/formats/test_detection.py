@@ -171,3 +171,68 @@ def test_no_line_within_the_limits_is_an_input_error_naming_line_1(tmp_path: Pat
     p.write_bytes(b"[" * 5000 + b"1" + b"]" * 5000 + b"\n" + b"y" * (2 << 20) + b"\n")
     with _with_record_limit(1 << 20), pytest.raises(InputError, match=r"r\.jsonl:1: the first"):
         _detect(p)
+
+
+def _stdlib_first(data: bytes, eof: bool) -> tuple[str, object] | None:
+    """What the first record of ``data`` is by the standard library's ``raw_decode`` (how
+    detection read it before orjson did): the reference for :func:`_parse_first`."""
+    s = data.removeprefix(BOM).lstrip()
+    if not s:
+        return None
+    if not eof and b"\n" in s and not s.startswith(b"["):
+        try:
+            return "value", json.loads(s[: s.index(b"\n")])
+        except ValueError:
+            pass
+    text = s.decode("utf-8", errors="replace")
+    kind, at = ("array", len(text) - len(text[1:].lstrip())) if text[0] == "[" else ("value", 0)
+    if kind == "array" and text[at : at + 1] == "]":
+        return "array", None
+    try:
+        return kind, json.JSONDecoder().raw_decode(text, at)[0]
+    except ValueError:
+        return None
+
+
+_FIRSTS = [
+    b'{"\xc3\xa9\xf0\x9f\x99\x82": ["\xc3\xbc", 1]}  {"b": 1}',  # characters before more content
+    b'{\n  "trajectory": [{"a": "\xc3\xa9"}],\n  "history": []\n}',  # pretty-printed
+    b'{\n  "trajectory": [{"a": "\xc3\xa9"}',  # cut
+    b'[\n  {"a": "\xc3\xa9"},\n  {"b": 2}\n]',
+    b'[ {"a": "\xc3\xa9"}, {"b"',  # an array whose first element is whole
+    b"[ ]",
+    b'{"a": NaN, "b": "\xc3\xa9"} {"c": 1}',  # orjson refuses NaN
+    b'{"a": "\xff\xfe"}',  # invalid UTF-8: replaced
+    b'{"a": 1}{"b": 2}',
+    b'{"a": 1}]',
+    b"   ",
+    b'"text" 1',
+]
+
+
+def test_the_first_record_reads_as_the_standard_library_reads_it() -> None:
+    """orjson reads the first record (tens of MB for a SWE-agent trajectory) where the standard
+    library read it; both read the same value, whole or cut, and where orjson refuses (NaN,
+    invalid UTF-8) the standard library still reads it."""
+    from treeprep.formats._sniff import _parse_first
+
+    for data in _FIRSTS:
+        for eof in (True, False):
+            assert _parse_first(data, eof) == _stdlib_first(data, eof), (data, eof)
+
+
+def test_a_whole_file_is_read_by_orjson_alone(monkeypatch) -> None:
+    """With the whole file read, what orjson reads (all but NaN and invalid UTF-8) is never
+    parsed again by the standard library, which a slip in the cut after the first value (orjson
+    counts characters, not bytes) would make it do."""
+    from treeprep.formats import _sniff
+
+    class Refuses:
+        def raw_decode(self, *args: object) -> None:
+            raise AssertionError("parsed by the standard library")
+
+    want = {data: _sniff._parse_first(data, True) for data in _FIRSTS}
+    monkeypatch.setattr(_sniff, "_decoder", Refuses())
+    for data in _FIRSTS:
+        if b"NaN" not in data and b"\xff" not in data and data.strip():
+            assert _sniff._parse_first(data, True) == want[data], data

@@ -3,13 +3,19 @@ InputError naming the file, the line and what was expected."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from treeprep.errors import InputError
 from treeprep.io.jsonparse import (
     NonFinite,
     head_record,
     json_key_in,
+    nested_deeper,
     parse_json_document,
     parse_json_line,
 )
@@ -68,3 +74,42 @@ def test_parse_json_document_errors_name_file_line_and_what_was_expected() -> No
         3,
         "t.q: expected a finite number, got Infinity",
     )
+
+
+def _depth(v: Any) -> int:
+    if isinstance(v, dict):
+        return 1 + max(map(_depth, v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max(map(_depth, v), default=0)
+    return 0
+
+
+#: strings that look like JSON structure: brackets, quotes and backslashes, escaped or not
+_tricky = st.lists(
+    st.sampled_from(["[", "]", "{", "}", '"', "\\", '\\"', "\\\\", "a", "é", "\n", ","]),
+    max_size=6,
+).map("".join)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-9, 9) | _tricky,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_tricky, inner, max_size=4),
+    max_leaves=60,
+)
+
+
+@given(value=_json, limit=st.integers(0, 12))
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+def test_nested_deeper_is_the_depth_of_the_value_whatever_its_strings_hold(
+    value: Any, limit: int
+) -> None:
+    """The C path reads the depth from the JSON text, outside the strings: brackets, quotes and
+    backslashes inside strings and keys do not count."""
+    assert nested_deeper(value, limit) == (_depth(value) > limit)
+
+
+def test_nested_deeper_of_a_large_document_that_is_shallow_or_not() -> None:
+    rows = [{"role": "tool", "content": '}]"\\' * 3, "calls": [{"a": [i]}]} for i in range(5000)]
+    doc = {"trajectory": [{"messages": rows}]}
+    assert _depth(doc) == 8
+    assert not nested_deeper(doc, 8) and nested_deeper(doc, 7)
+    doc["deep"] = json.loads("[" * 300 + "]" * 300)
+    assert nested_deeper(doc, 200) and not nested_deeper(doc, 301)
