@@ -25,6 +25,8 @@ them. One group (tree) per file: every call of a run shares its system prompt an
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import compress
+from operator import is_not
 from typing import Any
 
 from treeprep.errors import InputError, RecordError
@@ -38,8 +40,10 @@ from treeprep.formats._fields import (
     opt_list,
     reasoning_of,
 )
+from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats._read import document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.io.jsonparse import json_key
 from treeprep.schemas import Reject
 
 NAME = "swe-agent"
@@ -83,8 +87,42 @@ def _message(m: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def _messages(ms: list[Any], where: str) -> list[dict[str, Any]]:
-    return [_message(m, f"{where}[{j}]") for j, m in enumerate(ms)]
+class _Prompts:
+    """Each call's prompt messages, converting only those it does not share with the last one.
+
+    A ``.traj`` holds every step's messages whole (``query``, ``messages``), or the prompts are
+    prefixes of one ``history``, and converting each call's afresh was quadratic in the run (400
+    steps: 168k messages converted). A message that is the last prompt's at its position (the
+    same object, or one of the same JSON text: each step's list is parsed apart) stands as that
+    one, and :class:`~treeprep.formats._history.ConvertedHistory` keeps the messages of the ones
+    both prompts begin with; with SWE-agent's ``last_n_observations`` a prompt leaves the last
+    at the output elided last, and the messages after it are converted again."""
+
+    def __init__(self) -> None:
+        self._raw: list[Any] = []
+        self._blobs: list[bytes | None] = []
+        self._where = ""
+        self._history: ConvertedHistory[Any] = ConvertedHistory(self._convert, per_entry=True)
+
+    def _convert(self, entries: list[Any], at: int) -> Converted:
+        return Converted([_message(m, f"{self._where}[{at + j}]") for j, m in enumerate(entries)])
+
+    def messages(self, raw: list[Any], where: str) -> list[dict[str, Any]]:
+        """``raw`` converted (RecordError naming ``where`` and the index, as :func:`_message`)."""
+        n = min(len(raw), len(self._raw))
+        same, blobs = list(raw), self._blobs[:n]
+        for i in compress(range(n), map(is_not, raw, self._raw)):
+            blob = blobs[i] = _key(raw[i])
+            if blob is not None and blob == self._blobs[i]:
+                same[i] = self._raw[i]
+        blobs += map(_key, raw[n:])
+        self._raw, self._blobs, self._where = same, blobs, where
+        return list(self._history.update(same))
+
+
+def _key(m: Any) -> bytes | None:
+    """A raw message's JSON text (None: not a plain JSON object, never shared)."""
+    return json_key(m) if isinstance(m, dict) else None
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
@@ -124,6 +162,7 @@ def _calls(
     def reject(reason: str) -> None:
         problems.append(Reject(file=path, line=1, format=NAME, reason=reason))
 
+    prompts = _Prompts()
     if steps and all(isinstance(s, dict) and isinstance(s.get("query"), list) for s in steps):
         assistants = [m for m in hist if m.get("role") == "assistant"]
         for k, s in enumerate(steps):
@@ -132,7 +171,7 @@ def _calls(
                     comp = _message(assistants[k], f"history (assistant message {k})")
                 else:
                     comp = {"role": "assistant", "content": s.get("response") or ""}
-                prompt = _messages(s["query"], f"trajectory[{k}].query")
+                prompt = prompts.messages(s["query"], f"trajectory[{k}].query")
             except RecordError as e:
                 reject(f"call trajectory[{k}]: {e}")
                 continue
@@ -152,9 +191,10 @@ def _calls(
                 continue
             try:
                 if k == 0:
-                    prompt = _messages(msgs[:-2], f"trajectory[{k}].messages")
+                    prompt = prompts.messages(msgs[:-2], f"trajectory[{k}].messages")
                 else:
-                    prompt = _messages(steps[k - 1]["messages"], f"trajectory[{k - 1}].messages")
+                    raw = steps[k - 1]["messages"]
+                    prompt = prompts.messages(raw, f"trajectory[{k - 1}].messages")
                 comp = _message(msgs[-2], f"trajectory[{k}].messages[{len(msgs) - 2}]")
             except RecordError as e:
                 reject(f"call trajectory[{k}]: {e}")
@@ -164,7 +204,7 @@ def _calls(
         for i, m in enumerate(hist):
             if m.get("role") == "assistant":
                 try:
-                    prompt = _messages(hist[:i], "history")
+                    prompt = prompts.messages(hist[:i], "history")
                     comp = _message(m, f"history[{i}]")
                 except RecordError as e:
                     reject(f"call history[{i}]: {e}")
