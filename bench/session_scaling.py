@@ -334,7 +334,7 @@ def write_cursor(folder: Path, n: int) -> Path:
     return path
 
 
-def write_aider(folder: Path, n: int) -> Path:
+def write_aider(folder: Path, n: int, files: bool = False) -> Path:
     """Aider's LLM history (``sample_data/aider/.aider.llm.history``): per turn a ``TO LLM``
     request logging the whole message list sent (the system prompt, a cache-marked repo map, the
     history, then the user's words or Aider's "I ran this command" with its output) and the ``LLM
@@ -343,7 +343,11 @@ def write_aider(folder: Path, n: int) -> Path:
     to the chat, which Aider sends after the history, would make each prompt leave the one
     before, and make_call and the renderer share a history only with a prompt that begins the
     next. The chat history (``.aider.chat.history.md``) is not written: it is refused as a
-    whole, one reject however long."""
+    whole, one reject however long.
+
+    ``files``: a file is in the chat, as in most real sessions: every request sends it (as it is
+    after the last edit) and Aider's acknowledgement after the history and before the user's
+    words, so that each prompt leaves the one before after the history (``aider-files``)."""
     path = folder / ".aider.llm.history"
     folder.mkdir(parents=True, exist_ok=True)
     history = (
@@ -360,8 +364,58 @@ def write_aider(folder: Path, n: int) -> Path:
                     "=======", f"    run({i + 1})", ">>>>>>> REPLACE", "```"]  # fmt: skip
             reply = "".join(f"ASSISTANT {x}\n" for x in edit)
             stamp = f"2025-03-01T10:{i // 60 % 60:02d}:{i % 60:02d}"
-            f.write(f"TO LLM {stamp}\n{history}{asked}LLM RESPONSE {stamp}\n{reply}")
+            chat = _aider_files(i) if files else ""
+            f.write(f"TO LLM {stamp}\n{history}{chat}{asked}LLM RESPONSE {stamp}\n{reply}")
             history += asked + "-------\n" + reply
+    return path
+
+
+def _aider_files(i: int) -> str:
+    """The messages with which Aider sends the chat's files (a 40-line ``app.py`` after ``i``
+    edits) and its acknowledgement."""
+    body = [f"def step_{j}():\n    return run({i if j == i % 40 else j})" for j in range(20)]
+    added = "I have *added these files to the chat* so you can go ahead and edit them.\n\napp.py"
+    text = f"{added}\n```\n" + "\n".join(body) + "\n```"
+    user = "".join(f"USER {x}\n" for x in text.split("\n"))
+    return f"-------\n{user}-------\nASSISTANT Ok, any changes I propose will be to those files.\n"
+
+
+def write_swe_agent(folder: Path, n: int) -> Path:
+    """A SWE-agent trajectory (``sample_data/swe_agent_slugify.traj``) in SWE-agent 1.x's form:
+    per step the processed history after it, with the ``last_n_observations: 5`` history
+    processor that SWE-agent's default configs use: every output but the last five reads "Old
+    environment output: (N lines omitted)". So each prompt leaves the one before at the output
+    that was elided last; the file holds every step's history, and grows with the square of the
+    turns."""
+    path = folder / "run.traj"
+    folder.mkdir(parents=True, exist_ok=True)
+    history: list[dict] = [
+        {"role": "system", "content": "You are an autonomous programmer working in a shell."},
+        {"role": "user", "content": "Fix the bug in text.py."},
+    ]
+    outputs: list[int] = []  # the index in history of each tool output
+    steps: list[dict] = []
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 13)):
+        if user is not None and i:
+            history.append({"role": "user", "content": user})
+        args = json.dumps({"command": cmd})
+        call = {"id": f"call_{i}", "type": "function",
+                "function": {"name": "bash", "arguments": args}}  # fmt: skip
+        history.append({"role": "assistant", "content": said, "thought": said, "action": cmd,
+                        "tool_calls": [call]})  # fmt: skip
+        history.append({"role": "tool", "content": out, "tool_call_ids": [f"call_{i}"]})
+        outputs.append(len(history) - 1)
+        if len(outputs) > 5:
+            old = history[outputs[-6]]
+            lines = old["content"].count("\n") + 1
+            history[outputs[-6]] = {
+                **old,
+                "content": f"Old environment output: ({lines} lines omitted)",
+            }
+        steps.append({"action": cmd, "observation": out, "response": said, "thought": said,
+                      "messages": [dict(m) for m in history]})  # fmt: skip
+    doc = {"trajectory": steps, "history": history, "info": {"exit_status": "submitted"}}
+    path.write_text(json.dumps(doc))
     return path
 
 
@@ -466,6 +520,8 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "goose": write_goose,
     "cursor": write_cursor,
     "aider": write_aider,
+    "aider-files": lambda folder, n: write_aider(folder, n, files=True),
+    "swe-agent": write_swe_agent,
     "crush": write_crush,
     "atif": write_atif,
 }
@@ -477,6 +533,8 @@ OPTIONS: dict[str, Callable[[Path], FileOptions]] = {
         system_prompt=str(folder / "options" / "system-prompt.txt"),
         tools=str(folder / "options" / "tools.json"),
     ),
+    # a trajectory is one JSON document holding every step's history: 400 steps make 41 MB
+    "swe-agent": lambda folder: FileOptions(max_record_bytes=1 << 30),
 }
 
 
