@@ -394,7 +394,7 @@ class Renderer:
         up to it, where those are a token prefix of ``seq`` and show the call."""
         msgs, _, tools = self.normalize(rec)
         where = f"{rec.source_file}:{rec.source_line}"
-        now = parse_date(rec.timestamp) or self.date
+        now = self.template.reported_date(parse_date(rec.timestamp) or self.date)
         spans: list[tuple[int, int]] = []
         for j in later:
             for tc in rec.messages[j].tool_calls or []:
@@ -460,7 +460,7 @@ class Renderer:
         msgs, comp, tools = self.normalize(rec)
         full_msgs = [*msgs, comp]
         where = f"{rec.source_file}:{rec.source_line}"
-        now = parse_date(rec.timestamp) or self.date
+        now = self.template.reported_date(parse_date(rec.timestamp) or self.date)
         full_text = self.render_text(full_msgs, tools, now=now, where=where)
         prompt_text = self.render_text(
             msgs, tools, add_generation_prompt=True, now=now, where=where

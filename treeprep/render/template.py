@@ -55,6 +55,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -390,6 +391,28 @@ def _environment(limits: RenderLimits) -> Any:
 _deadline: list[float] = [float("inf")]
 
 
+#: strftime directives that read only the date (and ``%%``): what they print at midnight is what
+#: they print all day
+_DATE_ONLY = frozenset("aAbBCdDeFgGhjmuUVwWxyY%")
+_LITERAL_FORMAT = re.compile(r"""strftime_now\s*\(\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\)""")
+
+
+def _reads_date(source: str) -> str:
+    """What a template's ``strftime_now`` calls read of the date: "no" (never called), "day"
+    (only literal formats of date-only directives), "time" (anything else)."""
+    calls = source.count("strftime_now")
+    if not calls:
+        return "no"
+    formats = [a or b for a, b in _LITERAL_FORMAT.findall(source)]
+    if len(formats) != calls:
+        return "time"  # a format that is not a literal, or the function passed around
+    for fmt in formats:
+        directives = re.findall(r"%(.)", fmt.replace("%%", ""))
+        if not set(directives) <= _DATE_ONLY or fmt.replace("%%", "").endswith("%"):
+            return "time"
+    return "day"
+
+
 def _strftime_factory(now: datetime) -> Callable[[str], str]:
     def strftime_now(fmt: str) -> str:
         return now.strftime(fmt)
@@ -438,10 +461,33 @@ class ChatTemplate:
         except Exception as e:  # a syntax error: nothing can be rendered with it
             raise RenderError(f"the chat template does not compile: {type(e).__name__}: {e}") from e
         self._dates: dict[datetime, Callable[[str], str]] = {}
+        self._reads_date = _reads_date(source)
         #: renders that ran past the time limit, and the seconds they took (the budget's count):
         #: this process's own, or the build's, shared by its workers (:meth:`share_budget`)
         self._spent: Any = [0.0, 0.0]
         self._shared: Any = None
+
+    def reported_date(self, now: datetime | None) -> datetime | None:
+        """A date this template prints as it prints ``now``, the same for every call it prints
+        the same for: ``now`` at midnight where every ``strftime_now`` format reads only the
+        date (gpt-oss, Llama 3.1), None where the template never calls it, else ``now``. A
+        session's calls are minutes apart, and the caches of renders (incremental rendering,
+        the previous turn's ids) are keyed by the date: keyed by each call's time, no call
+        found the text of the one before.
+
+        >>> t = ChatTemplate("{{ strftime_now('%d %b %Y') }}")
+        >>> t.reported_date(datetime(2025, 3, 1, 10, 2, 30))
+        datetime.datetime(2025, 3, 1, 0, 0)
+        >>> ChatTemplate("{{ strftime_now('%H:%M') }}").reported_date(datetime(2025, 3, 1, 10, 2))
+        datetime.datetime(2025, 3, 1, 10, 2)
+        >>> ChatTemplate("{{ messages }}").reported_date(datetime(2025, 3, 1, 10, 2)) is None
+        True
+        """
+        if now is None or self._reads_date == "time":
+            return now
+        if self._reads_date == "no":
+            return None
+        return now.replace(hour=0, minute=0, second=0, microsecond=0)
 
     @property
     def overruns(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,27 @@ def test_incremental_equals_whole_on_a_session(r: Renderer) -> None:
         a, b = r.render(rec, group_id="g"), whole.render(rec, group_id="g")
         assert np.array_equal(a.tokens, b.tokens) and a.loss_spans == b.loss_spans
     assert r.incremental.incremental - before > 20  # the fast path did the work
+
+
+@needs_data
+def test_calls_minutes_apart_render_incrementally_and_print_their_own_day(r: Renderer) -> None:
+    """gpt-oss prints the date (``strftime_now("%Y-%m-%d")``): the calls of a session, minutes
+    apart, render from the call before (its text is cached under the day it prints, not the
+    call's time), and each prints its own day, across midnight too."""
+    assert r.incremental is not None
+    whole = Renderer.load(GPT_OSS, native_templates=False)
+    msgs, tools = _session(30)
+    r.incremental.clear()
+    before = r.incremental.incremental
+    for k in range(2, len(msgs), 2):
+        comp = {**msgs[k], "content": "", "reasoning_content": msgs[k]["content"]}
+        stamp = (datetime(2025, 3, 1, 23, 35, 5) + timedelta(minutes=k)).isoformat() + "Z"
+        rec = ChatCall(call_id=f"c{k}", messages=msgs[:k], tools=tools, completion=comp,
+                       source_line=k, timestamp=stamp)  # fmt: skip
+        a, b = r.render(rec, group_id="g"), whole.render(rec, group_id="g")
+        assert np.array_equal(a.tokens, b.tokens) and a.loss_spans == b.loss_spans
+        assert f"Current date: {stamp[:10]}" in r.decode(a.tokens)
+    assert r.incremental.incremental - before > 20  # keyed by the call's time: none
 
 
 @needs_data
