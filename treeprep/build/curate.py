@@ -270,10 +270,14 @@ def merge_reasoning(item: Any, how: ReasoningMerge) -> bool:
 
 
 def _text_of(content: Any) -> str | None:
-    """The text of a content, or None when it holds other parts (an image) folding would lose."""
+    """The text of a content (its text parts joined, as the renderer joins them, Responses'
+    ``output_text`` ones included), or None when it holds other parts (an image) folding would
+    lose."""
+    from treeprep.render.messages import TEXT_PART_TYPES
+
     if isinstance(content, str) or content is None:
         return content or ""
-    if any(p.type != "text" or not isinstance(p.text, str) for p in content):
+    if any(p.type not in TEXT_PART_TYPES or not isinstance(p.text, str) for p in content):
         return None
     return "".join(p.text for p in content)
 

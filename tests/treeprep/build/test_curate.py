@@ -312,6 +312,22 @@ def test_drop_keeps_the_completions_reasoning() -> None:
     assert c.completion.reasoning_content == "Check the file.\n\nLet me look."
 
 
+def test_fold_reads_responses_text_parts_as_the_renderer_does() -> None:
+    """Codex and other Responses logs give a turn's text as ``output_text`` parts, which the
+    renderer joins as text: fold moves them to the reasoning like a plain text (it left them, and
+    gpt-oss then rejected every such Codex call); a part that is not text is left alone."""
+    parts = [{"type": "output_text", "text": "Let me "}, {"type": "text", "text": "look."}]
+    c = ChatCall.model_validate({**_call(0), "completion": {**_claude_turn(), "content": parts}})
+    assert merge_reasoning(c, ReasoningMerge.fold)
+    assert (c.completion.reasoning_content, c.completion.content) == (
+        "Check the file.\n\nLet me look.",
+        None,
+    )
+    image = [*parts, {"type": "input_image", "image_url": "data:"}]
+    c = ChatCall.model_validate({**_call(0), "completion": {**_claude_turn(), "content": image}})
+    assert not merge_reasoning(c, ReasoningMerge.fold)
+
+
 GPT_OSS = ROOT / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"
 
 
