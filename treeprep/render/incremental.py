@@ -38,6 +38,15 @@ rendering a small *window* instead of the whole conversation:
   cached text ends with them) and its head as the full history starts;
 - the result is ``cached text + new text``.
 
+A call need not go on from a cached history: SWE-agent elides an old output in each call, Aider
+sends the chat's files after the history, a retry goes back. Such a call is rendered from the
+recent render that shares the most leading messages with it (the same dicts): the window is taken
+over the shared messages, ``A`` holds the old conversation's tail after the checkpoint and ``B``
+the new one's; both must start with the window's text without a tail, the cached text must end
+with ``A``'s tail, and the result is the cached text with that tail cut off and ``B``'s appended.
+The probe sessions check this too (:func:`_leavers`); a template that fails them renders such
+calls whole, and a window that fails is not tried again for a few calls (:data:`SKIP_LEAVING`).
+
 Any check that fails, or a window the template refuses, means a full render, so the fast path
 only ever replaces a render whose result it can vouch for in these terms. Because these checks are
 evidence, not a proof (an append could change a message outside the window that has no look-alike
@@ -54,7 +63,7 @@ cache holds at most :data:`CACHE_CHARS` characters of text.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -63,6 +72,7 @@ import orjson
 
 from treeprep.crosscheck import CrossCheck
 from treeprep.errors import NativeTemplateMismatch, RenderError, TemplateLimitError
+from treeprep.schemas.records import shared_prefix
 
 #: (messages, tools, add_generation_prompt, now) -> text, a full render
 FullRender = Callable[[list[dict], list[dict] | None, bool, datetime | None], str]
@@ -72,6 +82,8 @@ CACHE_CHARS = 64 << 20
 MIN_BLOCKS = 6
 #: the window's tail starts at a block index that moves in steps of this many blocks
 STEP = 4
+#: calls rendered whole before a conversation that leaves a recent one is tried from it again
+SKIP_LEAVING = 8
 
 
 def _key(msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> bytes:
@@ -106,6 +118,29 @@ def _shape(msgs: list[dict], block: tuple[int, int]) -> tuple:
     )
 
 
+def _window(msgs: list[dict], stop: int) -> tuple[list[dict], list[dict], int] | None:
+    """(head, body, start) of the window for the history ``msgs[:stop]``: the head (up to the
+    first user message), the first and last block of each shape before the checkpoint, and
+    where the tail starts (the checkpoint, which moves every :data:`STEP` blocks, at least two
+    from the end, so that a call's window is the last call's plus what it appended: cached);
+    None when the history has too few blocks to be worth a window."""
+    u = next((i for i, m in enumerate(msgs[:stop]) if m.get("role") == "user"), -1)
+    head_end = u + 1 if u >= 0 else 0
+    blocks = _blocks(msgs, head_end, stop)
+    if len(blocks) < MIN_BLOCKS:
+        return None
+    cp = ((len(blocks) - 2) // STEP) * STEP
+    first: dict[tuple, tuple[int, int]] = {}
+    last_of: dict[tuple, tuple[int, int]] = {}
+    for b in blocks[:cp]:
+        shape = _shape(msgs, b)
+        first.setdefault(shape, b)
+        last_of[shape] = b
+    early = sorted({*first.values(), *last_of.values()})
+    body = [m for b in early for m in msgs[b[0] : b[1]]]
+    return msgs[:head_end], body, blocks[cp][0]
+
+
 class IncrementalRenderer:
     """Renders through ``full`` or incrementally (see the module docstring)."""
 
@@ -113,7 +148,13 @@ class IncrementalRenderer:
         self.full = full
         self.name = name
         self.enabled = True
+        #: whether a conversation that leaves a recent one is rendered from it (:meth:`_leaving`)
+        self.leaving = True
         self._texts: OrderedDict[bytes, str] = OrderedDict()
+        #: calls left before :meth:`_leaving` is tried again after it failed
+        self._skip_leaving = 0
+        #: the recent non-generation renders: (messages, key, tools' JSON, date)
+        self._recent: deque[tuple[list[dict], bytes, bytes, datetime | None]] = deque(maxlen=4)
         self._chars = 0
         #: renders that fell back to a full render
         self.fallbacks = 0
@@ -139,6 +180,8 @@ class IncrementalRenderer:
 
     def clear(self) -> None:
         self._texts.clear()
+        self._recent.clear()
+        self._skip_leaving = 0
         self._chars = 0
 
     def _plain(self, msgs: list[dict], tools: list[dict] | None, now: datetime | None) -> str:
@@ -176,6 +219,7 @@ class IncrementalRenderer:
                 self._check(text, msgs, tools, gen, now, where)
         if key is not None:
             self._put(key, text)
+            self._recent.append((list(msgs), key, orjson.dumps(tools), now))
         return text
 
     def _incremental(
@@ -188,26 +232,13 @@ class IncrementalRenderer:
             return None
         cached = self._get(_key(msgs[:p], tools, now))
         if cached is None:
-            return None
-        u = next((i for i, m in enumerate(msgs[:p]) if m.get("role") == "user"), -1)
-        head_end = u + 1 if u >= 0 else 0
-        blocks = _blocks(msgs, head_end, p)
-        if len(blocks) < MIN_BLOCKS:
+            return self._leaving(msgs, tools, gen, now) if self.leaving else None
+        found = _window(msgs, p)
+        if found is None:
             self.fallbacks += 1
             return None
-        # the tail: the blocks since a checkpoint that moves every STEP blocks (at least two), so
-        # that this call's window is the last call's window plus what it appended (cached)
-        cp = ((len(blocks) - 2) // STEP) * STEP
-        first: dict[tuple, tuple[int, int]] = {}
-        last_of: dict[tuple, tuple[int, int]] = {}
-        for b in blocks[:cp]:
-            shape = _shape(msgs, b)
-            first.setdefault(shape, b)
-            last_of[shape] = b
-        early = sorted({*first.values(), *last_of.values()})
-        head = msgs[:head_end]
-        body = [m for b in early for m in msgs[b[0] : b[1]]]
-        last = msgs[blocks[cp][0] : p]
+        head, body, start = found
+        last = msgs[start:p]
         new = msgs[p:]
         try:
             a2 = self._plain(head + body, tools, now)
@@ -235,6 +266,87 @@ class IncrementalRenderer:
             return None
         return cached + b_text[len(a) :]
 
+    def _leaving(
+        self, msgs: list[dict], tools: list[dict] | None, gen: bool, now: datetime | None
+    ) -> str | None:
+        """The text of ``msgs`` from a recent render of a conversation it leaves after a shared
+        start (an elided output, Aider's files after the history, a retry): that text with the
+        old tail cut off and the new one appended, each the window's text of it (see the module
+        docstring), or None."""
+        if self._skip_leaving:
+            self._skip_leaving -= 1
+            return None
+        found = self._closest(msgs, tools, now)
+        if found is None:
+            return None
+        old, cached, shared = found
+        text = self._splice(msgs, tools, gen, now, old, cached, shared)
+        # a window that fails once (a template that renders the window's last turn apart, as
+        # gpt-oss ends a final answer) mostly fails on the next calls too: try again later
+        self._skip_leaving = 0 if text is not None else SKIP_LEAVING
+        return text
+
+    def _splice(
+        self,
+        msgs: list[dict],
+        tools: list[dict] | None,
+        gen: bool,
+        now: datetime | None,
+        old: list[dict],
+        cached: str,
+        shared: int,
+    ) -> str | None:
+        """``cached``, the text of ``old``, with the tail of ``old`` cut off and that of
+        ``msgs`` appended, each as the window renders it; None where the window's checks fail."""
+        window = _window(msgs, shared)
+        if window is None:
+            return None
+        head, body, start = window
+        try:
+            a2 = self._plain(head + body, tools, now)
+            a = self._plain(head + body + old[start:], tools, now)
+            if gen:
+                b_text = self.full(head + body + msgs[start:], tools, True, now)
+            else:
+                b_text = self._plain(head + body + msgs[start:], tools, now)
+            h = self._plain(head, tools, now) if head else ""
+        except TemplateLimitError:
+            raise
+        except RenderError:
+            self.fallbacks += 1
+            return None
+        old_tail = a[len(a2) :]
+        ok = (
+            a.startswith(a2)
+            and b_text.startswith(a2)
+            and cached.endswith(old_tail)
+            and cached.startswith(h)
+            and a2.startswith(h)
+            and len(cached) - len(old_tail) >= len(h)
+        )
+        if not ok:
+            self.fallbacks += 1
+            return None
+        return cached[: len(cached) - len(old_tail)] + b_text[len(a2) :]
+
+    def _closest(
+        self, msgs: list[dict], tools: list[dict] | None, now: datetime | None
+    ) -> tuple[list[dict], str, int] | None:
+        """Of the recent renders (same tools and date) whose text is still cached, the one whose
+        messages begin as ``msgs`` does for the most messages (the same dicts: the renderer hands
+        a session's shared history as the same objects): (its messages, its text, how many)."""
+        best: tuple[list[dict], str, int] | None = None
+        for old, key, tools_blob, when in reversed(self._recent):
+            if when != now or tools_blob != orjson.dumps(tools):
+                continue
+            shared = shared_prefix(msgs, old)
+            if best is not None and shared <= best[2]:
+                continue
+            text = self._texts.get(key)
+            if text is not None:
+                best = (old, text, shared)
+        return best
+
     def _check(
         self,
         text: str,
@@ -261,14 +373,50 @@ class IncrementalRenderer:
         """Render each session's growing prefixes incrementally and whole; on any difference, or
         at the first render that breaks a template limit (a hostile template: hundreds of probe
         renders at the time limit each would stall the build for hours), switch incremental
-        rendering off. Returns whether it stays on."""
+        rendering off. Then the same for conversations that leave the first session's prefixes
+        (:func:`_leavers`), switching :attr:`leaving` off on a difference. Returns whether
+        incremental rendering stays on."""
         try:
             self._verify(sessions)
+            if self.enabled and sessions:
+                self._verify_leaving(*sessions[0])
         except TemplateLimitError:
             self.enabled = False
+        self.leaving = self.leaving and self.enabled
         self.clear()
         self.cross_check, self.fallbacks = CrossCheck(), 0
         return self.enabled
+
+    def _verify_leaving(self, msgs: list[dict], tools: list[dict] | None) -> None:
+        """Every sixth assistant turn of ``msgs``: its history rendered whole and kept as a
+        recent render, then each of :func:`_leavers` rendered from it and whole."""
+        turns = [i + 1 for i, m in enumerate(msgs) if m.get("role") == "assistant"]
+        for i in turns[MIN_BLOCKS::6]:
+            self.clear()
+            try:
+                self.render(msgs[:i], tools, False)
+            except RenderError:
+                continue  # the template refuses the probe: nothing to render from
+            for variant in _leavers(msgs, i):
+                for gen in (False, True):
+                    found = self._closest(variant, tools, None)
+                    try:
+                        got = (
+                            None
+                            if found is None
+                            else self._splice(variant, tools, gen, None, *found)
+                        )
+                    except RenderError:
+                        got = None
+                    if got is None:
+                        continue
+                    try:
+                        ref: str | None = self.full(variant, tools, gen, None)
+                    except RenderError:
+                        ref = None  # the template refuses what the window rendered
+                    if got != ref:
+                        self.leaving = False
+                        return
 
     @property
     def incremental(self) -> int:
@@ -298,6 +446,28 @@ class IncrementalRenderer:
                         raise
                     except RenderError:
                         pass
+
+
+def _leavers(msgs: list[dict], i: int) -> list[list[dict]]:
+    """Conversations that leave ``msgs[:i]`` after a shared start: an old tool output elided
+    and the next turn appended (SWE-agent), the last turn asked again (a retry), and the files
+    and their acknowledgement put before the last turn (Aider)."""
+    outputs = [j for j in range(i) if msgs[j].get("role") == "tool"]
+    out = [
+        [*msgs[: i - 2], {"role": "user", "content": "Try again, differently."}],
+        [
+            *msgs[: i - 1],
+            {"role": "user", "content": "Files: a.py"},
+            {"role": "assistant", "content": "Ok."},
+            msgs[i - 1],
+        ],  # fmt: skip
+    ]
+    if len(outputs) > 6:
+        j = outputs[-6]
+        elided = [*msgs[: i + 2]]
+        elided[j] = {**msgs[j], "content": "Old environment output: (3 lines omitted)"}
+        out.append(elided)
+    return out
 
 
 def probe_sessions() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:

@@ -100,7 +100,7 @@ if TYPE_CHECKING:
 #: whether incremental rendering stayed on through the probe sessions, per template and
 #: tokenizer, in this process: the probe renders each session's prefixes whole and
 #: incrementally, seconds for a large template, and the answer depends on these alone
-_VERIFIED: dict[tuple[Any, ...], bool] = {}
+_VERIFIED: dict[tuple[Any, ...], tuple[bool, bool]] = {}
 
 
 def _verified(
@@ -115,8 +115,9 @@ def _verified(
         identity.model_dump_json(),
     )
     if key not in _VERIFIED:
-        _VERIFIED[key] = inc.verify(probe_sessions())
-    return _VERIFIED[key]
+        _VERIFIED[key] = (inc.verify(probe_sessions()), inc.leaving)
+    enabled, inc.leaving = _VERIFIED[key]
+    return enabled
 
 
 class Renderer:

@@ -383,6 +383,89 @@ def test_incremental_equals_whole_on_random_sessions(turns: list[str], which: in
             assert inc.render(msgs[:k], None, gen) == ref
 
 
+_LEAVE = st.sampled_from(["append", "elide", "retry", "files"])
+
+
+def _leaving_calls(msgs: list[dict], moves: list[str]) -> list[list[dict]]:
+    """Conversations that go on from the one before (``append``: two more messages of
+    ``msgs``) or leave it after a shared start: an old tool output elided as the next turn is
+    appended (SWE-agent), the last turn asked again (a retry), the files and their
+    acknowledgement put before the last turn (Aider). Shared messages are the same dicts."""
+    out: list[list[dict]] = []
+    cur, k = msgs[:2], 2
+    for move in moves:
+        if move == "elide":
+            tools = [
+                j for j, m in enumerate(cur) if m["role"] == "tool" and "(" not in m["content"]
+            ]
+            if len(tools) > 3:
+                cur = list(cur)
+                cur[tools[-4]] = {**cur[tools[-4]], "content": "(old output omitted)"}
+        if move == "retry" and len(cur) > 3:
+            cur = [*cur[:-2], {"role": "user", "content": f"again {len(out)}"}]
+        elif move == "files" and len(cur) > 3:
+            files = [{"role": "user", "content": f"files {len(out)}"},
+                     {"role": "assistant", "content": "Ok."}]  # fmt: skip
+            cur = [*cur[:-1], *files, cur[-1]]
+        else:
+            cur, k = [*cur, *msgs[k : k + 2]], k + 2
+        out.append(cur)
+    return out
+
+
+def _leaving_sources() -> list[str]:
+    out = _sources()
+    qwen3 = TOKENIZERS / "qwen3" / "tokenizer_config.json"
+    if qwen3.is_file():
+        out.append(json.loads(qwen3.read_text())["chat_template"])
+    out.append("{% for m in messages %}{{ messages | length }}:{{ m.content }};{% endfor %}")
+    # each turn prints its index: the window renders the tails apart from the history
+    out.append("{% for m in messages %}{{ loop.index }}:{{ m.content }};{% endfor %}")
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=st.lists(_TURN, min_size=8, max_size=24),
+    moves=st.lists(_LEAVE, min_size=4, max_size=30),
+    which=st.integers(0, 4),
+)
+def test_conversations_that_leave_the_last_render_as_whole(
+    turns: list[str], moves: list[str], which: int
+) -> None:
+    """A call that leaves a recent one after a shared start is rendered from its text (the old
+    tail cut, the new one appended, each as the window renders it) exactly as whole, on the
+    built-in, gpt-oss and Qwen3 templates, one whose every turn reads the length and one whose
+    turns print their index (the window checks alone, without the probe sessions' verdict)."""
+    sources = _leaving_sources()
+    t = ChatTemplate(sources[which % len(sources)])
+    inc = IncrementalRenderer(lambda m, tl, g, n: t.render(m, tl, g, now=n))
+    for msgs in _leaving_calls(_random_session(turns), moves):
+        for gen in (False, True):
+            try:
+                ref = t.render(msgs, None, gen)
+            except RenderError:
+                continue
+            assert inc.render(msgs, None, gen) == ref
+
+
+@needs_data
+def test_swe_agent_calls_that_elide_an_old_output_render_from_the_last(r: Renderer) -> None:
+    """SWE-agent elides the oldest output still shown in each call: with gpt-oss, every call
+    after the first few renders from the one before (none found it: each rendered whole)."""
+    assert r.incremental is not None and r.incremental.leaving
+    msgs, tools = _session(40)
+    calls = _leaving_calls(msgs, ["append"] * 4 + ["elide"] * 30)
+    r.incremental.clear()
+    before = r.incremental.incremental
+    for m in calls:
+        for gen in (False, True):
+            assert r.render_text(m, tools, add_generation_prompt=gen) == r.template.render(
+                m, tools, gen
+            )
+    assert r.incremental.incremental - before > 40
+
+
 @needs_data
 @pytest.mark.parametrize(
     "turns",
