@@ -15,10 +15,16 @@ rollout of Responses API items), Gemini CLI (one session document), OpenCode (an
 OpenHands (a V1 event stream) and Goose (its SQLite store); then the two never measured before,
 Cursor (an agent transcript) and Aider (its LLM history, which logs every request whole, so that
 the log itself grows with the square of the turns); then Crush (its SQLite store) and Harbor's
-ATIF (one trajectory document). A turn is an assistant message with one tool
-call and its result; every tenth turn opens with a user message. Cursor logs no tool results (a
-transcript with a tool call is refused), so its turns are a user and an assistant line, built
-with a system prompt and tools given (:data:`OPTIONS`); Aider's are a request and its reply.
+ATIF (one trajectory document); then two whose prompts leave the one before after the history:
+Aider with a file in the chat (``aider-files``: Aider sends the files after the history) and
+SWE-agent (``swe-agent``: the ``last_n_observations`` history processor elides an old output in
+each call). A turn is an assistant message with one tool call and its result; every tenth turn
+opens with a user message. Cursor logs no tool results (a transcript with a tool call is
+refused), so its turns are a user and an assistant line, built with a system prompt and tools
+given (:data:`OPTIONS`); Aider's are a request and its reply. ``--tokenizer`` builds with a real
+tokenizer and its template (gpt-oss's has no native port: the jinja template renders, see
+:mod:`treeprep.render.incremental`), ``--reasoning-merge fold`` as gpt-oss needs for a turn of
+text beside tool calls.
 
 The sizes are interleaved over ``--rounds`` rounds (N, 4N, N, 4N, ...; the project's rule:
 ratios measured side by side, so that load drift hits both alike), and the minimum CPU time of
@@ -28,12 +34,15 @@ prints the top functions by cumulative and by own time.
     python bench/session_scaling.py --turns 200 --rounds 3
     python bench/session_scaling.py --turns 400 --formats pi --profile pi
     python bench/session_scaling.py --turns 400 --tokenizer ../shared/data/tokenizers/qwen3
+    python bench/session_scaling.py --turns 100 --formats swe-agent,claude-code \\
+        --tokenizer ../shared/data/tokenizers/gpt-oss --reasoning-merge fold
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import json
 import pstats
 import random
@@ -562,10 +571,17 @@ def build_cpu(
 
 
 def measure(
-    work: Path, formats: list[str], turns: int, rounds: int, tokenizer: str | None = None
+    work: Path,
+    formats: list[str],
+    turns: int,
+    rounds: int,
+    tokenizer: str | None = None,
+    merge: str = "off",
 ) -> None:
     sizes = (turns, 4 * turns)
-    sessions = {(f, n): write(f, work / f"{f}-{n}", n) for f in formats for n in sizes}
+    sessions = {
+        (f, n): _merged(write(f, work / f"{f}-{n}", n), merge) for f in formats for n in sizes
+    }
     best: dict[tuple[str, int], float] = {}
     for _ in range(rounds):
         for f in formats:
@@ -579,8 +595,17 @@ def measure(
         print(f"{f:<10} {sizes[0]:>6} {a:>9.2f} {sizes[1]:>6} {b:>9.2f} {b / a:>6.1f}")
 
 
-def profile(work: Path, fmt: str, turns: int, tokenizer: str | None = None) -> None:
-    path, file = write(fmt, work / fmt, turns)
+def _merged(session: tuple[Path, FileOptions], merge: str) -> tuple[Path, FileOptions]:
+    """``session`` built with ``--reasoning-merge merge`` (gpt-oss refuses a turn of text and
+    tool calls unless folded)."""
+    path, file = session
+    return path, dataclasses.replace(file, reasoning_merge=merge)
+
+
+def profile(
+    work: Path, fmt: str, turns: int, tokenizer: str | None = None, merge: str = "off"
+) -> None:
+    path, file = _merged(write(fmt, work / fmt, turns), merge)
     profiler = cProfile.Profile()
     profiler.runcall(build_cpu, path, work / "out", tokenizer, file)
     stats = pstats.Stats(profiler)
@@ -595,12 +620,18 @@ def main() -> None:
     p.add_argument("--formats", default=",".join(WRITERS), help="comma-separated formats")
     p.add_argument("--profile", choices=sorted(WRITERS), help="profile one build of N turns")
     p.add_argument("--tokenizer", help="a tokenizer folder (default: the built-in tokenizer)")
+    p.add_argument(
+        "--reasoning-merge", default="off", choices=["off", "drop", "fold"],
+        help="build with --reasoning-merge (fold: gpt-oss trains text beside tool calls)",
+    )  # fmt: skip
     args = p.parse_args()
+    merge = args.reasoning_merge
     with tempfile.TemporaryDirectory(prefix="session-scaling-") as tmp:
         if args.profile:
-            profile(Path(tmp), args.profile, args.turns, args.tokenizer)
+            profile(Path(tmp), args.profile, args.turns, args.tokenizer, merge)
         else:
-            measure(Path(tmp), args.formats.split(","), args.turns, args.rounds, args.tokenizer)
+            fmts = args.formats.split(",")
+            measure(Path(tmp), fmts, args.turns, args.rounds, args.tokenizer, merge)
     sys.stdout.flush()
 
 
