@@ -233,38 +233,7 @@ class IncrementalRenderer:
         cached = self._get(_key(msgs[:p], tools, now))
         if cached is None:
             return self._leaving(msgs, tools, gen, now) if self.leaving else None
-        found = _window(msgs, p)
-        if found is None:
-            self.fallbacks += 1
-            return None
-        head, body, start = found
-        last = msgs[start:p]
-        new = msgs[p:]
-        try:
-            a2 = self._plain(head + body, tools, now)
-            a = self._plain(head + body + last, tools, now)
-            window = head + body + last + new
-            if gen:
-                b_text = self.full(window, tools, True, now)
-            else:  # cached: the next call's window is this one (see STEP)
-                b_text = self._plain(window, tools, now)
-            h = self._plain(head, tools, now) if head else ""
-        except TemplateLimitError:
-            raise  # a full render would break it too: the call is a reject, probing stops
-        except RenderError:
-            self.fallbacks += 1
-            return None
-        ok = (
-            b_text.startswith(a)
-            and a.startswith(a2)
-            and cached.endswith(a[len(a2) :])
-            and cached.startswith(h)
-            and a.startswith(h)
-        )
-        if not ok:
-            self.fallbacks += 1
-            return None
-        return cached + b_text[len(a) :]
+        return self._splice(msgs, tools, gen, now, msgs[:p], cached, p, going_on=True)
 
     def _leaving(
         self, msgs: list[dict], tools: list[dict] | None, gen: bool, now: datetime | None
@@ -295,11 +264,17 @@ class IncrementalRenderer:
         old: list[dict],
         cached: str,
         shared: int,
+        *,
+        going_on: bool = False,
     ) -> str | None:
-        """``cached``, the text of ``old``, with the tail of ``old`` cut off and that of
-        ``msgs`` appended, each as the window renders it; None where the window's checks fail."""
+        """``cached``, the text of ``old``, whose first ``shared`` messages are those of
+        ``msgs``, with the tail of ``old`` cut off and that of ``msgs`` appended, each as the
+        window renders it; None where the window's checks fail. ``going_on``: ``msgs`` appends
+        to ``old``, whose tail must then render in the window as it did (a prefix-stable
+        append: ``cached`` is then extended as it stands)."""
         window = _window(msgs, shared)
         if window is None:
+            self.fallbacks += 1
             return None
         head, body, start = window
         try:
@@ -307,18 +282,18 @@ class IncrementalRenderer:
             a = self._plain(head + body + old[start:], tools, now)
             if gen:
                 b_text = self.full(head + body + msgs[start:], tools, True, now)
-            else:
+            else:  # cached: the next call's window is this one (see STEP)
                 b_text = self._plain(head + body + msgs[start:], tools, now)
             h = self._plain(head, tools, now) if head else ""
         except TemplateLimitError:
-            raise
+            raise  # a full render would break it too: the call is a reject, probing stops
         except RenderError:
             self.fallbacks += 1
             return None
         old_tail = a[len(a2) :]
         ok = (
             a.startswith(a2)
-            and b_text.startswith(a2)
+            and b_text.startswith(a if going_on else a2)
             and cached.endswith(old_tail)
             and cached.startswith(h)
             and a2.startswith(h)
