@@ -394,13 +394,15 @@ _deadline: list[float] = [float("inf")]
 #: strftime directives that read only the date (and ``%%``): what they print at midnight is what
 #: they print all day
 _DATE_ONLY = frozenset("aAbBCdDeFgGhjmuUVwWxyY%")
+#: ``strftime_now is defined`` (Llama 3.1 tests it before the call): no call
+_DEFINED_TEST = re.compile(r"strftime_now\s+is\s+(?:not\s+)?defined")
 _LITERAL_FORMAT = re.compile(r"""strftime_now\s*\(\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\)""")
 
 
 def _reads_date(source: str) -> str:
     """What a template's ``strftime_now`` calls read of the date: "no" (never called), "day"
     (only literal formats of date-only directives), "time" (anything else)."""
-    calls = source.count("strftime_now")
+    calls = len(re.findall(r"strftime_now", _DEFINED_TEST.sub("", source)))
     if not calls:
         return "no"
     formats = [a or b for a, b in _LITERAL_FORMAT.findall(source)]
@@ -482,6 +484,9 @@ class ChatTemplate:
         datetime.datetime(2025, 3, 1, 10, 2)
         >>> ChatTemplate("{{ messages }}").reported_date(datetime(2025, 3, 1, 10, 2)) is None
         True
+        >>> llama = "{% if strftime_now is defined %}{{ strftime_now('%d %b %Y') }}{% endif %}"
+        >>> ChatTemplate(llama).reported_date(datetime(2025, 3, 1, 10, 2))
+        datetime.datetime(2025, 3, 1, 0, 0)
         """
         if now is None or self._reads_date == "time":
             return now
