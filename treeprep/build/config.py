@@ -84,7 +84,7 @@ class FileOptions:
         modes.coerce_modes(self, TreeprepError)
         self._check_paths()
         self.field_map()  # a bad map stops the build before anything is read
-        from treeprep.render.template import parse_date
+        from treeprep.render.dates import parse_date
 
         for name in ("since", "until"):
             when = getattr(self, name)

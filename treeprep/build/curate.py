@@ -49,7 +49,7 @@ REDACTED = "[REDACTED]"
 
 
 def _date(value: str | None, what: str) -> datetime | None:
-    from treeprep.render.template import parse_date
+    from treeprep.render.dates import parse_date
 
     if value is None:
         return None
@@ -86,7 +86,7 @@ class Filters:
         >>> f.reason(NS(timestamp="2025-04-01", model="gpt-5"))
         'model not --model-name'
         """
-        from treeprep.render.template import parse_date
+        from treeprep.render.dates import parse_date
 
         if self.since or self.until:
             when = parse_date(getattr(item, "timestamp", None))

@@ -67,6 +67,7 @@ from treeprep.render.coverage import (
     normalized_kinds,
     undeclared_tools,
 )
+from treeprep.render.dates import parse_date
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.gaps import prompt_gaps
 from treeprep.render.history import NormalizedHistory, RenderedPrefixes
@@ -83,7 +84,6 @@ from treeprep.render.template import (
     RenderFn,
     RenderLimits,
     first_char_difference,
-    parse_date,
 )
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
@@ -212,7 +212,7 @@ class Renderer:
         with the template to render with instead. Only local files are read; transformers is not
         imported. ``native_templates=False`` renders every call whole with jinja (no native port,
         no incremental rendering). ``date`` (ISO 8601) is what ``strftime_now`` reports for
-        records without a timestamp (default :data:`~treeprep.render.template.DEFAULT_DATE`).
+        records without a timestamp (default :data:`~treeprep.render.dates.DEFAULT_DATE`).
         """
         override = read_template_file(chat_template) if chat_template is not None else None
         fixed = parse_date(date)

@@ -16,9 +16,7 @@ this description, is the contract.
 
 A fixed date
 ------------
-``strftime_now`` does not read the clock: a template that prints the date (gpt-oss, Llama 3.1)
-gets the date passed to :meth:`ChatTemplate.render` (the record's timestamp, else ``--date``,
-else :data:`DEFAULT_DATE`), so a build gives the same bytes on any day.
+``strftime_now`` does not read the clock: :mod:`treeprep.render.dates`.
 
 Limits (hostile templates)
 --------------------------
@@ -55,21 +53,18 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from treeprep.errors import RenderError, TemplateLimitError
+from treeprep.render.dates import DEFAULT_DATE, reads_date, reported_date, strftime_at
 
 #: a render function: (messages, tools, add_generation_prompt) -> text
 RenderFn = Callable[[list[dict], list[dict] | None, bool], str]
-
-#: the date ``strftime_now`` reports when the record has no timestamp and no ``--date`` is given
-DEFAULT_DATE = datetime(2025, 1, 1, tzinfo=UTC)
 
 #: names a message's reasoning may be passed under (transformers' aliases)
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -380,7 +375,7 @@ def _environment(limits: RenderLimits) -> Any:
     )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = _strftime_factory(DEFAULT_DATE)
+    env.globals["strftime_now"] = strftime_at(DEFAULT_DATE)
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = namespace_cls
     return env
@@ -389,37 +384,6 @@ def _environment(limits: RenderLimits) -> Any:
 #: the current render's deadline (monotonic seconds), read by the sandbox's call hook; one
 #: render at a time per process is the norm, and a stale value only makes the check lenient
 _deadline: list[float] = [float("inf")]
-
-
-#: strftime directives that read only the date (and ``%%``): what they print at midnight is what
-#: they print all day
-_DATE_ONLY = frozenset("aAbBCdDeFgGhjmuUVwWxyY%")
-#: ``strftime_now is defined`` (Llama 3.1 tests it before the call): no call
-_DEFINED_TEST = re.compile(r"strftime_now\s+is\s+(?:not\s+)?defined")
-_LITERAL_FORMAT = re.compile(r"""strftime_now\s*\(\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\)""")
-
-
-def _reads_date(source: str) -> str:
-    """What a template's ``strftime_now`` calls read of the date: "no" (never called), "day"
-    (only literal formats of date-only directives), "time" (anything else)."""
-    calls = len(re.findall(r"strftime_now", _DEFINED_TEST.sub("", source)))
-    if not calls:
-        return "no"
-    formats = [a or b for a, b in _LITERAL_FORMAT.findall(source)]
-    if len(formats) != calls:
-        return "time"  # a format that is not a literal, or the function passed around
-    for fmt in formats:
-        directives = re.findall(r"%(.)", fmt.replace("%%", ""))
-        if not set(directives) <= _DATE_ONLY or fmt.replace("%%", "").endswith("%"):
-            return "time"
-    return "day"
-
-
-def _strftime_factory(now: datetime) -> Callable[[str], str]:
-    def strftime_now(fmt: str) -> str:
-        return now.strftime(fmt)
-
-    return strftime_now
 
 
 def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -463,36 +427,21 @@ class ChatTemplate:
         except Exception as e:  # a syntax error: nothing can be rendered with it
             raise RenderError(f"the chat template does not compile: {type(e).__name__}: {e}") from e
         self._dates: dict[datetime, Callable[[str], str]] = {}
-        self._reads_date = _reads_date(source)
+        self._reads_date = reads_date(source)
         #: renders that ran past the time limit, and the seconds they took (the budget's count):
         #: this process's own, or the build's, shared by its workers (:meth:`share_budget`)
         self._spent: Any = [0.0, 0.0]
         self._shared: Any = None
 
     def reported_date(self, now: datetime | None) -> datetime | None:
-        """A date this template prints as it prints ``now``, the same for every call it prints
-        the same for: ``now`` at midnight where every ``strftime_now`` format reads only the
-        date (gpt-oss, Llama 3.1), None where the template never calls it, else ``now``. A
-        session's calls are minutes apart, and the caches of renders (incremental rendering,
-        the previous turn's ids) are keyed by the date: keyed by each call's time, no call
-        found the text of the one before.
+        """A date this template prints as it prints ``now``, the same for every call of a day
+        where it prints only the day (:mod:`treeprep.render.dates`).
 
         >>> t = ChatTemplate("{{ strftime_now('%d %b %Y') }}")
         >>> t.reported_date(datetime(2025, 3, 1, 10, 2, 30))
         datetime.datetime(2025, 3, 1, 0, 0)
-        >>> ChatTemplate("{{ strftime_now('%H:%M') }}").reported_date(datetime(2025, 3, 1, 10, 2))
-        datetime.datetime(2025, 3, 1, 10, 2)
-        >>> ChatTemplate("{{ messages }}").reported_date(datetime(2025, 3, 1, 10, 2)) is None
-        True
-        >>> llama = "{% if strftime_now is defined %}{{ strftime_now('%d %b %Y') }}{% endif %}"
-        >>> ChatTemplate(llama).reported_date(datetime(2025, 3, 1, 10, 2))
-        datetime.datetime(2025, 3, 1, 0, 0)
         """
-        if now is None or self._reads_date == "time":
-            return now
-        if self._reads_date == "no":
-            return None
-        return now.replace(hour=0, minute=0, second=0, microsecond=0)
+        return reported_date(self._reads_date, now)
 
     @property
     def overruns(self) -> int:
@@ -540,7 +489,7 @@ class ChatTemplate:
         if strftime_now is None:
             if len(self._dates) > 1024:
                 self._dates.clear()
-            strftime_now = self._dates[when] = _strftime_factory(when)
+            strftime_now = self._dates[when] = strftime_at(when)
         variables = {
             **self.special_tokens,
             "messages": plain_messages(messages),
@@ -617,21 +566,6 @@ def _disarm(watchdog: _Watchdog, tid: int) -> None:
             return
         except _Timeout:
             continue
-
-
-def parse_date(value: str | None) -> datetime | None:
-    """A record's timestamp or ``--date`` as a datetime (ISO 8601, a trailing ``Z`` allowed; a
-    naive time is taken as UTC), None when absent or unreadable."""
-    if not value or not isinstance(value, str):
-        return None
-    s = value.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        d = datetime.fromisoformat(s)
-    except ValueError:
-        return None
-    return d if d.tzinfo is not None else d.replace(tzinfo=UTC)
 
 
 def first_char_difference(a: str, b: str) -> int:

@@ -25,8 +25,9 @@ from treeprep.crosscheck import CrossCheck
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.render.coverage import EMPTY_REPLY, completion_loss
+from treeprep.render.dates import DEFAULT_DATE
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
-from treeprep.render.template import DEFAULT_DATE, ChatTemplate
+from treeprep.render.template import ChatTemplate
 from treeprep.render.tokenizer import load_folder
 from treeprep.schemas import ChatCall
 

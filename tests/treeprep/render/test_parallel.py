@@ -113,7 +113,7 @@ def test_split_calls_render_as_apply_chat_template_gpt_oss(
     from transformers.utils import chat_template_utils as ctu
 
     from tests.treeprep.render.hf_reference import hf_tokenizer
-    from treeprep.render.template import DEFAULT_DATE
+    from treeprep.render.dates import DEFAULT_DATE
 
     class _Fixed(ctu.datetime):  # type: ignore[misc, name-defined]
         @classmethod

@@ -24,7 +24,7 @@ from treeprep.build.curate import merge_reasoning
 from treeprep.errors import RenderError
 from treeprep.modes import ReasoningMerge
 from treeprep.render import Renderer
-from treeprep.render.template import DEFAULT_DATE
+from treeprep.render.dates import DEFAULT_DATE
 from treeprep.schemas import ChatCall
 
 GPT_OSS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"

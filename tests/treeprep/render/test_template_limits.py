@@ -9,7 +9,6 @@ timestamp, else ``--date``, else the documented constant.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -18,7 +17,8 @@ import pytest
 from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
-from treeprep.render.template import DEFAULT_DATE, ChatTemplate, RenderLimits, parse_date
+from treeprep.render.dates import DEFAULT_DATE
+from treeprep.render.template import ChatTemplate, RenderLimits
 from treeprep.schemas import ChatCall
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -144,14 +144,6 @@ def test_strftime_now_never_reads_the_clock(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(dt, "datetime", Frozen)
     assert ChatTemplate(DATED).render(MSGS, None, False) == "2025-01-01|hi"
-
-
-def test_parse_date() -> None:
-    assert parse_date("2024-05-06") == datetime(2024, 5, 6, tzinfo=UTC)
-    assert parse_date("2024-05-06T07:08:09.123Z") == datetime(
-        2024, 5, 6, 7, 8, 9, 123000, tzinfo=UTC
-    )
-    assert parse_date("yesterday") is None and parse_date(None) is None
 
 
 def test_bad_date_option_is_an_error() -> None:
