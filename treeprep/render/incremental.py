@@ -311,8 +311,9 @@ class IncrementalRenderer:
         messages begin as ``msgs`` does for the most messages (the same dicts: the renderer hands
         a session's shared history as the same objects): (its messages, its text, how many)."""
         best: tuple[list[dict], str, int] | None = None
+        tools_json = orjson.dumps(tools)
         for old, key, tools_blob, when in reversed(self._recent):
-            if when != now or tools_blob != orjson.dumps(tools):
+            if when != now or tools_blob != tools_json:
                 continue
             shared = shared_prefix(msgs, old)
             if best is not None and shared <= best[2]:
@@ -435,7 +436,7 @@ def _leavers(msgs: list[dict], i: int) -> list[list[dict]]:
             {"role": "user", "content": "Files: a.py"},
             {"role": "assistant", "content": "Ok."},
             msgs[i - 1],
-        ],  # fmt: skip
+        ],
     ]
     if len(outputs) > 6:
         j = outputs[-6]

@@ -356,6 +356,12 @@ class Renderer:
 
     # -- records ---------------------------------------------------------------------------------
 
+    def _date_of(self, rec: ChatCall) -> datetime | None:
+        """The date ``rec`` renders with: its timestamp, else the renderer's date, as the
+        template prints it (one per day where it prints only the day: a session's calls then
+        find each other's renders, :mod:`treeprep.render.dates`)."""
+        return self.template.reported_date(parse_date(rec.timestamp) or self.date)
+
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
         """(messages, completion, tools) as passed to the chat template
         (:func:`~treeprep.render.messages.template_messages`)."""
@@ -395,7 +401,7 @@ class Renderer:
         up to it, where those are a token prefix of ``seq`` and show the call."""
         msgs, _, tools = self.normalize(rec)
         where = f"{rec.source_file}:{rec.source_line}"
-        now = self.template.reported_date(parse_date(rec.timestamp) or self.date)
+        now = self._date_of(rec)
         spans: list[tuple[int, int]] = []
         for j in later:
             for tc in rec.messages[j].tool_calls or []:
@@ -461,7 +467,7 @@ class Renderer:
         msgs, comp, tools = self.normalize(rec)
         full_msgs = [*msgs, comp]
         where = f"{rec.source_file}:{rec.source_line}"
-        now = self.template.reported_date(parse_date(rec.timestamp) or self.date)
+        now = self._date_of(rec)
         full_text = self.render_text(full_msgs, tools, now=now, where=where)
         prompt_text = self.render_text(
             msgs, tools, add_generation_prompt=True, now=now, where=where
