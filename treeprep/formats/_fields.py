@@ -39,15 +39,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from itertools import compress
-from operator import is_not
+from itertools import compress, count
+from operator import ne
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from treeprep.errors import RecordError
 from treeprep.formats.base import ReadOptions, TextRollout
-from treeprep.io.jsonparse import NonFinite, json_key
+from treeprep.io.jsonparse import NonFinite, json_keys
 from treeprep.schemas import ChatCall, Message, Reject, TokenRollout
 
 # --------------------------------------------------------------------------------------------
@@ -421,7 +421,7 @@ def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> Chat
 
 #: the last prompt :func:`make_call` validated: its message dicts (the reader's objects), each
 #: one's JSON text, and the Message objects made of them
-_LAST_PROMPT: tuple[list[Any], list[bytes], list[Message]] = ([], [], [])
+_LAST_PROMPT: tuple[list[Any], list[bytes | None], list[Message]] = ([], [], [])
 
 
 def forget_shared_messages() -> None:
@@ -461,22 +461,11 @@ def _shared_messages(messages: Any) -> list[Message] | None:
     if not isinstance(messages, list):
         return None
     last_dicts, last_blobs, last = _LAST_PROMPT
-    n = min(len(last), len(messages))
-    blobs = last_blobs[:n]  # the identical dicts' texts; the others' written below
-    shared = n  # up to the first message that is another input than the last prompt's
-    # only the positions whose dict is not the last prompt's (the walk to them runs in C)
-    for i in compress(range(n), map(is_not, messages, last_dicts)):
-        blob = json_key(messages[i])
-        if blob is None:
-            return None
-        if shared == n and blob != last_blobs[i]:
-            shared = i
-        blobs[i] = blob
-    for m in messages[n:]:
-        blob = json_key(m)
-        if blob is None:
-            return None
-        blobs.append(blob)
+    blobs = json_keys(messages, last_dicts, last_blobs)
+    if None in blobs:
+        return None
+    # up to the first message that is another input than the last prompt's (compared in C)
+    shared = next(compress(count(), map(ne, blobs, last_blobs)), min(len(blobs), len(last)))
     try:
         out = last[:shared] + [Message.model_validate(m) for m in messages[shared:]]
     except ValidationError:

@@ -43,7 +43,7 @@ from treeprep.formats._fields import (
 from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats._read import document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io.jsonparse import json_key
+from treeprep.io.jsonparse import json_keys
 from treeprep.schemas import Reject
 
 NAME = "swe-agent"
@@ -109,20 +109,13 @@ class _Prompts:
 
     def messages(self, raw: list[Any], where: str) -> list[dict[str, Any]]:
         """``raw`` converted (RecordError naming ``where`` and the index, as :func:`_message`)."""
-        n = min(len(raw), len(self._raw))
-        same, blobs = list(raw), self._blobs[:n]
-        for i in compress(range(n), map(is_not, raw, self._raw)):
-            blob = blobs[i] = _key(raw[i])
-            if blob is not None and blob == self._blobs[i]:
+        blobs = json_keys(raw, self._raw, self._blobs)
+        same = list(raw)
+        for i in compress(range(min(len(raw), len(self._raw))), map(is_not, raw, self._raw)):
+            if blobs[i] is not None and blobs[i] == self._blobs[i]:
                 same[i] = self._raw[i]
-        blobs += map(_key, raw[n:])
         self._raw, self._blobs, self._where = same, blobs, where
         return list(self._history.update(same))
-
-
-def _key(m: Any) -> bytes | None:
-    """A raw message's JSON text (None: not a plain JSON object, never shared)."""
-    return json_key(m) if isinstance(m, dict) else None
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:

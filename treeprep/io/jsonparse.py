@@ -24,7 +24,8 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from itertools import accumulate
+from itertools import accumulate, compress
+from operator import is_not
 from typing import Any
 
 import orjson
@@ -79,6 +80,25 @@ def json_key(value: Any) -> bytes | None:
         return orjson.dumps(value, default=_refuse, option=_PLAIN_ONLY)
     except TypeError:  # orjson.JSONEncodeError is one
         return None
+
+
+def json_keys(
+    values: list[Any], last: list[Any], last_keys: list[bytes | None]
+) -> list[bytes | None]:
+    """:func:`json_key` of each of ``values``, the one in ``last_keys`` for a value that is the
+    very object of ``last`` at its position (known by identity, in C: a session's calls hand
+    their history's dicts again, and writing the whole history per call was quadratic).
+
+    >>> a = {"n": 1}
+    >>> json_keys([a, {"n": 1.0}], [a, {"n": 1}], [b"kept", b'{"n":1}'])
+    [b'kept', b'{"n":1.0}']
+    """
+    n = min(len(values), len(last))
+    keys = last_keys[:n]
+    for i in compress(range(n), map(is_not, values, last)):
+        keys[i] = json_key(values[i])
+    keys += map(json_key, values[n:])
+    return keys
 
 
 def strip_bom(data: bytes) -> bytes:

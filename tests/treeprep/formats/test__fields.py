@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import treeprep.formats._fields as fields_module
+import treeprep.io.jsonparse as jsonparse
 from treeprep.errors import RecordError
 from treeprep.formats._fields import (
     BlockNames,
@@ -195,8 +195,8 @@ def _validated(msgs: list[dict[str, Any]], cid: str = "c") -> ChatCall:
 def written(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every value make_call writes as JSON, from a fresh start."""
     out: list[Any] = []
-    real = fields_module.json_key
-    monkeypatch.setattr(fields_module, "json_key", lambda v: out.append(v) or real(v))
+    real = jsonparse.json_key
+    monkeypatch.setattr(jsonparse, "json_key", lambda v: out.append(v) or real(v))
     forget_shared_messages()
     return out
 
