@@ -15,15 +15,16 @@ made the calls one by one:
   Its calls 2..N are trained in the *next* call's sequence, whose prompt logs their results: the
   sub-turns 2..N of the last assistant turn of a prompt get loss spans of their own, each the
   tokens an ``apply_chat_template`` of the prompt up to that sub-turn would train (checked to be
-  a token prefix of the sequence and to show the call; otherwise that sub-turn is not trained and
-  counted). A parallel completion that no later call of the log answers (the last call of a log)
-  trains its first call only: the calls no later call of its file answers are counted at the
-end of the file (``parallel-calls:first-only``).
+  a token prefix of the sequence, to show the call and to read back as that call through the
+  model's response parser, as a completion is: :mod:`.response`; otherwise that sub-turn is not
+  trained and counted). A parallel completion that no later call of the log answers (the last
+  call of a log) trains its first call only: the calls no later call of its file answers are
+  counted at the end of the file (``parallel-calls:first-only``).
 
 Every call the rewrite touched is counted in the manifest's curation counts
 (``parallel-calls:split``), sub-turns trained in the next call's sequence as
-``parallel-calls:later-call``, and those that could not be (not a token prefix) as
-``parallel-calls:later-call-untrained``; ``treeprep stats`` prints them.
+``parallel-calls:later-call``, and those that could not be (not a token prefix, or not read
+back) as ``parallel-calls:later-call-untrained``; ``treeprep stats`` prints them.
 """
 
 from __future__ import annotations

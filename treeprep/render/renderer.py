@@ -398,7 +398,8 @@ class Renderer:
     ) -> None:
         """Loss spans for the sub-turns ``later`` of the prompt (a parallel completion's calls 2..N
         split by :mod:`.parallel`): each the tokens ``apply_chat_template`` trains for the prompt
-        up to it, where those are a token prefix of ``seq`` and show the call."""
+        up to it, where those are a token prefix of ``seq``, show the call and read back through
+        the model's response parser as that call (as the call's own completion must)."""
         msgs, _, tools = self.normalize(rec)
         where = f"{rec.source_file}:{rec.source_line}"
         now = self._date_of(rec)
@@ -407,19 +408,24 @@ class Renderer:
             for tc in rec.messages[j].tool_calls or []:
                 self._unanswered.discard(parallel.call_key(group_id, tc))
             try:
-                head = self.encode(
-                    self.render_text(msgs[:j], tools, add_generation_prompt=True, now=now,
-                                     where=where)
-                )  # fmt: skip
-                full = self.encode(self.render_text(msgs[: j + 1], tools, now=now, where=where))
+                head_text = self.render_text(
+                    msgs[:j], tools, add_generation_prompt=True, now=now, where=where
+                )
+                full_text = self.render_text(msgs[: j + 1], tools, now=now, where=where)
             except RenderError:
-                head = full = np.zeros(0, dtype=np.int32)
+                head_text = full_text = ""
+            head, full = self.encode(head_text), self.encode(full_text)
             a, b = len(head), len(full)
+            span_text = self.decode(full[a:])
             ok = (
                 a < b <= len(seq.tokens)
                 and is_prefix(head, full)
                 and is_prefix(full, seq.tokens)
-                and completion_coverage(msgs[j], self.decode(full[a:]))[0] is None
+                and completion_coverage(msgs[j], span_text)[0] is None
+                and (
+                    self.response_parser is None
+                    or self.response_parser.check(msgs[j], head_text, span_text) is None
+                )
             )
             key = parallel.LATER if ok else parallel.UNTRAINED
             self.last_rewrites[key] = self.last_rewrites.get(key, 0) + 1

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from treeprep.errors import RenderError
 from treeprep.modes import ParallelCalls
-from treeprep.render.parallel import FIRST_ONLY, LATER, SPLIT, split_call
+from treeprep.render.parallel import FIRST_ONLY, LATER, SPLIT, UNTRAINED, split_call
 from treeprep.schemas import ChatCall
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -152,6 +152,27 @@ def test_split_calls_render_as_apply_chat_template_gpt_oss(
     assert head[: len(b_full)] == b_full and b_full[: len(b_head)] == b_head
     assert seq.loss_spans == [(len(b_head), len(b_full)), (len(head), len(seq.tokens))]
     assert "b.py" in r.decode(seq.tokens[len(b_head) : len(b_full)])
+
+
+@needs_gpt_oss
+def test_a_later_call_that_does_not_read_back_is_not_trained(gpt_oss: Any) -> None:
+    """Call 2 of the parallel turn with freeform arguments (no JSON object): gpt-oss's template
+    shows them, so the coverage check passes, but its response parser cannot read them back as
+    the call: that sub-turn is counted untrained, and the call's own completion still trains."""
+    r = gpt_oss
+    r.parallel_calls = ParallelCalls.split_turns
+    assert r.response_parser is not None
+    freeform = {"id": "c2", "type": "function", "function": {"name": "read", "arguments": "b.py"}}
+    parallel = _turn(_tc("c1", "a.py"), freeform, reasoning_content="Both files.")
+    second = ChatCall(
+        call_id="s#1", messages=[*PROMPT, parallel, *RESULTS], completion=FINAL, tools=TOOLS
+    )
+    seq = r.render(second, group_id="g")
+    assert r.last_rewrites == {SPLIT: 1, UNTRAINED: 1}
+    assert len(seq.loss_spans) == 1
+    assert r.decode(seq.tokens[seq.loss_spans[0][0] :]).endswith("sets B.<|return|>")
+    # the same turn with call 2's arguments as an object reads back, and is trained
+    assert r.render(_calls()[1], group_id="g") and r.last_rewrites == {SPLIT: 1, LATER: 1}
 
 
 def test_build_counts_the_split_and_stats_shows_it(tmp_path: Path) -> None:
