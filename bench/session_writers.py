@@ -477,6 +477,36 @@ def write_atif(folder: Path, n: int) -> Path:
     return path
 
 
+REMINDER = "<system-reminder>\nBe brief.\n</system-reminder>"
+
+
+def write_kimi_cli(folder: Path, n: int) -> Path:
+    """A Kimi Code CLI context file (``sample_data/kimi_cli``): markers and messages, a reminder
+    injected after each request (merged into it when sent), reasoning on every reply."""
+    path = folder / "sessions" / "0f" / "s1" / "context.jsonl"
+    path.parent.mkdir(parents=True)
+    lines: list[dict] = [{"role": "_system_prompt", "content": "You are Kimi Code CLI."}]
+    cp = 0
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 9)):
+        if user:
+            lines += [{"role": "_checkpoint", "id": cp}, {"role": "user", "content": user}]
+            lines.append({"role": "user", "content": REMINDER})
+            cp += 1
+        fn = {"name": "Shell", "arguments": json.dumps({"command": cmd})}
+        call = {"type": "function", "id": f"Shell:{i}", "function": fn}
+        content = [{"type": "think", "think": said[:20], "encrypted": None},
+                   {"type": "text", "text": said}]  # fmt: skip
+        lines += [
+            {"role": "_checkpoint", "id": cp}, {"role": "_usage", "token_count": 100 + i},
+            {"role": "assistant", "content": content, "tool_calls": [call]},
+            {"role": "tool", "content": out, "tool_call_id": f"Shell:{i}"},
+        ]  # fmt: skip
+        cp += 1
+    lines.append({"role": "assistant", "content": "Done."})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -494,6 +524,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "swe-agent": write_swe_agent,
     "crush": write_crush,
     "atif": write_atif,
+    "kimi-cli": write_kimi_cli,
 }
 
 #: the options a format's session is built with, from the folder its writer wrote in (Cursor's

@@ -45,6 +45,7 @@ SAMPLE_GOLDEN = {
     "gemini_cli_subagents": "a35c2ece8d7e1dffa930ea0fcf982226597dbe6f5fe3f8e0a34975de33de7833",
     "goose": "38a491e66d197717ce7f9b305e9523d227f500d17344f3c85fcdb3bf607d1b67",
     "gptme": "4b42c490742ce711986de331738a070cce012d09c21f5f9155b3d3f266c9e055",
+    "kimi_cli": "44667eed0a8261ec2fadd7d3189ee958344abd56a10ca39a84ea507a598f5e6e",
     "litellm": "bb2d4220b3bb527787ed81dc6ff2372bb2df06a143c4ceff04de0291454e94b8",
     "mini_swe_agent_wc.traj.json": (
         "e101cef9339c5215a0b8bd733ae0546cbc623fec6f66abdc556b238ca22dde89"

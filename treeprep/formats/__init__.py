@@ -38,6 +38,7 @@ _MODULES = (
     "crush",
     "session_traces",
     "cursor",
+    "kimi_cli",
 )
 
 _cache: dict[str, FormatSpec] | None = None

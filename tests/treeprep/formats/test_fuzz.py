@@ -61,6 +61,8 @@ SOURCES: dict[str, str] = {
     "rollout-2025-11-02T09-15-00-5f0c1a2e-7b3d-4e21-9a55-0d6c2b8e4f11.jsonl",
     "gemini-cli": "gemini_cli/session-2025-09-14T10-02-3f9c2a1b.jsonl",
     "gptme": "gptme/2025-11-06-quiet-amber-heron/conversation.jsonl",
+    "kimi-cli": "kimi_cli/sessions/9c1e4f0a7b3d2e6f8a5b4c3d2e1f0a9b/"
+    "5d2c8e1a-4b7f-4c3e-9a6d-2f1e0b9c8d7a/context_1.jsonl",
     "mini-swe-agent": "mini_swe_agent_wc.traj.json",
     "mistral-vibe": "mistral_vibe/session_20251104_101500_3b9e1c2a/messages.jsonl",
     "openai-chat": "openai_chat.jsonl",
@@ -97,6 +99,13 @@ SIDECARS: dict[str, tuple[str, str, str]] = {
         "mistral-vibe",
         "mistral_vibe/session_20251104_103000_7c41d0e9/messages.jsonl",
         "mistral_vibe/session_20251104_101500_3b9e1c2a/meta.json",
+    ),
+    "kimi-cli-meta": (
+        "kimi-cli",
+        "kimi_cli/sessions/9c1e4f0a7b3d2e6f8a5b4c3d2e1f0a9b/"
+        "5d2c8e1a-4b7f-4c3e-9a6d-2f1e0b9c8d7a/subagents/explore-7f3a/context.jsonl",
+        "kimi_cli/sessions/9c1e4f0a7b3d2e6f8a5b4c3d2e1f0a9b/"
+        "5d2c8e1a-4b7f-4c3e-9a6d-2f1e0b9c8d7a/subagents/explore-7f3a/meta.json",
     ),
     "claude-code-subagent": (
         "claude-code",

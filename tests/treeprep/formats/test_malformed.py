@@ -303,13 +303,13 @@ def _mutate(v: Any, rng: random.Random) -> Any:
 
 
 def _sidecar(p: Path) -> bool:
-    """A file read with a log but no log itself: a Mistral Vibe ``meta.json``, the project,
-    message and part files of OpenCode's storage (read with their session's file), the
-    ``--tools`` file of the Cursor sample."""
+    """A file read with a log but no log itself: a Mistral Vibe or kimi-cli sub-agent
+    ``meta.json``, kimi-cli's ``wire.jsonl``, the project, message and part files of OpenCode's
+    storage (read with their session's file), the ``--tools`` file of the Cursor sample."""
     rel = p.relative_to(SAMPLE).parts
     if rel[:2] == ("cursor", "options"):
         return True
-    return p.name == "meta.json" or (rel[:2] == ("opencode", "storage") and rel[2] != "session")
+    return p.name in ("meta.json", "wire.jsonl") or (rel[:2] == ("opencode", "storage") and rel[2] != "session")
 
 
 def _mutants(tmp_path: Path, copies: int) -> Iterator[tuple[str, Path, int]]:
