@@ -41,7 +41,9 @@ after it; retried attempts; the compaction call itself) are not in the file and 
 Rejects: a line that is not JSON or a message that does not fit is one reject naming its line,
 and every later call of the file is rejected with it (their prompts would miss it); so is a marker
 this reader does not know (kimi-cli skips it on resume, but a later version may give it a meaning).
-Detected by a first record that is a ``_system_prompt`` or ``_checkpoint`` marker.
+Detected by a first record that is a ``_system_prompt`` or ``_checkpoint`` marker, or, in a file
+named ``context.jsonl`` (or a rotated one) that opens with a message, by a marker among its first
+records.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from treeprep.schemas import Reject
 NAME = "kimi-cli"
 #: a session's context file, or one renamed by ``/clear``, a compaction or a revert
 _CONTEXT = re.compile(r"context(_\d+)?\.jsonl")
+_SUFFIXES = (".gz", ".zst", ".jsonl")
 _MARKERS = ("_system_prompt", "_checkpoint", "_usage")
 _ROLES = ("user", "assistant", "tool", "system")
 _MEDIA = ("image_url", "audio_url", "video_url")
@@ -78,14 +81,31 @@ _SUBAGENTS = "subagents"
 _FILE = "context.jsonl"
 
 
+def _marker(rec: dict[str, Any]) -> bool:
+    """A ``_system_prompt``, ``_checkpoint`` or ``_usage`` line."""
+    role = rec.get("role")
+    if role == "_system_prompt":
+        return isinstance(rec.get("content"), str)
+    if role == "_checkpoint" or role == "_usage":
+        return type(rec.get("id" if role == "_checkpoint" else "token_count")) is int
+    return False
+
+
 def sniff(path: str, head: bytes) -> bool:
     recs = head_json_objects(head)
     if not recs:
         return False
-    first = recs[0]
-    if first.get("role") == "_system_prompt":
-        return isinstance(first.get("content"), str)
-    return first.get("role") == "_checkpoint" and type(first.get("id")) is int
+    if recs[0].get("role") in ("_system_prompt", "_checkpoint"):
+        return _marker(recs[0])
+    # a context file that opens with a message (a session of an older version): its name, every
+    # record a role, and a marker among them
+    named = _is_context(path)
+    return named and all("role" in r for r in recs) and any(_marker(r) for r in recs)
+
+
+def _is_context(path: str) -> bool:
+    """Whether the file is named as a context file (``context.jsonl``, ``context_<n>.jsonl``)."""
+    return _CONTEXT.fullmatch(file_stem(path, _SUFFIXES) + ".jsonl") is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,8 +210,8 @@ def _where(path: str) -> tuple[str, str | None, str]:
     folder names the session, or the sub-agent inside ``<session>/subagents/``; a file of the
     layout before the session folders (``<session id>.jsonl``) names it itself."""
     folder = os.path.dirname(os.path.abspath(path))
-    stem = file_stem(path, (".gz", ".zst", ".jsonl"))
-    if not _CONTEXT.fullmatch(f"{stem}.jsonl"):
+    stem = file_stem(path, _SUFFIXES)
+    if not _is_context(path):
         return stem, None, stem
     up = os.path.dirname(folder)
     if os.path.basename(up) == _SUBAGENTS:

@@ -205,6 +205,23 @@ def test_notifications_are_never_merged(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+def test_a_context_file_that_opens_with_a_message(tmp_path: Path) -> None:
+    """kimi-cli restores a file whose first line is a message (its own tests write such files):
+    detected by its name and a marker after it; another name, or no marker, is not taken."""
+    lines = [
+        {"role": "user", "content": "Hello"}, {"role": "_usage", "token_count": 42},
+        {"role": "_checkpoint", "id": 0}, {"role": "assistant", "content": "World"},
+    ]  # fmt: skip
+    path = _write(tmp_path / "s" / "context_2.jsonl", lines)
+    assert detect_format(str(path), path.read_bytes()) is FORMAT
+    (call,) = _read(path)
+    assert (call.group_id, call.call_id, call.source_line) == ("s", "s/context_2#0", 4)
+    other = _write(tmp_path / "s" / "chat.jsonl", lines)
+    assert detect_format(str(other), other.read_bytes()) is not FORMAT
+    plain = _write(tmp_path / "t" / "context.jsonl", [lines[0], lines[3]])
+    assert detect_format(str(plain), plain.read_bytes()) is not FORMAT
+
+
 def test_a_file_without_its_system_prompt_takes_the_option(tmp_path: Path) -> None:
     """A session from before 1.21.0, in the layout before session folders."""
     lines = [{"role": "_checkpoint", "id": 0}, {"role": "user", "content": "hi"},
