@@ -507,6 +507,36 @@ def write_kimi_cli(folder: Path, n: int) -> Path:
     return path
 
 
+def write_copilot_cli(folder: Path, n: int) -> Path:
+    """A GitHub Copilot CLI session (``sample_data/copilot_cli``): events, a turn's response and
+    its tool's events, a user message every tenth turn."""
+    path = folder / "session-state" / "s1" / "events.jsonl"
+    path.parent.mkdir(parents=True)
+    events: list[dict] = []
+
+    def ev(kind: str, **data: object) -> None:
+        parent = events[-1]["id"] if events else None
+        stamp = "2026-10-22T09:00:00.000Z"
+        events.append({"type": kind, "data": data, "id": f"e{len(events)}", "timestamp": stamp,
+                       "parentId": parent})  # fmt: skip
+
+    ev("session.start", sessionId="s1", producer="copilot-agent", selectedModel="m")
+    ev("system.message", role="system", content="You are the GitHub Copilot CLI.")
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 10)):
+        if user:
+            ev("user.message", content=user, transformedContent=f"<t>{i}</t>\n\n{user}")
+        call = {"toolCallId": f"c{i}", "name": "bash", "arguments": {"command": cmd}}
+        ev("assistant.turn_start", turnId=str(i))
+        ev("assistant.message", content=said, toolRequests=[call], reasoningText=said[:20],
+           apiCallId=f"r{i}")  # fmt: skip
+        ev("tool.execution_start", toolCallId=f"c{i}", toolName="bash")
+        ev("tool.execution_complete", toolCallId=f"c{i}", success=True, result={"content": out})
+        ev("assistant.turn_end", turnId=str(i))
+    ev("assistant.message", content="Done.", toolRequests=[], apiCallId="end")
+    path.write_text("".join(json.dumps(x) + "\n" for x in events))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -525,6 +555,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "crush": write_crush,
     "atif": write_atif,
     "kimi-cli": write_kimi_cli,
+    "copilot-cli": write_copilot_cli,
 }
 
 #: the options a format's session is built with, from the folder its writer wrote in (Cursor's

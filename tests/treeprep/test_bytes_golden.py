@@ -39,6 +39,7 @@ SAMPLE_GOLDEN = {
     "cline": "add8ebbcf6d23aec742e040d9b3aed8d8c83dae4121ef576633ad7ed87690433",
     "codex": "60eb2388e62216a25023544f85217d77de58e82ab93af21d10b4aa65e21b6b18",
     "cursor": "a1fdfa0117eacc0eb225c89369b800df7af272a9fa73726996cdb5944d98d1a6",
+    "copilot_cli": "4c662d6b7affbb961cb9c92b63b0c5435a62d9955d7e1316c8fa00a7fc06bdb3",
     "crush": "85514cde9b11c40f8ce8cf49d0077766dc93d7f405ee1c11e06ac430596d9a11",
     "conversations": "47317610ce5ab8bf62a7a6b34e7152dd1e9a4130e2d8ec775ceb2e645b7cd11c",
     "gemini_cli": "14d4da01610975df7b66ba5aa8620b4a89486b41fd3871bc2634bd91861b9c65",

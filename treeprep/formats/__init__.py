@@ -39,6 +39,7 @@ _MODULES = (
     "session_traces",
     "cursor",
     "kimi_cli",
+    "copilot_cli",
 )
 
 _cache: dict[str, FormatSpec] | None = None

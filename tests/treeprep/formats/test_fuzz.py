@@ -57,6 +57,7 @@ SOURCES: dict[str, str] = {
     "cline": "cline/tasks/1762340400000/api_conversation_history.json",
     "cursor": "cursor/agent-transcripts/b7a2e915-4d8c-4c1b-a3f6-0e9d2c7b5a18/"
     "b7a2e915-4d8c-4c1b-a3f6-0e9d2c7b5a18.jsonl",
+    "copilot-cli": "copilot_cli/session-state/5f0c2a4e-8b1d-4c7e-9a3f-2d6e1b0c9a11/events.jsonl",
     "codex": "codex/2025/11/02/"
     "rollout-2025-11-02T09-15-00-5f0c1a2e-7b3d-4e21-9a55-0d6c2b8e4f11.jsonl",
     "gemini-cli": "gemini_cli/session-2025-09-14T10-02-3f9c2a1b.jsonl",
