@@ -61,24 +61,38 @@ INTERRUPTED = "The execution of this tool, or a previous tool was interrupted."
 #: events that change nothing Copilot sends (1.0.60's replay ignores them, or, newer, they hold
 #: usage, permissions, hooks, the screen's state)
 _IGNORED = frozenset(
-    """session.info session.warning session.error session.shutdown
-    session.title_changed session.idle session.usage_info session.usage_record
-    session.usage_checkpoint session.completion_receipt session.remote_steerable_changed
-    session.context_changed session.mode_changed session.mode_notice_delivered
-    session.permissions_changed session.permission_recovery session.schedule_created
-    session.schedule_cancelled session.schedule_rearmed session.autopilot_objective_changed
-    session.auto_mode_resolved session.plan_changed session.workspace_file_changed
-    session.task_complete session.session_limits_changed session.request_body_compression_disabled
-    session.model_deselected session.binary_asset session.snapshot_rewind
-    session.canvas.recorded session.canvas.removed session.tools_updated session.skills_loaded
-    assistant.turn_start assistant.turn_end assistant.reasoning assistant.intent assistant.usage
-    tool.execution_start tool.user_requested tool_search.activated skill.invoked
-    skill.invoked_ref subagent.started subagent.completed subagent.failed subagent.selected
-    subagent.deselected subagent.configured hook.start hook.end permission.requested
-    permission.completed permission.assentDetected permission.carriedForward
+    # the events 1.0.60's replay passes over (``session.truncation`` is read here: see below)
+    """assistant.intent assistant.message_start assistant.message_delta assistant.reasoning_delta
+    session.idle session.error session.info session.warning session.title_changed
+    session.snapshot_rewind session.shutdown session.remote_steerable_changed session.usage_info
+    assistant.turn_start assistant.turn_end assistant.usage model.call_failure assistant.reasoning
+    tool.execution_start tool.execution_partial_result subagent.started subagent.completed
+    subagent.failed subagent.selected hook.start hook.end hook.progress pending_messages.modified
+    tool.execution_progress session.context_changed session.mode_changed
+    session.permissions_changed session.schedule_created session.schedule_cancelled
+    session.autopilot_objective_changed session.plan_changed session.workspace_file_changed
+    session.task_complete assistant.streaming_delta subagent.deselected permission.requested
+    permission.completed user_input.requested user_input.completed elicitation.requested
+    elicitation.completed sampling.requested sampling.completed external_tool.requested
+    external_tool.completed command.queued command.execute command.completed commands.changed
+    exit_plan_mode.requested exit_plan_mode.completed session.tools_updated
+    session.background_tasks_changed session.skills_loaded session.custom_agents_updated
+    session.mcp_servers_loaded session.mcp_server_status_changed session.extensions_loaded
+    session.canvas.opened session.canvas.registry_changed session.canvas.closed
+    session.extensions.attachments_pushed mcp.oauth_required mcp.oauth_completed
+    session.custom_notification capabilities.changed auto_mode_switch.requested
+    auto_mode_switch.completed mcp_app.tool_call_complete tool.user_requested skill.invoked
+    session.compaction_start"""
+    # and later ones that hold usage, permissions or the screen's state
+    """ session.usage_record session.usage_checkpoint session.completion_receipt
+    session.mode_notice_delivered session.permission_recovery session.schedule_rearmed
+    session.auto_mode_resolved session.session_limits_changed
+    session.request_body_compression_disabled session.model_deselected session.binary_asset
+    session.canvas.recorded session.canvas.removed tool_search.activated skill.invoked_ref
+    subagent.configured permission.assentDetected permission.carriedForward
     permission.contextualAuthorization permission.messageAuthorization
     permission.messageAuthorizationDegraded permission.messageAuthorizationRead
-    external_tool.requested mcp.oauth_recovery_completed""".split()
+    mcp.oauth_recovery_completed""".split()
 )
 
 
@@ -427,8 +441,6 @@ def _event(s: _Replay, kind: str, rec: dict[str, Any]) -> None:
         n = data.get("messagesRemovedDuringTruncation")
         s.truncated = (f"Copilot truncated this prompt when it sent it ({n} messages removed) and "
                        "logs only the counts")  # fmt: skip
-    elif kind == "session.compaction_start":
-        pass
     elif kind == "session.compaction_complete":
         if data.get("success") and data.get("summaryContent"):
             raise _Breaks("a compaction: the summary message Copilot sends after it is built with "
