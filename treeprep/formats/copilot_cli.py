@@ -312,7 +312,16 @@ class _Replay:
 
     def reply(self, line: int, rec: dict[str, Any]) -> Iterator[Item]:
         """An ``assistant.message`` of the main agent."""
-        msg, api = _assistant(rec["data"])
+        try:
+            msg, api = _assistant(rec["data"])
+        except RecordError:
+            if (
+                self.open is not None
+                and self.open[4]
+                and rec["data"].get("apiCallId") == self.open[4]
+            ):
+                self.open = None  # a message of the open response: the response is its reject
+            raise
         if self.open is not None and (api is None or api != self.open[4]):
             yield from self.close()
         if self.open is None:

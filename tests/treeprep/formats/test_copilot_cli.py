@@ -232,6 +232,14 @@ def test_a_truncated_prompt_and_split_reasoning_reject_one_call(tmp_path: Path) 
     assert _dump(items[2])[-2] == {"role": "assistant", "content": "bc", "reasoning_content": "1"}
 
 
+def test_a_response_with_a_message_that_does_not_fit_is_one_reject(tmp_path: Path) -> None:
+    s = _start().reply("r1", "part one").reply("r1", "", ("c1", "apply_patch"))
+    s.events[-1]["data"]["toolRequests"][0]["type"] = "custom"
+    items = _read(s.write(tmp_path))
+    assert [type(x) for x in items] == [Reject]
+    assert items[0].line == 5 and "a custom (freeform) tool call" in items[0].reason
+
+
 def test_a_bad_line_rejects_every_later_call(tmp_path: Path) -> None:
     s = _start().reply("r1", "a").add("user.message", content="x").reply("r2", "b")
     path = s.write(tmp_path)
