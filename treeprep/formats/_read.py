@@ -101,6 +101,16 @@ def document(path: str, *, data: bytes | None = None, keep_non_finite: bool = Fa
     return Document(value, strip_bom(data).decode("utf-8"))
 
 
+def breaks_later(line: int, why: object) -> str:
+    """The reason every later call of a session is rejected with, once line ``line`` could not
+    be read (``why``): their prompts would miss what it held.
+
+    >>> breaks_later(7, "role: expected a string, got int")
+    'line 7: role: expected a string, got int (the prompts after it would miss it)'
+    """
+    return f"line {line}: {why} (the prompts after it would miss it)"
+
+
 def head_json_objects(head: bytes) -> list[dict[str, Any]]:
     """The JSON objects on the complete lines of ``head`` (the first 50), for sniffing JSONL.
 

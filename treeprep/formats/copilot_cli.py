@@ -50,7 +50,7 @@ from typing import Any
 
 from treeprep.errors import RecordError
 from treeprep.formats._fields import as_dict, expect, file_stem, make_call, opt_str
-from treeprep.formats._read import head_json_objects, records
+from treeprep.formats._read import breaks_later, head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -471,14 +471,14 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         if isinstance(rec, Reject):
             if broken is None:
                 yield from s.close()
-                broken = f"line {line}: {rec.reason} (the prompts after it would miss it)"
+                broken = breaks_later(line, rec.reason)
                 yield rec
             continue
         if not _envelope(rec):
             if broken is None:
                 yield from s.close()
                 why = "expected an event: {type, data, id, timestamp, parentId}"
-                broken = f"line {line}: {why} (the prompts after it would miss it)"
+                broken = breaks_later(line, why)
                 yield Reject(file=path, line=line, reason=why, format=NAME)
             continue
         kind = rec["type"]
@@ -507,7 +507,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 _event(s, kind, rec)
         except RecordError as e:
             yield from s.close()
-            broken = f"line {line}: {e} (the prompts after it would miss it)"
+            broken = breaks_later(line, e)
             if not isinstance(e, _Breaks):
                 yield Reject(file=path, line=line, reason=str(e), format=NAME)
     yield from s.close()

@@ -63,7 +63,7 @@ from treeprep.formats._fields import (
     system_message,
     type_name,
 )
-from treeprep.formats._read import document, head_json_objects, records
+from treeprep.formats._read import breaks_later, document, head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import reads
 from treeprep.schemas import Reject
@@ -303,7 +303,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     for line, rec in records(path, NAME, objects=True):
         if isinstance(rec, Reject):
             if broken is None:
-                broken = f"line {line}: {rec.reason} (the prompts after it would miss it)"
+                broken = breaks_later(line, rec.reason)
                 yield rec
             continue
         role = rec.get("role")
@@ -323,7 +323,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 raise RecordError(f"role: expected {', '.join(_ROLES)}, got {role!r}")
             msg = _message(rec, role)
         except RecordError as e:
-            broken = f"line {line}: {e} (the prompts after it would miss it)"
+            broken = breaks_later(line, e)
             yield Reject(file=path, line=line, reason=str(e), format=NAME)
             continue
         if role == "assistant":
