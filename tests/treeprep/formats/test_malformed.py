@@ -309,7 +309,8 @@ def _sidecar(p: Path) -> bool:
     rel = p.relative_to(SAMPLE).parts
     if rel[:2] == ("cursor", "options"):
         return True
-    return p.name in ("meta.json", "wire.jsonl") or (rel[:2] == ("opencode", "storage") and rel[2] != "session")
+    storage = rel[:2] == ("opencode", "storage") and rel[2] != "session"
+    return p.name in ("meta.json", "wire.jsonl") or storage
 
 
 def _mutants(tmp_path: Path, copies: int) -> Iterator[tuple[str, Path, int]]:
