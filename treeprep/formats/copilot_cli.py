@@ -18,11 +18,13 @@ sends from them, live and on resume alike, and so does this reader:
   same call left out;
 * ``abort``, and a resume that was not active: every call without a result gets Copilot's
   "interrupted" result, and every earlier message loses its reasoning (sent back only within one
-  run); a change of model drops the reasoning too.
+  run); so does a change of model (in auto mode, a response by another model than the last:
+  Copilot resolves one per request and rewrites the history for it).
 
 Every response of the main agent is one call: its prompt the system messages and the chat before
-its first message, its completion the messages of its ``apiCallId``. Ephemeral events (streamed
-deltas) are not in the file. The file keeps no tool schemas (``--tools``).
+its first message, its completion the messages of its ``apiCallId``, its model the one they
+name. Ephemeral events (streamed deltas) are passed over, as are a sub-agent's events (``agentId``)
+for the main agent's chat. The file keeps no tool schemas (``--tools``).
 
 Calls whose prompt cannot be rebuilt are rejected with the reason, never guessed:
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.errors import RecordError
@@ -58,6 +61,8 @@ NAME = "copilot-cli"
 _FILE = "events.jsonl"
 #: Copilot's stand-in result for a call that was cut off (``G6n`` in 1.0.60)
 INTERRUPTED = "The execution of this tool, or a previous tool was interrupted."
+#: the model of auto mode: Copilot resolves a model per request, and rewrites the history for it
+AUTO = "auto"
 #: events that change nothing Copilot sends (1.0.60's replay ignores them, or, newer, they hold
 #: usage, permissions, hooks, the screen's state)
 _IGNORED = frozenset(
@@ -241,6 +246,18 @@ def _no_reasoning(chat: list[Entry]) -> list[Entry]:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Response:
+    """The response being read: where it starts, its prompt, its messages."""
+
+    line: int
+    when: Any
+    prompt: list[dict[str, Any]]
+    api: str | None
+    model: str | None
+    run: list[dict[str, Any]] = field(default_factory=list)
+
+
 class _Replay:
     """The chat of a session as its events come (:func:`read`)."""
 
@@ -258,9 +275,7 @@ class _Replay:
         self.model: str | None = None
         self.rewritten_for: str | None = None  # the model the history was last rewritten for
         self.k = 0
-        #: the response being read: its first line, time, prompt, messages, id
-        self.open: tuple[int, Any, list[dict[str, Any]], list[dict[str, Any]], str | None] | None
-        self.open = None
+        self.open: _Response | None = None
         #: why the next call's prompt is not what was sent (a truncation), or None
         self.truncated: str | None = None
 
@@ -286,8 +301,8 @@ class _Replay:
         """The response read so far, as its call (or its reject)."""
         if self.open is None:
             return
-        line, when, prompt, run, _ = self.open
-        self.open = None
+        r, self.open = self.open, None
+        line = r.line
         cid = f"{self.session}#{self.k}"
         self.k += 1
         try:
@@ -295,7 +310,7 @@ class _Replay:
                 raise RecordError("a developer message in the prompt, which the chat form has not")
             if self.truncated is not None:
                 raise RecordError(self.truncated)
-            completion = _completion(run)
+            completion = _completion(r.run)
         except RecordError as e:
             self.truncated = None
             yield Reject(file=self.path, line=line, reason=str(e), format=NAME, call_id=cid)
@@ -303,8 +318,8 @@ class _Replay:
         fields = {
             "group_id": self.session, "trajectory_id": self.session, "call_id": cid,
             "parent_call_id": f"{self.session}#{self.k - 2}" if self.k > 1 else None,
-            "model": self.model, "messages": prompt,
-            "completion": completion, "tools": self.opts.tools, "timestamp": when,
+            "model": r.model, "messages": r.prompt,
+            "completion": completion, "tools": self.opts.tools, "timestamp": r.when,
             "provenance": {"exact_messages": "system" in self.system, "reconstructed": True},
             "source_file": self.path, "source_line": line, "source_format": NAME,
         }  # fmt: skip
@@ -315,18 +330,19 @@ class _Replay:
         try:
             msg, api = _assistant(rec["data"])
         except RecordError:
-            if (
-                self.open is not None
-                and self.open[4]
-                and rec["data"].get("apiCallId") == self.open[4]
-            ):
+            api = rec["data"].get("apiCallId")
+            if self.open is not None and api and api == self.open.api:
                 self.open = None  # a message of the open response: the response is its reject
             raise
-        if self.open is not None and (api is None or api != self.open[4]):
+        if self.open is not None and (api is None or api != self.open.api):
             yield from self.close()
         if self.open is None:
-            self.open = (line, rec.get("timestamp"), self.prompt(), [], api)
-        self.open[3].append(msg)
+            model = rec["data"].get("model")
+            model = model if isinstance(model, str) and model else self.model
+            if self.model == AUTO and model != AUTO and model is not None:
+                self.rewrite_for(model)  # auto mode: the model it resolved to, before the call
+            self.open = _Response(line, rec.get("timestamp"), self.prompt(), api, model)
+        self.open.run.append(msg)
         self.chat.append((msg, api))
 
     # -- what the events do to the chat --------------------------------------------------------
@@ -381,6 +397,11 @@ class _Replay:
 
     def model_change(self, model: str) -> None:
         self.model = model
+        self.rewrite_for(model)
+
+    def rewrite_for(self, model: str) -> None:
+        """Copilot's ``maybeRewriteChatHistoryForEffectiveModel``: a history sent to another
+        model than the last loses its reasoning (and may have its tool calls rewritten)."""
         if self.rewritten_for == model:
             return
         self.rewritten_for = model

@@ -190,6 +190,19 @@ def test_resumes_and_model_changes_drop_the_reasoning(tmp_path: Path) -> None:
     assert _dump(calls[4])[-4] == {"role": "assistant", "content": "c"}
 
 
+def test_auto_mode_rewrites_the_history_for_the_model_it_resolves(tmp_path: Path) -> None:
+    """With model ``auto`` Copilot resolves a model per request and rewrites the history for it
+    (``maybeRewriteChatHistoryForEffectiveModel``): a response by another model than the last
+    is prompted without the reasoning before it."""
+    s = _start().add("session.model_change", newModel="auto")
+    s.reply("r1", "a", reasoningText="t1", model="m1").add("user.message", content="1")
+    s.reply("r2", "b", model="m1").add("user.message", content="2").reply("r3", "c", model="m2")
+    calls = _read(s.write(tmp_path))
+    assert [c.model for c in calls] == ["m1", "m1", "m2"]
+    assert _dump(calls[1])[2] == {"role": "assistant", "content": "a", "reasoning_content": "t1"}
+    assert _dump(calls[2])[2] == {"role": "assistant", "content": "a"}
+
+
 @pytest.mark.parametrize(
     ("event", "data", "why"),
     [
