@@ -31,7 +31,9 @@ Calls whose prompt cannot be rebuilt are rejected with the reason, never guessed
 * a sub-agent's response (``agentId`` or ``parentToolCallId``): its system prompt and first
   prompt are not logged (its other events, interleaved, are not the main agent's chat);
 * a response whose prompt Copilot truncated at request time (``session.truncation`` before it:
-  only the counts are logged);
+  only the counts are logged), one whose prompt holds a ``developer`` message (the chat form
+  has no such role), one split into messages of which more than one holds reasoning (the order
+  of its reasoning and text is not one message);
 * every call after a message whose text Copilot builds from what the log lacks: a user message
   with attachments (the ``<tagged_files>`` lines are read from the disk), the output of a
   command the user ran (``isUserRequested``), a compaction's summary message (built with the
@@ -534,14 +536,20 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     yield from s.close()
 
 
+#: the files Copilot keeps beside a session's events, and the folders it keeps there
+_BESIDE = frozenset({"workspace.yaml", "plan.md", "session.db"})
+_FOLDERS = frozenset({"checkpoints", "files", "research", "rewind-file-snapshots"})
+
+
 def companion(path: str) -> bool:
-    """A file Copilot keeps beside a session's events (``workspace.yaml``, ``plan.md``, the
-    checkpoints' summaries): accounted for with the session, not a log of no known format."""
-    folder = os.path.dirname(path) or "."
+    """A file Copilot keeps in a session's folder (``workspace.yaml``, ``plan.md``, its lock,
+    the checkpoints' summaries...): accounted for with the session, not a log of no known
+    format."""
+    name, folder = os.path.basename(path), os.path.dirname(path) or "."
+    if name in _BESIDE or (name.startswith("inuse.") and name.endswith(".lock")):
+        return os.path.isfile(os.path.join(folder, _FILE))
     up = os.path.dirname(folder)
-    return os.path.basename(path) != _FILE and (
-        os.path.isfile(os.path.join(folder, _FILE)) or os.path.isfile(os.path.join(up, _FILE))
-    )
+    return os.path.basename(folder) in _FOLDERS and os.path.isfile(os.path.join(up, _FILE))
 
 
 FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=30, companion=companion)

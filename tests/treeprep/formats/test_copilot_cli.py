@@ -88,6 +88,11 @@ def test_detection_and_the_files_beside_the_events() -> None:
     assert detect_format(str(EVENTS), EVENTS.read_bytes()) is FORMAT
     workspace = EVENTS.parent / "workspace.yaml"
     assert companion_format(str(workspace)) == "copilot-cli"
+    checkpoint = EVENTS.parent / "checkpoints" / "001-adding-type-hints.md"
+    assert companion_format(str(checkpoint)) == "copilot-cli"
+    # OpenHands also writes an ``events.jsonl``: what lies beside it is not Copilot's
+    beside = ROOT / "sample_data" / "openhands" / "notes.txt"
+    assert companion_format(str(beside)) is None
     for other in ("openai_chat.jsonl", "openai_responses.jsonl", "session_traces.jsonl"):
         p = ROOT / "sample_data" / other
         assert detect_format(str(p), p.read_bytes()[:65536]) is not FORMAT
