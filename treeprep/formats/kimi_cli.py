@@ -255,12 +255,18 @@ class _Session:
             key = "id" if role == "_checkpoint" else "token_count"
             if type(rec.get(key)) is not int:
                 raise RecordError(f"{key}: expected an integer, got {type_name(rec.get(key))}")
-            self.stepped = self.stepped or (role == "_checkpoint" and rec["id"] > 0)
+            if role == "_checkpoint":
+                self.checkpoint(rec)
         else:
             raise RecordError(
                 f"role: a marker this reader does not know ({role!r}; expected "
                 f"{', '.join(_MARKERS)})"
             )
+
+    def checkpoint(self, rec: dict[str, Any]) -> None:
+        """A checkpoint after the file's first: a step or a turn begins (the copies a compaction
+        kept end)."""
+        self.stepped = self.stepped or (type(rec.get("id")) is int and rec["id"] > 0)
 
     def call(self, reply: dict[str, Any], line: int) -> Item:
         system = self.system if self.system is not None else self.opts.system_prompt
@@ -308,7 +314,9 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             continue
         role = rec.get("role")
         if broken is not None:
-            if role == "assistant":
+            if role == "_checkpoint":
+                s.checkpoint(rec)  # a compaction's copies are no calls, after a bad line too
+            elif role == "assistant" and not s.copied():
                 yield Reject(file=path, line=line, reason=broken, format=NAME,
                              call_id=f"{s.stem}#{s.k}")  # fmt: skip
                 s.k += 1

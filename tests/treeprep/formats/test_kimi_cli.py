@@ -172,6 +172,11 @@ def test_an_automatic_compaction_mid_turn_goes_on_at_the_next_step(tmp_path: Pat
     assert (call.source_line, call.branch_reason) == (8, "compaction")
     assert [m["role"] for m in _dump(call)] == ["system", "user", "assistant", "tool"]
     assert _dump(call)[2] == {"role": "assistant", "tool_calls": kept["tool_calls"]}
+    # a bad line among the copies: the copy after it is still no call, the reply after the
+    # step's checkpoint is rejected with the line
+    bad = [*lines[:3], {"role": "user", "content": [{"type": "file"}]}, *lines[3:]]
+    items = _read(_write(tmp_path / "t" / "context.jsonl", bad))
+    assert [(type(x), x.line) for x in items] == [(Reject, 4), (Reject, 9)]
 
 
 def test_a_sub_agent_joins_the_session_under_its_id_with_its_model() -> None:
