@@ -83,15 +83,15 @@ SAMPLE_OPTIONS = {
 }
 
 REAL_GOLDEN = {
-    "manifest.json": "8081ef266394246cf01d022a0414374c2abfa6c40f040b2fc8b941bff8a7c1a8",
+    "manifest.json": "958dfdb285bf2beba726d483e54b2c99fb991867c1cc868db4914e895dbd8a36",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "d10ef5b921b52dbddc8f37ba7a9b61718f5e9f4a4c4f6e4f7928022120a26e7d"
+        "50e407d3b8dd41a19a201978813b2ad1fb0743fcea4b83f6568ff84493d7eeac"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "1e314609790085ca9a52cd3e45888185bcd25a1981a782c67114019ca4ff3111"
+        "d2ed6e4d575124c3ad3cf33e16129a8a4978f071ff118eb527fb8359c2b772cc"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "d697945c81baa6022bd9a76dc910e73dc968f4bf01d09588f9e3d021efe3f59e",
+    "shards/shard-00000.arrow": "4c278a73dfb54e8c49f4ffecfa272c9e67566ee0fa4afc4c3ddfe2418349e1a2",
 }
 
 

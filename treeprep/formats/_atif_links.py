@@ -17,22 +17,21 @@ file name it gave the sub-agent, which a renamed copy (Harbor's own golden files
 machine's absolute path no longer names, while the session id still does.
 
 A run's group is its root's session id (else its name) qualified by a digest of the root
-trajectory (:func:`run_digest`): session ids are not unique across files (Harbor's golden files
-normalize them to one value; agent-data-protocol reuses a task's id for every run of it), and two
-trials of one task are two groups, while a copy of one file is the same group (and the build's
-deduplication leaves it out).
+trajectory (:func:`~treeprep.formats._fields.content_digest`): session ids are not unique
+across files (Harbor's golden files normalize them to one value; agent-data-protocol reuses a
+task's id for every run of it), and two trials of one task are two groups, while a copy of one
+file is the same group (and the build's deduplication leaves it out).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from treeprep.formats._fields import content_digest
 from treeprep.io import reads
 from treeprep.io.paths import open_regular
 
@@ -47,7 +46,6 @@ __all__ = [
     "lineage",
     "names_of",
     "objects",
-    "run_digest",
     "subagent_refs",
 ]
 
@@ -170,8 +168,9 @@ def names_of(path: str, doc: dict[str, Any]) -> set[str]:
 def lineage(key: str, doc: dict[str, Any], parent_of: ParentOf) -> tuple[str, str, str, str | None]:
     """(group id, root, agent id, branch reason) of a trajectory: follows the trajectories that
     reference it up to the root, whose session id names the group (else its name, ``root``),
-    qualified by the root's :func:`run_digest` (``<session>#<digest>``). ``key`` is the file's
-    path (``parent_of``: :func:`folder_parent`) or the element's index (:func:`array_parent`)."""
+    qualified by the root's :func:`~treeprep.formats._fields.content_digest`
+    (``<session>#<digest>``). ``key`` is the file's path (``parent_of``: :func:`folder_parent`)
+    or the element's index (:func:`array_parent`)."""
     path = key if not key.startswith("[") else ""
     me = identity(doc) or os.path.basename(key)
     seen = {key}
@@ -194,22 +193,8 @@ def lineage(key: str, doc: dict[str, Any], parent_of: ParentOf) -> tuple[str, st
         if path:
             parent_of = folder_parent(nxt)
     root = cur_doc.get("session_id") if isinstance(cur_doc.get("session_id"), str) else None
-    gid = f"{root or cur_id}#{run_digest(cur_doc)}"
+    gid = f"{root or cur_id}#{content_digest(cur_doc)}"
     return gid, cur_id, ("main" if agent == cur_id else agent), reason
-
-
-def run_digest(doc: dict[str, Any]) -> str:
-    """12 hex digits naming a root trajectory by its content (keys sorted), the same whichever
-    file of the run it is computed from.
-
-    >>> run_digest({"session_id": "s", "steps": []}) == run_digest({"steps": [], "session_id": "s"})
-    True
-    """
-    try:
-        data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # an integer past 64 bits: the slower encoder takes it
-        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.blake2b(data, digest_size=6).hexdigest()
 
 
 def _ref_values(ref: dict[str, Any], keys: tuple[str, ...] = REF_KEYS) -> set[str]:

@@ -36,6 +36,8 @@ no text as ``""`` or None) stays with the format too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ from itertools import compress, count
 from operator import ne
 from typing import Any, Literal
 
+import orjson
 from pydantic import ValidationError
 
 from treeprep.errors import RecordError
@@ -385,6 +388,20 @@ def file_stem(path: str, suffixes: tuple[str, ...]) -> str:
     for ext in suffixes:
         name = name.removesuffix(ext)
     return name
+
+
+def content_digest(obj: Any) -> str:
+    """12 hex digits naming a JSON value by its content (object keys sorted): the same value
+    gives the same digest in every file, run and process.
+
+    >>> content_digest({"id": "s", "steps": []}) == content_digest({"steps": [], "id": "s"})
+    True
+    """
+    try:
+        data = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer past 64 bits: the slower encoder takes it
+        data = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(data, digest_size=6).hexdigest()
 
 
 def make_call(fields: dict[str, Any], *, file: str, line: int, fmt: str) -> ChatCall | Reject:

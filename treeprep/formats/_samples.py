@@ -1,13 +1,14 @@
 """The ``sampling`` branch hint: the first call of each sample (run) a log names.
 
-A GRPO group holds k samples of one task, and a NeMo-Gym file the rollouts of its tasks: their
-trees branch where two samples' tokens first differ, which is often a call after the one that
-started the sample. An adapter whose records name their sample (a trajectory id among
-:data:`~treeprep.formats.openai_chat.TRAJECTORY_KEYS`, or NeMo-Gym's ``_ng_task_index`` /
-``_ng_rollout_index``: one record is one rollout) hints the first call of each sample
-``sampling``; :func:`treeprep.trie.build_tree` carries the hint to where the sample leaves another
-sample's path (``RUN_REASONS``). The group's first sample carries the hint too and it never
-shows: the earliest sample is the main continuation at every branch of its path.
+A GRPO group holds k samples of one task, and a NeMo-Gym file the rollouts of its tasks: their trees
+branch where two samples' tokens first differ, which is often a call after the one that started the
+sample. An adapter whose records name their sample (a trajectory id among
+:data:`~treeprep.formats.openai_chat.TRAJECTORY_KEYS`, or a NeMo-Gym record: its
+``responses_create_params``, ``_ng_task_index`` or ``_ng_rollout_index``; one record is one rollout)
+hints the first call of each sample ``sampling``; :func:`treeprep.trie.build_tree` carries the hint
+to where the sample leaves another sample's path (``RUN_REASONS``). The group's first sample carries
+the hint too and it never shows: the earliest sample is the main continuation at every branch of its
+path.
 
 Memory: one id per sample of the file (the calls of a sample need not be adjacent).
 """
@@ -27,7 +28,7 @@ def names_sample(rec: Any) -> bool:
     """Whether a record says which sample it belongs to (a bad id is the record's reject)."""
     if not isinstance(rec, dict):
         return False
-    if any(k in rec for k in _NEMO_KEYS):
+    if any(k in rec for k in _NEMO_KEYS) or isinstance(rec.get("responses_create_params"), dict):
         return True
     try:
         return trajectory_of(rec) is not None

@@ -79,6 +79,7 @@ from treeprep.formats import _atif_links as links
 from treeprep.formats._fields import (
     as_dict,
     chat_tool_call,
+    content_digest,
     dicts,
     expect,
     make_call,
@@ -395,7 +396,7 @@ def _read_array(path: str, docs: list[Any], lines: list[int], opts: ReadOptions)
         name = links.identity(doc) or f"{os.path.basename(path)}[{k}]"
         if reason is None:  # a run of its own; an id given twice still names two runs
             name = root = name if name not in seen else f"{name}[{k}]"
-            gid = gid if links.identity(doc) else f"{name}#{links.run_digest(doc)}"
+            gid = gid if links.identity(doc) else f"{name}#{content_digest(doc)}"
         seen.add(name)
         if opts.group_by and doc.get(opts.group_by) is not None:
             gid = str(doc[opts.group_by])

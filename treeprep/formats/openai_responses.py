@@ -32,10 +32,16 @@ file lands here and the ids are still used.
 
 Group: ``--group-by``, else ``group_id``/``task_id``/``session_id`` (also under ``metadata``),
 else NeMo-Gym's ``_ng_task_index`` scoped by the file's name (``NAME:task-N``): the rollouts of one
-task (GRPO samples) share one tree. Reward and advantage come from the record. One record is one
-rollout: its turns share a trajectory id (``trajectory_id`` and the other keys of
-:func:`~treeprep.formats.openai_chat.trajectory_of`, else ``FILE:LINE``). The first call of a
-rollout that names its sample (one of those keys, or NeMo-Gym's) is hinted ``sampling``
+task (GRPO samples) share one tree. A NeMo-Gym record without the index (files written before
+NeMo-Gym numbered its tasks, such as its ``example_rollouts.jsonl``) is grouped by the prompt its
+rollout was sampled from: ``NAME:prompt-<digest>`` of ``responses_create_params``' ``instructions``,
+``input`` and ``tools``. A file's rollouts of different tasks are different GRPO groups, never one
+(the trainer computes advantages per tree), and two rollouts of one prompt are one group wherever
+they lie in the file. Other records with no group share their file's. Reward and advantage come
+from the record. One record is one rollout: its turns share a trajectory id (``trajectory_id``
+and the other keys of :func:`~treeprep.formats.openai_chat.trajectory_of`, else ``FILE:LINE``).
+The first call of a rollout that names its sample (one of those keys, or NeMo-Gym's: every
+``responses_create_params`` record is one rollout) is hinted ``sampling``
 (:mod:`treeprep.formats._samples`).
 """
 
@@ -52,6 +58,7 @@ from pydantic import ValidationError
 from treeprep.formats._fields import (
     assistant_turn,
     chat_tool_call,
+    content_digest,
     expect,
     file_stem,
     token_rollout,
@@ -79,6 +86,8 @@ NAME = "openai-responses"
 _ID_KEYS = ("prompt_token_ids", "generation_token_ids")
 #: removed from the file's name for the ``_ng_task_index`` group id
 _SUFFIXES = (".gz", ".zst", ".zstd", ".jsonl", ".ndjson", ".json")
+#: what a NeMo-Gym task is without ``_ng_task_index``: the prompt its rollouts were sampled from
+_TASK_KEYS = ("instructions", "input", "tools")
 
 
 @dataclass
@@ -220,6 +229,9 @@ def _group(rec: dict[str, Any], opts: ReadOptions, file: str) -> str | None:
         idx = rec.get("_ng_task_index")
         if isinstance(idx, int) and not isinstance(idx, bool):
             g = f"{file_stem(file, _SUFFIXES)}:task-{idx}"
+        elif isinstance(params := rec.get("responses_create_params"), dict):
+            task = {k: params.get(k) for k in _TASK_KEYS}
+            g = f"{file_stem(file, _SUFFIXES)}:prompt-{content_digest(task)}"
     return g
 
 

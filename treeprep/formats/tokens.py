@@ -14,7 +14,8 @@ Two JSONL layouts:
 * NeMo-Gym Responses rollouts, where the ids sit on the ``response.output`` items: every assistant
   turn whose items carry ids is one :class:`~treeprep.schemas.TokenRollout` (the ids on the message
   item cover the whole generation, reasoning included), grouped by ``_ng_task_index`` within the
-  file so the k samples of a task (a GRPO group) share one tree. The conversion is the
+  file (else by the prompt they were sampled from) so the k samples of a task (a GRPO group) share
+  one tree. The conversion is the
   ``openai-responses`` adapter's (:func:`treeprep.formats.openai_responses.responses_items`), so a
   turn without ids in such a file still becomes a chat call rather than being lost.
 

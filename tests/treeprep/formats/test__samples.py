@@ -71,3 +71,57 @@ def test_runs_part_with_their_reason_not_unknown(sample: str, reason: str, tmp_p
     build(BuildConfig(inputs=[str(SAMPLES / sample)], out=str(tmp_path / "out")))
     by_reason = summarize(collect(str(tmp_path / "out")))["by_branch_reason"]
     assert set(by_reason) == {reason} and by_reason[reason]["branches"] >= 1
+
+
+def _nemo_rollout(query: str, answer: str, reward: float) -> dict:
+    """A NeMo-Gym rollout as files before ``_ng_task_index`` have them (its
+    ``example_rollouts.jsonl``): no task index, no group, no sample id."""
+    return {
+        "responses_create_params": {
+            "input": [
+                {"role": "system", "content": "Answer in one sentence."},
+                {"role": "user", "content": query},
+            ]
+        },
+        "response": {
+            "output": [
+                {"type": "message", "role": "assistant",
+                 "content": [{"type": "output_text", "text": answer}]}
+            ]
+        },
+        "reward": reward,
+    }  # fmt: skip
+
+
+def test_nemo_gym_rollouts_without_a_task_index_group_by_their_prompt(tmp_path: Path) -> None:
+    """Regression: a NeMo-Gym file with no ``_ng_task_index`` put every rollout in the file's
+    one group, so the rollouts of different tasks were one GRPO group (the trainer computes
+    advantages per tree) and parted as ``unknown`` (8 branches in the real logs). Each prompt is
+    now its own group, wherever its rollouts lie in the file, and they part as ``sampling``."""
+    from treeprep.build import BuildConfig, build
+    from treeprep.stats import collect, summarize
+
+    rows = [
+        _nemo_rollout("Why is the sky blue?", "Rayleigh scattering.", 1.0),
+        _nemo_rollout("Why is grass green?", "Chlorophyll absorbs red and blue.", 1.0),
+        _nemo_rollout("Why is the sky blue?", "Because the sea is.", 0.0),
+        _nemo_rollout("Why is grass green?", "It is painted.", 0.0),
+    ]
+    path = tmp_path / "example_rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    calls = [i for i in get_format("openai-responses").read(str(path), ReadOptions())]
+    assert not any(isinstance(c, Reject) for c in calls)
+    groups = [c.group_id for c in calls]
+    assert groups[0] == groups[2] and groups[1] == groups[3] and groups[0] != groups[1]
+    assert all(g.startswith("example_rollouts:prompt-") for g in groups)
+    # the group names the prompt by content: the same with the keys in another order
+    swapped = dict(reversed(list(rows[0]["responses_create_params"]["input"][1].items())))
+    rows[0]["responses_create_params"]["input"][1] = swapped
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    again = get_format("openai-responses").read(str(path), ReadOptions())
+    assert [c.group_id for c in again] == groups
+
+    build(BuildConfig(inputs=[str(path)], out=str(tmp_path / "out")))
+    stats = summarize(collect(str(tmp_path / "out")))
+    assert stats["trees"] == 2
+    assert set(stats["by_branch_reason"]) == {"sampling"}
