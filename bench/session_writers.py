@@ -537,6 +537,38 @@ def write_copilot_cli(folder: Path, n: int) -> Path:
     return path
 
 
+def write_qwen_code(folder: Path, n: int) -> Path:
+    """Qwen Code's ``--openai-logging`` folder (``sample_data/qwen_code``): one file per call,
+    each holding the whole request sent (so the folder grows with the square of the turns, as
+    Aider's log does) and the response; reasoning sent back, a user message every tenth turn."""
+    path = folder / "logs" / "openai"
+    path.mkdir(parents=True)
+    msgs: list[dict] = [{"role": "system", "content": "You are Qwen Code."}]
+    turns = _turns(n, 11)
+    for i, (user, said, cmd, out) in enumerate([*turns, (None, "Done.", "", "")]):
+        if user:
+            msgs.append({"role": "user", "content": [{"type": "text", "text": user}]})
+        fn = {"name": "run_shell_command", "arguments": json.dumps({"command": cmd})}
+        call = {"id": f"call_{i}", "type": "function", "function": fn}
+        reply = {"role": "assistant", "content": said, "reasoning_content": said[:20]}
+        if i < n:
+            reply["tool_calls"] = [call]
+        doc = {
+            "timestamp": f"2026-11-20T09:00:{i % 60:02d}.000Z",
+            "request": {"model": "m", "messages": msgs, "stream": True},
+            "response": {"id": f"r{i}", "object": "chat.completion",
+                         "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
+            "error": None,
+            "context": {"promptId": f"s1########{i // 10}", "sessionId": "s1"},
+            "system": {"hostname": "h", "platform": "linux", "release": "6", "nodeVersion": "v22"},
+        }  # fmt: skip
+        name = f"openai-2026-11-20T09-{i // 60:02d}-{i % 60:02d}.000Z-{i:08x}.json"
+        (path / name).write_text(json.dumps(doc))
+        msgs = [*msgs, reply, {"role": "tool", "tool_call_id": f"call_{i}",
+                               "content": [{"type": "text", "text": out}]}]  # fmt: skip
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -556,6 +588,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "atif": write_atif,
     "kimi-cli": write_kimi_cli,
     "copilot-cli": write_copilot_cli,
+    "qwen-code": write_qwen_code,
 }
 
 #: the options a format's session is built with, from the folder its writer wrote in (Cursor's

@@ -40,6 +40,7 @@ _MODULES = (
     "cursor",
     "kimi_cli",
     "copilot_cli",
+    "qwen_code",
 )
 
 _cache: dict[str, FormatSpec] | None = None

@@ -302,7 +302,13 @@ def normalize_tools(tools: Any, where: str) -> list[dict[str, Any]] | None:
     """Tool schemas in chat form ``{"type": "function", "function": {...}}``.
 
     The flat Responses form (``{"type": "function", "name": ..., "parameters": ...}``) is converted;
-    an empty list becomes None (templates treat both alike).
+    an empty list becomes None (templates treat both alike). A provider's cache mark on a schema
+    (``cache_control``: DashScope's and Anthropic's prompt caches) is left out: it tells the
+    provider where to cache, the model never sees it (templates would print it with the schema).
+
+    >>> normalize_tools([{"type": "function", "function": {"name": "ls"},
+    ...                   "cache_control": {"type": "ephemeral"}}], "tools")
+    [{'type': 'function', 'function': {'name': 'ls'}}]
     """
     if tools is None:
         return None
@@ -320,7 +326,7 @@ def normalize_tools(tools: Any, where: str) -> list[dict[str, Any]] | None:
         if isinstance(t.get("function"), dict):
             if not isinstance(t["function"].get("name"), str):
                 raise RecordError(f"{w}.function.name: expected a string")
-            out.append(t)
+            out.append(t if "cache_control" not in t else _without(t, "cache_control"))
             continue
         if not isinstance(t.get("name"), str):
             raise RecordError(f"{w}: expected 'function' (chat form) or 'name' (Responses form)")
@@ -329,6 +335,10 @@ def normalize_tools(tools: Any, where: str) -> list[dict[str, Any]] | None:
         }
         out.append({"type": "function", "function": fn})
     return out or None
+
+
+def _without(d: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k != key}
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from treeprep.formats._fields import (
     openai_tool_calls,
     opt_list,
     reasoning_of,
+    type_name,
 )
 from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats._read import document
@@ -66,6 +67,8 @@ def _message(m: Any, where: str) -> dict[str, Any]:
     """A SWE-agent message in OpenAI form (its bookkeeping keys dropped); RecordError naming
     ``where`` when it is misshapen."""
     m = as_dict(m, where)
+    if not isinstance(m.get("role"), str):
+        raise RecordError(f"{where}.role: expected a string, got {type_name(m.get('role'))}")
     out = {k: m[k] for k in _KEEP if k in m and m[k] is not None}
     try:
         reasoning = reasoning_of(m)

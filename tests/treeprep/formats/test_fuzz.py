@@ -68,6 +68,7 @@ SOURCES: dict[str, str] = {
     "mistral-vibe": "mistral_vibe/session_20251104_101500_3b9e1c2a/messages.jsonl",
     "openai-chat": "openai_chat.jsonl",
     "openai-chat-json": "litellm/litellm_proxy__example-model-1757015025.500.json",
+    "qwen-code": "qwen_code/openai-2026-11-20T09-00-09.480Z-2b3c4d5e.json",
     "openai-responses": "openai_responses.jsonl",
     "openhands-events": "openhands/events.jsonl",
     "opencode": "opencode/export-ses_5b2e9d8c7ffeRt6Uy1Io0Pa3sD.json",

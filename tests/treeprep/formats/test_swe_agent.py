@@ -135,3 +135,20 @@ def test_bad_documents(tmp_path):
     assert (
         len(calls) == 1 and len(rej) == 1 and "messages[1]: unknown role 'robot'" in rej[0].reason
     )
+
+
+def test_a_role_that_is_not_a_string_rejects_its_call(tmp_path):
+    """Regression (found by the malformed-sample fuzz): a query message whose role was a list
+    reached the history converter's role count and raised TypeError, ending the file's read."""
+    steps = [
+        {"query": [{"role": "system", "content": "s"}, {"role": ["user"], "content": "u"}],
+         "response": "r1"},
+        {"query": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+         "response": "r2"},
+    ]  # fmt: skip
+    p = tmp_path / "z.traj"
+    p.write_text(json.dumps({"trajectory": steps, "history": []}))
+    calls, rej = _split(SWE, p)
+    assert len(calls) == 1 and [r.reason for r in rej] == [
+        "call trajectory[0]: trajectory[0].query[1].role: expected a string, got array"
+    ]
