@@ -390,6 +390,34 @@ def file_stem(path: str, suffixes: tuple[str, ...]) -> str:
     return name
 
 
+#: the stop reasons a log gives a reply that the model did not end: the token limit, a filter, a
+#: turn the server paused, in the vocabularies of chat completions (``finish_reason``), the AI SDK
+#: (OpenCode's ``step-finish``), Anthropic's Messages API and Crush (``stop_reason``), and the
+#: Responses API (``status``)
+CUT_REASONS = frozenset(
+    {"length", "content_filter", "content-filter", "max_tokens", "pause_turn", "refusal",
+     "model_context_window_exceeded", "incomplete"}
+)  # fmt: skip
+
+
+def cut_reason(reason: Any, where: str) -> str | None:
+    """Why a reply whose logged stop reason is ``reason`` is no completion, or None when the model
+    ended it. Such a reply stops where the limit cut it, and the chat template writes an end of
+    turn after it that the model never said: training it would teach the model to stop there.
+
+    >>> cut_reason("length", "finish_reason").split(":")[0]
+    "finish_reason 'length'"
+    >>> cut_reason("tool_calls", "finish_reason") is None
+    True
+    """
+    if isinstance(reason, str) and reason in CUT_REASONS:
+        return (
+            f"{where} {reason!r}: the reply was cut before the model ended its turn (the end of "
+            "turn a template writes after it was never said)"
+        )
+    return None
+
+
 def content_digest(obj: Any) -> str:
     """12 hex digits naming a JSON value by its content (object keys sorted): the same value
     gives the same digest in every file, run and process.

@@ -30,6 +30,7 @@ from treeprep.formats._fields import (
     assistant_turn,
     block_text,
     chat_tool_call,
+    cut_reason,
     expect,
     make_call,
     opt_list,
@@ -192,6 +193,8 @@ def to_call_fields(
         else:
             shown = repr(role) if isinstance(role, str | None) else type_name(role)
             return None, f"{where}: role {shown}, expected 'user' or 'assistant'"
+    if why := cut_reason(resp.get("stop_reason"), "response.stop_reason"):
+        return None, why
     completion = assistant_message(resp.get("content"), "response.content")
     if (
         not completion.get("content")

@@ -78,8 +78,9 @@ ATTACHED = (
     "\n<system_info>The files below have been attached by the user, consider them in your "
     "response</system_info>\n"
 )
-#: finish reasons of a step whose reply is whole
-_FINISHED = ("end_turn", "tool_use", "max_tokens")
+#: finish reasons of a step whose reply is whole (``max_tokens`` is not: the limit cut it, see
+#: :data:`~treeprep.formats._fields.CUT_REASONS`)
+_FINISHED = ("end_turn", "tool_use")
 
 
 def sniff(path: str, head: bytes) -> bool:

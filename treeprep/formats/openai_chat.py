@@ -50,6 +50,7 @@ from treeprep.formats._fields import (
     REWARD_KEYS,
     AliasError,
     aliased,
+    cut_reason,
     one_of,
     openai_tool_calls,
     opt_str,
@@ -355,6 +356,8 @@ def _choice_message(resp: Any, where: str) -> dict[str, Any]:
     ch = choices[0]
     if not isinstance(ch, dict) or not isinstance(ch.get("message"), dict):
         raise RecordError(f"{where}.choices[0].message: expected a message object")
+    if why := cut_reason(ch.get("finish_reason"), f"{where}.choices[0].finish_reason".lstrip(".")):
+        raise RecordError(why)
     return ch["message"]
 
 

@@ -59,6 +59,7 @@ from treeprep.formats._fields import (
     assistant_turn,
     chat_tool_call,
     content_digest,
+    cut_reason,
     expect,
     file_stem,
     token_rollout,
@@ -519,9 +520,17 @@ def check_logprobs(v: Any, where: str) -> list[float] | None:
 
 def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> list[Item]:
     try:
-        return list(responses_items(rec, file=file, line=line, fmt=fmt, opts=opts))
+        items: list[Item] = list(responses_items(rec, file=file, line=line, fmt=fmt, opts=opts))
     except RecordError as e:
         return [Reject(file=file, line=line, reason=str(e), format=fmt)]
+    resp = obj_at(rec, "response") if isinstance(rec.get("response"), dict) else rec
+    why = cut_reason(resp.get("status"), "response.status")
+    if why and items and isinstance(items[-1], ChatCall):
+        # the limit cut the last reply (the turns before it are whole); token ids are exact
+        # without an end of turn, so a TokenRollout stays
+        cid = items[-1].call_id
+        items[-1] = Reject(file=file, line=line, reason=why, format=fmt, call_id=cid)
+    return items
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:

@@ -53,6 +53,7 @@ from treeprep.formats._fields import (
     assistant_blocks,
     assistant_turn,
     chat_tool_call,
+    cut_reason,
     dicts,
     expect,
     make_call,
@@ -452,6 +453,11 @@ def session_calls(path: str, loaded: _Loaded, group: str, opts: ReadOptions) -> 
                 yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=why)
                 continue
             turn = _step_messages(step, where)
+            ends = [p.get("reason") for _, p in step if p.get("type") == "step-finish"]
+            if cut := cut_reason(ends[-1], f"{where}: the step-finish reason"):
+                yield Reject(file=path, line=line, format=NAME, call_id=cid, reason=cut)
+                earlier.extend(turn)  # it is sent back all the same
+                continue
             hint = None
             if sub_agent and k == 1:
                 hint = "sub-agent"
