@@ -58,7 +58,7 @@ SAMPLE_GOLDEN = {
         "654b774066778562dad4d440c1b559e8bffcc41c75f174cbe17ac5e3100c6fbc"
     ),
     "opencode": "dc3e1ae3df864d2d3c2ecbfc4c8e1c9e637fd9b01672ed3e783df1fba1f3c953",
-    "qwen_code": "eaa149fdfb1c5fa1b47e169622c42a86f09f869b1c32ae92aae017e61eb56052",
+    "qwen_code": "ddd54d4092fe69b1a79bd7697b50ce8c49bfb337e3561b5484c7261a0e04e16b",
     "opencode_db": "4981128d0fc21195df22a6c9635bdedb1b4d9ad5b54eb54ea94b245b7f5fbb84",
     "openhands": "aea73dbc47f31d2aa47c06b55d9818a4bff850dc6dff47e54af8c756fe519fe2",
     "pi": "c46363926e3aa810e0e1c69efc937ca3b58bd07688f915d8ffa4046d44e14494",

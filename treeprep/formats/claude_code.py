@@ -125,7 +125,9 @@ def _check_line(rec: dict[str, Any]) -> None:
         return
     msg = as_dict(rec.get("message"), "message")
     if t == "assistant":
-        opt_str(msg.get("id"), "message.id")
+        # a response is known by its id: an assistant line without one would be no call and no
+        # reject (a look-alike writes them: Qwen Code's session files)
+        expect(msg.get("id"), "message.id", str)
         opt_str(msg.get("model"), "message.model")
     content = msg.get("content")
     if content is not None and not isinstance(

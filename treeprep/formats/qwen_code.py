@@ -31,6 +31,10 @@ A file is ``{timestamp, request, response, error, context: {promptId, sessionId}
   ``compaction``), and Qwen Code's own side calls (``prompt_suggestion``, ``side-query:...``)
   that agent.
 
+Qwen Code's session files (``~/.qwen/projects/<cwd>/chats/<session>.jsonl``: Claude Code's
+envelope around Gemini ``parts``) are detected (``qwen-code-chat``) and refused, one reject per
+file naming these logs: they record less than Qwen Code sends (``docs/building.md``).
+
 Group: ``--group-by``, else the record's group keys
 (:func:`~treeprep.formats.openai_chat.group_of`), else the session (``context.sessionId``, else
 DashScope's ``request.metadata.sessionId``), else the folder: Qwen Code writes every session of a
@@ -47,7 +51,7 @@ from typing import Any
 
 from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import opt_str, type_name
-from treeprep.formats._read import document
+from treeprep.formats._read import document, head_json_objects
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import chat_call, obj_at
 from treeprep.io.jsonparse import head_record
@@ -133,4 +137,36 @@ def sniff(path: str, head: bytes) -> bool:
     return _FILE.search(os.path.basename(path)) is not None and _OPENING.match(head) is not None
 
 
-FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, group_by_folder=True, priority=55)
+CHAT_NAME = "qwen-code-chat"
+#: the envelope of a session file's records (Claude Code's keys; ``message`` a Gemini content)
+_CHAT_ENVELOPE = ("sessionId", "parentUuid", "uuid")
+
+
+def sniff_chat(path: str, head: bytes) -> bool:
+    """A Qwen Code session file: records in Claude Code's envelope whose ``message`` holds
+    Gemini ``parts`` (a Claude Code message holds ``content``)."""
+    for o in head_json_objects(head):
+        msg = o.get("message")
+        if all(k in o for k in _CHAT_ENVELOPE) and isinstance(msg, dict):
+            return isinstance(msg.get("parts"), list) and "content" not in msg
+    return False
+
+
+def read_chat(path: str, opts: ReadOptions) -> Iterator[Item]:
+    """Refuses a session file as a whole (see the module's docstring)."""
+    why = (
+        "a Qwen Code session file records less than Qwen Code sends (the startup context with "
+        "the folder structure, its reminders, IDE context, cleared tool results), so its prompts "
+        "cannot be rebuilt; start qwen with --openai-logging and build from the files it writes "
+        "to <project>/logs/openai"
+    )
+    raise InputError(path, 1, why)
+    yield  # a generator, like every reader
+
+
+FORMATS = [
+    FormatSpec(name=NAME, sniff=sniff, read=read, group_by_folder=True, priority=55),
+    # before claude-code (20), whose envelope it shares
+    FormatSpec(name=CHAT_NAME, sniff=sniff_chat, read=read_chat, priority=19),
+]
+FORMAT = FORMATS[0]

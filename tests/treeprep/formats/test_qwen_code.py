@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from treeprep.build import BuildConfig, build
+from treeprep.errors import InputError
 from treeprep.formats import ReadOptions, detect_format
 from treeprep.formats.qwen_code import FORMAT
 from treeprep.io.compressed import read_head
@@ -132,7 +133,8 @@ def test_build_makes_a_tree_per_session(tmp_path: Path) -> None:
 
     m = build(BuildConfig(inputs=[str(SAMPLE)], out=str(tmp_path / "out")))
     c = m.counts
-    assert (c.records_read, c.records_in_trees, c.records_rejected, c.trees) == (9, 8, 1, 2)
+    # the session file in chats/ is refused: one reject
+    assert (c.records_read, c.records_in_trees, c.records_rejected, c.trees) == (10, 8, 2, 2)
     reasons = summarize(collect(str(tmp_path / "out")))["by_branch_reason"]
     assert {k: v["branches"] for k, v in reasons.items()} == {"sub-agent": 1, "compaction": 1}
 
@@ -183,3 +185,33 @@ def test_detected_by_name_and_opening_or_by_content(tmp_path: Path) -> None:
     # a LiteLLM per-call log stays openai-chat-json
     litellm = next((ROOT / "sample_data" / "litellm").glob("*.json"))
     assert _fmt(litellm) == "openai-chat-json"
+
+
+def _chat_session(path: Path) -> Path:
+    """A Qwen Code session file (0.24's ``ChatRecord``: Claude Code's envelope, Gemini parts)."""
+    env = {"sessionId": S1, "cwd": "/home/dev/shop", "version": "0.24.4", "gitBranch": "main"}
+    recs = [
+        {"uuid": "u1", "parentUuid": None, "type": "user",
+         "message": {"role": "user", "parts": [{"text": "Fix the cart total."}]}, **env},
+        {"uuid": "u2", "parentUuid": "u1", "type": "assistant", "model": "qwen3-coder-plus",
+         "message": {"role": "model", "parts": [{"text": "Done."}]}, **env},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def test_a_session_file_is_refused_with_the_way_to_exact_logs(tmp_path: Path) -> None:
+    """Regression: Qwen Code's session files were read as Claude Code's (the same envelope),
+    whose reader found no response id in them: no call and no reject, silently."""
+    from treeprep.formats import get_format
+
+    path = _chat_session(tmp_path / "session.jsonl")
+    assert _fmt(path) == "qwen-code-chat"
+    assert _fmt(next((SAMPLE / "chats").glob("*.jsonl"))) == "qwen-code-chat"
+    with pytest.raises(InputError) as e:
+        list(get_format("qwen-code-chat").read(str(path), ReadOptions()))
+    assert "--openai-logging" in e.value.reason and e.value.line == 1
+    # read as Claude Code's anyway, its reply is a reject naming the missing id
+    (rej,) = get_format("claude-code").read(str(path), ReadOptions())
+    assert isinstance(rej, Reject) and rej.line == 2
+    assert rej.reason == "message.id: expected a string, got null"
