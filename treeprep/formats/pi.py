@@ -54,6 +54,7 @@ from treeprep.formats._fields import (
     assistant_blocks,
     assistant_turn,
     chat_tool_call,
+    cut_reason,
     dicts,
     expect,
     make_call,
@@ -332,6 +333,12 @@ class _Session:
             why = f"stopReason {cut!r}: the reply was cut off, so it is no completion"
             reason = f"{why} (Pi drops it from the context it sends)"
             return Reject(file=self.path, line=line, format=NAME, reason=reason,
+                          call_id=f"{self.sid}/{eid}")  # fmt: skip
+        msg = e.get("message")
+        if why := cut_reason(msg.get("stopReason") if isinstance(msg, dict) else None,
+                             "message.stopReason"):  # fmt: skip
+            # the token limit cut it: Pi sends it again, but it is no completion
+            return Reject(file=self.path, line=line, format=NAME, reason=why,
                           call_id=f"{self.sid}/{eid}")  # fmt: skip
         ids = self.path_to(e.get("parentId") if isinstance(e.get("parentId"), str) else None)
         prompt, compacted = self.context(ids)

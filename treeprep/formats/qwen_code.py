@@ -22,7 +22,8 @@ A file is ``{timestamp, request, response, error, context: {promptId, sessionId}
 * ``response`` is one ``chat.completion`` Qwen Code rebuilds from the streamed chunks: the
   completion is its ``choices[0].message`` (text, ``reasoning_content``, ``tool_calls``, whose
   ``arguments`` Qwen Code parsed and wrote back as compact JSON, as it sends them again in the
-  next request). ``finish_reason`` is ``stop`` for tool calls too, so it is not read.
+  next request). ``finish_reason`` is ``stop`` for tool calls too; ``length`` (the limit
+  cut the reply, or the JSON of its tool call, which Qwen Code then repaired) is a reject.
 * A failed attempt has ``response: null`` and ``error.message``: one reject with that message
   (a retry is its own file).
 * ``context.promptId`` names the caller: ``<session>########<n>`` the main session (agent

@@ -133,3 +133,26 @@ def test_crush_max_tokens_is_not_a_whole_reply(tmp_path: Path) -> None:
     assert len(cut) == 1 and "its reply is not whole" in cut[0].reason
     kept = {i.call_id: i for i in after if isinstance(i, ChatCall)}
     assert len(kept) == len(before) - 1 and all(before[k] == v for k, v in kept.items())
+
+
+def test_pi_length_is_rejected_and_still_sent_back(tmp_path: Path) -> None:
+    """Pi's ``length`` stop: Pi sends the reply again (only ``error`` and ``aborted`` are left
+    out of its context), but the limit cut it, so it is no completion."""
+    reply = {"role": "assistant", "content": [{"type": "text", "text": "The answer is"}],
+             "api": "openai-completions", "provider": "openai", "model": "m"}  # fmt: skip
+    done = {**reply, "content": [{"type": "text", "text": "42."}], "stopReason": "stop"}
+    msgs = [{"role": "user", "content": "What is 6 x 7?"}, {**reply, "stopReason": "length"},
+            {"role": "user", "content": "Go on."}, done]  # fmt: skip
+    lines = [{"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"}]
+    for i, m in enumerate(msgs, 1):
+        lines.append({"type": "message", "id": f"m{i}", "parentId": f"m{i - 1}" if i > 1 else None,
+                      "timestamp": "t", "message": {"timestamp": i, **m}})  # fmt: skip
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rej, call = _items("pi", path)
+    assert isinstance(rej, Reject) and rej.call_id == "s/m2"
+    assert rej.reason.startswith("message.stopReason 'length': the reply was cut")
+    assert isinstance(call, ChatCall)
+    assert [(m.role, m.text()) for m in call.messages] == [
+        ("user", "What is 6 x 7?"), ("assistant", "The answer is"), ("user", "Go on.")
+    ]  # fmt: skip
