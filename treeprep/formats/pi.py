@@ -335,10 +335,10 @@ class _Session:
             return Reject(file=self.path, line=line, format=NAME, reason=reason,
                           call_id=f"{self.sid}/{eid}")  # fmt: skip
         msg = e.get("message")
-        if why := cut_reason(msg.get("stopReason") if isinstance(msg, dict) else None,
-                             "message.stopReason"):  # fmt: skip
+        if limit := cut_reason(msg.get("stopReason") if isinstance(msg, dict) else None,
+                               "message.stopReason"):  # fmt: skip
             # the token limit cut it: Pi sends it again, but it is no completion
-            return Reject(file=self.path, line=line, format=NAME, reason=why,
+            return Reject(file=self.path, line=line, format=NAME, reason=limit,
                           call_id=f"{self.sid}/{eid}")  # fmt: skip
         ids = self.path_to(e.get("parentId") if isinstance(e.get("parentId"), str) else None)
         prompt, compacted = self.context(ids)
