@@ -542,7 +542,11 @@ def value_parts(content: Any) -> tuple[str, str | None, list[Any]] | None:
     if not isinstance(content, list) or not content:
         return None
     if not all(
-        isinstance(p, dict) and p.get("type") in VALUE_PART_TYPES and "value" in p for p in content
+        isinstance(p, dict)
+        and isinstance(p.get("type"), str)
+        and p["type"] in VALUE_PART_TYPES
+        and "value" in p
+        for p in content
     ):
         return None
     text = "".join(str(p["value"]) for p in content if p["type"] == "text")

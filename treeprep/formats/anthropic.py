@@ -183,7 +183,7 @@ def to_call_fields(
     sys_text = _text(system, "request.system") if system is not None else opts.system_prompt
     if sys_text:
         msgs.append({"role": "system", "content": sys_text})
-    for i, m in enumerate(req.get("messages") or []):
+    for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):
         role = m.get("role") if isinstance(m, dict) else None
         where = f"request.messages[{i}]"
         if role == "user":

@@ -86,6 +86,7 @@ from treeprep.formats._fields import (
     opt_dict,
     opt_str,
     token_rollout,
+    type_name,
 )
 from treeprep.formats._read import document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -338,7 +339,11 @@ def _trajectory(doc: dict[str, Any], run: _Run, opts: ReadOptions, where: str) -
         except RecordError as e:
             yield run.reject(str(e))
             return  # later steps' prompts would miss this one: the rest is lost with a reason
-    for j, sub in enumerate(doc.get("subagent_trajectories") or []):
+    subs = doc.get("subagent_trajectories")
+    if subs is not None and not isinstance(subs, list):
+        yield run.reject(f"{where}subagent_trajectories: expected an array, got {type_name(subs)}")
+        subs = None
+    for j, sub in enumerate(subs or []):
         ws = f"{where}subagent_trajectories[{j}]."
         if not isinstance(sub, dict) or not isinstance(sub.get("steps"), list):
             yield run.reject(f"{ws[:-1]}: expected steps")

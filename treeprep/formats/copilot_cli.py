@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._fields import as_dict, expect, file_stem, make_call, opt_str
+from treeprep.formats._fields import as_dict, expect, file_stem, make_call, opt_list, opt_str
 from treeprep.formats._read import breaks_later, head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
@@ -139,7 +139,7 @@ def _assistant(data: dict[str, Any]) -> Entry:
     if reasoning:
         msg["reasoning_content"] = reasoning
     calls = []
-    for i, req in enumerate(data.get("toolRequests") or []):
+    for i, req in enumerate(opt_list(data.get("toolRequests"), "toolRequests")):
         w = f"toolRequests[{i}]"
         req = as_dict(req, w)
         cid = expect(req.get("toolCallId"), f"{w}.toolCallId", str)
