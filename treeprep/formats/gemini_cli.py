@@ -28,13 +28,15 @@ the ``functionResponse`` parts sent back to the model).
 
 How calls are rebuilt: every ``gemini`` message is one :class:`ChatCall`. Its prompt is the
 conversation before it as the client held it at that moment: user turns, earlier responses as
-assistant messages (text, reasoning from the thought summaries as ``**subject** description``,
-tool calls with their ``args`` object as the arguments), and after each response with tool calls
+assistant messages (text and tool calls with their ``args`` object as the arguments; no reasoning:
+Gemini CLI sends no thought part back, so the call after a reply with thoughts is hinted
+``reasoning-dropped``), and after each response with tool calls
 one ``tool`` message per call holding the ``functionResponse``'s ``output`` (or the whole response
 as JSON). Calls rewound away are still calls the model answered, so they are emitted too (the trie
 shows the fork); the first call after a rewind is hinted ``retry`` (the user went back and went
-on differently). The file holds no system prompt and no tool schemas: ``--system-prompt`` /
-``--tools``.
+on differently). A completion's reasoning is its thought summaries as ``**subject**
+description`` (the file keeps no raw thought). The file holds no system prompt and no tool
+schemas: ``--system-prompt`` / ``--tools``.
 
 Cost: the history is converted once (:class:`~treeprep.formats._history.ConvertedHistory`): each
 call converts only the messages its history gained, and hands the same dicts to
@@ -168,14 +170,18 @@ def _arguments(args: Any) -> dict[str, Any] | str:
     return args if isinstance(args, dict) else json.dumps(args, ensure_ascii=False)
 
 
-def _assistant(msg: dict[str, Any]) -> dict[str, Any]:
+def _assistant(msg: dict[str, Any], sent: bool = False) -> dict[str, Any]:
+    """A ``gemini`` message as a chat message: as the model answered (its thought summaries as
+    reasoning), or ``sent`` back in a later prompt, without them: Gemini CLI keeps no thought
+    part in the history it sends (``GeminiChat.processStreamResponse`` filters ``part.thought``
+    out of the model turn it stores)."""
     where = _where(msg)
     calls = [c for c in opt_list(msg.get("toolCalls"), f"{where}.toolCalls") if isinstance(c, dict)]
     out: dict[str, Any] = {
         "role": "assistant",
         "content": _text(msg.get("content"), f"{where}.content"),
     }
-    r = _reasoning(msg, where)
+    r = None if sent else _reasoning(msg, where)
     if r:
         out["reasoning_content"] = r
     if calls:
@@ -218,7 +224,7 @@ def _convert(msgs: list[dict[str, Any]], start: int) -> Converted:
             else:
                 out.append({"role": "user", "content": parts})
         elif kind == "gemini":
-            out.append(_assistant(m))
+            out.append(_assistant(m, sent=True))
             for c in m.get("toolCalls") or []:
                 if not isinstance(c, dict):
                     continue
@@ -302,7 +308,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             )
     current: list[str] = []
     rewritten_as: dict[str, dict[str, Any]] = {}  # messages as a history rewrite left them
-    rewritten = rewound = False
+    rewritten = rewound = thought = False
     who = _who(path, session, sub_agent)
     calls = 0
     # the messages of ``current`` (as a rewrite left them), kept in step with it, and their chat
@@ -328,9 +334,12 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 hint = "compaction" if rewritten else "retry" if rewound else None
                 if who[1] != "main" and not calls:
                     hint = "sub-agent"  # the sub-agent's first call
+                elif hint is None and thought:
+                    hint = "reasoning-dropped"  # the last reply's thoughts are not sent back
                 caller = who if not calls else (*who[:2], None)
                 yield _call(path, line, caller, msg, (before, history), opts, hint)
                 rewritten, rewound, calls = False, False, calls + 1
+                thought = bool(msg.get("thoughts"))
             current.append(payload)
             before.append(rewritten_as.get(payload) or versions[payload])
 

@@ -73,8 +73,14 @@ def test_gemini_jsonl_session() -> None:
     assert g5.messages[-1].text() == "Also strip punctuation."
     assert g6.messages[-1].text() == "Thanks, that is all."
     assert len(g6.messages) == len(g5.messages)
+    # Gemini CLI sends no thought back (GeminiChat.processStreamResponse stores the model turn
+    # without its thought parts): g-01 and g-02 had thoughts, so no prompt holds reasoning and
+    # the calls after them are hinted reasoning-dropped (before: the thoughts were in the prompts)
+    assert calls[1].completion.reasoning_content is not None
+    assert not any(m.reasoning_content for c in calls for m in c.messages)
     # the user went back: the call after the rewind starts a branch, hinted so (was unhinted)
-    assert [c.branch_reason for c in calls] == [None] * 5 + ["retry"]
+    dropped = ["reasoning-dropped"] * 2
+    assert [c.branch_reason for c in calls] == [None, *dropped, None, None, "retry"]
 
 
 def test_gemini_legacy_document_and_system_prompt() -> None:
