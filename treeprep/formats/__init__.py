@@ -41,6 +41,7 @@ _MODULES = (
     "kimi_cli",
     "copilot_cli",
     "qwen_code",
+    "gemini_telemetry",
 )
 
 _cache: dict[str, FormatSpec] | None = None

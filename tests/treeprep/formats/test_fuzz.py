@@ -69,6 +69,7 @@ SOURCES: dict[str, str] = {
     "openai-chat": "openai_chat.jsonl",
     "openai-chat-json": "litellm/litellm_proxy__example-model-1757015025.500.json",
     "qwen-code": "qwen_code/openai-2026-11-20T09-00-09.480Z-2b3c4d5e.json",
+    "gemini-cli-telemetry": "gemini_cli_telemetry/telemetry.log",
     "qwen-code-chat": "qwen_code/chats/5b1e9c2a-3f4d-4e6a-8b7c-9d0e1f2a3b4c.jsonl",
     "openai-responses": "openai_responses.jsonl",
     "openhands-events": "openhands/events.jsonl",
