@@ -162,7 +162,7 @@ def _where(msg: dict[str, Any]) -> str:
     return f"message {msg.get('id')!r}"
 
 
-def _arguments(args: Any) -> dict[str, Any] | str:
+def call_arguments(args: Any) -> dict[str, Any] | str:
     """A call's ``args`` as logged: the object kept as an object (the chat form's arguments, as
     the model emitted them); anything else as its JSON text."""
     if args is None:
@@ -191,7 +191,7 @@ def _assistant(msg: dict[str, Any], sent: bool = False) -> dict[str, Any]:
                 "type": "function",
                 "function": {
                     "name": str(c.get("name") or ""),
-                    "arguments": _arguments(c.get("args")),
+                    "arguments": call_arguments(c.get("args")),
                 },
             }
             for c in calls

@@ -51,6 +51,7 @@ from typing import Any
 from treeprep.errors import RecordError
 from treeprep.formats._fields import as_dict, as_list, expect, make_call
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.formats.gemini_cli import call_arguments
 from treeprep.io.compressed import read_all
 from treeprep.io.jsonparse import strip_bom
 from treeprep.schemas import Reject
@@ -193,11 +194,14 @@ def _tools(value: Any, where: str) -> list[dict[str, Any]] | None:
         decls = as_dict(tool, f"{where}[{i}]").get("functionDeclarations") or []
         for j, d in enumerate(as_list(decls, f"{where}[{i}].functionDeclarations")):
             d = as_dict(d, f"{where}[{i}].functionDeclarations[{j}]")
-            fn = {"name": d.get("name"), "description": d.get("description")}
+            at = f"{where}[{i}].functionDeclarations[{j}]"
+            fn: dict[str, Any] = {"name": expect(d.get("name"), f"{at}.name", str)}
+            if d.get("description") is not None:
+                fn["description"] = d["description"]
             params = d.get("parametersJsonSchema", d.get("parameters"))
             if params is not None:
                 fn["parameters"] = params
-            out.append({"type": "function", "function": {k: v for k, v in fn.items() if v}})
+            out.append({"type": "function", "function": fn})
     return out or None
 
 
@@ -217,9 +221,8 @@ def _model_turn(parts: list[Any], where: str) -> dict[str, Any]:
         p = as_dict(p, f"{where}[{i}]")
         if isinstance(p.get("functionCall"), dict):
             fc = p["functionCall"]
-            args = fc.get("args") if isinstance(fc.get("args"), dict) else {}
             fn = {"name": expect(fc.get("name"), f"{where}[{i}].functionCall.name", str),
-                  "arguments": args}  # fmt: skip
+                  "arguments": call_arguments(fc.get("args"))}  # fmt: skip
             calls.append({"id": _call_id(fc), "type": "function", "function": fn})
         elif isinstance(p.get("text"), str):
             (thought if p.get("thought") else text).append(p["text"])
@@ -251,7 +254,7 @@ def _user_turn(parts: list[Any], where: str) -> list[dict[str, Any]]:
     texts = [{"type": "text", "text": p["text"]} for p in parts if isinstance(p.get("text"), str)]
     if len(texts) != len(parts):
         kind = next(iter(next(p for p in parts if not isinstance(p.get("text"), str))), "part")
-        raise RecordError(f"{where}: a {kind} part is no text")
+        raise RecordError(f"{where}: a part of kind {kind!r} is no text")
     return [{"role": "user", "content": texts}]
 
 
@@ -311,6 +314,9 @@ def _agent(role: str, prompt_id: str) -> tuple[str, str | None]:
 
 def _call(path: str, req: _Record, answer: _Record, spans: dict[str, dict[str, Any]]) -> Item:
     a = req.attrs
+    if "request_text" not in a:
+        raise RecordError("no request_text: Gemini CLI wrote this file with logPrompts off, so the "
+                          "prompt is not in it")  # fmt: skip
     span = spans.get(req.span or "")
     if span is None:
         raise RecordError("its llm_call span is not in the file: the system instruction and the "

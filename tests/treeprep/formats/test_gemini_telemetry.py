@@ -161,3 +161,15 @@ def test_calls_render_as_apply_chat_template_qwen3() -> None:
 
     calls = [x for x in _read(SAMPLE) if isinstance(x, ChatCall)]
     assert_calls_match_apply_chat_template(Renderer.load(str(QWEN3)), calls)
+
+
+def test_a_file_written_with_log_prompts_off_says_so(tmp_path: Path) -> None:
+    objs = _objects(SAMPLE)
+    for o in objs:
+        o.get("attributes", {}).pop("request_text", None)
+    got = _read(_write(tmp_path / "telemetry.log", objs))
+    assert {x.reason for x in got if isinstance(x, Reject)} >= {
+        "no request_text: Gemini CLI wrote this file with logPrompts off, so the prompt is not "
+        "in it"
+    }
+    assert not any(isinstance(x, ChatCall) for x in got)
