@@ -569,6 +569,45 @@ def write_qwen_code(folder: Path, n: int) -> Path:
     return path
 
 
+def write_gemini_telemetry(folder: Path, n: int) -> Path:
+    """Gemini CLI's telemetry file (``sample_data/gemini_cli_telemetry``): per call an
+    ``llm_call`` span, the request's whole ``contents`` and the streamed response (a thought, the
+    text and a call); the file grows with the square of the turns."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "telemetry.log"
+    spans: list[dict] = []
+    logs: list[dict] = []
+    contents: list[dict] = []
+    system = json.dumps("You are Gemini CLI.")
+    tools = json.dumps([{"functionDeclarations": [{"name": "run_shell_command"}]}])
+
+    def log(event: str, k: int, attrs: dict, span: str | None) -> None:
+        rec: dict = {"hrTime": [1796637600 + k, 0]}
+        if span:
+            rec["spanContext"] = {"spanId": span}
+        base = {"session.id": "s1", "event.name": event, "prompt_id": "s1########1", "role": "main"}
+        logs.append({**rec, "attributes": {**base, **attrs}})
+
+    for i, (user, said, cmd, out) in enumerate(_turns(n, 12)):
+        if user:
+            contents.append({"role": "user", "parts": [{"text": user}]})
+        sid = f"{i:016x}"
+        spans.append({"_spanContext": {"spanId": sid}, "name": "llm_call", "attributes": {
+            "gen_ai.system_instructions": system, "gen_ai.tool.definitions": tools}})  # fmt: skip
+        log("gemini_cli.api_request", 2 * i, {"request_text": json.dumps(contents)}, sid)
+        fc = {"name": "run_shell_command", "args": {"command": cmd}, "id": f"c{i}"}
+        parts = [{"text": said[:20], "thought": True}, {"text": said}, {"functionCall": fc}]
+        chunk = {"candidates": [{"content": {"role": "model", "parts": parts},
+                                 "finishReason": "STOP"}]}  # fmt: skip
+        log("gemini_cli.api_response", 2 * i + 1, {"response_text": json.dumps([chunk])}, None)
+        contents = [*contents, {"role": "model", "parts": parts[1:]},
+                    {"role": "user", "parts": [{"functionResponse": {
+                        "name": "run_shell_command", "id": f"c{i}",
+                        "response": {"output": out}}}]}]  # fmt: skip
+    path.write_text("".join(json.dumps(o, indent=2) + "\n" for o in [*spans, *logs]))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
@@ -589,6 +628,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "kimi-cli": write_kimi_cli,
     "copilot-cli": write_copilot_cli,
     "qwen-code": write_qwen_code,
+    "gemini-cli-telemetry": write_gemini_telemetry,
 }
 
 #: the options a format's session is built with, from the folder its writer wrote in (Cursor's

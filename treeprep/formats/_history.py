@@ -30,8 +30,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import compress
+from operator import is_not
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from treeprep.io.jsonparse import json_keys
 from treeprep.schemas.records import shared_prefix, starts_with
 
 T = TypeVar("T")
@@ -104,3 +107,36 @@ class ConvertedHistory(Generic[T]):
         """Forget all but the first ``n`` entries and their messages (``per_entry`` only)."""
         self.roles.subtract(m.get("role") for m in self.messages[n:])
         del self.entries[n:], self.messages[n:]
+
+
+class ParsedHistory:
+    """Each call's prompt messages when every call's entries are parsed apart (new objects each
+    time), converting only those it does not share with the last call's.
+
+    A SWE-agent ``.traj`` holds every step's messages whole, and a Gemini CLI telemetry record
+    every request's contents: converting each call's afresh is quadratic in the session (400
+    SWE-agent steps: 168k messages converted). An entry that is the last prompt's at its
+    position (the same object, or one of the same JSON text) stands as that one, and
+    :class:`ConvertedHistory` keeps the messages of the entries both prompts begin with.
+    ``convert(entries, at, where)`` makes the messages of ``entries``, the first at index ``at``
+    of the list named ``where`` (its errors name both)."""
+
+    def __init__(
+        self, convert: Callable[[list[Any], int, str], Converted], *, per_entry: bool = False
+    ) -> None:
+        self._raw: list[Any] = []
+        self._blobs: list[bytes | None] = []
+        self._where = ""
+        self._history: ConvertedHistory[Any] = ConvertedHistory(
+            lambda entries, at: convert(entries, at, self._where), per_entry=per_entry
+        )
+
+    def messages(self, raw: list[Any], where: str) -> list[dict[str, Any]]:
+        """``raw`` converted; raises what the converter raises."""
+        blobs = json_keys(raw, self._raw, self._blobs)
+        same = list(raw)
+        for i in compress(range(min(len(raw), len(self._raw))), map(is_not, raw, self._raw)):
+            if blobs[i] is not None and blobs[i] == self._blobs[i]:
+                same[i] = self._raw[i]
+        self._raw, self._blobs, self._where = same, blobs, where
+        return list(self._history.update(same))

@@ -50,6 +50,7 @@ from typing import Any
 
 from treeprep.errors import RecordError
 from treeprep.formats._fields import as_dict, as_list, expect, make_call
+from treeprep.formats._history import Converted, ParsedHistory
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.gemini_cli import call_arguments
 from treeprep.io.compressed import read_all
@@ -258,9 +259,10 @@ def _user_turn(parts: list[Any], where: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": texts}]
 
 
-def _messages(contents: Any, where: str) -> list[dict[str, Any]]:
+def _convert(contents: list[Any], at: int, where: str) -> Converted:
+    """The chat messages of ``contents``, the first at index ``at`` of ``where``."""
     out: list[dict[str, Any]] = []
-    for i, c in enumerate(as_list(contents, where)):
+    for i, c in enumerate(contents, at):
         c = as_dict(c, f"{where}[{i}]")
         parts = as_list(c.get("parts"), f"{where}[{i}].parts")
         role = c.get("role")
@@ -270,7 +272,7 @@ def _messages(contents: Any, where: str) -> list[dict[str, Any]]:
             out.extend(_user_turn(parts, f"{where}[{i}].parts"))
         else:
             raise RecordError(f"{where}[{i}].role: expected user or model, got {role!r}")
-    return out
+    return Converted(out)
 
 
 def _completion(answer: dict[str, Any]) -> dict[str, Any]:
@@ -312,7 +314,9 @@ def _agent(role: str, prompt_id: str) -> tuple[str, str | None]:
     return role, ("compaction" if role == "utility_compressor" else "sub-agent")
 
 
-def _call(path: str, req: _Record, answer: _Record, spans: dict[str, dict[str, Any]]) -> Item:
+def _call(
+    path: str, req: _Record, answer: _Record, spans: dict[str, dict[str, Any]], prompts: _Prompts
+) -> Item:
     a = req.attrs
     if "request_text" not in a:
         raise RecordError("no request_text: Gemini CLI wrote this file with logPrompts off, so the "
@@ -323,7 +327,8 @@ def _call(path: str, req: _Record, answer: _Record, spans: dict[str, dict[str, A
                           "tools of the call are unknown")  # fmt: skip
     system = _system(_json(span.get("gen_ai.system_instructions", "[]"), "system_instructions"))
     tools = _tools(_json(span.get("gen_ai.tool.definitions", "[]"), "tool.definitions"), "tools")
-    messages = _messages(_json(a.get("request_text"), "request_text"), "request_text")
+    contents = as_list(_json(a.get("request_text"), "request_text"), "request_text")
+    messages = prompts.of(a).messages(contents, "request_text")
     if answer.attrs.get("event.name") == _ERROR:
         raise RecordError(f"the call failed: {answer.attrs.get('error')!r}")
     agent, hint = _agent(str(a.get("role")), str(a.get("prompt_id")))
@@ -340,9 +345,26 @@ def _call(path: str, req: _Record, answer: _Record, spans: dict[str, dict[str, A
     return make_call(fields, file=path, line=req.line, fmt=NAME)
 
 
+class _Prompts:
+    """One :class:`~treeprep.formats._history.ParsedHistory` per caller (session, prompt id's
+    caller, role): each request's contents are parsed apart, and a caller's next request sends
+    its last one's again, while the callers' requests interleave."""
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[str, str, str], ParsedHistory] = {}
+
+    def of(self, a: dict[str, Any]) -> ParsedHistory:
+        session, prompt_id, role = _who(a)
+        key = (session, prompt_id.rpartition("#")[0] if role == "subagent" else "", role)
+        if key not in self._by:
+            self._by[key] = ParsedHistory(_convert)
+        return self._by[key]
+
+
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     bad: list[Reject] = []
     spans, requests, answers = _parse(path, bad)
+    prompts = _Prompts()
     yield from bad
     paired = _pairs(requests, answers)
     for i, req in enumerate(requests):
@@ -352,16 +374,19 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             yield Reject(file=path, line=req.line, reason=why, format=NAME)
             continue
         try:
-            yield _call(path, req, answer, spans)
+            yield _call(path, req, answer, spans, prompts)
         except RecordError as e:
             yield Reject(file=path, line=req.line, reason=str(e), format=NAME)
 
 
+#: what only Gemini CLI's telemetry objects hold: a log record's event, an ``llm_call`` span, a
+#: metric's name (whichever the exporters flushed first)
+_SIGNS = (b'"event.name": "gemini_cli.', b'"name": "llm_call"', b'"name": "gemini_cli.')
+
+
 def sniff(path: str, head: bytes) -> bool:
     h = strip_bom(head).lstrip()
-    return h.startswith(b"{") and (
-        b'"gen_ai.operation.name": "llm_call"' in h or b'"event.name": "gemini_cli.' in h
-    )
+    return h.startswith(b"{") and any(sign in h for sign in _SIGNS)
 
 
 FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=15)

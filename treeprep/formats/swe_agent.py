@@ -25,8 +25,6 @@ them. One group (tree) per file: every call of a run shares its system prompt an
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import compress
-from operator import is_not
 from typing import Any
 
 from treeprep.errors import InputError, RecordError
@@ -41,10 +39,9 @@ from treeprep.formats._fields import (
     reasoning_of,
     type_name,
 )
-from treeprep.formats._history import Converted, ConvertedHistory
+from treeprep.formats._history import Converted, ParsedHistory
 from treeprep.formats._read import document
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.io.jsonparse import json_keys
 from treeprep.schemas import Reject
 
 NAME = "swe-agent"
@@ -90,35 +87,9 @@ def _message(m: Any, where: str) -> dict[str, Any]:
     return out
 
 
-class _Prompts:
-    """Each call's prompt messages, converting only those it does not share with the last one.
-
-    A ``.traj`` holds every step's messages whole (``query``, ``messages``), or the prompts are
-    prefixes of one ``history``, and converting each call's afresh was quadratic in the run (400
-    steps: 168k messages converted). A message that is the last prompt's at its position (the
-    same object, or one of the same JSON text: each step's list is parsed apart) stands as that
-    one, and :class:`~treeprep.formats._history.ConvertedHistory` keeps the messages of the ones
-    both prompts begin with; with SWE-agent's ``last_n_observations`` a prompt leaves the last
-    at the output elided last, and the messages after it are converted again."""
-
-    def __init__(self) -> None:
-        self._raw: list[Any] = []
-        self._blobs: list[bytes | None] = []
-        self._where = ""
-        self._history: ConvertedHistory[Any] = ConvertedHistory(self._convert, per_entry=True)
-
-    def _convert(self, entries: list[Any], at: int) -> Converted:
-        return Converted([_message(m, f"{self._where}[{at + j}]") for j, m in enumerate(entries)])
-
-    def messages(self, raw: list[Any], where: str) -> list[dict[str, Any]]:
-        """``raw`` converted (RecordError naming ``where`` and the index, as :func:`_message`)."""
-        blobs = json_keys(raw, self._raw, self._blobs)
-        same = list(raw)
-        for i in compress(range(min(len(raw), len(self._raw))), map(is_not, raw, self._raw)):
-            if blobs[i] is not None and blobs[i] == self._blobs[i]:
-                same[i] = self._raw[i]
-        self._raw, self._blobs, self._where = same, blobs, where
-        return list(self._history.update(same))
+def _convert(entries: list[Any], at: int, where: str) -> Converted:
+    """SWE-agent messages (``where``'s, from index ``at``), one chat message each."""
+    return Converted([_message(m, f"{where}[{at + j}]") for j, m in enumerate(entries)])
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
@@ -158,7 +129,9 @@ def _calls(
     def reject(reason: str) -> None:
         problems.append(Reject(file=path, line=1, format=NAME, reason=reason))
 
-    prompts = _Prompts()
+    # with last_n_observations a prompt leaves the last at the output elided last: the messages
+    # after it are converted again
+    prompts = ParsedHistory(_convert, per_entry=True)
     if steps and all(isinstance(s, dict) and isinstance(s.get("query"), list) for s in steps):
         assistants = [m for m in hist if m.get("role") == "assistant"]
         for k, s in enumerate(steps):

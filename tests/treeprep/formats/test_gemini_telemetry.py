@@ -173,3 +173,20 @@ def test_a_file_written_with_log_prompts_off_says_so(tmp_path: Path) -> None:
         "in it"
     }
     assert not any(isinstance(x, ChatCall) for x in got)
+
+
+def test_prompts_kept_call_to_call_are_the_prompts_converted_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each caller's history is converted once (``ParsedHistory``): the calls equal those of
+    every request converted afresh."""
+    from treeprep.formats import gemini_telemetry
+    from treeprep.formats._history import ParsedHistory
+
+    kept = _read(SAMPLE)
+
+    def afresh(self: Any, raw: list[Any], where: str) -> list[dict[str, Any]]:
+        return gemini_telemetry._convert(raw, 0, where).messages
+
+    monkeypatch.setattr(ParsedHistory, "messages", afresh)
+    assert _read(SAMPLE) == kept

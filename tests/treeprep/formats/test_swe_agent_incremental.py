@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from treeprep.formats import swe_agent
+from treeprep.formats._history import ParsedHistory
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT.parent / "shared" / "data" / "logs" / "swe-agent"
@@ -98,7 +99,7 @@ def _afresh(self: Any, raw: list[Any], where: str) -> list[dict[str, Any]]:
 def _both(read_converted, path: Path) -> list[str]:
     got = read_converted(swe_agent.read, path, whole=False)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(swe_agent._Prompts, "messages", _afresh)
+        m.setattr(ParsedHistory, "messages", _afresh)
         assert got == read_converted(swe_agent.read, path, whole=False)
     assert got == read_converted(swe_agent.read, path, whole=True)
     return got
