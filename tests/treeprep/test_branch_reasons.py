@@ -3,7 +3,8 @@
 its calls part there, on the node that holds the calls of that branch:
 
 * a gptme branch file (``retry``) and the expired ephemeral budget note (``elided-history``);
-* a Gemini CLI ``$rewindTo`` (``retry``);
+* a Gemini CLI ``$rewindTo`` (``retry``), and its replies sent back without their thoughts
+  (``reasoning-dropped``);
 * mini-swe-agent sending a reply back without its provider's reasoning (``reasoning-dropped``);
 * a Codex compaction whose hinted call the renderer rejects (the next call takes the hint,
   :mod:`treeprep.build.hints`);
@@ -35,9 +36,19 @@ CASES: dict[str, dict[str, dict[str, set[str]]]] = {
             "retry": {f"{GPTME}/keep-underscores#2"},
         }
     },
-    "gemini_cli": {"3f9c2a1b-5d7e-4c10-9b8a-2e6f1d0c7a55": {"retry": {"g-06"}}},
+    # Gemini CLI sends a reply back without its thoughts: the calls after g-01 (and m-01) leave
+    # its completion, which keeps them
+    "gemini_cli": {
+        "3f9c2a1b-5d7e-4c10-9b8a-2e6f1d0c7a55": {
+            "retry": {"g-06"},
+            "reasoning-dropped": {"g-02", "g-03", "g-04", "g-05", "g-06"},
+        }
+    },
     "gemini_cli_subagents": {
-        "5d0c1e2f-8a7b-4c6d-9e0f-1a2b3c4d5e6f": {"sub-agent": {"s-g1", "s-g2"}}
+        "5d0c1e2f-8a7b-4c6d-9e0f-1a2b3c4d5e6f": {
+            "sub-agent": {"s-g1", "s-g2"},
+            "reasoning-dropped": {"m-02"},
+        }
     },
     "mini_swe_agent_wc.traj.json": {
         "demo__wc-1": {"reasoning-dropped": {"demo__wc-1:1", "demo__wc-1:2"}}
