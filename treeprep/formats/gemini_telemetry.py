@@ -130,8 +130,10 @@ def _parse(
         event = attrs.get("event.name")
         if event not in (_REQUEST, _RESPONSE, _ERROR):
             continue
-        t = obj.get("hrTime")
-        time = (int(t[0]), int(t[1])) if isinstance(t, list) and len(t) == 2 else (0, 0)
+        t = obj.get("hrTime")  # [seconds, nanoseconds]; without it, the file's order
+        time = (0, 0)
+        if isinstance(t, list) and len(t) == 2 and all(type(x) is int for x in t):
+            time = (t[0], t[1])
         ctx = obj.get("spanContext")
         span = str(ctx["spanId"]) if isinstance(ctx, dict) and ctx.get("spanId") else None
         rec = _Record(line, time, attrs, span)

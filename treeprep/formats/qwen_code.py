@@ -82,7 +82,7 @@ def caller(prompt_id: str | None) -> tuple[str, str | None]:
     >>> caller("compress-1790000000000"), caller("prompt_suggestion"), caller(None)
     (('main', 'compaction'), ('prompt_suggestion', None), ('main', None))
     """
-    if prompt_id is None or _MAIN in prompt_id:
+    if not prompt_id or _MAIN in prompt_id:
         return "main", None
     if m := _SUBAGENT.match(prompt_id):
         return m[1], ("sub-agent" if m[2] == "0" else None)
