@@ -43,7 +43,7 @@ SAMPLE_GOLDEN = {
     "crush": "85514cde9b11c40f8ce8cf49d0077766dc93d7f405ee1c11e06ac430596d9a11",
     "conversations": "47317610ce5ab8bf62a7a6b34e7152dd1e9a4130e2d8ec775ceb2e645b7cd11c",
     "gemini_cli": "d1ba7e2d0e89f5ebedf378d91c0ab45ce8ce1f3fc2bc2a7e9733669403d430f7",
-    "gemini_cli_telemetry": "3c3d17f7d4ab591922bc1425e7907d86fb0bf6c5b528c5e27c4c1531ad80dbf5",
+    "gemini_cli_telemetry": "90ffd0620a814b4f6e8b06152225badb3a2c2902076f3e69ccf917d189c9c424",
     "gemini_cli_subagents": "1aa16d9d228d878872ece19414b50992ea105ee2daf92906f8cf5e1a30768e57",
     "goose": "38a491e66d197717ce7f9b305e9523d227f500d17344f3c85fcdb3bf607d1b67",
     "gptme": "4b42c490742ce711986de331738a070cce012d09c21f5f9155b3d3f266c9e055",

@@ -117,6 +117,14 @@ class OutIndex:
         self.save()
 
 
+def _whole_requests(fmt: str | None) -> bool:
+    """Whether ``fmt``'s logs hold each request whole (a gap there is what the model saw)."""
+    from treeprep.formats import formats
+
+    spec = formats().get(fmt or "")
+    return spec is not None and spec.whole_requests
+
+
 def _is_shard_name(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and parts[0] == "shards" and parts[1] not in ("", ".", "..")
@@ -349,7 +357,8 @@ def _tally_inputs(
         _add(kinds, {k: -n for k, n in duplicates.normalized.get(job.name, {}).items()})
         kinds, gaps = split_gaps(kinds)
         _add(t.normalized, kinds)
-        _add(t.gaps.setdefault(res.format, {}), gaps)
+        if not _whole_requests(res.format):
+            _add(t.gaps.setdefault(res.format, {}), gaps)
         t.entries.append(
             InputEntry(
                 path=job.name,

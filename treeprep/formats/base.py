@@ -129,3 +129,7 @@ class FormatSpec:
     #: and part files, read with their session)? A folder build skips such files as it skips
     #: files of no known format, and says which format reads them instead of suggesting --format
     companion: Callable[[str], bool] | None = None
+    #: the log holds each call's whole request as sent (system prompt and tools included where
+    #: there were any): a call without a system prompt or tool schemas had none, so the build does
+    #: not count it among the prompts with gaps (:mod:`treeprep.render.gaps`)
+    whole_requests: bool = False

@@ -36,8 +36,8 @@ span (its system instruction and tools are unknown).
 Group: the session (``session.id``). Agent: ``main``, a sub-agent by its prompt id
 (``<agent>#<turn>``, turn 0 a ``sub-agent`` branch), an internal caller by its role (a
 ``sub-agent`` branch; the compressor's a ``compaction`` one). Some internal calls are sent with no
-system instruction (the next-speaker check): the build counts them among the calls with no system
-prompt, though the log lacks nothing there.
+system instruction (the next-speaker check); the file holds every request whole
+(``whole_requests``), so the build does not count them as prompts with gaps.
 """
 
 from __future__ import annotations
@@ -391,4 +391,4 @@ def sniff(path: str, head: bytes) -> bool:
     return h.startswith(b"{") and any(sign in h for sign in _SIGNS)
 
 
-FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=15)
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=15, whole_requests=True)

@@ -166,7 +166,9 @@ def read_chat(path: str, opts: ReadOptions) -> Iterator[Item]:
 
 
 FORMATS = [
-    FormatSpec(name=NAME, sniff=sniff, read=read, group_by_folder=True, priority=55),
+    FormatSpec(
+        name=NAME, sniff=sniff, read=read, group_by_folder=True, priority=55, whole_requests=True
+    ),
     # before claude-code (20), whose envelope it shares
     FormatSpec(name=CHAT_NAME, sniff=sniff_chat, read=read_chat, priority=19),
 ]

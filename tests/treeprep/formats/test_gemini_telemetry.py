@@ -152,6 +152,9 @@ def test_detected_and_built(tmp_path: Path) -> None:
     m = build(BuildConfig(inputs=[str(SAMPLE)], out=str(tmp_path / "out")))
     c = m.counts
     assert (c.records_read, c.records_in_trees, c.records_rejected, c.trees) == (6, 5, 1, 1)
+    # the next-speaker check was sent with no system instruction: what the model saw, not a gap
+    # of the log (FormatSpec.whole_requests), so no note suggests --system-prompt
+    assert FORMAT.whole_requests and "gemini-cli-telemetry" not in m.prompt_gaps
 
 
 @needs_qwen
