@@ -323,9 +323,11 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             del before[cut:]
             continue
         if kind == "replace":
+            # a rewrite of messages (compression, masking); the first one only sets the session
+            # context (0.44+ writes it as a $set on the file's second line): nothing is replaced
+            rewritten = rewritten or bool(current)
             current = list(payload)
             rewritten_as.update(payload)
-            rewritten = True
             before = [rewritten_as.get(i) or versions[i] for i in current]
             continue
         msg = versions[payload]

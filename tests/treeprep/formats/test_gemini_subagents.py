@@ -115,3 +115,31 @@ def test_calls_render_as_apply_chat_template_qwen3() -> None:
 
     calls = [c for p in (MAIN, SUB) for c in _read(p, system_prompt="You are Gemini CLI.")]
     assert_calls_match_apply_chat_template(Renderer.load(str(QWEN3)), calls)
+
+
+def test_the_session_context_set_at_the_start_is_no_compaction(tmp_path: Path) -> None:
+    """Regression (a 0.61.0 session file from a run against a mock endpoint): 0.44+ writes the
+    session context as a ``$set`` on the file's second line, before any reply; the first call
+    was hinted ``compaction``. A ``$set`` that replaces messages still is one."""
+    sid = "d0414d57-f138-44e8-af3c-e4235aa89eea"
+    ctx = {"id": "c0", "type": "user", "content": [{"text": "<session_context/>"}]}
+    snapshot = {"id": "s1", "type": "user", "content": "<state_snapshot/>"}
+
+    def said(mid: str, kind: str, text: str) -> dict[str, Any]:
+        return {"id": mid, "timestamp": "t", "type": kind, "content": text, "model": "m"}
+
+    lines = [
+        {"sessionId": sid, "projectHash": "ab", "startTime": "t", "kind": "main"},
+        {"$set": {"messages": [ctx], "lastUpdated": "t"}},
+        said("u1", "user", "What does hello.py do?"),
+        said("g1", "gemini", "It prints hi."),
+        said("u2", "user", "Thanks."),
+        {"$set": {"messages": [ctx, snapshot]}},
+        said("g2", "gemini", "You're welcome."),
+    ]
+    path = tmp_path / f"session-2026-12-07T08-46-{sid[:8]}.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    first, second = _read(path)
+    assert isinstance(first, ChatCall) and isinstance(second, ChatCall)
+    assert [m.text() for m in first.messages] == ["<session_context/>", "What does hello.py do?"]
+    assert (first.branch_reason, second.branch_reason) == (None, "compaction")
