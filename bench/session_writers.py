@@ -10,36 +10,14 @@ prompt and tools, SWE-agent's record limit); :func:`write` returns both.
 from __future__ import annotations
 
 import json
-import random
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from request_writers import write_gemini_telemetry, write_qwen_code
+from session_turns import turns as _turns
+
 from treeprep.build import FileOptions
-
-WORDS = (
-    "the a of to and in is for on with that this file function return value error test import "
-    "class def self none true false list dict string path line number result output input config "
-    "update check run build install module package version python agent tool call response"
-).split()
-
-
-def _text(rng: random.Random, n_words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n_words))
-
-
-def _turns(n: int, seed: int) -> list[tuple[str | None, str, str, str]]:
-    """``n`` turns: (user text or None, assistant text, tool command, tool output)."""
-    rng = random.Random(seed)
-    return [
-        (
-            _text(rng, 20) if i % 10 == 0 else None,
-            _text(rng, 15),
-            f"cat file_{i}.py",
-            "\n".join(_text(rng, 10) for _ in range(4)),
-        )
-        for i in range(n)
-    ]
 
 
 def write_pi(folder: Path, n: int) -> Path:
@@ -534,77 +512,6 @@ def write_copilot_cli(folder: Path, n: int) -> Path:
         ev("assistant.turn_end", turnId=str(i))
     ev("assistant.message", content="Done.", toolRequests=[], apiCallId="end")
     path.write_text("".join(json.dumps(x) + "\n" for x in events))
-    return path
-
-
-def write_qwen_code(folder: Path, n: int) -> Path:
-    """Qwen Code's ``--openai-logging`` folder (``sample_data/qwen_code``): one file per call,
-    each holding the whole request sent (so the folder grows with the square of the turns, as
-    Aider's log does) and the response; reasoning sent back, a user message every tenth turn."""
-    path = folder / "logs" / "openai"
-    path.mkdir(parents=True)
-    msgs: list[dict] = [{"role": "system", "content": "You are Qwen Code."}]
-    turns = _turns(n, 11)
-    for i, (user, said, cmd, out) in enumerate([*turns, (None, "Done.", "", "")]):
-        if user:
-            msgs.append({"role": "user", "content": [{"type": "text", "text": user}]})
-        fn = {"name": "run_shell_command", "arguments": json.dumps({"command": cmd})}
-        call = {"id": f"call_{i}", "type": "function", "function": fn}
-        reply = {"role": "assistant", "content": said, "reasoning_content": said[:20]}
-        if i < n:
-            reply["tool_calls"] = [call]
-        doc = {
-            "timestamp": f"2026-11-20T09:00:{i % 60:02d}.000Z",
-            "request": {"model": "m", "messages": msgs, "stream": True},
-            "response": {"id": f"r{i}", "object": "chat.completion",
-                         "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]},
-            "error": None,
-            "context": {"promptId": f"s1########{i // 10}", "sessionId": "s1"},
-            "system": {"hostname": "h", "platform": "linux", "release": "6", "nodeVersion": "v22"},
-        }  # fmt: skip
-        name = f"openai-2026-11-20T09-{i // 60:02d}-{i % 60:02d}.000Z-{i:08x}.json"
-        (path / name).write_text(json.dumps(doc))
-        msgs = [*msgs, reply, {"role": "tool", "tool_call_id": f"call_{i}",
-                               "content": [{"type": "text", "text": out}]}]  # fmt: skip
-    return path
-
-
-def write_gemini_telemetry(folder: Path, n: int) -> Path:
-    """Gemini CLI's telemetry file (``sample_data/gemini_cli_telemetry``): per call an
-    ``llm_call`` span, the request's whole ``contents`` and the streamed response (a thought, the
-    text and a call); the file grows with the square of the turns."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "telemetry.log"
-    spans: list[dict] = []
-    logs: list[dict] = []
-    contents: list[dict] = []
-    system = json.dumps("You are Gemini CLI.")
-    tools = json.dumps([{"functionDeclarations": [{"name": "run_shell_command"}]}])
-
-    def log(event: str, k: int, attrs: dict, span: str | None) -> None:
-        rec: dict = {"hrTime": [1796637600 + k, 0]}
-        if span:
-            rec["spanContext"] = {"spanId": span}
-        base = {"session.id": "s1", "event.name": event, "prompt_id": "s1########1", "role": "main"}
-        logs.append({**rec, "attributes": {**base, **attrs}})
-
-    for i, (user, said, cmd, out) in enumerate(_turns(n, 12)):
-        if user:
-            contents.append({"role": "user", "parts": [{"text": user}]})
-        sid = f"{i:016x}"
-        spans.append({"_spanContext": {"spanId": sid}, "name": "llm_call", "attributes": {
-            "gen_ai.system_instructions": system, "gen_ai.tool.definitions": tools}})  # fmt: skip
-        log("gemini_cli.api_request", 2 * i, {"request_text": json.dumps(contents)}, sid)
-        fc = {"name": "run_shell_command", "args": {"command": cmd}, "id": f"c{i}"}
-        parts = [{"text": said[:20], "thought": True}, {"text": said}, {"functionCall": fc}]
-        chunk = {"candidates": [{"content": {"role": "model", "parts": parts},
-                                 "finishReason": "STOP"}]}  # fmt: skip
-        log("gemini_cli.api_response", 2 * i + 1, {"response_text": json.dumps([chunk])}, None)
-        contents = [*contents, {"role": "model", "parts": parts[1:]},
-                    {"role": "user", "parts": [{"functionResponse": {
-                        "name": "run_shell_command", "id": f"c{i}",
-                        "response": {"output": out}}}]}]  # fmt: skip
-    path.write_text("".join(json.dumps(o, indent=2) + "\n" for o in [*spans, *logs]))
     return path
 
 
