@@ -392,11 +392,13 @@ def file_stem(path: str, suffixes: tuple[str, ...]) -> str:
 
 #: the stop reasons a log gives a reply that the model did not end: the token limit, a filter, a
 #: turn the server paused, in the vocabularies of chat completions (``finish_reason``), the AI SDK
-#: (OpenCode's ``step-finish``), Anthropic's Messages API and Crush (``stop_reason``), and the
-#: Responses API (``status``)
+#: (OpenCode's ``step-finish``), Anthropic's Messages API and Crush (``stop_reason``), the
+#: Responses API (``status``) and Gemini (``finishReason``)
 CUT_REASONS = frozenset(
     {"length", "content_filter", "content-filter", "max_tokens", "pause_turn", "refusal",
-     "model_context_window_exceeded", "incomplete"}
+     "model_context_window_exceeded", "incomplete",
+     "MAX_TOKENS", "SAFETY", "RECITATION", "MALFORMED_FUNCTION_CALL", "BLOCKLIST",
+     "PROHIBITED_CONTENT", "SPII", "LANGUAGE", "IMAGE_SAFETY", "UNEXPECTED_TOOL_CALL"}
 )  # fmt: skip
 
 

@@ -136,6 +136,18 @@ def _reasoning(msg: dict[str, Any], where: str) -> str | None:
     return joined or None
 
 
+def function_response_text(resp: Any) -> str:
+    """A ``functionResponse``'s ``response`` as the tool message's text: its ``output`` when that
+    is all it holds, else its JSON.
+
+    >>> function_response_text({"output": "ok"}), function_response_text({"error": "no"})
+    ('ok', '{"error": "no"}')
+    """
+    if isinstance(resp, dict) and isinstance(resp.get("output"), str) and len(resp) == 1:
+        return str(resp["output"])
+    return json.dumps(resp, ensure_ascii=False)
+
+
 def _result_text(call: dict[str, Any]) -> str | None:
     """The text the model received for a tool call, None when no result was recorded."""
     result = call.get("result")
@@ -145,11 +157,7 @@ def _result_text(call: dict[str, Any]) -> str | None:
     texts = []
     for p in items:
         if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict):
-            resp = p["functionResponse"].get("response")
-            if isinstance(resp, dict) and isinstance(resp.get("output"), str) and len(resp) == 1:
-                texts.append(resp["output"])
-            else:
-                texts.append(json.dumps(resp, ensure_ascii=False))
+            texts.append(function_response_text(p["functionResponse"].get("response")))
         elif isinstance(p, dict) and isinstance(p.get("text"), str):
             texts.append(p["text"])
         elif isinstance(p, str):

@@ -49,10 +49,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._fields import as_dict, as_list, expect, make_call
+from treeprep.formats._fields import as_dict, as_list, cut_reason, expect, make_call
 from treeprep.formats._history import Converted, ParsedHistory
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
-from treeprep.formats.gemini_cli import call_arguments
+from treeprep.formats.gemini_cli import call_arguments, function_response_text
 from treeprep.io.compressed import read_all
 from treeprep.io.jsonparse import strip_bom
 from treeprep.schemas import Reject
@@ -63,11 +63,6 @@ _REQUEST, _RESPONSE, _ERROR = (
     "gemini_cli.api_response",
     "gemini_cli.api_error",
 )
-#: finish reasons of a reply the model did not end (Gemini's ``FinishReason``)
-_CUT = frozenset(
-    {"MAX_TOKENS", "SAFETY", "RECITATION", "MALFORMED_FUNCTION_CALL", "BLOCKLIST",
-     "PROHIBITED_CONTENT", "SPII", "LANGUAGE", "IMAGE_SAFETY", "UNEXPECTED_TOOL_CALL"}
-)  # fmt: skip
 
 
 @dataclass
@@ -237,13 +232,6 @@ def _model_turn(parts: list[Any], where: str) -> dict[str, Any]:
     return msg
 
 
-def _result(fr: dict[str, Any]) -> str:
-    resp = fr.get("response")
-    if isinstance(resp, dict) and isinstance(resp.get("output"), str) and len(resp) == 1:
-        return str(resp["output"])
-    return json.dumps(resp, ensure_ascii=False)
-
-
 def _user_turn(parts: list[Any], where: str) -> list[dict[str, Any]]:
     """A user turn as chat messages: its text parts one message, or its function responses one
     tool message each."""
@@ -252,8 +240,11 @@ def _user_turn(parts: list[Any], where: str) -> list[dict[str, Any]]:
     if results and len(results) != len(parts):
         raise RecordError(f"{where}: a user turn mixes text and function responses")
     if results:
-        return [{"role": "tool", "tool_call_id": _call_id(fr), "content": _result(fr)}
-                for fr in results]  # fmt: skip
+        return [
+            {"role": "tool", "tool_call_id": _call_id(fr),
+             "content": function_response_text(fr.get("response"))}
+            for fr in results
+        ]  # fmt: skip
     texts = [{"type": "text", "text": p["text"]} for p in parts if isinstance(p.get("text"), str)]
     if len(texts) != len(parts):
         kind = next(iter(next(p for p in parts if not isinstance(p.get("text"), str))), "part")
@@ -291,11 +282,8 @@ def _completion(answer: dict[str, Any]) -> dict[str, Any]:
         content = cand.get("content")
         if isinstance(content, dict):
             parts.extend(as_list(content.get("parts") or [], f"response_text[{k}].parts"))
-    if finish in _CUT:
-        raise RecordError(
-            f"finishReason {finish!r}: the reply was cut before the model ended its turn (the "
-            "end of turn a template writes after it was never said)"
-        )
+    if why := cut_reason(finish, "finishReason"):
+        raise RecordError(why)
     return _model_turn(parts, "response_text parts")
 
 

@@ -256,6 +256,11 @@ class _Shared:
     check_ids: bool = True
 
 
+def response_of(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record's response object: ``response``, else the record itself (the flat form)."""
+    return obj_at(rec, "response") if isinstance(rec.get("response"), dict) else rec
+
+
 def _request(rec: Any) -> tuple[dict[str, Any], str, dict[str, Any], str, list[Any]]:
     """(request params, where they are, response, where its output is, the output items)."""
     if not isinstance(rec, dict):
@@ -266,7 +271,7 @@ def _request(rec: Any) -> tuple[dict[str, Any], str, dict[str, Any], str, list[A
         params, pwhere = rec["request"], "request"
     else:
         params, pwhere = rec, ""
-    resp: dict[str, Any] = obj_at(rec, "response") if isinstance(rec.get("response"), dict) else rec
+    resp = response_of(rec)
     rwhere = "response.output" if resp is not rec else "output"
     output = resp.get("output")
     if not isinstance(output, list):
@@ -523,7 +528,7 @@ def convert(rec: Any, *, file: str, line: int, fmt: str, opts: ReadOptions) -> l
         items: list[Item] = list(responses_items(rec, file=file, line=line, fmt=fmt, opts=opts))
     except RecordError as e:
         return [Reject(file=file, line=line, reason=str(e), format=fmt)]
-    resp = obj_at(rec, "response") if isinstance(rec.get("response"), dict) else rec
+    resp = response_of(rec)
     why = cut_reason(resp.get("status"), "response.status")
     if why and items and isinstance(items[-1], ChatCall):
         # the limit cut the last reply (the turns before it are whole); token ids are exact

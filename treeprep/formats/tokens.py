@@ -39,7 +39,6 @@ from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.openai_chat import (
     RecordError,
     group_of,
-    obj_at,
     outcome_fields,
     trajectory_of,
     validation_reason,
@@ -48,6 +47,7 @@ from treeprep.formats.openai_responses import (
     check_ids,
     check_logprobs,
     looks_like_responses,
+    response_of,
     responses_items,
 )
 from treeprep.io.jsonparse import head_record, json_key_in
@@ -128,7 +128,7 @@ def _has_ids(rec: Any) -> bool:
         return False
     if any(k in rec for k in _ID_KEYS):
         return True
-    resp: dict[str, Any] = obj_at(rec, "response") if isinstance(rec.get("response"), dict) else rec
+    resp = response_of(rec)
     out = resp.get("output")
     return isinstance(out, list) and any(
         isinstance(it, dict) and any(k in it for k in _ID_KEYS) for it in out
