@@ -10,7 +10,7 @@ import typer
 
 from treeprep.cli import options as opt
 from treeprep.cli.tables import counted
-from treeprep.modes import Engine, ParallelCalls, ReasoningMerge, Redact
+from treeprep.modes import Engine, ParallelCalls, ReasoningMerge, Redact, Server
 
 if TYPE_CHECKING:
     from treeprep.build import BuildConfig
@@ -162,6 +162,14 @@ def build_cmd(
             **_CURATE,
         ),
     ] = ParallelCalls.off,
+    server: Annotated[
+        Server,
+        typer.Option(
+            help="The inference server that served the logged calls: how it gave the template "
+            "a message of several text parts (vllm: joined with a newline; sglang: with a "
+            "space; each passes them as a list to a template that loops over them).",
+        ),
+    ] = Server.vllm,
     dedup: Annotated[
         bool,
         typer.Option(
@@ -192,6 +200,7 @@ def build_cmd(
         redact=redact,
         reasoning_merge=reasoning_merge,
         parallel_calls=parallel_calls,
+        server=server,
         check_ids=check_ids,
     )
     cfg = BuildConfig(

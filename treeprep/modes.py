@@ -312,6 +312,15 @@ class ReasoningMerge(Mode):
     fold = "fold"
 
 
+class Server(Mode):
+    """The inference server that served the logged calls: how it hands a message of several text
+    parts to the chat template (:mod:`treeprep.render.text_parts`): vLLM joins them with a
+    newline, SGLang with a space, each unless the template loops over the parts itself."""
+
+    vllm = "vllm"
+    sglang = "sglang"
+
+
 class ParallelCalls(Mode):
     """How a build renders an assistant turn of several tool calls: as logged (a template that
     shows only the first, gpt-oss's, rejects the call), or split into consecutive single-call

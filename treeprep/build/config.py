@@ -70,6 +70,9 @@ class FileOptions:
     #: render a turn of parallel tool calls as consecutive single-call turns (``split``: for
     #: templates that show only the first call, gpt-oss's; :mod:`treeprep.render.parallel`)
     parallel_calls: modes.ParallelCalls = modes.ParallelCalls.off
+    #: the inference server that served the logged calls: how a prompt's message of several text
+    #: parts reached the template (:mod:`treeprep.render.text_parts`)
+    server: modes.Server = modes.Server.vllm
     #: reject calls whose logged token ids do not decode to their logged text (False: train
     #: logged ids unchecked, the behaviour before the check; :mod:`treeprep.render.idcheck`)
     check_ids: bool = True

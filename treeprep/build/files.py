@@ -98,6 +98,7 @@ class FileWorker:
         self.options = options
         self.renderer = renderer
         renderer.parallel_calls = ParallelCalls(options.parallel_calls)
+        renderer.set_server(options.server)
 
     @classmethod
     def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:

@@ -140,6 +140,6 @@ def user_messages(ln: Line) -> list[dict[str, Any]]:
             parts.append(dict(b))  # images and documents stay parts; the renderer decides
     if not parts:
         return []
-    if all(p["type"] == "text" for p in parts):
-        return [{"role": "user", "content": "".join(p["text"] for p in parts)}]
-    return [{"role": "user", "content": parts}]
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return [{"role": "user", "content": parts[0]["text"]}]
+    return [{"role": "user", "content": parts}]  # several text blocks: the server joins them

@@ -166,11 +166,9 @@ def user_messages(content: Any, where: str) -> list[dict[str, Any]]:
             )
         else:
             parts.append(dict(b))
-    if parts:
-        if all(p["type"] == "text" for p in parts):
-            out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
-        else:
-            out.append({"role": "user", "content": parts})
+    if parts:  # several text blocks stay parts: the server joins them (``--server``)
+        one = len(parts) == 1 and parts[0]["type"] == "text"
+        out.append({"role": "user", "content": parts[0]["text"] if one else parts})
     return out
 
 

@@ -39,6 +39,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from treeprep.errors import RenderError
+
 
 def _json_forms(obj: Any) -> Iterator[str]:
     yield json.dumps(obj, ensure_ascii=False)
@@ -158,6 +160,25 @@ def _is_empty(completion: dict[str, Any], span: str) -> bool:
         return False
     reasoning = completion.get("reasoning_content")
     return not (isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() in span)
+
+
+def dropped_error(completion: dict[str, Any], missing: str) -> RenderError:
+    """The error of a call whose loss span lacks ``missing`` (what :func:`completion_coverage`
+    found), with the options that render it whole."""
+    if missing == EMPTY_REPLY:
+        return RenderError(EMPTY_REPLY)
+    parallel = len(completion.get("tool_calls") or []) > 1 and missing.startswith(
+        ("tool call", "the arguments of tool call")
+    )
+    split = (
+        "; or --parallel-calls split, which renders the parallel calls as consecutive "
+        "single-call turns"
+    )
+    return RenderError(
+        f"the chat template drops part of the completion: {missing} in the rendered loss span, "
+        "so training would miss what the model said (render with a template that keeps it: "
+        f"--chat-template FILE{split if parallel else ''})"
+    )
 
 
 def completion_coverage(completion: dict[str, Any], span: str) -> tuple[str | None, bool]:

@@ -42,6 +42,7 @@ from treeprep.io.jsonparse import json_key
 from treeprep.render.gaps import SYSTEM_ROLES
 from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
+from treeprep.render.text_parts import VLLM_STRINGS, TextParts
 from treeprep.schemas import Message
 from treeprep.schemas.records import shared_prefix, starts_with
 
@@ -51,26 +52,34 @@ KEEP = 4
 
 class NormalizedHistory:
     """The template dicts of a call's prompt messages, reusing the last call's for the messages
-    it shares with it (see the module docstring)."""
+    it shares with it (see the module docstring), each normalized by the server's rule ``parts``
+    (:mod:`treeprep.render.text_parts`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parts: TextParts = VLLM_STRINGS) -> None:
+        self.parts = parts
         self._source: list[Message] = []
         self._dicts: list[dict[str, Any]] = []
         self._returned: list[dict[str, Any]] = []
         self._first_system = -1  # the index of the first system-role dict (-1: none)
+        self._first_parts = -1  # the index of the first message of several text parts (-1: none)
 
     def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
-        """``[split_inline_think(normalize_message(m, f"messages[{i}]")) ...]`` of
+        """``[split_inline_think(normalize_message(m, f"messages[{i}]", self.parts)) ...]`` of
         ``messages``; :class:`~treeprep.errors.RenderError` as that raises it."""
         k = shared_prefix(messages, self._source)
         out = self._dicts[:k]
         first = self._first_system if self._first_system < k else -1
+        multi = self._first_parts if self._first_parts < k else -1
         for i in range(k, len(messages)):
-            d = split_inline_think(normalize_message(messages[i], f"messages[{i}]"))
+            m = messages[i]
+            d = split_inline_think(normalize_message(m, f"messages[{i}]", self.parts))
             if first < 0 and d.get("role") in SYSTEM_ROLES:
                 first = i
+            if multi < 0 and isinstance(m.content, list) and len(m.content) > 1:
+                multi = i
             out.append(d)
         self._source, self._dicts, self._first_system = list(messages), out, first
+        self._first_parts = multi
         self._returned = list(out)
         return self._returned
 
@@ -81,8 +90,15 @@ class NormalizedHistory:
             return None
         return self._first_system >= 0
 
+    def has_parts(self, msgs: list[dict[str, Any]]) -> bool:
+        """Whether ``msgs``, the list :meth:`messages` returned last and unchanged since, has a
+        message logged as several parts (its text parts flattened or listed by :attr:`parts`);
+        False for any other list."""
+        return msgs is self._returned and len(msgs) == len(self._dicts) and self._first_parts >= 0
+
     def clear(self) -> None:
         self._source, self._dicts, self._returned, self._first_system = [], [], [], -1
+        self._first_parts = -1
 
 
 def _tools_key(tools: list[dict[str, Any]] | None) -> bytes | None:

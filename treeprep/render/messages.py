@@ -1,8 +1,10 @@
 """Messages as the chat template sees them: a record's :class:`~treeprep.schemas.Message` made the
 plain dict ``apply_chat_template`` takes.
 
-The one decision: nothing is invented or fixed. Text parts are joined, ``content: null`` becomes
-``""``, unset fields are dropped; the two rewrites are an inline ``<think>`` block (formats without
+The one decision: nothing is invented or fixed. A prompt message's text parts become what the
+inference server made of them (joined, or a list for a template that loops over parts:
+:mod:`treeprep.render.text_parts`, ``--server``), ``content: null`` becomes ``""``, unset fields
+are dropped; the two rewrites are an inline ``<think>`` block (formats without
 a reasoning field) moved to ``reasoning_content``, the split Qwen3's template makes itself
 (:func:`split_inline_think`), and tool-call arguments logged as a string that holds a JSON object
 given to the template as that object (:func:`tool_arguments`).
@@ -24,20 +26,27 @@ from collections.abc import Callable
 from typing import Any
 
 from treeprep.errors import RenderError
+from treeprep.render.text_parts import TextParts
 from treeprep.schemas import ChatCall, Message
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
-def normalize_message(m: Message, where: str = "message") -> dict[str, Any]:
+def normalize_message(
+    m: Message, where: str = "message", parts: TextParts | None = None
+) -> dict[str, Any]:
     """A message as the chat template sees it.
 
-    Text parts are joined into one string (nothing between them), ``None`` content becomes ``""``,
+    Text parts are the content the server's rule ``parts`` makes of them (a prompt's message:
+    joined, or the list of text parts; :mod:`treeprep.render.text_parts`), or joined with nothing
+    between them when ``parts`` is None (a completion: one reply, as the model streamed it); one
+    part is its text. ``None`` content becomes ``""``,
     tool-call arguments are an object when logged as one or as a string holding one
     (:func:`tool_arguments`), else the logged string,
     ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
     image) cannot be rendered by a text-only template: :class:`RenderError`.
     """
+    content: str | list[dict[str, str]]
     if m.content is None:
         content = ""
     elif isinstance(m.content, str):
@@ -50,7 +59,10 @@ def normalize_message(m: Message, where: str = "message") -> dict[str, Any]:
                     f"{where} content part {j} has type {p.type!r}; only text parts can be rendered"
                 )
             texts.append(p.text or "")
-        content = "".join(texts)
+        if parts is None or len(texts) < 2:
+            content = "".join(texts)
+        else:
+            content = parts.content(texts)
     d: dict[str, Any] = {"role": m.role, "content": content}
     if m.tool_calls:
         d["tool_calls"] = [
@@ -154,17 +166,21 @@ def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def template_messages(
-    rec: ChatCall, *, normalized: Callable[[list[Message]], list[dict]] | None = None
+    rec: ChatCall,
+    parts: TextParts,
+    *,
+    normalized: Callable[[list[Message]], list[dict]] | None = None,
 ) -> tuple[list[dict], dict, list[dict] | None]:
     """(messages, completion, tools) of a call as passed to the chat template, each message
-    normalized and its inline ``<think>`` block split off (the prompt's by ``normalized`` when
-    given: :class:`~treeprep.render.history.NormalizedHistory`, which reuses the dicts of a
-    history it has seen)."""
+    normalized (the prompt's text parts by the server's rule ``parts``) and its inline
+    ``<think>`` block split off (the prompt's by ``normalized`` when given:
+    :class:`~treeprep.render.history.NormalizedHistory`, which reuses the dicts of a history it
+    has seen, normalized by the same rule)."""
     if normalized is not None:
         msgs = normalized(rec.messages)
     else:
         msgs = [
-            split_inline_think(normalize_message(m, f"messages[{i}]"))
+            split_inline_think(normalize_message(m, f"messages[{i}]", parts))
             for i, m in enumerate(rec.messages)
         ]
     comp = split_inline_think(normalize_message(rec.completion, "completion"))

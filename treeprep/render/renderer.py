@@ -59,11 +59,11 @@ from treeprep.errors import (
     TemplateLimitError,
     TokenizerError,
 )
-from treeprep.modes import ParallelCalls
+from treeprep.modes import ParallelCalls, Server
 from treeprep.render import parallel
 from treeprep.render.coverage import (
-    EMPTY_REPLY,
     completion_coverage,
+    dropped_error,
     normalized_kinds,
     undeclared_tools,
 )
@@ -85,6 +85,7 @@ from treeprep.render.template import (
     RenderLimits,
     first_char_difference,
 )
+from treeprep.render.text_parts import flattened_kind, text_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
 from treeprep.sequence import Sequence, is_prefix
@@ -152,8 +153,9 @@ class Renderer:
             self.encoder.probe(probe_texts(self.encoder._by_content))
         #: the last few calls' sequences, for the ``reasoning-dropped`` hint (:mod:`.rewritten`)
         self._turns = PreviousTurns()
-        #: the last call's prompt, normalized (:mod:`treeprep.render.history`)
-        self._history = NormalizedHistory()
+        #: the last call's prompt, normalized (:mod:`treeprep.render.history`) by vLLM's rule for
+        #: messages of several text parts until :meth:`set_server` says otherwise
+        self._history = NormalizedHistory(text_parts(Server.vllm, template.source))
         #: the name of the native template port in use (None: jinja renders every call)
         self.native_template: str | None = None
         self._native: RenderFn | None = None
@@ -233,6 +235,16 @@ class Renderer:
         )
         renderer._identity_source = src.content_source
         return renderer
+
+    def set_server(self, server: Server | str) -> None:
+        """Render a prompt's messages of several text parts as ``server`` hands them to this
+        chat template (``--server``, :mod:`treeprep.render.text_parts`). Where it hands them
+        over as a list, jinja renders every call (the native ports take strings)."""
+        parts = text_parts(server, self.template.source)
+        self._history = NormalizedHistory(parts)
+        self._turns = PreviousTurns()
+        if parts.as_list:
+            self._native, self.native_template = None, None
 
     def identity_by_content(self) -> TokenizerIdentity:
         """:attr:`identity` with its ``content_sha256`` (what a manifest records). Computed on
@@ -365,7 +377,7 @@ class Renderer:
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
         """(messages, completion, tools) as passed to the chat template
         (:func:`~treeprep.render.messages.template_messages`)."""
-        return template_messages(rec, normalized=self._history.messages)
+        return template_messages(rec, self._history.parts, normalized=self._history.messages)
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
@@ -471,6 +483,7 @@ class Renderer:
         if not rec.messages:
             raise RenderError("the call has no prompt messages")
         msgs, comp, tools = self.normalize(rec)
+        flattened = self._history.has_parts(msgs)
         full_msgs = [*msgs, comp]
         where = f"{rec.source_file}:{rec.source_line}"
         now = self._date_of(rec)
@@ -500,23 +513,8 @@ class Renderer:
         else:
             head_text, span_text = self.decode(full_ids[:n_p]), self.decode(full_ids[n_p:])
         missing, normalized = completion_coverage(comp, span_text)
-        if missing == EMPTY_REPLY:
-            raise RenderError(EMPTY_REPLY)
         if missing is not None:
-            parallel_calls = len(comp.get("tool_calls") or []) > 1 and missing.startswith(
-                ("tool call", "the arguments of tool call")
-            )
-            raise RenderError(
-                f"the chat template drops part of the completion: {missing} in the rendered loss "
-                "span, so training would miss what the model said (render with a template that "
-                "keeps it: --chat-template FILE"
-                + (
-                    "; or --parallel-calls split, which renders the parallel calls as "
-                    "consecutive single-call turns)"
-                    if parallel_calls
-                    else ")"
-                )
-            )
+            raise dropped_error(comp, missing)
         checked = self._read_back(comp, head_text, span_text)
         branch = rec.branch_reason
         if branch is None and self._turns.rewritten(
@@ -529,6 +527,8 @@ class Renderer:
         inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         kinds = normalized_kinds(inline, normalized, undeclared_tools(comp, tools))
         kinds += prompt_gaps(msgs, comp, tools, has_system=self._history.has_system(msgs))
+        if flattened:
+            kinds += (flattened_kind(self._history.parts.server),)
         self.last_normalized = (*kinds, ROUND_TRIP) if checked else kinds
         self.last_prompt_kept = kept is not None
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)

@@ -93,3 +93,25 @@ def test_sniff_rejects_openai_chat():
         "response": {"choices": [{"message": {"role": "assistant", "content": "y"}}]},
     }
     assert not FORMAT.sniff("x.jsonl", json.dumps(line).encode() + b"\n")
+
+
+def test_text_blocks_of_a_user_turn_stay_parts_for_the_servers_join(tmp_path):
+    """A Messages endpoint (vLLM's, SGLang's) turns a user turn's text blocks into text parts of
+    one message, which the server joins: the reader hands the blocks over as parts, and the
+    renderer joins them as ``--server`` says (:mod:`treeprep.render.text_parts`)."""
+    from treeprep.render import Renderer
+
+    rec = json.loads(SAMPLE.read_text().splitlines()[0])
+    blocks = [{"type": "text", "text": "<reminder>"}, {"type": "text", "text": "Weather?"}]
+    rec["request"]["messages"][0]["content"] = blocks
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    (call,), rej = _split(path)
+    assert rej == []
+    user = call.messages[1]
+    assert [p.text for p in user.content] == ["<reminder>", "Weather?"]
+    r = Renderer.load(None)
+    for server, sep in (("vllm", "\n"), ("sglang", " ")):
+        r.set_server(server)
+        msgs, _, _ = r.normalize(call)
+        assert msgs[1]["content"] == f"<reminder>{sep}Weather?"

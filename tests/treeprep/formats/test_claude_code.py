@@ -307,3 +307,24 @@ def test_a_history_is_handed_to_every_call_as_the_same_dicts(monkeypatch, tmp_pa
     for before, after in zip(handed, handed[1:], strict=False):
         assert len(after) == len(before) + 2  # the last reply and its tool result
         assert all(a is b for a, b in zip(before, after, strict=False))
+
+
+def test_a_user_line_of_several_text_blocks_stays_parts(tmp_path):
+    """Claude Code sends a user turn's text blocks (a reminder, the prompt) as blocks; a server's
+    Messages endpoint makes them text parts, which it joins (``--server``): one block is a
+    string, several stay parts."""
+    blocks = [*_text("<system-reminder>x</system-reminder>"), *_text("fix it")]
+    p = _write(
+        tmp_path / "s.jsonl",
+        [
+            _line("u1", None, "user", blocks),
+            _line("a1", "u1", "assistant", _text("done"), "m1"),
+            _line("u2", "a1", "user", _text("thanks")),
+            _line("a2", "u2", "assistant", _text("ok"), "m2"),
+        ],
+    )
+    calls, rej = _split(p)
+    assert rej == [] and len(calls) == 2
+    first, reply = calls[1].messages[0], calls[1].messages[2]
+    assert [part.text for part in first.content] == [blocks[0]["text"], "fix it"]
+    assert reply.content == "thanks"

@@ -168,7 +168,8 @@ def test_normalized_history_equals_template_messages() -> None:
     think = Message(role="assistant", content="<think>\nhm\n</think>\n\nok")
     forked = calls[2].model_copy(update={"messages": [*calls[2].messages[:3], think]})
     for rec in [*calls, forked, calls[4], calls[4]]:
-        assert template_messages(rec, normalized=history.messages) == template_messages(rec)
+        got = template_messages(rec, history.parts, normalized=history.messages)
+        assert got == template_messages(rec, history.parts)
 
 
 def test_a_session_renders_as_each_call_rendered_alone() -> None:

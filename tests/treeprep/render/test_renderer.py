@@ -170,7 +170,7 @@ EXPECTED_TEXT = (
     'shell command", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}'
     '\n</tools>\n\nTo call one, write <tool_call>\n{"name": <name>, "arguments": <json>}\n'
     "</tool_call><|im_end|>\n"
-    "<|im_start|>user\nList files<|im_end|>\n"
+    "<|im_start|>user\nList \nfiles<|im_end|>\n"  # two text parts: joined as vLLM joins them
     "<|im_start|>assistant\n<think>\ntwo calls at once\n</think>\n\n"
     '<tool_call>\n{"name": "run", "arguments": {"cmd": "ls"}}\n</tool_call>\n'
     '<tool_call>\n{"name": "run", "arguments": {"cmd": "pwd"}}\n</tool_call><|im_end|>\n'
@@ -188,7 +188,7 @@ def test_render_chat_with_tools_parallel_calls_parts_and_reasoning(r: Renderer) 
     assert text == EXPECTED_TEXT + "<|im_start|>assistant\n" + EXPECTED_COMPLETION
     # exact ids against transformers on the normalized messages
     msgs, comp, tools = r.normalize(rec)
-    assert msgs[1]["content"] == "List files"
+    assert msgs[1]["content"] == "List \nfiles"
     assert msgs[2]["content"] == ""
     assert msgs[2]["tool_calls"][1]["function"]["arguments"] == {"cmd": "pwd"}  # kept as given
     assert list(seq.tokens) == _ref_ids(r, [*msgs, comp], tools)

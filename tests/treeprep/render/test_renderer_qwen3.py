@@ -49,16 +49,19 @@ def r(request) -> Renderer:
 # ------------------------------------------------------------------------------------------------
 
 
-def _text(content) -> str:
+def _text(content, sep: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(p.get("text") or "" for p in content if p.get("type") == "text")
+    return sep.join(p.get("text") or "" for p in content if p.get("type") == "text")
 
 
-def _ref_message(m: dict) -> dict:
-    d = {"role": m["role"], "content": _text(m.get("content"))}
+def _ref_message(m: dict, sep: str = "\n") -> dict:
+    """The message as the reference renders it. A prompt message's text parts are joined as
+    vLLM's chat_utils joins them for a template that takes strings (``"\n"``, the build's
+    default ``--server vllm``); a completion's (``sep=""``) as the model streamed them."""
+    d = {"role": m["role"], "content": _text(m.get("content"), sep)}
     if m.get("tool_calls"):
         d["tool_calls"] = []
         for tc in m["tool_calls"]:
@@ -115,7 +118,7 @@ def _check_exact(r: Renderer, raw_msgs: list[dict], raw_comp: dict, tools) -> No
     )
     seq = r.render(rec, group_id="g")
     msgs = [_ref_message(m) for m in raw_msgs]
-    comp = _ref_message(raw_comp)
+    comp = _ref_message(raw_comp, sep="")
     full = _ids(r, [*msgs, comp], tools)
     prompt = _ids(r, msgs, tools, add_generation_prompt=True)
     assert list(seq.tokens) == full

@@ -1,0 +1,183 @@
+"""How a message of several text parts reaches the chat template: the inference server's rule.
+
+An OpenAI-style request may give a message's content as a list of parts
+(``[{"type": "text", "text": ...}, ...]``): agents send their reminders, attachments and the
+user's words as separate parts, and an Anthropic-style request's text blocks become such parts on
+a server's Messages endpoint. A chat template written for string content (Qwen3's, Qwen2.5's,
+gpt-oss's) cannot take a list, so the server flattens it first, and each server does it its own
+way. The tokens the model saw are the server's, so the build renders as the server did
+(``--server``, :class:`~treeprep.modes.Server`):
+
+- **vLLM** (``vllm/entrypoints/chat_utils.py``, content format ``auto``): joins the text parts
+  with ``"\\n"``, unless the template loops over a message's content itself, in which case the
+  list goes to the template as it is. The loop it looks for: ``for x in m.content`` (or
+  ``m['content']``, through filters, tests and slices) where ``m`` is the loop variable of a loop
+  over ``messages`` (or a name assigned from it), or ``for x in content`` (Qwen3.5's
+  ``render_content`` macro; vLLM #42660).
+- **SGLang** (``sglang/srt/parser/jinja_template_utils.py``): joins them with ``" "``, unless
+  the template mentions ``image``, ``audio``, ``video`` or ``vision`` anywhere, or loops over
+  ``message.content``, ``msg.content`` or ``m.content``; then the list goes to the template.
+
+A template that fails to parse is taken as one for strings (both servers do so). llama.cpp and
+TensorRT-LLM join with ``"\\n"`` too (llama.cpp: for templates that take strings); a build of
+their logs uses ``--server vllm``.
+
+What the renderer does with it (:func:`~treeprep.render.messages.normalize_message`): a prompt
+message logged as several parts is flattened by the rule, or given to the template as its text
+parts where the rule says the list goes through; a message logged as one string stays one string
+(SGLang hands strings through as they are; vLLM would wrap them in a one-part list, which the
+templates that loop over parts render as the string itself). A completion is one reply the model
+wrote: its parts are joined with nothing between them, as it streamed them. The build counts the
+calls whose prompt had a message flattened (``text-parts:<server>``, :func:`flattened_kind`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from treeprep.modes import Server
+
+__all__ = ["TextParts", "content_format", "flattened_kind", "text_parts"]
+
+#: SGLang's shortcut: a template mentioning any of these takes the parts as a list
+_SGLANG_MEDIA_WORDS = ("image", "audio", "video", "vision")
+#: the loop variables SGLang's detection takes for a message
+_SGLANG_MESSAGE_NAMES = ("message", "msg", "m")
+#: what each server puts between the text parts of a message it flattens
+_SEPARATOR = {Server.vllm: "\n", Server.sglang: " "}
+
+
+@dataclass(frozen=True)
+class TextParts:
+    """How a prompt message of several text parts becomes the template's content: the parts
+    joined by ``sep``, or (``as_list``) the list of text parts as the template's own loop reads
+    it."""
+
+    server: Server
+    sep: str
+    as_list: bool
+
+    def content(self, texts: list[str]) -> str | list[dict[str, str]]:
+        """The content the template gets for a message of these text parts.
+
+        >>> TextParts(Server.vllm, "\\n", as_list=False).content(["a", "b"])
+        'a\\nb'
+        >>> TextParts(Server.sglang, " ", as_list=True).content(["a", "b"])
+        [{'type': 'text', 'text': 'a'}, {'type': 'text', 'text': 'b'}]
+        """
+        if self.as_list:
+            return [{"type": "text", "text": t} for t in texts]
+        return self.sep.join(texts)
+
+
+#: the rule of a template that takes strings, on vLLM (the default before a template is known)
+VLLM_STRINGS = TextParts(Server.vllm, _SEPARATOR[Server.vllm], as_list=False)
+
+
+def text_parts(server: Server | str, template: str) -> TextParts:
+    """The rule ``server`` applies to messages of several text parts for this chat template.
+
+    >>> text_parts("sglang", "{{ messages[0].content }}")
+    TextParts(server='sglang', sep=' ', as_list=False)
+    """
+    server = Server.of(server, "server")
+    as_list = content_format(server, template) == "openai"
+    return TextParts(server, _SEPARATOR[server], as_list)
+
+
+def flattened_kind(server: Server) -> str:
+    """The normalized kind the build counts a call by whose prompt had a message of several text
+    parts, for ``server``.
+
+    >>> flattened_kind(Server.vllm)
+    'text-parts:vllm'
+    """
+    return f"text-parts:{server}"
+
+
+@lru_cache(maxsize=16)
+def content_format(server: Server, template: str) -> str:
+    """``"openai"`` when ``server`` hands this template a message's parts as a list, else
+    ``"string"`` (the parts joined).
+
+    >>> loop = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"
+    >>> content_format(Server.vllm, loop), content_format(Server.vllm, "{{ messages }}")
+    ('openai', 'string')
+    """
+    if server is Server.sglang and any(w in template for w in _SGLANG_MEDIA_WORDS):
+        return "openai"
+    try:
+        ast = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
+    except jinja2.TemplateError:
+        return "string"
+    loops = list(ast.find_all(jinja2.nodes.For))
+    if server is Server.sglang:
+        found = any(_reads(f.iter, n, "content") for f in loops for n in _SGLANG_MESSAGE_NAMES)
+    else:
+        found = _vllm_loops_over_content(ast, loops)
+    return "openai" if found else "string"
+
+
+def _vllm_loops_over_content(ast: jinja2.nodes.Template, loops: list[jinja2.nodes.For]) -> bool:
+    """vLLM's test: a loop over a message's content, or over a name ``content``."""
+    lists = _aliases(ast, "messages")
+    message_names = {
+        f.target.name
+        for f in loops
+        if isinstance(f.target, jinja2.nodes.Name) and any(_reads(f.iter, n) for n in lists)
+    }
+    return any(
+        (isinstance(f.iter, jinja2.nodes.Name) and f.iter.name == "content")
+        or any(_reads(f.iter, n, "content") for n in message_names)
+        for f in loops
+    )
+
+
+def _aliases(ast: jinja2.nodes.Template, name: str) -> set[str]:
+    """``name`` and the names assigned from it (``{% set msgs = messages[1:] %}``), transitively."""
+    names, grew = {name}, True
+    assigns = [
+        a for a in ast.find_all(jinja2.nodes.Assign) if isinstance(a.target, jinja2.nodes.Name)
+    ]
+    while grew:
+        grew = False
+        for a in assigns:
+            target = a.target.name  # type: ignore[attr-defined]
+            if target not in names and any(_reads(a.node, n) for n in names):
+                names.add(target)
+                grew = True
+    return names
+
+
+def _reads(node: Any, name: str, key: str | None = None) -> bool:
+    """Whether ``node`` is the variable ``name`` (or its item ``key``: ``name.key`` or
+    ``name['key']``), seen through filters, tests and slices."""
+    while True:
+        if isinstance(node, jinja2.nodes.Filter | jinja2.nodes.Test):
+            node = node.node
+        elif isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice):
+            node = node.node
+        else:
+            break
+    if key is None:
+        return isinstance(node, jinja2.nodes.Name) and node.name == name
+    if isinstance(node, jinja2.nodes.Getattr):
+        return _reads_name(node.node, name) and node.attr == key
+    if isinstance(node, jinja2.nodes.Getitem):
+        arg = node.arg
+        return (
+            _reads_name(node.node, name)
+            and isinstance(arg, jinja2.nodes.Const)
+            and arg.value == key
+        )
+    return False
+
+
+def _reads_name(node: Any, name: str) -> bool:
+    return isinstance(node, jinja2.nodes.Name) and node.name == name
