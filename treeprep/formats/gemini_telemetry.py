@@ -54,7 +54,12 @@ from treeprep.formats._history import Converted, ParsedHistory
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.formats.gemini_cli import call_arguments, function_response_text
 from treeprep.io.compressed import read_all
-from treeprep.io.jsonparse import strip_bom
+from treeprep.io.jsonparse import (
+    lenient_decoder,
+    lenient_json_loads,
+    non_finite_reason,
+    strip_bom,
+)
 from treeprep.schemas import Reject
 
 NAME = "gemini-cli-telemetry"
@@ -87,7 +92,7 @@ def _objects(path: str, bad: list[Reject]) -> Iterator[tuple[int, Any]]:
         why = f"not UTF-8 text (byte {e.start}); Gemini CLI writes UTF-8 (the file is not read)"
         bad.append(Reject(file=path, line=at, reason=why, format=NAME))
         return
-    dec = json.JSONDecoder()
+    dec = lenient_decoder()  # NaN and Infinity kept as markers: that object is a reject
     i, line, n = 0, 1, len(text)
     while True:
         j = i
@@ -103,7 +108,10 @@ def _objects(path: str, bad: list[Reject]) -> Iterator[tuple[int, Any]]:
             why = f"malformed JSON: {e.msg} (the records from line {line} on are not read)"
             bad.append(Reject(file=path, line=at, reason=why, format=NAME))
             return
-        yield line, obj
+        if (number := non_finite_reason(obj)) is not None:  # JSON.stringify writes none
+            bad.append(Reject(file=path, line=line, reason=number, format=NAME))
+        else:
+            yield line, obj
         line += text.count("\n", j, end)
         i = end
 
@@ -169,9 +177,12 @@ def _pairs(requests: list[_Record], answers: list[_Record]) -> dict[int, _Record
 
 def _json(text: Any, where: str) -> Any:
     try:
-        return json.loads(expect(text, where, str))
+        value = lenient_json_loads(expect(text, where, str))
     except json.JSONDecodeError as e:
         raise RecordError(f"{where}: malformed JSON ({e.msg})") from e
+    if (why := non_finite_reason(value)) is not None:
+        raise RecordError(f"{where}: {why}")
+    return value
 
 
 def _system(value: Any) -> str | None:

@@ -150,9 +150,28 @@ def _parse_float(text: str) -> float | NonFinite:
     return v if math.isfinite(v) else NonFinite(text)
 
 
-def lenient_json_loads(data: bytes) -> Any:
+def lenient_json_loads(data: bytes | str) -> Any:
     """``json.loads`` that keeps non-finite numbers as :class:`NonFinite` markers."""
     return json.loads(data, parse_constant=NonFinite, parse_float=_parse_float)
+
+
+def lenient_decoder() -> json.JSONDecoder:
+    """A decoder (for ``raw_decode`` of concatenated documents) that keeps non-finite numbers as
+    :class:`NonFinite` markers, as :func:`lenient_json_loads` does."""
+    return json.JSONDecoder(parse_constant=NonFinite, parse_float=_parse_float)
+
+
+def non_finite_reason(value: Any) -> str | None:
+    """``"FIELD: expected a finite number, got TEXT"`` for the first :class:`NonFinite` inside
+    ``value`` (parsed by :func:`lenient_json_loads` or :func:`lenient_decoder`), else None.
+
+    >>> non_finite_reason(lenient_json_loads('{"a": [1, NaN]}'))
+    'a[1]: expected a finite number, got NaN'
+    """
+    at = find_non_finite(value)
+    if at is None:
+        return None
+    return f"{at}: expected a finite number, got {find_value(value, at)}"
 
 
 def find_non_finite(value: Any) -> str | None:
@@ -232,10 +251,7 @@ def _non_finite_field(raw: bytes, msg: str) -> str | None:
     """``"FIELD: expected a finite number, got TEXT"`` when orjson refused ``raw`` only for a
     non-finite number, else None."""
     value = _lenient_or_none(raw, msg)
-    at = None if value is None else find_non_finite(value)
-    if at is None:
-        return None
-    return f"{at}: expected a finite number, got {find_value(value, at)}"
+    return None if value is None else non_finite_reason(value)
 
 
 def _lenient_or_none(raw: bytes, msg: str) -> Any:

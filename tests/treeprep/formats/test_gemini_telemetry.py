@@ -113,6 +113,20 @@ def test_a_cut_tail_and_an_unanswered_request(tmp_path: Path) -> None:
     assert any(isinstance(x, Reject) and x.reason.startswith("no response") for x in got)
 
 
+def test_a_number_json_stringify_never_writes_is_a_reject(tmp_path: Path) -> None:
+    """``NaN`` is no JSON (Gemini CLI's ``JSON.stringify`` writes ``null``): the object holding
+    one is a reject naming the field, the others are read."""
+    objs = _objects(SAMPLE)
+    names = [o.get("attributes", {}).get("event.name") for o in objs]
+    k = max(i for i, name in enumerate(names) if name == "gemini_cli.api_response")
+    objs[k]["attributes"]["duration_ms"] = float("nan")
+    got = _read(_write(tmp_path / "telemetry.log", objs))
+    bad = [x for x in got if isinstance(x, Reject) and "finite" in x.reason]
+    assert [x.reason for x in bad] == ["attributes.duration_ms: expected a finite number, got NaN"]
+    assert bad[0].line == 1 + sum(json.dumps(o, indent=2).count("\n") + 1 for o in objs[:k])
+    assert len([x for x in got if isinstance(x, ChatCall)]) == 4  # its call lost its response
+
+
 def test_a_reply_the_model_did_not_end_is_a_reject(tmp_path: Path) -> None:
     objs = _objects(SAMPLE)
     last = next(
