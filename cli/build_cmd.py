@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from treeprep.cli import options as opt
-from treeprep.cli.tables import counted
+from treeprep.cli.tables import counted, normalized_label
 from treeprep.modes import Engine, ParallelCalls, ReasoningMerge, Redact, Server
 
 if TYPE_CHECKING:
@@ -261,8 +261,6 @@ def _print_manifest(manifest: Any, out: str, err: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from treeprep.render.response import ROUND_TRIP
-
     c = manifest.counts
     t = Table(title=f"treeprep build -> {out}", show_header=False)
     for k, v in c.model_dump().items():
@@ -279,9 +277,7 @@ def _print_manifest(manifest: Any, out: str, err: Any) -> None:
     for kind, n in manifest.curation.items():
         err.print(f"curation: {kind}: {n:,}", highlight=False, markup=False)
     for kind, n in manifest.normalized.items():
-        what = f"normalized calls: {kind}"
-        if kind == ROUND_TRIP:
-            what = f"calls read back by the model's parser ({manifest.response_parser})"
+        what = normalized_label(kind, manifest.response_parser)
         err.print(f"{what}: {n:,}", highlight=False, markup=False)
     if manifest.response_parser_missing:
         err.print(

@@ -138,8 +138,7 @@ def _render(s: dict, out: Path) -> None:
 def _metrics(s: dict, out: Path) -> Any:
     from rich.console import Console
 
-    from treeprep.cli.tables import metrics_table
-    from treeprep.render.response import ROUND_TRIP
+    from treeprep.cli.tables import metrics_table, normalized_label
 
     t = metrics_table(f"treeprep stats {out}")
     for k in ("records_read", "records_rejected", "trees", "sequences", "nodes", "branch_points"):
@@ -147,10 +146,7 @@ def _metrics(s: dict, out: Path) -> Any:
     for reason, n in {**s["filtered"], **s["curation"]}.items():  # curation (build options)
         t.add_row(reason, f"{n:,}")
     for kind, n in s["normalized"].items():  # calls the renderer normalized
-        if kind == ROUND_TRIP:
-            t.add_row(f"calls read back by {s['response_parser']}", f"{n:,}")
-        else:
-            t.add_row(f"normalized: {kind}", f"{n:,}")
+        t.add_row(normalized_label(kind, s["response_parser"]), f"{n:,}")
     if s.get("response_parser_missing"):
         t.add_row("calls read back by the model's parser", "none: no parser known")
     t.add_row("tokens_linear (N_flat)", f"{s['tokens_linear']:,}")

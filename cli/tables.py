@@ -13,6 +13,25 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def normalized_label(kind: str, parser: str | None) -> str:
+    """How build and stats name a kind of the manifest's ``normalized`` counts: the calls read
+    back by the model's parser, the calls whose prompt had a message of several text parts
+    (joined as ``--server`` says), or the calls the renderer normalized by ``kind``.
+
+    >>> normalized_label("text-parts:sglang", None)  # doctest: +ELLIPSIS
+    'normalized: text-parts:sglang (a message of several text parts, joined as sglang joins ...'
+    """
+    from treeprep.render.response import ROUND_TRIP
+
+    if kind == ROUND_TRIP:
+        return f"calls read back by the model's parser ({parser})"
+    server = kind.removeprefix("text-parts:")
+    if server != kind:
+        what = f"a message of several text parts, joined as {server} joins them: --server"
+        return f"normalized: {kind} ({what})"
+    return f"normalized: {kind}"
+
+
 def metrics_table(title: str) -> Any:
     """A rich ``Table`` with a ``metric`` column and a right-aligned ``value`` column."""
     from rich.table import Table
