@@ -4,10 +4,15 @@ Every event has ``id``, ``timestamp``, ``source`` (``agent``, ``user``, ``enviro
 ``kind``. The events the LLM sees, and how the SDK turns them into chat messages:
 
 * ``SystemPromptEvent``: ``system_prompt`` (a text part, with an optional ``dynamic_context``
-  part after it) and ``tools`` (OpenAI function tools; newer SDKs write bare
-  ``{name, description, parameters}`` definitions, wrapped here);
+  part after it: one system message of two parts) and ``tools`` (OpenAI function tools; newer
+  SDKs write bare ``{name, description, parameters}`` definitions, wrapped here);
 * ``MessageEvent``: ``llm_message`` (``role``, ``content`` parts, optional reasoning), a user
-  turn or an agent reply;
+  turn or an agent reply, with the agent context's ``extended_content`` parts after its own (a
+  triggered skill's knowledge: ``MessageEvent.to_llm_message``).
+
+A message of several text parts stays parts, which the server joins (``--server``); the SDK's
+string serializer, for models without function calling, caching or vision, joins them with a
+newline itself, as vLLM does. A part that is not text (an image) is refused by the renderer.
 * ``ActionEvent``: one tool call of the agent (``tool_call`` with ``id``, ``name``,
   ``arguments``), with the response's ``thought`` parts and ``reasoning_content``; the actions of
   one LLM response share ``llm_response_id`` and form one assistant message (parallel calls);
@@ -33,7 +38,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._fields import expect, make_call, one_of, opt_dict, opt_list, opt_str
+from treeprep.formats._fields import (
+    expect,
+    make_call,
+    one_of,
+    opt_dict,
+    opt_list,
+    opt_str,
+    type_name,
+)
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
@@ -58,20 +71,38 @@ def sniff(path: str, head: bytes) -> bool:
     return bool(objs) and all(_is_event(o) for o in objs[:5])
 
 
-def _text(parts: Any, where: str) -> str:
-    """The text of a string, a text part or an array of parts (null: no text)."""
-    if parts is None:
-        return ""
+def _content(*values: Any, where: str) -> str | list[dict[str, Any]]:
+    """A message's content from the SDK's content values (each a string, a part or an array of
+    parts; null: none), in order: the text of one text part, else the parts as the SDK's
+    ``Message`` holds them, which the server joins (``--server``; the SDK's string serializer
+    joins them with a newline, as vLLM does). A part that is not text stays a part: the renderer
+    refuses it by name rather than drop it."""
     what = "a string, a text part or an array of parts"
-    if isinstance(expect(parts, where, str, dict, list, what=what), str):
-        return parts  # type: ignore[no-any-return]
-    if isinstance(parts, dict):
-        return opt_str(parts.get("text"), f"{where}.text") or ""
-    return "".join(
-        opt_str(p.get("text"), f"{where}[{i}].text") or ""
-        for i, p in enumerate(parts)
-        if isinstance(p, dict)
-    )
+    parts: list[dict[str, Any]] = []
+    for value in values:
+        if value is None:
+            continue
+        expect(value, where, str, dict, list, what=what)
+        items = [value] if isinstance(value, str | dict) else value
+        for i, p in enumerate(items):
+            at = f"{where}[{i}]" if isinstance(value, list) else where
+            if isinstance(p, str):
+                parts.append({"type": "text", "text": p})
+            elif isinstance(p, dict):
+                kind = p.get("type", "text")
+                if kind == "text":
+                    parts.append(
+                        {"type": "text", "text": opt_str(p.get("text"), f"{at}.text") or ""}
+                    )
+                else:
+                    parts.append({"type": str(kind)})
+            else:
+                raise RecordError(f"{at}: expected a content part, got {type_name(p)}")
+    if not parts:
+        return ""
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return str(parts[0]["text"])
+    return parts
 
 
 def _tool(t: Any) -> dict[str, Any] | None:
@@ -90,7 +121,7 @@ def _tool(t: Any) -> dict[str, Any] | None:
 def _result(ev: dict[str, Any]) -> dict[str, Any]:
     if ev["kind"] == "ObservationEvent":
         obs = opt_dict(ev.get("observation"), "observation")
-        content = _text(obs.get("content"), "observation.content")
+        content = _content(obs.get("content"), where="observation.content")
     elif ev["kind"] == "UserRejectObservation":
         content = str(ev.get("rejection_reason") or "Action rejected by the user.")
     else:
@@ -100,7 +131,10 @@ def _result(ev: dict[str, Any]) -> dict[str, Any]:
 
 def _assistant(actions: list[dict[str, Any]]) -> dict[str, Any]:
     first = actions[0]
-    msg: dict[str, Any] = {"role": "assistant", "content": _text(first.get("thought"), "thought")}
+    msg: dict[str, Any] = {
+        "role": "assistant",
+        "content": _content(first.get("thought"), where="thought"),
+    }
     if isinstance(first.get("reasoning_content"), str) and first["reasoning_content"]:
         msg["reasoning_content"] = first["reasoning_content"]
     calls = []
@@ -123,7 +157,13 @@ def _assistant(actions: list[dict[str, Any]]) -> dict[str, Any]:
 def _llm_message(ev: dict[str, Any]) -> dict[str, Any]:
     lm = opt_dict(ev.get("llm_message"), "llm_message")
     role = lm.get("role") if lm.get("role") in ("user", "assistant", "system") else "user"
-    msg: dict[str, Any] = {"role": role, "content": _text(lm.get("content"), "llm_message.content")}
+    # MessageEvent.to_llm_message: the message's content, then the agent context's additions
+    # (a skill's knowledge triggered by the user's words)
+    extended = opt_list(ev.get("extended_content"), "extended_content")
+    msg: dict[str, Any] = {
+        "role": role,
+        "content": _content(lm.get("content"), extended or None, where="llm_message.content"),
+    }
     if isinstance(lm.get("reasoning_content"), str) and lm["reasoning_content"]:
         msg["reasoning_content"] = lm["reasoning_content"]
     return msg
@@ -248,11 +288,9 @@ def _step(
     kind = ev["kind"]
     item: Item | None = None
     if kind == "SystemPromptEvent":
-        parts = [ev.get("system_prompt"), ev.get("dynamic_context")]
-        system = {
-            "role": "system",
-            "content": "".join(_text(p, "system_prompt") for p in parts if p),
-        }
+        # SystemPromptEvent.to_llm_message: one system message of two parts
+        prompt = _content(ev.get("system_prompt"), ev.get("dynamic_context"), where="system_prompt")
+        system = {"role": "system", "content": prompt}
         tools = [_tool(t) for t in opt_list(ev.get("tools"), "tools")]
         s.system = system
         if any(t is None for t in tools):

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from treeprep.build import BuildConfig, build
+from treeprep.errors import EmptyBuildError
 from treeprep.formats import ReadOptions, detect_format, get_format
 from treeprep.io.compressed import read_head
 from treeprep.schemas import ChatCall, Reject
@@ -125,6 +126,49 @@ def test_openhands_sample_session() -> None:
     assert [m.role for m in last.messages[-3:]] == ["tool", "assistant", "tool"]
     assert last.completion.text().startswith("`make lint` passes")
     assert last.timestamp is not None
+
+
+def _edited_sample(tmp_path: Path, edit: object) -> Path:
+    lines = [orjson.loads(x) for x in OPENHANDS.read_bytes().splitlines()]
+    edit(lines)  # type: ignore[operator]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    return path
+
+
+def test_openhands_prompts_hold_what_the_sdk_sends(tmp_path: Path) -> None:
+    """SystemPromptEvent.to_llm_message sends the dynamic context as a second part of the
+    system message, MessageEvent.to_llm_message appends the agent context's extended content
+    (a triggered skill's knowledge) to the user's message: both reach the prompt, as parts the
+    server joins (read from OpenHands/software-agent-sdk, event/llm_convertible)."""
+
+    def edit(lines: list[dict]) -> None:
+        lines[1]["dynamic_context"] = {"type": "text", "text": "<REPO>acme/app</REPO>"}
+        lines[2]["activated_skills"] = ["flake8"]
+        lines[2]["extended_content"] = [{"type": "text", "text": "<EXTRA_INFO>skill</EXTRA_INFO>"}]
+
+    first = _read("openhands-events", _edited_sample(tmp_path, edit))[0]
+    system, user = first.messages
+    assert [p.text for p in system.content] == [
+        "You are OpenHands agent, a helpful AI assistant.",
+        "<REPO>acme/app</REPO>",
+    ]
+    assert [p.text for p in user.content] == [
+        "The CI job fails on `make lint`. Please fix it.",
+        "<EXTRA_INFO>skill</EXTRA_INFO>",
+    ]
+
+
+def test_openhands_an_image_is_refused_not_dropped(tmp_path: Path) -> None:
+    def edit(lines: list[dict]) -> None:
+        image = {"type": "image", "image_urls": ["data:image/png;base64,AAAA"]}
+        lines[2]["llm_message"]["content"].append(image)
+
+    out = tmp_path / "out"
+    with pytest.raises(EmptyBuildError):  # every call's prompt holds the user's message
+        build(BuildConfig(inputs=[str(_edited_sample(tmp_path, edit))], out=str(out)))
+    rejects = [orjson.loads(x) for x in (out / "rejects.jsonl").read_bytes().splitlines()]
+    assert len(rejects) == 4 and all("type 'image'" in r["reason"] for r in rejects)
 
 
 @pytest.mark.skipif(not REAL_OH.is_file(), reason="../shared/data is absent")
