@@ -16,6 +16,20 @@ its system prompt or tool schemas in this file: ``--system-prompt`` and ``--tool
 folder is one group (the folder's name, Cline's task id). A message that does not fit is one
 reject naming ``[i]``; the calls after it are rejected with it, their prompts would miss it.
 Detected by the file name and a JSON array whose first element has a ``role``.
+
+What Cline sends is not always the stored history (read from Cline 3.89.2, ``ContextManager``
+``getNewContextMessagesAndMetadata``): near the context window it sends the first two messages
+and a later slice (``conversationHistoryDeletedRange``), with a truncation notice in place of the
+first reply's text, and it replaces earlier reads of a file with a notice; both edits are kept in
+``context_history.json`` beside the history, each stamped with a time. A call made after the first
+edit (its reply's ``ts`` later than the edit's; every call when the replies carry no ``ts``) is
+rejected with that reason: its prompt is not the stored history, and the edits are not rebuilt.
+Roo Code condenses and truncates by marking the stored messages instead (``isSummary``,
+``isTruncationMarker``, ``condenseParent``, ``truncationParent``) and sends a filtered view: a
+call whose history holds a summary or a truncation marker is rejected the same way. A reply Cline
+stored with ``[Response interrupted by user]`` (or ``by API Error``) appended was cut, and
+``Failure: I did not provide a response.`` is Cline's text for an empty one: neither call is
+trained, and both stay in the later prompts as Cline sends them.
 """
 
 from __future__ import annotations
@@ -29,10 +43,19 @@ from treeprep.formats._fields import make_call, type_name
 from treeprep.formats._read import document
 from treeprep.formats.anthropic import assistant_message, user_messages
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.io import reads
 from treeprep.schemas import Reject
 
 NAME = "cline"
 FILE = "api_conversation_history.json"
+#: Cline's record of the edits it makes to the history it sends
+CONTEXT = "context_history.json"
+#: what Cline appends to a reply the user or an API error cut
+_INTERRUPTED = ("[Response interrupted by user]", "[Response interrupted by API Error]")
+#: what Cline stores in place of an empty reply
+_NO_REPLY = "Failure: I did not provide a response."
+#: Roo Code's marks of a condensed or truncated history (it sends only what follows them)
+_ROO_MARKS = ("isSummary", "isTruncationMarker")
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -67,6 +90,57 @@ def _call(
     return make_call(fields, file=path, line=line, fmt=NAME)
 
 
+def _edit_times(path: str) -> list[float]:
+    """The times (ms) of the edits in ``context_history.json`` beside ``path`` (none when it is
+    absent): ``[[message, [kind, [[block, [[ts, "text", [text], meta], ...]], ...]]], ...]``."""
+    beside = os.path.join(os.path.dirname(path), CONTEXT)
+    if not reads.isfile(beside):  # recorded: a context_history.json that appears is a change
+        return []
+    value = document(beside).value
+    times: list[float] = []
+    try:
+        for entry in value:
+            for _block, updates in entry[1][1]:
+                times.extend(float(u[0]) for u in updates)
+    except (TypeError, ValueError, IndexError, KeyError) as e:
+        raise InputError(
+            beside, 1, f"expected Cline's context history ([[message, [kind, [[block, "
+            f"[[ts, type, [text], meta]]]]]]]), not read: {e}"
+        ) from None  # fmt: skip
+    return times
+
+
+def _unsent(m: dict[str, Any], first_edit: float | None, marked: int | None) -> str | None:
+    """Why the stored history before reply ``m`` is not the prompt Cline sent (None: it is)."""
+    if marked is not None:
+        return (
+            f"Roo Code condensed or truncated the history before this call ([{marked}] is its "
+            "summary or truncation marker): it sends a filtered view, which is not rebuilt"
+        )
+    ts = m.get("ts")
+    if first_edit is not None and (not isinstance(ts, int | float) or first_edit < ts):
+        return (
+            f"Cline edited the history it sent before this call ({CONTEXT}: a truncation "
+            f"notice or file reads replaced, from ts {first_edit:.0f}): the prompt is not the "
+            "stored history, and the edits are not rebuilt"
+        )
+    return None
+
+
+def _cut(content: Any) -> str | None:
+    """Why a stored reply is not what the model said (None: it is)."""
+    texts = [content] if isinstance(content, str) else [
+        b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
+    ] if isinstance(content, list) else []  # fmt: skip
+    last = texts[-1] if texts and isinstance(texts[-1], str) else ""
+    if last.strip() == _NO_REPLY:
+        return f"Cline stored {_NO_REPLY!r} in place of an empty reply: no reply to train"
+    for note in _INTERRUPTED:
+        if last.endswith(note):
+            return f"the reply was cut: Cline appended {note!r} to it"
+    return None
+
+
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     parsed = document(path)
     history = parsed.value
@@ -79,6 +153,9 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         prompt.append({"role": "system", "content": opts.system_prompt})
     k = 0
     broken: str | None = None  # why the history stops being usable
+    times = _edit_times(path)
+    first_edit = min(times) if times else None
+    marked: int | None = None  # the first Roo Code summary or truncation marker
     for i, m in enumerate(history):
         where = f"[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
@@ -89,6 +166,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                     k += 1
                     yield Reject(file=path, line=lines[i], format=NAME, call_id=cid, reason=broken)
                 continue
+            if marked is None and isinstance(m, dict) and any(m.get(x) for x in _ROO_MARKS):
+                marked = i
             if role == "user":
                 prompt.extend(user_messages(m.get("content"), f"{where}.content"))
                 continue
@@ -100,7 +179,11 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             yield Reject(file=path, line=lines[i], format=NAME, reason=str(e))
             continue
         k += 1
-        yield _call(path, lines[i], task, k, prompt, reply, _model(m), opts)
+        why = _unsent(m, first_edit, marked) or _cut(m.get("content"))
+        if why is None:
+            yield _call(path, lines[i], task, k, prompt, reply, _model(m), opts)
+        else:
+            yield Reject(file=path, line=lines[i], format=NAME, call_id=cid, reason=why)
         prompt.append(reply)
 
 

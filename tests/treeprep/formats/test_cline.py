@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from treeprep.build import BuildConfig, build
+from treeprep.errors import InputError
 from treeprep.formats import ReadOptions, detect_format
 from treeprep.formats.cline import FORMAT
 from treeprep.schemas import ChatCall, Reject
@@ -89,3 +90,69 @@ def test_calls_render_as_apply_chat_template_qwen3(path: Path) -> None:
 
     calls = _read(path, ReadOptions(system_prompt="You are Cline."))
     assert_calls_match_apply_chat_template(Renderer.load(str(QWEN3)), calls)
+
+
+def _task(tmp_path: Path, hist: list[dict], context: object = None) -> Path:
+    p = tmp_path / "t1" / "api_conversation_history.json"
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(json.dumps(hist))
+    if context is not None:
+        (p.parent / "context_history.json").write_text(json.dumps(context))
+    return p
+
+
+def _edit(message: int, ts: int) -> list:
+    """One entry of Cline's context_history.json: block 0 of ``message`` replaced at ``ts``."""
+    return [message, [2, [[0, [[ts, "text", ["[[NOTE] This file read has been removed"], []]]]]]]
+
+
+def test_calls_after_clines_context_edits_are_rejected(tmp_path: Path) -> None:
+    """Cline sends a truncated, notice-edited history near the context window and records the
+    edits in context_history.json (ContextManager, 3.89.2): a call after the first edit is not
+    the stored history, so it is rejected with that reason; the calls before it stand."""
+    hist = json.loads(CLASSIC.read_text())
+    edit_at = hist[3]["ts"] - 500  # prepared for the second call (index 3)
+    items = _read(_task(tmp_path, hist, [_edit(2, edit_at)]))
+    assert [type(x) for x in items] == [ChatCall, Reject, Reject]
+    assert all("context_history.json" in r.reason and "not rebuilt" in r.reason for r in items[1:])
+    assert [r.call_id for r in items[1:]] == ["t1#1", "t1#2"]
+    # replies without ts cannot be placed after or before an edit: every call is rejected
+    for m in hist:
+        m.pop("ts")
+    assert all(isinstance(x, Reject) for x in _read(_task(tmp_path, hist, [_edit(2, 1)])))
+    # an empty context history edits nothing
+    assert all(isinstance(x, ChatCall) for x in _read(_task(tmp_path, hist, [])))
+
+
+def test_a_broken_context_history_is_named(tmp_path: Path) -> None:
+    hist = json.loads(CLASSIC.read_text())
+    with pytest.raises(InputError, match="context_history.json.*Cline's context history"):
+        _read(_task(tmp_path, hist, [[2, "not an edit"]]))
+
+
+def test_roo_code_condensed_history_is_rejected_after_its_summary(tmp_path: Path) -> None:
+    """Roo Code marks condensed messages and adds a summary (isSummary); it then sends only what
+    follows the summary, so the calls after it do not train on the stored history."""
+    hist = json.loads(CLASSIC.read_text())
+    hist[2]["condenseParent"] = "c1"  # tagged when the summary below was made
+    summary = {"role": "user", "content": "## Conversation Summary\n...", "isSummary": True}
+    hist.insert(4, {**summary, "condenseId": "c1"})
+    items = _read(_task(tmp_path, hist))
+    assert [type(x) for x in items] == [ChatCall, ChatCall, Reject]
+    assert "[4] is its summary or truncation marker" in items[2].reason
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("I will edit cli.py.\n\n[Response interrupted by user]", "the reply was cut"),
+        ("Failure: I did not provide a response.", "in place of an empty reply"),
+    ],
+)
+def test_replies_cline_wrote_are_not_trained(tmp_path: Path, text: str, why: str) -> None:
+    hist = json.loads(CLASSIC.read_text())
+    hist[1]["content"] = [{"type": "text", "text": text}]
+    items = _read(_task(tmp_path, hist))
+    assert [type(x) for x in items] == [Reject, ChatCall, ChatCall]
+    assert why in items[0].reason
+    assert items[1].messages[1].text() == text  # Cline sends it back as it stored it
