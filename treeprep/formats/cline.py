@@ -187,5 +187,19 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         prompt.append(reply)
 
 
-FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=26)
+#: the files Cline (and Roo Code) keep beside a task's history: the context edits (read), the UI's
+#: messages, the task's metadata and settings (nothing a prompt holds that the history does not)
+_BESIDE = frozenset(
+    {CONTEXT, "ui_messages.json", "task_metadata.json", "settings.json", "history_item.json"}
+)
+
+
+def companion(path: str) -> bool:
+    """A file Cline keeps beside a task's history: accounted for with the task, not a log of no
+    known format."""
+    folder = os.path.dirname(path) or "."
+    return os.path.basename(path) in _BESIDE and os.path.isfile(os.path.join(folder, FILE))
+
+
+FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=26, companion=companion)
 __all__ = ["FORMAT", "NAME"]

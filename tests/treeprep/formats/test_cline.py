@@ -156,3 +156,14 @@ def test_replies_cline_wrote_are_not_trained(tmp_path: Path, text: str, why: str
     assert [type(x) for x in items] == [Reject, ChatCall, ChatCall]
     assert why in items[0].reason
     assert items[1].messages[1].text() == text  # Cline sends it back as it stored it
+
+
+def test_the_files_beside_a_task_are_its_companions(tmp_path: Path) -> None:
+    p = _task(tmp_path, json.loads(CLASSIC.read_text()), [])
+    for name in ("ui_messages.json", "task_metadata.json"):
+        (p.parent / name).write_text("[]")
+    m = build(BuildConfig(inputs=[str(tmp_path)], out=str(tmp_path / "o")))
+    assert m.companion_files == {
+        "cline": ["t1/context_history.json", "t1/task_metadata.json", "t1/ui_messages.json"]
+    }
+    assert m.skipped_files == []
