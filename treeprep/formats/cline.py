@@ -35,6 +35,7 @@ trained, and both stay in the later prompts as Cline sends them.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,5 +202,61 @@ def companion(path: str) -> bool:
     return os.path.basename(path) in _BESIDE and os.path.isfile(os.path.join(folder, FILE))
 
 
-FORMAT = FormatSpec(name=NAME, sniff=sniff, read=read, priority=26, companion=companion)
-__all__ = ["FORMAT", "NAME"]
+SESSION_NAME = "cline-session"
+#: a Cline 4 session's transcript (``<id>.messages.json``), its manifest and compaction state
+_SESSION = ".messages.json"
+_SESSION_BESIDE = (".compaction.json", ".json")
+_SESSION_KEYS = (
+    re.compile(rb'"version"\s*:\s*1\b'),
+    re.compile(rb'"agent"\s*:\s*"(?:lead|subagent|teammate)"'),
+    re.compile(rb'"sessionId"\s*:\s*"'),
+)
+
+
+def sniff_session(path: str, head: bytes) -> bool:
+    """A Cline 4 session transcript: ``<id>.messages.json``, an object with ``version`` 1, the
+    ``agent`` that wrote it and the ``sessionId`` (before the chat-list formats, which would take
+    its ``messages``)."""
+    h = head.lstrip()
+    return path.endswith(_SESSION) and h[:1] == b"{" and all(k.search(h) for k in _SESSION_KEYS)
+
+
+def read_session(path: str, opts: ReadOptions) -> Iterator[Item]:
+    """Refuses a Cline 4 session transcript as a whole (read from Cline 4.1.13, ``@cline/core``
+    ``MessageBuilder.buildForApi`` and the session store): the requests are rebuilt from it at
+    send time in ways it does not record."""
+    why = (
+        "a Cline 4 session transcript is not the requests Cline sent: it stores no tool schemas, "
+        "its system prompt lacks the rules Cline appends when sending, and each request is "
+        "rebuilt from it at send time (the <user_input> wrappers removed, tool results cut to "
+        "8,000 characters, superseded file reads replaced, compaction applied), which it does not "
+        "record, so its prompts cannot be rebuilt; log the requests through a proxy (openai-chat "
+        "or anthropic logs), or build Cline 3 task folders (api_conversation_history.json)"
+    )
+    raise InputError(path, 1, why)
+    yield  # a generator, like every reader
+
+
+def session_companion(path: str) -> bool:
+    """A Cline 4 session's manifest (``<id>.json``) or compaction state (``<id>.compaction.json``)
+    beside its transcript."""
+    folder, name = os.path.split(path)
+    for suffix in _SESSION_BESIDE:
+        if name.endswith(suffix) and not name.endswith(_SESSION):
+            stem = name[: -len(suffix)]
+            return os.path.isfile(os.path.join(folder or ".", stem + _SESSION))
+    return False
+
+
+FORMATS = [
+    FormatSpec(name=NAME, sniff=sniff, read=read, priority=26, companion=companion),
+    FormatSpec(
+        name=SESSION_NAME,
+        sniff=sniff_session,
+        read=read_session,
+        priority=27,
+        companion=session_companion,
+    ),
+]
+FORMAT = FORMATS[0]
+__all__ = ["FORMAT", "FORMATS", "NAME", "SESSION_NAME"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from treeprep.build import BuildConfig, build
-from treeprep.errors import InputError
+from treeprep.errors import EmptyBuildError, InputError
 from treeprep.formats import ReadOptions, detect_format
 from treeprep.formats.cline import FORMAT
 from treeprep.schemas import ChatCall, Reject
@@ -167,3 +167,28 @@ def test_the_files_beside_a_task_are_its_companions(tmp_path: Path) -> None:
         "cline": ["t1/context_history.json", "t1/task_metadata.json", "t1/ui_messages.json"]
     }
     assert m.skipped_files == []
+
+
+SESSION = ROOT / "sample_data" / "cline" / "sessions" / "1787000000000_ab12c"
+
+
+def test_a_cline_4_session_is_refused_not_read_as_a_chat(tmp_path: Path) -> None:
+    """Cline 4 keeps a session as its transcript (<id>.messages.json: an object with messages),
+    which the chat-list formats would read as a chat, wrappers and uncut tool results included;
+    Cline rebuilds each request from it at send time (@cline/core MessageBuilder), so it is
+    refused, one reject naming why, and its manifest is the session's companion."""
+    path = SESSION / "1787000000000_ab12c.messages.json"
+    fmt = detect_format(str(path), path.read_bytes())
+    assert fmt is not None and fmt.name == "cline-session"
+    with pytest.raises(InputError, match="Cline 4 session transcript is not the requests"):
+        list(fmt.read(str(path), ReadOptions()))
+    out = tmp_path / "o"
+    with pytest.raises(EmptyBuildError):
+        build(BuildConfig(inputs=[str(SESSION)], out=str(out)))
+    (reject,) = [json.loads(x) for x in (out / "rejects.jsonl").open()]  # no earlier build
+    assert reject["format"] == "cline-session" and reject["line"] == 1
+    m = build(BuildConfig(inputs=[str(SESSION.parents[1])], out=str(tmp_path / "all")))
+    assert m.companion_files["cline-session"] == [
+        "sessions/1787000000000_ab12c/1787000000000_ab12c.json"
+    ]
+    assert m.counts.records_rejected == 1 and m.skipped_files == []

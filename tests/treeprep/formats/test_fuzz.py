@@ -55,6 +55,7 @@ SOURCES: dict[str, str] = {
     "chat-messages": "conversations/openai_finetune.jsonl",
     "claude-code": "claude-code/7e1d2c3b-0a9f-4e8d-b7c6-5a4f3e2d1c0b.jsonl",
     "cline": "cline/tasks/1762340400000/api_conversation_history.json",
+    "cline-session": "cline/sessions/1787000000000_ab12c/1787000000000_ab12c.messages.json",
     "cursor": "cursor/agent-transcripts/b7a2e915-4d8c-4c1b-a3f6-0e9d2c7b5a18/"
     "b7a2e915-4d8c-4c1b-a3f6-0e9d2c7b5a18.jsonl",
     "copilot-cli": "copilot_cli/session-state/5f0c2a4e-8b1d-4c7e-9a3f-2d6e1b0c9a11/events.jsonl",

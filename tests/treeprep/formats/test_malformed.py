@@ -306,9 +306,12 @@ def _mutate(v: Any, rng: random.Random) -> Any:
 def _sidecar(p: Path) -> bool:
     """A file read with a log but no log itself: a Mistral Vibe or kimi-cli sub-agent
     ``meta.json``, kimi-cli's ``wire.jsonl``, the project, message and part files of OpenCode's
-    storage (read with their session's file), the ``--tools`` file of the Cursor sample."""
+    storage (read with their session's file), the ``--tools`` file of the Cursor sample, a Cline 4
+    session's manifest."""
     rel = p.relative_to(SAMPLE).parts
     if rel[:2] == ("cursor", "options"):
+        return True
+    if rel[:2] == ("cline", "sessions") and not p.name.endswith(".messages.json"):
         return True
     storage = rel[:2] == ("opencode", "storage") and rel[2] != "session"
     return p.name in ("meta.json", "wire.jsonl") or storage
