@@ -167,7 +167,8 @@ def build_cmd(
         typer.Option(
             help="The inference server that served the logged calls: how it gave the template "
             "a message of several text parts (vllm: joined with a newline; sglang: with a "
-            "space; each passes them as a list to a template that loops over them).",
+            "space; each passes them as a list to a template that loops over them; llama.cpp: "
+            "a newline, a list only to a template that renders nothing else).",
         ),
     ] = Server.vllm,
     dedup: Annotated[

@@ -315,10 +315,12 @@ class ReasoningMerge(Mode):
 class Server(Mode):
     """The inference server that served the logged calls: how it hands a message of several text
     parts to the chat template (:mod:`treeprep.render.text_parts`): vLLM joins them with a
-    newline, SGLang with a space, each unless the template loops over the parts itself."""
+    newline, SGLang with a space, each unless the template loops over the parts itself; llama.cpp
+    with a newline unless the template renders only parts."""
 
     vllm = "vllm"
     sglang = "sglang"
+    llama_cpp = "llama.cpp"
 
 
 class ParallelCalls(Mode):

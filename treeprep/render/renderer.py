@@ -47,6 +47,7 @@ import os
 from collections.abc import Callable
 from collections.abc import Sequence as _Seq
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -240,7 +241,10 @@ class Renderer:
         """Render a prompt's messages of several text parts as ``server`` hands them to this
         chat template (``--server``, :mod:`treeprep.render.text_parts`). Where it hands them
         over as a list, jinja renders every call (the native ports take strings)."""
-        parts = text_parts(server, self.template.source)
+        self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
+        probe = partial(self.template.render, tools=None, add_generation_prompt=False)
+        parts = text_parts(server, self.template.source, probe)
+        self.template.wrap_strings = parts.wrap
         self._history = NormalizedHistory(parts)
         self._turns = PreviousTurns()
         if parts.as_list:

@@ -386,13 +386,17 @@ def _environment(limits: RenderLimits) -> Any:
 _deadline: list[float] = [float("inf")]
 
 
-def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def plain_messages(messages: list[dict[str, Any]], wrap: bool = False) -> list[dict[str, Any]]:
     """Messages as ``apply_chat_template`` hands them to the template: keys whose value is None
-    dropped, reasoning filled in under ``thinking`` and ``reasoning_content``."""
+    dropped, reasoning filled in under ``thinking`` and ``reasoning_content``; with ``wrap``, a
+    string content given as one text part, as a server that hands the template parts does
+    (:attr:`ChatTemplate.wrap_strings`)."""
     out = []
     for m in messages:
         if any(v is None for v in m.values()):
             m = {k: v for k, v in m.items() if v is not None}
+        if wrap and isinstance(m.get("content"), str):
+            m = {**m, "content": [{"type": "text", "text": m["content"]}]}
         reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
         if reasoning is not None:
             m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
@@ -417,6 +421,9 @@ class ChatTemplate:
         date: datetime | None = None,
     ) -> None:
         self.source = source
+        #: hand a string content to the template as one text part (the inference server's rule
+        #: for a template that loops over parts: :mod:`treeprep.render.text_parts`)
+        self.wrap_strings = False
         self.limits = limits or RenderLimits()
         #: the date ``strftime_now`` reports when a render gives none (None: :data:`DEFAULT_DATE`)
         self.date = date
@@ -492,7 +499,7 @@ class ChatTemplate:
             strftime_now = self._dates[when] = strftime_at(when)
         variables = {
             **self.special_tokens,
-            "messages": plain_messages(messages),
+            "messages": plain_messages(messages, self.wrap_strings),
             "tools": tools,
             "documents": None,
             "add_generation_prompt": add_generation_prompt,

@@ -18,21 +18,27 @@ way. The tokens the model saw are the server's, so the build renders as the serv
   the template mentions ``image``, ``audio``, ``video`` or ``vision`` anywhere, or loops over
   ``message.content``, ``msg.content`` or ``m.content``; then the list goes to the template.
 
-A template that fails to parse is taken as one for strings (both servers do so). llama.cpp and
-TensorRT-LLM join with ``"\\n"`` too (llama.cpp: for templates that take strings); a build of
-their logs uses ``--server vllm``.
+- **llama.cpp** (``common/chat.cpp``, its template capabilities): joins them with ``"\\n"``,
+  unless the template *requires* parts: it shows a user message given as a string nowhere in its
+  text, but shows it given as one text part. That is found by rendering both (the renderer's
+  probe, :func:`text_parts` ``render``), so a template that takes both (Qwen3.5's) gets the parts
+  joined here where vLLM hands it the list.
+
+A template that fails to parse is taken as one for strings (the servers do so). TensorRT-LLM joins
+with ``"\\n"`` too: a build of its logs uses ``--server vllm``.
 
 What the renderer does with it (:func:`~treeprep.render.messages.normalize_message`): a prompt
 message logged as several parts is flattened by the rule, or given to the template as its text
-parts where the rule says the list goes through; a message logged as one string stays one string
-(SGLang hands strings through as they are; vLLM would wrap them in a one-part list, which the
-templates that loop over parts render as the string itself). A completion is one reply the model
+parts where the rule says the list goes through; there, a string content goes to the template as
+one text part, as vLLM and llama.cpp hand it (SGLang hands strings through as they are). A
+completion is one reply the model
 wrote: its parts are joined with nothing between them, as it streamed them. The build counts the
 calls whose prompt had a message flattened (``text-parts:<server>``, :func:`flattened_kind`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -41,6 +47,7 @@ import jinja2
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from treeprep.errors import TreeprepError
 from treeprep.modes import Server
 
 __all__ = ["TextParts", "content_format", "flattened_kind", "text_parts"]
@@ -50,7 +57,11 @@ _SGLANG_MEDIA_WORDS = ("image", "audio", "video", "vision")
 #: the loop variables SGLang's detection takes for a message
 _SGLANG_MESSAGE_NAMES = ("message", "msg", "m")
 #: what each server puts between the text parts of a message it flattens
-_SEPARATOR = {Server.vllm: "\n", Server.sglang: " "}
+_SEPARATOR = {Server.vllm: "\n", Server.sglang: " ", Server.llama_cpp: "\n"}
+#: what llama.cpp's probe looks for in the probe renders
+_NEEDLE = "<treeprep-probe-needle>"
+#: a render of ``messages`` alone (no tools, no generation prompt), as the chat template does it
+Render = Callable[[list[dict[str, Any]]], str]
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,9 @@ class TextParts:
     server: Server
     sep: str
     as_list: bool
+    #: a string content goes to the template as one text part too (vLLM and llama.cpp do so
+    #: where they hand the template parts; SGLang hands strings through)
+    wrap: bool = False
 
     def content(self, texts: list[str]) -> str | list[dict[str, str]]:
         """The content the template gets for a message of these text parts.
@@ -80,15 +94,32 @@ class TextParts:
 VLLM_STRINGS = TextParts(Server.vllm, _SEPARATOR[Server.vllm], as_list=False)
 
 
-def text_parts(server: Server | str, template: str) -> TextParts:
-    """The rule ``server`` applies to messages of several text parts for this chat template.
+def text_parts(server: Server | str, template: str, render: Render | None = None) -> TextParts:
+    """The rule ``server`` applies to messages of several text parts for this chat template
+    (``render``: the template's own render, which llama.cpp's probe needs; without it llama.cpp
+    is taken to join).
 
     >>> text_parts("sglang", "{{ messages[0].content }}")
-    TextParts(server='sglang', sep=' ', as_list=False)
+    TextParts(server='sglang', sep=' ', as_list=False, wrap=False)
     """
     server = Server.of(server, "server")
-    as_list = content_format(server, template) == "openai"
-    return TextParts(server, _SEPARATOR[server], as_list)
+    if server is Server.llama_cpp:
+        as_list = render is not None and _requires_parts(render)
+    else:
+        as_list = content_format(server, template) == "openai"
+    return TextParts(server, _SEPARATOR[server], as_list, as_list and server is not Server.sglang)
+
+
+def _requires_parts(render: Render) -> bool:
+    """llama.cpp's test: the probe shows nowhere when given as a string, but shows as a part."""
+
+    def shows(content: object) -> bool:
+        try:
+            return _NEEDLE in render([{"role": "user", "content": content}])
+        except TreeprepError:  # the template refuses it (or breaks a limit): not shown
+            return False
+
+    return not shows(_NEEDLE) and shows([{"type": "text", "text": _NEEDLE}])
 
 
 def flattened_kind(server: Server) -> str:
@@ -103,8 +134,8 @@ def flattened_kind(server: Server) -> str:
 
 @lru_cache(maxsize=16)
 def content_format(server: Server, template: str) -> str:
-    """``"openai"`` when ``server`` hands this template a message's parts as a list, else
-    ``"string"`` (the parts joined).
+    """``"openai"`` when ``server`` (vLLM or SGLang, which look at the template's source) hands
+    this template a message's parts as a list, else ``"string"`` (the parts joined).
 
     >>> loop = "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}"
     >>> content_format(Server.vllm, loop), content_format(Server.vllm, "{{ messages }}")

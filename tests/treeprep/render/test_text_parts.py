@@ -17,6 +17,7 @@ import pytest
 from hf_reference import hf_tokenizer
 
 from treeprep.build import BuildConfig, FileOptions, build
+from treeprep.errors import RenderError
 from treeprep.modes import Server
 from treeprep.render import Renderer
 from treeprep.render.builtin import CHAT_TEMPLATE
@@ -161,3 +162,60 @@ def test_a_build_counts_the_calls_and_renders_again_for_another_server(tmp_path:
             f"text-parts:{server}": 1
         }
     assert manifest.counts.records_rejected == 0
+
+
+#: a template that renders only parts: a string's characters have no ``text`` (llama.cpp's probe)
+PARTS_ONLY = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% for part in message.content %}{{ part.text }}{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "as_list"),
+    [(CHAT_TEMPLATE, False), (LOOPS_OVER_PARTS, False), (MACRO_OVER_CONTENT, False),
+     (PARTS_ONLY, True)],
+)  # fmt: skip
+def test_llama_cpp_joins_unless_the_template_renders_only_parts(
+    tmp_path: Path, template: str, as_list: bool
+) -> None:
+    """llama.cpp's capability probe: a template that shows a string content takes the parts
+    joined with a newline (Qwen3.5's too, where vLLM hands it the list); one that shows only a
+    part gets the list."""
+    path = tmp_path / "t.jinja"
+    path.write_text(template)
+    r = Renderer.load(None, chat_template=path)
+    r.set_server("llama.cpp")
+    assert r._history.parts.as_list is as_list
+    seq = r.render(_call(["<reminder>", "fix the bug"]), group_id="g")
+    parts = [{"type": "text", "text": "<reminder>"}, {"type": "text", "text": "fix the bug"}]
+    if as_list:
+        msgs = [
+            {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+            {"role": "user", "content": parts},
+            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        ]
+        ref = hf_tokenizer(r).apply_chat_template(msgs, tokenize=True, return_dict=False)
+        want = list(ref)
+    else:
+        want = _reference(r, "<reminder>\nfix the bug", "ok")
+    assert list(seq.tokens) == want
+    assert "text-parts:llama.cpp" in r.last_normalized
+
+
+def test_a_template_of_parts_only_gets_strings_as_parts_on_vllm_not_on_sglang(
+    tmp_path: Path,
+) -> None:
+    """Where vLLM hands a template the parts, it hands a string content as one part too; SGLang
+    hands strings through, which a template of parts only renders as nothing: the call is
+    refused rather than trained on an empty turn."""
+    path = tmp_path / "t.jinja"
+    path.write_text(PARTS_ONLY)
+    r = Renderer.load(None, chat_template=path)
+    r.set_server("vllm")
+    seq = r.render(_call(["a", "b"]), group_id="g")
+    assert "be brief" in r.decode(seq.tokens) and r.decode(seq.tokens).endswith("ok<|im_end|>\n")
+    r.set_server("sglang")
+    with pytest.raises(RenderError):  # its reply renders as nothing
+        r.render(_call(["a", "b"]), group_id="g")
