@@ -16,10 +16,10 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 def normalized_label(kind: str, parser: str | None) -> str:
     """How build and stats name a kind of the manifest's ``normalized`` counts: the calls read
     back by the model's parser, the calls whose prompt had a message of several text parts
-    (joined as ``--server`` says), or the calls the renderer normalized by ``kind``.
+    (given to the template as ``--server`` says), or the calls the renderer normalized by ``kind``.
 
     >>> normalized_label("text-parts:sglang", None)  # doctest: +ELLIPSIS
-    'normalized: text-parts:sglang (a message of several text parts, joined as sglang joins ...'
+    'normalized: text-parts:sglang (a message of several text parts, given to the template as ...'
     """
     from treeprep.render.response import ROUND_TRIP
 
@@ -27,7 +27,7 @@ def normalized_label(kind: str, parser: str | None) -> str:
         return f"calls read back by the model's parser ({parser})"
     server = kind.removeprefix("text-parts:")
     if server != kind:
-        what = f"a message of several text parts, joined as {server} joins them: --server"
+        what = f"a message of several text parts, given to the template as {server} does: --server"
         return f"normalized: {kind} ({what})"
     return f"normalized: {kind}"
 

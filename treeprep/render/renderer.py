@@ -154,9 +154,9 @@ class Renderer:
             self.encoder.probe(probe_texts(self.encoder._by_content))
         #: the last few calls' sequences, for the ``reasoning-dropped`` hint (:mod:`.rewritten`)
         self._turns = PreviousTurns()
-        #: the last call's prompt, normalized (:mod:`treeprep.render.history`) by vLLM's rule for
-        #: messages of several text parts until :meth:`set_server` says otherwise
-        self._history = NormalizedHistory(text_parts(Server.vllm, template.source))
+        #: the last call's prompt, normalized (:mod:`treeprep.render.history`) by the server's
+        #: rule for messages of several text parts (vLLM's until :meth:`set_server` says otherwise)
+        self._history = NormalizedHistory()
         #: the name of the native template port in use (None: jinja renders every call)
         self.native_template: str | None = None
         self._native: RenderFn | None = None
@@ -194,6 +194,7 @@ class Renderer:
                     self._jinja_at, name=f"the chat template of {identity.name!r}"
                 )
                 self.incremental = inc if _verified(inc, template, identity) else None
+        self.set_server(Server.vllm)
 
     # -- construction ----------------------------------------------------------------------------
 

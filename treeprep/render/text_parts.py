@@ -17,7 +17,6 @@ way. The tokens the model saw are the server's, so the build renders as the serv
 - **SGLang** (``sglang/srt/parser/jinja_template_utils.py``): joins them with ``" "``, unless
   the template mentions ``image``, ``audio``, ``video`` or ``vision`` anywhere, or loops over
   ``message.content``, ``msg.content`` or ``m.content``; then the list goes to the template.
-
 - **llama.cpp** (``common/chat.cpp``, its template capabilities): joins them with ``"\\n"``,
   unless the template *requires* parts: it shows a user message given as a string nowhere in its
   text, but shows it given as one text part. That is found by rendering both (the renderer's
@@ -30,8 +29,8 @@ with ``"\\n"`` too: a build of its logs uses ``--server vllm``.
 What the renderer does with it (:func:`~treeprep.render.messages.normalize_message`): a prompt
 message logged as several parts is flattened by the rule, or given to the template as its text
 parts where the rule says the list goes through; there, a string content goes to the template as
-one text part, as vLLM and llama.cpp hand it (SGLang hands strings through as they are). A
-completion is one reply the model
+one text part, as vLLM and llama.cpp hand it (SGLang hands strings through as they are;
+:attr:`~treeprep.render.template.ChatTemplate.wrap_strings`). A completion is one reply the model
 wrote: its parts are joined with nothing between them, as it streamed them. The build counts the
 calls whose prompt had a message flattened (``text-parts:<server>``, :func:`flattened_kind`).
 """
@@ -68,7 +67,7 @@ Render = Callable[[list[dict[str, Any]]], str]
 class TextParts:
     """How a prompt message of several text parts becomes the template's content: the parts
     joined by ``sep``, or (``as_list``) the list of text parts as the template's own loop reads
-    it."""
+    it, with every string content handed over as one part too where ``wrap``."""
 
     server: Server
     sep: str
