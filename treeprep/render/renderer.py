@@ -154,8 +154,7 @@ class Renderer:
             self.encoder.probe(probe_texts(self.encoder._by_content))
         #: the last few calls' sequences, for the ``reasoning-dropped`` hint (:mod:`.rewritten`)
         self._turns = PreviousTurns()
-        #: the last call's prompt, normalized (:mod:`treeprep.render.history`) by the server's
-        #: rule for messages of several text parts (vLLM's until :meth:`set_server` says otherwise)
+        #: the last call's prompt, normalized (:mod:`treeprep.render.history`; :meth:`set_server`)
         self._history = NormalizedHistory()
         #: the name of the native template port in use (None: jinja renders every call)
         self.native_template: str | None = None
