@@ -227,9 +227,9 @@ def _convert(msgs: list[dict[str, Any]], start: int) -> Converted:
             parts = _parts(m.get("content"), f"{_where(m)}.content")
             if parts and all(p["type"] == "functionResponse" for p in parts):
                 continue  # the tool results again (0.44+): sent as the calls' tool messages
-            if all(p["type"] == "text" for p in parts):
-                out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
-            else:
+            if len(parts) == 1 and parts[0]["type"] == "text":
+                out.append({"role": "user", "content": parts[0]["text"]})
+            else:  # several parts stay parts, as its telemetry logs them: the server joins them
                 out.append({"role": "user", "content": parts})
         elif kind == "gemini":
             out.append(_assistant(m, sent=True))

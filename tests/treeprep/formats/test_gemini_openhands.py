@@ -247,3 +247,17 @@ def test_gemini_random_sessions_every_call_is_a_record_or_reject(tmp_path: Path,
     out = _read("gemini-cli", p)
     assert len(out) == n_gemini
     assert all(isinstance(x, ChatCall | Reject) for x in out)
+
+
+def test_gemini_user_parts_stay_parts_as_its_telemetry_logs_them(tmp_path: Path) -> None:
+    """Gemini CLI sends a prompt with referenced files as several text parts (its telemetry logs
+    them so); the session file's reader keeps them as parts too, so that both logs of one request
+    render alike, joined as ``--server`` says (were glued with nothing between)."""
+    doc = orjson.loads(GEMINI[0].read_bytes())
+    texts = ["What does `git stash -u` do?", "--- Content from referenced files ---"]
+    parts = [{"text": t} for t in texts]
+    doc["messages"][0]["content"] = parts
+    path = tmp_path / GEMINI[0].name
+    path.write_bytes(orjson.dumps(doc))
+    first = _read("gemini-cli", path)[0]
+    assert [p.text for p in first.messages[-1].content] == texts
