@@ -24,7 +24,10 @@ way. The tokens the model saw are the server's, so the build renders as the serv
   joined here where vLLM hands it the list.
 
 A template that fails to parse is taken as one for strings (the servers do so). TensorRT-LLM joins
-with ``"\\n"`` too: a build of its logs uses ``--server vllm``.
+with ``"\\n"`` too: a build of its logs uses ``--server vllm``. vLLM renders gpt-oss without its
+chat template, with ``openai_harmony`` (``entrypoints/openai/parser/harmony_utils.py``), which
+writes a message's text parts one after another: for a Harmony template (one that writes
+``<|start|>`` and ``<|channel|>``) its rule is to join them with nothing between.
 
 What the renderer does with it (:func:`~treeprep.render.messages.normalize_message`): a prompt
 message logged as several parts is flattened by the rule, or given to the template as its text
@@ -57,6 +60,8 @@ _SGLANG_MEDIA_WORDS = ("image", "audio", "video", "vision")
 _SGLANG_MESSAGE_NAMES = ("message", "msg", "m")
 #: what each server puts between the text parts of a message it flattens
 _SEPARATOR = {Server.vllm: "\n", Server.sglang: " ", Server.llama_cpp: "\n"}
+#: what a Harmony (gpt-oss) template writes, which vLLM renders with openai_harmony instead
+_HARMONY_TAGS = ("<|start|>", "<|channel|>")
 #: what llama.cpp's probe looks for in the probe renders
 _NEEDLE = "<treeprep-probe-needle>"
 #: a render of ``messages`` alone (no tools, no generation prompt), as the chat template does it
@@ -102,6 +107,8 @@ def text_parts(server: Server | str, template: str, render: Render | None = None
     TextParts(server='sglang', sep=' ', as_list=False, wrap=False)
     """
     server = Server.of(server, "server")
+    if server is Server.vllm and all(tag in template for tag in _HARMONY_TAGS):
+        return TextParts(server, "", as_list=False)  # openai_harmony, not the template
     if server is Server.llama_cpp:
         as_list = render is not None and _requires_parts(render)
     else:

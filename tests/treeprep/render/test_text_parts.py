@@ -21,7 +21,7 @@ from treeprep.errors import RenderError
 from treeprep.modes import Server
 from treeprep.render import Renderer
 from treeprep.render.builtin import CHAT_TEMPLATE
-from treeprep.render.text_parts import content_format, text_parts
+from treeprep.render.text_parts import TextParts, content_format, text_parts
 from treeprep.schemas import ChatCall
 
 TOKENIZERS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "tokenizers"
@@ -219,3 +219,19 @@ def test_a_template_of_parts_only_gets_strings_as_parts_on_vllm_not_on_sglang(
     r.set_server("sglang")
     with pytest.raises(RenderError):  # its reply renders as nothing
         r.render(_call(["a", "b"]), group_id="g")
+
+
+def test_vllm_renders_harmony_templates_with_openai_harmony() -> None:
+    """vLLM renders gpt-oss with openai_harmony, not its chat template, and openai_harmony
+    writes a message's text parts one after another (harmony_utils.parse_chat_input_to_harmony_
+    message: one TextContent per part): nothing between them there; llama.cpp, which renders
+    the template, joins them with a newline."""
+    harmony = "{% for m in messages %}<|start|>{{ m.role }}<|channel|>final<|message|>{% endfor %}"
+    assert text_parts("vllm", harmony) == TextParts(Server.vllm, "", as_list=False)
+    folder = TOKENIZERS / "gpt-oss"
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip("../shared/data is absent")
+    r = Renderer.load(str(folder))
+    assert r._history.parts.sep == ""
+    r.set_server("llama.cpp")
+    assert r._history.parts.sep == "\n"
