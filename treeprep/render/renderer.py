@@ -86,7 +86,7 @@ from treeprep.render.template import (
     RenderLimits,
     first_char_difference,
 )
-from treeprep.render.text_parts import flattened_kind, text_parts
+from treeprep.render.text_parts import text_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
 from treeprep.sequence import Sequence, is_prefix
@@ -487,7 +487,7 @@ class Renderer:
         if not rec.messages:
             raise RenderError("the call has no prompt messages")
         msgs, comp, tools = self.normalize(rec)
-        flattened = self._history.has_parts(msgs)
+        marks = self._history.marks(msgs)
         full_msgs = [*msgs, comp]
         where = f"{rec.source_file}:{rec.source_line}"
         now = self._date_of(rec)
@@ -531,8 +531,7 @@ class Renderer:
         inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         kinds = normalized_kinds(inline, normalized, undeclared_tools(comp, tools))
         kinds += prompt_gaps(msgs, comp, tools, has_system=self._history.has_system(msgs))
-        if flattened:
-            kinds += (flattened_kind(self._history.parts.server),)
+        kinds += marks
         self.last_normalized = (*kinds, ROUND_TRIP) if checked else kinds
         self.last_prompt_kept = kept is not None
         return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)

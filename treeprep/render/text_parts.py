@@ -52,7 +52,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from treeprep.errors import TreeprepError
 from treeprep.modes import Server
 
-__all__ = ["TextParts", "content_format", "flattened_kind", "text_parts"]
+__all__ = ["QUOTED_RESULTS", "TextParts", "content_format", "flattened_kind", "text_parts"]
 
 #: SGLang's shortcut: a template mentioning any of these takes the parts as a list
 _SGLANG_MEDIA_WORDS = ("image", "audio", "video", "vision")
@@ -80,6 +80,9 @@ class TextParts:
     #: a string content goes to the template as one text part too (vLLM and llama.cpp do so
     #: where they hand the template parts; SGLang hands strings through)
     wrap: bool = False
+    #: the server renders with openai_harmony, not the template (vLLM, gpt-oss): it writes tool
+    #: results as they are, where the template writes them as JSON strings (not yet rendered so)
+    harmony: bool = False
 
     def content(self, texts: list[str]) -> str | list[dict[str, str]]:
         """The content the template gets for a message of these text parts.
@@ -104,11 +107,11 @@ def text_parts(server: Server | str, template: str, render: Render | None = None
     is taken to join).
 
     >>> text_parts("sglang", "{{ messages[0].content }}")
-    TextParts(server='sglang', sep=' ', as_list=False, wrap=False)
+    TextParts(server='sglang', sep=' ', as_list=False, wrap=False, harmony=False)
     """
     server = Server.of(server, "server")
     if server is Server.vllm and all(tag in template for tag in _HARMONY_TAGS):
-        return TextParts(server, "", as_list=False)  # openai_harmony, not the template
+        return TextParts(server, "", as_list=False, harmony=True)  # openai_harmony renders
     if server is Server.llama_cpp:
         as_list = render is not None and _requires_parts(render)
     else:
@@ -126,6 +129,11 @@ def _requires_parts(render: Render) -> bool:
             return False
 
     return not shows(_NEEDLE) and shows([{"type": "text", "text": _NEEDLE}])
+
+
+#: the normalized kind of a call whose prompt holds tool results that vLLM sent to gpt-oss as they
+#: are, and the gpt-oss template writes as JSON strings (docs/building.md, "gpt-oss on vLLM")
+QUOTED_RESULTS = "tool-results-quoted:vllm"
 
 
 def flattened_kind(server: Server) -> str:
