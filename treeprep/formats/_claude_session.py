@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from treeprep.formats._fields import chat_content
 from treeprep.formats.anthropic import assistant_message
 
 #: where a line was written: (in the file being read, its line number). Parent-session lines
@@ -140,6 +141,4 @@ def user_messages(ln: Line) -> list[dict[str, Any]]:
             parts.append(dict(b))  # images and documents stay parts; the renderer decides
     if not parts:
         return []
-    if len(parts) == 1 and parts[0]["type"] == "text":
-        return [{"role": "user", "content": parts[0]["text"]}]
-    return [{"role": "user", "content": parts}]  # several text blocks: the server joins them
+    return [{"role": "user", "content": chat_content(parts)}]

@@ -528,6 +528,20 @@ def group_or(doc: dict[str, Any], opts: ReadOptions, default: str) -> str:
     return default
 
 
+def chat_content(parts: list[dict[str, Any]]) -> Any:
+    """Content parts as a chat message's content: the text of one text part, else the parts
+    (several text parts stay parts, which the renderer joins as the server did: ``--server``).
+
+    >>> chat_content([{"type": "text", "text": "hi"}])
+    'hi'
+    >>> len(chat_content([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]))
+    2
+    """
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return parts[0]["text"]
+    return parts
+
+
 def system_message(text: str | None) -> list[dict[str, Any]]:
     """The system message of ``text`` as a one-element list (none when no text)."""
     return [{"role": "system", "content": text}] if text else []

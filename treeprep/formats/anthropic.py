@@ -29,6 +29,7 @@ from treeprep.formats._fields import (
     assistant_blocks,
     assistant_turn,
     block_text,
+    chat_content,
     chat_tool_call,
     cut_reason,
     expect,
@@ -166,9 +167,8 @@ def user_messages(content: Any, where: str) -> list[dict[str, Any]]:
             )
         else:
             parts.append(dict(b))
-    if parts:  # several text blocks stay parts: the server joins them (``--server``)
-        one = len(parts) == 1 and parts[0]["type"] == "text"
-        out.append({"role": "user", "content": parts[0]["text"] if one else parts})
+    if parts:
+        out.append({"role": "user", "content": chat_content(parts)})
     return out
 
 

@@ -59,7 +59,15 @@ from typing import Any
 import orjson
 
 from treeprep.errors import RecordError
-from treeprep.formats._fields import expect, make_call, one_of, opt_list, system_message, type_name
+from treeprep.formats._fields import (
+    chat_content,
+    expect,
+    make_call,
+    one_of,
+    opt_list,
+    system_message,
+    type_name,
+)
 from treeprep.formats._gemini_layout import parent_call, parent_session
 from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats._read import document, head_json_objects, records
@@ -227,10 +235,8 @@ def _convert(msgs: list[dict[str, Any]], start: int) -> Converted:
             parts = _parts(m.get("content"), f"{_where(m)}.content")
             if parts and all(p["type"] == "functionResponse" for p in parts):
                 continue  # the tool results again (0.44+): sent as the calls' tool messages
-            if len(parts) == 1 and parts[0]["type"] == "text":
-                out.append({"role": "user", "content": parts[0]["text"]})
-            else:  # several parts stay parts, as its telemetry logs them: the server joins them
-                out.append({"role": "user", "content": parts})
+            # several parts stay parts, as its telemetry logs them
+            out.append({"role": "user", "content": chat_content(parts)})
         elif kind == "gemini":
             out.append(_assistant(m, sent=True))
             for c in m.get("toolCalls") or []:

@@ -56,6 +56,7 @@ from typing import Any
 from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import (
     as_dict,
+    chat_content,
     expect,
     file_stem,
     make_call,
@@ -136,13 +137,6 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """Parts as chat content: the text of one text part, else the parts."""
-    if len(parts) == 1 and parts[0]["type"] == "text":
-        return str(parts[0]["text"])
-    return parts
-
-
 def _assistant(m: dict[str, Any]) -> dict[str, Any]:
     """An assistant message as the kimi provider sends it."""
     parts = _parts(m.get("content"), "content")
@@ -151,7 +145,7 @@ def _assistant(m: dict[str, Any]) -> dict[str, Any]:
     calls = openai_tool_calls(m.get("tool_calls"), "tool_calls")
     blank = all(p["type"] == "text" and not p["text"].strip() for p in rest)
     msg: dict[str, Any] = {"role": "assistant"}
-    msg["content"] = None if calls and blank else _content(rest)
+    msg["content"] = None if calls and blank else chat_content(rest)
     if len(parts) != len(rest):
         msg["reasoning_content"] = "".join(think)
     if calls:
@@ -166,7 +160,7 @@ def _message(m: dict[str, Any], role: str) -> dict[str, Any]:
     parts = _parts(m.get("content"), "content")
     if any(p["type"] == "think" for p in parts):
         raise RecordError(f"content: a think part in a {role} message")
-    msg: dict[str, Any] = {"role": role, "content": _content(parts)}
+    msg: dict[str, Any] = {"role": role, "content": chat_content(parts)}
     if role == "tool":
         msg["tool_call_id"] = expect(m.get("tool_call_id"), "tool_call_id", str)
     return msg

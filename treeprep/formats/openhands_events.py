@@ -39,6 +39,7 @@ from typing import Any
 
 from treeprep.errors import RecordError
 from treeprep.formats._fields import (
+    chat_content,
     expect,
     make_call,
     one_of,
@@ -98,11 +99,7 @@ def _content(*values: Any, where: str) -> str | list[dict[str, Any]]:
                     parts.append({"type": str(kind)})
             else:
                 raise RecordError(f"{at}: expected a content part, got {type_name(p)}")
-    if not parts:
-        return ""
-    if len(parts) == 1 and parts[0]["type"] == "text":
-        return str(parts[0]["text"])
-    return parts
+    return chat_content(parts) if parts else ""
 
 
 def _tool(t: Any) -> dict[str, Any] | None:
