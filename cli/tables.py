@@ -22,7 +22,7 @@ def normalized_label(kind: str, parser: str | None) -> str:
     'normalized: text-parts:sglang (a message of several text parts, given to the template as ...'
     """
     from treeprep.render.response import ROUND_TRIP
-    from treeprep.render.text_parts import QUOTED_RESULTS
+    from treeprep.render.text_parts import QUOTED_RESULTS, TEXT_PARTS
 
     if kind == ROUND_TRIP:
         return f"calls read back by the model's parser ({parser})"
@@ -31,7 +31,7 @@ def normalized_label(kind: str, parser: str | None) -> str:
             f"normalized: {kind} (tool results vLLM sent gpt-oss as they are, which its template "
             "writes as JSON strings: trained quoted; docs/building.md)"
         )
-    server = kind.removeprefix("text-parts:")
+    server = kind.removeprefix(TEXT_PARTS)
     if server != kind:
         what = f"a message of several text parts, given to the template as {server} does: --server"
         return f"normalized: {kind} ({what})"

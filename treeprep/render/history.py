@@ -87,18 +87,20 @@ class NormalizedHistory:
         self._returned = list(out)
         return self._returned
 
+    def _is_last(self, msgs: list[dict[str, Any]]) -> bool:
+        """Whether ``msgs`` is the list :meth:`messages` returned last, unchanged since."""
+        return msgs is self._returned and len(msgs) == len(self._dicts)
+
     def has_system(self, msgs: list[dict[str, Any]]) -> bool | None:
         """Whether ``msgs``, the list :meth:`messages` returned last and unchanged since, has a
         system (or developer) message; None for any other list (not known here)."""
-        if msgs is not self._returned or len(msgs) != len(self._dicts):
-            return None
-        return self._first_system >= 0
+        return self._first_system >= 0 if self._is_last(msgs) else None
 
     def marks(self, msgs: list[dict[str, Any]]) -> tuple[str, ...]:
         """The normalized kinds of ``msgs``, the list :meth:`messages` returned last and unchanged
         since (none for any other list): a message logged as several parts (given to the template
         as :attr:`parts` says), tool results a Harmony server sent as they are."""
-        if msgs is not self._returned or len(msgs) != len(self._dicts):
+        if not self._is_last(msgs):
             return ()
         kinds: tuple[str, ...] = ()
         if self._first_parts >= 0:

@@ -52,7 +52,14 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from treeprep.errors import TreeprepError
 from treeprep.modes import Server
 
-__all__ = ["QUOTED_RESULTS", "TextParts", "content_format", "flattened_kind", "text_parts"]
+__all__ = [
+    "QUOTED_RESULTS",
+    "TEXT_PARTS",
+    "TextParts",
+    "content_format",
+    "flattened_kind",
+    "text_parts",
+]
 
 #: SGLang's shortcut: a template mentioning any of these takes the parts as a list
 _SGLANG_MEDIA_WORDS = ("image", "audio", "video", "vision")
@@ -136,6 +143,10 @@ def _requires_parts(render: Render) -> bool:
 QUOTED_RESULTS = "tool-results-quoted:vllm"
 
 
+#: the prefix of :func:`flattened_kind`'s kinds
+TEXT_PARTS = "text-parts:"
+
+
 def flattened_kind(server: Server) -> str:
     """The normalized kind the build counts a call by whose prompt had a message of several text
     parts, for ``server``.
@@ -143,7 +154,7 @@ def flattened_kind(server: Server) -> str:
     >>> flattened_kind(Server.vllm)
     'text-parts:vllm'
     """
-    return f"text-parts:{server}"
+    return f"{TEXT_PARTS}{server}"
 
 
 @lru_cache(maxsize=16)
