@@ -130,10 +130,10 @@ def _unsent(m: dict[str, Any], first_edit: float | None, marked: int | None) -> 
 
 def _cut(content: Any) -> str | None:
     """Why a stored reply is not what the model said (None: it is)."""
-    texts = [content] if isinstance(content, str) else [
-        b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
-    ] if isinstance(content, list) else []  # fmt: skip
-    last = texts[-1] if texts and isinstance(texts[-1], str) else ""
+    if isinstance(content, list):
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        content = texts[-1] if texts else None
+    last = content if isinstance(content, str) else ""
     if last.strip() == _NO_REPLY:
         return f"Cline stored {_NO_REPLY!r} in place of an empty reply: no reply to train"
     for note in _INTERRUPTED:
