@@ -168,7 +168,8 @@ def build_cmd(
             help="The inference server that served the logged calls: how it gave the template "
             "a message of several text parts (vllm: joined with a newline; sglang: with a "
             "space; each passes them as a list to a template that loops over them; llama.cpp: "
-            "a newline, a list only to a template that renders nothing else).",
+            "a newline, a list only to a template that renders nothing else); vllm renders "
+            "gpt-oss with Harmony, not its template.",
         ),
     ] = Server.vllm,
     dedup: Annotated[

@@ -22,15 +22,10 @@ def normalized_label(kind: str, parser: str | None) -> str:
     'normalized: text-parts:sglang (a message of several text parts, given to the template as ...'
     """
     from treeprep.render.response import ROUND_TRIP
-    from treeprep.render.text_parts import QUOTED_RESULTS, TEXT_PARTS
+    from treeprep.render.text_parts import TEXT_PARTS
 
     if kind == ROUND_TRIP:
         return f"calls read back by the model's parser ({parser})"
-    if kind == QUOTED_RESULTS:
-        return (
-            f"normalized: {kind} (tool results vLLM sent gpt-oss as they are, which its template "
-            "writes as JSON strings: trained quoted; docs/building.md)"
-        )
     server = kind.removeprefix(TEXT_PARTS)
     if server != kind:
         what = f"a message of several text parts, given to the template as {server} does: --server"

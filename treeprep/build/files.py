@@ -110,6 +110,7 @@ class FileWorker:
             native_templates=options.native_templates,
             chat_template=options.chat_template,
             date=options.date,
+            server=options.server,
         )
         return cls(options, renderer)
 

@@ -130,7 +130,7 @@ def build_backend():
     from tokenizers.pre_tokenizers import ByteLevel
 
     alphabet = ByteLevel.alphabet()  # the 256 printable stand-ins of GPT-2's byte-level scheme
-    byte_to_char = _bytes_to_unicode()
+    byte_to_char = bytes_to_unicode()
     vocab = {byte_to_char[b]: b for b in range(256)}
     assert set(vocab) == set(alphabet)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
@@ -156,7 +156,7 @@ def load_builtin() -> PreTrainedTokenizerFast:
     )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters (what ByteLevel uses)."""
     bs = (
         list(range(ord("!"), ord("~") + 1))

@@ -42,7 +42,7 @@ from treeprep.io.jsonparse import json_key
 from treeprep.render.gaps import SYSTEM_ROLES
 from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
-from treeprep.render.text_parts import QUOTED_RESULTS, VLLM_STRINGS, TextParts, flattened_kind
+from treeprep.render.text_parts import VLLM_STRINGS, TextParts, flattened_kind
 from treeprep.schemas import Message
 from treeprep.schemas.records import shared_prefix, starts_with
 
@@ -62,7 +62,6 @@ class NormalizedHistory:
         self._returned: list[dict[str, Any]] = []
         self._first_system = -1  # the index of the first system-role dict (-1: none)
         self._first_parts = -1  # the index of the first message of several text parts (-1: none)
-        self._first_tool = -1  # the index of the first tool result (-1: none)
 
     def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
         """``[split_inline_think(normalize_message(m, f"messages[{i}]", self.parts)) ...]`` of
@@ -71,19 +70,17 @@ class NormalizedHistory:
         out = self._dicts[:k]
         first = self._first_system if self._first_system < k else -1
         multi = self._first_parts if self._first_parts < k else -1
-        tool = self._first_tool if self._first_tool < k else -1
         for i in range(k, len(messages)):
             m = messages[i]
-            d = split_inline_think(normalize_message(m, f"messages[{i}]", self.parts))
+            d = normalize_message(m, f"messages[{i}]", self.parts, raw_arguments=self.parts.harmony)
+            d = split_inline_think(d)
             if first < 0 and d.get("role") in SYSTEM_ROLES:
                 first = i
             if multi < 0 and isinstance(m.content, list) and len(m.content) > 1:
                 multi = i
-            if tool < 0 and m.role == "tool":
-                tool = i
             out.append(d)
         self._source, self._dicts, self._first_system = list(messages), out, first
-        self._first_parts, self._first_tool = multi, tool
+        self._first_parts = multi
         self._returned = list(out)
         return self._returned
 
@@ -99,19 +96,14 @@ class NormalizedHistory:
     def marks(self, msgs: list[dict[str, Any]]) -> tuple[str, ...]:
         """The normalized kinds of ``msgs``, the list :meth:`messages` returned last and unchanged
         since (none for any other list): a message logged as several parts (given to the template
-        as :attr:`parts` says), tool results a Harmony server sent as they are."""
-        if not self._is_last(msgs):
+        as :attr:`parts` says)."""
+        if not self._is_last(msgs) or self._first_parts < 0:
             return ()
-        kinds: tuple[str, ...] = ()
-        if self._first_parts >= 0:
-            kinds += (flattened_kind(self.parts.server),)
-        if self.parts.harmony and self._first_tool >= 0:
-            kinds += (QUOTED_RESULTS,)
-        return kinds
+        return (flattened_kind(self.parts.server),)
 
     def clear(self) -> None:
         self._source, self._dicts, self._returned, self._first_system = [], [], [], -1
-        self._first_parts = self._first_tool = -1
+        self._first_parts = -1
 
 
 def _tools_key(tools: list[dict[str, Any]] | None) -> bytes | None:

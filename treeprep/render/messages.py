@@ -33,7 +33,11 @@ TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
 def normalize_message(
-    m: Message, where: str = "message", parts: TextParts | None = None
+    m: Message,
+    where: str = "message",
+    parts: TextParts | None = None,
+    *,
+    raw_arguments: bool = False,
 ) -> dict[str, Any]:
     """A message as the chat template sees it.
 
@@ -42,7 +46,8 @@ def normalize_message(
     between them when ``parts`` is None (a completion: one reply, as the model streamed it); one
     part is its text. ``None`` content becomes ``""``,
     tool-call arguments are an object when logged as one or as a string holding one
-    (:func:`tool_arguments`), else the logged string,
+    (:func:`tool_arguments`), else the logged string (with ``raw_arguments``, always as logged:
+    a Harmony render writes the request's string, :mod:`treeprep.render.harmony`),
     ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
     image) cannot be rendered by a text-only template: :class:`RenderError`.
     """
@@ -71,7 +76,11 @@ def normalize_message(
                 "type": tc.type,
                 "function": {
                     "name": tc.function.name,
-                    "arguments": tool_arguments(tc.function.arguments),
+                    "arguments": (
+                        tc.function.arguments
+                        if raw_arguments
+                        else tool_arguments(tc.function.arguments)
+                    ),
                 },
             }
             for tc in m.tool_calls
@@ -180,8 +189,11 @@ def template_messages(
         msgs = normalized(rec.messages)
     else:
         msgs = [
-            split_inline_think(normalize_message(m, f"messages[{i}]", parts))
+            split_inline_think(
+                normalize_message(m, f"messages[{i}]", parts, raw_arguments=parts.harmony)
+            )
             for i, m in enumerate(rec.messages)
         ]
-    comp = split_inline_think(normalize_message(rec.completion, "completion"))
+    comp = normalize_message(rec.completion, "completion", raw_arguments=parts.harmony)
+    comp = split_inline_think(comp)
     return msgs, comp, (rec.tools or None)

@@ -71,6 +71,7 @@ from treeprep.render.coverage import (
 from treeprep.render.dates import parse_date
 from treeprep.render.encoder import DEFAULT_CACHE_CHARS, CachedEncoder, probe_texts
 from treeprep.render.gaps import prompt_gaps
+from treeprep.render.harmony import HarmonyChat, HarmonyParser, load_harmony
 from treeprep.render.history import NormalizedHistory, RenderedPrefixes
 from treeprep.render.idcheck import IdCheck
 from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
@@ -140,6 +141,7 @@ class Renderer:
         probe: bool = True,
         native_templates: bool = True,
         response_template: dict[str, Any] | None = None,
+        server: Server | str = Server.vllm,
     ) -> None:
         self.template = template
         self.identity = identity
@@ -163,6 +165,10 @@ class Renderer:
         self._identity_source: tuple[Path, str] | None = None
         #: which of the port's renders are compared with the template
         self._native_check = CrossCheck()
+        #: vLLM's render of a gpt-oss template (:mod:`treeprep.render.harmony`; :meth:`set_server`)
+        self.harmony: HarmonyChat | None = None
+        #: which of its texts are tokenized and compared with Harmony's own ids
+        self._harmony_check = CrossCheck()
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -182,10 +188,11 @@ class Renderer:
         #: the model's response parser every trained completion is read back with (None: none
         #: is known, :attr:`response_note` says why; :mod:`treeprep.render.response`)
         port = find_port(sha256_text(template.source))
-        self.response_parser: ResponseParser | None
+        self.response_parser: ResponseParser | HarmonyParser | None
         self.response_parser, self.response_note = find_parser(
             template.source, own=response_template, port=port.name if port else None
         )
+        self._template_parser = (self.response_parser, self.response_note)
         if native_templates:
             self._native = self._make_native()
             if self._native is None:
@@ -193,7 +200,7 @@ class Renderer:
                     self._jinja_at, name=f"the chat template of {identity.name!r}"
                 )
                 self.incremental = inc if _verified(inc, template, identity) else None
-        self.set_server(Server.vllm)
+        self.set_server(server)
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -207,6 +214,7 @@ class Renderer:
         chat_template: str | os.PathLike[str] | None = None,
         date: str | None = None,
         limits: RenderLimits | None = None,
+        server: Server | str = Server.vllm,
     ) -> Renderer:
         """A renderer for a Hugging Face tokenizer folder, or the built-in byte tokenizer (None).
 
@@ -215,7 +223,8 @@ class Renderer:
         with the template to render with instead. Only local files are read; transformers is not
         imported. ``native_templates=False`` renders every call whole with jinja (no native port,
         no incremental rendering). ``date`` (ISO 8601) is what ``strftime_now`` reports for
-        records without a timestamp (default :data:`~treeprep.render.dates.DEFAULT_DATE`).
+        records without a timestamp (default :data:`~treeprep.render.dates.DEFAULT_DATE`);
+        ``server`` the inference server the calls were served by (:meth:`set_server`).
         """
         override = read_template_file(chat_template) if chat_template is not None else None
         fixed = parse_date(date)
@@ -233,6 +242,7 @@ class Renderer:
             cache_chars=cache_chars,
             native_templates=native_templates,
             response_template=src.response_template,
+            server=server,
         )
         renderer._identity_source = src.content_source
         return renderer
@@ -240,14 +250,21 @@ class Renderer:
     def set_server(self, server: Server | str) -> None:
         """Render a prompt's messages of several text parts as ``server`` hands them to this
         chat template (``--server``, :mod:`treeprep.render.text_parts`). Where it hands them
-        over as a list, jinja renders every call (the native ports take strings)."""
+        over as a list, jinja renders every call (the native ports take strings); where it
+        renders gpt-oss with Harmony (vLLM), so does the renderer (:mod:`.harmony`)."""
         self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
         probe = partial(self.template.render, tools=None, add_generation_prompt=False)
         parts = text_parts(server, self.template.source, probe)
         self.template.wrap_strings = parts.wrap
         self._history = NormalizedHistory(parts)
         self._turns = PreviousTurns()
-        if parts.as_list:
+        self.harmony = None
+        self.response_parser, self.response_note = self._template_parser
+        if parts.harmony:
+            self.harmony = load_harmony(self.backend, self.identity.name, self.identity.sha256)
+            self.response_parser = HarmonyParser(self.harmony.encoding)
+            self.response_note = "Harmony's, as vLLM reads gpt-oss (--server vllm)"
+        if parts.as_list or parts.harmony:
             self._native, self.native_template = None, None
 
     def identity_by_content(self) -> TokenizerIdentity:
@@ -304,6 +321,13 @@ class Renderer:
         template's ``strftime_now`` reports (default: the renderer's ``date``).
         """
         now = now or self.date
+        if self.harmony is not None:
+            text = self.harmony.render(messages, tools, add_generation_prompt, now)
+            if self._harmony_check.due(len(text)):
+                why = self.harmony.ids_differ(self.encode(text).tolist(), self.identity.name)
+                if why is not None:
+                    raise NativeTemplateMismatch(f"{where or 'a record'}: {why}")
+            return text
         if self._native is not None:
             try:
                 text = self._native(messages, tools, add_generation_prompt)

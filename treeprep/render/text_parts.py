@@ -27,7 +27,8 @@ A template that fails to parse is taken as one for strings (the servers do so). 
 with ``"\\n"`` too: a build of its logs uses ``--server vllm``. vLLM renders gpt-oss without its
 chat template, with ``openai_harmony`` (``entrypoints/openai/parser/harmony_utils.py``), which
 writes a message's text parts one after another: for a Harmony template (one that writes
-``<|start|>`` and ``<|channel|>``) its rule is to join them with nothing between.
+``<|start|>`` and ``<|channel|>``) its rule is to join them with nothing between, and the
+renderer renders such calls with Harmony too (:mod:`treeprep.render.harmony`).
 
 What the renderer does with it (:func:`~treeprep.render.messages.normalize_message`): a prompt
 message logged as several parts is flattened by the rule, or given to the template as its text
@@ -53,7 +54,6 @@ from treeprep.errors import TreeprepError
 from treeprep.modes import Server
 
 __all__ = [
-    "QUOTED_RESULTS",
     "TEXT_PARTS",
     "TextParts",
     "content_format",
@@ -87,8 +87,8 @@ class TextParts:
     #: a string content goes to the template as one text part too (vLLM and llama.cpp do so
     #: where they hand the template parts; SGLang hands strings through)
     wrap: bool = False
-    #: the server renders with openai_harmony, not the template (vLLM, gpt-oss): it writes tool
-    #: results as they are, where the template writes them as JSON strings (not yet rendered so)
+    #: the server renders with openai_harmony, not the template (vLLM, gpt-oss), and so does the
+    #: renderer (:mod:`treeprep.render.harmony`)
     harmony: bool = False
 
     def content(self, texts: list[str]) -> str | list[dict[str, str]]:
@@ -136,11 +136,6 @@ def _requires_parts(render: Render) -> bool:
             return False
 
     return not shows(_NEEDLE) and shows([{"type": "text", "text": _NEEDLE}])
-
-
-#: the normalized kind of a call whose prompt holds tool results that vLLM sent to gpt-oss as they
-#: are, and the gpt-oss template writes as JSON strings (docs/building.md, "gpt-oss on vLLM")
-QUOTED_RESULTS = "tool-results-quoted:vllm"
 
 
 #: the prefix of :func:`flattened_kind`'s kinds

@@ -333,8 +333,8 @@ GPT_OSS = ROOT / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"
 
 @pytest.mark.skipif(not GPT_OSS.exists(), reason="../shared/data is absent")
 def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -> None:
-    """gpt-oss's template refuses a turn with text, reasoning and a tool call; merged, the call
-    renders, and the folded text is trained in the analysis channel."""
+    """gpt-oss's template (llama.cpp renders with it) refuses a turn with text, reasoning and a
+    tool call; merged, the call renders, and the folded text is trained in the analysis channel."""
     turn = _claude_turn()
     history = [
         {"role": "user", "content": "list the files"},
@@ -349,7 +349,14 @@ def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -
     src = _jsonl(tmp_path / "a.jsonl", recs)
     tok = str(GPT_OSS)
     with pytest.raises(EmptyBuildError):
-        build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "off"), tokenizer=tok))
+        build(
+            BuildConfig(
+                inputs=[str(src)],
+                out=str(tmp_path / "off"),
+                tokenizer=tok,
+                file=FileOptions(server="llama.cpp"),
+            )
+        )
     assert (
         "Cannot pass both content and thinking" in (tmp_path / "off" / "rejects.jsonl").read_text()
     )
@@ -360,7 +367,7 @@ def test_reasoning_merge_lets_claude_turns_render_with_gpt_oss(tmp_path: Path) -
                 inputs=[str(src)],
                 out=str(out),
                 tokenizer=tok,
-                file=FileOptions(reasoning_merge=how),
+                file=FileOptions(reasoning_merge=how, server="llama.cpp"),
             )
         )
         assert m.curation == {f"reasoning-merge:{how}": 2}

@@ -39,7 +39,7 @@ FOLDERS = ["gpt-oss", "qwen3", "qwen2_5"]
 
 @pytest.fixture(scope="module")
 def r() -> Renderer:
-    return Renderer.load(GPT_OSS)
+    return Renderer.load(GPT_OSS, server="llama.cpp")
 
 
 def _hf_ids(r: Renderer, msgs: list[dict], tools: Any = None, **kw: Any) -> list[int]:
@@ -230,7 +230,7 @@ def test_completion_loss_cases() -> None:
 @needs_data
 def test_incremental_equals_whole_on_a_session(r: Renderer) -> None:
     assert r.incremental is not None and r.incremental.enabled
-    whole = Renderer.load(GPT_OSS, native_templates=False)
+    whole = Renderer.load(GPT_OSS, native_templates=False, server="llama.cpp")
     assert whole.incremental is None
     msgs, tools = _session(30)
     r.incremental.clear()
@@ -253,7 +253,7 @@ def test_calls_minutes_apart_render_incrementally_and_print_their_own_day(r: Ren
     apart, render from the call before (its text is cached under the day it prints, not the
     call's time), and each prints its own day, across midnight too."""
     assert r.incremental is not None
-    whole = Renderer.load(GPT_OSS, native_templates=False)
+    whole = Renderer.load(GPT_OSS, native_templates=False, server="llama.cpp")
     msgs, tools = _session(30)
     r.incremental.clear()
     before = r.incremental.incremental
@@ -503,8 +503,8 @@ def test_build_renders_of_the_bug_session_match_whole_renders() -> None:
     (wrong tokens). It was then rejected; now (issue 27 item 6, treeprep.render.prompted) it is
     trained after the reference's generation prompt, the answer as the reference's full render
     ends."""
-    fast = Renderer.load(GPT_OSS)
-    whole = Renderer.load(GPT_OSS, native_templates=False)
+    fast = Renderer.load(GPT_OSS, server="llama.cpp")
+    whole = Renderer.load(GPT_OSS, native_templates=False, server="llama.cpp")
     assert fast.incremental is not None and fast.incremental.enabled
     fast.incremental.cross_check = CrossCheck(first=0, every=1 << 30)
 

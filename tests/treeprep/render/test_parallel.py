@@ -95,7 +95,7 @@ def test_results_without_ids_pair_by_position_and_unmatched_turns_stay() -> None
 def gpt_oss() -> Any:
     from treeprep.render import Renderer
 
-    return Renderer.load(str(GPT_OSS))
+    return Renderer.load(str(GPT_OSS), server="llama.cpp")
 
 
 @needs_gpt_oss

@@ -119,7 +119,7 @@ def _reference(r: Renderer, call: ChatCall, *, gen: bool, final: bool) -> str:
 
 @pytest.fixture(scope="module")
 def r() -> Renderer:
-    return Renderer.load(GPT_OSS)
+    return Renderer.load(GPT_OSS, server="llama.cpp")
 
 
 @needs_data
@@ -192,7 +192,7 @@ def test_build_counts_the_calls_kept_after_their_prompt(tmp_path: Path) -> None:
     src.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in recs))
     m = build(
         BuildConfig(inputs=[str(src)], out=str(tmp_path / "fold"), tokenizer=str(GPT_OSS),
-                    file=FileOptions(reasoning_merge="fold"))
+                    file=FileOptions(reasoning_merge="fold", server="llama.cpp"))
     )  # fmt: skip
     assert m.counts.records_in_trees == 3 and m.counts.records_rejected == 0
     assert m.curation == {"history-kept": 1, "reasoning-merge:fold": 3}

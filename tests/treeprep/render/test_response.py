@@ -43,6 +43,11 @@ def _folder(name: str | None) -> str | None:
     return None if name is None else str(TOKENIZERS / name)
 
 
+#: TRL's parsers read what the chat template writes: the server that renders with it (vLLM renders
+#: gpt-oss with Harmony and reads it back with Harmony's parser: test_harmony.py)
+TEMPLATE_SERVER = "llama.cpp"
+
+
 def _reference_tokenizer(r: Renderer) -> Any:
     """transformers' tokenizer with TRL's response template for the template's family: TRL's
     own chat template file of that family, given to ``add_response_schema``."""
@@ -66,7 +71,7 @@ def _reference_tokenizer(r: Renderer) -> Any:
 def test_the_parser_is_trls(name: str | None) -> None:
     """The template read from TRL's source (no import) is what ``add_response_schema`` sets on
     transformers' tokenizer, for TRL's own file of the same template or family."""
-    r = Renderer.load(_folder(name))
+    r = Renderer.load(_folder(name), server=TEMPLATE_SERVER)
     assert r.response_parser is not None, r.response_note
     tok = _reference_tokenizer(r)
     assert r.response_parser.template == tok.response_template
@@ -149,7 +154,7 @@ def _read_back(tok: Any, seq_ids: list[int], span: tuple[int, int], logged: dict
 
 
 def _check_round_trip(name: str | None, calls: list[ChatCall]) -> int:
-    r = Renderer.load(_folder(name))
+    r = Renderer.load(_folder(name), server=TEMPLATE_SERVER)
     tok = _reference_tokenizer(r)
     checked = 0
     for call in calls:
@@ -212,8 +217,8 @@ def test_a_call_that_does_not_read_back_is_rejected(tmp_path: Path) -> None:
 @needs_data
 def test_gpt_oss_trains_tool_calls_as_json_objects(tmp_path: Path) -> None:
     """Codex, Gemini CLI and OpenAI-chat rows (SWE-Gym's shape: arguments as JSON strings) built
-    for gpt-oss: every trained call's arguments are a JSON object after ``json<|message|>``, never
-    a quoted string (the fault: ``"{\\"cmd\\": ...}"``)."""
+    for gpt-oss with its template: every trained call's arguments are a JSON object after
+    ``json<|message|>``, never a quoted string (the fault: ``"{\\"cmd\\": ...}"``)."""
     inputs = [SAMPLES / "codex", SAMPLES / "gemini_cli", SAMPLES / "openai_chat.jsonl"]
     out = tmp_path / "o"
     m = build(BuildConfig(inputs=[str(p) for p in inputs], out=str(out),
@@ -236,7 +241,7 @@ def test_gpt_oss_trains_tool_calls_as_json_objects(tmp_path: Path) -> None:
 def _fold() -> Any:
     from treeprep.build import FileOptions
 
-    return FileOptions(reasoning_merge="fold")
+    return FileOptions(reasoning_merge="fold", server=TEMPLATE_SERVER)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -235,31 +235,3 @@ def test_vllm_renders_harmony_templates_with_openai_harmony() -> None:
     assert r._history.parts.sep == ""
     r.set_server("llama.cpp")
     assert r._history.parts.sep == "\n"
-
-
-def test_gpt_oss_calls_with_tool_results_served_by_vllm_are_counted() -> None:
-    """vLLM sends gpt-oss tool results as they are (Harmony); the template writes them as JSON
-    strings. Until treeprep renders Harmony, every such call is counted, not silent."""
-    folder = TOKENIZERS / "gpt-oss"
-    if not (folder / "tokenizer.json").is_file():
-        pytest.skip("../shared/data is absent")
-    r = Renderer.load(str(folder))
-    call = ChatCall(
-        call_id="c",
-        messages=[
-            {"role": "user", "content": "List files"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
-            ]},
-            {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
-        ],
-        completion={"role": "assistant", "content": "a.py"},
-        source_file="f.jsonl",
-        source_line=1,
-    )  # fmt: skip
-    seq = r.render(call, group_id="g")
-    assert '"a.py"' in r.decode(seq.tokens)  # the template's quoting, which Harmony does not do
-    assert "tool-results-quoted:vllm" in r.last_normalized
-    r.set_server("llama.cpp")  # renders the template: what the model saw there
-    r.render(call, group_id="g")
-    assert "tool-results-quoted:vllm" not in r.last_normalized
