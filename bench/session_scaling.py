@@ -24,7 +24,9 @@ refused), so its turns are a user and an assistant line, built with a system pro
 given; Aider's are a request and its reply (the writers: ``bench/session_writers.py``).
 ``--tokenizer`` builds with a real tokenizer and its template (gpt-oss's has no native port: the
 jinja template renders, see :mod:`treeprep.render.incremental`), ``--reasoning-merge fold`` as
-gpt-oss needs for a turn of text beside tool calls.
+gpt-oss's template needs for a turn of text beside tool calls; ``--server`` as the build's
+(``vllm``, the default, renders gpt-oss with Harmony: :mod:`treeprep.render.harmony`;
+``llama.cpp`` with its template).
 
 The sizes are interleaved over ``--rounds`` rounds (N, 4N, N, 4N, ...; the project's rule:
 ratios measured side by side, so that load drift hits both alike), and the minimum CPU time of
@@ -35,7 +37,9 @@ prints the top functions by cumulative and by own time.
     python bench/session_scaling.py --turns 400 --formats pi --profile pi
     python bench/session_scaling.py --turns 400 --tokenizer ../shared/data/tokenizers/qwen3
     python bench/session_scaling.py --turns 100 --formats swe-agent,claude-code \\
-        --tokenizer ../shared/data/tokenizers/gpt-oss --reasoning-merge fold
+        --tokenizer ../shared/data/tokenizers/gpt-oss --reasoning-merge fold --server llama.cpp
+    python bench/session_scaling.py --turns 100 --formats swe-agent,claude-code \\
+        --tokenizer ../shared/data/tokenizers/gpt-oss
 """
 
 from __future__ import annotations
@@ -82,10 +86,13 @@ def measure(
     rounds: int,
     tokenizer: str | None = None,
     merge: str = "off",
+    server: str = "vllm",
 ) -> None:
     sizes = (turns, 4 * turns)
     sessions = {
-        (f, n): _merged(write(f, work / f"{f}-{n}", n), merge) for f in formats for n in sizes
+        (f, n): _merged(write(f, work / f"{f}-{n}", n), merge, server)
+        for f in formats
+        for n in sizes
     }
     best: dict[tuple[str, int], float] = {}
     for _ in range(rounds):
@@ -100,17 +107,25 @@ def measure(
         print(f"{f:<10} {sizes[0]:>6} {a:>9.2f} {sizes[1]:>6} {b:>9.2f} {b / a:>6.1f}")
 
 
-def _merged(session: tuple[Path, FileOptions], merge: str) -> tuple[Path, FileOptions]:
-    """``session`` built with ``--reasoning-merge merge`` (gpt-oss refuses a turn of text and
-    tool calls unless folded)."""
+def _merged(
+    session: tuple[Path, FileOptions], merge: str, server: str = "vllm"
+) -> tuple[Path, FileOptions]:
+    """``session`` built with ``--reasoning-merge merge`` (gpt-oss's template refuses a turn of
+    text and tool calls unless folded) and ``--server server`` (vllm renders gpt-oss with
+    Harmony, llama.cpp with its template)."""
     path, file = session
-    return path, dataclasses.replace(file, reasoning_merge=merge)
+    return path, dataclasses.replace(file, reasoning_merge=merge, server=server)
 
 
 def profile(
-    work: Path, fmt: str, turns: int, tokenizer: str | None = None, merge: str = "off"
+    work: Path,
+    fmt: str,
+    turns: int,
+    tokenizer: str | None = None,
+    merge: str = "off",
+    server: str = "vllm",
 ) -> None:
-    path, file = _merged(write(fmt, work / fmt, turns), merge)
+    path, file = _merged(write(fmt, work / fmt, turns), merge, server)
     profiler = cProfile.Profile()
     profiler.runcall(build_cpu, path, work / "out", tokenizer, file)
     stats = pstats.Stats(profiler)
@@ -129,14 +144,18 @@ def main() -> None:
         "--reasoning-merge", default="off", choices=["off", "drop", "fold"],
         help="build with --reasoning-merge (fold: gpt-oss trains text beside tool calls)",
     )  # fmt: skip
+    p.add_argument(
+        "--server", default="vllm", choices=["vllm", "sglang", "llama.cpp"],
+        help="build with --server (vllm renders gpt-oss with Harmony, llama.cpp with its template)",
+    )  # fmt: skip
     args = p.parse_args()
-    merge = args.reasoning_merge
+    merge, server = args.reasoning_merge, args.server
     with tempfile.TemporaryDirectory(prefix="session-scaling-") as tmp:
         if args.profile:
-            profile(Path(tmp), args.profile, args.turns, args.tokenizer, merge)
+            profile(Path(tmp), args.profile, args.turns, args.tokenizer, merge, server)
         else:
             fmts = args.formats.split(",")
-            measure(Path(tmp), fmts, args.turns, args.rounds, args.tokenizer, merge)
+            measure(Path(tmp), fmts, args.turns, args.rounds, args.tokenizer, merge, server)
     sys.stdout.flush()
 
 

@@ -66,6 +66,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from treeprep.errors import RenderError, TokenizerError
+from treeprep.io.jsonparse import json_key
 from treeprep.render.builtin import bytes_to_unicode
 from treeprep.render.dates import DEFAULT_DATE
 from treeprep.render.messages import tool_arguments
@@ -84,6 +85,8 @@ _ORDINARY = 199_998
 #: Harmony's special tokens the renderer's text relies on (checked to be the tokenizer's too)
 _SPECIALS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>")
 _GENERATION_PROMPT = "<|start|>assistant"
+#: message texts and heads kept (a session's history is rendered once)
+_KEEP_MESSAGES, _KEEP_HEADS = 16_384, 64
 _LOCK = threading.Lock()
 
 
@@ -158,8 +161,16 @@ def _load(backend: Tokenizer, name: str) -> Any:
 
 class HarmonyChat:
     """Renders template dicts (:func:`~treeprep.render.messages.template_messages`) as vLLM
-    renders a gpt-oss request (the module docstring); :attr:`last_ids` are Harmony's ids of
-    the last text :meth:`render` returned."""
+    renders a gpt-oss request (the module docstring).
+
+    Message by message: Harmony writes each message on its own (but the system message, which
+    says where the developer message's tools are called), so the text of a request is its head
+    (the system and developer messages, rendered together) and its messages' texts, less the
+    analysis that comes before the last final answer, and each message's text is rendered once,
+    when first seen (a session's calls send the same history dicts again:
+    :class:`~.history.NormalizedHistory`).
+    :meth:`reference_ids` is Harmony's render of the whole request, which the renderer compares
+    texts and ids with on the cross-check schedule (:meth:`differs`)."""
 
     def __init__(self, encoding: Any) -> None:
         import openai_harmony as oh
@@ -170,7 +181,11 @@ class HarmonyChat:
         self._end, self._return = (
             encoding.encode(t, allowed_special="all")[0] for t in ("<|end|>", "<|return|>")
         )
-        self.last_ids: list[int] = []
+        #: id of a template dict -> (the dict, the tool name it was rendered with, its texts:
+        #: (text, is analysis, is a final answer) per Harmony message)
+        self._texts: dict[int, tuple[dict[str, Any], str, list[tuple[str, bool, bool]]]] = {}
+        #: (instructions, tools' JSON, date) -> the text of the system and developer messages
+        self._heads: dict[tuple[Any, ...], str] = {}
 
     def render(
         self,
@@ -181,38 +196,97 @@ class HarmonyChat:
     ) -> str:
         """The text vLLM's Harmony render gives (see the module docstring); a message Harmony
         cannot take is a :class:`RenderError`."""
-        head, last = messages, None
-        if not add_generation_prompt and messages and messages[-1].get("role") == "assistant":
-            head, last = messages[:-1], messages[-1]
-        day = (now or DEFAULT_DATE).strftime("%Y-%m-%d")
+        head, last = _split(messages, add_generation_prompt)
         oh = self._oh
         try:
-            convo = oh.Conversation.from_messages(self.prompt_messages(head, tools, day))
-            ids = self._enc.render_conversation_for_completion(convo, oh.Role.ASSISTANT)
+            text = self._prompt_text(head, tools, _day(now))
+            if last is not None or add_generation_prompt:
+                text += _GENERATION_PROMPT
             if last is not None:
-                ids = ids + self._completion_ids(last)
-            elif not add_generation_prompt:
-                ids = ids[: len(ids) - len(self._prompt_tail)]
-            text = self._enc.decode_utf8(ids)
+                text += self._enc.decode_utf8(self._completion_ids(last))
         except (oh.HarmonyError, ValueError, TypeError) as e:
             raise RenderError(f"Harmony (vLLM's gpt-oss render) refuses the call: {e}") from e
-        self.last_ids = ids
         return text
 
-    def ids_differ(self, ids: list[int], name: str) -> str | None:
-        """None when ``ids``, the build's tokenizer's of the last text, are Harmony's own
-        :attr:`last_ids`; else the reason (a bug here, or not gpt-oss's tokenizer ``name``)."""
-        theirs = self.last_ids
-        if ids == theirs:
+    def reference_ids(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        now: datetime | None = None,
+    ) -> list[int]:
+        """Harmony's ids of the request as vLLM renders it whole
+        (``render_conversation_for_completion``), the completion's after them."""
+        head, last = _split(messages, add_generation_prompt)
+        oh = self._oh
+        convo = oh.Conversation.from_messages(self.prompt_messages(head, tools, _day(now)))
+        ids = list(self._enc.render_conversation_for_completion(convo, oh.Role.ASSISTANT))
+        if last is not None:
+            return ids + self._completion_ids(last)
+        return ids if add_generation_prompt else ids[: len(ids) - len(self._prompt_tail)]
+
+    def differs(self, text: str, ids: list[int], reference: list[int], name: str) -> str | None:
+        """None when ``text`` (a render) is Harmony's text of its request, whose ids are
+        ``reference`` (:meth:`reference_ids`), and ``ids``, the build's tokenizer's of ``text``,
+        are those; else the reason (a bug here, or not gpt-oss's tokenizer ``name``)."""
+        if self._enc.decode_utf8(reference) != text:
+            return (
+                "the text rendered message by message differs from Harmony's render of the "
+                "whole request: a bug in treeprep.render.harmony"
+            )
+        if ids == reference:
             return None
-        at = next((i for i, (a, b) in enumerate(zip(ids, theirs, strict=False)) if a != b), None)
+        at = next((i for i, (a, b) in enumerate(zip(ids, reference, strict=False)) if a != b), -1)
         return (
             f"tokenizer {name!r} tokenizes the text Harmony rendered differently from Harmony "
-            f"(first at token {at if at is not None else min(len(ids), len(theirs))}; "
-            f"{len(ids)} against {len(theirs)} tokens). vLLM prompts gpt-oss with Harmony's ids, "
-            "so this build cannot reproduce them: a bug in treeprep.render.harmony, or a tokenizer "
-            "that is not gpt-oss's; build with --server llama.cpp to render with the chat template"
+            f"(first at token {at if at >= 0 else min(len(ids), len(reference))}; "
+            f"{len(ids)} against {len(reference)} tokens). vLLM prompts gpt-oss with Harmony's "
+            "ids, so this build cannot reproduce them: a bug in treeprep.render.harmony, or a "
+            "tokenizer that is not gpt-oss's; build with --server llama.cpp to render with the "
+            "chat template"
         )
+
+    # -- message by message ----------------------------------------------------------------------
+
+    def _prompt_text(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, day: str
+    ) -> str:
+        rest, instructions = _instructions(messages)
+        key = (instructions, json_key(tools), day)
+        head = self._heads.get(key) if key[1] is not None else None
+        if head is None:
+            # whole: the system message says where the developer message's tools are called
+            convo = self._oh.Conversation.from_messages(self._head(instructions, tools, day))
+            ids = self._enc.render_conversation_for_completion(convo, self._oh.Role.ASSISTANT)
+            head = self._enc.decode_utf8(ids[: len(ids) - len(self._prompt_tail)])
+            if len(self._heads) >= _KEEP_HEADS:
+                self._heads.clear()
+            self._heads[key] = head
+        names = _tool_names(rest)
+        parts: list[tuple[str, bool, bool]] = []
+        for m in rest:
+            parts += self._texts_of(m, names)
+        last = max((i for i, p in enumerate(parts) if p[2]), default=-1)
+        return head + "".join(
+            t for i, (t, analysis, _) in enumerate(parts) if not (analysis and i < last)
+        )
+
+    def _texts_of(self, m: dict[str, Any], names: dict[Any, Any]) -> list[tuple[str, bool, bool]]:
+        name = names.get(m.get("tool_call_id", "")) or "" if m.get("role") == "tool" else ""
+        kept = self._texts.get(id(m))
+        if kept is not None and kept[0] is m and kept[1] == name:
+            return kept[2]
+        texts = [
+            (self._message_text(h), h.channel == "analysis", h.channel == "final")
+            for h in self._request_message(m, names)
+        ]
+        if len(self._texts) >= _KEEP_MESSAGES:
+            self._texts.clear()
+        self._texts[id(m)] = (m, name, texts)
+        return texts
+
+    def _message_text(self, message: Any) -> str:
+        return str(self._enc.decode_utf8(self._enc.render(message)))
 
     # -- vLLM's request to Harmony ---------------------------------------------------------------
 
@@ -220,11 +294,18 @@ class HarmonyChat:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, day: str
     ) -> list[Any]:
         """The Harmony messages vLLM makes of a chat request's messages and tools."""
+        rest, instructions = _instructions(messages)
+        out = self._head(instructions, tools, day)
+        names = _tool_names(rest)
+        for m in rest:
+            out.extend(self._request_message(m, names))
+        return _drop_analysis(out)
+
+    def _head(
+        self, instructions: str | None, tools: list[dict[str, Any]] | None, day: str
+    ) -> list[Any]:
+        """The system message, and the developer message when there are instructions or tools."""
         oh = self._oh
-        rest = list(messages)
-        instructions = None
-        if rest and rest[0].get("role") in ("system", "developer"):
-            instructions = _text(rest.pop(0).get("content"))
         system = oh.SystemContent.new().with_conversation_start_date(day)
         out = [oh.Message.from_role_and_content(oh.Role.SYSTEM, system)]
         functions = _function_tools(oh, tools)
@@ -235,14 +316,7 @@ class HarmonyChat:
             if functions:
                 dev = dev.with_function_tools(functions)
             out.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, dev))
-        names = {
-            tc.get("id"): tc.get("function", {}).get("name")
-            for m in rest
-            for tc in m.get("tool_calls") or ()
-        }
-        for m in rest:
-            out.extend(self._request_message(m, names))
-        return _drop_analysis(out)
+        return out
 
     def _request_message(self, m: dict[str, Any], names: dict[Any, Any]) -> list[Any]:
         oh = self._oh
@@ -306,12 +380,12 @@ class HarmonyChat:
 
 class HarmonyParser:
     """gpt-oss's response parser as vLLM runs it: Harmony parses the completion's tokens into
-        messages, and vLLM makes them a chat message (``parse_chat_output`` and its ``openai`` tool
-        parser): the analysis texts joined with ``"\\n"`` are the reasoning, the final and preamble
-        (commentary without a recipient) texts joined so are the text, and each commentary message to
-        ``functions.<name>`` is a call of that name with its text as arguments (as an object where it
-    is one, ``text`` the string itself, compared exactly). Same interface as
-        :class:`~treeprep.render.response.ResponseParser`."""
+    messages, and vLLM makes them a chat message (``parse_chat_output`` and its ``openai`` tool
+    parser): the analysis texts joined with ``"\\n"`` are the reasoning, the final and preamble
+    (commentary without a recipient) texts joined so are the text, and each commentary message
+    to ``functions.<name>`` is a call of that name with its text as arguments (as an object
+    where it is one; ``text``, the string itself, is compared exactly). Same interface as
+    :class:`~treeprep.render.response.ResponseParser`."""
 
     def __init__(self, encoding: Any) -> None:
         import openai_harmony as oh
@@ -372,6 +446,36 @@ def _version() -> str:
     from importlib.metadata import version
 
     return version("openai-harmony")
+
+
+def _split(
+    messages: list[dict[str, Any]], add_generation_prompt: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """(the prompt, the completion): a render without a generation prompt that ends with the
+    assistant's message is that message's call."""
+    if not add_generation_prompt and messages and messages[-1].get("role") == "assistant":
+        return messages[:-1], messages[-1]
+    return messages, None
+
+
+def _day(now: datetime | None) -> str:
+    return (now or DEFAULT_DATE).strftime("%Y-%m-%d")
+
+
+def _instructions(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """(the messages after a leading system or developer message, its text: the instructions)."""
+    if messages and messages[0].get("role") in ("system", "developer"):
+        return messages[1:], _text(messages[0].get("content"))
+    return messages, None
+
+
+def _tool_names(messages: list[dict[str, Any]]) -> dict[Any, Any]:
+    """Each tool call's id -> its name, over the request (what a tool result is authored by)."""
+    return {
+        tc.get("id"): (tc.get("function") or {}).get("name")
+        for m in messages
+        for tc in m.get("tool_calls") or ()
+    }
 
 
 def _drop_analysis(msgs: list[Any]) -> list[Any]:

@@ -322,9 +322,11 @@ class Renderer:
         """
         now = now or self.date
         if self.harmony is not None:
-            text = self.harmony.render(messages, tools, add_generation_prompt, now)
+            h = self.harmony
+            text = h.render(messages, tools, add_generation_prompt, now)
             if self._harmony_check.due(len(text)):
-                why = self.harmony.ids_differ(self.encode(text).tolist(), self.identity.name)
+                ref = h.reference_ids(messages, tools, add_generation_prompt, now)
+                why = h.differs(text, self.encode(text).tolist(), ref, self.identity.name)
                 if why is not None:
                     raise NativeTemplateMismatch(f"{where or 'a record'}: {why}")
             return text

@@ -111,7 +111,8 @@ def test_prompts_are_the_template_s_text_but_for_tool_results(
         if system and not tools:
             ref = ref.replace(f"{system}\n\n<|end|>", f"{system}<|end|>", 1)
         assert ours == ref, k
-        assert r.harmony is not None and r.harmony.last_ids == hf(ours)["input_ids"]
+        assert r.harmony is not None
+        assert r.harmony.reference_ids(msgs[:k], tools, True) == hf(ours)["input_ids"]
         assert '"ok"' in ours or k <= first_result  # a result as it is, not '\\"ok\\"'
 
 
@@ -224,20 +225,20 @@ def test_a_completion_that_does_not_read_back_is_named() -> None:
 
 
 def test_the_ids_are_checked_against_harmony_s(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The renderer tokenizes Harmony's text; where those ids differ from Harmony's own, the
-    build stops with the reason rather than train ids vLLM would not have used."""
+    """The renderer's text (message by message) and its ids are compared with Harmony's render
+    of the whole request: where they differ, the build stops with the reason rather than train
+    ids vLLM would not have used."""
     r = Renderer.load(GPT_OSS)
-    assert r.harmony is not None
-    real = r.harmony.render
-
-    def off_by_one(*args: Any, **kwargs: Any) -> str:
-        text = real(*args, **kwargs)
-        r.harmony.last_ids = [*r.harmony.last_ids, 0]  # type: ignore[union-attr]
-        return text
-
-    monkeypatch.setattr(r.harmony, "render", off_by_one)
-    with pytest.raises(NativeTemplateMismatch, match="differently from Harmony"):
-        r.render_text([{"role": "user", "content": "hi"}], None, add_generation_prompt=True)
+    h = r.harmony
+    assert h is not None
+    real = h.reference_ids
+    hi = [{"role": "user", "content": "hi"}]
+    ids = real(hi, None, True)
+    assert r.encode(r.render_text(hi, None, add_generation_prompt=True)).tolist() == ids
+    assert h.differs(h.render(hi, None, True), [*ids, 0], ids, "t") is not None
+    monkeypatch.setattr(h, "reference_ids", lambda *a: [*real(*a)[:-1], ids[-2]])
+    with pytest.raises(NativeTemplateMismatch, match="differs from Harmony's render of the whole"):
+        r.render_text(hi, None, add_generation_prompt=True)
 
 
 def test_another_vocabulary_or_no_harmony_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
