@@ -117,6 +117,10 @@ class ChatCall(_Model):
     timestamp: str | None = None
     #: the project the call was made in (the agent's working directory), where the log says
     project: str | None = None
+    #: the reasoning effort the request asked for (OpenAI's ``reasoning_effort``, the Responses
+    #: API's ``reasoning.effort``, Codex's turn context), where the log says; gpt-oss's prompt
+    #: states it (:mod:`treeprep.render.harmony`)
+    reasoning_effort: str | None = None
     source_file: str = ""
     source_line: int = 0
     source_format: str = ""

@@ -227,6 +227,10 @@ class _Session:
         self.spawned_by: str | None = None  # the parent's call that spawned this thread
         self.system: str | None = opts.system_prompt
         self.model: str | None = None
+        self.effort: str | None = None  # the turn context's reasoning effort
+        #: the model and effort of the turn in progress (the context when its first item came:
+        #: the next turn's turn_context line comes before the item that ends this one)
+        self.turn_context: tuple[str | None, str | None] = (None, None)
         self.project: str | None = None  # session_meta.cwd, for --project
         self.timestamp: str | None = None  # the latest line's, for --since/--until and the date
         self.history: list[tuple[int, dict[str, Any]]] = []
@@ -252,6 +256,7 @@ class _Session:
             return
         if not self.turn:
             self._rebuild_user_turns()
+            self.turn_context = (self.model, self.effort)
         self.turn.append((no, it))
         if one_of(it.get("type"), _SERVER_RUN):  # the text after it saw its results
             yield from self.flush()
@@ -314,7 +319,8 @@ class _Session:
             "agent_id": self.agent,
             "call_id": call_id,
             "parent_call_id": f"{self.sid}#{self.k - 2}" if self.k > 1 else self.spawned_by,
-            "model": self.model,
+            "model": self.turn_context[0],
+            "reasoning_effort": self.turn_context[1],
             "timestamp": self.timestamp,
             "project": self.project,
             "messages": [*system_message(self.system), *history],
@@ -370,8 +376,10 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         elif t == "event_msg" and p.get("type") == "user_message":
             if isinstance(p.get("message"), str) and p["message"].strip():
                 s.user_events.append((no, p["message"]))
-        elif t == "turn_context" and isinstance(p.get("model"), str):
-            s.model = p["model"]
+        elif t == "turn_context":
+            if isinstance(p.get("model"), str):
+                s.model = p["model"]
+            s.effort = p["effort"] if isinstance(p.get("effort"), str) else None
         elif t == "compacted":
             yield from s.flush()
             new = p.get("replacement_history")

@@ -432,6 +432,11 @@ def chat_call(
         tools = normalize_tools(src[1], src[0])
     resp = obj_at(rec, "response")
     model = rec.get("model") or req.get("model") or resp.get("model")
+    effort = next(
+        (d["reasoning_effort"] for d in (rec, req, obj_at(rec, "kwargs"))
+         if isinstance(d.get("reasoning_effort"), str)),
+        None,
+    )  # fmt: skip
     call_id = rec.get("call_id") or rec.get("id") or resp.get("id")
     if not isinstance(call_id, str | int) or isinstance(call_id, bool):
         call_id = None
@@ -448,6 +453,7 @@ def chat_call(
             parent_call_id=parent if isinstance(parent, str) else None,
             model=model if isinstance(model, str) else None,
             timestamp=rec["timestamp"] if isinstance(rec.get("timestamp"), str) else None,
+            reasoning_effort=effort,
             messages=messages,  # type: ignore[arg-type]
             tools=tools,
             completion=completion,  # type: ignore[arg-type]

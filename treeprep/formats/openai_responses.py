@@ -254,6 +254,17 @@ class _Shared:
     where: str
     #: check logged ids against the items' text (``--check-ids``)
     check_ids: bool = True
+    #: the request's ``reasoning.effort`` (else the response's)
+    effort: str | None = None
+
+
+def _effort(params: dict[str, Any], resp: dict[str, Any]) -> str | None:
+    """The request's ``reasoning.effort``, else the one the response echoes."""
+    for d in (params, resp):
+        reasoning = d.get("reasoning")
+        if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
+            return str(reasoning["effort"])
+    return None
 
 
 def response_of(rec: dict[str, Any]) -> dict[str, Any]:
@@ -328,6 +339,7 @@ def responses_items(
         fmt=fmt,
         where=rwhere,
         check_ids=opts.check_ids,
+        effort=_effort(params, resp),
     )
     out: list[ChatCall | TokenRollout] = []
     for turn_no, (history, seg, hint) in enumerate(steps):
@@ -351,6 +363,7 @@ def _chat_call(
         group_id=sh.group,
         call_id=f"{sh.base_id}#{turn_no}",
         model=sh.model,
+        reasoning_effort=sh.effort,
         messages=list(history),  # type: ignore[arg-type]
         tools=sh.tools,
         completion=seg.message,  # type: ignore[arg-type]

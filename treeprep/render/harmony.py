@@ -23,7 +23,8 @@ What vLLM does, and so what this module does
 --------------------------------------------
 - A leading system or developer message is taken out; its text parts, joined with nothing
   between, are the instructions. The prompt opens with Harmony's system message (its model
-  identity, knowledge cutoff, the conversation's date, reasoning effort medium) and, when there
+  identity, knowledge cutoff, the conversation's date, the request's reasoning effort where the
+  log records one, else medium; vLLM refuses any but low, medium and high) and, when there
   are instructions or tools, a developer message with both (the tools as function tools).
 - An assistant message with tool calls: its text (commentary channel), its reasoning (analysis),
   then each call (commentary, to ``functions.<name>``, content type ``json``, the arguments as
@@ -85,6 +86,8 @@ _ORDINARY = 199_998
 #: Harmony's special tokens the renderer's text relies on (checked to be the tokenizer's too)
 _SPECIALS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>")
 _GENERATION_PROMPT = "<|start|>assistant"
+#: the reasoning efforts vLLM hands Harmony (``REASONING_EFFORT``): ReasoningEffort's members
+_EFFORTS = {"low": "LOW", "medium": "MEDIUM", "high": "HIGH"}
 #: message texts and heads kept (a session's history is rendered once)
 _KEEP_MESSAGES, _KEEP_HEADS = 16_384, 64
 _LOCK = threading.Lock()
@@ -193,13 +196,15 @@ class HarmonyChat:
         tools: list[dict[str, Any]] | None,
         add_generation_prompt: bool,
         now: datetime | None = None,
+        effort: str | None = None,
     ) -> str:
-        """The text vLLM's Harmony render gives (see the module docstring); a message Harmony
-        cannot take is a :class:`RenderError`."""
+        """The text vLLM's Harmony render gives (see the module docstring) at the date ``now``
+        and the request's reasoning ``effort`` (None: Harmony's default, medium); a message
+        Harmony cannot take is a :class:`RenderError`."""
         head, last = _split(messages, add_generation_prompt)
         oh = self._oh
         try:
-            text = self._prompt_text(head, tools, _day(now))
+            text = self._prompt_text(head, tools, _day(now), effort)
             if last is not None or add_generation_prompt:
                 text += _GENERATION_PROMPT
             if last is not None:
@@ -214,12 +219,13 @@ class HarmonyChat:
         tools: list[dict[str, Any]] | None,
         add_generation_prompt: bool,
         now: datetime | None = None,
+        effort: str | None = None,
     ) -> list[int]:
         """Harmony's ids of the request as vLLM renders it whole
         (``render_conversation_for_completion``), the completion's after them."""
         head, last = _split(messages, add_generation_prompt)
         oh = self._oh
-        convo = oh.Conversation.from_messages(self.prompt_messages(head, tools, _day(now)))
+        convo = oh.Conversation.from_messages(self.prompt_messages(head, tools, _day(now), effort))
         ids = list(self._enc.render_conversation_for_completion(convo, oh.Role.ASSISTANT))
         if last is not None:
             return ids + self._completion_ids(last)
@@ -249,14 +255,19 @@ class HarmonyChat:
     # -- message by message ----------------------------------------------------------------------
 
     def _prompt_text(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, day: str
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        day: str,
+        effort: str | None,
     ) -> str:
         rest, instructions = _instructions(messages)
-        key = (instructions, json_key(tools), day)
+        key = (instructions, json_key(tools), day, effort)
         head = self._heads.get(key) if key[1] is not None else None
         if head is None:
             # whole: the system message says where the developer message's tools are called
-            convo = self._oh.Conversation.from_messages(self._head(instructions, tools, day))
+            head_msgs = self._head(instructions, tools, day, effort)
+            convo = self._oh.Conversation.from_messages(head_msgs)
             ids = self._enc.render_conversation_for_completion(convo, self._oh.Role.ASSISTANT)
             head = self._enc.decode_utf8(ids[: len(ids) - len(self._prompt_tail)])
             if len(self._heads) >= _KEEP_HEADS:
@@ -291,22 +302,38 @@ class HarmonyChat:
     # -- vLLM's request to Harmony ---------------------------------------------------------------
 
     def prompt_messages(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, day: str
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        day: str,
+        effort: str | None = None,
     ) -> list[Any]:
         """The Harmony messages vLLM makes of a chat request's messages and tools."""
         rest, instructions = _instructions(messages)
-        out = self._head(instructions, tools, day)
+        out = self._head(instructions, tools, day, effort)
         names = _tool_names(rest)
         for m in rest:
             out.extend(self._request_message(m, names))
         return _drop_analysis(out)
 
     def _head(
-        self, instructions: str | None, tools: list[dict[str, Any]] | None, day: str
+        self,
+        instructions: str | None,
+        tools: list[dict[str, Any]] | None,
+        day: str,
+        effort: str | None,
     ) -> list[Any]:
         """The system message, and the developer message when there are instructions or tools."""
         oh = self._oh
         system = oh.SystemContent.new().with_conversation_start_date(day)
+        if effort is not None:
+            level = _EFFORTS.get(effort)
+            if level is None:
+                raise RenderError(
+                    f"the request's reasoning effort {effort!r} is not one Harmony has (low, "
+                    "medium, high): vLLM refuses such a gpt-oss request"
+                )
+            system = system.with_reasoning_effort(getattr(oh.ReasoningEffort, level))
         out = [oh.Message.from_role_and_content(oh.Role.SYSTEM, system)]
         functions = _function_tools(oh, tools)
         if instructions or tools:

@@ -169,6 +169,8 @@ class Renderer:
         self.harmony: HarmonyChat | None = None
         #: which of its texts are tokenized and compared with Harmony's own ids
         self._harmony_check = CrossCheck()
+        #: the reasoning effort of the call being rendered (Harmony states it in the prompt)
+        self._effort: str | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -322,10 +324,10 @@ class Renderer:
         """
         now = now or self.date
         if self.harmony is not None:
-            h = self.harmony
-            text = h.render(messages, tools, add_generation_prompt, now)
+            h, effort = self.harmony, self._effort
+            text = h.render(messages, tools, add_generation_prompt, now, effort)
             if self._harmony_check.due(len(text)):
-                ref = h.reference_ids(messages, tools, add_generation_prompt, now)
+                ref = h.reference_ids(messages, tools, add_generation_prompt, now, effort)
                 why = h.differs(text, self.encode(text).tolist(), ref, self.identity.name)
                 if why is not None:
                     raise NativeTemplateMismatch(f"{where or 'a record'}: {why}")
@@ -412,6 +414,7 @@ class Renderer:
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
         self.last_normalized, self.last_prompt_kept, self.last_rewrites = (), False, {}
+        self._effort = rec.reasoning_effort if isinstance(rec, ChatCall) else None
         if isinstance(rec, TokenRollout):
             return self._render_rollout(rec, group_id=group_id, order=order)
         later: list[int] = []

@@ -51,7 +51,7 @@ def r() -> Renderer:
     return Renderer.load(GPT_OSS)  # --server vllm, the default
 
 
-def _template(r: Renderer, msgs: list[dict], tools: Any, gen: bool) -> str:
+def _template(r: Renderer, msgs: list[dict], tools: Any, gen: bool, **kw: Any) -> str:
     """gpt-oss's own template through transformers, at the renderer's fixed date, with the tool
     results unquoted (the one thing Harmony writes otherwise in these sessions)."""
     from transformers.utils import chat_template_utils as ctu
@@ -66,7 +66,7 @@ def _template(r: Renderer, msgs: list[dict], tools: Any, gen: bool) -> str:
     ctu.datetime = _Fixed
     try:
         text = hf_tokenizer(r).apply_chat_template(
-            hf_convention(msgs), tools=tools, tokenize=False, add_generation_prompt=gen
+            hf_convention(msgs), tools=tools, tokenize=False, add_generation_prompt=gen, **kw
         )
     finally:
         ctu.datetime = orig
@@ -168,9 +168,26 @@ def test_what_vllm_sends_where_the_template_cannot(r: Renderer) -> None:
     assert r.render_text(msgs, None, add_generation_prompt=True) == want
 
 
-def _call(messages: list[dict], completion: dict) -> ChatCall:
+def _call(messages: list[dict], completion: dict, **kw: Any) -> ChatCall:
     return ChatCall(call_id="c", messages=messages, completion=completion, tools=TOOLS,
-                    source_file="f.jsonl", source_line=1)  # fmt: skip
+                    source_file="f.jsonl", source_line=1, **kw)  # fmt: skip
+
+
+def test_the_request_s_reasoning_effort_is_stated(r: Renderer) -> None:
+    """A call whose log records its reasoning effort: the system message states it, as the
+    template does given ``reasoning_effort``; one Harmony has not ("minimal") is rejected, as
+    vLLM refuses the request."""
+    hi = [{"role": "user", "content": "Hi"}]
+    seq = r.render(_call(hi, REPLY, reasoning_effort="high"), group_id="g")
+    a, _ = seq.loss_spans[-1]
+    assert r.decode(seq.tokens[:a]) == _template(r, hi, TOOLS, True, reasoning_effort="high")
+    assert "Reasoning: high" in r.decode(seq.tokens)
+    assert "Reasoning: medium" in r.decode(r.render(_call(hi, REPLY), group_id="g").tokens)
+    with pytest.raises(RenderError, match="reasoning effort 'minimal' is not one Harmony has"):
+        r.render(_call(hi, REPLY, reasoning_effort="minimal"), group_id="g")
+
+
+REPLY = {"role": "assistant", "content": "Hello."}
 
 
 def _parsed(r: Renderer, seq: Any) -> list[dict]:
