@@ -72,3 +72,44 @@ def _hf_call(tc: dict, json: Any) -> dict:
         if isinstance(parsed, dict):
             fn = {**fn, "arguments": parsed}
     return {**tc, "function": fn} if "function" in tc else fn
+
+
+def apply_at_fixed_date(r: Renderer, msgs: list[dict], **kw: Any) -> Any:
+    """``apply_chat_template(hf_convention(msgs), **kw)`` of ``r``'s reference tokenizer, its
+    ``strftime_now`` reporting the renderer's fixed date (:data:`DEFAULT_DATE`), as the
+    renderer's does for a record without a timestamp."""
+    from transformers.utils import chat_template_utils as ctu
+
+    from treeprep.render.dates import DEFAULT_DATE
+
+    orig = ctu.datetime
+
+    class _Fixed(orig):  # type: ignore[misc, valid-type]
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return DEFAULT_DATE
+
+    ctu.datetime = _Fixed
+    try:
+        return hf_tokenizer(r).apply_chat_template(hf_convention(msgs), **kw)
+    finally:
+        ctu.datetime = orig
+
+
+def arg_tools(*names: str) -> list[dict]:
+    """Function tools of these names, each taking one string ``arg``."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"{name} tool",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"arg": {"type": "string", "description": "the arg"}},
+                    "required": ["arg"],
+                },
+            },
+        }
+        for name in names
+    ]

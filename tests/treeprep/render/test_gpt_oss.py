@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hf_reference import hf_convention, hf_tokenizer
+from hf_reference import apply_at_fixed_date, arg_tools, hf_convention, hf_tokenizer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +25,6 @@ from treeprep.crosscheck import CrossCheck
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.render.coverage import EMPTY_REPLY, completion_loss
-from treeprep.render.dates import DEFAULT_DATE
 from treeprep.render.incremental import IncrementalRenderer, probe_sessions
 from treeprep.render.template import ChatTemplate
 from treeprep.render.tokenizer import load_folder
@@ -43,44 +42,12 @@ def r() -> Renderer:
 
 
 def _hf_ids(r: Renderer, msgs: list[dict], tools: Any = None, **kw: Any) -> list[int]:
-    tok = hf_tokenizer(r)
     # the reference's strftime_now reads the clock; ours reports the fixed date
-    from transformers.utils import chat_template_utils as ctu
-
-    fixed = DEFAULT_DATE
-    orig = ctu.datetime
-
-    class _Fixed(orig):  # type: ignore[misc, valid-type]
-        @classmethod
-        def now(cls, tz: Any = None) -> Any:
-            return fixed
-
-    ctu.datetime = _Fixed
-    try:
-        out = tok.apply_chat_template(
-            hf_convention(msgs), tools=tools, tokenize=True, return_dict=False, **kw
-        )
-    finally:
-        ctu.datetime = orig
-    return list(out)
+    return list(apply_at_fixed_date(r, msgs, tools=tools, tokenize=True, return_dict=False, **kw))
 
 
 def _session(n: int, *, content: bool = True) -> tuple[list[dict], list[dict]]:
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": f"{name} tool",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"arg": {"type": "string", "description": "the arg"}},
-                    "required": ["arg"],
-                },
-            },
-        }
-        for name in ("bash", "read_file")
-    ]
+    tools = arg_tools("bash", "read_file")
     msgs: list[dict] = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "Fix the failing test."},

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_reference import hf_convention, hf_tokenizer
+from hf_reference import apply_at_fixed_date, arg_tools, hf_tokenizer
 
 from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.errors import NativeTemplateMismatch, RenderError, TokenizerError
 from treeprep.render import Renderer, harmony
-from treeprep.render.dates import DEFAULT_DATE
 from treeprep.schemas import ChatCall
 
 pytest.importorskip("openai_harmony")
@@ -29,21 +28,7 @@ DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 GPT_OSS = DATA / "tokenizers" / "gpt-oss"
 pytestmark = pytest.mark.skipif(not (GPT_OSS / "tokenizer.json").is_file(), reason="no shared data")
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"{name} tool",
-            "parameters": {
-                "type": "object",
-                "properties": {"arg": {"type": "string", "description": "the arg"}},
-                "required": ["arg"],
-            },
-        },
-    }
-    for name in ("bash", "read_file")
-]
+TOOLS = arg_tools("bash", "read_file")
 
 
 @pytest.fixture(scope="module")
@@ -54,22 +39,9 @@ def r() -> Renderer:
 def _template(r: Renderer, msgs: list[dict], tools: Any, gen: bool, **kw: Any) -> str:
     """gpt-oss's own template through transformers, at the renderer's fixed date, with the tool
     results unquoted (the one thing Harmony writes otherwise in these sessions)."""
-    from transformers.utils import chat_template_utils as ctu
-
-    orig = ctu.datetime
-
-    class _Fixed(orig):  # type: ignore[misc, valid-type]
-        @classmethod
-        def now(cls, tz: Any = None) -> Any:
-            return DEFAULT_DATE
-
-    ctu.datetime = _Fixed
-    try:
-        text = hf_tokenizer(r).apply_chat_template(
-            hf_convention(msgs), tools=tools, tokenize=False, add_generation_prompt=gen, **kw
-        )
-    finally:
-        ctu.datetime = orig
+    text = apply_at_fixed_date(
+        r, msgs, tools=tools, tokenize=False, add_generation_prompt=gen, **kw
+    )
     result = r"(to=assistant<\|channel\|>commentary<\|message\|>)(\".*?\")(?=<\|end\|>)"
     return re.sub(result, lambda m: m[1] + json.loads(m[2]), text, flags=re.S)
 

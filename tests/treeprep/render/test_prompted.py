@@ -17,34 +17,19 @@ from typing import Any
 
 import orjson
 import pytest
-from hf_reference import hf_convention, hf_tokenizer
+from hf_reference import apply_at_fixed_date, arg_tools, hf_tokenizer
 
 from treeprep.build import BuildConfig, FileOptions, build
 from treeprep.build.curate import merge_reasoning
 from treeprep.errors import RenderError
 from treeprep.modes import ReasoningMerge
 from treeprep.render import Renderer
-from treeprep.render.dates import DEFAULT_DATE
 from treeprep.schemas import ChatCall
 
 GPT_OSS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"
 needs_data = pytest.mark.skipif(not (GPT_OSS / "tokenizer.json").is_file(), reason="no shared data")
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"{name} tool",
-            "parameters": {
-                "type": "object",
-                "properties": {"arg": {"type": "string", "description": "the arg"}},
-                "required": ["arg"],
-            },
-        },
-    }
-    for name in ("Bash", "Read")
-]
+TOOLS = arg_tools("Bash", "Read")
 
 
 def _claude_turn(i: int, tool: str, arg: str) -> dict:
@@ -91,7 +76,6 @@ def _merged(how: ReasoningMerge, final: dict = FINAL) -> ChatCall:
 
 def _reference(r: Renderer, call: ChatCall, *, gen: bool, final: bool) -> str:
     """apply_chat_template of the merged messages (gpt-oss's field names), at the fixed date."""
-    from transformers.utils import chat_template_utils as ctu
 
     def hf(m: Any) -> dict:
         d = m.model_dump(exclude_none=True)
@@ -101,20 +85,8 @@ def _reference(r: Renderer, call: ChatCall, *, gen: bool, final: bool) -> str:
         return d
 
     msgs = [hf(m) for m in call.messages] + ([hf(call.completion)] if final else [])
-    orig = ctu.datetime
-
-    class _Fixed(orig):  # type: ignore[misc, valid-type]
-        @classmethod
-        def now(cls, tz: Any = None) -> Any:
-            return DEFAULT_DATE
-
-    ctu.datetime = _Fixed
-    try:
-        return hf_tokenizer(r).apply_chat_template(
-            hf_convention(msgs), tools=TOOLS, tokenize=False, add_generation_prompt=gen
-        )
-    finally:
-        ctu.datetime = orig
+    text = apply_at_fixed_date(r, msgs, tools=TOOLS, tokenize=False, add_generation_prompt=gen)
+    return str(text)
 
 
 @pytest.fixture(scope="module")
