@@ -195,13 +195,11 @@ class Renderer:
             template.source, own=response_template, port=port.name if port else None
         )
         self._template_parser = (self.response_parser, self.response_note)
+        self._native_templates = native_templates
         if native_templates:
             self._native = self._make_native()
-            if self._native is None:
-                inc = IncrementalRenderer(
-                    self._jinja_at, name=f"the chat template of {identity.name!r}"
-                )
-                self.incremental = inc if _verified(inc, template, identity) else None
+        #: the template has a native port (jinja renders it whole where the port is off)
+        self._ported = self._native is not None
         self.set_server(server)
 
     # -- construction ----------------------------------------------------------------------------
@@ -268,6 +266,15 @@ class Renderer:
             self.response_note = "Harmony's, as vLLM reads gpt-oss (--server vllm)"
         if parts.as_list or parts.harmony:
             self._native, self.native_template = None, None
+        if not (parts.harmony or self._ported or self.incremental or not self._native_templates):
+            self._start_incremental()
+
+    def _start_incremental(self) -> None:
+        """Incremental jinja rendering, for a template without a native port, where it stays on
+        through the probe sessions (:func:`_verified`; not needed where Harmony renders)."""
+        name = f"the chat template of {self.identity.name!r}"
+        inc = IncrementalRenderer(self._jinja_at, name=name)
+        self.incremental = inc if _verified(inc, self.template, self.identity) else None
 
     def identity_by_content(self) -> TokenizerIdentity:
         """:attr:`identity` with its ``content_sha256`` (what a manifest records). Computed on
