@@ -12,6 +12,10 @@ string, ``content: null`` made ``""``, tool-call arguments kept exactly as logge
   not a token prefix of the full sequence the call is rejected (:class:`RenderError`) with that
   reason.
 
+Where the inference server renders without the template, so does the renderer: gpt-oss on vLLM
+(``--server vllm``, the default) is Harmony's render of the request as vLLM builds it, and its
+completions are read back with Harmony's parser (:mod:`treeprep.render.harmony`).
+
 The renderer never invents, strips or "fixes" text: what the template does to earlier reasoning
 (Qwen3 keeps it only after the last user query) is what ends up in the tokens. It only *notices* it:
 when the record has no ``branch_reason`` and the previous turn of the same conversation (the
