@@ -64,7 +64,7 @@ import os
 import tempfile
 import threading
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from treeprep.errors import RenderError, TokenizerError
 from treeprep.io.jsonparse import json_key
@@ -91,6 +91,7 @@ _EFFORTS = {"low": "LOW", "medium": "MEDIUM", "high": "HIGH"}
 #: message texts and heads kept (a session's history is rendered once)
 _KEEP_MESSAGES, _KEEP_HEADS = 16_384, 64
 _LOCK = threading.Lock()
+_T = TypeVar("_T")
 
 
 def _o200k_file(backend: Tokenizer) -> bytes:
@@ -185,8 +186,8 @@ class HarmonyChat:
             encoding.encode(t, allowed_special="all")[0] for t in ("<|end|>", "<|return|>")
         )
         #: id of a template dict -> (the dict, the tool name it was rendered with, its texts:
-        #: (text, is analysis, is a final answer) per Harmony message)
-        self._texts: dict[int, tuple[dict[str, Any], str, list[tuple[str, bool, bool]]]] = {}
+        #: (text, :func:`_mark`) per Harmony message)
+        self._texts: dict[int, tuple[dict[str, Any], str, list[tuple[str, _Mark]]]] = {}
         #: (instructions, tools' JSON, date) -> the text of the system and developer messages
         self._heads: dict[tuple[Any, ...], str] = {}
 
@@ -274,23 +275,18 @@ class HarmonyChat:
                 self._heads.clear()
             self._heads[key] = head
         names = _tool_names(rest)
-        parts: list[tuple[str, bool, bool]] = []
+        parts: list[tuple[str, _Mark]] = []
         for m in rest:
             parts += self._texts_of(m, names)
-        last = max((i for i, p in enumerate(parts) if p[2]), default=-1)
-        return head + "".join(
-            t for i, (t, analysis, _) in enumerate(parts) if not (analysis and i < last)
-        )
+        kept = _drop_analysis(parts, [mark for _, mark in parts])
+        return head + "".join(text for text, _ in kept)
 
-    def _texts_of(self, m: dict[str, Any], names: dict[Any, Any]) -> list[tuple[str, bool, bool]]:
+    def _texts_of(self, m: dict[str, Any], names: dict[Any, Any]) -> list[tuple[str, _Mark]]:
         name = names.get(m.get("tool_call_id", "")) or "" if m.get("role") == "tool" else ""
         kept = self._texts.get(id(m))
         if kept is not None and kept[0] is m and kept[1] == name:
             return kept[2]
-        texts = [
-            (self._message_text(h), h.channel == "analysis", h.channel == "final")
-            for h in self._request_message(m, names)
-        ]
+        texts = [(self._message_text(h), _mark(h)) for h in self._request_message(m, names)]
         if len(self._texts) >= _KEEP_MESSAGES:
             self._texts.clear()
         self._texts[id(m)] = (m, name, texts)
@@ -314,7 +310,7 @@ class HarmonyChat:
         names = _tool_names(rest)
         for m in rest:
             out.extend(self._request_message(m, names))
-        return _drop_analysis(out)
+        return _drop_analysis(out, [_mark(m) for m in out])
 
     def _head(
         self,
@@ -505,14 +501,25 @@ def _tool_names(messages: list[dict[str, Any]]) -> dict[Any, Any]:
     }
 
 
-def _drop_analysis(msgs: list[Any]) -> list[Any]:
-    """vLLM's ``auto_drop_analysis_messages``: the analysis messages before the last final one
-    dropped."""
+#: what the analysis drop reads of a Harmony message: its channel, and whether the assistant
+#: wrote it
+_Mark = tuple[str | None, bool]
+
+
+def _mark(message: Any) -> _Mark:
+    return message.channel, message.author.role == "assistant"
+
+
+def _drop_analysis(items: list[_T], marks: list[_Mark]) -> list[_T]:
+    """vLLM's ``auto_drop_analysis_messages``: the items whose message (``marks``: each one's
+    :func:`_mark`) is on the analysis channel before the assistant's last final one dropped;
+    the items are the messages, or their texts (:meth:`HarmonyChat._prompt_text`)."""
     last = -1
-    for i, m in enumerate(msgs):
-        if m.channel == "final" and m.author.role == "assistant":
+    for i, (channel, assistant) in enumerate(marks):
+        if channel == "final" and assistant:
             last = i
-    return [m for i, m in enumerate(msgs) if not (i < last and m.channel == "analysis")]
+    return [x for i, (x, (channel, _)) in enumerate(zip(items, marks, strict=True))
+            if not (i < last and channel == "analysis")]  # fmt: skip
 
 
 def _text(content: Any) -> str | None:
