@@ -175,6 +175,8 @@ class Renderer:
         self._harmony_check = CrossCheck()
         #: the reasoning effort of the call being rendered (Harmony states it in the prompt)
         self._effort: str | None = None
+        #: the server :meth:`set_server` last set
+        self._server: Server | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -255,7 +257,13 @@ class Renderer:
         """Render a prompt's messages of several text parts as ``server`` hands them to this
         chat template (``--server``, :mod:`treeprep.render.text_parts`). Where it hands them
         over as a list, jinja renders every call (the native ports take strings); where it
-        renders gpt-oss with Harmony (vLLM), so does the renderer (:mod:`.harmony`)."""
+        renders gpt-oss with Harmony (vLLM), so does the renderer (:mod:`.harmony`). The
+        server it renders for already: nothing to do (a build's worker loads its renderer for
+        the build's server, then sets it again)."""
+        server = Server.of(server, "server")
+        if server is self._server:
+            return
+        self._server = server
         self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
         probe = partial(self.template.render, tools=None, add_generation_prompt=False)
         parts = text_parts(server, self.template.source, probe)
