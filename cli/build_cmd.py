@@ -10,7 +10,7 @@ import typer
 
 from treeprep.cli import options as opt
 from treeprep.cli.tables import counted, normalized_label
-from treeprep.modes import Engine, ParallelCalls, ReasoningMerge, Redact, Server
+from treeprep.modes import Engine, Harmony, ParallelCalls, ReasoningMerge, Redact, Server
 
 if TYPE_CHECKING:
     from treeprep.build import BuildConfig
@@ -172,6 +172,14 @@ def build_cmd(
             "gpt-oss with Harmony, not its template.",
         ),
     ] = Server.vllm,
+    harmony: Annotated[
+        Harmony,
+        typer.Option(
+            help="For gpt-oss on vLLM: the Harmony library vLLM rendered the prompts with "
+            "(oss-harmony from vLLM 0.31 on; openai-harmony in 0.30 and before). They write a "
+            "tool result's header differently.",
+        ),
+    ] = Harmony.oss,
     dedup: Annotated[
         bool,
         typer.Option(
@@ -203,6 +211,7 @@ def build_cmd(
         reasoning_merge=reasoning_merge,
         parallel_calls=parallel_calls,
         server=server,
+        harmony=harmony,
         check_ids=check_ids,
     )
     cfg = BuildConfig(

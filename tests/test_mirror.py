@@ -73,6 +73,7 @@ COVERED_BY: dict[str, tuple[str, str]] = {
     "treeprep/render/encoder.py": ("treeprep/render/test_renderer.py", "CachedEncoder"),
     "treeprep/render/incremental.py": ("treeprep/render/test_gpt_oss.py", "IncrementalRenderer"),
     "treeprep/render/messages.py": ("treeprep/render/test_inline_think.py", "split_inline_think"),
+    "treeprep/render/rollout.py": ("treeprep/render/test_renderer.py", "generation_log_probs"),
     "treeprep/render/template.py": ("treeprep/render/test_template_limits.py", "RenderLimits"),
     "treeprep/render/tokenizer.py": ("treeprep/render/test_renderer.py", "load_folder"),
     "treeprep/shards.py": ("adversarial/test_adv_rebuild.py", "iter_trees"),

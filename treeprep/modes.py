@@ -323,6 +323,15 @@ class Server(Mode):
     llama_cpp = "llama.cpp"
 
 
+class Harmony(Mode):
+    """The Harmony library vLLM rendered gpt-oss's prompts with (``--server vllm``): oss-harmony
+    from vLLM 0.31 on, openai-harmony before. They put a tool result's recipient in different
+    places of its header (:mod:`treeprep.render.harmony_headers`)."""
+
+    oss = "oss-harmony"
+    openai = "openai-harmony"
+
+
 class ParallelCalls(Mode):
     """How a build renders an assistant turn of several tool calls: as logged (a template that
     shows only the first, gpt-oss's, rejects the call), or split into consecutive single-call

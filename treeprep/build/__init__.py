@@ -122,6 +122,7 @@ def build(cfg: BuildConfig, *, on_progress: Progress | None = None) -> Manifest:
         chat_template=cfg.file.chat_template,
         date=cfg.file.date,
         server=cfg.file.server,  # the parser the manifest names is this server's
+        harmony=cfg.file.harmony,
     )
     inputs = discover_inputs(cfg.inputs, out=cfg.out, own_links=tuple(d.folder for d in datasets))
     work_root = os.path.join(cfg.out, ".work")

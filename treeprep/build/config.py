@@ -73,6 +73,9 @@ class FileOptions:
     #: the inference server that served the logged calls: how a prompt's message of several text
     #: parts reached the template (:mod:`treeprep.render.text_parts`)
     server: modes.Server = modes.Server.vllm
+    #: the Harmony library vLLM rendered gpt-oss with: how its prompts' tool results' headers
+    #: read (:mod:`treeprep.render.harmony_headers`)
+    harmony: modes.Harmony = modes.Harmony.oss
     #: reject calls whose logged token ids do not decode to their logged text (False: train
     #: logged ids unchecked, the behaviour before the check; :mod:`treeprep.render.idcheck`)
     check_ids: bool = True

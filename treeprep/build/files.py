@@ -98,7 +98,7 @@ class FileWorker:
         self.options = options
         self.renderer = renderer
         renderer.parallel_calls = ParallelCalls(options.parallel_calls)
-        renderer.set_server(options.server)
+        renderer.set_server(options.server, options.harmony)
 
     @classmethod
     def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:
@@ -111,6 +111,7 @@ class FileWorker:
             chat_template=options.chat_template,
             date=options.date,
             server=options.server,
+            harmony=options.harmony,
         )
         return cls(options, renderer)
 

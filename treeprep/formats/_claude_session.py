@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.formats._fields import chat_content
-from treeprep.formats.anthropic import assistant_message
+from treeprep.formats.anthropic import RESULT_SEP, assistant_message
 
 #: where a line was written: (in the file being read, its line number). Parent-session lines
 #: (``False``) precede the sub-agent file's own, so tuple order is file order.
@@ -102,7 +102,7 @@ def _tool_result_content(b: dict[str, Any]) -> str | list[dict[str, Any]]:
             elif isinstance(p, dict):
                 parts.append(dict(p))
         if all(p["type"] == "text" for p in parts):
-            return "".join(p["text"] for p in parts)
+            return RESULT_SEP.join(p["text"] for p in parts)
         return parts
     return str(c)
 

@@ -7,7 +7,8 @@ request's fields at the top level next to ``"response"``. Written from the API's
 * request ``messages``: ``user``/``assistant`` turns whose ``content`` is a string or blocks:
   ``text``, ``thinking`` (-> ``reasoning_content``), ``redacted_thinking`` (dropped: no text),
   ``tool_use`` (-> ``tool_calls`` with the ``input`` object as arguments), ``tool_result`` (-> one
-  ``tool`` message each, before the turn's text, as the API requires them first), images and
+  ``tool`` message each, its text blocks joined with a newline as vLLM's Messages endpoint joins
+  them, before the turn's text, as the API requires them first), images and
   documents (kept as content parts);
 * request ``tools``: ``{name, description, input_schema}`` -> OpenAI function schemas; server tools
   without an ``input_schema`` (web search, code execution) have no function form and are left out;
@@ -88,15 +89,20 @@ def convert_tools(tools: Any, where: str = "tools") -> list[dict[str, Any]] | No
 
 
 _BLOCKS = "a string or a list of content blocks"
+#: between the text blocks of a ``tool_result``: a server's Messages endpoint sends the result
+#: as one tool message, its text blocks joined with a newline (vLLM's ``anthropic/serving.py``,
+#: 0.31 to 0.34)
+RESULT_SEP = "\n"
 
 
-def _text(blocks: Any, where: str) -> str:
-    """The text of a string or of the ``text`` blocks of a list (null: no text)."""
+def _text(blocks: Any, where: str, sep: str = "") -> str:
+    """The text of a string or of the ``text`` blocks of a list, joined by ``sep`` (null: no
+    text)."""
     if blocks is None:
         return ""
     if isinstance(expect(blocks, where, str, list, what=_BLOCKS), str):
         return blocks  # type: ignore[no-any-return]
-    return "".join(
+    return sep.join(
         block_text(b, "text", f"{where}[{i}]", required=False)
         for i, b in enumerate(blocks)
         if isinstance(b, dict) and b.get("type") == "text"
@@ -158,7 +164,9 @@ def user_messages(content: Any, where: str) -> list[dict[str, Any]]:
                 {
                     "role": "tool",
                     "tool_call_id": b.get("tool_use_id"),
-                    "content": c if isinstance(c, str) else _text(c, f"{where}[{i}].content"),
+                    "content": c
+                    if isinstance(c, str)
+                    else _text(c, f"{where}[{i}].content", RESULT_SEP),
                 }
             )
         elif b.get("type") == "text":

@@ -35,6 +35,10 @@ What vLLM does, and so what this module does
   message: its role and text.
 - The analysis messages before the last final message are dropped, and
   ``render_conversation_for_completion`` renders the rest, ending with ``<|start|>assistant``.
+- The headers of messages with a recipient (calls and tool results) are written as vLLM writes
+  them with the Harmony library it had: oss-harmony from vLLM 0.31, openai-harmony before
+  (``--harmony``; :mod:`treeprep.render.harmony_headers`). Both are the ``openai_harmony``
+  module; the one installed renders, and its headers are rewritten where they differ.
 
 A trained completion (what the model said, which vLLM parsed into reasoning, text and a call) is
 rendered in the order the model writes it: its reasoning, then its text (commentary channel
@@ -68,8 +72,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from treeprep.errors import RenderError, TokenizerError
 from treeprep.io.jsonparse import json_key
+from treeprep.modes import Harmony
 from treeprep.render.builtin import bytes_to_unicode
 from treeprep.render.dates import DEFAULT_DATE
+from treeprep.render.harmony_headers import Headers, installed_layout
 from treeprep.render.messages import tool_arguments
 from treeprep.render.response import differences
 from treeprep.render.template import REASONING_FIELDS
@@ -114,13 +120,16 @@ def _o200k_file(backend: Tokenizer) -> bytes:
 _LOADED: dict[str, Any] = {}
 
 
-def load_harmony(backend: Tokenizer, name: str, key: str) -> HarmonyChat:
+def load_harmony(
+    backend: Tokenizer, name: str, key: str, library: Harmony | str = Harmony.oss
+) -> HarmonyChat:
     """The Harmony renderer for the tokenizer ``backend`` (named ``name`` in errors, ``key`` its
-    identity's sha256: the encoding is loaded once per process); :class:`TokenizerError` when
-    ``openai_harmony`` is missing or the vocabulary is not o200k."""
+    identity's sha256: the encoding is loaded once per process), rendering as vLLM did with
+    ``library``; :class:`TokenizerError` when ``openai_harmony`` is missing or the vocabulary is
+    not o200k."""
     if key not in _LOADED:
         _LOADED[key] = _load(backend, name)
-    return HarmonyChat(_LOADED[key])
+    return HarmonyChat(_LOADED[key], library)
 
 
 def _load(backend: Tokenizer, name: str) -> Any:
@@ -130,7 +139,7 @@ def _load(backend: Tokenizer, name: str) -> Any:
         raise TokenizerError(
             f"the chat template of tokenizer {name!r} is gpt-oss's (Harmony), which vLLM renders "
             "with openai_harmony, not with the template; openai_harmony is not installed "
-            "(pip install openai-harmony), or build with --server llama.cpp or sglang to render "
+            "(pip install oss-harmony), or build with --server llama.cpp or sglang to render "
             "with the template"
         ) from e
     data = _o200k_file(backend)
@@ -176,11 +185,16 @@ class HarmonyChat:
     :meth:`reference_ids` is Harmony's render of the whole request, which the renderer compares
     texts and ids with on the cross-check schedule (:meth:`differs`)."""
 
-    def __init__(self, encoding: Any) -> None:
+    def __init__(self, encoding: Any, library: Harmony | str = Harmony.oss) -> None:
         import openai_harmony as oh
 
         self._oh = oh
         self._enc = self.encoding = encoding
+        #: vLLM's headers of the library it rendered with (``--harmony``)
+        target = Harmony.of(library, "harmony")
+        self._headers = Headers(encoding, installed_layout(encoding), target)
+        #: vLLM renders a request whole after its own analysis drop, without Harmony's
+        self._whole = oh.RenderConversationConfig(auto_drop_analysis=False)
         self._prompt_tail = encoding.encode(_GENERATION_PROMPT, allowed_special="all")
         self._end, self._return = (
             encoding.encode(t, allowed_special="all")[0] for t in ("<|end|>", "<|return|>")
@@ -227,7 +241,10 @@ class HarmonyChat:
         head, last = _split(messages, add_generation_prompt)
         oh = self._oh
         convo = oh.Conversation.from_messages(self.prompt_messages(head, tools, _day(now), effort))
-        ids = list(self._enc.render_conversation_for_completion(convo, oh.Role.ASSISTANT))
+        ids = self._enc.render_conversation_for_completion(
+            convo, oh.Role.ASSISTANT, config=self._whole
+        )
+        ids = self._headers.fix(ids)
         if last is not None:
             return ids + self._completion_ids(last)
         return ids if add_generation_prompt else ids[: len(ids) - len(self._prompt_tail)]
@@ -269,7 +286,9 @@ class HarmonyChat:
             # whole: the system message says where the developer message's tools are called
             head_msgs = self._head(instructions, tools, day, effort)
             convo = self._oh.Conversation.from_messages(head_msgs)
-            ids = self._enc.render_conversation_for_completion(convo, self._oh.Role.ASSISTANT)
+            ids = self._enc.render_conversation_for_completion(
+                convo, self._oh.Role.ASSISTANT, config=self._whole
+            )
             head = self._enc.decode_utf8(ids[: len(ids) - len(self._prompt_tail)])
             if len(self._heads) >= _KEEP_HEADS:
                 self._heads.clear()
@@ -293,7 +312,7 @@ class HarmonyChat:
         return texts
 
     def _message_text(self, message: Any) -> str:
-        return str(self._enc.decode_utf8(self._enc.render(message)))
+        return str(self._enc.decode_utf8(self._headers.fix(self._enc.render(message))))
 
     # -- vLLM's request to Harmony ---------------------------------------------------------------
 
@@ -391,7 +410,7 @@ class HarmonyChat:
             msgs.append(self._assistant(text, "final"))
         ids: list[int] = []
         for msg in msgs:
-            ids += self._enc.render(msg)
+            ids += self._headers.fix(self._enc.render(msg))
         tail = self._prompt_tail
         if ids[: len(tail)] != tail:
             raise RenderError("Harmony rendered an assistant message that does not open the turn")
@@ -414,7 +433,7 @@ class HarmonyParser:
         import openai_harmony as oh
 
         self._oh, self._enc = oh, encoding
-        self.name = f"openai_harmony {_version()}, as vLLM reads gpt-oss"
+        self.name = f"{_version()}, as vLLM reads gpt-oss"
 
     @property
     def sha256(self) -> str:
@@ -466,9 +485,15 @@ def _call_texts(logged: dict[str, Any], parsed: dict[str, Any]) -> str | None:
 
 
 def _version() -> str:
-    from importlib.metadata import version
+    """The installed package that provides ``openai_harmony``, and its version."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return version("openai-harmony")
+    for dist in ("oss-harmony", "openai-harmony"):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return "openai_harmony (version unknown)"
 
 
 def _split(

@@ -28,11 +28,7 @@ Nothing the model said is silently lost: when the text of the loss span lacks th
 text or one of its tool calls (name and arguments), the call is rejected with that reason
 (:mod:`treeprep.render.coverage`); ``--chat-template`` renders with a template that keeps them.
 
-A :class:`~treeprep.schemas.TokenRollout` is taken as is: prompt ids + generation ids, the loss
-span over the generation, the sampler's log-probs passed through. Ids outside the vocabulary are
-rejected; without ``--tokenizer`` (the built-in byte tokenizer) such ids stop the build at once
-with what to pass, rather than rejecting every rollout. A rollout whose log also holds its text
-is checked to decode to it (:mod:`treeprep.render.idcheck`).
+A :class:`~treeprep.schemas.TokenRollout` is taken as is (:mod:`treeprep.render.rollout`).
 
 How: the messages are made the template's dicts (:mod:`treeprep.render.messages`); the tokenizer
 folder is read with ``tokenizers`` and JSON (:mod:`treeprep.render.tokenizer`, no transformers;
@@ -64,7 +60,7 @@ from treeprep.errors import (
     TemplateLimitError,
     TokenizerError,
 )
-from treeprep.modes import ParallelCalls, Server
+from treeprep.modes import Harmony, ParallelCalls, Server
 from treeprep.render import parallel
 from treeprep.render.coverage import (
     completion_coverage,
@@ -85,6 +81,7 @@ from treeprep.render.native import FALLBACK_ERRORS, find_port, find_verified_por
 from treeprep.render.prompted import completion_after_prompt
 from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
+from treeprep.render.rollout import record_sequence, rollout_sequence
 from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
@@ -146,6 +143,7 @@ class Renderer:
         native_templates: bool = True,
         response_template: dict[str, Any] | None = None,
         server: Server | str = Server.vllm,
+        harmony: Harmony | str = Harmony.oss,
     ) -> None:
         self.template = template
         self.identity = identity
@@ -175,8 +173,8 @@ class Renderer:
         self._harmony_check = CrossCheck()
         #: the reasoning effort of the call being rendered (Harmony states it in the prompt)
         self._effort: str | None = None
-        #: the server :meth:`set_server` last set
-        self._server: Server | None = None
+        #: the server (and Harmony library) :meth:`set_server` last set
+        self._server: tuple[Server, Harmony] | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -206,7 +204,7 @@ class Renderer:
             self._native = self._make_native()
         #: the template has a native port (jinja renders it whole where the port is off)
         self._ported = self._native is not None
-        self.set_server(server)
+        self.set_server(server, harmony)
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -221,6 +219,7 @@ class Renderer:
         date: str | None = None,
         limits: RenderLimits | None = None,
         server: Server | str = Server.vllm,
+        harmony: Harmony | str = Harmony.oss,
     ) -> Renderer:
         """A renderer for a Hugging Face tokenizer folder, or the built-in byte tokenizer (None).
 
@@ -230,7 +229,8 @@ class Renderer:
         imported. ``native_templates=False`` renders every call whole with jinja (no native port,
         no incremental rendering). ``date`` (ISO 8601) is what ``strftime_now`` reports for
         records without a timestamp (default :data:`~treeprep.render.dates.DEFAULT_DATE`);
-        ``server`` the inference server the calls were served by (:meth:`set_server`).
+        ``server`` the inference server the calls were served by, ``harmony`` the library vLLM
+        rendered gpt-oss with (:meth:`set_server`).
         """
         override = read_template_file(chat_template) if chat_template is not None else None
         fixed = parse_date(date)
@@ -249,21 +249,23 @@ class Renderer:
             native_templates=native_templates,
             response_template=src.response_template,
             server=server,
+            harmony=harmony,
         )
         renderer._identity_source = src.content_source
         return renderer
 
-    def set_server(self, server: Server | str) -> None:
+    def set_server(self, server: Server | str, harmony: Harmony | str = Harmony.oss) -> None:
         """Render a prompt's messages of several text parts as ``server`` hands them to this
         chat template (``--server``, :mod:`treeprep.render.text_parts`). Where it hands them
         over as a list, jinja renders every call (the native ports take strings); where it
-        renders gpt-oss with Harmony (vLLM), so does the renderer (:mod:`.harmony`). The
-        server it renders for already: nothing to do (a build's worker loads its renderer for
+        renders gpt-oss with Harmony (vLLM), so does the renderer (:mod:`.harmony`), with the
+        headers of library ``harmony`` (``--harmony``). The server it renders for already:
+        nothing to do (a build's worker loads its renderer for
         the build's server, then sets it again)."""
-        server = Server.of(server, "server")
-        if server is self._server:
+        server, harmony = Server.of(server, "server"), Harmony.of(harmony, "harmony")
+        if (server, harmony) == self._server:
             return
-        self._server = server
+        self._server = (server, harmony)
         self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
         probe = partial(self.template.render, tools=None, add_generation_prompt=False)
         parts = text_parts(server, self.template.source, probe)
@@ -273,7 +275,9 @@ class Renderer:
         self.harmony = None
         self.response_parser, self.response_note = self._template_parser
         if parts.harmony:
-            self.harmony = load_harmony(self.backend, self.identity.name, self.identity.sha256)
+            self.harmony = load_harmony(
+                self.backend, self.identity.name, self.identity.sha256, harmony
+            )
             self.response_parser = HarmonyParser(self.harmony.encoding)
             self.response_note = "Harmony's, as vLLM reads gpt-oss (--server vllm)"
         if parts.as_list or parts.harmony:
@@ -435,7 +439,14 @@ class Renderer:
         self.last_normalized, self.last_prompt_kept, self.last_rewrites = (), False, {}
         self._effort = rec.reasoning_effort if isinstance(rec, ChatCall) else None
         if isinstance(rec, TokenRollout):
-            return self._render_rollout(rec, group_id=group_id, order=order)
+            return rollout_sequence(
+                rec,
+                group_id=group_id,
+                order=order,
+                vocab_size=self.vocab_size,
+                identity=self.identity,
+                id_check=self.id_check,
+            )
         later: list[int] = []
         calls = rec.completion.tool_calls or []
         if self.parallel_calls is ParallelCalls.split_turns:
@@ -497,40 +508,6 @@ class Renderer:
                 spans.append((a, b))
         seq.loss_spans = sorted([*spans, *seq.loss_spans])
 
-    def _render_rollout(self, rec: TokenRollout, *, group_id: str, order: int) -> Sequence:
-        prompt = np.asarray(rec.prompt_token_ids, dtype=np.int64)
-        gen = np.asarray(rec.generation_token_ids, dtype=np.int64)
-        for name, arr in (("prompt_token_ids", prompt), ("generation_token_ids", gen)):
-            if arr.size and int(arr.max()) >= self.vocab_size:
-                pos = int(np.argmax(arr >= self.vocab_size))
-                where = f"{name}[{pos}] = {int(arr[pos])}"
-                if self.identity.path is None:
-                    # no --tokenizer: every rollout of the build would be rejected; stop at once
-                    raise TokenizerError(
-                        f"{rec.source_file}:{rec.source_line}: a token rollout ({where}) needs "
-                        "the tokenizer that produced its ids, and no --tokenizer was given (the "
-                        f"built-in byte tokenizer has {self.vocab_size} ids). Pass --tokenizer "
-                        "with the model's Hugging Face tokenizer folder."
-                    )
-                raise RenderError(
-                    f"{where} is outside the vocabulary of tokenizer "
-                    f"{self.identity.name!r} ({self.vocab_size} ids); build with the tokenizer "
-                    "that produced these ids (--tokenizer)"
-                )
-        logged = getattr(rec, "logged_text", None)  # a TextRollout (treeprep.formats.base)
-        if logged is not None:
-            names = getattr(rec, "logged_tool_names", [])
-            self.id_check.check(rec.generation_token_ids, logged, names, rec.source_file)
-        tokens = np.concatenate([prompt, gen]).astype(np.int32)
-        n_p, n = len(prompt), len(tokens)
-        spans = [(n_p, n)] if n > n_p else []
-        lp = rec.generation_log_probs
-        logprobs = None if lp is None else np.asarray(lp, dtype=np.float32)
-        seq = _sequence(rec, group_id, order, tokens, spans, logprobs, rec.branch_reason)
-        if rec.ref_log_probs is not None and spans:
-            seq.ref_logprobs = np.asarray(rec.ref_log_probs, dtype=np.float32)
-        return seq
-
     def _render_chat(self, rec: ChatCall, *, group_id: str, order: int) -> Sequence:
         if not rec.messages:
             raise RenderError("the call has no prompt messages")
@@ -582,7 +559,7 @@ class Renderer:
         kinds += marks
         self.last_normalized = (*kinds, ROUND_TRIP) if checked else kinds
         self.last_prompt_kept = kept is not None
-        return _sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
+        return record_sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
 
     def _read_back(self, comp: dict, head_text: str, span_text: str) -> bool:
         """Whether the model's response parser read the trained span (after ``head_text``, the
@@ -620,30 +597,3 @@ def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:
         i = int(diff[0])
         return f"they differ at token {i}: {int(prompt[i])} vs {int(full[i])}"
     return f"the prompt has {len(prompt)} tokens, the full sequence {len(full)}"
-
-
-def _sequence(
-    rec: ChatCall | TokenRollout,
-    group_id: str,
-    order: int,
-    tokens: np.ndarray,
-    spans: list[tuple[int, int]],
-    logprobs: np.ndarray | None,
-    branch: str | None,
-) -> Sequence:
-    """A rendered record's sequence, carrying the record's reward, ids and origin."""
-    return Sequence(
-        group_id=group_id,
-        tokens=tokens,
-        loss_spans=spans,
-        logprobs=logprobs,
-        reward=rec.reward,
-        advantage=rec.advantage,
-        agent_id=rec.agent_id,
-        call_id=rec.call_id,
-        trajectory_id=rec.trajectory_id if rec.trajectory_id is not None else group_id,
-        source=f"{rec.source_file}:{rec.source_line}",
-        source_format=rec.source_format,
-        branch_reason=branch,
-        order=order,
-    )

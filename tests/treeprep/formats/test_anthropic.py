@@ -115,3 +115,40 @@ def test_text_blocks_of_a_user_turn_stay_parts_for_the_servers_join(tmp_path):
         r.set_server(server)
         msgs, _, _ = r.normalize(call)
         assert msgs[1]["content"] == f"<reminder>{sep}Weather?"
+
+
+def test_a_tool_result_s_text_blocks_are_joined_as_the_endpoint_joins_them(tmp_path):
+    """vLLM's Messages endpoint sends a ``tool_result`` as one tool message, its text blocks
+    joined with a newline (``_convert_user_tool_result``, 0.31 to 0.34); Claude Code's results
+    read so too. A system prompt's blocks are joined with nothing between them there."""
+    from treeprep.formats.claude_code import FORMAT as CLAUDE_CODE
+
+    rec = json.loads(SAMPLE.read_text().splitlines()[1])
+    result = rec["request"]["messages"][2]["content"][0]
+    assert result["type"] == "tool_result"
+    result["content"] = [{"type": "text", "text": "14°C"}, {"type": "text", "text": "rain"}]
+    rec["request"]["system"] = [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    (call,), rej = _split(path)
+    assert rej == [] and call.messages[0].content == "AB"
+    assert [m.content for m in call.messages if m.role == "tool"][0] == "14°C\nrain"
+
+    blocks = [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+    lines = [
+        {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s",
+         "message": {"role": "user", "content": "Go."}},
+        {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": "s",
+         "message": {"id": "m1", "role": "assistant", "content": [
+             {"type": "tool_use", "id": "t1", "name": "Task", "input": {"p": "x"}}]}},
+        {"type": "user", "uuid": "u2", "parentUuid": "a1", "sessionId": "s", "message": {
+            "role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": blocks}]}},
+        {"type": "assistant", "uuid": "a2", "parentUuid": "u2", "sessionId": "s",
+         "message": {"id": "m2", "role": "assistant", "content": [
+             {"type": "text", "text": "Done."}]}},
+    ]  # fmt: skip
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    calls = [i for i in CLAUDE_CODE.read(str(path), ReadOptions()) if isinstance(i, ChatCall)]
+    assert [m.content for m in calls[-1].messages if m.role == "tool"] == ["one\ntwo"]

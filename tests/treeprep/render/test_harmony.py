@@ -33,7 +33,19 @@ TOOLS = arg_tools("bash", "read_file")
 
 @pytest.fixture(scope="module")
 def r() -> Renderer:
-    return Renderer.load(GPT_OSS)  # --server vllm, the default
+    return Renderer.load(GPT_OSS)  # --server vllm --harmony oss-harmony, the defaults
+
+
+@pytest.fixture(scope="module")
+def r_openai() -> Renderer:
+    return Renderer.load(GPT_OSS, harmony="openai-harmony")  # vLLM 0.30 and before
+
+
+def _oss(text: str) -> str:
+    """``text`` with each tool result's header as oss-harmony writes it (vLLM from 0.31): the
+    recipient after the channel (the template and openai-harmony write it after the author)."""
+    header = r"<\|start\|>(functions\.[^<]*?) to=assistant<\|channel\|>commentary<\|message\|>"
+    return re.sub(header, r"<|start|>\1<|channel|>commentary to=assistant<|message|>", text)
 
 
 def _template(r: Renderer, msgs: list[dict], tools: Any, gen: bool, **kw: Any) -> str:
@@ -65,15 +77,17 @@ def _session(system: str | None, n: int) -> list[dict]:
     return msgs
 
 
+@pytest.mark.parametrize("library", ["oss-harmony", "openai-harmony"])
 @pytest.mark.parametrize("system", [None, "You are a coding agent."])
 @pytest.mark.parametrize("tools", [None, TOOLS], ids=["no-tools", "tools"])
 def test_prompts_are_the_template_s_text_but_for_tool_results(
-    r: Renderer, system: str | None, tools: Any
+    r: Renderer, r_openai: Renderer, library: str, system: str | None, tools: Any
 ) -> None:
     """Every prompt of a session (system, tools, reasoning dropped once a final answer follows):
-    the template's text with the tool results as they are; and Harmony's ids are the
-    tokenizer's. The one other difference: Harmony ends the instructions of a developer message
-    without tools with no blank line."""
+    the template's text with the tool results as they are, their headers as the library vLLM had
+    writes them; and Harmony's ids are the tokenizer's. The one other difference: Harmony ends
+    the instructions of a developer message without tools with no blank line."""
+    r = r if library == "oss-harmony" else r_openai
     msgs = _session(system, 4)
     first_result = next(i for i, m in enumerate(msgs) if m["role"] == "tool")
     hf = hf_tokenizer(r)
@@ -82,20 +96,21 @@ def test_prompts_are_the_template_s_text_but_for_tool_results(
         ref = _template(r, msgs[:k], tools, True)
         if system and not tools:
             ref = ref.replace(f"{system}\n\n<|end|>", f"{system}<|end|>", 1)
-        assert ours == ref, k
+        assert ours == (_oss(ref) if library == "oss-harmony" else ref), k
         assert r.harmony is not None
         assert r.harmony.reference_ids(msgs[:k], tools, True) == hf(ours)["input_ids"]
         assert '"ok"' in ours or k <= first_result  # a result as it is, not '\\"ok\\"'
 
 
 def test_a_completion_follows_its_prompt(r: Renderer) -> None:
-    """A tool call renders as the template renders it; a final answer after tool turns follows the
+    """A tool call renders as the template renders it (the tool result before it as vLLM from
+    0.31 writes it); a final answer after tool turns follows the
     prompt the model saw (with the turns' analysis, which the template's whole render drops) and
     ends with <|return|>, as the template ends it."""
     msgs = _session(None, 2)
     call_at = 3  # messages[3] is the second tool call
     full = r.render_text(msgs[: call_at + 1], TOOLS)
-    assert full == _template(r, msgs[: call_at + 1], TOOLS, False)
+    assert full == _oss(_template(r, msgs[: call_at + 1], TOOLS, False))
     final_at = 5
     prompt = r.render_text(msgs[:final_at], TOOLS, add_generation_prompt=True)
     full = r.render_text(msgs[: final_at + 1], TOOLS)
@@ -106,11 +121,13 @@ def test_a_completion_follows_its_prompt(r: Renderer) -> None:
     assert "look 1" in prompt and "look 1" not in _template(r, msgs[: final_at + 1], TOOLS, False)
 
 
-def test_what_vllm_sends_where_the_template_cannot(r: Renderer) -> None:
+def test_what_vllm_sends_where_the_template_cannot(r: Renderer, r_openai: Renderer) -> None:
     """vLLM's conversion where the template refuses or differs: a turn's text (commentary) and
     reasoning (analysis) before its calls, every parallel call with its arguments as logged, a
     result named by its call's id (an unknown id: ``functions.``), a later system message as a
-    developer message, the instructions without a blank line."""
+    developer message, the instructions without a blank line. The calls' headers are the first
+    layout with either library (vLLM 0.31's rewrite); the results' are oss-harmony's (vLLM from
+    0.31) or openai-harmony's (before)."""
     msgs = [
         {"role": "system", "content": "S"},
         {"role": "user", "content": "U"},
@@ -131,13 +148,17 @@ def test_what_vllm_sends_where_the_template_cannot(r: Renderer) -> None:
         "<|start|>assistant<|channel|>analysis<|message|>R1<|end|>"
         '<|start|>assistant to=functions.ls<|channel|>commentary json<|message|>{"p":"é"}<|call|>'
         '<|start|>assistant to=functions.cat<|channel|>commentary json<|message|>{"f": 1}<|call|>'
-        "<|start|>functions.cat to=assistant<|channel|>commentary<|message|>x<|end|>"
-        "<|start|>functions.ls to=assistant<|channel|>commentary<|message|>a.py\nb.py<|end|>"
-        "<|start|>functions. to=assistant<|channel|>commentary<|message|>?<|end|>"
+        "<|start|>functions.cat<|channel|>commentary to=assistant<|message|>x<|end|>"
+        "<|start|>functions.ls<|channel|>commentary to=assistant<|message|>a.py\nb.py<|end|>"
+        "<|start|>functions.<|channel|>commentary to=assistant<|message|>?<|end|>"
         "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
         "<|start|>user<|message|>U2<|end|><|start|>assistant"
     )
     assert r.render_text(msgs, None, add_generation_prompt=True) == want
+    old = re.sub(r"(functions\.\w*)<\|channel\|>commentary to=assistant<",
+                 r"\1 to=assistant<|channel|>commentary<", want)  # fmt: skip
+    assert old.count(" to=assistant<|channel|>commentary<|message|>") == 3
+    assert r_openai.render_text(msgs, None, add_generation_prompt=True) == old
 
 
 def _call(messages: list[dict], completion: dict, **kw: Any) -> ChatCall:
@@ -189,7 +210,7 @@ def test_a_completion_is_trained_as_the_model_writes_it_and_reads_back(r: Render
         ("commentary", "functions.bash", '{"arg":"pwd"}'),
     ]
     assert "round-trip" in r.last_normalized
-    assert r.response_parser is not None and r.response_parser.name.startswith("openai_harmony")
+    assert r.response_parser is not None and r.response_parser.name.startswith("oss-harmony")
 
 
 def test_a_completion_that_does_not_read_back_is_named() -> None:
@@ -241,7 +262,7 @@ def test_another_vocabulary_or_no_harmony_is_refused(monkeypatch: pytest.MonkeyP
     assert Renderer.load(qwen3, chat_template=template, server="llama.cpp").harmony is None
     monkeypatch.setattr(harmony, "_LOADED", {})
     monkeypatch.setitem(sys.modules, "openai_harmony", None)
-    with pytest.raises(TokenizerError, match="pip install openai-harmony"):
+    with pytest.raises(TokenizerError, match="pip install oss-harmony"):
         Renderer.load(GPT_OSS)
 
 
@@ -259,7 +280,7 @@ def test_real_claude_code_logs_build_for_gpt_oss_on_vllm(tmp_path: Path) -> None
     m = build(BuildConfig(inputs=inputs, out=str(tmp_path / "v"), tokenizer=str(GPT_OSS)))
     assert m.counts.records_rejected == 0 and m.counts.records_in_trees == 16
     assert m.normalized["round-trip"] == m.counts.records_in_trees
-    assert m.response_parser and m.response_parser.startswith("openai_harmony")
+    assert m.response_parser and m.response_parser.startswith("oss-harmony")
     llama = FileOptions(server="llama.cpp", reasoning_merge="fold")
     t = build(BuildConfig(inputs=inputs, out=str(tmp_path / "t"), tokenizer=str(GPT_OSS),
                           file=llama))  # fmt: skip
