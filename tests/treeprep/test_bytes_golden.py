@@ -84,16 +84,18 @@ SAMPLE_OPTIONS = {
     ),
 }
 
+#: the real logs, re-recorded at the commit that joins a tool_result's text blocks with a newline
+#: (2 of the Claude Code logs' results have several)
 REAL_GOLDEN = {
-    "manifest.json": "958dfdb285bf2beba726d483e54b2c99fb991867c1cc868db4914e895dbd8a36",
+    "manifest.json": "d8384cd060d7c51a1ed1b5f24df8f24be3e7aa62529f0da3b1f73b9f074dc170",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "50e407d3b8dd41a19a201978813b2ad1fb0743fcea4b83f6568ff84493d7eeac"
+        "b774f6c73ed05abdd65e99226802e865696075a11bb04307d3c2bdbd64d5303b"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "d2ed6e4d575124c3ad3cf33e16129a8a4978f071ff118eb527fb8359c2b772cc"
+        "63a09e193a7dacbb522a6fdb4449a4a75ceb601dbdc8708cb6d3329fcfe25900"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "4c278a73dfb54e8c49f4ffecfa272c9e67566ee0fa4afc4c3ddfe2418349e1a2",
+    "shards/shard-00000.arrow": "21ea5bb5d83b67a0baa2b65c76190d8c7afa35b59288cc25487a7f751efab8f9",
 }
 
 
