@@ -121,6 +121,9 @@ class ChatCall(_Model):
     #: API's ``reasoning.effort``, Codex's turn context), where the log says; gpt-oss's prompt
     #: states it (:mod:`treeprep.render.harmony`)
     reasoning_effort: str | None = None
+    #: the request's ``chat_template_kwargs`` (vLLM, SGLang and llama.cpp hand them to the chat
+    #: template, e.g. ``{"enable_thinking": false}``), where the log says
+    chat_template_kwargs: dict[str, Any] | None = None
     source_file: str = ""
     source_line: int = 0
     source_format: str = ""

@@ -432,9 +432,15 @@ def chat_call(
         tools = normalize_tools(src[1], src[0])
     resp = obj_at(rec, "response")
     model = rec.get("model") or req.get("model") or resp.get("model")
+    bodies = [(d, obj_at(d, "extra_body")) for d in (rec, req, obj_at(rec, "kwargs"))]
     effort = next(
-        (d["reasoning_effort"] for d in (rec, req, obj_at(rec, "kwargs"))
+        (d["reasoning_effort"] for pair in bodies for d in pair
          if isinstance(d.get("reasoning_effort"), str)),
+        None,
+    )  # fmt: skip
+    template_kwargs = next(
+        (d["chat_template_kwargs"] for pair in bodies for d in pair
+         if isinstance(d.get("chat_template_kwargs"), dict)),
         None,
     )  # fmt: skip
     call_id = rec.get("call_id") or rec.get("id") or resp.get("id")
@@ -454,6 +460,7 @@ def chat_call(
             model=model if isinstance(model, str) else None,
             timestamp=rec["timestamp"] if isinstance(rec.get("timestamp"), str) else None,
             reasoning_effort=effort,
+            chat_template_kwargs=template_kwargs,
             messages=messages,  # type: ignore[arg-type]
             tools=tools,
             completion=completion,  # type: ignore[arg-type]

@@ -66,13 +66,17 @@ import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from treeprep.crosscheck import CrossCheck
 from treeprep.errors import NativeTemplateMismatch, RenderError, TemplateLimitError
 from treeprep.schemas.records import shared_prefix
+
+if TYPE_CHECKING:
+    from treeprep.render.template import ChatTemplate
+    from treeprep.schemas import TokenizerIdentity
 
 #: (messages, tools, add_generation_prompt, now) -> text, a full render
 FullRender = Callable[[list[dict], list[dict] | None, bool, datetime | None], str]
@@ -511,3 +515,26 @@ def probe_sessions() -> list[tuple[list[dict[str, Any]], list[dict[str, Any]] | 
     session.append({"role": "assistant", "content": "Because.", "reasoning_content": "r"})
     plain = [m for m in session if m["role"] != "system"]
     return [(session, tools), (session, None), (plain, tools)]
+
+
+#: whether incremental rendering stayed on through the probe sessions, per template and
+#: tokenizer, in this process: the probe renders each session's prefixes whole and
+#: incrementally, seconds for a large template, and the answer depends on these alone
+_VERIFIED: dict[tuple[Any, ...], tuple[bool, bool]] = {}
+
+
+def verified_once(
+    inc: IncrementalRenderer, template: ChatTemplate, identity: TokenizerIdentity
+) -> bool:
+    """:meth:`IncrementalRenderer.verify` on the probe sessions, once per template and tokenizer."""
+    key = (
+        template.source,
+        template.limits,
+        template.date,
+        tuple(sorted(template.special_tokens.items())),
+        identity.model_dump_json(),
+    )
+    if key not in _VERIFIED:
+        _VERIFIED[key] = (inc.verify(probe_sessions()), inc.leaving)
+    enabled, inc.leaving = _VERIFIED[key]
+    return enabled

@@ -75,7 +75,7 @@ from treeprep.render.harmony import HarmonyChat, HarmonyParser, load_harmony
 from treeprep.render.history import NormalizedHistory, RenderedPrefixes
 from treeprep.render.idcheck import IdCheck
 from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
-from treeprep.render.incremental import IncrementalRenderer, probe_sessions
+from treeprep.render.incremental import IncrementalRenderer, verified_once
 from treeprep.render.messages import template_messages
 from treeprep.render.native import FALLBACK_ERRORS, find_port, find_verified_port
 from treeprep.render.prompted import completion_after_prompt
@@ -88,6 +88,7 @@ from treeprep.render.template import (
     RenderLimits,
     first_char_difference,
 )
+from treeprep.render.template_kwargs import template_kwargs
 from treeprep.render.text_parts import text_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
@@ -99,29 +100,6 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------------------
 # The renderer
 # --------------------------------------------------------------------------------------------------
-
-
-#: whether incremental rendering stayed on through the probe sessions, per template and
-#: tokenizer, in this process: the probe renders each session's prefixes whole and
-#: incrementally, seconds for a large template, and the answer depends on these alone
-_VERIFIED: dict[tuple[Any, ...], tuple[bool, bool]] = {}
-
-
-def _verified(
-    inc: IncrementalRenderer, template: ChatTemplate, identity: TokenizerIdentity
-) -> bool:
-    """:meth:`IncrementalRenderer.verify` on the probe sessions, once per template and tokenizer."""
-    key = (
-        template.source,
-        template.limits,
-        template.date,
-        tuple(sorted(template.special_tokens.items())),
-        identity.model_dump_json(),
-    )
-    if key not in _VERIFIED:
-        _VERIFIED[key] = (inc.verify(probe_sessions()), inc.leaving)
-    enabled, inc.leaving = _VERIFIED[key]
-    return enabled
 
 
 class Renderer:
@@ -173,6 +151,8 @@ class Renderer:
         self._harmony_check = CrossCheck()
         #: the reasoning effort of the call being rendered (Harmony states it in the prompt)
         self._effort: str | None = None
+        #: the template kwargs of the call being rendered (:mod:`.template_kwargs`)
+        self._kwargs: dict[str, Any] = {}
         #: the server (and Harmony library) :meth:`set_server` last set
         self._server: tuple[Server, Harmony] | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
@@ -287,10 +267,11 @@ class Renderer:
 
     def _start_incremental(self) -> None:
         """Incremental jinja rendering, for a template without a native port, where it stays on
-        through the probe sessions (:func:`_verified`; not needed where Harmony renders)."""
+        through the probe sessions (:func:`~.incremental.verified_once`; not needed where Harmony
+        renders)."""
         name = f"the chat template of {self.identity.name!r}"
         inc = IncrementalRenderer(self._jinja_at, name=name)
-        self.incremental = inc if _verified(inc, self.template, self.identity) else None
+        self.incremental = inc if verified_once(inc, self.template, self.identity) else None
 
     def identity_by_content(self) -> TokenizerIdentity:
         """:attr:`identity` with its ``content_sha256`` (what a manifest records). Computed on
@@ -355,6 +336,9 @@ class Renderer:
                 if why is not None:
                     raise NativeTemplateMismatch(f"{where or 'a record'}: {why}")
             return text
+        if self._kwargs:  # the ports and incremental rendering know no kwargs
+            return self.template.render(messages, tools, add_generation_prompt, now=now,
+                                        extra=self._kwargs)  # fmt: skip
         if self._native is not None:
             try:
                 text = self._native(messages, tools, add_generation_prompt)
@@ -438,6 +422,10 @@ class Renderer:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
         self.last_normalized, self.last_prompt_kept, self.last_rewrites = (), False, {}
         self._effort = rec.reasoning_effort if isinstance(rec, ChatCall) else None
+        self._kwargs = {}
+        if isinstance(rec, ChatCall) and self.harmony is None and self._server is not None:
+            kw, server = rec.chat_template_kwargs, self._server[0]
+            self._kwargs = template_kwargs(self.template.source, server, kw, self._effort)
         if isinstance(rec, TokenRollout):
             return rollout_sequence(
                 rec,

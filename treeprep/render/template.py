@@ -488,9 +488,11 @@ class ChatTemplate:
         add_generation_prompt: bool,
         *,
         now: datetime | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> str:
         """The template's text; any failure or breached limit is a :class:`RenderError`. ``now``
-        is the date ``strftime_now`` reports (default: :attr:`date`)."""
+        is the date ``strftime_now`` reports (default: :attr:`date`); ``extra``, the call's
+        template kwargs (:mod:`treeprep.render.template_kwargs`), cannot replace the others."""
         when = now or self.date or DEFAULT_DATE
         strftime_now = self._dates.get(when)
         if strftime_now is None:
@@ -498,6 +500,7 @@ class ChatTemplate:
                 self._dates.clear()
             strftime_now = self._dates[when] = strftime_at(when)
         variables = {
+            **(extra or {}),
             **self.special_tokens,
             "messages": plain_messages(messages, self.wrap_strings),
             "tools": tools,

@@ -1,0 +1,111 @@
+"""A request's chat-template kwargs and reasoning effort reach the template as the server hands
+them over (treeprep.render.template_kwargs), checked against transformers' apply_chat_template
+given the same kwargs; the reader takes them from the logged request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hf_reference import apply_at_fixed_date
+
+from treeprep.formats import ReadOptions, get_format
+from treeprep.render import Renderer
+from treeprep.schemas import ChatCall
+
+TOKENIZERS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "tokenizers"
+QWEN3, GPT_OSS = TOKENIZERS / "qwen3", TOKENIZERS / "gpt-oss"
+pytestmark = pytest.mark.skipif(not (QWEN3 / "tokenizer.json").is_file(), reason="no shared data")
+
+HI = [{"role": "user", "content": "Hi"}]
+REPLY = {"role": "assistant", "content": "Hello."}
+
+
+def _call(**kw: Any) -> ChatCall:
+    return ChatCall(call_id="c", messages=HI, completion=REPLY, source_file="f", source_line=1,
+                    **kw)  # fmt: skip
+
+
+def _prompt(r: Renderer, call: ChatCall) -> str:
+    seq = r.render(call, group_id="g")
+    return r.decode(seq.tokens[: seq.loss_spans[-1][0]])
+
+
+@pytest.fixture(scope="module")
+def qwen3() -> Renderer:
+    return Renderer.load(QWEN3)
+
+
+def test_a_request_s_kwargs_turn_qwen3_s_thinking_off(qwen3: Renderer) -> None:
+    """``chat_template_kwargs: {"enable_thinking": false}``: the prompt is the template's with
+    thinking off (an empty think block opens the answer), on every server."""
+    off = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True,
+                              enable_thinking=False)  # fmt: skip
+    on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
+    assert off != on
+    for server in ("vllm", "sglang", "llama.cpp"):
+        qwen3.set_server(server)
+        assert _prompt(qwen3, _call(chat_template_kwargs={"enable_thinking": False})) == off
+        assert _prompt(qwen3, _call()) == on
+    qwen3.set_server("vllm")
+
+
+def test_vllm_turns_thinking_off_for_effort_none(qwen3: Renderer) -> None:
+    """vLLM sets ``enable_thinking = effort != "none"`` unless the kwargs set it; SGLang hands
+    the template only ``reasoning_effort``, which Qwen3's does not read."""
+    off = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True,
+                              enable_thinking=False)  # fmt: skip
+    on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
+    assert _prompt(qwen3, _call(reasoning_effort="none")) == off
+    assert _prompt(qwen3, _call(reasoning_effort="low")) == on
+    kept = _call(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
+    assert _prompt(qwen3, kept) == on
+    qwen3.set_server("sglang")
+    assert _prompt(qwen3, _call(reasoning_effort="none")) == on
+    qwen3.set_server("vllm")
+
+
+def test_kwargs_the_template_does_not_read_or_the_renderer_sets_are_left(qwen3: Renderer) -> None:
+    """As vLLM keeps only the names the template reads: the rest change nothing, and the call
+    is rendered by the native port as one without kwargs is (a kwarg it reads needs jinja)."""
+    on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
+    odd = {"add_generation_prompt": False, "messages": [], "strftime_now": 1, "unknown": 2}
+    assert qwen3.native_template is not None
+    before = qwen3.native_renders
+    assert _prompt(qwen3, _call(chat_template_kwargs=odd)) == on
+    assert qwen3.native_renders > before
+
+
+def test_gpt_oss_s_template_states_the_effort_on_llama_cpp() -> None:
+    """gpt-oss rendered with its template (llama.cpp, SGLang): the template's
+    ``Reasoning: {{ reasoning_effort }}`` shows the request's effort, as given to
+    apply_chat_template."""
+    r = Renderer.load(GPT_OSS, server="llama.cpp")
+    want = apply_at_fixed_date(r, HI, tokenize=False, add_generation_prompt=True,
+                               reasoning_effort="high")  # fmt: skip
+    assert "Reasoning: high" in want
+    assert _prompt(r, _call(reasoning_effort="high")) == want
+    assert "Reasoning: medium" in _prompt(r, _call())
+
+
+def test_the_reader_takes_them_from_the_request(tmp_path: Path) -> None:
+    """A logged request's ``chat_template_kwargs``, at the top, in ``request``, or in the OpenAI
+    SDK's ``extra_body``."""
+    kw = {"enable_thinking": False}
+    resp = {"choices": [{"message": REPLY}]}
+    rows = [
+        {"messages": HI, "completion": REPLY, "chat_template_kwargs": kw},
+        {"request": {"messages": HI, "chat_template_kwargs": kw}, "response": resp},
+        {"request": {"messages": HI, "extra_body": {"chat_template_kwargs": kw,
+                                                    "reasoning_effort": "low"}},
+         "response": resp},
+        {"messages": HI, "completion": REPLY},
+    ]  # fmt: skip
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in rows))
+    calls = list(get_format("openai-chat").read(str(path), ReadOptions()))
+    assert all(isinstance(c, ChatCall) for c in calls)
+    assert [c.chat_template_kwargs for c in calls] == [kw, kw, kw, None]  # type: ignore[union-attr]
+    assert calls[2].reasoning_effort == "low"  # type: ignore[union-attr]

@@ -1,0 +1,77 @@
+"""A call's chat-template kwargs: what the inference server handed the template besides the
+messages and tools.
+
+A request may carry ``chat_template_kwargs`` (vLLM's, SGLang's and llama.cpp's extension of the
+Chat Completions API; ``{"enable_thinking": false}`` turns Qwen3's thinking off) and a
+``reasoning_effort``. The server renders the template with them, so the prompt the model saw
+depends on them. What each server does (read in their sources, late 2026):
+
+- **vLLM** (``ChatCompletionRequest.build_chat_params``, 0.34): the request's kwargs, and over
+  them the reasoning effort as ``reasoning_effort`` and, unless the kwargs set
+  ``enable_thinking``, ``enable_thinking = effort != "none"``; then only the names the template
+  reads are kept (``resolve_chat_template_kwargs``).
+- **SGLang** (``serving_chat._apply_jinja_template``): ``reasoning_effort`` (the request's, or
+  the one its kwargs name), then the kwargs.
+- **llama.cpp** (``tools/server``): the kwargs, and the request's ``reasoning_effort`` among them
+  (forwarded since PR #26941, build b10434, August 2026; earlier builds ignore it).
+
+:func:`template_kwargs` gives those, less any the template does not read or the renderer sets
+itself (the messages, tools, generation prompt, date function and special tokens). Harmony's
+render (gpt-oss on vLLM) takes only the effort (:mod:`treeprep.render.harmony`).
+
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from treeprep.modes import Server
+
+__all__ = ["template_kwargs"]
+
+#: what the renderer gives the template itself, which no request's kwargs replace
+_RESERVED = frozenset(
+    {"messages", "tools", "documents", "add_generation_prompt", "strftime_now",
+     "chat_template", "tokenize", "continue_final_message"}
+)  # fmt: skip
+
+
+def template_kwargs(
+    source: str, server: Server, kwargs: dict[str, Any] | None, effort: str | None
+) -> dict[str, Any]:
+    """The kwargs ``server`` renders the template ``source`` with, for a request with these
+    ``chat_template_kwargs`` and reasoning ``effort`` (empty: the template's defaults).
+
+    >>> t = "{% if enable_thinking is false %}<think></think>{% endif %}{{ reasoning_effort }}"
+    >>> template_kwargs(t, Server.vllm, None, "none")
+    {'reasoning_effort': 'none', 'enable_thinking': False}
+    >>> template_kwargs(t, Server.sglang, {"enable_thinking": False, "x": 1}, None)
+    {'enable_thinking': False}
+    """
+    out = dict(kwargs or {})
+    if server is Server.sglang and effort is None:
+        effort = out.pop("reasoning_effort", None)
+    if effort is not None:
+        out["reasoning_effort"] = effort
+        if server is Server.vllm and "enable_thinking" not in (kwargs or {}):
+            out["enable_thinking"] = effort != "none"
+    if not out:
+        return out
+    reads = _variables(source)
+    return {k: v for k, v in out.items() if k in reads and k not in _RESERVED}
+
+
+@lru_cache(maxsize=16)
+def _variables(source: str) -> frozenset[str]:
+    """The names the template reads without setting them (a template that fails to parse reads
+    none: it fails at render, naming why)."""
+    import jinja2
+    import jinja2.meta
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
+    except jinja2.TemplateError:
+        return frozenset()
