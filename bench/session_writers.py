@@ -91,8 +91,9 @@ def write_gptme(folder: Path, n: int) -> Path:
     return path
 
 
-def write_chat_row(folder: Path, n: int) -> Path:
-    """One OpenAI fine-tuning row (``sample_data/conversations/openai_finetune.jsonl``)."""
+def write_chat_row(folder: Path, n: int, request: dict | None = None) -> Path:
+    """One OpenAI fine-tuning row (``sample_data/conversations/openai_finetune.jsonl``), with the
+    request's fields ``request`` (its ``chat_template_kwargs``, ``reasoning_effort``)."""
     path = folder / "rows.jsonl"
     folder.mkdir(parents=True, exist_ok=True)
     messages: list[dict] = [{"role": "system", "content": "You are a coding agent."}]
@@ -104,7 +105,8 @@ def write_chat_row(folder: Path, n: int) -> Path:
         messages.append({"role": "assistant", "content": said, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": out})
     messages.append({"role": "assistant", "content": "Done."})
-    path.write_text(json.dumps({"messages": messages}) + "\n")
+    row = {"messages": messages, **(request or {})}
+    path.write_text(json.dumps(row) + "\n")
     return path
 
 
@@ -520,6 +522,10 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "cline": write_cline,
     "gptme": write_gptme,
     "chat-row": write_chat_row,
+    # Qwen3's thinking turned off in every call, and gpt-oss's effort: a kwarg the template reads
+    "chat-row-kwargs": lambda folder, n: write_chat_row(
+        folder, n, {"chat_template_kwargs": {"enable_thinking": False, "reasoning_effort": "high"}}
+    ),
     "claude-code": write_claude_code,
     "codex": write_codex,
     "gemini-cli": write_gemini_cli,

@@ -246,6 +246,8 @@ def convert(
     tid = tid if isinstance(tid, str) and tid else None  # a run of a task: names its calls
     stem = tid or gid
     shared = _validated(messages)
+    kwargs = rec.get("chat_template_kwargs")  # TRL's column: the row's template kwargs
+    kwargs = kwargs if isinstance(kwargs, dict) else None
     k = 0
     for i, target in enumerate(targets):
         if not target:
@@ -264,6 +266,7 @@ def convert(
                     messages=shared[:i],  # type: ignore[arg-type]
                     tools=tools,
                     completion=shared[i],  # type: ignore[arg-type]
+                    chat_template_kwargs=kwargs,
                     reward=reward,
                     provenance=Provenance(exact_messages=True, reconstructed=True),
                     source_file=file,

@@ -524,10 +524,13 @@ _VERIFIED: dict[tuple[Any, ...], tuple[bool, bool]] = {}
 
 
 def verified_once(
-    inc: IncrementalRenderer, template: ChatTemplate, identity: TokenizerIdentity
-) -> bool:
-    """:meth:`IncrementalRenderer.verify` on the probe sessions, once per template and tokenizer."""
+    inc: IncrementalRenderer, template: ChatTemplate, identity: TokenizerIdentity,
+    kwargs: bytes = b"",
+) -> bool:  # fmt: skip
+    """:meth:`IncrementalRenderer.verify` on the probe sessions, once per template, tokenizer
+    and template kwargs (``kwargs``: their JSON, which ``inc``'s renders are given)."""
     key = (
+        kwargs,
         template.source,
         template.limits,
         template.date,

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from treeprep.errors import RenderError, TemplateLimitError
+from treeprep.errors import NativeTemplateMismatch, RenderError, TemplateLimitError
 from treeprep.render.native_qwen import (
     _GENERATION_PROMPT,
     _end_assistant,
@@ -65,10 +65,12 @@ from treeprep.render.native_qwen import (
     render_qwen3,
     render_qwen3_instruct_2507,
 )
+from treeprep.render.template import first_char_difference
 from treeprep.schemas.tokenizer import sha256_text
 
 __all__ = [
     "FALLBACK_ERRORS",
+    "check_port",
     "NativeTemplate",
     "PORTS",
     "find_port",
@@ -228,6 +230,37 @@ def find_port(template_sha256: str) -> NativeTemplate | None:
 # --------------------------------------------------------------------------------------------------
 # Verification: a port is used only once it renders the probe conversations like its template
 # --------------------------------------------------------------------------------------------------
+
+
+def check_port(
+    text: str, reference: Callable[[], str], *, port: str, tokenizer: str,
+    add_generation_prompt: bool, where: str,
+) -> None:  # fmt: skip
+    """:class:`NativeTemplateMismatch` (naming ``where``, the record's ``file:line``) unless the
+    port's ``text`` is the jinja template's (``reference()``); a render that breaks the
+    template's limits is the record's reject, not the port's fault."""
+    try:
+        ref = reference()
+    except TemplateLimitError:
+        raise
+    except RenderError as e:
+        ref_err: str | None = e.reason
+    else:
+        if ref == text:
+            return
+        ref_err = None
+    what = (
+        f"the template fails ({ref_err})"
+        if ref_err is not None
+        else f"they differ at character {first_char_difference(text, ref)}"
+    )
+    raise NativeTemplateMismatch(
+        f"{where or 'a record'}: the native port {port!r} of the chat template of tokenizer "
+        f"{tokenizer!r} renders this record differently from the jinja template "
+        f"(add_generation_prompt={add_generation_prompt}; {what}). This is a bug in "
+        "treeprep.render.native, not in the record; build with --no-native-templates "
+        "(Renderer.load(..., native_templates=False)) to render with jinja only."
+    )
 
 
 def find_verified_port(template: str, reference: RenderFn) -> NativeTemplate | None:

@@ -57,9 +57,9 @@ from treeprep.crosscheck import CrossCheck
 from treeprep.errors import (
     NativeTemplateMismatch,
     RenderError,
-    TemplateLimitError,
     TokenizerError,
 )
+from treeprep.io.jsonparse import json_key
 from treeprep.modes import Harmony, ParallelCalls, Server
 from treeprep.render import parallel
 from treeprep.render.coverage import (
@@ -77,7 +77,7 @@ from treeprep.render.idcheck import IdCheck
 from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
 from treeprep.render.incremental import IncrementalRenderer, verified_once
 from treeprep.render.messages import template_messages
-from treeprep.render.native import FALLBACK_ERRORS, find_port, find_verified_port
+from treeprep.render.native import FALLBACK_ERRORS, check_port, find_port, find_verified_port
 from treeprep.render.prompted import completion_after_prompt
 from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
@@ -86,7 +86,6 @@ from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
     RenderLimits,
-    first_char_difference,
 )
 from treeprep.render.template_kwargs import template_kwargs
 from treeprep.render.text_parts import text_parts
@@ -100,6 +99,9 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------------------
 # The renderer
 # --------------------------------------------------------------------------------------------------
+
+#: the template kwargs whose incremental renderers are kept (a build's calls share a few)
+_KEEP_KWARGS = 8
 
 
 class Renderer:
@@ -153,6 +155,8 @@ class Renderer:
         self._effort: str | None = None
         #: the template kwargs of the call being rendered (:mod:`.template_kwargs`)
         self._kwargs: dict[str, Any] = {}
+        #: incremental rendering with template kwargs, per kwargs (None: jinja renders whole)
+        self._kw_incremental: dict[bytes | None, IncrementalRenderer | None] = {}
         #: the server (and Harmony library) :meth:`set_server` last set
         self._server: tuple[Server, Harmony] | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
@@ -252,6 +256,9 @@ class Renderer:
         self.template.wrap_strings = parts.wrap
         self._history = NormalizedHistory(parts)
         self._turns = PreviousTurns()
+        self._kw_incremental.clear()  # their texts were rendered for the last server's parts
+        if self.incremental is not None:
+            self.incremental.clear()
         self.harmony = None
         self.response_parser, self.response_note = self._template_parser
         if parts.harmony:
@@ -336,7 +343,10 @@ class Renderer:
                 if why is not None:
                     raise NativeTemplateMismatch(f"{where or 'a record'}: {why}")
             return text
-        if self._kwargs:  # the ports and incremental rendering know no kwargs
+        if self._kwargs:  # the ports know no kwargs
+            inc = self._incremental_with(self._kwargs)
+            if inc is not None:
+                return inc.render(messages, tools, add_generation_prompt, now, where=where)
             return self.template.render(messages, tools, add_generation_prompt, now=now,
                                         extra=self._kwargs)  # fmt: skip
         if self._native is not None:
@@ -353,42 +363,36 @@ class Renderer:
         return self.template.render(messages, tools, add_generation_prompt, now=now)
 
     def _check_native(
-        self,
-        text: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool,
-        where: str,
-        now: datetime | None,
-    ) -> None:
-        try:
-            ref = self.template.render(messages, tools, add_generation_prompt, now=now)
-        except TemplateLimitError:
-            raise  # the record breaks the template's limits (a reject), the port is not at fault
-        except RenderError as e:
-            ref_err: str | None = e.reason
-        else:
-            if ref == text:
-                return
-            ref_err = None
-        what = (
-            f"the template fails ({ref_err})"
-            if ref_err is not None
-            else f"they differ at character {first_char_difference(text, ref)}"
-        )
-        raise NativeTemplateMismatch(
-            f"{where or 'a record'}: the native port {self.native_template!r} of the chat template "
-            f"of tokenizer {self.identity.name!r} renders this record differently from the jinja "
-            f"template (add_generation_prompt={add_generation_prompt}; {what}). This is a bug in "
-            "treeprep.render.native, not in the record; build with --no-native-templates "
-            "(Renderer.load(..., native_templates=False)) to render with jinja only."
-        )
+        self, text: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool, where: str, now: datetime | None,
+    ) -> None:  # fmt: skip
+        reference = partial(self.template.render, messages, tools, add_generation_prompt, now=now)
+        check_port(text, reference, port=self.native_template or "", tokenizer=self.identity.name,
+                   add_generation_prompt=add_generation_prompt, where=where)  # fmt: skip
 
     def _jinja_at(
-        self, msgs: list[dict], tools: list[dict] | None, gen: bool, now: datetime | None
-    ) -> str:
+        self, msgs: list[dict], tools: list[dict] | None, gen: bool, now: datetime | None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:  # fmt: skip
         """The jinja template's text (the incremental renderer's whole render)."""
-        return self.template.render(msgs, tools, gen, now=now)
+        return self.template.render(msgs, tools, gen, now=now, extra=extra)
+
+    def _incremental_with(self, kwargs: dict[str, Any]) -> IncrementalRenderer | None:
+        """Incremental jinja rendering with these template kwargs, where it stays on through the
+        probe sessions rendered with them (None: render whole; also where ``native_templates``
+        is off, and for kwargs that are not plain JSON)."""
+        key = json_key(kwargs)
+        if key not in self._kw_incremental:
+            inc = None
+            if self._native_templates and key is not None:
+                name = f"the chat template of {self.identity.name!r} with {key.decode()}"
+                inc = IncrementalRenderer(partial(self._jinja_at, extra=dict(kwargs)), name=name)
+                if not verified_once(inc, self.template, self.identity, key):
+                    inc = None
+            if len(self._kw_incremental) >= _KEEP_KWARGS:
+                self._kw_incremental.clear()
+            self._kw_incremental[key] = inc
+        return self._kw_incremental[key]
 
     def _make_native(self) -> RenderFn | None:
         port = find_verified_port(self.template.source, self.template.render)

@@ -109,3 +109,32 @@ def test_the_reader_takes_them_from_the_request(tmp_path: Path) -> None:
     assert all(isinstance(c, ChatCall) for c in calls)
     assert [c.chat_template_kwargs for c in calls] == [kw, kw, kw, None]  # type: ignore[union-attr]
     assert calls[2].reasoning_effort == "low"  # type: ignore[union-attr]
+
+
+def test_a_session_with_kwargs_renders_incrementally_and_exactly() -> None:
+    """Calls with a kwarg the template reads skip the native ports but still render
+    incrementally (a renderer per kwargs, probed with them): each prompt of a growing gpt-oss
+    session on llama.cpp is apply_chat_template's with the effort."""
+    r = Renderer.load(GPT_OSS, server="llama.cpp")
+    msgs: list[dict] = [{"role": "system", "content": "Be brief."}]
+    for i in range(6):
+        msgs.append({"role": "user", "content": f"Question {i}?"})
+        call = ChatCall(call_id=f"c{i}", messages=list(msgs), completion=REPLY, source_file="f",
+                        source_line=i + 1, reasoning_effort="high")  # fmt: skip
+        want = apply_at_fixed_date(r, msgs, tokenize=False, add_generation_prompt=True,
+                                   reasoning_effort="high")  # fmt: skip
+        assert _prompt(r, call) == want, i
+        msgs.append({"role": "assistant", "content": f"Answer {i}."})
+    (inc,) = r._kw_incremental.values()
+    assert inc is not None and inc.incremental > 0
+
+
+def test_a_dataset_row_s_kwargs_go_to_each_of_its_calls(tmp_path: Path) -> None:
+    """TRL's ``chat_template_kwargs`` column: every call of the row renders with them."""
+    row = {"messages": [*HI, REPLY, {"role": "user", "content": "Again"}, REPLY],
+           "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(orjson.dumps(row) + b"\n")
+    calls = list(get_format("chat-messages").read(str(path), ReadOptions()))
+    assert len(calls) == 2
+    assert all(c.chat_template_kwargs == {"enable_thinking": False} for c in calls)  # type: ignore[union-attr]
