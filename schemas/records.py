@@ -124,6 +124,12 @@ class ChatCall(_Model):
     #: the request's ``chat_template_kwargs`` (vLLM, SGLang and llama.cpp hand them to the chat
     #: template, e.g. ``{"enable_thinking": false}``), where the log says
     chat_template_kwargs: dict[str, Any] | None = None
+    #: how the request wrote a tool call's arguments that the log holds as an object (the
+    #: agent's, or the endpoint's it spoke to): ``python``, ``json.dumps`` (``", "``, ``": "``,
+    #: non-ASCII escaped); ``javascript``, ``JSON.stringify`` (compact, non-ASCII as it is);
+    #: None, not known (as a chat template's ``tojson`` writes it). Only a render that writes the
+    #: request's string shows it (gpt-oss on vLLM: :mod:`treeprep.render.harmony`)
+    arguments_json: Literal["python", "javascript"] | None = None
     source_file: str = ""
     source_line: int = 0
     source_format: str = ""

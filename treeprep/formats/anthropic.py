@@ -6,7 +6,8 @@ request's fields at the top level next to ``"response"``. Written from the API's
 * request ``system``: a string or a list of ``text`` blocks (joined as given, nothing inserted);
 * request ``messages``: ``user``/``assistant`` turns whose ``content`` is a string or blocks:
   ``text``, ``thinking`` (-> ``reasoning_content``), ``redacted_thinking`` (dropped: no text),
-  ``tool_use`` (-> ``tool_calls`` with the ``input`` object as arguments), ``tool_result`` (-> one
+  ``tool_use`` (-> ``tool_calls`` with the ``input`` object as arguments, which the endpoint
+  writes with Python's ``json.dumps``: ``arguments_json``), ``tool_result`` (-> one
   ``tool`` message each, its text blocks joined with a newline as vLLM's Messages endpoint joins
   them, before the turn's text, as the API requires them first), images and
   documents (kept as content parts);
@@ -93,6 +94,9 @@ _BLOCKS = "a string or a list of content blocks"
 #: as one tool message, its text blocks joined with a newline (vLLM's ``anthropic/serving.py``,
 #: 0.31 to 0.34)
 RESULT_SEP = "\n"
+#: how a server's Messages endpoint writes a ``tool_use`` input as the request's arguments
+#: string: Python's ``json.dumps`` (vLLM's ``_convert_tool_use_block``, 0.31 to 0.34)
+ARGUMENTS_JSON = "python"
 
 
 def _text(blocks: Any, where: str, sep: str = "") -> str:
@@ -254,6 +258,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         fields.update(
             group_id=gid,
             call_id=str(resp.get("id") or f"line-{no}"),
+            arguments_json=ARGUMENTS_JSON,
             source_file=path,
             source_line=no,
             source_format=NAME,

@@ -62,6 +62,7 @@ from treeprep.formats._claude_replay import ChainError, Replay, Threads
 from treeprep.formats._claude_session import Line, Session, response_message
 from treeprep.formats._fields import as_dict, expect, make_call, opt_str
 from treeprep.formats._read import head_json_objects, records
+from treeprep.formats.anthropic import ARGUMENTS_JSON
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.schemas import Reject
 
@@ -294,6 +295,7 @@ def _call(
         "completion": completion,
         "provenance": {"exact_tokens": False, "exact_messages": False, "reconstructed": True},
         "branch_reason": reason,
+        "arguments_json": ARGUMENTS_JSON,  # as a server's Messages endpoint writes them
         "source_file": f.path,
         "source_line": first.no,
         "source_format": NAME,

@@ -86,6 +86,8 @@ def _call(
         "parent_call_id": f"{task}#{k - 2}" if k > 1 else None,
         "model": model, "messages": list(prompt), "completion": reply, "tools": opts.tools,
         "provenance": {"exact_messages": False, "reconstructed": True},
+        # its OpenAI-compatible providers: JSON.stringify(toolMessage.input)
+        "arguments_json": "javascript",
         "source_file": path, "source_line": line, "source_format": NAME,
     }  # fmt: skip
     return make_call(fields, file=path, line=line, fmt=NAME)

@@ -472,6 +472,7 @@ def session_calls(path: str, loaded: _Loaded, group: str, opts: ReadOptions) -> 
                  "model": model, "messages": prompt, "completion": turn[0],
                  "tools": opts.tools, "branch_reason": hint,
                  "provenance": {"exact_messages": False, "reconstructed": True},
+                 "arguments_json": "javascript",  # the AI SDK's JSON.stringify(part.input)
                  "source_file": path, "source_line": line, "source_format": NAME},
                 file=path, line=line, fmt=NAME,
             )  # fmt: skip

@@ -362,6 +362,7 @@ class _Session:
              "tools": self.opts.tools, "branch_reason": hint,
              "timestamp": stamp if isinstance(stamp, str) else None,
              "provenance": {"exact_messages": False, "reconstructed": True},
+             "arguments_json": "javascript",  # pi-ai's JSON.stringify(tc.arguments)
              "source_file": self.path, "source_line": line, "source_format": NAME},
             file=self.path, line=line, fmt=NAME,
         )  # fmt: skip

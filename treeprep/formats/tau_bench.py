@@ -224,6 +224,8 @@ class _Trials:
                         "reconstructed": True,
                     },
                     "branch_reason": "new-trial" if n and k == 0 else None,
+                    # tau2's to_litellm_messages: json.dumps(tc.arguments)
+                    "arguments_json": "python",
                     "source_file": self.path,
                     "source_line": line,
                     "source_format": self.fmt,

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import tempfile
 import threading
@@ -76,7 +75,7 @@ from treeprep.modes import Harmony
 from treeprep.render.builtin import bytes_to_unicode
 from treeprep.render.dates import DEFAULT_DATE
 from treeprep.render.harmony_headers import Headers, installed_layout
-from treeprep.render.messages import tool_arguments
+from treeprep.render.messages import tool_arguments, wire_arguments
 from treeprep.render.response import differences
 from treeprep.render.template import REASONING_FIELDS
 
@@ -393,7 +392,7 @@ class HarmonyChat:
 
     def _call(self, tc: dict[str, Any]) -> Any:
         fn = tc.get("function") or {}
-        msg = self._assistant(_arguments(fn.get("arguments")), "commentary")
+        msg = self._assistant(wire_arguments(fn.get("arguments"), None), "commentary")
         return msg.with_recipient(f"functions.{fn.get('name', '')}").with_content_type("json")
 
     # -- the model's completion --------------------------------------------------------------------
@@ -478,7 +477,7 @@ def _call_texts(logged: dict[str, Any], parsed: dict[str, Any]) -> str | None:
     """The calls' arguments read back as the very strings the request held."""
     pairs = zip(logged.get("tool_calls") or (), parsed.get("tool_calls") or (), strict=True)
     for i, (tc, pc) in enumerate(pairs, 1):
-        want, got = _arguments(tc["function"].get("arguments")), pc["function"]["text"]
+        want, got = wire_arguments(tc["function"].get("arguments"), None), pc["function"]["text"]
         if got != want:
             return f"tool call {i} reads back with arguments {got!r}, not {want!r}"
     return None
@@ -554,14 +553,6 @@ def _text(content: Any) -> str | None:
         return content
     texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
     return "".join(texts) if texts else None
-
-
-def _arguments(args: Any) -> str:
-    """A call's arguments as the request held them: the logged string; an object logged as one
-    (an Anthropic-style log) as the template's ``tojson`` writes it."""
-    if isinstance(args, str):
-        return args
-    return json.dumps(args if args is not None else {}, ensure_ascii=False)
 
 
 def _reasoning(m: dict[str, Any]) -> str | None:

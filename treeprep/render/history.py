@@ -62,17 +62,23 @@ class NormalizedHistory:
         self._returned: list[dict[str, Any]] = []
         self._first_system = -1  # the index of the first system-role dict (-1: none)
         self._first_parts = -1  # the index of the first message of several text parts (-1: none)
+        self._wire: str | None = None  # the arguments' wire format the dicts were made with
 
-    def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
+    def messages(self, messages: list[Message], wire: str | None = None) -> list[dict[str, Any]]:
         """``[split_inline_think(normalize_message(m, f"messages[{i}]", self.parts)) ...]`` of
-        ``messages``; :class:`~treeprep.errors.RenderError` as that raises it."""
+        ``messages`` (``wire``: how the request wrote arguments logged as objects);
+        :class:`~treeprep.errors.RenderError` as that raises it."""
+        if wire != self._wire:
+            self.clear()
+            self._wire = wire
         k = shared_prefix(messages, self._source)
         out = self._dicts[:k]
         first = self._first_system if self._first_system < k else -1
         multi = self._first_parts if self._first_parts < k else -1
         for i in range(k, len(messages)):
             m = messages[i]
-            d = normalize_message(m, f"messages[{i}]", self.parts, raw_arguments=self.parts.harmony)
+            d = normalize_message(m, f"messages[{i}]", self.parts, raw_arguments=self.parts.harmony,
+                                  wire=wire)  # fmt: skip
             d = split_inline_think(d)
             if first < 0 and d.get("role") in SYSTEM_ROLES:
                 first = i

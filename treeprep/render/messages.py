@@ -38,6 +38,7 @@ def normalize_message(
     parts: TextParts | None = None,
     *,
     raw_arguments: bool = False,
+    wire: str | None = None,
 ) -> dict[str, Any]:
     """A message as the chat template sees it.
 
@@ -46,8 +47,9 @@ def normalize_message(
     between them when ``parts`` is None (a completion: one reply, as the model streamed it); one
     part is its text. ``None`` content becomes ``""``,
     tool-call arguments are an object when logged as one or as a string holding one
-    (:func:`tool_arguments`), else the logged string (with ``raw_arguments``, always as logged:
-    a Harmony render writes the request's string, :mod:`treeprep.render.harmony`),
+    (:func:`tool_arguments`), else the logged string (with ``raw_arguments``, the request's
+    string: as logged, or an object as the request wrote it, ``wire``, :func:`wire_arguments`;
+    a Harmony render writes it, :mod:`treeprep.render.harmony`),
     ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
     image) cannot be rendered by a text-only template: :class:`RenderError`.
     """
@@ -77,7 +79,7 @@ def normalize_message(
                 "function": {
                     "name": tc.function.name,
                     "arguments": (
-                        tc.function.arguments
+                        wire_arguments(tc.function.arguments, wire)
                         if raw_arguments
                         else tool_arguments(tc.function.arguments)
                     ),
@@ -92,6 +94,53 @@ def normalize_message(
     if m.reasoning_content is not None:
         d["reasoning_content"] = m.reasoning_content
     return d
+
+
+def wire_arguments(args: Any, wire: str | None) -> str:
+    """A call's arguments as the request's string held them: a string as logged; an object as
+    the request wrote it (:attr:`~treeprep.schemas.ChatCall.arguments_json`): ``python``'s
+    ``json.dumps``, ``javascript``'s ``JSON.stringify``, or (None) as a template's ``tojson``.
+
+    >>> args = {"path": "é", "n": [1, 2]}
+    >>> wire_arguments(args, "python"), wire_arguments(args, "javascript")
+    ('{"path": "\\\\u00e9", "n": [1, 2]}', '{"path":"é","n":[1,2]}')
+    >>> wire_arguments(args, None), wire_arguments('{"a":1}', "python")
+    ('{"path": "é", "n": [1, 2]}', '{"a":1}')
+    """
+    if isinstance(args, str):
+        return args
+    value = args if args is not None else {}
+    if wire == "python":
+        return json.dumps(value)
+    if wire == "javascript":
+        return json.dumps(_as_javascript(value), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _as_javascript(value: Any) -> Any:
+    """``value`` as ``JSON.stringify`` orders and writes it: an object's integer-like keys first,
+    in numeric order (JavaScript's property order), the rest as given; an integral number
+    without a fraction (JavaScript has one number type).
+
+    >>> _as_javascript({"b": 1.0, "2": [0.5], "1": {"x": 2.0}})
+    {'1': {'x': 2}, '2': [0.5], 'b': 1}
+    """
+    if isinstance(value, dict):
+        index = sorted((k for k in value if _is_index(k)), key=int)
+        rest = [k for k in value if not _is_index(k)]
+        return {k: _as_javascript(value[k]) for k in [*index, *rest]}
+    if isinstance(value, list):
+        return [_as_javascript(v) for v in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    return value
+
+
+def _is_index(key: str) -> bool:
+    """Whether ``key`` is an array index to JavaScript (``"0"``, ``"12"``; not ``"01"``)."""
+    return (
+        key.isascii() and key.isdigit() and (key == "0" or key[0] != "0") and int(key) < 2**32 - 1
+    )
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -178,22 +227,25 @@ def template_messages(
     rec: ChatCall,
     parts: TextParts,
     *,
-    normalized: Callable[[list[Message]], list[dict]] | None = None,
+    normalized: Callable[[list[Message], str | None], list[dict]] | None = None,
 ) -> tuple[list[dict], dict, list[dict] | None]:
     """(messages, completion, tools) of a call as passed to the chat template, each message
     normalized (the prompt's text parts by the server's rule ``parts``) and its inline
     ``<think>`` block split off (the prompt's by ``normalized`` when given:
     :class:`~treeprep.render.history.NormalizedHistory`, which reuses the dicts of a history it
     has seen, normalized by the same rule)."""
+    wire = rec.arguments_json
     if normalized is not None:
-        msgs = normalized(rec.messages)
+        msgs = normalized(rec.messages, wire)
     else:
         msgs = [
             split_inline_think(
-                normalize_message(m, f"messages[{i}]", parts, raw_arguments=parts.harmony)
+                normalize_message(
+                    m, f"messages[{i}]", parts, raw_arguments=parts.harmony, wire=wire
+                )  # fmt: skip
             )
             for i, m in enumerate(rec.messages)
         ]
-    comp = normalize_message(rec.completion, "completion", raw_arguments=parts.harmony)
+    comp = normalize_message(rec.completion, "completion", raw_arguments=parts.harmony, wire=wire)
     comp = split_inline_think(comp)
     return msgs, comp, (rec.tools or None)

@@ -285,3 +285,32 @@ def test_real_claude_code_logs_build_for_gpt_oss_on_vllm(tmp_path: Path) -> None
     t = build(BuildConfig(inputs=inputs, out=str(tmp_path / "t"), tokenizer=str(GPT_OSS),
                           file=llama))  # fmt: skip
     assert t.counts.records_rejected > 0 and "gptoss_template" in (t.response_parser or "")
+
+
+@pytest.mark.parametrize(
+    ("wire", "written"),
+    [("python", '{"p": "\\u00e9", "n": 1}'), ("javascript", '{"p":"é","n":1}'),
+     (None, '{"p": "é", "n": 1}')],
+)  # fmt: skip
+def test_arguments_logged_as_an_object_are_written_as_the_request_wrote_them(
+    r: Renderer, wire: str | None, written: str
+) -> None:
+    """Harmony writes the request's argument string: for a call logged as an object (Claude
+    Code's ``tool_use`` input) that is the string the agent or the endpoint made of it (vLLM's
+    Messages endpoint: ``json.dumps``), in the history and in the trained call alike, which
+    reads back as it."""
+    call = {
+        "id": "t1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": {"p": "é", "n": 1}},
+    }
+    history = [{"role": "user", "content": "Go"},
+               {"role": "assistant", "content": "", "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "t1", "content": "ok"}]  # fmt: skip
+    comp = {"role": "assistant", "content": "", "tool_calls": [{**call, "id": "t2"}]}
+    seq = r.render(_call(history, comp, arguments_json=wire), group_id="g")
+    a, _ = seq.loss_spans[-1]
+    prompt, span = r.decode(seq.tokens[:a]), r.decode(seq.tokens[a:])
+    assert f"json<|message|>{written}<|call|>" in prompt
+    assert span.endswith(f"json<|message|>{written}<|call|>")
+    assert "round-trip" in r.last_normalized
