@@ -3,7 +3,9 @@
 A line is ``{"request": {...}, "response": {...}}`` (the shape proxies and SDK hooks log), or the
 request's fields at the top level next to ``"response"``. Written from the API's documented shape:
 
-* request ``system``: a string or a list of ``text`` blocks (joined as given, nothing inserted);
+* request ``system``: a string or a list of ``text`` blocks (joined as given, nothing inserted;
+  Claude Code's attribution block, ``x-anthropic-billing-header: ...``, left out as a Messages
+  endpoint leaves it out);
 * request ``messages``: ``user``/``assistant`` turns whose ``content`` is a string or blocks:
   ``text``, ``thinking`` (-> ``reasoning_content``), ``redacted_thinking`` (dropped: no text),
   ``tool_use`` (-> ``tool_calls`` with the ``input`` object as arguments, which the endpoint
@@ -97,6 +99,17 @@ RESULT_SEP = "\n"
 #: how a server's Messages endpoint writes a ``tool_use`` input as the request's arguments
 #: string: Python's ``json.dumps`` (vLLM's ``_convert_tool_use_block``, 0.31 to 0.34)
 ARGUMENTS_JSON = "python"
+#: how Claude Code's per-request attribution block in ``system`` begins (:func:`_billing`)
+BILLING_HEADER = "x-anthropic-billing-header"
+
+
+def _billing(block: Any) -> bool:
+    """Whether a system block is Claude Code's attribution line
+    (``x-anthropic-billing-header: cc_version=...; cch=<per-request hash>;``), which a Messages
+    endpoint leaves out of the prompt (vLLM's ``_convert_system_message``, 0.31 to 0.34; Anthropic
+    reads it off for billing): kept, it would also split every call's prompt from the next."""
+    text = block.get("text") if isinstance(block, dict) else None
+    return isinstance(text, str) and text.startswith(BILLING_HEADER)
 
 
 def _text(blocks: Any, where: str, sep: str = "") -> str:
@@ -190,6 +203,8 @@ def to_call_fields(
     """(ChatCall fields, None) or (None, reason). A misshapen field raises RecordError."""
     msgs: list[dict[str, Any]] = []
     system = req.get("system")
+    if isinstance(system, list):
+        system = [b for b in system if not _billing(b)]
     sys_text = _text(system, "request.system") if system is not None else opts.system_prompt
     if sys_text:
         msgs.append({"role": "system", "content": sys_text})

@@ -152,3 +152,20 @@ def test_a_tool_result_s_text_blocks_are_joined_as_the_endpoint_joins_them(tmp_p
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     calls = [i for i in CLAUDE_CODE.read(str(path), ReadOptions()) if isinstance(i, ChatCall)]
     assert [m.content for m in calls[-1].messages if m.role == "tool"] == ["one\ntwo"]
+
+
+def test_claude_code_s_attribution_block_is_left_out_as_the_endpoint_does(tmp_path):
+    """Claude Code (2.1.x) sends ``x-anthropic-billing-header: ...; cch=<hash>;`` as its first
+    system block; vLLM's Messages endpoint leaves such blocks out (``_convert_system_message``),
+    so two calls of a session share their system prompt again."""
+    lines = SAMPLE.read_text().splitlines()[:2]
+    recs = [json.loads(x) for x in lines]
+    for k, rec in enumerate(recs):
+        rec["request"]["system"] = [
+            {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.90; cch={k}a;"},
+            {"type": "text", "text": "You are Claude Code."},
+        ]
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    calls, rej = _split(path)
+    assert rej == [] and [c.messages[0].content for c in calls] == ["You are Claude Code."] * 2
