@@ -84,18 +84,19 @@ SAMPLE_OPTIONS = {
     ),
 }
 
-#: the real logs, re-recorded at the commit that joins a tool_result's text blocks with a newline
-#: (2 of the Claude Code logs' results have several)
+#: the real logs, re-recorded where a tool_result's text blocks are joined with a newline (2 of
+#: the Claude Code logs' results have several), then where an assistant's several text blocks
+#: stay parts that the server joins (9 of its 173 responses; the manifest counts 162 calls so)
 REAL_GOLDEN = {
-    "manifest.json": "d8384cd060d7c51a1ed1b5f24df8f24be3e7aa62529f0da3b1f73b9f074dc170",
+    "manifest.json": "7eacbef01049d60efe2b224ffd8e4b8dac94df7aa5d0cff4c81d4b19fd4c0f57",
     "plans/b131072-w2-n2-s3/plan.arrow": (
         "b774f6c73ed05abdd65e99226802e865696075a11bb04307d3c2bdbd64d5303b"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "63a09e193a7dacbb522a6fdb4449a4a75ceb601dbdc8708cb6d3329fcfe25900"
+        "3e2b3a7f0f3c62f8a223be31eb077d61ffa5deb20759d96297dd351f813d0d5d"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "21ea5bb5d83b67a0baa2b65c76190d8c7afa35b59288cc25487a7f751efab8f9",
+    "shards/shard-00000.arrow": "d3f143cd1b9cd2a0346ed9c6859e6db353e8b19f282c58269ad525a96609911f",
 }
 
 

@@ -121,7 +121,7 @@ def response_message(lines: list[Line]) -> dict[str, Any]:
             blocks.append({"type": "text", "text": content})
         else:
             blocks.extend(content or [])
-    return assistant_message(blocks)
+    return assistant_message(blocks, parts=True)  # a Messages endpoint hands text blocks on
 
 
 def user_messages(ln: Line) -> list[dict[str, Any]]:

@@ -143,10 +143,14 @@ def _tool_use(b: dict[str, Any], where: str) -> dict[str, Any]:
     return chat_tool_call(b.get("id"), b.get("name", ""), b.get("input") or {})
 
 
-def assistant_message(content: Any, where: str = "content") -> dict[str, Any]:
+def assistant_message(
+    content: Any, where: str = "content", *, parts: bool = False
+) -> dict[str, Any]:
     """An Anthropic assistant ``content`` (a string or blocks) as one OpenAI-style message.
 
-    ``text`` blocks are joined, ``thinking`` blocks become ``reasoning_content``, ``tool_use``
+    ``text`` blocks are joined (with ``parts``, several stay text parts: a Messages endpoint
+    hands them on so, and the renderer joins them as the server did, ``--server``; a completion's
+    with nothing between them), ``thinking`` blocks become ``reasoning_content``, ``tool_use``
     blocks become ``tool_calls`` with their ``input`` object as the arguments. Claude Code
     transcripts use it too (their lines carry Messages API content blocks). A misshapen content
     raises RecordError naming ``where``.
@@ -156,7 +160,10 @@ def assistant_message(content: Any, where: str = "content") -> dict[str, Any]:
     listed = enumerate(opt_list(expect_blocks(content, where), where))
     blocks = ((i, b) for i, b in listed if isinstance(b, dict))  # others are skipped
     texts, thinking, calls = assistant_blocks(blocks, where, _BLOCK_NAMES, _tool_use)
-    return assistant_turn("".join(texts) if texts else None, thinking, calls, sep="\n\n")
+    text: Any = "".join(texts) if texts else None
+    if parts and len(texts) > 1:
+        text = [{"type": "text", "text": t} for t in texts]
+    return assistant_turn(text, thinking, calls, sep="\n\n")
 
 
 def expect_blocks(content: Any, where: str) -> Any:
@@ -214,13 +221,13 @@ def to_call_fields(
         if role == "user":
             msgs.extend(user_messages(m.get("content"), f"{where}.content"))
         elif role == "assistant":
-            msgs.append(assistant_message(m.get("content"), f"{where}.content"))
+            msgs.append(assistant_message(m.get("content"), f"{where}.content", parts=True))
         else:
             shown = repr(role) if isinstance(role, str | None) else type_name(role)
             return None, f"{where}: role {shown}, expected 'user' or 'assistant'"
     if why := cut_reason(resp.get("stop_reason"), "response.stop_reason"):
         return None, why
-    completion = assistant_message(resp.get("content"), "response.content")
+    completion = assistant_message(resp.get("content"), "response.content", parts=True)
     if (
         not completion.get("content")
         and not completion.get("tool_calls")

@@ -169,3 +169,27 @@ def test_claude_code_s_attribution_block_is_left_out_as_the_endpoint_does(tmp_pa
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     calls, rej = _split(path)
     assert rej == [] and [c.messages[0].content for c in calls] == ["You are Claude Code."] * 2
+
+
+def test_an_assistant_s_text_blocks_stay_parts_for_the_server_to_join(tmp_path):
+    """A Messages endpoint hands an assistant turn's several text blocks on as parts (vLLM's
+    ``_convert_message_content``), which the server joins as it joins any message's; the
+    completion is one reply, its blocks joined with nothing between them."""
+    from treeprep.render import Renderer
+
+    rec = json.loads(SAMPLE.read_text().splitlines()[1])
+    blocks = [{"type": "text", "text": "Checking."}, {"type": "text", "text": "Both now."}]
+    prior = rec["request"]["messages"][1]
+    assert prior["role"] == "assistant"
+    prior["content"] = blocks + [b for b in prior["content"] if b["type"] == "tool_use"]
+    rec["response"]["content"] = [*blocks, {"type": "text", "text": "!"}]
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    (call,), rej = _split(path)
+    assert rej == []
+    r = Renderer.load(None)
+    for server, sep in (("vllm", "\n"), ("sglang", " ")):
+        r.set_server(server)
+        msgs, comp, _ = r.normalize(call)
+        assert msgs[2]["content"] == f"Checking.{sep}Both now."
+        assert comp["content"] == "Checking.Both now.!"
