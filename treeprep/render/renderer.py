@@ -330,8 +330,10 @@ class Renderer:
         Uses the verified native port when there is one (checked against the template on a
         deterministic sample of renders; :class:`NativeTemplateMismatch` names ``where``, the
         record's ``file:line``, if they differ), else the jinja template, incrementally where the
-        template allows it (:mod:`treeprep.render.incremental`). ``now`` is the date the
-        template's ``strftime_now`` reports (default: the renderer's ``date``).
+        template allows it (:mod:`treeprep.render.incremental`); a call with template kwargs
+        (:mod:`treeprep.render.template_kwargs`) with jinja given them, incrementally per kwargs.
+        ``now`` is the date the template's ``strftime_now`` reports (default: the renderer's
+        ``date``).
         """
         now = now or self.date
         if self.harmony is not None:
