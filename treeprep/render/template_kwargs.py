@@ -12,8 +12,10 @@ depends on them. What each server does (read in their sources, late 2026):
   reads are kept (``resolve_chat_template_kwargs``).
 - **SGLang** (``serving_chat._apply_jinja_template``): ``reasoning_effort`` (the request's, or
   the one its kwargs name), then the kwargs.
-- **llama.cpp** (``tools/server``): the kwargs, and the request's ``reasoning_effort`` among them
-  (forwarded since PR #26941, build b10434, August 2026; earlier builds ignore it).
+- **llama.cpp** (``tools/server/server-common.cpp``): the kwargs, and the request's
+  ``reasoning_effort`` among them (forwarded since PR #26941, build b10434, August 2026; earlier
+  builds ignore it), but ``none``, which turns thinking off (``enable_thinking`` false) and is
+  not forwarded (known from the PR and a reading of build b10453, not from its source here).
 
 :func:`template_kwargs` gives those, less any the template does not read or the renderer sets
 itself (the messages, tools, generation prompt, date function and special tokens). Harmony's
@@ -48,11 +50,16 @@ def template_kwargs(
     {'reasoning_effort': 'none', 'enable_thinking': False}
     >>> template_kwargs(t, Server.sglang, {"enable_thinking": False, "x": 1}, None)
     {'enable_thinking': False}
+    >>> template_kwargs(t, Server.llama_cpp, None, "none")
+    {'enable_thinking': False}
     """
     out = dict(kwargs or {})
     if server is Server.sglang and effort is None:
         effort = out.pop("reasoning_effort", None)
-    if effort is not None:
+    if server is Server.llama_cpp and effort == "none":
+        out.pop("reasoning_effort", None)
+        out["enable_thinking"] = False
+    elif effort is not None:
         out["reasoning_effort"] = effort
         if server is Server.vllm and "enable_thinking" not in (kwargs or {}):
             out["enable_thinking"] = effort != "none"

@@ -53,8 +53,9 @@ def test_a_request_s_kwargs_turn_qwen3_s_thinking_off(qwen3: Renderer) -> None:
 
 
 def test_vllm_turns_thinking_off_for_effort_none(qwen3: Renderer) -> None:
-    """vLLM sets ``enable_thinking = effort != "none"`` unless the kwargs set it; SGLang hands
-    the template only ``reasoning_effort``, which Qwen3's does not read."""
+    """vLLM sets ``enable_thinking = effort != "none"`` unless the kwargs set it, and llama.cpp
+    turns thinking off for ``none``; SGLang hands the template only ``reasoning_effort``, which
+    Qwen3's does not read."""
     off = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True,
                               enable_thinking=False)  # fmt: skip
     on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
@@ -64,6 +65,9 @@ def test_vllm_turns_thinking_off_for_effort_none(qwen3: Renderer) -> None:
     assert _prompt(qwen3, kept) == on
     qwen3.set_server("sglang")
     assert _prompt(qwen3, _call(reasoning_effort="none")) == on
+    qwen3.set_server("llama.cpp")  # "none" turns thinking off there too
+    assert _prompt(qwen3, _call(reasoning_effort="none")) == off
+    assert _prompt(qwen3, _call(reasoning_effort="low")) == on
     qwen3.set_server("vllm")
 
 
