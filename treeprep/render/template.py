@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from treeprep.errors import RenderError, TemplateLimitError
@@ -582,3 +583,18 @@ def first_char_difference(a: str, b: str) -> int:
     """Index of the first character where ``a`` and ``b`` differ (the shorter length if none)."""
     m = min(len(a), len(b))
     return next((i for i in range(m) if a[i] != b[i]), m)
+
+
+@lru_cache(maxsize=16)
+def template_ast(source: str) -> Any:
+    """The template's jinja syntax tree (``jinja2.nodes.Template``), parsed once per source, as
+    the servers read a template's source to decide what to hand it
+    (:mod:`treeprep.render.text_parts`, :mod:`treeprep.render.template_kwargs`); None for a
+    template that does not parse (it fails at render, naming why)."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        return ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).parse(source)
+    except jinja2.TemplateError:
+        return None

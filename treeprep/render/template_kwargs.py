@@ -29,6 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from treeprep.modes import Server
+from treeprep.render.template import template_ast
 
 __all__ = ["template_kwargs"]
 
@@ -73,12 +74,7 @@ def template_kwargs(
 def _variables(source: str) -> frozenset[str]:
     """The names the template reads without setting them (a template that fails to parse reads
     none: it fails at render, naming why)."""
-    import jinja2
     import jinja2.meta
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
-    try:
-        return frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
-    except jinja2.TemplateError:
-        return frozenset()
+    ast = template_ast(source)
+    return frozenset() if ast is None else frozenset(jinja2.meta.find_undeclared_variables(ast))

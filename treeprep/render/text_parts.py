@@ -48,10 +48,10 @@ from typing import Any
 
 import jinja2
 import jinja2.nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import Server
+from treeprep.render.template import template_ast
 
 __all__ = [
     "TEXT_PARTS",
@@ -163,9 +163,8 @@ def content_format(server: Server, template: str) -> str:
     """
     if server is Server.sglang and any(w in template for w in _SGLANG_MEDIA_WORDS):
         return "openai"
-    try:
-        ast = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
-    except jinja2.TemplateError:
+    ast = template_ast(template)
+    if ast is None:
         return "string"
     loops = list(ast.find_all(jinja2.nodes.For))
     if server is Server.sglang:
