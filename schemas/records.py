@@ -30,6 +30,9 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
+#: how a request wrote a tool call's arguments that its log holds as an object
+#: (:attr:`ChatCall.arguments_json`)
+ArgumentsJson = Literal["python", "javascript"]
 
 BranchReason = Literal[
     "sub-agent",
@@ -129,7 +132,7 @@ class ChatCall(_Model):
     #: non-ASCII escaped); ``javascript``, ``JSON.stringify`` (compact, non-ASCII as it is);
     #: None, not known (as a chat template's ``tojson`` writes it). Only a render that writes the
     #: request's string shows it (gpt-oss on vLLM: :mod:`treeprep.render.harmony`)
-    arguments_json: Literal["python", "javascript"] | None = None
+    arguments_json: ArgumentsJson | None = None
     source_file: str = ""
     source_line: int = 0
     source_format: str = ""

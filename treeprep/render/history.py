@@ -44,7 +44,7 @@ from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
 from treeprep.render.text_parts import VLLM_STRINGS, TextParts, flattened_kind
 from treeprep.schemas import Message
-from treeprep.schemas.records import shared_prefix, starts_with
+from treeprep.schemas.records import ArgumentsJson, shared_prefix, starts_with
 
 #: texts kept by :class:`RenderedPrefixes` (a call renders three: full, prompt, previous turn)
 KEEP = 4
@@ -62,9 +62,13 @@ class NormalizedHistory:
         self._returned: list[dict[str, Any]] = []
         self._first_system = -1  # the index of the first system-role dict (-1: none)
         self._first_parts = -1  # the index of the first message of several text parts (-1: none)
-        self._wire: str | None = None  # the arguments' wire format the dicts were made with
+        self._wire: ArgumentsJson | None = (
+            None  # the arguments' wire format the dicts were made with
+        )
 
-    def messages(self, messages: list[Message], wire: str | None = None) -> list[dict[str, Any]]:
+    def messages(
+        self, messages: list[Message], wire: ArgumentsJson | None = None
+    ) -> list[dict[str, Any]]:
         """``[split_inline_think(normalize_message(m, f"messages[{i}]", self.parts)) ...]`` of
         ``messages`` (``wire``: how the request wrote arguments logged as objects);
         :class:`~treeprep.errors.RenderError` as that raises it."""

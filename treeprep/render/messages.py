@@ -28,6 +28,7 @@ from typing import Any
 from treeprep.errors import RenderError
 from treeprep.render.text_parts import TextParts
 from treeprep.schemas import ChatCall, Message
+from treeprep.schemas.records import ArgumentsJson
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
@@ -38,7 +39,7 @@ def normalize_message(
     parts: TextParts | None = None,
     *,
     raw_arguments: bool = False,
-    wire: str | None = None,
+    wire: ArgumentsJson | None = None,
 ) -> dict[str, Any]:
     """A message as the chat template sees it.
 
@@ -96,7 +97,7 @@ def normalize_message(
     return d
 
 
-def wire_arguments(args: Any, wire: str | None) -> str:
+def wire_arguments(args: Any, wire: ArgumentsJson | None) -> str:
     """A call's arguments as the request's string held them: a string as logged; an object as
     the request wrote it (:attr:`~treeprep.schemas.ChatCall.arguments_json`): ``python``'s
     ``json.dumps``, ``javascript``'s ``JSON.stringify``, or (None) as a template's ``tojson``.
@@ -227,7 +228,7 @@ def template_messages(
     rec: ChatCall,
     parts: TextParts,
     *,
-    normalized: Callable[[list[Message], str | None], list[dict]] | None = None,
+    normalized: Callable[[list[Message], ArgumentsJson | None], list[dict]] | None = None,
 ) -> tuple[list[dict], dict, list[dict] | None]:
     """(messages, completion, tools) of a call as passed to the chat template, each message
     normalized (the prompt's text parts by the server's rule ``parts``) and its inline
