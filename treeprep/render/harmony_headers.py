@@ -105,8 +105,8 @@ class Headers:
             if not (name and recipient and ctype):
                 return header
             return self._write(f"assistant{_TO}{recipient}", f"{name} {ctype}")
-        if con is not None:
-            return header  # vLLM's tool results have no content type
+        if con is not None or self.installed is self.target:
+            return header  # vLLM's tool results have no content type; or already in its layout
         if _TO in author:  # openai-harmony's tool result
             author, recipient = author.split(_TO, 1)
             name = channel
