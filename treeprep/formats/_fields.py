@@ -78,6 +78,14 @@ def one_of(v: object, allowed: Collection[str]) -> bool:
     return isinstance(v, str) and v in allowed
 
 
+def template_kwargs_at(d: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """``d``'s ``chat_template_kwargs`` (a request's, which vLLM, SGLang and llama.cpp hand the
+    chat template): an object, or None where absent; anything else is a RecordError naming
+    ``<where>chat_template_kwargs``, as the servers refuse such a request."""
+    v = d.get("chat_template_kwargs")
+    return None if v is None else expect(v, f"{where}chat_template_kwargs", dict, what="an object")
+
+
 def expect(v: Any, where: str, *types: type, what: str | None = None) -> Any:
     """``v`` when it is an instance of one of ``types`` (``bool`` is never an ``int`` here, and a
     non-finite marker never a string); else RecordError ``"<where>: expected <what>, got <type>"``.

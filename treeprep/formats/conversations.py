@@ -58,6 +58,7 @@ from treeprep.formats._fields import (
     canonical_role,
     file_stem,
     openai_tool_calls,
+    template_kwargs_at,
     type_name,
     value_parts,
 )
@@ -238,6 +239,7 @@ def convert(
         fm = opts.field_map
         reward = row_reward(rec, getattr(fm, "reward", None))
         model = row_model(rec, getattr(fm, "model", None))
+        kwargs = template_kwargs_at(rec, "")  # TRL's column: the row's template kwargs
     except RecordError as e:
         where = f"[{index - 1}]: " if index else ""
         yield Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)
@@ -246,8 +248,6 @@ def convert(
     tid = tid if isinstance(tid, str) and tid else None  # a run of a task: names its calls
     stem = tid or gid
     shared = _validated(messages)
-    kwargs = rec.get("chat_template_kwargs")  # TRL's column: the row's template kwargs
-    kwargs = kwargs if isinstance(kwargs, dict) else None
     k = 0
     for i, target in enumerate(targets):
         if not target:

@@ -55,6 +55,7 @@ from treeprep.formats._fields import (
     openai_tool_calls,
     opt_str,
     reasoning_of,
+    template_kwargs_at,
     type_name,
 )
 from treeprep.formats._read import document, records
@@ -79,6 +80,15 @@ def obj_at(rec: dict[str, Any], key: str) -> dict[str, Any]:
     """``rec[key]`` when it is an object, else an empty dict."""
     v = rec.get(key)
     return v if isinstance(v, dict) else {}
+
+
+def _request_bodies(rec: dict[str, Any], req: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Where a row logs its request's fields, first found first: the row, its ``request``,
+    LiteLLM's ``kwargs``, and the OpenAI SDK's ``extra_body`` of each (the path as a prefix)."""
+    out = []
+    for where, body in (("", rec), ("request.", req), ("kwargs.", obj_at(rec, "kwargs"))):
+        out += [(where, body), (f"{where}extra_body.", obj_at(body, "extra_body"))]
+    return out
 
 
 def validation_reason(e: ValidationError) -> str:
@@ -432,17 +442,16 @@ def chat_call(
         tools = normalize_tools(src[1], src[0])
     resp = obj_at(rec, "response")
     model = rec.get("model") or req.get("model") or resp.get("model")
-    bodies = [(d, obj_at(d, "extra_body")) for d in (rec, req, obj_at(rec, "kwargs"))]
+    bodies = _request_bodies(rec, req)
     effort = next(
-        (d["reasoning_effort"] for pair in bodies for d in pair
-         if isinstance(d.get("reasoning_effort"), str)),
+        (d["reasoning_effort"] for _, d in bodies if isinstance(d.get("reasoning_effort"), str)),
         None,
-    )  # fmt: skip
-    template_kwargs = next(
-        (d["chat_template_kwargs"] for pair in bodies for d in pair
-         if isinstance(d.get("chat_template_kwargs"), dict)),
-        None,
-    )  # fmt: skip
+    )
+    template_kwargs = None
+    for where, d in bodies:
+        template_kwargs = template_kwargs_at(d, where)
+        if template_kwargs is not None:
+            break
     call_id = rec.get("call_id") or rec.get("id") or resp.get("id")
     if not isinstance(call_id, str | int) or isinstance(call_id, bool):
         call_id = None

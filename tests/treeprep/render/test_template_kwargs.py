@@ -142,3 +142,23 @@ def test_a_dataset_row_s_kwargs_go_to_each_of_its_calls(tmp_path: Path) -> None:
     calls = list(get_format("chat-messages").read(str(path), ReadOptions()))
     assert len(calls) == 2
     assert all(c.chat_template_kwargs == {"enable_thinking": False} for c in calls)  # type: ignore[union-attr]
+
+
+def test_kwargs_that_are_not_an_object_are_a_reject_naming_the_field(tmp_path: Path) -> None:
+    """A server refuses a request whose ``chat_template_kwargs`` is not an object: such a call
+    is rejected with the field's path, not rendered without them."""
+    from treeprep.schemas import Reject
+
+    rows = [
+        {"request": {"messages": HI, "extra_body": {"chat_template_kwargs": "off"}},
+         "response": {"choices": [{"message": REPLY}]}},
+        {"messages": [*HI, REPLY], "chat_template_kwargs": [1]},
+    ]  # fmt: skip
+    for fmt, row, where in zip(("openai-chat", "chat-messages"), rows,
+                               ("request.extra_body.chat_template_kwargs", "chat_template_kwargs"),
+                               strict=True):  # fmt: skip
+        path = tmp_path / f"{fmt}.jsonl"
+        path.write_bytes(orjson.dumps(row) + b"\n")
+        (item,) = list(get_format(fmt).read(str(path), ReadOptions()))
+        assert isinstance(item, Reject) and item.line == 1
+        assert f"{where}: expected an object" in item.reason
