@@ -78,12 +78,31 @@ def one_of(v: object, allowed: Collection[str]) -> bool:
     return isinstance(v, str) and v in allowed
 
 
-def template_kwargs_at(d: dict[str, Any], where: str) -> dict[str, Any] | None:
-    """``d``'s ``chat_template_kwargs`` (a request's, which vLLM, SGLang and llama.cpp hand the
-    chat template): an object, or None where absent; anything else is a RecordError naming
-    ``<where>chat_template_kwargs``, as the servers refuse such a request."""
-    v = d.get("chat_template_kwargs")
-    return None if v is None else expect(v, f"{where}chat_template_kwargs", dict, what="an object")
+def first_field(
+    bodies: Iterable[tuple[str, dict[str, Any]]], name: str, *types: type, what: str | None = None
+) -> Any:
+    """The first non-null ``name`` of ``bodies`` (``(where, body)`` pairs: where a record logs its
+    request's fields, ``where`` a path prefix), None where none has it. A value of another type is
+    a RecordError naming ``<where><name>``: the servers refuse such a request, so the call was
+    never served as a reading that skipped it would render it.
+
+    >>> first_field([("", {"x": None}), ("request.", {"x": "high"})], "x", str)
+    'high'
+    >>> first_field([("request.", {"x": 1})], "x", str)
+    Traceback (most recent call last):
+    ...
+    treeprep.errors.RecordError: request.x: expected a string, got int
+    """
+    for where, d in bodies:
+        if d.get(name) is not None:
+            return expect(d[name], f"{where}{name}", *types, what=what)
+    return None
+
+
+def template_kwargs_at(bodies: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """A request's ``chat_template_kwargs`` (which vLLM, SGLang and llama.cpp hand the chat
+    template): an object, or None where absent (:func:`first_field`)."""
+    return first_field(bodies, "chat_template_kwargs", dict, what="an object")  # type: ignore[no-any-return]
 
 
 def expect(v: Any, where: str, *types: type, what: str | None = None) -> Any:

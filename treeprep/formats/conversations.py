@@ -239,7 +239,7 @@ def convert(
         fm = opts.field_map
         reward = row_reward(rec, getattr(fm, "reward", None))
         model = row_model(rec, getattr(fm, "model", None))
-        kwargs = template_kwargs_at(rec, "")  # TRL's column: the row's template kwargs
+        kwargs = template_kwargs_at([("", rec)])  # TRL's column: the row's template kwargs
     except RecordError as e:
         where = f"[{index - 1}]: " if index else ""
         yield Reject(file=file, line=line, reason=f"{where}{e}", format=fmt)

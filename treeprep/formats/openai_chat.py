@@ -51,6 +51,7 @@ from treeprep.formats._fields import (
     AliasError,
     aliased,
     cut_reason,
+    first_field,
     one_of,
     openai_tool_calls,
     opt_str,
@@ -443,15 +444,8 @@ def chat_call(
     resp = obj_at(rec, "response")
     model = rec.get("model") or req.get("model") or resp.get("model")
     bodies = _request_bodies(rec, req)
-    effort = next(
-        (d["reasoning_effort"] for _, d in bodies if isinstance(d.get("reasoning_effort"), str)),
-        None,
-    )
-    template_kwargs = None
-    for where, d in bodies:
-        template_kwargs = template_kwargs_at(d, where)
-        if template_kwargs is not None:
-            break
+    effort = first_field(bodies, "reasoning_effort", str)
+    template_kwargs = template_kwargs_at(bodies)
     call_id = rec.get("call_id") or rec.get("id") or resp.get("id")
     if not isinstance(call_id, str | int) or isinstance(call_id, bool):
         call_id = None

@@ -62,6 +62,7 @@ from treeprep.formats._fields import (
     cut_reason,
     expect,
     file_stem,
+    first_field,
     token_rollout,
     type_name,
 )
@@ -258,13 +259,16 @@ class _Shared:
     effort: str | None = None
 
 
-def _effort(params: dict[str, Any], resp: dict[str, Any]) -> str | None:
-    """The request's ``reasoning.effort``, else the one the response echoes."""
-    for d in (params, resp):
-        reasoning = d.get("reasoning")
-        if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
-            return str(reasoning["effort"])
-    return None
+def _effort(
+    params: dict[str, Any], at: Callable[[str], str], resp: dict[str, Any], rwhere: str
+) -> str | None:
+    """The request's ``reasoning.effort``, else the one the response echoes; one that is not a
+    string is a RecordError naming it, as the API refuses such a request."""
+    bodies = [(f"{at('reasoning')}.", obj_at(params, "reasoning"))]
+    if resp is not params:
+        response = rwhere.removesuffix("output")  # "response." or "" (the flat form)
+        bodies.append((f"{response}reasoning.", obj_at(resp, "reasoning")))
+    return first_field(bodies, "effort", str)  # type: ignore[no-any-return]
 
 
 def response_of(rec: dict[str, Any]) -> dict[str, Any]:
@@ -339,7 +343,7 @@ def responses_items(
         fmt=fmt,
         where=rwhere,
         check_ids=opts.check_ids,
-        effort=_effort(params, resp),
+        effort=_effort(params, at, resp, rwhere),
     )
     out: list[ChatCall | TokenRollout] = []
     for turn_no, (history, seg, hint) in enumerate(steps):

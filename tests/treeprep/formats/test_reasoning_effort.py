@@ -56,6 +56,35 @@ def test_responses_requests(tmp_path: Path) -> None:
     assert [c.reasoning_effort for c in calls] == ["high", "low", None]
 
 
+def test_an_effort_that_is_not_a_string_is_a_reject_naming_the_field(tmp_path: Path) -> None:
+    """The servers and the Responses API refuse a request whose effort is not a string: such a
+    call is rejected with the field's path, not rendered as if no effort were asked."""
+    from treeprep.schemas import Reject
+
+    output = [{"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "Hello."}]}]  # fmt: skip
+    cases = [
+        ("openai-chat", {"messages": MESSAGES, "completion": REPLY, "reasoning_effort": 2,
+                         "request": {"reasoning_effort": "low"}}, "reasoning_effort"),
+        ("openai-chat", {"request": {"messages": MESSAGES, "extra_body": {"reasoning_effort": {}}},
+                         "response": {"choices": [{"message": REPLY}]}},
+         "request.extra_body.reasoning_effort"),
+        ("openai-responses", {"request": {"input": "Hi", "reasoning": {"effort": ["high"]}},
+                              "response": {"output": output}}, "request.reasoning.effort"),
+        ("openai-responses", {"input": "Hi", "output": output, "reasoning": {"effort": 1}},
+         "reasoning.effort"),
+        ("openai-responses", {"request": {"input": "Hi"},
+                              "response": {"output": output, "reasoning": {"effort": True}}},
+         "response.reasoning.effort"),
+    ]  # fmt: skip
+    for n, (fmt, row, where) in enumerate(cases):
+        path = tmp_path / f"{n}.jsonl"
+        path.write_bytes(orjson.dumps(row) + b"\n")
+        (item,) = list(get_format(fmt).read(str(path), ReadOptions()))
+        assert isinstance(item, Reject) and item.line == 1, (where, item)
+        assert f"{where}: expected a string, got" in item.reason, item.reason
+
+
 def test_codex_turn_context(tmp_path: Path) -> None:
     def line(kind: str, payload: dict) -> dict:
         return {"timestamp": "2025-11-03T10:00:00.000Z", "type": kind, "payload": payload}
