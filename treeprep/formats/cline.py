@@ -25,8 +25,11 @@ first reply's text, and it replaces earlier reads of a file with a notice; both 
 edit (its reply's ``ts`` later than the edit's; every call when the replies carry no ``ts``) is
 rejected with that reason: its prompt is not the stored history, and the edits are not rebuilt.
 Roo Code condenses and truncates by marking the stored messages instead (``isSummary``,
-``isTruncationMarker``, ``condenseParent``, ``truncationParent``) and sends a filtered view: a
-call whose history holds a summary or a truncation marker is rejected the same way. A reply Cline
+``isTruncationMarker``, ``condenseParent``, ``truncationParent``) and sends a filtered view: in
+a history it marked, each call is prompted with that view (:mod:`treeprep.formats._roo_view`:
+from the last summary on, consecutive user messages as one; the first call from a summary is a
+``compaction`` branch), and a call whose view holds a truncation marker is rejected with the
+reason; its summaries and markers are not trained. A reply Cline
 stored with ``[Response interrupted by user]`` (or ``by API Error``) appended was cut, and
 ``Failure: I did not provide a response.`` is Cline's text for an empty one: neither call is
 trained, and both stay in the later prompts as Cline sends them.
@@ -40,8 +43,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import InputError, RecordError
-from treeprep.formats._fields import make_call, type_name
+from treeprep.formats._fields import make_call, system_message, type_name
 from treeprep.formats._read import document
+from treeprep.formats._roo_view import roo_marked, sent
 from treeprep.formats.anthropic import assistant_message, user_messages
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import reads
@@ -55,8 +59,6 @@ CONTEXT = "context_history.json"
 _INTERRUPTED = ("[Response interrupted by user]", "[Response interrupted by API Error]")
 #: what Cline stores in place of an empty reply
 _NO_REPLY = "Failure: I did not provide a response."
-#: Roo Code's marks of a condensed or truncated history (it sends only what follows them)
-_ROO_MARKS = ("isSummary", "isTruncationMarker")
 
 
 def sniff(path: str, head: bytes) -> bool:
@@ -79,11 +81,12 @@ def _call(
     reply: Any,
     model: Any,
     opts: ReadOptions,
+    branch: str | None = None,
 ) -> Item:
     """The task's k-th call (1-based), prompted with the history before it."""
     fields = {
         "group_id": task, "call_id": f"{task}#{k - 1}",
-        "parent_call_id": f"{task}#{k - 2}" if k > 1 else None,
+        "parent_call_id": f"{task}#{k - 2}" if k > 1 else None, "branch_reason": branch,
         "model": model, "messages": list(prompt), "completion": reply, "tools": opts.tools,
         "provenance": {"exact_messages": False, "reconstructed": True},
         # its OpenAI-compatible providers: JSON.stringify(toolMessage.input)
@@ -113,13 +116,8 @@ def _edit_times(path: str) -> list[float]:
     return times
 
 
-def _unsent(m: dict[str, Any], first_edit: float | None, marked: int | None) -> str | None:
+def _unsent(m: dict[str, Any], first_edit: float | None) -> str | None:
     """Why the stored history before reply ``m`` is not the prompt Cline sent (None: it is)."""
-    if marked is not None:
-        return (
-            f"Roo Code condensed or truncated the history before this call ([{marked}] is its "
-            "summary or truncation marker): it sends a filtered view, which is not rebuilt"
-        )
     ts = m.get("ts")
     if first_edit is not None and (not isinstance(ts, int | float) or first_edit < ts):
         return (
@@ -130,8 +128,14 @@ def _unsent(m: dict[str, Any], first_edit: float | None, marked: int | None) -> 
     return None
 
 
-def _cut(content: Any) -> str | None:
+def _cut(m: dict[str, Any]) -> str | None:
     """Why a stored reply is not what the model said (None: it is)."""
+    if m.get("isSummary") or m.get("isTruncationMarker"):
+        return (
+            "Roo Code wrote this message (a summary from its condense call, whose prompt is not "
+            "stored, or a truncation notice), not the model in reply to the history: not trained"
+        )
+    content = m.get("content")
     if isinstance(content, list):
         texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
         content = texts[-1] if texts else None
@@ -144,6 +148,37 @@ def _cut(content: Any) -> str | None:
     return None
 
 
+class _RooPrompts:
+    """The prompts of a history Roo Code marked (:mod:`treeprep.formats._roo_view`): each call's
+    view converted, a sent message converted once per view start."""
+
+    def __init__(self, history: list[Any], system: list[dict[str, Any]]) -> None:
+        self.history = history
+        self.system = system
+        self.converted: dict[tuple[int, ...], list[dict[str, Any]]] = {}
+        self.start: int | None = None  # the view start of the last call made
+
+    def prompt(self, i: int) -> tuple[list[dict[str, Any]] | str, str | None]:
+        """(the prompt of the call answered by stored message ``i``, or why it is not known;
+        ``compaction`` for the first call from a new summary)."""
+        view = sent(self.history, i)
+        if isinstance(view, str):
+            return view, None
+        hint = "compaction" if view.start and view.start != self.start else None
+        self.start = view.start
+        out = list(self.system)
+        for held, m in view.messages:
+            key = (view.start, *held)
+            if key not in self.converted:
+                where = f"[{held[0]}].content"
+                if m.get("role") == "user":
+                    self.converted[key] = user_messages(m.get("content"), where)
+                else:
+                    self.converted[key] = [assistant_message(m.get("content"), where)]
+            out.extend(self.converted[key])
+        return out, hint
+
+
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     parsed = document(path)
     history = parsed.value
@@ -151,14 +186,12 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         raise InputError(path, 1, f"expected a JSON array of messages, got {type_name(history)}")
     lines = parsed.element_lines(len(history))
     task = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    prompt: list[dict[str, Any]] = []
-    if opts.system_prompt:
-        prompt.append({"role": "system", "content": opts.system_prompt})
+    prompt: list[dict[str, Any]] = system_message(opts.system_prompt)
+    roo = _RooPrompts(history, list(prompt)) if roo_marked(history) else None
     k = 0
     broken: str | None = None  # why the history stops being usable
     times = _edit_times(path)
     first_edit = min(times) if times else None
-    marked: int | None = None  # the first Roo Code summary or truncation marker
     for i, m in enumerate(history):
         where = f"[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
@@ -169,22 +202,22 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                     k += 1
                     yield Reject(file=path, line=lines[i], format=NAME, call_id=cid, reason=broken)
                 continue
-            if marked is None and isinstance(m, dict) and any(m.get(x) for x in _ROO_MARKS):
-                marked = i
             if role == "user":
                 prompt.extend(user_messages(m.get("content"), f"{where}.content"))
                 continue
             if role != "assistant":
                 raise RecordError(f"{where}.role: expected 'user' or 'assistant', got {role!r}")
             reply = assistant_message(m.get("content"), f"{where}.content")
+            sent_prompt, hint = roo.prompt(i) if roo is not None else (prompt, None)
         except RecordError as e:
             broken = f"{e} (the prompts after it would miss it)"
             yield Reject(file=path, line=lines[i], format=NAME, reason=str(e))
             continue
         k += 1
-        why = _unsent(m, first_edit, marked) or _cut(m.get("content"))
-        if why is None:
-            yield _call(path, lines[i], task, k, prompt, reply, _model(m), opts)
+        why = sent_prompt if isinstance(sent_prompt, str) else None
+        why = why or _unsent(m, first_edit) or _cut(m)
+        if why is None and not isinstance(sent_prompt, str):
+            yield _call(path, lines[i], task, k, sent_prompt, reply, _model(m), opts, hint)
         else:
             yield Reject(file=path, line=lines[i], format=NAME, call_id=cid, reason=why)
         prompt.append(reply)

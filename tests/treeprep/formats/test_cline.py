@@ -130,18 +130,6 @@ def test_a_broken_context_history_is_named(tmp_path: Path) -> None:
         _read(_task(tmp_path, hist, [[2, "not an edit"]]))
 
 
-def test_roo_code_condensed_history_is_rejected_after_its_summary(tmp_path: Path) -> None:
-    """Roo Code marks condensed messages and adds a summary (isSummary); it then sends only what
-    follows the summary, so the calls after it do not train on the stored history."""
-    hist = json.loads(CLASSIC.read_text())
-    hist[2]["condenseParent"] = "c1"  # tagged when the summary below was made
-    summary = {"role": "user", "content": "## Conversation Summary\n...", "isSummary": True}
-    hist.insert(4, {**summary, "condenseId": "c1"})
-    items = _read(_task(tmp_path, hist))
-    assert [type(x) for x in items] == [ChatCall, ChatCall, Reject]
-    assert "[4] is its summary or truncation marker" in items[2].reason
-
-
 @pytest.mark.parametrize(
     ("text", "why"),
     [
