@@ -15,7 +15,14 @@ request's fields at the top level next to ``"response"``. Written from the API's
   documents (kept as content parts);
 * request ``tools``: ``{name, description, input_schema}`` -> OpenAI function schemas; server tools
   without an ``input_schema`` (web search, code execution) have no function form and are left out;
+* request ``output_config.effort`` and ``chat_template_kwargs``: the call's reasoning effort and
+  template kwargs, which vLLM's Messages endpoint hands on (0.34; ``thinking`` disabled, which it
+  turns into an effort after probing the template, is not read);
 * response ``content``: the completion, converted like an assistant turn.
+
+As vLLM's endpoint converts them (0.34, ``_convert_block``), empty ``text`` blocks are skipped,
+an assistant's several text blocks stay text parts (the renderer joins them as the server did)
+and its ``thinking`` blocks are joined with nothing.
 
 The logged request is exactly what the model saw: ``exact_messages``. Each line is one call; with no
 ``--group-by`` field the builder groups the calls by file. The call id is the response ``id``.
@@ -37,8 +44,10 @@ from treeprep.formats._fields import (
     chat_tool_call,
     cut_reason,
     expect,
+    first_field,
     make_call,
     opt_list,
+    template_kwargs_at,
     type_name,
 )
 from treeprep.formats._read import head_json_objects, records
@@ -160,10 +169,15 @@ def assistant_message(
     listed = enumerate(opt_list(expect_blocks(content, where), where))
     blocks = ((i, b) for i, b in listed if isinstance(b, dict))  # others are skipped
     texts, thinking, calls = assistant_blocks(blocks, where, _BLOCK_NAMES, _tool_use)
-    text: Any = "".join(texts) if texts else None
-    if parts and len(texts) > 1:
-        text = [{"type": "text", "text": t} for t in texts]
-    return assistant_turn(text, thinking, calls, sep="\n\n")
+    if not parts:
+        return assistant_turn("".join(texts) if texts else None, thinking, calls, sep="\n\n")
+    # as vLLM's Messages endpoint converts them (_convert_block, 0.34): empty text and thinking
+    # blocks skipped, the thinking joined with nothing
+    texts = [t for t in texts if t]
+    text: Any = [{"type": "text", "text": t} for t in texts] if len(texts) > 1 else None
+    if text is None:
+        text = texts[0] if texts else None
+    return assistant_turn(text, [t for t in thinking if t], calls, sep="")
 
 
 def expect_blocks(content: Any, where: str) -> Any:
@@ -171,9 +185,11 @@ def expect_blocks(content: Any, where: str) -> Any:
     return None if content is None else expect(content, where, str, list, what=_BLOCKS)
 
 
-def user_messages(content: Any, where: str) -> list[dict[str, Any]]:
+def user_messages(content: Any, where: str, *, endpoint: bool = False) -> list[dict[str, Any]]:
     """An Anthropic user ``content`` as chat messages: a ``tool`` message per ``tool_result``
-    block, then the text (and image) parts as one user message. Cline's task history uses it."""
+    block, then the text (and image) parts as one user message. Cline's task history uses it.
+    With ``endpoint``, as vLLM's Messages endpoint converts it (0.34): empty text blocks
+    skipped."""
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
     out: list[dict[str, Any]] = []
@@ -194,9 +210,9 @@ def user_messages(content: Any, where: str) -> list[dict[str, Any]]:
                 }
             )
         elif b.get("type") == "text":
-            parts.append(
-                {"type": "text", "text": block_text(b, "text", f"{where}[{i}]", required=False)}
-            )
+            text = block_text(b, "text", f"{where}[{i}]", required=False)
+            if text or not endpoint:
+                parts.append({"type": "text", "text": text})
         else:
             parts.append(dict(b))
     if parts:
@@ -219,7 +235,7 @@ def to_call_fields(
         role = m.get("role") if isinstance(m, dict) else None
         where = f"request.messages[{i}]"
         if role == "user":
-            msgs.extend(user_messages(m.get("content"), f"{where}.content"))
+            msgs.extend(user_messages(m.get("content"), f"{where}.content", endpoint=True))
         elif role == "assistant":
             msgs.append(assistant_message(m.get("content"), f"{where}.content", parts=True))
         else:
@@ -234,8 +250,12 @@ def to_call_fields(
         and not completion.get("reasoning_content")
     ):
         return None, "response content has no text, thinking or tool_use block"
+    config = first_field([("request.", req)], "output_config", dict, what="an object") or {}
     return {
         "model": resp.get("model") or req.get("model"),
+        # vLLM's Messages endpoint hands both on (_handle_output_config, _build_base_request)
+        "reasoning_effort": first_field([("request.output_config.", config)], "effort", str),
+        "chat_template_kwargs": template_kwargs_at([("request.", req)]),
         "messages": msgs,
         "tools": convert_tools(req.get("tools"), "request.tools") or opts.tools,
         "completion": completion,

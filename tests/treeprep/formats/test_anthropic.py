@@ -193,3 +193,51 @@ def test_an_assistant_s_text_blocks_stay_parts_for_the_server_to_join(tmp_path):
         msgs, comp, _ = r.normalize(call)
         assert msgs[2]["content"] == f"Checking.{sep}Both now."
         assert comp["content"] == "Checking.Both now.!"
+
+
+def test_blocks_convert_as_the_endpoint_converts_them(tmp_path):
+    """vLLM's Messages endpoint (``_convert_block``, 0.34) skips empty text blocks and empty
+    thinking, and joins an assistant's thinking blocks with nothing: an empty block between two
+    texts leaves them two parts, one beside an empty block is the content alone."""
+    rec = json.loads(SAMPLE.read_text().splitlines()[1])
+    prior = rec["request"]["messages"][1]
+    calls = [b for b in prior["content"] if b["type"] == "tool_use"]
+    prior["content"] = [
+        {"type": "thinking", "thinking": "First, "}, {"type": "thinking", "thinking": ""},
+        {"type": "text", "text": ""}, {"type": "text", "text": "Checking."},
+        {"type": "thinking", "thinking": "then more."}, *calls,
+    ]  # fmt: skip
+    rec["request"]["messages"].append(
+        {"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "Go"}]}
+    )
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    (call,), rej = _split(path)
+    assert rej == []
+    assistant = call.messages[2]
+    assert (assistant.content, assistant.reasoning_content) == ("Checking.", "First, then more.")
+    assert call.messages[-1].role == "user" and call.messages[-1].content == "Go"
+
+
+def test_the_request_s_effort_and_template_kwargs_are_the_call_s(tmp_path):
+    """vLLM's endpoint hands ``output_config.effort`` on as the reasoning effort and
+    ``chat_template_kwargs`` as they are; either of the wrong type is a reject naming it."""
+    rec = json.loads(SAMPLE.read_text().splitlines()[0])
+    rec["request"]["output_config"] = {"effort": "high"}
+    rec["request"]["chat_template_kwargs"] = {"enable_thinking": False}
+    bad = [json.loads(json.dumps(rec)) for _ in range(3)]
+    bad[0]["request"]["output_config"] = {"effort": 2}
+    bad[1]["request"]["output_config"] = "high"
+    bad[2]["request"]["chat_template_kwargs"] = ["x"]
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [rec, *bad]))
+    (call,), rej = _split(path)
+    assert (call.reasoning_effort, call.chat_template_kwargs) == (
+        "high",
+        {"enable_thinking": False},
+    )
+    assert [r.reason for r in rej] == [
+        "request.output_config.effort: expected a string, got int",
+        "request.output_config: expected an object, got string",
+        "request.chat_template_kwargs: expected an object, got array",
+    ]
