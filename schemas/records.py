@@ -124,6 +124,10 @@ class ChatCall(_Model):
     #: API's ``reasoning.effort``, Codex's turn context), where the log says; gpt-oss's prompt
     #: states it (:mod:`treeprep.render.harmony`)
     reasoning_effort: str | None = None
+    #: the request turned thinking off the Anthropic way (``thinking.type`` ``disabled`` or
+    #: ``between_tools``), which vLLM's Messages endpoint sends as the effort it probes the
+    #: template for, over ``reasoning_effort`` (:mod:`treeprep.render.template_kwargs`)
+    thinking_disabled: bool = False
     #: the request's ``chat_template_kwargs`` (vLLM, SGLang and llama.cpp hand them to the chat
     #: template, e.g. ``{"enable_thinking": false}``), where the log says
     chat_template_kwargs: dict[str, Any] | None = None

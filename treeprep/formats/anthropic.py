@@ -15,9 +15,10 @@ request's fields at the top level next to ``"response"``. Written from the API's
   documents (kept as content parts);
 * request ``tools``: ``{name, description, input_schema}`` -> OpenAI function schemas; server tools
   without an ``input_schema`` (web search, code execution) have no function form and are left out;
-* request ``output_config.effort`` and ``chat_template_kwargs``: the call's reasoning effort and
-  template kwargs, which vLLM's Messages endpoint hands on (0.34; ``thinking`` disabled, which it
-  turns into an effort after probing the template, is not read);
+* request ``output_config.effort``, ``chat_template_kwargs`` and ``thinking``: the call's
+  reasoning effort and template kwargs, which vLLM's Messages endpoint hands on (0.34), and
+  whether it turned thinking off (``disabled``, ``between_tools``), which the endpoint sends as
+  an effort it probes the template for (``thinking_disabled``);
 * response ``content``: the completion, converted like an assistant turn.
 
 As vLLM's endpoint converts them (0.34, ``_convert_block``), empty ``text`` blocks are skipped,
@@ -251,11 +252,13 @@ def to_call_fields(
     ):
         return None, "response content has no text, thinking or tool_use block"
     config = first_field([("request.", req)], "output_config", dict, what="an object") or {}
+    thinking = first_field([("request.", req)], "thinking", dict, what="an object") or {}
     return {
         "model": resp.get("model") or req.get("model"),
         # vLLM's Messages endpoint hands both on (_handle_output_config, _build_base_request)
         "reasoning_effort": first_field([("request.output_config.", config)], "effort", str),
         "chat_template_kwargs": template_kwargs_at([("request.", req)]),
+        "thinking_disabled": thinking.get("type") in ("disabled", "between_tools"),
         "messages": msgs,
         "tools": convert_tools(req.get("tools"), "request.tools") or opts.tools,
         "completion": completion,

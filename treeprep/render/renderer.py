@@ -87,7 +87,7 @@ from treeprep.render.template import (
     RenderFn,
     RenderLimits,
 )
-from treeprep.render.template_kwargs import template_kwargs
+from treeprep.render.template_kwargs import disabled_thinking_effort, template_kwargs
 from treeprep.render.text_parts import text_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
@@ -159,6 +159,8 @@ class Renderer:
         self._kw_incremental: dict[bytes | None, IncrementalRenderer | None] = {}
         #: the server (and Harmony library) :meth:`set_server` last set
         self._server: tuple[Server, Harmony] | None = None
+        #: the effort vLLM's Messages endpoint gives a request with thinking off (probed once)
+        self._disabled_effort: str | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -250,6 +252,7 @@ class Renderer:
         if (server, harmony) == self._server:
             return
         self._server = (server, harmony)
+        self._disabled_effort = None  # probed for this server's render
         self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
         probe = partial(self.template.render, tools=None, add_generation_prompt=False)
         parts = text_parts(server, self.template.source, probe)
@@ -419,6 +422,17 @@ class Renderer:
         find each other's renders, :mod:`treeprep.render.dates`)."""
         return self.template.reported_date(parse_date(rec.timestamp) or self.date)
 
+    def _effort_of(self, rec: ChatCall) -> str | None:
+        """The reasoning effort the server gave ``rec``'s render: the request's, or for one that
+        turned thinking off the Anthropic way, the effort vLLM's Messages endpoint probes for
+        (Harmony refuses ``none``: ``low``). Other servers' Messages endpoints are not read."""
+        if not rec.thinking_disabled or self._server is None or self._server[0] is not Server.vllm:
+            return rec.reasoning_effort
+        if self._disabled_effort is None:
+            harmony = self.harmony is not None
+            self._disabled_effort = "low" if harmony else disabled_thinking_effort(self.template)
+        return self._disabled_effort
+
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
         """(messages, completion, tools) as passed to the chat template
         (:func:`~treeprep.render.messages.template_messages`)."""
@@ -427,7 +441,7 @@ class Renderer:
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
         self.last_normalized, self.last_prompt_kept, self.last_rewrites = (), False, {}
-        self._effort = rec.reasoning_effort if isinstance(rec, ChatCall) else None
+        self._effort = self._effort_of(rec) if isinstance(rec, ChatCall) else None
         self._kwargs = {}
         if isinstance(rec, ChatCall) and self.harmony is None and self._server is not None:
             kw, server = rec.chat_template_kwargs, self._server[0]

@@ -21,6 +21,9 @@ depends on them. What each server does (read in their sources, late 2026):
 itself (the messages, tools, generation prompt, date function and special tokens). Harmony's
 render (gpt-oss on vLLM) takes only the effort (:mod:`treeprep.render.harmony`).
 
+An Anthropic request that turns thinking off (``thinking.type`` ``disabled`` or
+``between_tools``) reaches vLLM's template as an effort too, which vLLM's Messages endpoint picks
+by probing the template (:func:`disabled_thinking_effort`).
 """
 
 from __future__ import annotations
@@ -28,10 +31,14 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from treeprep.errors import RenderError
 from treeprep.modes import Server
-from treeprep.render.template import template_ast
+from treeprep.render.template import ChatTemplate, template_ast
 
-__all__ = ["template_kwargs"]
+__all__ = ["disabled_thinking_effort", "template_kwargs"]
+
+#: the efforts vLLM's Messages endpoint tries against ``none`` (``AnthropicEffort``, 0.34)
+ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 #: what the renderer gives the template itself, which no request's kwargs replace
 _RESERVED = frozenset(
@@ -68,6 +75,25 @@ def template_kwargs(
         return out
     reads = _variables(source)
     return {k: v for k, v in out.items() if k in reads and k not in _RESERVED}
+
+
+def disabled_thinking_effort(template: ChatTemplate) -> str:
+    """The effort vLLM's Messages endpoint sends ``template`` for a request that turns thinking
+    off (``DisabledThinkingEffortResolver``, 0.34, its default ``auto``): ``none``, unless the
+    prompt of one user message rendered with ``none`` fails or equals its render with one of
+    :data:`ANTHROPIC_EFFORTS` (the template ignores ``none``), then ``low``."""
+
+    def render(effort: str) -> str | None:
+        kwargs = template_kwargs(template.source, Server.vllm, None, effort)
+        try:
+            return template.render([{"role": "user", "content": "Hi"}], None, True, extra=kwargs)
+        except RenderError:
+            return None
+
+    none = render("none")
+    if none is None or any(render(e) == none for e in ANTHROPIC_EFFORTS):
+        return "low"
+    return "none"
 
 
 @lru_cache(maxsize=16)

@@ -241,3 +241,46 @@ def test_the_request_s_effort_and_template_kwargs_are_the_call_s(tmp_path):
         "request.output_config: expected an object, got string",
         "request.chat_template_kwargs: expected an object, got array",
     ]
+
+
+#: a template that reads the effort and takes one it does not know for ``max`` (as GLM-5.3's
+#: does, per vLLM's resolver), or that reads whether thinking is on
+_EFFORT_TEMPLATE = (
+    "{% set e = reasoning_effort if reasoning_effort in ['low', 'medium', 'high', 'xhigh'] "
+    "else 'max' %}{% for m in messages %}{% if m.role == 'assistant' %}effort={{ e }}|{% endif %}"
+    "{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}effort={{ e }}|"
+    "{% endif %}"
+)
+_THINKING_TEMPLATE = _EFFORT_TEMPLATE.replace(
+    "effort={{ e }}", "thinking={{ enable_thinking }}"
+).replace("{% set e = reasoning_effort if reasoning_effort in ['low', 'medium', 'high', "
+          "'xhigh'] else 'max' %}", "")  # fmt: skip
+
+
+def test_thinking_turned_off_is_the_effort_vllm_s_endpoint_probes_for(tmp_path):
+    """``thinking: {type: disabled}`` (or ``between_tools``) is sent by vLLM's Messages endpoint
+    as ``none``, unless the template renders ``none`` as it renders an effort, then ``low``
+    (``DisabledThinkingEffortResolver``, 0.34); it wins over ``output_config.effort``."""
+    from treeprep.render import Renderer
+
+    rec = json.loads(SAMPLE.read_text().splitlines()[0])
+    rec["response"]["content"] = [{"type": "text", "text": "Done."}]  # the templates show text
+    rec["request"]["thinking"] = {"type": "disabled"}
+    rec["request"]["output_config"] = {"effort": "high"}
+    on = json.loads(json.dumps(rec))
+    on["request"]["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+    bad = json.loads(json.dumps(rec))
+    bad["request"]["thinking"] = "off"
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (rec, on, bad)))
+    (off, kept), rej = _split(path)
+    assert (off.thinking_disabled, kept.thinking_disabled) == (True, False)
+    assert [r.reason for r in rej] == ["request.thinking: expected an object, got string"]
+    cases = ((_EFFORT_TEMPLATE, "effort=low|", "effort=high|"),
+             (_THINKING_TEMPLATE, "thinking=False|", "thinking=True|"))  # fmt: skip
+    for source, said, asked in cases:
+        (tmp_path / "t.jinja").write_text(source)
+        r = Renderer.load(None, chat_template=tmp_path / "t.jinja")
+        for call, want in ((off, said), (kept, asked)):
+            seq = r.render(call, group_id="g")
+            assert r.decode(seq.tokens[: seq.loss_spans[-1][0]]).endswith(want)

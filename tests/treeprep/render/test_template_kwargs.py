@@ -4,6 +4,7 @@ given the same kwargs; the reader takes them from the logged request."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,24 @@ def test_kwargs_that_are_not_an_object_are_a_reject_naming_the_field(tmp_path: P
         (item,) = list(get_format(fmt).read(str(path), ReadOptions()))
         assert isinstance(item, Reject) and item.line == 1
         assert f"{where}: expected an object" in item.reason
+
+
+def test_thinking_turned_off_the_anthropic_way_is_the_effort_vllm_probes_for(
+    qwen3: Renderer,
+) -> None:
+    """vLLM's Messages endpoint sends ``none`` for ``thinking: disabled`` where the template
+    tells ``none`` from every effort (Qwen3: thinking off, over the request's own effort), and
+    ``low`` where Harmony renders gpt-oss (it refuses ``none``); other servers' Messages
+    endpoints are not read, so their render is the call's own."""
+    off = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True,
+                              enable_thinking=False)  # fmt: skip
+    on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
+    assert _prompt(qwen3, _call(thinking_disabled=True)) == off
+    assert _prompt(qwen3, _call(thinking_disabled=True, reasoning_effort="high")) == off
+    qwen3.set_server("sglang")
+    assert _prompt(qwen3, _call(thinking_disabled=True)) == on
+    qwen3.set_server("vllm")
+    if importlib.util.find_spec("openai_harmony") is not None:
+        oss = Renderer.load(GPT_OSS, server="vllm")
+        assert "Reasoning: low" in _prompt(oss, _call(thinking_disabled=True))
+        assert "Reasoning: high" in _prompt(oss, _call(reasoning_effort="high"))
