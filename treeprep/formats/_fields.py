@@ -83,8 +83,8 @@ def first_field(
 ) -> Any:
     """The first non-null ``name`` of ``bodies`` (``(where, body)`` pairs: where a record logs its
     request's fields, ``where`` a path prefix), None where none has it. A value of another type is
-    a RecordError naming ``<where><name>``: the servers refuse such a request, so the call was
-    never served as a reading that skipped it would render it.
+    a RecordError naming ``<where><name>``: vLLM and SGLang refuse such a request (their request
+    models), so it was not served as a reading that skipped the field would render it.
 
     >>> first_field([("", {"x": None}), ("request.", {"x": "high"})], "x", str)
     'high'
