@@ -45,7 +45,7 @@ from typing import Any
 from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import make_call, system_message, type_name
 from treeprep.formats._read import document
-from treeprep.formats._roo_view import roo_marked, sent
+from treeprep.formats._roo_view import Views, roo_marked
 from treeprep.formats.anthropic import assistant_message, user_messages
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io import reads
@@ -150,33 +150,33 @@ def _cut(m: dict[str, Any]) -> str | None:
 
 class _RooPrompts:
     """The prompts of a history Roo Code marked (:mod:`treeprep.formats._roo_view`): each call's
-    view converted, a sent message converted once per view start."""
+    view converted, the messages it shares with the last call's view not converted again."""
 
     def __init__(self, history: list[Any], system: list[dict[str, Any]]) -> None:
-        self.history = history
+        self.views = Views(history)
         self.system = system
-        self.converted: dict[tuple[int, ...], list[dict[str, Any]]] = {}
         self.start: int | None = None  # the view start of the last call made
+        self.out = list(system)  # the last prompt
+        self.ends: list[int] = []  # where each of the last view's messages ends in it
 
     def prompt(self, i: int) -> tuple[list[dict[str, Any]] | str, str | None]:
         """(the prompt of the call answered by stored message ``i``, or why it is not known;
         ``compaction`` for the first call from a new summary)."""
-        view = sent(self.history, i)
+        view = self.views.at(i)
         if isinstance(view, str):
             return view, None
         hint = "compaction" if view.start and view.start != self.start else None
-        self.start = view.start
-        out = list(self.system)
-        for held, m in view.messages:
-            key = (view.start, *held)
-            if key not in self.converted:
-                where = f"[{held[0]}].content"
-                if m.get("role") == "user":
-                    self.converted[key] = user_messages(m.get("content"), where)
-                else:
-                    self.converted[key] = [assistant_message(m.get("content"), where)]
-            out.extend(self.converted[key])
-        return out, hint
+        self.start, kept = view.start, view.kept  # a message that does not convert ends the reading
+        del self.out[self.ends[kept - 1] if kept else len(self.system) :]
+        del self.ends[kept:]
+        for held, m in view.messages[kept:]:
+            where = f"[{held[0]}].content"
+            if m.get("role") == "user":
+                self.out.extend(user_messages(m.get("content"), where))
+            else:
+                self.out.append(assistant_message(m.get("content"), where))
+            self.ends.append(len(self.out))
+        return list(self.out), hint
 
 
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:

@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from treeprep.formats import ReadOptions
+from treeprep.formats._roo_view import View, Views, sent
 from treeprep.formats.cline import FORMAT
 from treeprep.schemas import ChatCall, Reject
 
@@ -185,3 +188,68 @@ def test_the_views_render_as_apply_chat_template_qwen3(tmp_path: Path) -> None:
     calls = _read(tmp_path, h)
     assert len(calls) == 5 and all(isinstance(c, ChatCall) for c in calls)
     assert_calls_match_apply_chat_template(Renderer.load(str(QWEN3)), calls)
+
+
+def test_a_result_stored_before_its_call_is_left_out_until_the_call_is_made(
+    tmp_path: Path,
+) -> None:
+    """getEffectiveApiHistory keeps a result whose tool_use is anywhere in the view: a result
+    stored before its call is left out of the calls before the call, and sent (before it, as
+    stored) in those after, which no chat template takes: those calls are rejected."""
+    h = _history()[:9]
+    h[7]["content"].insert(1, _result("t9", "early"))
+    h.insert(9, {"role": "assistant", "content": [_use("t9", "read_file", path="b")], "ts": 1})
+    h.insert(10, {"role": "user", "content": [_result("t9", "late")], "ts": 2})
+    h.insert(11, {"role": "assistant", "content": [_text("Done.")], "ts": 3})
+    items = _read(tmp_path, h)
+    assert [type(x) for x in items] == [ChatCall] * 5 + [Reject]
+    assert _shape(items[3])[3:] == [("tool", "1"), ("user", "<environment_details>")]
+    assert _shape(items[4])[3:] == [("tool", "1"), ("user", "<environment_details>"),
+                                    ("assistant", "Fixed.")]  # fmt: skip
+    assert "tool_call_id 't9' but no earlier assistant message made that call" in items[5].reason
+
+
+_IDS = st.sampled_from(["a", "b", "c", 7])
+_BLOCK = st.one_of(
+    st.builds(lambda i: {"type": "tool_result", "tool_use_id": i, "content": "r"}, _IDS),
+    st.just({"type": "text", "text": "t"}),
+)
+_MESSAGE = st.one_of(
+    st.builds(lambda b: {"role": "user", "content": b}, st.lists(_BLOCK, max_size=3)),
+    st.sampled_from([{"role": "user", "content": "s"}, {"role": "user", "content": None}]),
+    st.builds(
+        lambda ids: {"role": "assistant", "content": [_use(i, "f") for i in ids]},
+        st.lists(_IDS, max_size=2),
+    ),
+    st.sampled_from(
+        [
+            {"role": "user", "content": "sum", "isSummary": True},
+            {"role": "assistant", "content": "sum", "isSummary": True},
+            {"role": "user", "content": "cut", "isTruncationMarker": True},
+        ]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_MESSAGE, st.booleans(), st.booleans()), max_size=14))
+def test_views_built_on_from_the_last_are_the_views_built_whole(
+    stored: list[tuple[dict[str, Any], bool, bool]],
+) -> None:
+    """Views (each call's view built on from the last call's) against sent (each built from the
+    stored history alone): the same view or reason at every call, and the messages it says it
+    kept are the last view's own."""
+    history = [{**m, "condenseParent": "c"} if tagged else dict(m) for m, tagged, _ in stored]
+    views, last = Views(history), None
+    for i in [i for i, (_, _, call) in enumerate(stored) if call] + [len(history)]:
+        got, want = views.at(i), sent(history, i)
+        if isinstance(want, str):
+            assert got == want
+            continue
+        assert isinstance(got, View)
+        assert (got.start, got.messages) == (want.start, want.messages)
+        if got.kept:
+            assert last is not None and last.start == got.start and got.kept <= len(last.messages)
+            kept = zip(got.messages[: got.kept], last.messages[: got.kept], strict=True)
+            assert all(a is b for a, b in kept)
+        last = got
