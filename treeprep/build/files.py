@@ -158,7 +158,7 @@ class FileWorker:
         tmp = seq_path + ".tmp"
         from treeprep.formats import forget_shared_messages
 
-        opts = _read_options(self.options)
+        opts = _read_options(self.options, self.renderer)
         curator = Curator(self.options)
         forget_shared_messages()  # curation rewrites shared messages: none from another file
         with writing(seq_path, tmp), curator.active(), seen.active():
@@ -205,9 +205,10 @@ def process_file(job: FileJob) -> FileResult:
     return _worker.process(job)
 
 
-def _read_options(options: FileOptions) -> ReadOptions:
+def _read_options(options: FileOptions, renderer: Renderer) -> ReadOptions:
     """The adapters' options: the system prompt and tools files read (per file, so that an
-    unreadable one stops the build with its own error, not a dead pool)."""
+    unreadable one stops the build with its own error, not a dead pool), and how the server's
+    Messages endpoint treats the renderer's template."""
     from treeprep.formats import ReadOptions
 
     system_prompt = None
@@ -236,6 +237,8 @@ def _read_options(options: FileOptions) -> ReadOptions:
         group_by=options.group_by,
         field_map=options.field_map(),
         check_ids=options.check_ids,  # False: adapters yield plain token rollouts
+        server=options.server,
+        merge_inline_system=renderer.merges_inline_system,
     )
 
 

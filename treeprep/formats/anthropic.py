@@ -6,7 +6,11 @@ request's fields at the top level next to ``"response"``. Written from the API's
 * request ``system``: a string or a list of ``text`` blocks (joined as given, nothing inserted;
   Claude Code's attribution block, ``x-anthropic-billing-header: ...``, left out as a Messages
   endpoint leaves it out);
-* request ``messages``: ``user``/``assistant`` turns whose ``content`` is a string or blocks:
+* request ``messages``: ``user``/``assistant`` turns, and ``system`` messages, which vLLM 0.34's
+  endpoint takes (Claude Code's per-turn reminders): in place where the template takes a system
+  message after the first, else appended to the leading system prompt
+  (``ReadOptions.merge_inline_system``; other servers' endpoints are not read: a reject). A
+  turn's ``content`` is a string or blocks:
   ``text``, ``thinking`` (-> ``reasoning_content``), ``redacted_thinking`` (dropped: no text),
   ``tool_use`` (-> ``tool_calls`` with the ``input`` object as arguments, which the endpoint
   writes with Python's ``json.dumps``: ``arguments_json``), ``tool_result`` (-> one
@@ -53,6 +57,7 @@ from treeprep.formats._fields import (
 )
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.modes import Server
 from treeprep.schemas import Reject
 
 NAME = "anthropic"
@@ -221,15 +226,40 @@ def user_messages(content: Any, where: str, *, endpoint: bool = False) -> list[d
     return out
 
 
+def _inline_system(m: dict[str, Any], where: str) -> str | None:
+    """The text of an inline ``system`` message as vLLM's Messages endpoint reads it (0.34,
+    ``_extract_system_text``): a string, or its non-empty text blocks joined with nothing;
+    Claude Code's attribution block left out (None: no text)."""
+    content = expect(m.get("content"), f"{where}.content", str, list, what=_BLOCKS)
+    if isinstance(content, str):
+        return None if _billing({"text": content}) else content or None
+    blocks = [b for b in content if not _billing(b)]
+    return _text(blocks, f"{where}.content") or None
+
+
+def _system(req: dict[str, Any], opts: ReadOptions) -> str | None:
+    """The leading system prompt as vLLM's Messages endpoint writes it
+    (``_convert_system_message``, 0.34): the request's system blocks, Claude Code's attribution
+    block left out, then with ``opts.merge_inline_system`` the texts of the inline ``system``
+    messages, all joined with nothing."""
+    system = req.get("system")
+    if isinstance(system, list):
+        system = [b for b in system if not _billing(b)]
+    sys_text = _text(system, "request.system") if system is not None else opts.system_prompt
+    inline: list[str] = []
+    if opts.merge_inline_system:
+        for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):
+            if isinstance(m, dict) and m.get("role") == "system":
+                inline.append(_inline_system(m, f"request.messages[{i}]") or "")
+    return "".join([sys_text or "", *inline]) or None
+
+
 def to_call_fields(
     req: dict[str, Any], resp: dict[str, Any], opts: ReadOptions
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(ChatCall fields, None) or (None, reason). A misshapen field raises RecordError."""
     msgs: list[dict[str, Any]] = []
-    system = req.get("system")
-    if isinstance(system, list):
-        system = [b for b in system if not _billing(b)]
-    sys_text = _text(system, "request.system") if system is not None else opts.system_prompt
+    sys_text = _system(req, opts)
     if sys_text:
         msgs.append({"role": "system", "content": sys_text})
     for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):
@@ -239,9 +269,21 @@ def to_call_fields(
             msgs.extend(user_messages(m.get("content"), f"{where}.content", endpoint=True))
         elif role == "assistant":
             msgs.append(assistant_message(m.get("content"), f"{where}.content", parts=True))
+        elif role == "system" and opts.server is Server.vllm:
+            text = None if opts.merge_inline_system else _inline_system(m, where)
+            if text:  # in place: the template takes a system message after the first
+                msgs.append({"role": "system", "content": text})
         else:
             shown = repr(role) if isinstance(role, str | None) else type_name(role)
-            return None, f"{where}: role {shown}, expected 'user' or 'assistant'"
+            expected = (
+                "'user', 'assistant' or 'system'"
+                if opts.server is Server.vllm
+                else (
+                    f"'user' or 'assistant' ({opts.server.value}'s Messages endpoint is not read: "
+                    "how it converts an inline system message is not known)"
+                )
+            )
+            return None, f"{where}: role {shown}, expected {expected}"
     if why := cut_reason(resp.get("stop_reason"), "response.stop_reason"):
         return None, why
     completion = assistant_message(resp.get("content"), "response.content", parts=True)

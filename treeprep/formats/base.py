@@ -28,6 +28,7 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, Field
 
+from treeprep.modes import Server
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
 Record: TypeAlias = ChatCall | TokenRollout
@@ -59,6 +60,12 @@ class ReadOptions:
     check_ids: bool = True
     #: how many Codex spawn links were followed to reach this file (:mod:`treeprep.formats.codex`)
     codex_spawn_depth: int = 0
+    #: ``--server``: the inference server whose Messages endpoint converted an Anthropic request
+    server: Server = Server.vllm
+    #: vLLM's Messages endpoint merges a request's inline ``system`` messages into the leading
+    #: system prompt, as it does for a template that takes no system message after the first
+    #: (:func:`~treeprep.render.template_kwargs.merges_inline_system`); False: keeps them in place
+    merge_inline_system: bool = False
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,11 @@ from treeprep.render.template import (
     RenderFn,
     RenderLimits,
 )
-from treeprep.render.template_kwargs import disabled_thinking_effort, template_kwargs
+from treeprep.render.template_kwargs import (
+    disabled_thinking_effort,
+    merges_inline_system,
+    template_kwargs,
+)
 from treeprep.render.text_parts import text_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
@@ -161,6 +165,8 @@ class Renderer:
         self._server: tuple[Server, Harmony] | None = None
         #: the effort vLLM's Messages endpoint gives a request with thinking off (probed once)
         self._disabled_effort: str | None = None
+        #: whether vLLM's Messages endpoint merges inline system messages (probed once)
+        self._merges_inline_system: bool | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -421,6 +427,17 @@ class Renderer:
         template prints it (one per day where it prints only the day: a session's calls then
         find each other's renders, :mod:`treeprep.render.dates`)."""
         return self.template.reported_date(parse_date(rec.timestamp) or self.date)
+
+    @property
+    def merges_inline_system(self) -> bool:
+        """Whether the server (vLLM's Messages endpoint) merges an Anthropic request's inline
+        system messages into the leading system prompt for this template (probed once:
+        :func:`~.template_kwargs.merges_inline_system`); other servers' endpoints do not."""
+        if self._server is None or self._server[0] is not Server.vllm:
+            return False
+        if self._merges_inline_system is None:
+            self._merges_inline_system = merges_inline_system(self.template.source)
+        return self._merges_inline_system
 
     def _effort_of(self, rec: ChatCall) -> str | None:
         """The reasoning effort the server gave ``rec``'s render: the request's, or for one that

@@ -342,13 +342,18 @@ def _sandbox_class(limits: RenderLimits, namespace_cls: type) -> type:
     return Env
 
 
-def _environment(limits: RenderLimits) -> Any:
-    """transformers' chat template environment, with the limits (see the module docstring)."""
+def _environment(limits: RenderLimits, *, bare: bool = False) -> Any:
+    """transformers' chat template environment, with the limits (see the module docstring).
+    ``bare``: jinja's own sandbox with the limits and ``loopcontrols``, nothing of transformers'
+    (no ``raise_exception``, ``strftime_now``, ``tojson`` options or ``generation`` tag), as
+    vLLM's probes of a template render it."""
     import jinja2
     from jinja2.ext import loopcontrols
 
     namespace_cls = _namespace_class(limits.max_chars)
     env_cls = _sandbox_class(limits, namespace_cls)
+    if bare:
+        return env_cls(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
 
     def raise_exception(message: Any) -> None:
         raise jinja2.exceptions.TemplateError(message)
@@ -420,7 +425,10 @@ class ChatTemplate:
         *,
         limits: RenderLimits | None = None,
         date: datetime | None = None,
+        bare: bool = False,
     ) -> None:
+        """``bare``: compiled in jinja's own sandbox (the limits kept), as vLLM's probes
+        compile it, for :meth:`render_variables` alone."""
         self.source = source
         #: hand a string content to the template as one text part (the inference server's rule
         #: for a template that loops over parts: :mod:`treeprep.render.text_parts`)
@@ -429,7 +437,7 @@ class ChatTemplate:
         #: the date ``strftime_now`` reports when a render gives none (None: :data:`DEFAULT_DATE`)
         self.date = date
         self.special_tokens = dict(special_tokens or {})
-        env = _environment(self.limits)
+        env = _environment(self.limits, bare=bare)
         try:
             self._template = env.from_string(source)
         except Exception as e:  # a syntax error: nothing can be rendered with it
@@ -509,6 +517,11 @@ class ChatTemplate:
             "add_generation_prompt": add_generation_prompt,
             "strftime_now": strftime_now,
         }
+        return self.render_variables(variables)
+
+    def render_variables(self, variables: dict[str, Any]) -> str:
+        """The template rendered with these variables alone, within the limits; any failure or
+        breached limit is a :class:`RenderError`."""
         limits = self.limits
         if self.overrun_s >= limits.budget_s:
             raise TemplateLimitError(self._budget_reason())

@@ -23,7 +23,9 @@ render (gpt-oss on vLLM) takes only the effort (:mod:`treeprep.render.harmony`).
 
 An Anthropic request that turns thinking off (``thinking.type`` ``disabled`` or
 ``between_tools``) reaches vLLM's template as an effort too, which vLLM's Messages endpoint picks
-by probing the template (:func:`disabled_thinking_effort`).
+by probing the template (:func:`disabled_thinking_effort`). Whether it merges a request's inline
+``system`` messages into the leading system prompt is a probe of the template too
+(:func:`merges_inline_system`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from treeprep.errors import RenderError
 from treeprep.modes import Server
 from treeprep.render.template import ChatTemplate, template_ast
 
-__all__ = ["disabled_thinking_effort", "template_kwargs"]
+__all__ = ["disabled_thinking_effort", "merges_inline_system", "template_kwargs"]
 
 #: the efforts vLLM's Messages endpoint tries against ``none`` (``AnthropicEffort``, 0.34)
 ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")
@@ -94,6 +96,40 @@ def disabled_thinking_effort(template: ChatTemplate) -> str:
     if none is None or any(render(e) == none for e in ANTHROPIC_EFFORTS):
         return "low"
     return "none"
+
+
+#: the conversation vLLM's Messages endpoint renders to learn whether a template takes a system
+#: message after the first (``_detect_merge_inline_system``, 0.34)
+_INLINE_SYSTEM_PROBE = [
+    {"role": "system", "content": "t"},
+    {"role": "user", "content": "t"},
+    {"role": "system", "content": "t"},
+    {"role": "user", "content": "t"},
+]
+
+
+def merges_inline_system(source: str | None) -> bool:
+    """Whether vLLM's Messages endpoint (0.34) merges a request's inline ``system`` messages
+    into the leading system prompt for the chat template ``source``: it does when there is no
+    template, or when the template fails on a system message after the first, rendered in
+    jinja's own sandbox with the messages and ``add_generation_prompt`` false alone (as vLLM's
+    ``_detect_merge_inline_system`` renders it: a template that calls ``raise_exception``, a
+    transformers helper, fails there whatever it was about to say).
+
+    >>> merges_inline_system("{% for m in messages %}{{ m.content }}{% endfor %}")
+    False
+    >>> merges_inline_system("{% for m in messages %}{% if m.role == 'system' and not loop.first "
+    ...                      "%}{{ raise_exception('system first') }}{% endif %}{% endfor %}")
+    True
+    """
+    if not source:
+        return True
+    try:
+        probe = ChatTemplate(source, bare=True)
+        probe.render_variables({"messages": _INLINE_SYSTEM_PROBE, "add_generation_prompt": False})
+    except RenderError:
+        return True
+    return False
 
 
 @lru_cache(maxsize=16)

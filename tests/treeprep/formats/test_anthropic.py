@@ -8,6 +8,7 @@ from pathlib import Path
 from treeprep.formats import detect_format
 from treeprep.formats.anthropic import FORMAT, convert_tools
 from treeprep.formats.base import ReadOptions
+from treeprep.modes import Server
 from treeprep.schemas import ChatCall, Reject
 
 SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "anthropic_messages.jsonl"
@@ -58,7 +59,7 @@ def test_convert_tools_drops_server_tools():
 def test_bad_lines(tmp_path):
     ok = json.loads(SAMPLE.read_text().splitlines()[0])
     bad_role = json.loads(json.dumps(ok))
-    bad_role["request"]["messages"].append({"role": "system", "content": "x"})
+    bad_role["request"]["messages"].append({"role": "developer", "content": "x"})
     orphan = json.loads(json.dumps(ok))
     orphan["request"]["messages"] = [
         {
@@ -82,7 +83,7 @@ def test_bad_lines(tmp_path):
     assert len(calls) == 1
     assert [r.line for r in rej] == [2, 3, 4, 5]
     assert "malformed JSON" in rej[0].reason
-    assert "role 'system'" in rej[1].reason
+    assert "role 'developer', expected 'user', 'assistant' or 'system'" in rej[1].reason
     assert "tool_call_id 'nope'" in rej[2].reason
     assert "'response' Messages API object" in rej[3].reason
 
@@ -284,3 +285,74 @@ def test_thinking_turned_off_is_the_effort_vllm_s_endpoint_probes_for(tmp_path):
         for call, want in ((off, said), (kept, asked)):
             seq = r.render(call, group_id="g")
             assert r.decode(seq.tokens[: seq.loss_spans[-1][0]]).endswith(want)
+
+
+_BILLING = "x-anthropic-billing-header: cc_version=2.1.90; cch=1a2b3;"
+
+
+def _with_inline_system(tmp_path):
+    """The sample's first call with Claude Code's attribution block and two inline system
+    messages (per-turn reminders), one of them a string, one of blocks."""
+    rec = json.loads(SAMPLE.read_text().splitlines()[0])
+    rec["response"]["content"] = [{"type": "text", "text": "Done."}]  # the templates show text
+    req = rec["request"]
+    req["system"] = [{"type": "text", "text": _BILLING}, {"type": "text", "text": "You are CC."}]
+    req["messages"][1:1] = [{"role": "system", "content": "<reminder A>"}]
+    req["messages"].append({"role": "system", "content": [
+        {"type": "text", "text": _BILLING}, {"type": "text", "text": "B1"},
+        {"type": "text", "text": ""}, {"type": "text", "text": "B2"}]})  # fmt: skip
+    req["messages"].append({"role": "system", "content": _BILLING})  # nothing left of it
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    return path, [m["role"] for m in req["messages"] if m["role"] != "system"]
+
+
+def test_inline_system_messages_are_read_as_vllm_s_endpoint_reads_them(tmp_path):
+    """vLLM 0.34's Messages endpoint takes ``system`` messages in ``messages`` (Claude Code's
+    per-turn reminders): their text (a string, or the text blocks joined with nothing, the
+    attribution block left out; none: no message) stays in place where the template takes a
+    system message after the first, and is appended to the leading system prompt, joined with
+    nothing, where it does not (``_convert_system_message``, ``_convert_messages``)."""
+    path, roles = _with_inline_system(tmp_path)
+    (kept,), rej = _split(path)
+    assert rej == []
+    assert [(m.role, m.content) for m in kept.messages if m.role == "system"] == [
+        ("system", "You are CC."), ("system", "<reminder A>"), ("system", "B1B2")]  # fmt: skip
+    assert [m.role for m in kept.messages][:3] == ["system", "user", "system"]
+    (merged,), rej = _split(path, ReadOptions(merge_inline_system=True))
+    assert rej == [] and merged.messages[0].content == "You are CC.<reminder A>B1B2"
+    assert [m.role for m in merged.messages[1:]] == roles and "system" not in roles
+    for server in (Server.sglang, Server.llama_cpp):
+        _, (why,) = _split(path, ReadOptions(server=server))
+        assert f"role 'system', expected 'user' or 'assistant' ({server.value}'s Messages" in (
+            why.reason
+        )
+
+
+def test_a_build_merges_inline_system_messages_where_vllm_s_probe_says(tmp_path):
+    """The build asks the renderer's template as vLLM's endpoint asks it: rendered with
+    [system, user, system, user] in jinja's own sandbox, a template that fails merges (here by
+    calling ``raise_exception``, which that sandbox does not define either)."""
+    from treeprep.build import BuildConfig, FileOptions, build
+    from treeprep.render import Renderer
+    from treeprep.shards import iter_trees
+
+    path, _roles = _with_inline_system(tmp_path)
+    decode = Renderer.load(None).decode
+    prompts = {}
+    for name, guard in (("takes", ""), ("refuses", "{{ raise_exception('first only') }}")):
+        t = tmp_path / f"{name}.jinja"
+        t.write_text(
+            "{% for m in messages %}{% if m.role == 'system' and not loop.first %}" + guard
+            + "{% endif %}<{{ m.role }}>{{ m.content if m.content is string else '' }}"
+            "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+        )  # fmt: skip
+        out = tmp_path / name
+        build(BuildConfig(inputs=[str(path)], out=str(out), file=FileOptions(chat_template=str(t))))
+        ((seq,),) = [list(tree.iter_sequences()) for tree in iter_trees(str(out))]
+        first = seq["loss_mask"].index(1)
+        prompts[name] = decode(seq["input_ids"][:first])
+    assert prompts["takes"].startswith("<system>You are CC.<user>")
+    assert "<system><reminder A>" in prompts["takes"] and prompts["takes"].count("<system>") == 3
+    assert prompts["refuses"].startswith("<system>You are CC.<reminder A>B1B2<user>")
+    assert prompts["refuses"].count("<system>") == 1

@@ -184,3 +184,33 @@ def test_thinking_turned_off_the_anthropic_way_is_the_effort_vllm_probes_for(
         oss = Renderer.load(GPT_OSS, server="vllm")
         assert "Reasoning: low" in _prompt(oss, _call(thinking_disabled=True))
         assert "Reasoning: high" in _prompt(oss, _call(reasoning_effort="high"))
+
+
+def _vllm_probe_fails(source: str) -> bool:
+    """The reference: the template rendered as vLLM 0.34's ``_detect_merge_inline_system``
+    renders it, in jinja's own sandbox (trim_blocks, lstrip_blocks, loopcontrols)."""
+    import jinja2.ext
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    messages = [{"role": r, "content": "t"} for r in ("system", "user") * 2]
+    try:
+        env.from_string(source).render(messages=messages, add_generation_prompt=False)
+    except Exception:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("tokenizer", [QWEN3, TOKENIZERS / "qwen2_5", GPT_OSS])
+def test_the_inline_system_probe_answers_as_vllm_s(tokenizer: Path) -> None:
+    """Qwen3's and Qwen2.5's templates take a system message after the first; gpt-oss's fails
+    in that sandbox (it calls ``strftime_now``, a transformers helper), so vLLM merges there."""
+    from treeprep.render.template_kwargs import merges_inline_system
+
+    source = Renderer.load(tokenizer).template.source
+    assert merges_inline_system(source) == _vllm_probe_fails(source)
+    assert merges_inline_system(source) == (tokenizer == GPT_OSS)
+    r = Renderer.load(tokenizer, server="sglang")
+    assert r.merges_inline_system is False  # SGLang's endpoint is not read
