@@ -25,7 +25,9 @@ request's fields at the top level next to ``"response"``. Written from the API's
   an effort it probes the template for (``thinking_disabled``);
 * response ``content``: the completion, converted like an assistant turn.
 
-As vLLM's endpoint converts them (0.34, ``_convert_block``), empty ``text`` blocks are skipped,
+With ``--server llama.cpp`` the request is converted as llama.cpp's endpoint converts it instead
+(:mod:`treeprep.formats._anthropic_llama`). As vLLM's endpoint converts them (0.34,
+``_convert_block``), empty ``text`` blocks are skipped,
 an assistant's several text blocks stay text parts (the renderer joins them as the server did)
 and its ``thinking`` blocks are joined with nothing.
 
@@ -39,6 +41,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
+from treeprep.formats._anthropic_llama import request_messages
 from treeprep.formats._fields import (
     BlockNames,
     as_list,
@@ -254,10 +257,9 @@ def _system(req: dict[str, Any], opts: ReadOptions) -> str | None:
     return "".join([sys_text or "", *inline]) or None
 
 
-def to_call_fields(
-    req: dict[str, Any], resp: dict[str, Any], opts: ReadOptions
-) -> tuple[dict[str, Any] | None, str | None]:
-    """(ChatCall fields, None) or (None, reason). A misshapen field raises RecordError."""
+def _vllm_messages(req: dict[str, Any], opts: ReadOptions) -> list[dict[str, Any]] | str:
+    """The chat messages vLLM's Messages endpoint makes of the request (or why it is not
+    read); SGLang's is taken to make the same, but an inline system message."""
     msgs: list[dict[str, Any]] = []
     sys_text = _system(req, opts)
     if sys_text:
@@ -278,12 +280,21 @@ def to_call_fields(
             expected = (
                 "'user', 'assistant' or 'system'"
                 if opts.server is Server.vllm
-                else (
-                    f"'user' or 'assistant' ({opts.server.value}'s Messages endpoint is not read: "
-                    "how it converts an inline system message is not known)"
-                )
+                else "'user' or 'assistant' (SGLang's Messages endpoint is not read: how it "
+                "converts an inline system message is not known)"
             )
-            return None, f"{where}: role {shown}, expected {expected}"
+            return f"{where}: role {shown}, expected {expected}"
+    return msgs
+
+
+def to_call_fields(
+    req: dict[str, Any], resp: dict[str, Any], opts: ReadOptions
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(ChatCall fields, None) or (None, reason). A misshapen field raises RecordError."""
+    llama = opts.server is Server.llama_cpp
+    msgs = request_messages(req, opts.system_prompt) if llama else _vllm_messages(req, opts)
+    if isinstance(msgs, str):
+        return None, msgs
     if why := cut_reason(resp.get("stop_reason"), "response.stop_reason"):
         return None, why
     completion = assistant_message(resp.get("content"), "response.content", parts=True)
@@ -295,12 +306,14 @@ def to_call_fields(
         return None, "response content has no text, thinking or tool_use block"
     config = first_field([("request.", req)], "output_config", dict, what="an object") or {}
     thinking = first_field([("request.", req)], "thinking", dict, what="an object") or {}
+    effort = first_field([("request.output_config.", config)], "effort", str)
     return {
         "model": resp.get("model") or req.get("model"),
-        # vLLM's Messages endpoint hands both on (_handle_output_config, _build_base_request)
-        "reasoning_effort": first_field([("request.output_config.", config)], "effort", str),
+        # vLLM's Messages endpoint hands both on (_handle_output_config, _build_base_request);
+        # llama.cpp's only the kwargs
+        "reasoning_effort": None if llama else effort,
         "chat_template_kwargs": template_kwargs_at([("request.", req)]),
-        "thinking_disabled": thinking.get("type") in ("disabled", "between_tools"),
+        "thinking_disabled": not llama and thinking.get("type") in ("disabled", "between_tools"),
         "messages": msgs,
         "tools": convert_tools(req.get("tools"), "request.tools") or opts.tools,
         "completion": completion,
@@ -345,7 +358,8 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         fields.update(
             group_id=gid,
             call_id=str(resp.get("id") or f"line-{no}"),
-            arguments_json=ARGUMENTS_JSON,
+            # llama.cpp writes the input with nlohmann's dump(), which no render here shows
+            arguments_json=None if opts.server is Server.llama_cpp else ARGUMENTS_JSON,
             source_file=path,
             source_line=no,
             source_format=NAME,

@@ -442,7 +442,8 @@ class Renderer:
     def _effort_of(self, rec: ChatCall) -> str | None:
         """The reasoning effort the server gave ``rec``'s render: the request's, or for one that
         turned thinking off the Anthropic way, the effort vLLM's Messages endpoint probes for
-        (Harmony refuses ``none``: ``low``). Other servers' Messages endpoints are not read."""
+        (Harmony refuses ``none``: ``low``). llama.cpp's endpoint hands the template neither (the
+        reader leaves both out); SGLang's is not read."""
         if not rec.thinking_disabled or self._server is None or self._server[0] is not Server.vllm:
             return rec.reasoning_effort
         if self._disabled_effort is None:

@@ -17,7 +17,8 @@ way. The tokens the model saw are the server's, so the build renders as the serv
 - **SGLang** (``sglang/srt/parser/jinja_template_utils.py``): joins them with ``" "``, unless
   the template mentions ``image``, ``audio``, ``video`` or ``vision`` anywhere, or loops over
   ``message.content``, ``msg.content`` or ``m.content``; then the list goes to the template.
-- **llama.cpp** (``common/chat.cpp``, its template capabilities): joins them with ``"\\n"``,
+- **llama.cpp** (``common/chat.cpp``, its template capabilities): joins them with ``"\\n"``
+  (none before a part while the text so far is empty),
   unless the template *requires* parts: it shows a user message given as a string nowhere in its
   text, but shows it given as one text part. That is found by rendering both (the renderer's
   probe, :func:`text_parts` ``render``), so a template that takes both (Qwen3.5's) gets the parts
@@ -44,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import dropwhile
 from typing import Any
 
 import jinja2
@@ -98,9 +100,15 @@ class TextParts:
         'a\\nb'
         >>> TextParts(Server.sglang, " ", as_list=True).content(["a", "b"])
         [{'type': 'text', 'text': 'a'}, {'type': 'text', 'text': 'b'}]
+        >>> TextParts(Server.llama_cpp, "\\n", as_list=False).content(["", "a", "", "b"])
+        'a\\n\\nb'
         """
         if self.as_list:
             return [{"type": "text", "text": t} for t in texts]
+        if self.server is Server.llama_cpp:
+            # a newline goes before a part once there is text (common_chat_msg's
+            # to_json_oaicompat): the empty parts before the first text add none
+            texts = list(dropwhile(lambda t: not t, texts))
         return self.sep.join(texts)
 
 

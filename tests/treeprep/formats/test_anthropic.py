@@ -322,11 +322,8 @@ def test_inline_system_messages_are_read_as_vllm_s_endpoint_reads_them(tmp_path)
     (merged,), rej = _split(path, ReadOptions(merge_inline_system=True))
     assert rej == [] and merged.messages[0].content == "You are CC.<reminder A>B1B2"
     assert [m.role for m in merged.messages[1:]] == roles and "system" not in roles
-    for server in (Server.sglang, Server.llama_cpp):
-        _, (why,) = _split(path, ReadOptions(server=server))
-        assert f"role 'system', expected 'user' or 'assistant' ({server.value}'s Messages" in (
-            why.reason
-        )
+    _, (why,) = _split(path, ReadOptions(server=Server.sglang))
+    assert "role 'system', expected 'user' or 'assistant' (SGLang's Messages" in why.reason
 
 
 def test_a_build_merges_inline_system_messages_where_vllm_s_probe_says(tmp_path):
