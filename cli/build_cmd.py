@@ -180,6 +180,22 @@ def build_cmd(
             "tool result's header differently.",
         ),
     ] = Harmony.oss,
+    default_chat_template_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="The server's default chat-template kwargs, a JSON object, as it was started "
+            "with (vLLM's and SGLang's --default-chat-template-kwargs, llama.cpp's "
+            """--chat-template-kwargs), e.g. '{"enable_thinking": false}'; a request's own """
+            "override them.",
+        ),
+    ] = None,
+    reasoning_effort_map: Annotated[
+        str | None,
+        typer.Option(
+            help="vLLM's --reasoning-effort-map as the server was started with, a JSON object "
+            """(e.g. '{"xhigh": "max"}'): the effort each requested one was rendered as.""",
+        ),
+    ] = None,
     dedup: Annotated[
         bool,
         typer.Option(
@@ -213,6 +229,8 @@ def build_cmd(
         server=server,
         harmony=harmony,
         check_ids=check_ids,
+        default_chat_template_kwargs=default_chat_template_kwargs,
+        reasoning_effort_map=reasoning_effort_map,
     )
     cfg = BuildConfig(
         inputs=inputs,

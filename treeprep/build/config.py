@@ -79,6 +79,12 @@ class FileOptions:
     #: reject calls whose logged token ids do not decode to their logged text (False: train
     #: logged ids unchecked, the behaviour before the check; :mod:`treeprep.render.idcheck`)
     check_ids: bool = True
+    #: the server's default chat-template kwargs, a JSON object (vLLM's and SGLang's
+    #: ``--default-chat-template-kwargs``, llama.cpp's ``--chat-template-kwargs``): a request's
+    #: own override them (:mod:`treeprep.render.template_kwargs`)
+    default_chat_template_kwargs: str | None = None
+    #: vLLM's ``--reasoning-effort-map``, a JSON object: the effort each requested one renders as
+    reasoning_effort_map: str | None = None
 
     def __post_init__(self) -> None:
         value = self.max_record_bytes
@@ -90,6 +96,7 @@ class FileOptions:
         modes.coerce_modes(self, TreeprepError)
         self._check_paths()
         self.field_map()  # a bad map stops the build before anything is read
+        self.server_settings()  # so do bad server settings
         from treeprep.render.dates import parse_date
 
         for name in ("since", "until"):
@@ -109,6 +116,31 @@ class FileOptions:
             if value:
                 regular_file(value, f"--{name.replace('_', '-')}", missing_ok=True)
 
+    def server_settings(self) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+        """(the server's default chat-template kwargs, vLLM's effort map), checked.
+
+        >>> FileOptions(reasoning_effort_map='{"xhigh": "max"}').server_settings()
+        (None, {'xhigh': 'max'})
+        """
+        from treeprep.render.template_kwargs import EFFORTS
+
+        kwargs = _json_object(self.default_chat_template_kwargs, "--default-chat-template-kwargs")
+        effort_map = _json_object(self.reasoning_effort_map, "--reasoning-effort-map")
+        if effort_map is None:
+            return kwargs, None
+        if self.server is not modes.Server.vllm:
+            raise TreeprepError(
+                f"--reasoning-effort-map is vLLM's option; --server {self.server.value} has none"
+            )
+        if not all(isinstance(v, str) for v in effort_map.values()):
+            raise TreeprepError("--reasoning-effort-map: expected an object of strings")
+        if unknown := sorted(set(effort_map) - set(EFFORTS)):
+            raise TreeprepError(
+                f"--reasoning-effort-map: unknown efforts {unknown}; expected some of "
+                f"{', '.join(EFFORTS)} (vLLM refuses others)"
+            )
+        return kwargs, effort_map
+
     def field_map(self) -> Any:
         """The checked field map of ``--map``/``--map-file`` (None when neither is given)."""
         from treeprep.formats.trajectory import parse_map
@@ -123,6 +155,21 @@ class FileOptions:
         'trajectory-dataset'
         """
         return self.format or ("trajectory-dataset" if self.map or self.map_file else None)
+
+
+def _json_object(text: str | None, option: str) -> dict[str, Any] | None:
+    """The JSON object ``text`` that ``option`` gives (None: not given)."""
+    if text is None:
+        return None
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise TreeprepError(f"{option}: expected a JSON object, got {text!r} ({e})") from e
+    if not isinstance(value, dict):
+        raise TreeprepError(f"{option}: expected a JSON object, got {text!r}")
+    return value
 
 
 def file_fields(options: FileOptions) -> list[str]:

@@ -99,6 +99,7 @@ class FileWorker:
         self.renderer = renderer
         renderer.parallel_calls = ParallelCalls(options.parallel_calls)
         renderer.set_server(options.server, options.harmony)
+        renderer.set_server_settings(*options.server_settings())
 
     @classmethod
     def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:

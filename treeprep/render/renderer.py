@@ -89,6 +89,7 @@ from treeprep.render.template import (
 )
 from treeprep.render.template_kwargs import (
     disabled_thinking_effort,
+    map_effort,
     merges_inline_system,
     template_kwargs,
 )
@@ -165,6 +166,9 @@ class Renderer:
         self._server: tuple[Server, Harmony] | None = None
         #: the effort vLLM's Messages endpoint gives a request with thinking off (probed once)
         self._disabled_effort: str | None = None
+        #: the server's default chat-template kwargs and effort map (:meth:`set_server_settings`)
+        self.server_defaults: dict[str, Any] | None = None
+        self.effort_map: dict[str, str] | None = None
         #: whether vLLM's Messages endpoint merges inline system messages (probed once)
         self._merges_inline_system: bool | None = None
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
@@ -439,16 +443,32 @@ class Renderer:
             self._merges_inline_system = merges_inline_system(self.template.source)
         return self._merges_inline_system
 
+    def set_server_settings(
+        self, defaults: dict[str, Any] | None, effort_map: dict[str, str] | None = None
+    ) -> None:
+        """Render as a server started with these default chat-template kwargs (vLLM's and
+        SGLang's ``--default-chat-template-kwargs``, llama.cpp's ``--chat-template-kwargs``),
+        which a request's own override, and with vLLM's ``--reasoning-effort-map``."""
+        self.server_defaults, self.effort_map = defaults or None, effort_map or None
+        self._disabled_effort = None  # probed with them
+
     def _effort_of(self, rec: ChatCall) -> str | None:
         """The reasoning effort the server gave ``rec``'s render: the request's, or for one that
         turned thinking off the Anthropic way, the effort vLLM's Messages endpoint probes for
-        (Harmony refuses ``none``: ``low``). llama.cpp's endpoint hands the template neither (the
-        reader leaves both out); SGLang's is not read."""
-        if not rec.thinking_disabled or self._server is None or self._server[0] is not Server.vllm:
+        (Harmony refuses ``none``: ``low``); on vLLM, through its effort map. llama.cpp's
+        endpoint hands the template neither (the reader leaves both out); SGLang's is not
+        read."""
+        if self._server is None or self._server[0] is not Server.vllm:
             return rec.reasoning_effort
+        if not rec.thinking_disabled:
+            return map_effort(rec.reasoning_effort, self.effort_map)
         if self._disabled_effort is None:
-            harmony = self.harmony is not None
-            self._disabled_effort = "low" if harmony else disabled_thinking_effort(self.template)
+            self._disabled_effort = map_effort(
+                "low"
+                if self.harmony is not None
+                else disabled_thinking_effort(self.template, self.server_defaults, self.effort_map),
+                self.effort_map,
+            )
         return self._disabled_effort
 
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
@@ -463,7 +483,9 @@ class Renderer:
         self._kwargs = {}
         if isinstance(rec, ChatCall) and self.harmony is None and self._server is not None:
             kw, server = rec.chat_template_kwargs, self._server[0]
-            self._kwargs = template_kwargs(self.template.source, server, kw, self._effort)
+            self._kwargs = template_kwargs(
+                self.template.source, server, kw, self._effort, self.server_defaults
+            )
         if isinstance(rec, TokenRollout):
             return rollout_sequence(
                 rec,

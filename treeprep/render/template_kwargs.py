@@ -10,12 +10,19 @@ depends on them. What each server does (read in their sources, late 2026):
   them the reasoning effort as ``reasoning_effort`` and, unless the kwargs set
   ``enable_thinking``, ``enable_thinking = effort != "none"``; then only the names the template
   reads are kept (``resolve_chat_template_kwargs``).
-- **SGLang** (``serving_chat._apply_jinja_template``): ``reasoning_effort`` (the request's, or
-  the one its kwargs name), then the kwargs.
+- **SGLang** (0.5.23, ``protocol.normalize_reasoning_inputs`` and ``serving_chat``): an effort
+  sets ``thinking`` and ``enable_thinking`` where the kwargs do not; then ``reasoning_effort``
+  (the one the kwargs name, or the request's), then the kwargs.
 - **llama.cpp** (``tools/server/server-common.cpp``): the kwargs, and the request's
   ``reasoning_effort`` among them (forwarded since PR #26941, build b10434, August 2026; earlier
-  builds ignore it), but ``none``, which turns thinking off (``enable_thinking`` false) and is
-  not forwarded (known from the PR and a reading of build b10453, not from its source here).
+  builds ignore it), but ``none``, which turns thinking off (``enable_thinking`` false, unless
+  the kwargs set it) and is not forwarded (``oaicompat_chat_params_parse``, read in the copy
+  llama-cpp-python 0.3.36 bundles, llama.cpp 0c1e570).
+
+Each server may be started with default kwargs (vLLM's and SGLang's
+``--default-chat-template-kwargs``, llama.cpp's ``--chat-template-kwargs``), which a request's
+own override key by key; vLLM may map efforts (``--reasoning-effort-map``, :func:`map_effort`).
+The build takes both (``--default-chat-template-kwargs``, ``--reasoning-effort-map``).
 
 :func:`template_kwargs` gives those, less any the template does not read or the renderer sets
 itself (the messages, tools, generation prompt, date function and special tokens). Harmony's
@@ -37,8 +44,10 @@ from treeprep.errors import RenderError
 from treeprep.modes import Server
 from treeprep.render.template import ChatTemplate, template_ast
 
-__all__ = ["disabled_thinking_effort", "merges_inline_system", "template_kwargs"]
+__all__ = ["disabled_thinking_effort", "map_effort", "merges_inline_system", "template_kwargs"]
 
+#: the efforts vLLM takes in a request (``ReasoningEffort``, 0.34): an effort map's keys
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 #: the efforts vLLM's Messages endpoint tries against ``none`` (``AnthropicEffort``, 0.34)
 ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
@@ -50,10 +59,16 @@ _RESERVED = frozenset(
 
 
 def template_kwargs(
-    source: str, server: Server, kwargs: dict[str, Any] | None, effort: str | None
+    source: str,
+    server: Server,
+    kwargs: dict[str, Any] | None,
+    effort: str | None,
+    defaults: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The kwargs ``server`` renders the template ``source`` with, for a request with these
-    ``chat_template_kwargs`` and reasoning ``effort`` (empty: the template's defaults).
+    ``chat_template_kwargs`` and reasoning ``effort`` (empty: the template's defaults), on a
+    server started with ``defaults`` (its default chat-template kwargs, which a request's own
+    override key by key).
 
     >>> t = "{% if enable_thinking is false %}<think></think>{% endif %}{{ reasoning_effort }}"
     >>> template_kwargs(t, Server.vllm, None, "none")
@@ -62,31 +77,90 @@ def template_kwargs(
     {'enable_thinking': False}
     >>> template_kwargs(t, Server.llama_cpp, None, "none")
     {'enable_thinking': False}
+    >>> template_kwargs(t, Server.vllm, {"enable_thinking": None}, None, {"enable_thinking": False})
+    {'enable_thinking': False}
     """
-    out = dict(kwargs or {})
-    if server is Server.sglang and effort is None:
-        effort = out.pop("reasoning_effort", None)
-    if server is Server.llama_cpp and effort == "none":
-        out.pop("reasoning_effort", None)
-        out["enable_thinking"] = False
-    elif effort is not None:
-        out["reasoning_effort"] = effort
-        if server is Server.vllm and "enable_thinking" not in (kwargs or {}):
-            out["enable_thinking"] = effort != "none"
+    rule = {Server.vllm: _vllm, Server.sglang: _sglang, Server.llama_cpp: _llama_cpp}[server]
+    out = rule(dict(kwargs or {}), effort, defaults or {})
     if not out:
         return out
     reads = _variables(source)
     return {k: v for k, v in out.items() if k in reads and k not in _RESERVED}
 
 
-def disabled_thinking_effort(template: ChatTemplate) -> str:
+def _vllm(kwargs: dict[str, Any], effort: str | None, defaults: dict[str, Any]) -> dict[str, Any]:
+    """vLLM (``build_chat_params``, then ``with_defaults``, 0.34): the effort and the
+    ``enable_thinking`` it implies over the request's kwargs, all over the server's defaults,
+    where a request's null or ``"auto"`` leaves the default (``merge_kwargs``)."""
+    out = dict(kwargs)
+    if effort is not None:
+        out["reasoning_effort"] = effort
+        if "enable_thinking" not in kwargs:
+            out["enable_thinking"] = effort != "none"
+    if not defaults:
+        return out
+    return {**defaults, **{k: v for k, v in out.items() if v is not None and v != "auto"}}
+
+
+def _sglang(kwargs: dict[str, Any], effort: str | None, defaults: dict[str, Any]) -> dict[str, Any]:
+    """SGLang (0.5.23, in its order): an effort sets ``thinking`` and ``enable_thinking`` where
+    the kwargs do not (``normalize_reasoning_inputs``); an effort the kwargs name is the
+    request's (``_convert_to_internal_request``); the server's defaults fill what the kwargs
+    leave unset, a default effort the request's when it has none (``_process_messages``); the
+    template gets the effort, then the kwargs over it (``_apply_jinja_template``), so a default
+    ``reasoning_effort`` wins over the request's own."""
+    if effort is not None:
+        kwargs.setdefault("thinking", effort != "none")
+        kwargs.setdefault("enable_thinking", effort != "none")
+    named = kwargs.pop("reasoning_effort", None)
+    effort = named if named is not None else effort
+    for k, v in defaults.items():
+        kwargs.setdefault(k, v)
+    if effort is None:
+        effort = kwargs.get("reasoning_effort")
+    return {**({} if effort is None else {"reasoning_effort": effort}), **kwargs}
+
+
+def _llama_cpp(
+    kwargs: dict[str, Any], effort: str | None, defaults: dict[str, Any]
+) -> dict[str, Any]:
+    """llama.cpp (``oaicompat_chat_params_parse``): the request's kwargs over the server's
+    (``--chat-template-kwargs``), then the request's effort, but ``none``, which turns thinking
+    off (unless the kwargs set ``enable_thinking``, which the template gets over it) and is
+    not forwarded."""
+    out = {**defaults, **kwargs}
+    if effort == "none":
+        out.pop("reasoning_effort", None)
+        out.setdefault("enable_thinking", False)
+    elif effort:
+        out["reasoning_effort"] = effort
+    return out
+
+
+def map_effort(effort: str | None, effort_map: dict[str, str] | None) -> str | None:
+    """The effort vLLM renders for a request's ``effort`` on a server started with
+    ``--reasoning-effort-map`` (``map_reasoning_effort``, 0.34: efforts not listed pass).
+
+    >>> map_effort("xhigh", {"xhigh": "max"}), map_effort("low", {"xhigh": "max"})
+    ('max', 'low')
+    """
+    return effort if effort is None or not effort_map else effort_map.get(effort, effort)
+
+
+def disabled_thinking_effort(
+    template: ChatTemplate,
+    defaults: dict[str, Any] | None = None,
+    effort_map: dict[str, str] | None = None,
+) -> str:
     """The effort vLLM's Messages endpoint sends ``template`` for a request that turns thinking
     off (``DisabledThinkingEffortResolver``, 0.34, its default ``auto``): ``none``, unless the
     prompt of one user message rendered with ``none`` fails or equals its render with one of
-    :data:`ANTHROPIC_EFFORTS` (the template ignores ``none``), then ``low``."""
+    :data:`ANTHROPIC_EFFORTS` (the template ignores ``none``), then ``low``. The probe renders
+    as the server renders a request: with its default kwargs and its effort map."""
 
     def render(effort: str) -> str | None:
-        kwargs = template_kwargs(template.source, Server.vllm, None, effort)
+        mapped = map_effort(effort, effort_map)
+        kwargs = template_kwargs(template.source, Server.vllm, None, mapped, defaults)
         try:
             return template.render([{"role": "user", "content": "Hi"}], None, True, extra=kwargs)
         except RenderError:

@@ -36,6 +36,22 @@ def test_build_config_names_the_bad_field(field: str, value: object, message: st
         ("max_record_bytes", 1.5, "max_record_bytes must be an integer, got 1.5"),
         ("redact", "all", "redact 'all'; expected one of off, secrets"),
         ("since", "last tuesday", "since 'last tuesday': expected an ISO 8601 date or time"),
+        (
+            "default_chat_template_kwargs",
+            "[1]",
+            "--default-chat-template-kwargs: expected a JSON object, got '[1]'",
+        ),
+        (
+            "reasoning_effort_map",
+            '{"high": 1}',
+            "--reasoning-effort-map: expected an object of strings",
+        ),
+        (
+            "reasoning_effort_map",
+            '{"huge": "max"}',
+            "--reasoning-effort-map: unknown efforts ['huge']; expected some of none, minimal, "
+            "low, medium, high, xhigh, max (vLLM refuses others)",
+        ),
     ],
 )
 def test_file_options_name_the_bad_field(field: str, value: object, message: str) -> None:
@@ -67,3 +83,14 @@ def test_the_worker_gets_the_configs_own_file_options_and_they_pickle() -> None:
     assert pickle.loads(pickle.dumps(opts)) == opts  # handed to pool processes and Ray actors
     assert FileOptions(map=("messages=turns",)).read_format() == "trajectory-dataset"
     assert FileOptions().read_format() is None
+
+
+def test_an_effort_map_is_vllm_s_and_bad_json_is_named() -> None:
+    with pytest.raises(TreeprepError, match="--reasoning-effort-map is vLLM's option; --server "
+                       "sglang has none"):  # fmt: skip
+        FileOptions(reasoning_effort_map='{"xhigh": "max"}', server="sglang")  # type: ignore[arg-type]
+    with pytest.raises(TreeprepError, match=r"--default-chat-template-kwargs: expected a JSON "
+                       r"object, got '\{enable' \(Expecting"):  # fmt: skip
+        FileOptions(default_chat_template_kwargs="{enable")
+    kwargs = FileOptions(default_chat_template_kwargs='{"enable_thinking": false}')
+    assert kwargs.server_settings() == ({"enable_thinking": False}, None)

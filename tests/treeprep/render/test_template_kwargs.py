@@ -18,7 +18,7 @@ from treeprep.schemas import ChatCall
 
 TOKENIZERS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "tokenizers"
 QWEN3, GPT_OSS = TOKENIZERS / "qwen3", TOKENIZERS / "gpt-oss"
-pytestmark = pytest.mark.skipif(not (QWEN3 / "tokenizer.json").is_file(), reason="no shared data")
+needs_data = pytest.mark.skipif(not (QWEN3 / "tokenizer.json").is_file(), reason="no shared data")
 
 HI = [{"role": "user", "content": "Hi"}]
 REPLY = {"role": "assistant", "content": "Hello."}
@@ -36,6 +36,8 @@ def _prompt(r: Renderer, call: ChatCall) -> str:
 
 @pytest.fixture(scope="module")
 def qwen3() -> Renderer:
+    if not (QWEN3 / "tokenizer.json").is_file():
+        pytest.skip("no shared data")
     return Renderer.load(QWEN3)
 
 
@@ -54,9 +56,9 @@ def test_a_request_s_kwargs_turn_qwen3_s_thinking_off(qwen3: Renderer) -> None:
 
 
 def test_vllm_turns_thinking_off_for_effort_none(qwen3: Renderer) -> None:
-    """vLLM sets ``enable_thinking = effort != "none"`` unless the kwargs set it, and llama.cpp
-    turns thinking off for ``none``; SGLang hands the template only ``reasoning_effort``, which
-    Qwen3's does not read."""
+    """vLLM sets ``enable_thinking = effort != "none"`` unless the kwargs set it; so does SGLang
+    (0.5.23, ``normalize_reasoning_inputs``, with ``thinking`` too), and llama.cpp turns
+    thinking off for ``none`` unless the kwargs set it."""
     off = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True,
                               enable_thinking=False)  # fmt: skip
     on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
@@ -64,12 +66,14 @@ def test_vllm_turns_thinking_off_for_effort_none(qwen3: Renderer) -> None:
     assert _prompt(qwen3, _call(reasoning_effort="low")) == on
     kept = _call(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
     assert _prompt(qwen3, kept) == on
-    qwen3.set_server("sglang")
-    assert _prompt(qwen3, _call(reasoning_effort="none")) == on
-    qwen3.set_server("llama.cpp")  # "none" turns thinking off there too
-    assert _prompt(qwen3, _call(reasoning_effort="none")) == off
-    assert _prompt(qwen3, _call(reasoning_effort="low")) == on
-    qwen3.set_server("vllm")
+    try:
+        for server in ("sglang", "llama.cpp"):
+            qwen3.set_server(server)
+            assert _prompt(qwen3, _call(reasoning_effort="none")) == off
+            assert _prompt(qwen3, _call(reasoning_effort="low")) == on
+            assert _prompt(qwen3, kept) == on
+    finally:
+        qwen3.set_server("vllm")
 
 
 def test_kwargs_the_template_does_not_read_or_the_renderer_sets_are_left(qwen3: Renderer) -> None:
@@ -83,6 +87,7 @@ def test_kwargs_the_template_does_not_read_or_the_renderer_sets_are_left(qwen3: 
     assert qwen3.native_renders > before
 
 
+@needs_data
 def test_gpt_oss_s_template_states_the_effort_on_llama_cpp() -> None:
     """gpt-oss rendered with its template (llama.cpp, SGLang): the template's
     ``Reasoning: {{ reasoning_effort }}`` shows the request's effort, as given to
@@ -116,6 +121,7 @@ def test_the_reader_takes_them_from_the_request(tmp_path: Path) -> None:
     assert calls[2].reasoning_effort == "low"  # type: ignore[union-attr]
 
 
+@needs_data
 def test_a_session_with_kwargs_renders_incrementally_and_exactly() -> None:
     """Calls with a kwarg the template reads skip the native ports but still render
     incrementally (a renderer per kwargs, probed with them): each prompt of a growing gpt-oss
@@ -203,6 +209,7 @@ def _vllm_probe_fails(source: str) -> bool:
     return False
 
 
+@needs_data
 @pytest.mark.parametrize("tokenizer", [QWEN3, TOKENIZERS / "qwen2_5", GPT_OSS])
 def test_the_inline_system_probe_answers_as_vllm_s(tokenizer: Path) -> None:
     """Qwen3's and Qwen2.5's templates take a system message after the first; gpt-oss's fails
@@ -214,3 +221,78 @@ def test_the_inline_system_probe_answers_as_vllm_s(tokenizer: Path) -> None:
     assert merges_inline_system(source) == (tokenizer == GPT_OSS)
     r = Renderer.load(tokenizer, server="sglang")
     assert r.merges_inline_system is False  # SGLang's endpoint is not read
+
+
+def test_a_server_s_default_kwargs_are_rendered_under_the_request_s(qwen3: Renderer) -> None:
+    """vLLM started with ``--default-chat-template-kwargs '{"enable_thinking": false}'``
+    renders a request without kwargs with thinking off; the request's own kwargs win, and so
+    does the ``enable_thinking`` vLLM derives from a request's effort (``build_chat_params``,
+    then ``with_defaults``), but a request's null leaves the default (``merge_kwargs``)."""
+    off = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True,
+                              enable_thinking=False)  # fmt: skip
+    on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
+    assert off != on
+    qwen3.set_server_settings({"enable_thinking": False})
+    try:
+        assert _prompt(qwen3, _call()) == off
+        assert _prompt(qwen3, _call(chat_template_kwargs={"enable_thinking": True})) == on
+        assert _prompt(qwen3, _call(reasoning_effort="high")) == on
+        assert _prompt(qwen3, _call(chat_template_kwargs={"enable_thinking": None})) == off
+    finally:
+        qwen3.set_server_settings(None)
+    assert _prompt(qwen3, _call()) == on
+
+
+@needs_data
+def test_vllm_s_effort_map_rewrites_the_effort_harmony_states() -> None:
+    """``--reasoning-effort-map`` rewrites a request's effort before Harmony states it (vLLM's
+    ``_make_request_with_harmony`` maps it too), and the effort vLLM's Messages endpoint
+    sends for thinking turned off."""
+    if importlib.util.find_spec("openai_harmony") is None:
+        pytest.skip("openai_harmony is absent")
+    oss = Renderer.load(GPT_OSS, server="vllm")
+    oss.set_server_settings(None, {"high": "medium", "low": "high"})
+    assert "Reasoning: medium" in _prompt(oss, _call(reasoning_effort="high"))
+    assert "Reasoning: medium" in _prompt(oss, _call(reasoning_effort="medium"))
+    assert "Reasoning: high" in _prompt(oss, _call(thinking_disabled=True))
+
+
+@pytest.mark.parametrize(
+    ("server", "kwargs", "effort", "want"),
+    [
+        # vLLM: the effort and enable_thinking over the request's kwargs, all over the defaults
+        ("vllm", None, "high", {"reasoning_effort": "high", "enable_thinking": True,
+                                "mode": "fast", "style": "long"}),
+        ("vllm", {"mode": "auto", "style": None}, None, {"mode": "fast", "style": "long"}),
+        # SGLang: defaults fill what the kwargs leave unset; a default effort wins in the
+        # template over the request's own (its kwargs are spread over the effort)
+        ("sglang", {"style": None}, "low", {"reasoning_effort": "high", "thinking": True,
+                                           "enable_thinking": True, "mode": "fast",
+                                           "style": None}),
+        ("sglang", {"reasoning_effort": "medium"}, None, {"reasoning_effort": "high",
+                                                           "mode": "fast", "style": "long"}),
+        # llama.cpp: the kwargs over the defaults, the request's effort over both; none is
+        # not forwarded and turns thinking off unless the kwargs set it
+        ("llama.cpp", {"style": None}, "low", {"reasoning_effort": "low", "mode": "fast",
+                                               "style": None}),
+        ("llama.cpp", {"enable_thinking": True}, "none", {"enable_thinking": True,
+                                                           "mode": "fast", "style": "long"}),
+    ],
+)  # fmt: skip
+def test_each_server_merges_the_request_s_kwargs_with_its_defaults(
+    server: str, kwargs: dict[str, Any] | None, effort: str | None, want: dict[str, Any]
+) -> None:
+    """Written out from the servers' code: vLLM 0.34 ``build_chat_params`` then
+    ``with_defaults``; SGLang 0.5.23 ``normalize_reasoning_inputs``,
+    ``_convert_to_internal_request``, ``_process_messages``, ``_apply_jinja_template``;
+    llama.cpp ``oaicompat_chat_params_parse``."""
+    from treeprep.modes import Server
+    from treeprep.render.template_kwargs import template_kwargs
+
+    names = ("reasoning_effort", "enable_thinking", "thinking", "mode", "style")
+    source = "".join("{{ " + n + " }}" for n in names)
+    defaults = {"mode": "fast", "style": "long"}
+    if server == "sglang":
+        defaults["reasoning_effort"] = "high"
+    got = template_kwargs(source, Server(server), kwargs, effort, defaults)
+    assert got == want
