@@ -99,7 +99,7 @@ class FileWorker:
         self.renderer = renderer
         renderer.parallel_calls = ParallelCalls(options.parallel_calls)
         renderer.set_server(options.server, options.harmony)
-        renderer.set_server_settings(*options.server_settings())
+        renderer.server_side.set_settings(*options.server_settings())
 
     @classmethod
     def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:
@@ -239,7 +239,7 @@ def _read_options(options: FileOptions, renderer: Renderer) -> ReadOptions:
         field_map=options.field_map(),
         check_ids=options.check_ids,  # False: adapters yield plain token rollouts
         server=options.server,
-        merge_inline_system=renderer.merges_inline_system,
+        merge_inline_system=renderer.server_side.merges_inline_system,
     )
 
 

@@ -82,16 +82,11 @@ from treeprep.render.prompted import completion_after_prompt
 from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
 from treeprep.render.rollout import record_sequence, rollout_sequence
+from treeprep.render.server_side import ServerSide
 from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
     RenderLimits,
-)
-from treeprep.render.template_kwargs import (
-    disabled_thinking_effort,
-    map_effort,
-    merges_inline_system,
-    template_kwargs,
 )
 from treeprep.render.text_parts import text_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
@@ -164,13 +159,8 @@ class Renderer:
         self._kw_incremental: dict[bytes | None, IncrementalRenderer | None] = {}
         #: the server (and Harmony library) :meth:`set_server` last set
         self._server: tuple[Server, Harmony] | None = None
-        #: the effort vLLM's Messages endpoint gives a request with thinking off (probed once)
-        self._disabled_effort: str | None = None
-        #: the server's default chat-template kwargs and effort map (:meth:`set_server_settings`)
-        self.server_defaults: dict[str, Any] | None = None
-        self.effort_map: dict[str, str] | None = None
-        #: whether vLLM's Messages endpoint merges inline system messages (probed once)
-        self._merges_inline_system: bool | None = None
+        #: the server's part in a call's render: its effort and kwargs (:mod:`.server_side`)
+        self.server_side = ServerSide(self.template)
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
         #: reasoning, text found modulo whitespace: :func:`~.coverage.normalized_kinds`)
         self.last_normalized: tuple[str, ...] = ()
@@ -262,7 +252,6 @@ class Renderer:
         if (server, harmony) == self._server:
             return
         self._server = (server, harmony)
-        self._disabled_effort = None  # probed for this server's render
         self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
         probe = partial(self.template.render, tools=None, add_generation_prompt=False)
         parts = text_parts(server, self.template.source, probe)
@@ -280,6 +269,7 @@ class Renderer:
             )
             self.response_parser = HarmonyParser(self.harmony.encoding)
             self.response_note = "Harmony's, as vLLM reads gpt-oss (--server vllm)"
+        self.server_side.set_server(server, harmony=parts.harmony)
         if parts.as_list or parts.harmony:
             self._native, self.native_template = None, None
         if not (parts.harmony or self._ported or self.incremental or not self._native_templates):
@@ -432,45 +422,6 @@ class Renderer:
         find each other's renders, :mod:`treeprep.render.dates`)."""
         return self.template.reported_date(parse_date(rec.timestamp) or self.date)
 
-    @property
-    def merges_inline_system(self) -> bool:
-        """Whether the server (vLLM's Messages endpoint) merges an Anthropic request's inline
-        system messages into the leading system prompt for this template (probed once:
-        :func:`~.template_kwargs.merges_inline_system`); other servers' endpoints do not."""
-        if self._server is None or self._server[0] is not Server.vllm:
-            return False
-        if self._merges_inline_system is None:
-            self._merges_inline_system = merges_inline_system(self.template.source)
-        return self._merges_inline_system
-
-    def set_server_settings(
-        self, defaults: dict[str, Any] | None, effort_map: dict[str, str] | None = None
-    ) -> None:
-        """Render as a server started with these default chat-template kwargs (vLLM's and
-        SGLang's ``--default-chat-template-kwargs``, llama.cpp's ``--chat-template-kwargs``),
-        which a request's own override, and with vLLM's ``--reasoning-effort-map``."""
-        self.server_defaults, self.effort_map = defaults or None, effort_map or None
-        self._disabled_effort = None  # probed with them
-
-    def _effort_of(self, rec: ChatCall) -> str | None:
-        """The reasoning effort the server gave ``rec``'s render: the request's, or for one that
-        turned thinking off the Anthropic way, the effort vLLM's Messages endpoint probes for
-        (Harmony refuses ``none``: ``low``); on vLLM, through its effort map. llama.cpp's
-        endpoint hands the template neither (the reader leaves both out); SGLang's is not
-        read."""
-        if self._server is None or self._server[0] is not Server.vllm:
-            return rec.reasoning_effort
-        if not rec.thinking_disabled:
-            return map_effort(rec.reasoning_effort, self.effort_map)
-        if self._disabled_effort is None:
-            self._disabled_effort = map_effort(
-                "low"
-                if self.harmony is not None
-                else disabled_thinking_effort(self.template, self.server_defaults, self.effort_map),
-                self.effort_map,
-            )
-        return self._disabled_effort
-
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
         """(messages, completion, tools) as passed to the chat template
         (:func:`~treeprep.render.messages.template_messages`)."""
@@ -479,13 +430,10 @@ class Renderer:
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
         self.last_normalized, self.last_prompt_kept, self.last_rewrites = (), False, {}
-        self._effort = self._effort_of(rec) if isinstance(rec, ChatCall) else None
-        self._kwargs = {}
-        if isinstance(rec, ChatCall) and self.harmony is None and self._server is not None:
-            kw, server = rec.chat_template_kwargs, self._server[0]
-            self._kwargs = template_kwargs(
-                self.template.source, server, kw, self._effort, self.server_defaults
-            )
+        self._effort, self._kwargs = None, {}
+        if isinstance(rec, ChatCall):
+            self._effort = self.server_side.effort(rec)
+            self._kwargs = self.server_side.kwargs(rec, self._effort)
         if isinstance(rec, TokenRollout):
             return rollout_sequence(
                 rec,

@@ -220,7 +220,7 @@ def test_the_inline_system_probe_answers_as_vllm_s(tokenizer: Path) -> None:
     assert merges_inline_system(source) == _vllm_probe_fails(source)
     assert merges_inline_system(source) == (tokenizer == GPT_OSS)
     r = Renderer.load(tokenizer, server="sglang")
-    assert r.merges_inline_system is False  # SGLang's endpoint is not read
+    assert r.server_side.merges_inline_system is False  # SGLang's endpoint is not read
 
 
 def test_a_server_s_default_kwargs_are_rendered_under_the_request_s(qwen3: Renderer) -> None:
@@ -232,14 +232,14 @@ def test_a_server_s_default_kwargs_are_rendered_under_the_request_s(qwen3: Rende
                               enable_thinking=False)  # fmt: skip
     on = apply_at_fixed_date(qwen3, HI, tokenize=False, add_generation_prompt=True)
     assert off != on
-    qwen3.set_server_settings({"enable_thinking": False})
+    qwen3.server_side.set_settings({"enable_thinking": False})
     try:
         assert _prompt(qwen3, _call()) == off
         assert _prompt(qwen3, _call(chat_template_kwargs={"enable_thinking": True})) == on
         assert _prompt(qwen3, _call(reasoning_effort="high")) == on
         assert _prompt(qwen3, _call(chat_template_kwargs={"enable_thinking": None})) == off
     finally:
-        qwen3.set_server_settings(None)
+        qwen3.server_side.set_settings(None)
     assert _prompt(qwen3, _call()) == on
 
 
@@ -251,7 +251,7 @@ def test_vllm_s_effort_map_rewrites_the_effort_harmony_states() -> None:
     if importlib.util.find_spec("openai_harmony") is None:
         pytest.skip("openai_harmony is absent")
     oss = Renderer.load(GPT_OSS, server="vllm")
-    oss.set_server_settings(None, {"high": "medium", "low": "high"})
+    oss.server_side.set_settings(None, {"high": "medium", "low": "high"})
     assert "Reasoning: medium" in _prompt(oss, _call(reasoning_effort="high"))
     assert "Reasoning: medium" in _prompt(oss, _call(reasoning_effort="medium"))
     assert "Reasoning: high" in _prompt(oss, _call(thinking_disabled=True))

@@ -1,0 +1,61 @@
+"""The server's part in a call's render (treeprep/render/server_side.py): the effort and the
+template kwargs, by vLLM's rules where it decides them (0.34: ``DisabledThinkingEffortResolver``,
+``map_reasoning_effort``, ``with_defaults``), on two small templates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treeprep.modes import Server
+from treeprep.render.server_side import ServerSide
+from treeprep.render.template import ChatTemplate
+from treeprep.schemas import ChatCall
+
+#: takes an effort it does not know for ``max`` (as GLM-5.3's does, per vLLM's resolver)
+EFFORT = ChatTemplate(
+    "{% set e = reasoning_effort if reasoning_effort in ['low', 'medium', 'high'] else 'max' %}"
+    "{% for m in messages %}{{ m.content }}{% endfor %}[{{ e }}|{{ mode }}]"
+)
+#: tells ``none`` from every effort (thinking off)
+THINKING = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}[{{ enable_thinking }}]")
+
+
+def _call(**kw: Any) -> ChatCall:
+    return ChatCall(call_id="c", messages=[{"role": "user", "content": "Hi"}],
+                    completion={"role": "assistant", "content": "Yo"}, **kw)  # fmt: skip
+
+
+def test_thinking_turned_off_is_probed_once_per_server_and_settings() -> None:
+    """vLLM sends ``none`` where the template tells it from every effort, else ``low``; the
+    effort map rewrites the probe's efforts and its answer; new settings probe again."""
+    side = ServerSide(EFFORT)
+    side.set_server(Server.vllm, harmony=False)
+    off = _call(thinking_disabled=True, reasoning_effort="high")
+    assert side.effort(off) == "low"  # none renders as max, as xhigh does
+    side.set_settings(None, {"low": "medium"})
+    assert side.effort(off) == "medium"
+    assert side.effort(_call(reasoning_effort="low")) == "medium"
+    side = ServerSide(THINKING)
+    side.set_server(Server.vllm, harmony=False)
+    assert side.effort(off) == "none"
+    side.set_settings({"enable_thinking": True})  # under the enable_thinking none implies
+    assert side.effort(off) == "none"
+    side.set_settings(None, {"none": "low"})  # none renders as low: low
+    assert side.effort(off) == "low"
+
+
+def test_harmony_and_other_servers() -> None:
+    """Harmony states the effort itself (no kwargs; thinking off is ``low``); SGLang's and
+    llama.cpp's calls keep the request's effort, and their endpoints merge no inline system."""
+    side = ServerSide(EFFORT)
+    assert side.kwargs(_call(), None) == {}  # no server set
+    side.set_server(Server.vllm, harmony=True)
+    assert side.effort(_call(thinking_disabled=True)) == "low"
+    assert side.kwargs(_call(reasoning_effort="high"), "high") == {}
+    for server in (Server.sglang, Server.llama_cpp):
+        side.set_server(server, harmony=False)
+        assert side.effort(_call(thinking_disabled=True, reasoning_effort="high")) == "high"
+        assert side.merges_inline_system is False
+    side.set_settings({"mode": "fast"})
+    assert side.kwargs(_call(chat_template_kwargs={"mode": "slow"}), None) == {"mode": "slow"}
+    assert side.kwargs(_call(), "low") == {"reasoning_effort": "low", "mode": "fast"}
