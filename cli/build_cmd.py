@@ -10,7 +10,15 @@ import typer
 
 from treeprep.cli import options as opt
 from treeprep.cli.tables import counted, normalized_label
-from treeprep.modes import Engine, Harmony, ParallelCalls, ReasoningMerge, Redact, Server
+from treeprep.modes import (
+    DisabledThinking,
+    Engine,
+    Harmony,
+    ParallelCalls,
+    ReasoningMerge,
+    Redact,
+    Server,
+)
 
 if TYPE_CHECKING:
     from treeprep.build import BuildConfig
@@ -196,6 +204,14 @@ def build_cmd(
             """(e.g. '{"xhigh": "max"}'): the effort each requested one was rendered as.""",
         ),
     ] = None,
+    anthropic_disabled_thinking_effort: Annotated[
+        DisabledThinking,
+        typer.Option(
+            help="vLLM's --anthropic-disabled-thinking-effort as the server was started with: "
+            "the effort its Messages endpoint sent for a request that turned thinking off "
+            "(auto: probed from the template, as vLLM does).",
+        ),
+    ] = DisabledThinking.auto,
     dedup: Annotated[
         bool,
         typer.Option(
@@ -231,6 +247,7 @@ def build_cmd(
         check_ids=check_ids,
         default_chat_template_kwargs=default_chat_template_kwargs,
         reasoning_effort_map=reasoning_effort_map,
+        anthropic_disabled_thinking_effort=anthropic_disabled_thinking_effort,
     )
     cfg = BuildConfig(
         inputs=inputs,

@@ -332,6 +332,20 @@ class Harmony(Mode):
     openai = "openai-harmony"
 
 
+class DisabledThinking(Mode):
+    """The effort vLLM's Messages endpoint sends for an Anthropic request that turns thinking off
+    (``--anthropic-disabled-thinking-effort``, 0.34): ``auto`` probes the template for it
+    (``none`` unless the template ignores it, then ``low``), the others are sent as they are."""
+
+    auto = "auto"
+    none = "none"
+    low = "low"
+    medium = "medium"
+    high = "high"
+    xhigh = "xhigh"
+    max = "max"
+
+
 class ParallelCalls(Mode):
     """How a build renders an assistant turn of several tool calls: as logged (a template that
     shows only the first, gpt-oss's, rejects the call), or split into consecutive single-call

@@ -85,6 +85,9 @@ class FileOptions:
     default_chat_template_kwargs: str | None = None
     #: vLLM's ``--reasoning-effort-map``, a JSON object: the effort each requested one renders as
     reasoning_effort_map: str | None = None
+    #: vLLM's ``--anthropic-disabled-thinking-effort``: the effort its Messages endpoint sends
+    #: for thinking turned off (``auto``: probed from the template)
+    anthropic_disabled_thinking_effort: modes.DisabledThinking = modes.DisabledThinking.auto
 
     def __post_init__(self) -> None:
         value = self.max_record_bytes
@@ -116,22 +119,29 @@ class FileOptions:
             if value:
                 regular_file(value, f"--{name.replace('_', '-')}", missing_ok=True)
 
-    def server_settings(self) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
-        """(the server's default chat-template kwargs, vLLM's effort map), checked.
+    def server_settings(self) -> tuple[dict[str, Any] | None, dict[str, str] | None, str]:
+        """(the server's default chat-template kwargs, vLLM's effort map, vLLM's effort for
+        thinking turned off), checked.
 
         >>> FileOptions(reasoning_effort_map='{"xhigh": "max"}').server_settings()
-        (None, {'xhigh': 'max'})
+        (None, {'xhigh': 'max'}, 'auto')
         """
         from treeprep.render.template_kwargs import EFFORTS
 
         kwargs = _json_object(self.default_chat_template_kwargs, "--default-chat-template-kwargs")
         effort_map = _json_object(self.reasoning_effort_map, "--reasoning-effort-map")
-        if effort_map is None:
-            return kwargs, None
-        if self.server is not modes.Server.vllm:
+        disabled = self.anthropic_disabled_thinking_effort
+        vllm_only = {
+            "--reasoning-effort-map": effort_map is not None,
+            "--anthropic-disabled-thinking-effort": disabled is not modes.DisabledThinking.auto,
+        }
+        given = [name for name, on in vllm_only.items() if on]
+        if given and self.server is not modes.Server.vllm:
             raise TreeprepError(
-                f"--reasoning-effort-map is vLLM's option; --server {self.server.value} has none"
+                f"{given[0]} is vLLM's option; --server {self.server.value} has none"
             )
+        if effort_map is None:
+            return kwargs, None, disabled.value
         if not all(isinstance(v, str) for v in effort_map.values()):
             raise TreeprepError("--reasoning-effort-map: expected an object of strings")
         if unknown := sorted(set(effort_map) - set(EFFORTS)):
@@ -139,7 +149,7 @@ class FileOptions:
                 f"--reasoning-effort-map: unknown efforts {unknown}; expected some of "
                 f"{', '.join(EFFORTS)} (vLLM refuses others)"
             )
-        return kwargs, effort_map
+        return kwargs, effort_map, disabled.value
 
     def field_map(self) -> Any:
         """The checked field map of ``--map``/``--map-file`` (None when neither is given)."""

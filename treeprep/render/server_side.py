@@ -38,6 +38,7 @@ class ServerSide:
         #: the server's default chat-template kwargs and vLLM's effort map (:meth:`set_settings`)
         self.defaults: dict[str, Any] | None = None
         self.effort_map: dict[str, str] | None = None
+        self.disabled_effort = "auto"
         self._disabled_effort: str | None = None  # probed once per server and settings
         self._merges_inline_system: bool | None = None  # probed once
 
@@ -47,12 +48,17 @@ class ServerSide:
         self._disabled_effort = None
 
     def set_settings(
-        self, defaults: dict[str, Any] | None, effort_map: dict[str, str] | None = None
+        self,
+        defaults: dict[str, Any] | None,
+        effort_map: dict[str, str] | None = None,
+        disabled_effort: str = "auto",
     ) -> None:
         """Render as a server started with these default chat-template kwargs (vLLM's and
         SGLang's ``--default-chat-template-kwargs``, llama.cpp's ``--chat-template-kwargs``),
-        which a request's own override, and with vLLM's ``--reasoning-effort-map``."""
+        which a request's own override, and with vLLM's ``--reasoning-effort-map`` and
+        ``--anthropic-disabled-thinking-effort`` (``auto``: probed)."""
         self.defaults, self.effort_map = defaults or None, effort_map or None
+        self.disabled_effort = disabled_effort
         self._disabled_effort = None  # probed with them
 
     @property
@@ -68,21 +74,22 @@ class ServerSide:
 
     def effort(self, rec: ChatCall) -> str | None:
         """The reasoning effort the server gave ``rec``'s render: the request's, or for one that
-        turned thinking off the Anthropic way, the effort vLLM's Messages endpoint probes for
-        (Harmony refuses ``none``: ``low``); on vLLM, through its effort map. llama.cpp's
-        endpoint hands the template neither (the reader leaves both out); SGLang's is not
-        read."""
+        turned thinking off the Anthropic way, the effort vLLM's Messages endpoint was started
+        with or probes for (Harmony refuses ``none``: ``low``); on vLLM, through its effort
+        map. llama.cpp's endpoint hands the template neither (the reader leaves both out);
+        SGLang's is not read."""
         if self.server is not Server.vllm:
             return rec.reasoning_effort
         if not rec.thinking_disabled:
             return map_effort(rec.reasoning_effort, self.effort_map)
         if self._disabled_effort is None:
-            probed = (
-                "low"
-                if self.harmony
-                else disabled_thinking_effort(self.template, self.defaults, self.effort_map)
-            )
-            self._disabled_effort = map_effort(probed, self.effort_map)
+            if self.disabled_effort != "auto":
+                chosen = self.disabled_effort  # the server's: Harmony refuses none
+            elif self.harmony:
+                chosen = "low"
+            else:
+                chosen = disabled_thinking_effort(self.template, self.defaults, self.effort_map)
+            self._disabled_effort = map_effort(chosen, self.effort_map)
         return self._disabled_effort
 
     def kwargs(self, rec: ChatCall, effort: str | None) -> dict[str, Any]:

@@ -92,5 +92,8 @@ def test_an_effort_map_is_vllm_s_and_bad_json_is_named() -> None:
     with pytest.raises(TreeprepError, match=r"--default-chat-template-kwargs: expected a JSON "
                        r"object, got '\{enable' \(Expecting"):  # fmt: skip
         FileOptions(default_chat_template_kwargs="{enable")
+    with pytest.raises(TreeprepError, match="--anthropic-disabled-thinking-effort is vLLM's "
+                       "option; --server llama.cpp has none"):  # fmt: skip
+        FileOptions(anthropic_disabled_thinking_effort="low", server="llama.cpp")  # type: ignore[arg-type]
     kwargs = FileOptions(default_chat_template_kwargs='{"enable_thinking": false}')
-    assert kwargs.server_settings() == ({"enable_thinking": False}, None)
+    assert kwargs.server_settings() == ({"enable_thinking": False}, None, "auto")

@@ -59,3 +59,18 @@ def test_harmony_and_other_servers() -> None:
     side.set_settings({"mode": "fast"})
     assert side.kwargs(_call(chat_template_kwargs={"mode": "slow"}), None) == {"mode": "slow"}
     assert side.kwargs(_call(), "low") == {"reasoning_effort": "low", "mode": "fast"}
+
+
+def test_a_server_started_with_a_disabled_thinking_effort_sends_it() -> None:
+    """``--anthropic-disabled-thinking-effort`` other than ``auto``: sent as it is, not probed
+    (Harmony too), then through the effort map."""
+    side = ServerSide(THINKING)
+    side.set_server(Server.vllm, harmony=False)
+    off = _call(thinking_disabled=True)
+    side.set_settings(None, None, "high")
+    assert side.effort(off) == "high"  # the probe would say none
+    side.set_settings(None, {"high": "max"}, "high")
+    assert side.effort(off) == "max"
+    side.set_server(Server.vllm, harmony=True)
+    side.set_settings(None, None, "medium")
+    assert side.effort(off) == "medium"
