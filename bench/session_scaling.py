@@ -18,7 +18,9 @@ the log itself grows with the square of the turns); then Crush (its SQLite store
 ATIF (one trajectory document); then two whose prompts leave the one before after the history:
 Aider with a file in the chat (``aider-files``: Aider sends the files after the history) and
 SWE-agent (``swe-agent``: the ``last_n_observations`` history processor elides an old output in
-each call). A turn is an assistant message with one tool call and its result; every tenth turn
+each call); and Roo Code (``roo-code``: the Cline task condensed after its second turn, so that
+every later call is prompted with Roo Code's view of the history). A turn is an assistant
+message with one tool call and its result; every tenth turn
 opens with a user message. Cursor logs no tool results (a transcript with a tool call is
 refused), so its turns are a user and an assistant line, built with a system prompt and tools
 given; Aider's are a request and its reply (the writers: ``bench/session_writers.py``).

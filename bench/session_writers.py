@@ -517,9 +517,27 @@ def write_copilot_cli(folder: Path, n: int) -> Path:
     return path
 
 
+def write_roo_code(folder: Path, n: int) -> Path:
+    """A Roo Code task: the Cline task condensed after its second turn, as Roo Code 3.52 stores
+    it (a ``user`` summary appended with a ``condenseId``, every earlier message given it as its
+    ``condenseParent``), so that every later call is prompted with Roo Code's view of the history
+    (:mod:`treeprep.formats._roo_view`)."""
+    path = write_cline(folder, n)
+    messages = json.loads(path.read_text())
+    at = next(i for i in range(3, len(messages) - 1) if messages[i]["role"] == "user")
+    for m in messages[: at + 1]:
+        m["condenseParent"] = "c1"
+    summary = {"type": "text", "text": "## Conversation Summary\nThe task so far."}
+    messages.insert(at + 1, {"role": "user", "content": [summary], "isSummary": True,
+                             "condenseId": "c1"})  # fmt: skip
+    path.write_text(json.dumps(messages))
+    return path
+
+
 WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "pi": write_pi,
     "cline": write_cline,
+    "roo-code": write_roo_code,
     "gptme": write_gptme,
     "chat-row": write_chat_row,
     # Qwen3's thinking turned off in every call, and gpt-oss's effort: a kwarg the template reads
