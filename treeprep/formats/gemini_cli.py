@@ -27,7 +27,9 @@ A ``gemini`` message is one model response: its text, ``thoughts`` (thought summ
 the ``functionResponse`` parts sent back to the model).
 
 How calls are rebuilt: every ``gemini`` message is one :class:`ChatCall`. Its prompt is the
-conversation before it as the client held it at that moment: user turns, earlier responses as
+conversation before it as the client held it at that moment: user turns (those in a row merged
+into one for a session started since 0.53.0's release, as that client sends them:
+:func:`coalesces`), earlier responses as
 assistant messages (text and tool calls with their ``args`` object as the arguments; no reasoning:
 Gemini CLI sends no thought part back, so the call after a reply with thoughts is hinted
 ``reasoning-dropped``), and after each response with tool calls
@@ -54,6 +56,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import orjson
@@ -73,6 +77,7 @@ from treeprep.formats._history import Converted, ConvertedHistory
 from treeprep.formats._read import document, head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
 from treeprep.io.compressed import read_all
+from treeprep.render.dates import parse_date
 from treeprep.schemas import Reject
 
 NAME = "gemini-cli"
@@ -224,11 +229,14 @@ class _Unrebuilt(Exception):
         self.why = why
 
 
-def _convert(msgs: list[dict[str, Any]], start: int) -> Converted:
+def _convert(msgs: list[dict[str, Any]], start: int, *, coalesce: bool = False) -> Converted:
     """Chat messages for ``msgs`` (message records in order), converted for
     :class:`~treeprep.formats._history.ConvertedHistory`; :class:`_Unrebuilt` saying why they
-    cannot be rebuilt."""
+    cannot be rebuilt. With ``coalesce`` (0.53+, :func:`coalesces`), consecutive user turns are
+    one message, their parts in order (no call's history gains a user turn right after the last
+    one's: a reply comes between, so no message stays open to the next entries)."""
     out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []  # the parts of the user message that ends ``out``
     for m in msgs:
         kind = m.get("type")
         if kind == "user":
@@ -236,8 +244,14 @@ def _convert(msgs: list[dict[str, Any]], start: int) -> Converted:
             if parts and all(p["type"] == "functionResponse" for p in parts):
                 continue  # the tool results again (0.44+): sent as the calls' tool messages
             # several parts stay parts, as its telemetry logs them
+            if coalesce and run:
+                run = [*run, *parts]
+                out[-1] = {"role": "user", "content": chat_content(run)}
+                continue
+            run = parts
             out.append({"role": "user", "content": chat_content(parts)})
         elif kind == "gemini":
+            run = []
             out.append(_assistant(m, sent=True))
             for c in m.get("toolCalls") or []:
                 if not isinstance(c, dict):
@@ -251,6 +265,21 @@ def _convert(msgs: list[dict[str, Any]], start: int) -> Converted:
                     )
                 out.append({"role": "tool", "tool_call_id": str(c.get("id")), "content": text})
     return Converted(out)
+
+
+#: Gemini CLI 0.53.0's release (npm, 2026-07-28T21:45:04Z). From it on the client sends
+#: consecutive turns of one role as one turn, their parts in order
+#: (``geminiChat.coalesceConsecutiveRoles``, PR #28407): the session context and the first
+#: prompt, above all. The session file does not say which version wrote it, nor did the
+#: recording change; a session started before the release was written by an earlier one.
+COALESCE_SINCE = datetime(2026, 7, 28, 21, 45, 4, tzinfo=UTC)
+
+
+def coalesces(meta: dict[str, Any]) -> bool:
+    """Whether the session of metadata ``meta`` was started since 0.53.0's release, so that its
+    requests merged consecutive user turns (a session without a start time: no)."""
+    started = parse_date(meta.get("startTime"))
+    return started is not None and started >= COALESCE_SINCE
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,7 +319,7 @@ def _events(path: str) -> Iterator[tuple[int, dict[str, Any]] | Reject]:
 def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     versions: dict[str, dict[str, Any]] = {}  # id -> last version (final state of each message)
     events: list[tuple[int, str, Any]] = []  # (line, kind, payload) in file order
-    session, sub_agent = path, False
+    session, sub_agent, coalesce = path, False, False
     for ev in _events(path):
         if isinstance(ev, Reject):
             yield ev
@@ -311,6 +340,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
                 events.append((line, "replace", snapshot))
         elif _is_meta(obj):
             session, sub_agent = obj["sessionId"], obj.get("kind") == "subagent"
+            coalesce = coalesces(obj)
         elif isinstance(obj.get("id"), str) and isinstance(obj.get("type"), str):
             first = obj["id"] not in versions
             versions[obj["id"]] = obj
@@ -328,7 +358,9 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     # the messages of ``current`` (as a rewrite left them), kept in step with it, and their chat
     # messages, converted once (:class:`~treeprep.formats._history.ConvertedHistory`)
     before: list[dict[str, Any]] = []
-    history: ConvertedHistory[dict[str, Any]] = ConvertedHistory(_convert)
+    history: ConvertedHistory[dict[str, Any]] = ConvertedHistory(
+        partial(_convert, coalesce=coalesce)
+    )
     for line, kind, payload in events:
         if kind == "rewind":
             cut = current.index(payload) if payload in current else 0

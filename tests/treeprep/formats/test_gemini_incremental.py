@@ -69,9 +69,61 @@ def test_the_samples_convert_as_whole_conversions_do(path, read_converted):
     assert got == read_converted(gemini_cli.read, path, whole=True)
 
 
+@pytest.mark.parametrize("started", [None, "2026-09-01T00:00:00Z"], ids=["before-0.53", "0.53+"])
 @pytest.mark.parametrize("seed", range(30))
-def test_random_sessions_convert_as_whole_conversions_do(seed, tmp_path, read_converted):
+def test_random_sessions_convert_as_whole_conversions_do(seed, started, tmp_path, read_converted):
+    """0.53+: consecutive user turns are one message, which stays open to the next entries."""
+    lines = _session(seed, 40)
+    if started:
+        lines[0]["startTime"] = started
     path = tmp_path / "session-h.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in _session(seed, 40)))
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     got = read_converted(gemini_cli.read, path, whole=False)
     assert got == read_converted(gemini_cli.read, path, whole=True)
+
+
+def _user(mid: str, text: str) -> dict[str, Any]:
+    return {"id": mid, "timestamp": "2026-09-01T00:00:00Z", "type": "user",
+            "content": [{"text": text}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("started", "merged"),
+    [("2026-07-28T21:45:04Z", True), ("2026-07-28T21:45:03Z", False), (None, False)],
+)
+def test_a_session_since_0_53_sends_consecutive_user_turns_as_one(
+    started: str | None, merged: bool, tmp_path: Path
+) -> None:
+    """From 0.53.0 (released 2026-07-28T21:45:04Z) Gemini CLI sends the session context and the
+    first prompt as one user turn, their parts in order (``coalesceConsecutiveRoles``), and so
+    any user turns in a row; the file records them apart, as before."""
+    from treeprep.formats import ReadOptions
+    from treeprep.schemas import ChatCall
+
+    meta: dict[str, Any] = {"sessionId": "s", "projectHash": "p", "kind": "main"}
+    if started:
+        meta["startTime"] = started
+    context = _user("d04923d38bb0f6017037e74183378ef4", "<session_context>os</session_context>")
+    reply = {"id": "g1", "timestamp": "2026-09-01T00:00:01Z", "type": "gemini", "content": "Ok."}
+    lines = [meta, {"$set": {"messages": [context]}}, _user("u1", "Fix it."), reply,
+             _user("u2", "Also this."), _user("u3", "And that."),
+             {**reply, "id": "g2", "content": "Done."}]  # fmt: skip
+    path = tmp_path / "session-x.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    first, second = [
+        c for c in gemini_cli.read(str(path), ReadOptions()) if isinstance(c, ChatCall)
+    ]
+    shapes = [[(m.role, m.content if isinstance(m.content, str) else [p.text for p in m.content])
+               for m in c.messages] for c in (first, second)]  # fmt: skip
+    if merged:
+        assert shapes == [
+            [("user", ["<session_context>os</session_context>", "Fix it."])],
+            [("user", ["<session_context>os</session_context>", "Fix it."]),
+             ("assistant", "Ok."), ("user", ["Also this.", "And that."])],
+        ]  # fmt: skip
+    else:
+        assert shapes == [
+            [("user", "<session_context>os</session_context>"), ("user", "Fix it.")],
+            [("user", "<session_context>os</session_context>"), ("user", "Fix it."),
+             ("assistant", "Ok."), ("user", "Also this."), ("user", "And that.")],
+        ]  # fmt: skip
