@@ -16,6 +16,8 @@ and ``normalize_anthropic_billing_header``, @03eb25f, late 2026). It differs fro
   blocks' order; a result's text blocks are joined with nothing. A turn left with no text, no
   call and no thinking is no message. A turn whose content is a string is sent as it is, a
   ``system`` one included (inline system messages stay in place).
+- **Tools:** every tool is a function, the server tools too (no ``input_schema``: parameters
+  ``{}``), its description ``""`` where it has none (:func:`tools`).
 - **Request fields:** only ``chat_template_kwargs`` reach the template; ``output_config``
   (the effort) and ``thinking`` (a sampling budget there) do not.
 """
@@ -151,3 +153,28 @@ def request_messages(req: dict[str, Any], system_prompt: str | None) -> list[dic
             continue  # the endpoint skips it
         out.extend(turn_messages(m, where))
     return out
+
+
+def tools(req: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The request's ``tools`` as llama.cpp hands them on: each a function of its name,
+    description (``""`` when absent) and ``input_schema`` (``{}`` when absent)."""
+    listed = req.get("tools")
+    if not isinstance(listed, list):
+        return None  # the endpoint converts a list alone
+    out = []
+    for i, t in enumerate(listed):
+        t = expect(t, f"request.tools[{i}]", dict)
+        fn = {
+            "name": _string(t, "name", f"request.tools[{i}]"),
+            "description": _string(t, "description", f"request.tools[{i}]"),
+            "parameters": t["input_schema"] if "input_schema" in t else {},
+        }
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _string(obj: dict[str, Any], key: str, where: str) -> str:
+    """``obj[key]`` as llama.cpp's ``json_value(obj, key, std::string())`` reads it: absent or
+    null is ``""``; another type is refused here (the server would log it and take ``""``)."""
+    value = obj.get(key)
+    return "" if value is None else expect(value, f"{where}.{key}", str)  # type: ignore[no-any-return]

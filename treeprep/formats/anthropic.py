@@ -42,6 +42,7 @@ from typing import Any
 
 from treeprep.errors import RecordError
 from treeprep.formats._anthropic_llama import request_messages
+from treeprep.formats._anthropic_llama import tools as llama_tools
 from treeprep.formats._fields import (
     BlockNames,
     as_list,
@@ -315,7 +316,8 @@ def to_call_fields(
         "chat_template_kwargs": template_kwargs_at([("request.", req)]),
         "thinking_disabled": not llama and thinking.get("type") in ("disabled", "between_tools"),
         "messages": msgs,
-        "tools": convert_tools(req.get("tools"), "request.tools") or opts.tools,
+        "tools": (llama_tools(req) if llama else convert_tools(req.get("tools"), "request.tools"))
+        or opts.tools,
         "completion": completion,
         "provenance": {"exact_tokens": False, "exact_messages": True, "reconstructed": False},
     }, None

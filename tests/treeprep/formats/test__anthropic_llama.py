@@ -171,3 +171,20 @@ def test_qwen3_renders_the_parts_as_llama_cpp_joins_them(tmp_path: Path) -> None
         {"role": "tool", "tool_call_id": "t1", "content": "ok"}],
         tokenize=False, add_generation_prompt=True)  # fmt: skip
     assert got == want
+
+
+def test_every_tool_is_a_function_on_llama_cpp(tmp_path: Path) -> None:
+    """llama.cpp converts every tool, a server tool too (parameters ``{}``), with ``""`` for an
+    absent description; vLLM's endpoint leaves the server tool out and the description absent."""
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    server_tool = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    request = {"messages": [{"role": "user", "content": "Hi"}],
+               "tools": [{"name": "get", "input_schema": schema}, server_tool]}  # fmt: skip
+    llama = _call(tmp_path, request, Server.llama_cpp)
+    vllm = _call(tmp_path, request, Server.vllm)
+    assert llama.tools == [
+        {"type": "function", "function": {"name": "get", "description": "", "parameters": schema}},
+        {"type": "function",
+         "function": {"name": "web_search", "description": "", "parameters": {}}},
+    ]  # fmt: skip
+    assert vllm.tools == [{"type": "function", "function": {"name": "get", "parameters": schema}}]
