@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 from treeprep.errors import InputError, RenderError
 from treeprep.formats import ReadOptions, detect_format, formats
+from treeprep.modes import Server
 from treeprep.schemas import ChatCall, Reject, TokenRollout
 
 SAMPLE = Path(__file__).resolve().parents[3] / "sample_data"
@@ -287,14 +288,14 @@ def _renderer() -> Any:
     return _RENDERER
 
 
-def _stage1(fmt: str, path: Path) -> tuple[int, int, list[Reject]]:
-    """(records read, sequences rendered, rejects) of ``path`` read as ``fmt``, as the builder's
-    stage 1 counts them; any exception but the project's fails the test."""
+def _stage1(fmt: str, path: Path, opts: ReadOptions | None = None) -> tuple[int, int, list[Reject]]:
+    """(records read, sequences rendered, rejects) of ``path`` read as ``fmt`` (with ``opts``),
+    as the builder's stage 1 counts them; any exception but the project's fails the test."""
     from treeprep.build.files import _too_deep
 
     read = seqs = 0
     rejects: list[Reject] = []
-    items = formats()[fmt].read(str(path), ReadOptions())
+    items = formats()[fmt].read(str(path), opts or ReadOptions())
     while True:
         try:
             item = next(items)
@@ -396,6 +397,30 @@ def test_fuzzed_records_end_as_trees_or_rejects(
     rel = SOURCES[fmt]
     data = _mutate(SAMPLE / rel, seed, kind, byte_kind, n)
     _check(fmt, _place(tmp_path / "in", rel, data))
+
+
+#: reader options that change how a format reads its records: the server's Messages endpoint
+#: (llama.cpp's conversion, SGLang's, vLLM's merge of inline system messages)
+_OPTIONS = {
+    "anthropic-llama.cpp": ("anthropic", ReadOptions(server=Server.llama_cpp)),
+    "anthropic-merge": ("anthropic", ReadOptions(merge_inline_system=True)),
+    "anthropic-sglang": ("anthropic", ReadOptions(server=Server.sglang)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OPTIONS))
+@_SETTINGS
+@given(**_MUTATION)
+def test_fuzzed_records_read_with_other_options_end_as_trees_or_rejects(
+    case: str, seed: int, kind: str, byte_kind: str, n: int, tmp_path: Path
+) -> None:
+    fmt, opts = _OPTIONS[case]
+    rel = SOURCES[fmt]
+    data = _mutate(SAMPLE / rel, seed, kind, byte_kind, n)
+    try:
+        _stage1(fmt, _place(tmp_path / "in", rel, data), opts)
+    except InputError as e:
+        assert e.file and e.reason
 
 
 @pytest.mark.parametrize("case", sorted(SIDECARS))
