@@ -17,6 +17,7 @@ from treeprep.modes import Server
 from treeprep.render.template import ChatTemplate
 from treeprep.render.template_kwargs import (
     disabled_thinking_effort,
+    llama_cpp_thinking,
     map_effort,
     merges_inline_system,
     template_kwargs,
@@ -41,6 +42,7 @@ class ServerSide:
         self.disabled_effort = "auto"
         self._disabled_effort: str | None = None  # probed once per server and settings
         self._merges_inline_system: bool | None = None  # probed once
+        self._llama_thinking: tuple[bool | None] | None = None  # probed once
 
     def set_server(self, server: Server, *, harmony: bool) -> None:
         """Render for ``server`` (``harmony``: it renders this template with Harmony)."""
@@ -97,6 +99,24 @@ class ServerSide:
         states the effort itself, or before a server is set)."""
         if self.harmony or self.server is None:
             return {}
+        thinking = self.llama_cpp_thinking if self.server is Server.llama_cpp else None
         return template_kwargs(
-            self.template.source, self.server, rec.chat_template_kwargs, effort, self.defaults
+            self.template.source,
+            self.server,
+            rec.chat_template_kwargs,
+            effort,
+            self.defaults,
+            thinking,
         )
+
+    @property
+    def llama_cpp_thinking(self) -> bool | None:
+        """The ``enable_thinking`` llama.cpp seeds this template's render with (probed once:
+        :func:`~.template_kwargs.llama_cpp_thinking`)."""
+        if self._llama_thinking is None:
+
+            def render(messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
+                return self.template.render(messages, None, True, extra=kwargs)
+
+            self._llama_thinking = (llama_cpp_thinking(render),)
+        return self._llama_thinking[0]

@@ -17,7 +17,9 @@ depends on them. What each server does (read in their sources, late 2026):
   ``reasoning_effort`` among them (forwarded since PR #26941, build b10434, August 2026; earlier
   builds ignore it), but ``none``, which turns thinking off (``enable_thinking`` false, unless
   the kwargs set it) and is not forwarded (``oaicompat_chat_params_parse``, read in the copy
-  llama-cpp-python 0.3.36 bundles, llama.cpp 0c1e570).
+  llama-cpp-python 0.3.36 bundles, llama.cpp 0c1e570). It also gives every render
+  ``enable_thinking``, true where the template supports thinking, under the kwargs
+  (:func:`llama_cpp_thinking`).
 
 Each server may be started with default kwargs (vLLM's and SGLang's
 ``--default-chat-template-kwargs``, llama.cpp's ``--chat-template-kwargs``), which a request's
@@ -37,6 +39,7 @@ by probing the template (:func:`disabled_thinking_effort`). Whether it merges a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -44,7 +47,13 @@ from treeprep.errors import RenderError
 from treeprep.modes import Server
 from treeprep.render.template import ChatTemplate, template_ast
 
-__all__ = ["disabled_thinking_effort", "map_effort", "merges_inline_system", "template_kwargs"]
+__all__ = [
+    "disabled_thinking_effort",
+    "llama_cpp_thinking",
+    "map_effort",
+    "merges_inline_system",
+    "template_kwargs",
+]
 
 #: the efforts vLLM takes in a request (``ReasoningEffort``, 0.34): an effort map's keys
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -64,11 +73,13 @@ def template_kwargs(
     kwargs: dict[str, Any] | None,
     effort: str | None,
     defaults: dict[str, Any] | None = None,
+    thinking: bool | None = None,
 ) -> dict[str, Any]:
     """The kwargs ``server`` renders the template ``source`` with, for a request with these
     ``chat_template_kwargs`` and reasoning ``effort`` (empty: the template's defaults), on a
     server started with ``defaults`` (its default chat-template kwargs, which a request's own
-    override key by key).
+    override key by key). ``thinking``: the ``enable_thinking`` llama.cpp gives the template
+    when neither sets it (None: giving it renders as leaving it out, :func:`llama_cpp_thinking`).
 
     >>> t = "{% if enable_thinking is false %}<think></think>{% endif %}{{ reasoning_effort }}"
     >>> template_kwargs(t, Server.vllm, None, "none")
@@ -82,6 +93,8 @@ def template_kwargs(
     """
     rule = {Server.vllm: _vllm, Server.sglang: _sglang, Server.llama_cpp: _llama_cpp}[server]
     out = rule(dict(kwargs or {}), effort, defaults or {})
+    if server is Server.llama_cpp and thinking is not None and effort != "none":
+        out.setdefault("enable_thinking", thinking)
     if not out:
         return out
     reads = _variables(source)
@@ -135,6 +148,44 @@ def _llama_cpp(
     elif effort:
         out["reasoning_effort"] = effort
     return out
+
+
+def llama_cpp_thinking(
+    render: Callable[[list[dict[str, Any]], dict[str, Any]], str],
+) -> bool | None:
+    """The ``enable_thinking`` llama.cpp gives a template when a request sets none: true where
+    the template supports thinking (``common_chat_templates_support_enable_thinking``: a user
+    message renders otherwise with it false than true; the server's default ``--reasoning
+    auto``), else false; None where giving it renders as leaving it out (Qwen3's template, for
+    one: then the native ports, which take no kwargs, still render). ``render``: the template's
+    render of messages with a generation prompt and these kwargs; a failing one is taken to
+    support nothing."""
+    probe = [{"role": "user", "content": "test"}]
+    try:
+        supports = render(probe, {"enable_thinking": False}) != render(
+            probe, {"enable_thinking": True}
+        )
+        seeded = {"enable_thinking": supports}
+        same = all(render(msgs, seeded) == render(msgs, {}) for msgs in _THINKING_PROBES)
+    except RenderError:
+        return None
+    return None if same else supports
+
+
+#: conversations whose renders tell whether a seeded ``enable_thinking`` changes anything: the
+#: generation prompt, and a history with reasoning and a tool call before it
+_THINKING_PROBES: list[list[dict[str, Any]]] = [
+    [{"role": "user", "content": "test"}],
+    [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b", "reasoning_content": "r",
+         "tool_calls": [{"id": "c", "type": "function",
+                         "function": {"name": "f", "arguments": {"x": 1}}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "d"},
+        {"role": "assistant", "content": "e", "reasoning_content": "s"},
+        {"role": "user", "content": "g"},
+    ],
+]  # fmt: skip
 
 
 def map_effort(effort: str | None, effort_map: dict[str, str] | None) -> str | None:

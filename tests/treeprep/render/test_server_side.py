@@ -74,3 +74,33 @@ def test_a_server_started_with_a_disabled_thinking_effort_sends_it() -> None:
     side.set_server(Server.vllm, harmony=True)
     side.set_settings(None, None, "medium")
     assert side.effort(off) == "medium"
+
+
+#: opts in to thinking: off unless ``enable_thinking`` is given and true
+OPT_IN = ChatTemplate(
+    "{% for m in messages %}{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}{% if enable_thinking %}<think>{% endif %}>{% endif %}"
+)
+
+
+def test_llama_cpp_seeds_enable_thinking_as_its_server_does() -> None:
+    """llama.cpp gives the template ``enable_thinking`` true where it supports thinking (its
+    probe: a user message renders otherwise with false than with true), unless the request's
+    kwargs or the server's set it, or its effort is ``none``; a template for which true renders
+    as absent (one that reads no ``enable_thinking``, or Qwen3's ``is false`` test) gets
+    nothing, so that the native ports, which take no kwargs, still render it."""
+    side = ServerSide(OPT_IN)
+    side.set_server(Server.llama_cpp, harmony=False)
+    assert side.llama_cpp_thinking is True
+    assert side.kwargs(_call(), None) == {"enable_thinking": True}
+    assert side.kwargs(_call(), "none") == {"enable_thinking": False}
+    off = _call(chat_template_kwargs={"enable_thinking": False})
+    assert side.kwargs(off, None) == {"enable_thinking": False}
+    side.set_settings({"enable_thinking": False})  # --reasoning off, or --chat-template-kwargs
+    assert side.kwargs(_call(), "high") == {"enable_thinking": False}
+    side.set_server(Server.vllm, harmony=False)
+    side.set_settings(None)
+    assert side.kwargs(_call(), None) == {}  # vLLM gives it only for an effort
+    same = ServerSide(EFFORT)  # reads no enable_thinking
+    same.set_server(Server.llama_cpp, harmony=False)
+    assert same.llama_cpp_thinking is None and same.kwargs(_call(), None) == {}

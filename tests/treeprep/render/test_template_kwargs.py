@@ -69,6 +69,8 @@ def test_vllm_turns_thinking_off_for_effort_none(qwen3: Renderer) -> None:
     try:
         for server in ("sglang", "llama.cpp"):
             qwen3.set_server(server)
+            # llama.cpp's seeded enable_thinking=true renders as none: the native port renders
+            assert qwen3.server_side.llama_cpp_thinking is None
             assert _prompt(qwen3, _call(reasoning_effort="none")) == off
             assert _prompt(qwen3, _call(reasoning_effort="low")) == on
             assert _prompt(qwen3, kept) == on
