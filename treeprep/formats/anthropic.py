@@ -272,7 +272,7 @@ def _vllm_messages(req: dict[str, Any], opts: ReadOptions) -> list[dict[str, Any
             msgs.extend(user_messages(m.get("content"), f"{where}.content", endpoint=True))
         elif role == "assistant":
             msgs.append(assistant_message(m.get("content"), f"{where}.content", parts=True))
-        elif role == "system" and opts.server is Server.vllm:
+        elif role == "system" and opts.server == Server.vllm:
             text = None if opts.merge_inline_system else _inline_system(m, where)
             if text:  # in place: the template takes a system message after the first
                 msgs.append({"role": "system", "content": text})
@@ -280,7 +280,7 @@ def _vllm_messages(req: dict[str, Any], opts: ReadOptions) -> list[dict[str, Any
             shown = repr(role) if isinstance(role, str | None) else type_name(role)
             expected = (
                 "'user', 'assistant' or 'system'"
-                if opts.server is Server.vllm
+                if opts.server == Server.vllm
                 else "'user' or 'assistant' (SGLang's Messages endpoint is not read: how it "
                 "converts an inline system message is not known)"
             )
@@ -292,7 +292,7 @@ def to_call_fields(
     req: dict[str, Any], resp: dict[str, Any], opts: ReadOptions
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(ChatCall fields, None) or (None, reason). A misshapen field raises RecordError."""
-    llama = opts.server is Server.llama_cpp
+    llama = opts.server == Server.llama_cpp
     msgs = request_messages(req, opts.system_prompt) if llama else _vllm_messages(req, opts)
     if isinstance(msgs, str):
         return None, msgs
@@ -361,7 +361,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
             group_id=gid,
             call_id=str(resp.get("id") or f"line-{no}"),
             # llama.cpp writes the input with nlohmann's dump(), which no render here shows
-            arguments_json=None if opts.server is Server.llama_cpp else ARGUMENTS_JSON,
+            arguments_json=None if opts.server == Server.llama_cpp else ARGUMENTS_JSON,
             source_file=path,
             source_line=no,
             source_format=NAME,
