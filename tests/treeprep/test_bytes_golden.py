@@ -86,17 +86,19 @@ SAMPLE_OPTIONS = {
 
 #: the real logs, re-recorded where a tool_result's text blocks are joined with a newline (2 of
 #: the Claude Code logs' results have several), then where an assistant's several text blocks
-#: stay parts that the server joins (9 of its 173 responses; the manifest counts 162 calls so)
+#: stay parts that the server joins (9 of its 173 responses; the manifest counts 162 calls so),
+#: then where user messages in a row are one message, as Claude Code sends them (86 of the 173
+#: Claude Code prompts had some; normalizeMessagesForAPI, read in 2.1.112 and 2.1.337)
 REAL_GOLDEN = {
-    "manifest.json": "7eacbef01049d60efe2b224ffd8e4b8dac94df7aa5d0cff4c81d4b19fd4c0f57",
+    "manifest.json": "9964200de139797ec900916b83ffed97ef0916bb349e005f47c0dbcae69b771a",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "b774f6c73ed05abdd65e99226802e865696075a11bb04307d3c2bdbd64d5303b"
+        "28440d49999591e2bdcec166afba471c940f55655ee4c6ef396e92b3b6ec960c"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "3e2b3a7f0f3c62f8a223be31eb077d61ffa5deb20759d96297dd351f813d0d5d"
+        "81a9708aaab2b973fe6964dbee3071673825b82d7e3131310700b91f9b7f23fe"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "d3f143cd1b9cd2a0346ed9c6859e6db353e8b19f282c58269ad525a96609911f",
+    "shards/shard-00000.arrow": "f467c673989bb2ba46215ff849cd92925a9f91a93b103a706e2a36e8a05bd80b",
 }
 
 

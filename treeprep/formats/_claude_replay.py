@@ -47,6 +47,7 @@ from treeprep.formats._claude_session import (
     Line,
     Pos,
     Session,
+    merged_user,
     response_message,
     tool_message,
     user_messages,
@@ -70,7 +71,9 @@ class Replay:
       compacted;
     - an assistant line adds its API response once (its lines written before the cut, merged),
       then each result of its tool calls written before the cut, in file order, once;
-    - a user line adds its text (its tool results came with their assistant turn);
+    - a user line adds its text (its tool results came with their assistant turn), merged into
+      a user message before it, as Claude Code sends user messages in a row (one message, its
+      tool results first: they are the ``tool`` messages before it);
     - after a line, and after each line of a response, come the ``isMeta`` context lines of the
       same file hung off it that are written before the cut and are not on the thread, each once.
       The compaction file's two hook reminders hang off main-session lines whose own thread never
@@ -147,7 +150,7 @@ class Replay:
             self._response(ln)
             return
         if t == "user":
-            self.messages.extend(self.sess.made(("u", id(ln)), partial(user_messages, ln)))
+            self._user(self.sess.made(("u", id(ln)), partial(user_messages, ln)))
         self._attach(ln)  # progress/system lines: not seen by the model, but context may hang off
 
     def _response(self, ln: Line) -> None:
@@ -186,7 +189,17 @@ class Replay:
                 continue
             if self._take(m):
                 self._metas.add(id(m))
-                self.messages.extend(self.sess.made(("u", id(m)), partial(user_messages, m)))
+                self._user(self.sess.made(("u", id(m)), partial(user_messages, m)))
+
+    def _user(self, made: list[dict[str, Any]]) -> None:
+        """Add a line's user messages: one after a user message is merged into it, as Claude
+        Code sends user messages in a row (:func:`~._claude_session.merged_user`)."""
+        for m in made:
+            last = self.messages[-1] if self.messages else None
+            if last is not None and last["role"] == "user":
+                self.messages[-1] = merged_user(last, m)
+            else:
+                self.messages.append(m)
 
 
 class Threads:

@@ -142,3 +142,24 @@ def user_messages(ln: Line) -> list[dict[str, Any]]:
     if not parts:
         return []
     return [{"role": "user", "content": chat_content(parts)}]
+
+
+def merged_user(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """Two user messages in a row as Claude Code sends them, one message
+    (``normalizeMessagesForAPI``'s merge, read in 2.1.112 and 2.1.337): the contents in order, a
+    string taken as one text block, and a newline added to the first's last text block where
+    the second begins with text (the tool results, which the API wants first, are the ``tool``
+    messages before them here).
+
+    >>> merged_user({"role": "user", "content": "A"}, {"role": "user", "content": "B"})
+    {'role': 'user', 'content': [{'type': 'text', 'text': 'A\\n'}, {'type': 'text', 'text': 'B'}]}
+    """
+    a, b = _blocks(first["content"]), _blocks(then["content"])
+    if a and b and a[-1].get("type") == "text" and b[0].get("type") == "text":
+        a = [*a[:-1], {**a[-1], "text": a[-1].get("text", "") + "\n"}]
+    return {"role": "user", "content": chat_content([*a, *b])}
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """A user message's content as parts (a string: one text part)."""
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)

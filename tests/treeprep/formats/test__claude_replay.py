@@ -223,8 +223,9 @@ def test_a_line_written_between_two_calls_into_the_history_makes_a_whole_replay(
 ):
     path = _write(tmp_path, _late_lines())
     items = [c for c in cc.read(str(path), ReadOptions()) if isinstance(c, ChatCall)]
-    assert [m.text() for m in items[2].messages][1] == "a late hook"  # after the first prompt
-    assert "a late hook" not in [m.text() for m in items[1].messages]
+    # after the first prompt, in its message: Claude Code sends user messages in a row as one
+    assert items[2].messages[0].text().endswith("\na late hook")
+    assert "a late hook" not in items[1].messages[0].text()
     _read(path, monkeypatch, whole=False)
     assert _counts() == (1, 2)
 
@@ -250,3 +251,26 @@ def test_a_retry_shares_its_sibling_replay(tmp_path, monkeypatch):
     _read(path, monkeypatch, whole=False)
     assert _counts() == (1, 1)
     assert not any(isinstance(c, Reject) for c in items)
+
+
+def test_user_messages_in_a_row_are_sent_as_one(tmp_path):
+    """Claude Code's ``normalizeMessagesForAPI`` (read in 2.1.112, ``Zn8``/``MNY``/``nCK``, and
+    2.1.337) merges user messages in a row into one: contents in order, a string taken as one
+    text block, a newline added to the first's last text where the next begins with text, the
+    tool results first (here the ``tool`` messages before it). Written out from that code: the
+    tool result, a hook's text and the user's next prompt are one message after the result."""
+    w = _Writer(0, late=False)
+    first = w.user(None)
+    use = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}
+    msg = {"id": "msg_a", "model": "claude-x", "role": "assistant", "content": [use]}
+    tip = w.put(w.rec("assistant", first, msg))
+    res = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"}
+    tip = w.put(w.rec("user", tip, {"role": "user", "content": [res]}))
+    hook = {"role": "user", "content": [{"type": "text", "text": "<system-reminder>x"}]}
+    tip = w.put(w.rec("user", tip, hook, isMeta=True))
+    tip = w.put(w.rec("user", tip, {"role": "user", "content": "Go on."}))
+    w.response(tip, "msg_b")
+    path = _write(tmp_path, w.lines)
+    last = [c for c in cc.read(str(path), ReadOptions()) if isinstance(c, ChatCall)][-1]
+    assert [m.role for m in last.messages] == ["user", "assistant", "tool", "user"]
+    assert [p.text for p in last.messages[-1].content] == ["<system-reminder>x\n", "Go on."]
