@@ -88,17 +88,19 @@ SAMPLE_OPTIONS = {
 #: the Claude Code logs' results have several), then where an assistant's several text blocks
 #: stay parts that the server joins (9 of its 173 responses; the manifest counts 162 calls so),
 #: then where user messages in a row are one message, as Claude Code sends them (86 of the 173
-#: Claude Code prompts had some; normalizeMessagesForAPI, read in 2.1.112 and 2.1.337)
+#: Claude Code prompts had some; normalizeMessagesForAPI, read in 2.1.112 and 2.1.337), then
+#: where a response's text block of whitespace alone is not sent again (Claude Code's merge of
+#: a response's lines leaves it out)
 REAL_GOLDEN = {
-    "manifest.json": "9964200de139797ec900916b83ffed97ef0916bb349e005f47c0dbcae69b771a",
+    "manifest.json": "e1470542261114674656ecb056415c37a2e4ad2b672e4898bd7154c6457b6b52",
     "plans/b131072-w2-n2-s3/plan.arrow": (
-        "28440d49999591e2bdcec166afba471c940f55655ee4c6ef396e92b3b6ec960c"
+        "cdb0130b4544f5e4706294fa86302b6aa6b200c3d82d0fccd06c44e9bb966e43"
     ),
     "plans/b131072-w2-n2-s3/summary.json": (
-        "81a9708aaab2b973fe6964dbee3071673825b82d7e3131310700b91f9b7f23fe"
+        "1984c8fffa4a24a26929e68424a701c0985b3a53d17be9f779990c50b298e08e"
     ),
     "rejects.jsonl": "9993489ed909d9a309819b20046eefb1b2e29968f1fa616ce94f384b4475bea1",
-    "shards/shard-00000.arrow": "f467c673989bb2ba46215ff849cd92925a9f91a93b103a706e2a36e8a05bd80b",
+    "shards/shard-00000.arrow": "7343f987dbfbad62f9f20c32225243b531e405d9822571240a8b61cbdbae1dbd",
 }
 
 

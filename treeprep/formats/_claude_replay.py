@@ -161,7 +161,7 @@ class Replay:
         self._responses.add(key)
         sess = self.sess
         lines = [x for x in sess.responses.get(key, [ln]) if self._take(x)]  # type: ignore[arg-type]
-        am = sess.made(("a", *map(id, lines)), partial(response_message, lines))
+        am = sess.made(("a", *map(id, lines)), partial(response_message, lines, sent=True))
         self.messages.append(am)
         self.last_response = key[1]
         found: list[tuple[Line, dict[str, Any], str]] = []

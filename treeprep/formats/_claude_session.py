@@ -112,8 +112,11 @@ def tool_message(blk: dict[str, Any], tid: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(blk)}
 
 
-def response_message(lines: list[Line]) -> dict[str, Any]:
-    """Merge the content blocks of one API response (its lines in file order)."""
+def response_message(lines: list[Line], *, sent: bool = False) -> dict[str, Any]:
+    """Merge the content blocks of one API response (its lines in file order). ``sent``: as a
+    later request sends it, the blocks of its lines merged as Claude Code merges them
+    (``normalizeMessagesForAPI``, read in 2.1.112: a text block of whitespace alone, not empty,
+    is left out, unless only thinking would remain); else as the model wrote it."""
     blocks: list[Any] = []
     for ln in lines:
         content = ln.rec["message"].get("content")
@@ -121,7 +124,29 @@ def response_message(lines: list[Line]) -> dict[str, Any]:
             blocks.append({"type": "text", "text": content})
         else:
             blocks.extend(content or [])
+    if sent and len(lines) > 1:
+        kept = [b for b in blocks if not _blank(b)]
+        if any(not (isinstance(b, dict) and b.get("type") in _THINKING) for b in kept):
+            blocks = kept
     return assistant_message(blocks, parts=True)  # a Messages endpoint hands text blocks on
+
+
+_THINKING = ("thinking", "redacted_thinking")
+#: what JavaScript's ``String.prototype.trim`` removes (white space and line terminators: not
+#: Python's ``isspace``, which takes U+001C..U+001F and leaves U+FEFF)
+_JS_SPACE = (
+    "\t\n\v\f\r \u00a0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + ("\u2028\u2029\u202f\u205f\u3000\ufeff")
+)
+
+
+def _blank(block: Any) -> bool:
+    """A text block of whitespace alone, not empty."""
+    if not (isinstance(block, dict) and block.get("type") == "text"):
+        return False
+    text = block.get("text")
+    return isinstance(text, str) and text != "" and text.strip(_JS_SPACE) == ""
 
 
 def user_messages(ln: Line) -> list[dict[str, Any]]:

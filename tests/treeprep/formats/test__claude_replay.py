@@ -274,3 +274,19 @@ def test_user_messages_in_a_row_are_sent_as_one(tmp_path):
     last = [c for c in cc.read(str(path), ReadOptions()) if isinstance(c, ChatCall)][-1]
     assert [m.role for m in last.messages] == ["user", "assistant", "tool", "user"]
     assert [p.text for p in last.messages[-1].content] == ["<system-reminder>x\n", "Go on."]
+
+
+def test_a_blank_text_block_of_a_response_is_not_sent_again(tmp_path):
+    """Claude Code merges a response's lines with ``HNY`` (2.1.112): a text block of whitespace
+    alone (``"\\n\\n"``, not ``""``) is left out of the merged message, unless only thinking
+    would remain. The call's own completion keeps it: the model wrote it."""
+    w = _Writer(0, late=False)
+    tip = w.user(None)
+    for block in ({"type": "text", "text": "\n\n"}, {"type": "text", "text": "Done."}):
+        msg = {"id": "msg_a", "model": "claude-x", "role": "assistant", "content": [block]}
+        tip = w.put(w.rec("assistant", tip, msg))
+    w.response(w.user(tip), "msg_b")
+    path = _write(tmp_path, w.lines)
+    first, second = [c for c in cc.read(str(path), ReadOptions()) if isinstance(c, ChatCall)]
+    assert [p.text for p in first.completion.content] == ["\n\n", "Done."]
+    assert second.messages[1].content == "Done."
