@@ -39,6 +39,7 @@ COVERED_BY: dict[str, tuple[str, str]] = {
         "treeprep/formats/test_atif_handoff.py",
         "subagent_trajectory_ref",
     ),
+    "treeprep/formats/_anthropic_blocks.py": ("treeprep/formats/test_anthropic.py", "billing"),
     "treeprep/formats/_claude_layout.py": ("treeprep/formats/test_claude_code.py", "subagents"),
     "treeprep/formats/_claude_session.py": ("treeprep/formats/test_claude_code.py", "tool_result"),
     "treeprep/formats/_gemini_layout.py": ("treeprep/formats/test_gemini_subagents.py", "chats"),

@@ -27,10 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from treeprep.errors import RecordError
+from treeprep.formats._anthropic_blocks import BILLING_HEADER, BLOCKS, text_of
 from treeprep.formats._fields import block_text, chat_tool_call, expect, opt_list, type_name
 
 #: how Claude Code's attribution line begins (with its colon), and the stamp llama.cpp pins
-_BILLING = "x-anthropic-billing-header:"
+_BILLING = f"{BILLING_HEADER}:"
 _STAMP = "cch="
 _STAMP_LENGTH = 5
 
@@ -87,22 +88,10 @@ def _image(b: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _result_text(content: Any, where: str) -> str:
-    """A ``tool_result``'s content as llama.cpp sends it: a string, or its text blocks joined
-    with nothing (null: empty)."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    return "".join(
-        block_text(c, "text", f"{where}[{k}]", required=False)
-        for k, c in enumerate(opt_list(content, where))
-        if isinstance(c, dict) and c.get("type") == "text"
-    )
-
-
 def turn_messages(m: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """The messages of one request turn ``m`` (``where``: its path in the log)."""
     role = m.get("role")
-    content = expect(m.get("content"), f"{where}.content", str, list, what="a string or blocks")
+    content = expect(m.get("content"), f"{where}.content", str, list, what=BLOCKS)
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     parts: list[dict[str, Any]] = []
@@ -123,7 +112,8 @@ def turn_messages(m: dict[str, Any], where: str) -> list[dict[str, Any]]:
                 chat_tool_call(b.get("id") or "", b.get("name") or "", b.get("input") or {})
             )
         elif kind == "tool_result":
-            text = _result_text(b.get("content"), f"{at}.content")
+            # a string, or its text blocks joined with nothing (null: empty)
+            text = text_of(b.get("content"), f"{at}.content")
             results.append(
                 {"role": "tool", "tool_call_id": b.get("tool_use_id") or "", "content": text}
             )
@@ -165,16 +155,10 @@ def tools(req: dict[str, Any]) -> list[dict[str, Any]] | None:
     for i, t in enumerate(listed):
         t = expect(t, f"request.tools[{i}]", dict)
         fn = {
-            "name": _string(t, "name", f"request.tools[{i}]"),
-            "description": _string(t, "description", f"request.tools[{i}]"),
+            # absent or null: "", as llama.cpp's json_value(tool, key, std::string()) reads it
+            "name": block_text(t, "name", f"request.tools[{i}]", required=False),
+            "description": block_text(t, "description", f"request.tools[{i}]", required=False),
             "parameters": t["input_schema"] if "input_schema" in t else {},
         }
         out.append({"type": "function", "function": fn})
     return out
-
-
-def _string(obj: dict[str, Any], key: str, where: str) -> str:
-    """``obj[key]`` as llama.cpp's ``json_value(obj, key, std::string())`` reads it: absent or
-    null is ``""``; another type is refused here (the server would log it and take ``""``)."""
-    value = obj.get(key)
-    return "" if value is None else expect(value, f"{where}.{key}", str)  # type: ignore[no-any-return]

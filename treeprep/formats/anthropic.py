@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
+from treeprep.formats._anthropic_blocks import BLOCKS, is_billing, text_of
 from treeprep.formats._anthropic_llama import request_messages
 from treeprep.formats._anthropic_llama import tools as llama_tools
 from treeprep.formats._fields import (
@@ -110,7 +111,6 @@ def convert_tools(tools: Any, where: str = "tools") -> list[dict[str, Any]] | No
     return out or None
 
 
-_BLOCKS = "a string or a list of content blocks"
 #: between the text blocks of a ``tool_result``: a server's Messages endpoint sends the result
 #: as one tool message, its text blocks joined with a newline (vLLM's ``anthropic/serving.py``,
 #: 0.31 to 0.34)
@@ -118,32 +118,6 @@ RESULT_SEP = "\n"
 #: how a server's Messages endpoint writes a ``tool_use`` input as the request's arguments
 #: string: Python's ``json.dumps`` (vLLM's ``_convert_tool_use_block``, 0.31 to 0.34)
 ARGUMENTS_JSON = "python"
-#: how Claude Code's per-request attribution block in ``system`` begins (:func:`_billing`)
-BILLING_HEADER = "x-anthropic-billing-header"
-
-
-def _billing(block: Any) -> bool:
-    """Whether a system block is Claude Code's attribution line
-    (``x-anthropic-billing-header: cc_version=...; cch=<per-request hash>;``), which a Messages
-    endpoint leaves out of the prompt (vLLM's ``_convert_system_message``, 0.31 to 0.34; Anthropic
-    reads it off for billing): kept, it would also split every call's prompt from the next."""
-    text = block.get("text") if isinstance(block, dict) else None
-    return isinstance(text, str) and text.startswith(BILLING_HEADER)
-
-
-def _text(blocks: Any, where: str, sep: str = "") -> str:
-    """The text of a string or of the ``text`` blocks of a list, joined by ``sep`` (null: no
-    text)."""
-    if blocks is None:
-        return ""
-    if isinstance(expect(blocks, where, str, list, what=_BLOCKS), str):
-        return blocks  # type: ignore[no-any-return]
-    return sep.join(
-        block_text(b, "text", f"{where}[{i}]", required=False)
-        for i, b in enumerate(blocks)
-        if isinstance(b, dict) and b.get("type") == "text"
-    )
-
 
 #: an assistant's content blocks, read leniently: a null or absent text is empty, and blocks of
 #: other types (``redacted_thinking``, server tool blocks) are skipped
@@ -192,7 +166,7 @@ def assistant_message(
 
 def expect_blocks(content: Any, where: str) -> Any:
     """``content`` when it is null, a string or a list of content blocks."""
-    return None if content is None else expect(content, where, str, list, what=_BLOCKS)
+    return None if content is None else expect(content, where, str, list, what=BLOCKS)
 
 
 def user_messages(content: Any, where: str, *, endpoint: bool = False) -> list[dict[str, Any]]:
@@ -216,7 +190,7 @@ def user_messages(content: Any, where: str, *, endpoint: bool = False) -> list[d
                     "tool_call_id": b.get("tool_use_id"),
                     "content": c
                     if isinstance(c, str)
-                    else _text(c, f"{where}[{i}].content", RESULT_SEP),
+                    else text_of(c, f"{where}[{i}].content", RESULT_SEP),
                 }
             )
         elif b.get("type") == "text":
@@ -234,11 +208,11 @@ def _inline_system(m: dict[str, Any], where: str) -> str | None:
     """The text of an inline ``system`` message as vLLM's Messages endpoint reads it (0.34,
     ``_extract_system_text``): a string, or its non-empty text blocks joined with nothing;
     Claude Code's attribution block left out (None: no text)."""
-    content = expect(m.get("content"), f"{where}.content", str, list, what=_BLOCKS)
+    content = expect(m.get("content"), f"{where}.content", str, list, what=BLOCKS)
     if isinstance(content, str):
-        return None if _billing({"text": content}) else content or None
-    blocks = [b for b in content if not _billing(b)]
-    return _text(blocks, f"{where}.content") or None
+        return None if is_billing({"text": content}) else content or None
+    blocks = [b for b in content if not is_billing(b)]
+    return text_of(blocks, f"{where}.content") or None
 
 
 def _system(req: dict[str, Any], opts: ReadOptions) -> str | None:
@@ -248,8 +222,8 @@ def _system(req: dict[str, Any], opts: ReadOptions) -> str | None:
     messages, all joined with nothing."""
     system = req.get("system")
     if isinstance(system, list):
-        system = [b for b in system if not _billing(b)]
-    sys_text = _text(system, "request.system") if system is not None else opts.system_prompt
+        system = [b for b in system if not is_billing(b)]
+    sys_text = text_of(system, "request.system") if system is not None else opts.system_prompt
     inline: list[str] = []
     if opts.merge_inline_system:
         for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):

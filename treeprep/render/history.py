@@ -62,9 +62,8 @@ class NormalizedHistory:
         self._returned: list[dict[str, Any]] = []
         self._first_system = -1  # the index of the first system-role dict (-1: none)
         self._first_parts = -1  # the index of the first message of several text parts (-1: none)
-        self._wire: ArgumentsJson | None = (
-            None  # the arguments' wire format the dicts were made with
-        )
+        #: the arguments' wire format the dicts were made with
+        self._wire: ArgumentsJson | None = None
 
     def messages(
         self, messages: list[Message], wire: ArgumentsJson | None = None
