@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from treeprep.formats._fields import chat_content
+from treeprep.formats._fields import chat_content, content_parts
 from treeprep.formats.anthropic import RESULT_SEP, assistant_message
 
 #: where a line was written: (in the file being read, its line number). Parent-session lines
@@ -179,12 +179,7 @@ def merged_user(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
     >>> merged_user({"role": "user", "content": "A"}, {"role": "user", "content": "B"})
     {'role': 'user', 'content': [{'type': 'text', 'text': 'A\\n'}, {'type': 'text', 'text': 'B'}]}
     """
-    a, b = _blocks(first["content"]), _blocks(then["content"])
+    a, b = content_parts(first["content"]), content_parts(then["content"])
     if a and b and a[-1].get("type") == "text" and b[0].get("type") == "text":
         a = [*a[:-1], {**a[-1], "text": a[-1].get("text", "") + "\n"}]
     return {"role": "user", "content": chat_content([*a, *b])}
-
-
-def _blocks(content: Any) -> list[dict[str, Any]]:
-    """A user message's content as parts (a string: one text part)."""
-    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)

@@ -569,6 +569,18 @@ def chat_content(parts: list[dict[str, Any]]) -> Any:
     return parts
 
 
+def content_parts(content: Any) -> list[Any]:
+    """A message's content as parts: a string is one text part, null none, a list itself (as
+    Anthropic blocks and Roo Code's ``normalizeContentToBlocks`` take it).
+
+    >>> content_parts("hi"), content_parts(None)
+    ([{'type': 'text', 'text': 'hi'}], [])
+    """
+    if isinstance(content, list):
+        return content
+    return [] if content is None else [{"type": "text", "text": str(content)}]
+
+
 def system_message(text: str | None) -> list[dict[str, Any]]:
     """The system message of ``text`` as a one-element list (none when no text)."""
     return [{"role": "system", "content": text}] if text else []

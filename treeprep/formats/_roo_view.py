@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from treeprep.formats._fields import content_parts
+
 #: the fields Roo Code adds to a stored message when it condenses or truncates
 MARKS = (
     "isSummary",
@@ -44,14 +46,6 @@ MARKS = (
 def roo_marked(history: list[Any]) -> bool:
     """Whether a stored history carries Roo Code's condense or truncation fields."""
     return any(isinstance(m, dict) and any(k in m for k in MARKS) for m in history)
-
-
-def _blocks(content: Any) -> list[Any]:
-    """A message's content as blocks (``normalizeContentToBlocks``): a string is one text block,
-    null none."""
-    if isinstance(content, list):
-        return content
-    return [] if content is None else [{"type": "text", "text": str(content)}]
 
 
 def _summary_at(history: list[Any], i: int) -> int | None:
@@ -137,7 +131,7 @@ def _add(
         held, prev = out[-1]
         out[-1] = (
             (*held, j),
-            {**prev, "content": [*_blocks(prev.get("content")), *_blocks(content)]},
+            {**prev, "content": [*content_parts(prev.get("content")), *content_parts(content)]},
         )
         return True
     out.append(((j,), {**m, "content": content}))

@@ -57,6 +57,7 @@ from treeprep.errors import InputError, RecordError
 from treeprep.formats._fields import (
     as_dict,
     chat_content,
+    content_parts,
     expect,
     file_stem,
     make_call,
@@ -184,14 +185,10 @@ def _append(history: list[dict[str, Any]], msg: dict[str, Any]) -> None:
         and not _notification(last)
         and not _notification(msg)
     ):
-        both = [*_as_parts(last["content"]), *_as_parts(msg["content"])]
+        both = [*content_parts(last["content"]), *content_parts(msg["content"])]
         history[-1] = {"role": "user", "content": both}
     else:
         history.append(msg)
-
-
-def _as_parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +290,7 @@ class _Session:
         first = next((m for m in self.history if m["role"] == "user"), None)
         return first is not None and any(
             p["type"] == "text" and p["text"].startswith(_COMPACTED)
-            for p in _as_parts(first["content"])
+            for p in content_parts(first["content"])
         )
 
 
