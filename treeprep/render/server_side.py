@@ -11,6 +11,7 @@ thinking turned off, inline system messages) are run once per setting here too.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from treeprep.modes import Server
@@ -42,7 +43,6 @@ class ServerSide:
         self.disabled_effort = "auto"
         self._disabled_effort: str | None = None  # probed once per server and settings
         self._merges_inline_system: bool | None = None  # probed once
-        self._llama_thinking: tuple[bool | None] | None = None  # probed once
 
     def set_server(self, server: Server, *, harmony: bool) -> None:
         """Render for ``server`` (``harmony``: it renders this template with Harmony)."""
@@ -109,14 +109,12 @@ class ServerSide:
             thinking,
         )
 
-    @property
+    @cached_property
     def llama_cpp_thinking(self) -> bool | None:
         """The ``enable_thinking`` llama.cpp seeds this template's render with (probed once:
         :func:`~.template_kwargs.llama_cpp_thinking`)."""
-        if self._llama_thinking is None:
 
-            def render(messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
-                return self.template.render(messages, None, True, extra=kwargs)
+        def render(messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
+            return self.template.render(messages, None, True, extra=kwargs)
 
-            self._llama_thinking = (llama_cpp_thinking(render),)
-        return self._llama_thinking[0]
+        return llama_cpp_thinking(render)
