@@ -38,6 +38,7 @@ reject.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -48,10 +49,11 @@ from treeprep.formats._claude_session import (
     Pos,
     Session,
     merged_user,
-    response_message,
-    tool_message,
-    user_messages,
+    sent_response,
+    user_content,
 )
+from treeprep.formats._fields import content_parts
+from treeprep.formats.anthropic import turn_messages
 
 #: live replays kept per file: the main thread's, plus inline sidechains (Claude Code before
 #: 1.0.x) and rewinds that may still go on
@@ -64,16 +66,31 @@ class ChainError(Exception):
     """A ``parentUuid`` link of a thread that cannot be followed (the message says which)."""
 
 
+@dataclass
+class _Turn:
+    """The request's last user turn, while it may still grow: where its messages begin, the
+    tool results it carries first, and the content of its user lines, merged."""
+
+    at: int
+    results: list[dict[str, Any]]
+    user: Any = None
+
+
 class Replay:
-    """A thread replayed oldest first into OpenAI messages, as a call at ``cut`` sees it.
+    """A thread replayed oldest first into the request Claude Code sends, as a call at ``cut``
+    sees it, converted turn by turn into chat messages by the server's Messages endpoint
+    (:func:`~treeprep.formats.anthropic.turn_messages`, ``--server``).
 
     - a compaction boundary (only ever the thread's root) adds no message and marks the thread
       compacted;
     - an assistant line adds its API response once (its lines written before the cut, merged),
-      then each result of its tool calls written before the cut, in file order, once;
-    - a user line adds its text (its tool results came with their assistant turn), merged into
-      a user message before it, as Claude Code sends user messages in a row (one message, its
-      tool results first: they are the ``tool`` messages before it);
+      then opens the next user turn with each result of its tool calls written before the cut,
+      in file order, once;
+    - a user line adds its content (its tool results came with their assistant turn) to that
+      turn, as Claude Code sends user messages in a row (one message, the tool results first:
+      :func:`~treeprep.formats._claude_session.merged_user`). The turn's messages are made
+      again as it grows: vLLM's endpoint puts its ``tool`` messages before its user message,
+      llama.cpp's after;
     - after a line, and after each line of a response, come the ``isMeta`` context lines of the
       same file hung off it that are written before the cut and are not on the thread, each once.
       The compaction file's two hook reminders hang off main-session lines whose own thread never
@@ -97,6 +114,7 @@ class Replay:
         self._responses: set[tuple[bool, str | None]] = set()
         self._results: set[tuple[int, bool, str]] = set()
         self._metas: set[int] = set()
+        self._turn: _Turn | None = None
         #: where the latest attached line taken was written, and the earliest one left out
         self._taken: Pos | None = None
         self._left: Pos | None = None
@@ -150,7 +168,7 @@ class Replay:
             self._response(ln)
             return
         if t == "user":
-            self._user(self.sess.made(("u", id(ln)), partial(user_messages, ln)))
+            self._user(user_content(ln), ln)
         self._attach(ln)  # progress/system lines: not seen by the model, but context may hang off
 
     def _response(self, ln: Line) -> None:
@@ -161,22 +179,26 @@ class Replay:
         self._responses.add(key)
         sess = self.sess
         lines = [x for x in sess.responses.get(key, [ln]) if self._take(x)]  # type: ignore[arg-type]
-        am = sess.made(("a", *map(id, lines)), partial(response_message, lines, sent=True))
-        self.messages.append(am)
+        made = sess.made(("a", *map(id, lines)), partial(sent_response, lines, sess.server))
+        messages, call_ids = made
+        self.messages.extend(messages)
         self.last_response = key[1]
         found: list[tuple[Line, dict[str, Any], str]] = []
-        for tc in am.get("tool_calls") or []:
-            tid = str(tc["id"])
+        for tid in call_ids:
             for rl, blk in sess.results.get(tid, []):
                 if self._take(rl):
                     found.append((rl, blk, tid))
         found.sort(key=lambda x: x[0].pos)
+        results = []
         for rl, blk, tid in found:
             k = (rl.no, rl.own, tid)
             if k not in self._results:
                 self._results.add(k)
-                tm = sess.made(("t", id(blk), tid), partial(tool_message, blk, tid))
-                self.messages.append(tm)
+                results.append(blk)
+        self._turn = None
+        if results:
+            self._turn = _Turn(len(self.messages), results)
+            self._convert(ln)
         for x in lines:
             self._attach(x)
 
@@ -189,17 +211,28 @@ class Replay:
                 continue
             if self._take(m):
                 self._metas.add(id(m))
-                self._user(self.sess.made(("u", id(m)), partial(user_messages, m)))
+                self._user(user_content(m), m)
 
-    def _user(self, made: list[dict[str, Any]]) -> None:
-        """Add a line's user messages: one after a user message is merged into it, as Claude
-        Code sends user messages in a row (:func:`~._claude_session.merged_user`)."""
-        for m in made:
-            last = self.messages[-1] if self.messages else None
-            if last is not None and last["role"] == "user":
-                self.messages[-1] = merged_user(last, m)
-            else:
-                self.messages.append(m)
+    def _user(self, content: Any, ln: Line) -> None:
+        """Add a user line's ``content`` (None: nothing) to the last user turn, or open one."""
+        if content is None:
+            return
+        t = self._turn
+        if t is None:
+            self._turn = _Turn(len(self.messages), [], content)
+        else:
+            t.user = content if t.user is None else merged_user(t.user, content)
+        self._convert(ln)
+
+    def _convert(self, ln: Line) -> None:
+        """Make the last user turn's messages again (``ln``: the line that changed it)."""
+        t = self._turn
+        assert t is not None
+        user = content_parts(t.user) if t.results else t.user  # a string alone stays one
+        turn = {"role": "user", "content": [*t.results, *user] if t.results else user}
+        where = f"the user turn at line {ln.no}"
+        del self.messages[t.at :]
+        self.messages.extend(turn_messages(turn, where, self.sess.server))
 
 
 class Threads:

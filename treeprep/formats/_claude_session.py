@@ -3,7 +3,9 @@
 Helpers of :mod:`treeprep.formats.claude_code` (kept apart to keep that module short): a
 :class:`Session` indexes the lines a thread can reach (the file's own and, for a sub-agent, its
 parent session's) by ``uuid``, by API response (``message.id``), by ``tool_use`` id and by the
-line an ``isMeta`` context line hangs off; the builders turn lines into OpenAI messages. How a
+line an ``isMeta`` context line hangs off; the builders turn lines into the request's content
+blocks, as Claude Code sends them, and a server's Messages endpoint
+(:func:`~treeprep.formats.anthropic.turn_messages`) turns those into chat messages. How a
 thread of lines becomes a prompt is :mod:`treeprep.formats._claude_replay`.
 """
 
@@ -13,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from treeprep.formats._fields import chat_content, content_parts
-from treeprep.formats.anthropic import RESULT_SEP, assistant_message
+from treeprep.formats._fields import content_parts
+from treeprep.formats.anthropic import assistant_message, turn_messages
+from treeprep.modes import Server
 
 #: where a line was written: (in the file being read, its line number). Parent-session lines
 #: (``False``) precede the sub-agent file's own, so tuple order is file order.
@@ -37,6 +40,8 @@ class Session:
     """The lines that a thread can reach: the file's own, plus its parent session's."""
 
     path: str
+    #: the server whose Messages endpoint converted Claude Code's requests (``--server``)
+    server: Server = Server.vllm
     by_uuid: dict[str, Line] = field(default_factory=dict)
     # message.id -> its lines (file order); keyed per origin so a parent's ids never mix with ours
     responses: dict[tuple[bool, str], list[Line]] = field(default_factory=dict)
@@ -88,35 +93,11 @@ class Session:
             self.meta_children.setdefault(r["parentUuid"], []).append(ln)
 
 
-def _tool_result_content(b: dict[str, Any]) -> str | list[dict[str, Any]]:
-    c = b.get("content")
-    if c is None:
-        return ""
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):
-        parts: list[dict[str, Any]] = []
-        for p in c:
-            if isinstance(p, dict) and p.get("type") == "text":
-                parts.append({"type": "text", "text": p.get("text", "")})
-            elif isinstance(p, dict):
-                parts.append(dict(p))
-        if all(p["type"] == "text" for p in parts):
-            return RESULT_SEP.join(p["text"] for p in parts)
-        return parts
-    return str(c)
-
-
-def tool_message(blk: dict[str, Any], tid: str) -> dict[str, Any]:
-    """The ``tool`` message of one ``tool_result`` block."""
-    return {"role": "tool", "tool_call_id": tid, "content": _tool_result_content(blk)}
-
-
-def response_message(lines: list[Line], *, sent: bool = False) -> dict[str, Any]:
-    """Merge the content blocks of one API response (its lines in file order). ``sent``: as a
-    later request sends it, the blocks of its lines merged as Claude Code merges them
+def response_blocks(lines: list[Line], *, sent: bool = False) -> list[Any]:
+    """The content blocks of one API response (its lines in file order), merged. ``sent``: as
+    a later request sends them, the blocks of its lines merged as Claude Code merges them
     (``normalizeMessagesForAPI``, read in 2.1.112: a text block of whitespace alone, not empty,
-    is left out, unless only thinking would remain); else as the model wrote it."""
+    is left out, unless only thinking would remain); else as the model wrote them."""
     blocks: list[Any] = []
     for ln in lines:
         content = ln.rec["message"].get("content")
@@ -128,7 +109,22 @@ def response_message(lines: list[Line], *, sent: bool = False) -> dict[str, Any]
         kept = [b for b in blocks if not _blank(b)]
         if any(not (isinstance(b, dict) and b.get("type") in _THINKING) for b in kept):
             blocks = kept
-    return assistant_message(blocks, parts=True)  # a Messages endpoint hands text blocks on
+    return blocks
+
+
+def sent_response(lines: list[Line], server: Server) -> tuple[list[dict[str, Any]], list[str]]:
+    """One API response as a later request sends it, converted by the ``server``'s Messages
+    endpoint (no message or one), and the ids of its tool calls."""
+    blocks = response_blocks(lines, sent=True)
+    turn = {"role": "assistant", "content": blocks}
+    ids = [str(b["id"]) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
+    return turn_messages(turn, f"line {lines[0].no}: message.content", server), ids
+
+
+def response_message(lines: list[Line]) -> dict[str, Any]:
+    """The completion of one API response: its blocks as the model wrote them, one message
+    (several text blocks stay parts, which the renderer joins as the server did)."""
+    return assistant_message(response_blocks(lines), parts=True)
 
 
 _THINKING = ("thinking", "redacted_thinking")
@@ -149,37 +145,29 @@ def _blank(block: Any) -> bool:
     return isinstance(text, str) and text != "" and text.strip(_JS_SPACE) == ""
 
 
-def user_messages(ln: Line) -> list[dict[str, Any]]:
-    """The user-role messages of one user line (its text; tool results are handled apart)."""
+def user_content(ln: Line) -> Any:
+    """What a user line adds to its request turn: its content, a string as it is, or its blocks
+    but the tool results (they come with their assistant turn); None when nothing is left."""
     content = ln.rec.get("message", {}).get("content")
     if isinstance(content, str):
-        return [{"role": "user", "content": content}]
+        return content
     if not isinstance(content, list):
-        return []
-    parts: list[dict[str, Any]] = []
-    for b in content:
-        if not isinstance(b, dict) or b.get("type") == "tool_result":
-            continue
-        if b.get("type") == "text":
-            parts.append({"type": "text", "text": b.get("text", "")})
-        else:
-            parts.append(dict(b))  # images and documents stay parts; the renderer decides
-    if not parts:
-        return []
-    return [{"role": "user", "content": chat_content(parts)}]
+        return None
+    blocks = [b for b in content if isinstance(b, dict) and b.get("type") != "tool_result"]
+    return blocks or None
 
 
-def merged_user(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
-    """Two user messages in a row as Claude Code sends them, one message
-    (``normalizeMessagesForAPI``'s merge, read in 2.1.112 and 2.1.337): the contents in order, a
+def merged_user(first: Any, then: Any) -> list[Any]:
+    """The contents of two user messages in a row as Claude Code sends them, one message
+    (``normalizeMessagesForAPI``'s merge, read in 2.1.112 and 2.1.337): the blocks in order, a
     string taken as one text block, and a newline added to the first's last text block where
-    the second begins with text (the tool results, which the API wants first, are the ``tool``
-    messages before them here).
+    the second begins with text (the tool results, which the API wants first, are put first by
+    the replay: :class:`~treeprep.formats._claude_replay.Replay`).
 
-    >>> merged_user({"role": "user", "content": "A"}, {"role": "user", "content": "B"})
-    {'role': 'user', 'content': [{'type': 'text', 'text': 'A\\n'}, {'type': 'text', 'text': 'B'}]}
+    >>> merged_user("A", [{"type": "text", "text": "B"}])
+    [{'type': 'text', 'text': 'A\\n'}, {'type': 'text', 'text': 'B'}]
     """
-    a, b = content_parts(first["content"]), content_parts(then["content"])
+    a, b = content_parts(first), content_parts(then)
     if a and b and a[-1].get("type") == "text" and b[0].get("type") == "text":
-        a = [*a[:-1], {**a[-1], "text": a[-1].get("text", "") + "\n"}]
-    return {"role": "user", "content": chat_content([*a, *b])}
+        a = [*a[:-1], {**a[-1], "text": (a[-1].get("text") or "") + "\n"}]
+    return [*a, *b]

@@ -44,6 +44,7 @@ from treeprep.errors import RecordError
 from treeprep.formats._anthropic_blocks import BLOCKS, is_billing, text_of
 from treeprep.formats._anthropic_llama import request_messages
 from treeprep.formats._anthropic_llama import tools as llama_tools
+from treeprep.formats._anthropic_llama import turn_messages as llama_turn_messages
 from treeprep.formats._fields import (
     BlockNames,
     as_list,
@@ -172,8 +173,9 @@ def expect_blocks(content: Any, where: str) -> Any:
 def user_messages(content: Any, where: str, *, endpoint: bool = False) -> list[dict[str, Any]]:
     """An Anthropic user ``content`` as chat messages: a ``tool`` message per ``tool_result``
     block, then the text (and image) parts as one user message. Cline's task history uses it.
-    With ``endpoint``, as vLLM's Messages endpoint converts it (0.34): empty text blocks
-    skipped."""
+    With ``endpoint``, as vLLM's Messages endpoint converts it (0.34, ``_convert_block``):
+    empty text blocks skipped, images as ``image_url`` parts, and a result's images as a user
+    message after its ``tool`` message (:func:`_endpoint_result`)."""
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
     out: list[dict[str, Any]] = []
@@ -181,27 +183,69 @@ def user_messages(content: Any, where: str, *, endpoint: bool = False) -> list[d
     for i, b in enumerate(opt_list(expect_blocks(content, where), where)):
         if not isinstance(b, dict):
             continue
-        expect(b.get("type"), f"{where}[{i}].type", str)
-        if b.get("type") == "tool_result":
+        at = f"{where}[{i}]"
+        kind = expect(b.get("type"), f"{at}.type", str)
+        if kind == "tool_result" and endpoint:
+            out.extend(_endpoint_result(b, f"{at}.content"))
+        elif kind == "tool_result":
             c = b.get("content")
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": b.get("tool_use_id"),
-                    "content": c
-                    if isinstance(c, str)
-                    else text_of(c, f"{where}[{i}].content", RESULT_SEP),
-                }
-            )
-        elif b.get("type") == "text":
-            text = block_text(b, "text", f"{where}[{i}]", required=False)
+            text = c if isinstance(c, str) else text_of(c, f"{at}.content", RESULT_SEP)
+            out.append({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": text})
+        elif kind == "text":
+            text = block_text(b, "text", at, required=False)
             if text or not endpoint:
                 parts.append({"type": "text", "text": text})
+        elif kind == "image" and endpoint:
+            if b.get("source"):  # one without a source is skipped
+                parts.append(_image_part(b["source"]))
         else:
             parts.append(dict(b))
     if parts:
         out.append({"role": "user", "content": chat_content(parts)})
     return out
+
+
+def _image_part(source: Any) -> dict[str, Any]:
+    """An image block's ``source`` as vLLM's endpoint writes it (``_convert_image_source_to_url``,
+    0.34): a URL's own address, else a base64 data URI."""
+    source = source if isinstance(source, dict) else {}
+    if source.get("type") == "url":
+        url = source.get("url", "")
+    else:
+        url = f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _endpoint_result(b: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """A ``tool_result`` block as vLLM's endpoint converts it (``_convert_user_tool_result``,
+    0.34): one ``tool`` message of its text blocks joined with a newline (its
+    ``tool_reference`` items first, as parts, where it has any), then a user message of its
+    images, where it has any (a text-only template cannot render that: the call is rejected)."""
+    c = expect(b.get("content"), where, str, list, type(None), what=BLOCKS)
+    items = [x for x in c if isinstance(x, dict)] if isinstance(c, list) else []
+    text = c if isinstance(c, str) else text_of(items, where, RESULT_SEP)
+    refs = [
+        {"type": "tool_reference", "name": name}
+        for x in items
+        if x.get("type") == "tool_reference" and (name := x.get("tool_name") or x.get("name"))
+    ]
+    content: Any = [*refs, *([{"type": "text", "text": text}] if text else [])] if refs else text
+    out = [{"role": "tool", "tool_call_id": b.get("tool_use_id") or "", "content": content}]
+    images = [_image_part(x.get("source")) for x in items if x.get("type") == "image"]
+    if images:
+        out.append({"role": "user", "content": images})
+    return out
+
+
+def turn_messages(m: dict[str, Any], where: str, server: Server) -> list[dict[str, Any]]:
+    """One ``user`` or ``assistant`` turn of a request as the ``server``'s Messages endpoint
+    converts it: llama.cpp's (:func:`~treeprep.formats._anthropic_llama.turn_messages`), or
+    vLLM's, which SGLang's is taken to match."""
+    if server == Server.llama_cpp:
+        return llama_turn_messages(m, where)
+    if m.get("role") == "user":
+        return user_messages(m.get("content"), f"{where}.content", endpoint=True)
+    return [assistant_message(m.get("content"), f"{where}.content", parts=True)]
 
 
 def _inline_system(m: dict[str, Any], where: str) -> str | None:
@@ -242,10 +286,8 @@ def _vllm_messages(req: dict[str, Any], opts: ReadOptions) -> list[dict[str, Any
     for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):
         role = m.get("role") if isinstance(m, dict) else None
         where = f"request.messages[{i}]"
-        if role == "user":
-            msgs.extend(user_messages(m.get("content"), f"{where}.content", endpoint=True))
-        elif role == "assistant":
-            msgs.append(assistant_message(m.get("content"), f"{where}.content", parts=True))
+        if role in ("user", "assistant"):
+            msgs.extend(turn_messages(m, where, opts.server))
         elif role == "system" and opts.server == Server.vllm:
             text = None if opts.merge_inline_system else _inline_system(m, where)
             if text:  # in place: the template takes a system message after the first

@@ -18,6 +18,10 @@ What the files hold (measured on real sessions, see ``../shared/data/README.md``
 * no system prompt and no tool schemas: ``--system-prompt`` / ``--tools`` supply them
   (:class:`ReadOptions`), otherwise none are rendered.
 
+Claude Code sends each call's request to a Messages endpoint, which converts it into chat
+messages: the request's turns are converted as ``--server``'s endpoint converts them
+(:func:`~treeprep.formats.anthropic.turn_messages`: vLLM's, or llama.cpp's).
+
 How a call is rebuilt. Each API response (one ``message.id``) is one :class:`ChatCall`; its prompt
 is the thread before its first line: walk ``parentUuid`` from there to the root (a compaction
 boundary is a root), then replay the thread oldest first. Two things are not on the chain and are
@@ -57,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treeprep.errors import RecordError
+from treeprep.formats._anthropic_llama import system_message
 from treeprep.formats._claude_layout import not_a_chain, parent_session_path
 from treeprep.formats._claude_replay import ChainError, Replay, Threads
 from treeprep.formats._claude_session import Line, Session, response_message
@@ -64,6 +69,7 @@ from treeprep.formats._fields import as_dict, expect, make_call, opt_str
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.anthropic import ARGUMENTS_JSON
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
+from treeprep.modes import Server
 from treeprep.schemas import Reject
 
 NAME = "claude-code"
@@ -112,7 +118,7 @@ def _check_blocks(blocks: list[Any], where: str) -> None:
         elif t == "tool_result":
             expect(b.get("tool_use_id"), f"{at}.tool_use_id", str)
             c = b.get("content")
-            if isinstance(c, list):
+            if c is not None and isinstance(expect(c, f"{at}.content", str, list), list):
                 _check_blocks(c, f"{at}.content")
 
 
@@ -276,6 +282,7 @@ def _call(
         parent_call = ctx.task_call
     gid = f.session_id
     opts = ctx.opts
+    llama = opts.server == Server.llama_cpp
     if opts.group_by:
         v = first.rec.get(opts.group_by)
         gid = None if v is None else str(v)
@@ -288,14 +295,16 @@ def _call(
         "timestamp": _opt_text(first.rec.get("timestamp")),  # for --since/--until
         "project": _opt_text(first.rec.get("cwd")),  # for --project
         "messages": [
-            *([{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []),
+            *_system(opts),
             *replay.messages,  # a copy: the replay goes on with the next call
         ],
         "tools": opts.tools,
         "completion": completion,
         "provenance": {"exact_tokens": False, "exact_messages": False, "reconstructed": True},
         "branch_reason": reason,
-        "arguments_json": ARGUMENTS_JSON,  # as a server's Messages endpoint writes them
+        # as the server's Messages endpoint writes them (llama.cpp's nlohmann dump(): no render
+        # here shows it)
+        "arguments_json": None if llama else ARGUMENTS_JSON,
         "source_file": f.path,
         "source_line": first.no,
         "source_format": NAME,
@@ -318,6 +327,16 @@ class _CallContext:
     seen_compactions: set[str] = field(default_factory=set)
 
 
+def _system(opts: ReadOptions) -> list[dict[str, Any]]:
+    """The system message of ``--system-prompt``, as the server's Messages endpoint writes a
+    request's ``system`` string (llama.cpp pins the attribution line's stamp)."""
+    if not opts.system_prompt:
+        return []
+    if opts.server == Server.llama_cpp:
+        return system_message(opts.system_prompt)
+    return [{"role": "system", "content": opts.system_prompt}]
+
+
 def _misshapen(rec: dict[str, Any]) -> str | None:
     try:
         _check_line(rec)
@@ -330,7 +349,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
     """Every API response of the file as one ChatCall (plus rejects), in file order."""
     out: list[tuple[int, Item]] = []
     own: list[Line] = []
-    sess = Session(path)
+    sess = Session(path, opts.server)
     for no, rec in records(path, NAME, objects=True):
         if isinstance(rec, Reject):
             out.append((no, rec))

@@ -21,6 +21,7 @@ from treeprep.errors import ReplayMismatch
 from treeprep.formats import _claude_replay
 from treeprep.formats import claude_code as cc
 from treeprep.formats.base import ReadOptions
+from treeprep.modes import Server
 from treeprep.schemas import ChatCall, Reject
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,13 +38,16 @@ class _Counted(_claude_replay.Threads):
         _Counted.made.append(self)
 
 
-def _read(path: Path, monkeypatch: pytest.MonkeyPatch, *, whole: bool) -> list[str]:
+def _read(
+    path: Path, monkeypatch: pytest.MonkeyPatch, *, whole: bool, server: Server = Server.vllm
+) -> list[str]:
     _Counted.made = []
     with monkeypatch.context() as m:
         m.setattr(cc, "Threads", _Counted)
         if whole:
             m.setattr(_claude_replay, "MAX_TIPS", 0)
-        return [i.model_dump_json() for i in cc.read(str(path), ReadOptions())]
+        items = cc.read(str(path), ReadOptions(server=server))
+        return [i.model_dump_json() for i in items]
 
 
 def _counts() -> tuple[int, int]:
@@ -55,9 +59,16 @@ def _files() -> list[Path]:
     return found + (sorted(SHARED.rglob("*.jsonl")) if SHARED.is_dir() else [])
 
 
+#: the Messages endpoints a replay's turns are converted by (vLLM's and llama.cpp's differ in
+#: the order of a turn's messages, which the replay makes again as the turn grows)
+SERVERS = (Server.vllm, Server.llama_cpp)
+
+
+@pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("path", _files(), ids=lambda p: p.name[:24])
-def test_real_and_sample_sessions_replay_as_whole_replays_do(path, monkeypatch):
-    assert _read(path, monkeypatch, whole=False) == _read(path, monkeypatch, whole=True)
+def test_real_and_sample_sessions_replay_as_whole_replays_do(path, server, monkeypatch):
+    got = _read(path, monkeypatch, whole=False, server=server)
+    assert got == _read(path, monkeypatch, whole=True, server=server)
 
 
 class _Writer:
@@ -167,12 +178,13 @@ def _write(tmp_path: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
+@pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("seed", range(40))
-def test_random_sessions_replay_as_whole_replays_do(seed, tmp_path, monkeypatch):
+def test_random_sessions_replay_as_whole_replays_do(seed, server, tmp_path, monkeypatch):
     path = _write(tmp_path, _Writer(seed).session(60))
-    got = _read(path, monkeypatch, whole=False)
+    got = _read(path, monkeypatch, whole=False, server=server)
     incremental, whole = _counts()
-    assert _read(path, monkeypatch, whole=True) == got
+    assert _read(path, monkeypatch, whole=True, server=server) == got
     assert _counts() == (0, incremental + whole)
     assert not any("internal error" in x for x in got)
 
@@ -274,6 +286,13 @@ def test_user_messages_in_a_row_are_sent_as_one(tmp_path):
     last = [c for c in cc.read(str(path), ReadOptions()) if isinstance(c, ChatCall)][-1]
     assert [m.role for m in last.messages] == ["user", "assistant", "tool", "user"]
     assert [p.text for p in last.messages[-1].content] == ["<system-reminder>x\n", "Go on."]
+    # llama.cpp's endpoint (server_chat_convert_anthropic_to_oai) puts a turn's own message
+    # first, then a tool message per result, whatever the blocks' order
+    opts = ReadOptions(server=Server.llama_cpp)
+    last = [c for c in cc.read(str(path), opts) if isinstance(c, ChatCall)][-1]
+    assert [m.role for m in last.messages] == ["user", "assistant", "user", "tool"]
+    assert [p.text for p in last.messages[2].content] == ["<system-reminder>x\n", "Go on."]
+    assert last.messages[3].content == "out"
 
 
 def test_a_blank_text_block_of_a_response_is_not_sent_again(tmp_path):

@@ -353,3 +353,34 @@ def test_a_build_merges_inline_system_messages_where_vllm_s_probe_says(tmp_path)
     assert "<system><reminder A>" in prompts["takes"] and prompts["takes"].count("<system>") == 3
     assert prompts["refuses"].startswith("<system>You are CC.<reminder A>B1B2<user>")
     assert prompts["refuses"].count("<system>") == 1
+
+
+def test_a_tool_result_s_images_are_a_user_message_after_it_as_vllm_sends_them(tmp_path):
+    """vLLM's endpoint (``_convert_user_tool_result``, 0.34) makes a result its text blocks'
+    ``tool`` message, its ``tool_reference`` items first as parts, then a user message of its
+    images: the images are not dropped, and a text-only template cannot render the call."""
+    rec = json.loads(SAMPLE.read_text().splitlines()[1])
+    turn = rec["request"]["messages"][2]
+    image = {"type": "base64", "media_type": "image/png", "data": "iVBO"}
+    turn["content"][0]["content"] = [
+        {"type": "text", "text": "a"}, {"type": "image", "source": image},
+        {"type": "text", "text": "b"},
+    ]  # fmt: skip
+    turn["content"][1]["content"] = [
+        {"type": "tool_reference", "tool_name": "grep"}, {"type": "text", "text": "c"},
+    ]  # fmt: skip
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    (call,), rej = _split(path)
+    assert rej == []
+    got = [m.model_dump(exclude_none=True) for m in call.messages[3:]]
+    first, second = turn["content"][0]["tool_use_id"], turn["content"][1]["tool_use_id"]
+    assert got == [
+        {"role": "tool", "tool_call_id": first, "content": "a\nb"},
+        {"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+        ]},
+        {"role": "tool", "tool_call_id": second, "content": [
+            {"type": "tool_reference", "name": "grep"}, {"type": "text", "text": "c"},
+        ]},
+    ]  # fmt: skip

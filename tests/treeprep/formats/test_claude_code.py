@@ -11,6 +11,7 @@ import pytest
 from treeprep.formats import detect_format
 from treeprep.formats.base import ReadOptions
 from treeprep.formats.claude_code import FORMAT, read
+from treeprep.modes import Server
 from treeprep.schemas import ChatCall, Reject
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
@@ -349,3 +350,59 @@ def test_a_user_line_of_several_text_blocks_stays_parts(tmp_path):
     first, reply = calls[1].messages[0], calls[1].messages[2]
     assert [part.text for part in first.content] == [blocks[0]["text"], "fix it"]
     assert reply.content == "thanks"
+
+
+def _served_session(tmp_path: Path) -> Path:
+    """A response of thinking, an empty text block and a tool call (one line each), its result
+    of two text blocks, and the response after it."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"cmd": "ls"}}
+    texts = [*_text("a"), *_text("b")]
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": texts}
+    return _write(
+        tmp_path / "s.jsonl",
+        [
+            _line("u1", None, "user", "Hi"),
+            _line("a1", "u1", "assistant", [{"type": "thinking", "thinking": "Plan."}], "m1"),
+            _line("a2", "a1", "assistant", _text(""), "m1"),
+            _line("a3", "a2", "assistant", [use], "m1"),
+            _line("u2", "a3", "user", [result]),
+            _line("a4", "u2", "assistant", _text("Done."), "m2"),
+        ],
+    )
+
+
+BILLING = "x-anthropic-billing-header: cc_version=2.1.39; cch=a5145;You are Claude Code."
+
+
+@pytest.mark.parametrize(
+    ("server", "system", "assistant", "result", "arguments_json"),
+    [
+        # vLLM 0.34 (_convert_block, _convert_user_tool_result): an empty text block skipped,
+        # a result's text blocks joined with a newline, the input written by json.dumps
+        ("vllm", BILLING, {}, "a\nb", "python"),
+        # llama.cpp (server_chat_convert_anthropic_to_oai): the empty block kept as a part, the
+        # result's text blocks joined with nothing, the attribution stamp pinned, the input
+        # written by nlohmann's dump()
+        ("llama.cpp", BILLING.replace("a5145", "fffff"), {"content": _text("")}, "ab", None),
+    ],
+    ids=["vllm", "llama.cpp"],
+)  # fmt: skip
+def test_a_session_s_requests_are_converted_as_the_server_converts_them(
+    tmp_path, server, system, assistant, result, arguments_json
+):
+    """Claude Code sends each request to a server's Messages endpoint, which converts it:
+    ``--server`` says whose conversion the prompts are rebuilt with (written out here from
+    each server's code, at the versions named)."""
+    opts = ReadOptions(server=Server(server), system_prompt=BILLING)
+    calls, rej = _split(_served_session(tmp_path), opts)
+    assert rej == [] and len(calls) == 2
+    got = [m.model_dump(exclude_none=True) for m in calls[1].messages]
+    call = {"id": "toolu_1", "type": "function",
+            "function": {"name": "Bash", "arguments": {"cmd": "ls"}}}  # fmt: skip
+    assert got == [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", **assistant, "reasoning_content": "Plan.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": result},
+    ]
+    assert calls[1].arguments_json == arguments_json
