@@ -212,6 +212,14 @@ def build_cmd(
             "(auto: probed from the template, as vLLM does).",
         ),
     ] = DisabledThinking.auto,
+    sglang_version: Annotated[
+        str | None,
+        typer.Option(
+            help="With --server sglang: the SGLang version that served the calls (e.g. 0.5.9). "
+            "Its models rewrite the request's tools before the template prints them, and how "
+            "changed in 0.5.9, 0.5.11 and 0.5.23 (default: 0.5.23, the newest read).",
+        ),
+    ] = None,
     dedup: Annotated[
         bool,
         typer.Option(
@@ -248,6 +256,7 @@ def build_cmd(
         default_chat_template_kwargs=default_chat_template_kwargs,
         reasoning_effort_map=reasoning_effort_map,
         anthropic_disabled_thinking_effort=anthropic_disabled_thinking_effort,
+        sglang_version=sglang_version,
     )
     cfg = BuildConfig(
         inputs=inputs,

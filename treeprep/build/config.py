@@ -88,6 +88,9 @@ class FileOptions:
     #: vLLM's ``--anthropic-disabled-thinking-effort``: the effort its Messages endpoint sends
     #: for thinking turned off (``auto``: probed from the template)
     anthropic_disabled_thinking_effort: modes.DisabledThinking = modes.DisabledThinking.auto
+    #: the SGLang version that served the calls (``--server sglang``): which dump of the tools
+    #: its models handed the template (:mod:`treeprep.render.server_tools`; None: the newest read)
+    sglang_version: str | None = None
 
     def __post_init__(self) -> None:
         value = self.max_record_bytes
@@ -100,6 +103,7 @@ class FileOptions:
         self._check_paths()
         self.field_map()  # a bad map stops the build before anything is read
         self.server_settings()  # so do bad server settings
+        self.sglang()
         from treeprep.render.dates import parse_date
 
         for name in ("since", "until"):
@@ -118,6 +122,22 @@ class FileOptions:
             value = getattr(self, name)
             if value:
                 regular_file(value, f"--{name.replace('_', '-')}", missing_ok=True)
+
+    def sglang(self) -> tuple[int, int, int]:
+        """The checked ``--sglang-version`` (the newest read when not given).
+
+        >>> FileOptions(server="sglang", sglang_version="0.5.9").sglang()
+        (0, 5, 9)
+        """
+        from treeprep.render.server_tools import SGLANG_NEWEST, parse_sglang_version
+
+        if self.sglang_version is None:
+            return SGLANG_NEWEST
+        if self.server is not modes.Server.sglang:
+            raise TreeprepError(
+                f"--sglang-version is SGLang's; --server {self.server.value} has none"
+            )
+        return parse_sglang_version(self.sglang_version)
 
     def server_settings(self) -> tuple[dict[str, Any] | None, dict[str, str] | None, str]:
         """(the server's default chat-template kwargs, vLLM's effort map, vLLM's effort for

@@ -100,6 +100,7 @@ class FileWorker:
         renderer.parallel_calls = ParallelCalls(options.parallel_calls)
         renderer.set_server(options.server, options.harmony)
         renderer.server_side.set_settings(*options.server_settings())
+        renderer.server_side.sglang_version = options.sglang()
 
     @classmethod
     def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:

@@ -39,6 +39,7 @@ import math
 from typing import Any
 
 from treeprep.io.jsonparse import json_key
+from treeprep.modes import Server
 from treeprep.render.gaps import SYSTEM_ROLES
 from treeprep.render.messages import normalize_message, split_inline_think
 from treeprep.render.native import NativeTemplate
@@ -78,10 +79,11 @@ class NormalizedHistory:
         out = self._dicts[:k]
         first = self._first_system if self._first_system < k else -1
         multi = self._first_parts if self._first_parts < k else -1
+        index = self.parts.server is Server.sglang
         for i in range(k, len(messages)):
             m = messages[i]
             d = normalize_message(m, f"messages[{i}]", self.parts, raw_arguments=self.parts.harmony,
-                                  wire=wire)  # fmt: skip
+                                  wire=wire, call_index=index)  # fmt: skip
             d = split_inline_think(d)
             if first < 0 and d.get("role") in SYSTEM_ROLES:
                 first = i

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from treeprep.errors import RenderError
+from treeprep.modes import Server
+from treeprep.render.server_tools import tool_call
 from treeprep.render.text_parts import TextParts
 from treeprep.schemas import ChatCall, Message
 from treeprep.schemas.records import ArgumentsJson
@@ -40,6 +42,7 @@ def normalize_message(
     *,
     raw_arguments: bool = False,
     wire: ArgumentsJson | None = None,
+    call_index: bool = False,
 ) -> dict[str, Any]:
     """A message as the chat template sees it.
 
@@ -51,8 +54,10 @@ def normalize_message(
     (:func:`tool_arguments`), else the logged string (with ``raw_arguments``, the request's
     string: as logged, or an object as the request wrote it, ``wire``, :func:`wire_arguments`;
     a Harmony render writes it, :mod:`treeprep.render.harmony`),
-    ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. A non-text part (an
-    image) cannot be rendered by a text-only template: :class:`RenderError`.
+    ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. With
+    ``call_index`` a tool call is written as SGLang's model writes it
+    (:func:`~treeprep.render.server_tools.tool_call`: its id, then ``index`` null). A non-text
+    part (an image) cannot be rendered by a text-only template: :class:`RenderError`.
     """
     content: str | list[dict[str, str]]
     if m.content is None:
@@ -73,7 +78,7 @@ def normalize_message(
             content = parts.content(texts)
     d: dict[str, Any] = {"role": m.role, "content": content}
     if m.tool_calls:
-        d["tool_calls"] = [
+        calls = [
             {
                 **({"id": tc.id} if tc.id is not None else {}),
                 "type": tc.type,
@@ -88,6 +93,7 @@ def normalize_message(
             }
             for tc in m.tool_calls
         ]
+        d["tool_calls"] = [tool_call(c) for c in calls] if call_index else calls
     if m.tool_call_id is not None:
         d["tool_call_id"] = m.tool_call_id
     if m.name is not None:
@@ -236,17 +242,19 @@ def template_messages(
     :class:`~treeprep.render.history.NormalizedHistory`, which reuses the dicts of a history it
     has seen, normalized by the same rule)."""
     wire = rec.arguments_json
+    index = parts.server is Server.sglang
     if normalized is not None:
         msgs = normalized(rec.messages, wire)
     else:
         msgs = [
             split_inline_think(
-                normalize_message(
-                    m, f"messages[{i}]", parts, raw_arguments=parts.harmony, wire=wire
-                )  # fmt: skip
+                normalize_message(m, f"messages[{i}]", parts, raw_arguments=parts.harmony,
+                                  wire=wire, call_index=index)
             )
             for i, m in enumerate(rec.messages)
-        ]
-    comp = normalize_message(rec.completion, "completion", raw_arguments=parts.harmony, wire=wire)
+        ]  # fmt: skip
+    comp = normalize_message(
+        rec.completion, "completion", raw_arguments=parts.harmony, wire=wire, call_index=index
+    )
     comp = split_inline_think(comp)
     return msgs, comp, (rec.tools or None)

@@ -425,7 +425,10 @@ class Renderer:
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
         """(messages, completion, tools) as passed to the chat template
         (:func:`~treeprep.render.messages.template_messages`)."""
-        return template_messages(rec, self._history.parts, normalized=self._history.messages)
+        msgs, comp, tools = template_messages(
+            rec, self._history.parts, normalized=self._history.messages
+        )
+        return msgs, comp, self.server_side.template_tools(tools)
 
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""

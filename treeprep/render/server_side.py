@@ -1,5 +1,6 @@
 """What the inference server decides for a call besides the messages: the reasoning effort and
-the template kwargs it renders the call with, and whether its Messages endpoint merges an
+the template kwargs it renders the call with, the tools as its models write them
+(:mod:`treeprep.render.server_tools`), and whether its Messages endpoint merges an
 Anthropic request's inline system messages (each server's rules:
 :mod:`treeprep.render.template_kwargs`).
 
@@ -15,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from treeprep.modes import Server
+from treeprep.render.server_tools import SGLANG_NEWEST, Version, template_tools
 from treeprep.render.template import ChatTemplate
 from treeprep.render.template_kwargs import (
     disabled_thinking_effort,
@@ -43,11 +45,21 @@ class ServerSide:
         self.disabled_effort = "auto"
         self._disabled_effort: str | None = None  # probed once per server and settings
         self._merges_inline_system: bool | None = None  # probed once
+        #: the SGLang version whose models' dump of the tools the template got
+        self.sglang_version: Version = SGLANG_NEWEST
 
     def set_server(self, server: Server, *, harmony: bool) -> None:
         """Render for ``server`` (``harmony``: it renders this template with Harmony)."""
         self.server, self.harmony = server, harmony
         self._disabled_effort = None
+
+    def template_tools(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        """The request's ``tools`` as the server hands them to the template
+        (:mod:`~treeprep.render.server_tools`); as they are where no server is set or the
+        server renders with Harmony (openai_harmony writes them itself)."""
+        if self.server is None or self.harmony:
+            return tools
+        return template_tools(tools, self.server, self.sglang_version)
 
     def set_settings(
         self,
