@@ -108,6 +108,9 @@ def convert_tools(tools: Any, where: str = "tools") -> list[dict[str, Any]] | No
             if t.get("description") is not None:
                 fn["description"] = t["description"]
             fn["parameters"] = t["input_schema"]
+            # vLLM's endpoint hands these on (0.34, _convert_tools); its model writes them where
+            # set (treeprep.render.server_tools)
+            fn |= {k: t[k] for k in ("strict", "defer_loading") if t.get(k) is not None}
             out.append({"type": "function", "function": fn})
     return out or None
 

@@ -384,3 +384,12 @@ def test_a_tool_result_s_images_are_a_user_message_after_it_as_vllm_sends_them(t
             {"type": "tool_reference", "name": "grep"}, {"type": "text", "text": "c"},
         ]},
     ]  # fmt: skip
+
+
+def test_a_tool_s_strict_and_defer_loading_are_handed_on_as_vllm_s_endpoint_does():
+    """vLLM's endpoint (0.34, ``_convert_tools``) passes a tool's ``strict`` and
+    ``defer_loading`` to its model, which writes them where set."""
+    out = convert_tools([{"name": "f", "input_schema": {}, "strict": True, "defer_loading": None}])
+    assert out == [
+        {"type": "function", "function": {"name": "f", "parameters": {}, "strict": True}}
+    ]
