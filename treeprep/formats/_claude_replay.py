@@ -48,6 +48,7 @@ from treeprep.formats._claude_session import (
     Line,
     Pos,
     Session,
+    attachment_sent,
     merged_user,
     sent_response,
     user_content,
@@ -110,6 +111,9 @@ class Replay:
         self.compacted = False
         #: the first ``isSidechain`` line of the thread
         self.first_sidechain: Line | None = None
+        #: the thread's first attachment line that Claude Code sends to the model, and its type
+        #: (not replayed yet: the call is rejected)
+        self.unreplayed: tuple[Line, str] | None = None
         self._on_chain: set[int] = set()
         self._responses: set[tuple[bool, str | None]] = set()
         self._results: set[tuple[int, bool, str]] = set()
@@ -167,6 +171,8 @@ class Replay:
         if t == "assistant":
             self._response(ln)
             return
+        if t == "attachment" and self.unreplayed is None and (kind := attachment_sent(r)):
+            self.unreplayed = (ln, kind)
         if t == "user":
             self._user(user_content(ln), ln)
         self._attach(ln)  # progress/system lines: not seen by the model, but context may hang off
@@ -308,8 +314,9 @@ class Threads:
     def _check(self, r: Replay, first: Line) -> None:
         whole = Replay(self.sess, r.cut)
         whole.extend(r.chain, r.cut)
-        got = (r.messages, r.last_response, r.compacted, r.first_sidechain)
-        want = (whole.messages, whole.last_response, whole.compacted, whole.first_sidechain)
+        got = (r.messages, r.last_response, r.compacted, r.first_sidechain, r.unreplayed)
+        want = (whole.messages, whole.last_response, whole.compacted, whole.first_sidechain,
+                whole.unreplayed)  # fmt: skip
         if got != want:
             pairs = zip(r.messages, whole.messages, strict=False)
             at = next(

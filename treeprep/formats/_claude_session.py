@@ -171,3 +171,46 @@ def merged_user(first: Any, then: Any) -> list[Any]:
     if a and b and a[-1].get("type") == "text" and b[0].get("type") == "text":
         a = [*a[:-1], {**a[-1], "text": (a[-1].get("text") or "") + "\n"}]
     return [*a, *b]
+
+
+#: attachment types Claude Code sends no message for (``normalizeAttachmentForAPI``, read in
+#: 2.1.112; ``prompt_snapshot``, from 2.1.252, records the request and sends nothing either)
+SILENT_ATTACHMENTS = frozenset(
+    "dynamic_skill already_read_file command_permissions edited_image_file hook_cancelled "
+    "hook_error_during_execution hook_non_blocking_error hook_system_message "
+    "hook_permission_decision hook_deferred_tool structured_output max_turns_reached "
+    "current_session_memory teammate_shutdown_batch context_efficiency autocheckpointing "
+    "background_task_status todo task_progress ultramemory compaction_reminder companion_intro "
+    "pen_mode_enter pen_mode_exit prompt_snapshot".split()
+)
+#: attachment types that send nothing when this field of theirs is empty (2.1.112)
+_EMPTY_SENDS_NOTHING = {
+    "hook_additional_context": "content",
+    "skill_listing": "content",
+    "invoked_skills": "skills",
+    "diagnostics": "files",
+}
+#: the hook events whose successful output Claude Code sends (2.1.112)
+_HOOK_SUCCESS_SENT = ("SessionStart", "UserPromptSubmit")
+
+
+def attachment_sent(rec: dict[str, Any]) -> str | None:
+    """The type of an ``attachment`` line (Claude Code 2.1.97 on writes every one) when Claude
+    Code sends it to the model, as ``<system-reminder>`` user text before the next prompt or
+    folded into the last tool result (``normalizeMessagesForAPI``); None when it sends nothing.
+    A line that carries its ``rendered`` text (2.1.268 on) sends it."""
+    att = rec.get("attachment")
+    kind = att.get("type") if isinstance(att, dict) else None
+    if not isinstance(att, dict) or not isinstance(kind, str):
+        return None
+    if rec.get("rendered"):
+        return kind
+    if kind in SILENT_ATTACHMENTS:
+        return None
+    if kind in _EMPTY_SENDS_NOTHING and not att.get(_EMPTY_SENDS_NOTHING[kind]):
+        return None
+    if kind == "hook_success" and (
+        att.get("hookEvent") not in _HOOK_SUCCESS_SENT or att.get("content") in (None, "")
+    ):
+        return None
+    return kind

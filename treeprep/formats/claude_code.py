@@ -47,6 +47,11 @@ sidechains inline; their agent id is ``sidechain-<first sidechain uuid>``); the 
 the first call after a compaction boundary are ``compaction``. Other divergences (a user rewinding
 the conversation) are left to the trie as ``unknown``.
 
+Attachments: Claude Code 2.1.97 on writes ``attachment`` lines on the thread, most of which it
+sends to the model as context. They are not replayed yet: a call whose prompt holds one that
+Claude Code sends is rejected naming it (:func:`~._claude_session.attachment_sent`;
+``docs/claude-code-attachments.md``).
+
 Bad input gives rejects, never exceptions: a malformed line; a ``parentUuid`` that points nowhere
 (broken chain) or loops (cycle) rejects each call whose prompt needs that link; a ``tool_result``
 whose ``tool_use`` is nowhere in the session rejects that line and is left out of every prompt; a
@@ -276,6 +281,14 @@ def _call(
         return reject(f"API response {mid} has no text, thinking or tool_use block to train on")
     if not replay.messages:
         return reject(f"API response {mid} has an empty prompt (no user line before it)")
+    if replay.unreplayed is not None:
+        ln, kind = replay.unreplayed
+        return reject(
+            f"cannot rebuild the prompt of API response {mid}: line {ln.no}"
+            f"{'' if ln.own else ' of the parent session'} is an attachment "
+            f"({kind!r}) that Claude Code sends to the model as context, and treeprep does not "
+            "replay attachment lines yet (Claude Code 2.1.97 on writes them)"
+        )
     reason, call_agent = _branch(f, first, replay, ctx.seen_compactions)
     parent_call = replay.last_response
     if parent_call is None and f.sidechain:

@@ -309,3 +309,34 @@ def test_a_blank_text_block_of_a_response_is_not_sent_again(tmp_path):
     first, second = [c for c in cc.read(str(path), ReadOptions()) if isinstance(c, ChatCall)]
     assert [p.text for p in first.completion.content] == ["\n\n", "Done."]
     assert second.messages[1].content == "Done."
+
+
+def test_a_prompt_with_an_attachment_claude_code_sends_is_rejected_naming_it(tmp_path, monkeypatch):
+    """Claude Code 2.1.97 on writes ``attachment`` lines on the thread; most it sends to the
+    model as context (``normalizeAttachmentForAPI``, read in 2.1.112), which the replay does
+    not rebuild yet: each call whose prompt holds one is rejected naming its line, in the
+    incremental replay as in a whole one. Those Claude Code sends nothing for are passed over."""
+    w = _Writer(0, late=False)
+
+    def attach(parent: str, **att: Any) -> str:
+        return w.put(w.rec("attachment", parent, attachment=att))
+
+    tip = w.user(None)
+    tip = attach(tip, type="todo", content=[])  # sends nothing
+    tip = attach(tip, type="hook_success", hookEvent="PreToolUse", content="ok")  # nothing
+    tip = w.response(tip, "msg_a")
+    tip = w.user(tip)
+    sent = attach(tip, type="date_change", newDate="2026-12-07")
+    no = 1 + next(i for i, r in enumerate(w.lines) if r["uuid"] == sent)
+    tip = w.response(sent, "msg_b")
+    w.response(w.user(tip), "msg_c")
+    path = _write(tmp_path, w.lines)
+    items = list(cc.read(str(path), ReadOptions()))
+    assert isinstance(items[0], ChatCall)
+    why = [i.reason for i in items[1:] if isinstance(i, Reject)]
+    assert len(why) == 2 and all(f"line {no} is an attachment ('date_change')" in r for r in why)
+    assert _read(path, monkeypatch, whole=False) == _read(path, monkeypatch, whole=True)
+    # a line that carries its rendered text sends it, whatever its type
+    w.lines[1]["rendered"] = [{"content": "<system-reminder>\nx\n</system-reminder>"}]
+    items = list(cc.read(str(_write(tmp_path, w.lines)), ReadOptions()))
+    assert "line 2 is an attachment ('todo')" in items[0].reason
