@@ -98,9 +98,8 @@ class FileWorker:
         self.options = options
         self.renderer = renderer
         renderer.parallel_calls = ParallelCalls(options.parallel_calls)
-        renderer.set_server(options.server, options.harmony)
+        renderer.set_server(options.server, options.harmony, options.sglang())
         renderer.server_side.set_settings(*options.server_settings())
-        renderer.server_side.sglang_version = options.sglang()
 
     @classmethod
     def load(cls, tokenizer: str | None, options: FileOptions) -> FileWorker:

@@ -74,6 +74,8 @@ def normalize_message(
             texts.append(p.text or "")
         if parts is None or len(texts) < 2:
             content = "".join(texts)
+        elif m.role == "tool" and parts.tool_sep is not None:
+            content = parts.tool_sep.join(texts)
         else:
             content = parts.content(texts)
     d: dict[str, Any] = {"role": m.role, "content": content}

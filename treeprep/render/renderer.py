@@ -83,6 +83,7 @@ from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
 from treeprep.render.rollout import record_sequence, rollout_sequence
 from treeprep.render.server_side import ServerSide
+from treeprep.render.server_tools import SGLANG_NEWEST
 from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
@@ -157,8 +158,8 @@ class Renderer:
         self._kwargs: dict[str, Any] = {}
         #: incremental rendering with template kwargs, per kwargs (None: jinja renders whole)
         self._kw_incremental: dict[bytes | None, IncrementalRenderer | None] = {}
-        #: the server (and Harmony library) :meth:`set_server` last set
-        self._server: tuple[Server, Harmony] | None = None
+        #: the server (and Harmony library, SGLang version) :meth:`set_server` last set
+        self._server: tuple[Server, Harmony, tuple[int, int, int]] | None = None
         #: the server's part in a call's render: its effort and kwargs (:mod:`.server_side`)
         self.server_side = ServerSide(self.template)
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
@@ -240,21 +241,28 @@ class Renderer:
         renderer._identity_source = src.content_source
         return renderer
 
-    def set_server(self, server: Server | str, harmony: Harmony | str = Harmony.oss) -> None:
+    def set_server(
+        self,
+        server: Server | str,
+        harmony: Harmony | str = Harmony.oss,
+        sglang: tuple[int, int, int] = SGLANG_NEWEST,
+    ) -> None:
         """Render a prompt's messages of several text parts as ``server`` hands them to this
-        chat template (``--server``, :mod:`treeprep.render.text_parts`). Where it hands them
-        over as a list, jinja renders every call (the native ports take strings); where it
-        renders gpt-oss with Harmony (vLLM), so does the renderer (:mod:`.harmony`), with the
-        headers of library ``harmony`` (``--harmony``). The server it renders for already:
-        nothing to do (a build's worker loads its renderer for
-        the build's server, then sets it again)."""
+        chat template (``--server``, :mod:`treeprep.render.text_parts`), its tools as the
+        server's models write them (:mod:`.server_tools`, ``sglang``: ``--sglang-version``).
+        Where it hands the parts over as a list, jinja renders every call (the native ports take
+        strings); where it renders gpt-oss with Harmony (vLLM), so does the renderer
+        (:mod:`.harmony`), with the headers of library ``harmony`` (``--harmony``). Set already:
+        nothing to do (a build's worker loads its renderer for the build's server, then sets it
+        again)."""
         server, harmony = Server.of(server, "server"), Harmony.of(harmony, "harmony")
-        if (server, harmony) == self._server:
+        if (server, harmony, sglang) == self._server:
             return
-        self._server = (server, harmony)
+        self._server = (server, harmony, sglang)
+        self.server_side.sglang_version = sglang
         self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
         probe = partial(self.template.render, tools=None, add_generation_prompt=False)
-        parts = text_parts(server, self.template.source, probe)
+        parts = text_parts(server, self.template.source, probe, sglang)
         self.template.wrap_strings = parts.wrap
         self._history = NormalizedHistory(parts)
         self._turns = PreviousTurns()

@@ -16,7 +16,9 @@ way. The tokens the model saw are the server's, so the build renders as the serv
   ``render_content`` macro; vLLM #42660).
 - **SGLang** (``sglang/srt/parser/jinja_template_utils.py``): joins them with ``" "``, unless
   the template mentions ``image``, ``audio``, ``video`` or ``vision`` anywhere, or loops over
-  ``message.content``, ``msg.content`` or ``m.content``; then the list goes to the template.
+  ``message.content``, ``msg.content`` or ``m.content``; then the list goes to the template,
+  but a tool message's text parts, which 0.5.11 and later join with ``" "`` all the same
+  (``entrypoints/openai/serving_chat.py``: ``normalize_tool_content``; ``--sglang-version``).
 - **llama.cpp** (``common/chat.cpp``, its template capabilities): joins them with ``"\\n"``
   (none before a part while the text so far is empty),
   unless the template *requires* parts: it shows a user message given as a string nowhere in its
@@ -53,6 +55,7 @@ import jinja2.nodes
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import Server
+from treeprep.render.server_tools import SGLANG_NEWEST
 from treeprep.render.template import template_ast
 
 __all__ = [
@@ -63,6 +66,8 @@ __all__ = [
     "text_parts",
 ]
 
+#: the first SGLang version that joins a tool message's text parts (``normalize_tool_content``)
+_SGLANG_TOOL_JOIN = (0, 5, 11)
 #: SGLang's shortcut: a template mentioning any of these takes the parts as a list
 _SGLANG_MEDIA_WORDS = ("image", "audio", "video", "vision")
 #: the loop variables SGLang's detection takes for a message
@@ -92,6 +97,9 @@ class TextParts:
     #: the server renders with openai_harmony, not the template (vLLM, gpt-oss), and so does the
     #: renderer (:mod:`treeprep.render.harmony`)
     harmony: bool = False
+    #: what a tool message's text parts are joined with whatever the rule for other messages
+    #: (SGLang 0.5.11 on: a space, ``normalize_tool_content``); None: the rule above
+    tool_sep: str | None = None
 
     def content(self, texts: list[str]) -> str | list[dict[str, str]]:
         """The content the template gets for a message of these text parts.
@@ -116,13 +124,19 @@ class TextParts:
 VLLM_STRINGS = TextParts(Server.vllm, _SEPARATOR[Server.vllm], as_list=False)
 
 
-def text_parts(server: Server | str, template: str, render: Render | None = None) -> TextParts:
+def text_parts(
+    server: Server | str,
+    template: str,
+    render: Render | None = None,
+    sglang: tuple[int, int, int] = SGLANG_NEWEST,
+) -> TextParts:
     """The rule ``server`` applies to messages of several text parts for this chat template
     (``render``: the template's own render, which llama.cpp's probe needs; without it llama.cpp
-    is taken to join).
+    is taken to join; ``sglang``: the SGLang version, which joins a tool message's parts with a
+    space from 0.5.11 on, whatever the template's format).
 
     >>> text_parts("sglang", "{{ messages[0].content }}")
-    TextParts(server='sglang', sep=' ', as_list=False, wrap=False, harmony=False)
+    TextParts(server='sglang', sep=' ', as_list=False, wrap=False, harmony=False, tool_sep=' ')
     """
     server = Server.of(server, "server")
     if server is Server.vllm and all(tag in template for tag in _HARMONY_TAGS):
@@ -131,7 +145,10 @@ def text_parts(server: Server | str, template: str, render: Render | None = None
         as_list = render is not None and _requires_parts(render)
     else:
         as_list = content_format(server, template) == "openai"
-    return TextParts(server, _SEPARATOR[server], as_list, as_list and server is not Server.sglang)
+    if server is Server.sglang:
+        tool_sep = _SEPARATOR[server] if sglang >= _SGLANG_TOOL_JOIN else None
+        return TextParts(server, _SEPARATOR[server], as_list, tool_sep=tool_sep)
+    return TextParts(server, _SEPARATOR[server], as_list, as_list)
 
 
 def _requires_parts(render: Render) -> bool:

@@ -97,3 +97,12 @@ def test_an_effort_map_is_vllm_s_and_bad_json_is_named() -> None:
         FileOptions(anthropic_disabled_thinking_effort="low", server="llama.cpp")  # type: ignore[arg-type]
     kwargs = FileOptions(default_chat_template_kwargs='{"enable_thinking": false}')
     assert kwargs.server_settings() == ({"enable_thinking": False}, None, "auto")
+
+
+def test_sglang_version_is_sglang_s_and_read_as_a_version() -> None:
+    assert FileOptions(server="sglang", sglang_version="0.5.9").sglang() == (0, 5, 9)
+    assert FileOptions().sglang() == (0, 5, 23)
+    with pytest.raises(TreeprepError, match="--sglang-version is SGLang's; --server vllm"):
+        FileOptions(sglang_version="0.5.9")
+    with pytest.raises(TreeprepError, match="expected a version such as 0.5.23, got 'new'"):
+        FileOptions(server="sglang", sglang_version="new")

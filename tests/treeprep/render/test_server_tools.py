@@ -153,3 +153,24 @@ def test_sglang_writes_each_tool_call_with_a_null_index() -> None:
             ["id", "index", "type", "function"] if want else ["id", "type", "function"]
         )
         assert (list(made)[:2] == ["id", "index"] and made["id"] is None) is want
+
+
+def test_a_build_renders_the_tools_of_its_sglang_version(tmp_path: Path) -> None:
+    """``--sglang-version`` reaches the build's renderer: 0.5.8 prints each tool's function
+    alone, 0.5.23 the tool with its ``defer_loading``."""
+    from treeprep.build import BuildConfig, FileOptions, build
+    from treeprep.show import load_tree
+
+    log = tmp_path / "calls.jsonl"
+    rec = {"messages": [{"role": "user", "content": "Read a."}], "tools": [ASKED],
+           "completion": {"role": "assistant", "content": "ok"}}  # fmt: skip
+    log.write_text(json.dumps(rec) + "\n")
+    r = Renderer.load(None)
+    texts = {}
+    for version in ("0.5.8", "0.5.23"):
+        out = tmp_path / version
+        options = FileOptions(server="sglang", sglang_version=version)
+        build(BuildConfig(inputs=[str(log)], out=str(out), file=options))
+        texts[version] = r.decode(load_tree(str(out), None).input_ids.tolist())
+    assert '"defer_loading": null' in texts["0.5.23"]
+    assert '{"description": null, "name": "read"' in texts["0.5.8"]

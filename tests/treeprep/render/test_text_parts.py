@@ -235,3 +235,30 @@ def test_vllm_renders_harmony_templates_with_openai_harmony() -> None:
     assert r._history.parts.sep == ""
     r.set_server("llama.cpp")
     assert r._history.parts.sep == "\n"
+
+
+@pytest.mark.parametrize(("version", "joined"), [((0, 5, 23), True), ((0, 5, 10), False)])
+def test_sglang_joins_a_tool_message_s_parts_with_a_space_from_0_5_11(
+    tmp_path: Path, version: tuple[int, int, int], joined: bool
+) -> None:
+    """SGLang 0.5.11 on (``normalize_tool_content``) joins a tool message's text parts with a
+    space even for a template that takes lists; before, the list went to the template."""
+    path = tmp_path / "t.jinja"
+    path.write_text(LOOPS_OVER_PARTS)
+    r = Renderer.load(None, chat_template=path)
+    r.set_server("sglang", sglang=version)
+    assert r._history.parts.as_list
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    call = ChatCall(
+        call_id="c",
+        messages=[{"role": "user", "content": "go"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"id": "t1", "type": "function",
+                                   "function": {"name": "ls", "arguments": {}}}]},
+                  {"role": "tool", "tool_call_id": "t1", "content": parts},
+                  {"role": "user", "content": parts}],
+        completion={"role": "assistant", "content": "ok"},
+    )  # fmt: skip
+    msgs, _, _ = r.normalize(call)
+    assert msgs[2]["content"] == ("a b" if joined else parts)
+    assert msgs[3]["content"] == parts  # other messages keep the template's own rule
