@@ -5,9 +5,11 @@ read alike, before each converts them its own way.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from treeprep.formats._fields import block_text, expect
+from treeprep.errors import RecordError
+from treeprep.formats._fields import block_text, expect, opt_list, type_name
 
 #: what a message's ``content`` may be
 BLOCKS = "a string or a list of content blocks"
@@ -41,3 +43,15 @@ def text_of(blocks: Any, where: str, sep: str = "") -> str:
         for i, b in enumerate(blocks)
         if isinstance(b, dict) and b.get("type") == "text"
     )
+
+
+def request_turns(req: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(where, role, turn)`` of each of the request's ``messages``; a role no endpoint takes
+    (not ``user``, ``assistant`` or ``system``) is a RecordError naming the turn."""
+    for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):
+        where = f"request.messages[{i}]"
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ("user", "assistant", "system"):
+            shown = repr(role) if isinstance(role, str | None) else type_name(role)
+            raise RecordError(f"{where}: role {shown}, expected 'user', 'assistant' or 'system'")
+        yield where, role, m

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from treeprep.errors import RecordError
-from treeprep.formats._anthropic_blocks import BILLING_HEADER, BLOCKS, text_of
-from treeprep.formats._fields import block_text, chat_tool_call, expect, opt_list, type_name
+from treeprep.formats._anthropic_blocks import BILLING_HEADER, BLOCKS, request_turns, text_of
+from treeprep.formats._fields import block_text, chat_tool_call, expect, opt_list
 
 #: how Claude Code's attribution line begins (with its colon), and the stamp llama.cpp pins
 _BILLING = f"{BILLING_HEADER}:"
@@ -133,12 +132,7 @@ def request_messages(req: dict[str, Any], system_prompt: str | None) -> list[dic
     ``--system-prompt``, for a request with no ``system`` field)."""
     system = req.get("system")
     out = system_message(system if system is not None else system_prompt)
-    for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):
-        where = f"request.messages[{i}]"
-        role = m.get("role") if isinstance(m, dict) else None
-        if role not in ("user", "assistant", "system"):
-            shown = repr(role) if isinstance(role, str | None) else type_name(role)
-            raise RecordError(f"{where}: role {shown}, expected 'user', 'assistant' or 'system'")
+    for where, role, m in request_turns(req):
         if "content" not in m and role == "assistant":
             continue  # the endpoint skips it
         out.extend(turn_messages(m, where))

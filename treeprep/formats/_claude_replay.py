@@ -185,8 +185,8 @@ class Replay:
         self._responses.add(key)
         sess = self.sess
         lines = [x for x in sess.responses.get(key, [ln]) if self._take(x)]  # type: ignore[arg-type]
-        made = sess.made(("a", *map(id, lines)), partial(sent_response, lines, sess.server))
-        messages, call_ids = made
+        send = partial(sent_response, lines, sess.server, f"line {ln.no}")
+        messages, call_ids = sess.made(("a", *map(id, lines)), send)
         self.messages.extend(messages)
         self.last_response = key[1]
         found: list[tuple[Line, dict[str, Any], str]] = []

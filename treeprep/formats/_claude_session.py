@@ -112,13 +112,15 @@ def response_blocks(lines: list[Line], *, sent: bool = False) -> list[Any]:
     return blocks
 
 
-def sent_response(lines: list[Line], server: Server) -> tuple[list[dict[str, Any]], list[str]]:
-    """One API response as a later request sends it, converted by the ``server``'s Messages
-    endpoint (no message or one), and the ids of its tool calls."""
+def sent_response(
+    lines: list[Line], server: Server, where: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """One API response (``where``: its line) as a later request sends it, converted by the
+    ``server``'s Messages endpoint (no message or one), and the ids of its tool calls."""
     blocks = response_blocks(lines, sent=True)
     turn = {"role": "assistant", "content": blocks}
     ids = [str(b["id"]) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
-    return turn_messages(turn, f"line {lines[0].no}: message.content", server), ids
+    return turn_messages(turn, f"{where}: message.content", server), ids
 
 
 def response_message(lines: list[Line]) -> dict[str, Any]:

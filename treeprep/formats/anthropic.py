@@ -9,14 +9,13 @@ request's fields at the top level next to ``"response"``. Written from the API's
 * request ``messages``: ``user``/``assistant`` turns, and ``system`` messages, which vLLM 0.34's
   endpoint takes (Claude Code's per-turn reminders): in place where the template takes a system
   message after the first, else appended to the leading system prompt
-  (``ReadOptions.merge_inline_system``; other servers' endpoints are not read: a reject). A
-  turn's ``content`` is a string or blocks:
+  (``ReadOptions.merge_inline_system``). A turn's ``content`` is a string or blocks:
   ``text``, ``thinking`` (-> ``reasoning_content``), ``redacted_thinking`` (dropped: no text),
   ``tool_use`` (-> ``tool_calls`` with the ``input`` object as arguments, which the endpoint
   writes with Python's ``json.dumps``: ``arguments_json``), ``tool_result`` (-> one
   ``tool`` message each, its text blocks joined with a newline as vLLM's Messages endpoint joins
-  them, before the turn's text, as the API requires them first), images and
-  documents (kept as content parts);
+  them, before the turn's text, as the API requires them first; a result's images a user
+  message after it), images (``image_url`` parts) and documents (kept as content parts);
 * request ``tools``: ``{name, description, input_schema}`` -> OpenAI function schemas; server tools
   without an ``input_schema`` (web search, code execution) have no function form and are left out;
 * request ``output_config.effort``, ``chat_template_kwargs`` and ``thinking``: the call's
@@ -26,7 +25,9 @@ request's fields at the top level next to ``"response"``. Written from the API's
 * response ``content``: the completion, converted like an assistant turn.
 
 With ``--server llama.cpp`` the request is converted as llama.cpp's endpoint converts it instead
-(:mod:`treeprep.formats._anthropic_llama`). As vLLM's endpoint converts them (0.34,
+(:mod:`treeprep.formats._anthropic_llama`), with ``--server sglang`` as SGLang's does
+(:mod:`treeprep.formats._anthropic_sglang`: a request it refuses, or whose conversion depends on
+its reasoning parser, is a reject). As vLLM's endpoint converts them (0.34,
 ``_convert_block``), empty ``text`` blocks are skipped,
 an assistant's several text blocks stay text parts (the renderer joins them as the server did)
 and its ``thinking`` blocks are joined with nothing.
@@ -41,10 +42,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from treeprep.errors import RecordError
-from treeprep.formats._anthropic_blocks import BLOCKS, is_billing, text_of
+from treeprep.formats._anthropic_blocks import BLOCKS, is_billing, request_turns, text_of
 from treeprep.formats._anthropic_llama import request_messages
 from treeprep.formats._anthropic_llama import tools as llama_tools
 from treeprep.formats._anthropic_llama import turn_messages as llama_turn_messages
+from treeprep.formats._anthropic_sglang import request_messages as sglang_messages
+from treeprep.formats._anthropic_sglang import tools as sglang_tools
+from treeprep.formats._anthropic_sglang import turn_messages as sglang_turn_messages
 from treeprep.formats._fields import (
     BlockNames,
     as_list,
@@ -59,7 +63,6 @@ from treeprep.formats._fields import (
     make_call,
     opt_list,
     template_kwargs_at,
-    type_name,
 )
 from treeprep.formats._read import head_json_objects, records
 from treeprep.formats.base import FormatSpec, Item, ReadOptions
@@ -242,10 +245,13 @@ def _endpoint_result(b: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 def turn_messages(m: dict[str, Any], where: str, server: Server) -> list[dict[str, Any]]:
     """One ``user`` or ``assistant`` turn of a request as the ``server``'s Messages endpoint
-    converts it: llama.cpp's (:func:`~treeprep.formats._anthropic_llama.turn_messages`), or
-    vLLM's, which SGLang's is taken to match."""
+    converts it: llama.cpp's (:func:`~treeprep.formats._anthropic_llama.turn_messages`),
+    SGLang's (:func:`~treeprep.formats._anthropic_sglang.turn_messages`, which raises a
+    RecordError for what it refuses or what no log says how it wrote), or vLLM's."""
     if server == Server.llama_cpp:
         return llama_turn_messages(m, where)
+    if server == Server.sglang:
+        return sglang_turn_messages(m, where)
     if m.get("role") == "user":
         return user_messages(m.get("content"), f"{where}.content", endpoint=True)
     return [assistant_message(m.get("content"), f"{where}.content", parts=True)]
@@ -279,42 +285,59 @@ def _system(req: dict[str, Any], opts: ReadOptions) -> str | None:
     return "".join([sys_text or "", *inline]) or None
 
 
-def _vllm_messages(req: dict[str, Any], opts: ReadOptions) -> list[dict[str, Any]] | str:
-    """The chat messages vLLM's Messages endpoint makes of the request (or why it is not
-    read); SGLang's is taken to make the same, but an inline system message."""
+def _vllm_messages(req: dict[str, Any], opts: ReadOptions) -> list[dict[str, Any]]:
+    """The chat messages vLLM's Messages endpoint makes of the request."""
     msgs: list[dict[str, Any]] = []
     sys_text = _system(req, opts)
     if sys_text:
         msgs.append({"role": "system", "content": sys_text})
-    for i, m in enumerate(opt_list(req.get("messages"), "request.messages")):
-        role = m.get("role") if isinstance(m, dict) else None
-        where = f"request.messages[{i}]"
-        if role in ("user", "assistant"):
+    for where, role, m in request_turns(req):
+        if role != "system":
             msgs.extend(turn_messages(m, where, opts.server))
-        elif role == "system" and opts.server == Server.vllm:
-            text = None if opts.merge_inline_system else _inline_system(m, where)
-            if text:  # in place: the template takes a system message after the first
-                msgs.append({"role": "system", "content": text})
-        else:
-            shown = repr(role) if isinstance(role, str | None) else type_name(role)
-            expected = (
-                "'user', 'assistant' or 'system'"
-                if opts.server == Server.vllm
-                else "'user' or 'assistant' (SGLang's Messages endpoint is not read: how it "
-                "converts an inline system message is not known)"
-            )
-            return f"{where}: role {shown}, expected {expected}"
+        elif text := None if opts.merge_inline_system else _inline_system(m, where):
+            msgs.append({"role": "system", "content": text})  # the template takes it in place
     return msgs
+
+
+def _server_fields(req: dict[str, Any], opts: ReadOptions) -> dict[str, Any]:
+    """The fields of a call that the server's Messages endpoint makes of the request: its
+    messages, tools, effort, template kwargs, and whether it turned thinking off."""
+    config = first_field([("request.", req)], "output_config", dict, what="an object") or {}
+    thinking = first_field([("request.", req)], "thinking", dict, what="an object")
+    effort = first_field([("request.output_config.", config)], "effort", str)
+    if opts.server == Server.llama_cpp:
+        # only the kwargs reach the template; the effort and thinking do not
+        return {"messages": request_messages(req, opts.system_prompt), "tools": llama_tools(req),
+                "chat_template_kwargs": template_kwargs_at([("request.", req)])}  # fmt: skip
+    if opts.server == Server.sglang:
+        if thinking is not None:
+            raise RecordError(
+                "request.thinking: SGLang's endpoint turns it into its --reasoning-parser's "
+                "switch, which no log records"
+            )
+        if effort == "none":
+            raise RecordError("request.output_config.effort: 'none', which SGLang refuses")
+        messages = sglang_messages(req, opts.system_prompt, opts.merge_inline_system)
+        # the top-level chat_template_kwargs are not read (0.5.23); xhigh is sent as max
+        return {"messages": messages, "tools": sglang_tools(req),
+                "reasoning_effort": "max" if effort == "xhigh" else effort}  # fmt: skip
+    # vLLM's endpoint hands the effort and the kwargs on (_handle_output_config,
+    # _build_base_request)
+    return {
+        "messages": _vllm_messages(req, opts),
+        "tools": convert_tools(req.get("tools"), "request.tools"),
+        "reasoning_effort": effort,
+        "chat_template_kwargs": template_kwargs_at([("request.", req)]),
+        "thinking_disabled": (thinking or {}).get("type") in ("disabled", "between_tools"),
+    }
 
 
 def to_call_fields(
     req: dict[str, Any], resp: dict[str, Any], opts: ReadOptions
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """(ChatCall fields, None) or (None, reason). A misshapen field raises RecordError."""
-    llama = opts.server == Server.llama_cpp
-    msgs = request_messages(req, opts.system_prompt) if llama else _vllm_messages(req, opts)
-    if isinstance(msgs, str):
-        return None, msgs
+    """(ChatCall fields, None) or (None, reason). A misshapen field, or one the server's
+    endpoint refuses or converts as no log records, raises RecordError."""
+    fields = _server_fields(req, opts)
     if why := cut_reason(resp.get("stop_reason"), "response.stop_reason"):
         return None, why
     completion = assistant_message(resp.get("content"), "response.content", parts=True)
@@ -324,19 +347,10 @@ def to_call_fields(
         and not completion.get("reasoning_content")
     ):
         return None, "response content has no text, thinking or tool_use block"
-    config = first_field([("request.", req)], "output_config", dict, what="an object") or {}
-    thinking = first_field([("request.", req)], "thinking", dict, what="an object") or {}
-    effort = first_field([("request.output_config.", config)], "effort", str)
     return {
         "model": resp.get("model") or req.get("model"),
-        # vLLM's Messages endpoint hands both on (_handle_output_config, _build_base_request);
-        # llama.cpp's only the kwargs
-        "reasoning_effort": None if llama else effort,
-        "chat_template_kwargs": template_kwargs_at([("request.", req)]),
-        "thinking_disabled": not llama and thinking.get("type") in ("disabled", "between_tools"),
-        "messages": msgs,
-        "tools": (llama_tools(req) if llama else convert_tools(req.get("tools"), "request.tools"))
-        or opts.tools,
+        **fields,
+        "tools": fields["tools"] or opts.tools,
         "completion": completion,
         "provenance": {"exact_tokens": False, "exact_messages": True, "reconstructed": False},
     }, None

@@ -20,7 +20,8 @@ What the files hold (measured on real sessions, see ``../shared/data/README.md``
 
 Claude Code sends each call's request to a Messages endpoint, which converts it into chat
 messages: the request's turns are converted as ``--server``'s endpoint converts them
-(:func:`~treeprep.formats.anthropic.turn_messages`: vLLM's, or llama.cpp's).
+(:func:`~treeprep.formats.anthropic.turn_messages`: vLLM's, llama.cpp's or SGLang's; a turn
+SGLang's refuses, or writes as no log says, such as earlier thinking, rejects the call).
 
 How a call is rebuilt. Each API response (one ``message.id``) is one :class:`ChatCall`; its prompt
 is the thread before its first line: walk ``parentUuid`` from there to the root (a compaction
@@ -270,7 +271,7 @@ def _call(
         return reject(ctx.parent_missing)
     try:
         replay = ctx.threads.replay(first)
-    except ChainError as e:
+    except (ChainError, RecordError) as e:  # a bad link; a turn the server's endpoint refuses
         return reject(f"cannot rebuild the prompt of API response {mid}: {e}")
     completion = response_message(lines)
     if (
@@ -347,6 +348,8 @@ def _system(opts: ReadOptions) -> list[dict[str, Any]]:
         return []
     if opts.server == Server.llama_cpp:
         return system_message(opts.system_prompt)
+    if opts.server == Server.sglang and not opts.system_prompt.strip():
+        return []  # SGLang's endpoint leaves a blank system string out
     return [{"role": "system", "content": opts.system_prompt}]
 
 

@@ -23,6 +23,7 @@ from treeprep.render.template_kwargs import (
     llama_cpp_thinking,
     map_effort,
     merges_inline_system,
+    sglang_inline_system,
     template_kwargs,
 )
 from treeprep.schemas import ChatCall
@@ -51,7 +52,7 @@ class ServerSide:
     def set_server(self, server: Server, *, harmony: bool) -> None:
         """Render for ``server`` (``harmony``: it renders this template with Harmony)."""
         self.server, self.harmony = server, harmony
-        self._disabled_effort = None
+        self._disabled_effort = self._merges_inline_system = None
 
     def template_tools(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         """The request's ``tools`` as the server hands them to the template
@@ -77,13 +78,19 @@ class ServerSide:
 
     @property
     def merges_inline_system(self) -> bool:
-        """Whether the server (vLLM's Messages endpoint) merges an Anthropic request's inline
-        system messages into the leading system prompt for this template (probed once:
-        :func:`~.template_kwargs.merges_inline_system`); other servers' endpoints do not."""
-        if self.server is not Server.vllm:
+        """Whether the server's Messages endpoint merges an Anthropic request's inline system
+        messages into the leading system prompt for this template (probed once, by vLLM's
+        probe, :func:`~.template_kwargs.merges_inline_system`, or SGLang's,
+        :func:`~.template_kwargs.sglang_inline_system`); llama.cpp's keeps them in place."""
+        if self.server not in (Server.vllm, Server.sglang):
             return False
         if self._merges_inline_system is None:
-            self._merges_inline_system = merges_inline_system(self.template.source)
+            source = self.template.source
+            self._merges_inline_system = (
+                merges_inline_system(source)
+                if self.server is Server.vllm
+                else not sglang_inline_system(source)
+            )
         return self._merges_inline_system
 
     def effort(self, rec: ChatCall) -> str | None:

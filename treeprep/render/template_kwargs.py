@@ -257,6 +257,38 @@ def merges_inline_system(source: str | None) -> bool:
     return False
 
 
+#: the message SGLang's probe looks for in the render
+_SGLANG_SENTINEL = "__sglang_inline_system_sentinel__"
+
+
+def sglang_inline_system(source: str | None) -> bool:
+    """Whether SGLang's Messages endpoint keeps a request's inline ``system`` messages in place
+    for the chat template ``source`` (0.5.23, ``detect_inline_system_support``): the template,
+    rendered in jinja's own sandbox (blocks trimmed, ``loopcontrols``) with the messages and
+    ``add_generation_prompt`` false alone, shows a system message after the first; a template
+    that fails there, or leaves that message out, makes SGLang merge them.
+
+    >>> sglang_inline_system("{% for m in messages %}{{ m.content }}{% endfor %}")
+    True
+    >>> sglang_inline_system("{{ messages[0].content }}{{ messages[1].content }}")
+    False
+    """
+    if not source:
+        return False
+    messages = [
+        {"role": "system", "content": "t"},
+        {"role": "user", "content": "t"},
+        {"role": "system", "content": _SGLANG_SENTINEL},
+        {"role": "user", "content": "t"},
+    ]
+    try:
+        probe = ChatTemplate(source, bare=True)
+        text = probe.render_variables({"messages": messages, "add_generation_prompt": False})
+    except RenderError:
+        return False
+    return _SGLANG_SENTINEL in text
+
+
 @lru_cache(maxsize=16)
 def _variables(source: str) -> frozenset[str]:
     """The names the template reads without setting them (a template that fails to parse reads

@@ -322,8 +322,30 @@ def test_inline_system_messages_are_read_as_vllm_s_endpoint_reads_them(tmp_path)
     (merged,), rej = _split(path, ReadOptions(merge_inline_system=True))
     assert rej == [] and merged.messages[0].content == "You are CC.<reminder A>B1B2"
     assert [m.role for m in merged.messages[1:]] == roles and "system" not in roles
-    _, (why,) = _split(path, ReadOptions(server=Server.sglang))
-    assert "role 'system', expected 'user' or 'assistant' (SGLang's Messages" in why.reason
+
+
+def test_inline_system_messages_are_read_as_sglang_s_endpoint_reads_them(tmp_path):
+    """SGLang 0.5.23's endpoint (``_convert_to_chat_completion_request``) keeps the
+    attribution block, joins the system blocks with a newline, and either keeps an inline
+    system message in place as it is (its blocks as parts, empty ones too) or, where its probe
+    says the template does not show one, appends each stripped, its text blocks joined with a
+    newline (``_extract_system_text``)."""
+    path, roles = _with_inline_system(tmp_path)
+    opts = ReadOptions(server=Server.sglang)
+    (kept,), rej = _split(path, opts)
+    assert rej == []
+    blocks = [{"type": "text", "text": t} for t in (_BILLING, "B1", "", "B2")]
+    assert [m.model_dump(exclude_none=True) for m in kept.messages if m.role == "system"] == [
+        {"role": "system", "content": f"{_BILLING}\nYou are CC."},
+        {"role": "system", "content": "<reminder A>"},
+        {"role": "system", "content": blocks},
+        {"role": "system", "content": _BILLING},
+    ]
+    (merged,), rej = _split(path, ReadOptions(server=Server.sglang, merge_inline_system=True))
+    assert rej == [] and [m.role for m in merged.messages[1:]] == roles
+    assert merged.messages[0].content == "\n".join(
+        [_BILLING, "You are CC.", "<reminder A>", _BILLING, "B1", "B2", _BILLING]
+    )
 
 
 def test_a_build_merges_inline_system_messages_where_vllm_s_probe_says(tmp_path):

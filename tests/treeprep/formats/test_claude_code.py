@@ -406,3 +406,22 @@ def test_a_session_s_requests_are_converted_as_the_server_converts_them(
         {"role": "tool", "tool_call_id": "toolu_1", "content": result},
     ]
     assert calls[1].arguments_json == arguments_json
+
+
+def test_on_sglang_a_response_s_thinking_sent_again_rejects_the_calls_after_it(tmp_path):
+    """SGLang's endpoint writes earlier thinking where its --reasoning-parser says, which the
+    transcript does not record: the calls whose prompt sends it back are rejected. Without
+    thinking, a result's several text blocks stay parts (SGLang joins them with a space)."""
+    opts = ReadOptions(server=Server.sglang)
+    items = list(read(str(_served_session(tmp_path)), opts))
+    assert isinstance(items[0], ChatCall) and isinstance(items[1], Reject)
+    assert "earlier thinking" in items[1].reason
+    lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    del lines[1]  # the thinking line
+    lines[1]["parentUuid"] = "u1"
+    calls, rej = _split(_write(tmp_path / "t.jsonl", lines), opts)
+    assert rej == [] and calls[1].messages[-1].model_dump(exclude_none=True) == {
+        "role": "tool",
+        "tool_call_id": "toolu_1",
+        "content": [*_text("a"), *_text("b")],
+    }

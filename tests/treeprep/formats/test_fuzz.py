@@ -407,11 +407,14 @@ def test_fuzzed_records_end_as_trees_or_rejects(
 
 
 #: reader options that change how a format reads its records: the server's Messages endpoint
-#: (llama.cpp's conversion, SGLang's, vLLM's merge of inline system messages)
+#: (llama.cpp's conversion, SGLang's, vLLM's merge of inline system messages), for Anthropic
+#: requests and Claude Code's replayed ones
 _OPTIONS = {
     "anthropic-llama.cpp": ("anthropic", ReadOptions(server=Server.llama_cpp)),
     "anthropic-merge": ("anthropic", ReadOptions(merge_inline_system=True)),
     "anthropic-sglang": ("anthropic", ReadOptions(server=Server.sglang)),
+    "claude-code-llama.cpp": ("claude-code", ReadOptions(server=Server.llama_cpp)),
+    "claude-code-sglang": ("claude-code", ReadOptions(server=Server.sglang)),
 }
 
 

@@ -216,13 +216,34 @@ def _vllm_probe_fails(source: str) -> bool:
 def test_the_inline_system_probe_answers_as_vllm_s(tokenizer: Path) -> None:
     """Qwen3's and Qwen2.5's templates take a system message after the first; gpt-oss's fails
     in that sandbox (it calls ``strftime_now``, a transformers helper), so vLLM merges there."""
-    from treeprep.render.template_kwargs import merges_inline_system
+    from treeprep.render.template_kwargs import merges_inline_system, sglang_inline_system
 
     source = Renderer.load(tokenizer).template.source
     assert merges_inline_system(source) == _vllm_probe_fails(source)
     assert merges_inline_system(source) == (tokenizer == GPT_OSS)
     r = Renderer.load(tokenizer, server="sglang")
-    assert r.server_side.merges_inline_system is False  # SGLang's endpoint is not read
+    # SGLang's probe (0.5.23, detect_inline_system_support): the sentinel must show
+    assert r.server_side.merges_inline_system is not _sglang_probe_shows(source)
+    assert sglang_inline_system(source) is (tokenizer != GPT_OSS)
+
+
+def _sglang_probe_shows(source: str) -> bool:
+    """The reference: SGLang 0.5.23's ``detect_inline_system_support``, in jinja's own
+    sandbox (trim_blocks, lstrip_blocks, loopcontrols): the second system message shows."""
+    import jinja2.ext
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    turns = (("system", "t"), ("user", "t"), ("system", "SENTINEL"), ("user", "t"))
+    messages = [{"role": r, "content": c} for r, c in turns]
+    try:
+        return "SENTINEL" in env.from_string(source).render(
+            messages=messages, add_generation_prompt=False
+        )
+    except Exception:
+        return False
 
 
 def test_a_server_s_default_kwargs_are_rendered_under_the_request_s(qwen3: Renderer) -> None:
