@@ -4,7 +4,8 @@ Contract (exactness first)
 --------------------------
 For a :class:`~treeprep.schemas.ChatCall` the messages are normalized (text parts joined into one
 string, ``content: null`` made ``""``, tool-call arguments kept exactly as logged,
-``reasoning_content`` passed through, unset fields dropped), and then
+``reasoning_content`` passed through, unset fields dropped), the tools are the server's models'
+dump of them (:mod:`treeprep.render.server_tools`), and then
 
 - ``tokens == tokenizer.apply_chat_template(messages + [completion], tools=tools, tokenize=True)``,
 - the loss span is exactly the tokens after
@@ -37,8 +38,7 @@ renders the call to text (:mod:`treeprep.render.template`: jinja in a limited sa
 date; a verified native port from :mod:`treeprep.render.native`; or, for other templates,
 incremental jinja rendering of the appended messages, :mod:`treeprep.render.incremental`), and
 the piece cache (:mod:`treeprep.render.encoder`) turns the text into ids, tokenizing each unique
-piece once. The
-built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
+piece once. The built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
 """
 
 from __future__ import annotations
