@@ -37,8 +37,8 @@ what is loaded and the identity it records: :mod:`treeprep.render.identity`); th
 renders the call to text (:mod:`treeprep.render.template`: jinja in a limited sandbox with a fixed
 date; a verified native port from :mod:`treeprep.render.native`; or, for other templates,
 incremental jinja rendering of the appended messages, :mod:`treeprep.render.incremental`), and
-the piece cache (:mod:`treeprep.render.encoder`) turns the text into ids, tokenizing each unique
-piece once. The built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
+the piece cache (:mod:`treeprep.render.encoder`) turns the text into ids, each unique piece once;
+the built-in byte tokenizer (:mod:`treeprep.render.builtin`) needs no files.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
 from treeprep.render.rollout import record_sequence, rollout_sequence
 from treeprep.render.server_side import ServerSide
-from treeprep.render.server_tools import SGLANG_NEWEST
+from treeprep.render.server_tools import SGLANG_NEWEST, Version
 from treeprep.render.template import (
     ChatTemplate,
     RenderFn,
@@ -159,7 +159,7 @@ class Renderer:
         #: incremental rendering with template kwargs, per kwargs (None: jinja renders whole)
         self._kw_incremental: dict[bytes | None, IncrementalRenderer | None] = {}
         #: the server (and Harmony library, SGLang version) :meth:`set_server` last set
-        self._server: tuple[Server, Harmony, tuple[int, int, int]] | None = None
+        self._server: tuple[Server, Harmony, Version] | None = None
         #: the server's part in a call's render: its effort and kwargs (:mod:`.server_side`)
         self.server_side = ServerSide(self.template)
         #: how the last call :meth:`render` returned was normalized (inline ``<think>`` made
@@ -245,16 +245,15 @@ class Renderer:
         self,
         server: Server | str,
         harmony: Harmony | str = Harmony.oss,
-        sglang: tuple[int, int, int] = SGLANG_NEWEST,
+        sglang: Version = SGLANG_NEWEST,
     ) -> None:
         """Render a prompt's messages of several text parts as ``server`` hands them to this
-        chat template (``--server``, :mod:`treeprep.render.text_parts`), its tools as the
-        server's models write them (:mod:`.server_tools`, ``sglang``: ``--sglang-version``).
-        Where it hands the parts over as a list, jinja renders every call (the native ports take
-        strings); where it renders gpt-oss with Harmony (vLLM), so does the renderer
-        (:mod:`.harmony`), with the headers of library ``harmony`` (``--harmony``). Set already:
-        nothing to do (a build's worker loads its renderer for the build's server, then sets it
-        again)."""
+        chat template (``--server``, :mod:`.text_parts`), its tools as its models write them
+        (:mod:`.server_tools`; ``sglang``: ``--sglang-version``). Parts handed over as a list:
+        jinja renders every call (the native ports take strings); gpt-oss on vLLM: Harmony
+        renders (:mod:`.harmony`), with library ``harmony``'s headers (``--harmony``). Set
+        already: nothing to do (a build's worker loads its renderer for the build's server, then
+        sets it again)."""
         server, harmony = Server.of(server, "server"), Harmony.of(harmony, "harmony")
         if (server, harmony, sglang) == self._server:
             return

@@ -46,7 +46,7 @@ from pydantic import TypeAdapter, ValidationError
 from treeprep.errors import RenderError, TreeprepError
 from treeprep.modes import Server
 
-__all__ = ["SGLANG_NEWEST", "parse_sglang_version", "template_tools", "tool_call"]
+__all__ = ["SGLANG_NEWEST", "Version", "parse_sglang_version", "template_tools", "tool_call"]
 
 #: the newest SGLang read (the default of ``--sglang-version``)
 SGLANG_NEWEST = (0, 5, 23)
