@@ -26,8 +26,9 @@ the OpenAI provider send for the messages before it:
   after them (``_handle_tools``).
   Markdown and XML tool uses (````shell`` blocks) stay text, as gptme sends them;
 * reasoning: gptme logs a reasoning model's output as a ``<think>...</think>`` block opening
-  the content, and sends it back so; it stays in the content, where the renderer reads it as
-  the reasoning (:func:`treeprep.render.messages.split_inline_think`).
+  the content, and sends it back so; it stays in the content, where the renderer reads a
+  completion's block as its reasoning (:func:`treeprep.render.messages.split_inline_think`)
+  and hands an earlier reply to the template as sent.
 
 Branch hints. The first call whose prompt has lost an ephemeral message that the call before
 it was sent is hinted ``elided-history`` (gptme dropped it: its tokens leave the earlier call's

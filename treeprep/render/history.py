@@ -41,7 +41,7 @@ from typing import Any
 from treeprep.io.jsonparse import json_key
 from treeprep.modes import Server
 from treeprep.render.gaps import SYSTEM_ROLES
-from treeprep.render.messages import normalize_message, split_inline_think
+from treeprep.render.messages import normalize_message
 from treeprep.render.native import NativeTemplate
 from treeprep.render.text_parts import VLLM_STRINGS, TextParts, flattened_kind
 from treeprep.schemas import Message
@@ -69,7 +69,7 @@ class NormalizedHistory:
     def messages(
         self, messages: list[Message], wire: ArgumentsJson | None = None
     ) -> list[dict[str, Any]]:
-        """``[split_inline_think(normalize_message(m, f"messages[{i}]", self.parts)) ...]`` of
+        """``[normalize_message(m, f"messages[{i}]", self.parts) ...]`` of
         ``messages`` (``wire``: how the request wrote arguments logged as objects);
         :class:`~treeprep.errors.RenderError` as that raises it."""
         if wire != self._wire:
@@ -84,7 +84,6 @@ class NormalizedHistory:
             m = messages[i]
             d = normalize_message(m, f"messages[{i}]", self.parts, raw_arguments=self.parts.harmony,
                                   wire=wire, call_index=index)  # fmt: skip
-            d = split_inline_think(d)
             if first < 0 and d.get("role") in SYSTEM_ROLES:
                 first = i
             if multi < 0 and isinstance(m.content, list) and len(m.content) > 1:

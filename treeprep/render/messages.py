@@ -4,10 +4,12 @@ plain dict ``apply_chat_template`` takes.
 The one decision: nothing is invented or fixed. A prompt message's text parts become what the
 inference server made of them (joined, or a list for a template that loops over parts:
 :mod:`treeprep.render.text_parts`, ``--server``), ``content: null`` becomes ``""``, unset fields
-are dropped; the two rewrites are an inline ``<think>`` block (formats without
+are dropped; the two rewrites are a completion's inline ``<think>`` block (formats without
 a reasoning field) moved to ``reasoning_content``, the split Qwen3's template makes itself
 (:func:`split_inline_think`), and tool-call arguments logged as a string that holds a JSON object
-given to the template as that object (:func:`tool_arguments`).
+given to the template as that object (:func:`tool_arguments`). A prompt's earlier reply keeps its
+block in the content, as the server hands it to the template (Qwen3's template splits it
+itself; Qwen2.5's prints it).
 
 Why the arguments: OpenAI-style logs keep a call's arguments as a JSON string, while the
 Hugging Face chat-template convention (transformers' docs: ``arguments`` is a dict) and the
@@ -203,8 +205,9 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 
 def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
-    """An assistant message whose text opens with one ``<think>...</think>`` block and that has no
-    ``reasoning_content`` (formats without a reasoning field) gets the block as its reasoning.
+    """A completion whose text opens with one ``<think>...</think>`` block and that has no
+    ``reasoning_content`` (formats without a reasoning field) gets the block as its reasoning
+    (a prompt's messages are handed over as sent: the server does not split them).
 
     The split is the one Qwen3's template makes itself (reasoning with the newlines around it
     stripped, the text after ``</think>`` with its leading newlines stripped), so templates that
@@ -249,10 +252,8 @@ def template_messages(
         msgs = normalized(rec.messages, wire)
     else:
         msgs = [
-            split_inline_think(
-                normalize_message(m, f"messages[{i}]", parts, raw_arguments=parts.harmony,
-                                  wire=wire, call_index=index)
-            )
+            normalize_message(m, f"messages[{i}]", parts, raw_arguments=parts.harmony,
+                              wire=wire, call_index=index)
             for i, m in enumerate(rec.messages)
         ]  # fmt: skip
     comp = normalize_message(

@@ -147,3 +147,26 @@ def test_llamafactory_v1_parts_match_apply_chat_template(tmp_path: Path) -> None
         assert seq.loss_spans == [(len(prompt), len(full))]
         # found verbatim, and read back
         assert set(r.last_normalized) - set(GAP_KINDS) == {"round-trip"}
+
+
+QWEN25 = ROOT / ".." / "shared" / "data" / "tokenizers" / "qwen2_5"
+
+
+@pytest.mark.skipif(not (QWEN25 / "tokenizer.json").is_file(), reason="../shared/data is absent")
+@pytest.mark.parametrize("tokenizer", [QWEN25, QWEN3], ids=["qwen2_5", "qwen3"])
+def test_a_prompt_s_inline_think_reaches_the_template_as_sent(tokenizer: Path) -> None:
+    """An earlier reply sent back with its ``<think>`` block in the content reaches the template
+    as the server hands it, the content as it is: Qwen2.5's template prints it whole, Qwen3's
+    splits it itself. Made reasoning here, Qwen2.5's prompt lost the block."""
+    from transformers import AutoTokenizer  # the reference only
+
+    from treeprep.render import Renderer
+
+    r = Renderer.load(str(tokenizer))
+    hf = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
+    msgs = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": INLINE},
+            {"role": "user", "content": "And 3+3?"}]  # fmt: skip
+    comp = {"role": "assistant", "content": "6"}
+    seq = r.render(_call(msgs, comp), group_id="g")
+    full = hf.apply_chat_template([*msgs, comp], tokenize=True, return_dict=False)
+    assert list(seq.tokens) == list(full)
