@@ -195,6 +195,22 @@ def completion_coverage(completion: dict[str, Any], span: str) -> tuple[str | No
     return _tool_calls_missing(completion, span), normalized
 
 
+def inline_think_missing(completion: dict[str, Any], span: str) -> str | None:
+    """What is missing when a completion's inline ``<think>`` block, made its reasoning
+    (:func:`~treeprep.render.messages.split_inline_think`), is not in ``span``: the model wrote
+    the block in its text, so a template that does not show ``reasoning_content`` (Qwen2.5's)
+    would train the reply without it. None when the span shows its words.
+
+    >>> inline_think_missing({"reasoning_content": "Add them."}, "<think>Add them.</think>4")
+    >>> inline_think_missing({"reasoning_content": "Add them."}, "4")
+    "the completion's inline <think> block does not appear"
+    """
+    reasoning = completion.get("reasoning_content") or ""
+    if not reasoning.strip() or _words_present(reasoning, span):
+        return None
+    return "the completion's inline <think> block does not appear"
+
+
 def completion_loss(completion: dict[str, Any], span: str) -> str | None:
     """What of ``completion`` (a normalized assistant message) is missing from ``span``, the text
     of the rendered loss span, as a phrase for the reject reason; None when nothing is."""

@@ -54,17 +54,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treeprep.crosscheck import CrossCheck
-from treeprep.errors import (
-    NativeTemplateMismatch,
-    RenderError,
-    TokenizerError,
-)
+from treeprep.errors import NativeTemplateMismatch, RenderError, TokenizerError
 from treeprep.io.jsonparse import json_key
 from treeprep.modes import Harmony, ParallelCalls, Server
 from treeprep.render import parallel
 from treeprep.render.coverage import (
     completion_coverage,
     dropped_error,
+    inline_think_missing,
     normalized_kinds,
     undeclared_tools,
 )
@@ -84,11 +81,7 @@ from treeprep.render.rewritten import PreviousTurns
 from treeprep.render.rollout import record_sequence, rollout_sequence
 from treeprep.render.server_side import ServerSide
 from treeprep.render.server_tools import SGLANG_NEWEST, Version
-from treeprep.render.template import (
-    ChatTemplate,
-    RenderFn,
-    RenderLimits,
-)
+from treeprep.render.template import ChatTemplate, RenderFn, RenderLimits
 from treeprep.render.text_parts import text_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
@@ -547,7 +540,10 @@ class Renderer:
             head_text, span_text = prompt_text, full_text[len(prompt_text) :]
         else:
             head_text, span_text = self.decode(full_ids[:n_p]), self.decode(full_ids[n_p:])
+        inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         missing, normalized = completion_coverage(comp, span_text)
+        if missing is None and inline:
+            missing = inline_think_missing(comp, span_text)
         if missing is not None:
             raise dropped_error(comp, missing)
         checked = self._read_back(comp, head_text, span_text)
@@ -559,7 +555,6 @@ class Renderer:
             branch = "reasoning-dropped"
         if self._native is None:
             self._turns.remember(full_msgs, tools, now, full_ids)
-        inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
         kinds = normalized_kinds(inline, normalized, undeclared_tools(comp, tools))
         kinds += prompt_gaps(msgs, comp, tools, has_system=self._history.has_system(msgs))
         kinds += marks

@@ -170,3 +170,20 @@ def test_a_prompt_s_inline_think_reaches_the_template_as_sent(tokenizer: Path) -
     seq = r.render(_call(msgs, comp), group_id="g")
     full = hf.apply_chat_template([*msgs, comp], tokenize=True, return_dict=False)
     assert list(seq.tokens) == list(full)
+
+
+@pytest.mark.skipif(not (QWEN25 / "tokenizer.json").is_file(), reason="../shared/data is absent")
+def test_a_completion_s_inline_think_that_the_template_does_not_show_is_rejected() -> None:
+    """The model wrote the block in its text; made its reasoning, a template that does not show
+    ``reasoning_content`` (Qwen2.5's) would train the reply without it: rejected, naming it,
+    where Qwen3's shows it and trains it."""
+    from treeprep.errors import RenderError
+    from treeprep.render import Renderer
+
+    msgs = [{"role": "user", "content": "2+2?"}]
+    comp = {"role": "assistant", "content": INLINE}
+    with pytest.raises(RenderError, match="inline <think> block does not appear"):
+        Renderer.load(str(QWEN25)).render(_call(msgs, comp), group_id="g")
+    r = Renderer.load(str(QWEN3))
+    seq = r.render(_call(msgs, comp), group_id="g")
+    assert "Add the two numbers." in r.decode(seq.tokens[seq.loss_spans[0][0] :])
