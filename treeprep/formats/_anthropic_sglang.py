@@ -46,7 +46,6 @@ _TAKEN = frozenset(
 )  # fmt: skip
 #: the server tools' type prefixes (``is_server_tool``)
 _SERVER_TOOLS = ("web_search_", "computer_", "bash_", "text_editor_")
-_THINKING = ("thinking", "redacted_thinking")
 
 
 def _system_text(content: Any, where: str) -> str | None:
@@ -209,12 +208,8 @@ def turn_messages(m: dict[str, Any], where: str) -> list[dict[str, Any]]:
     msg: dict[str, Any] = {"role": role}
     if calls:
         msg["tool_calls"] = calls
-    if parts:
-        out.append({**msg, "content": _content(parts)})
-    elif calls:
-        out.append({**msg, "content": ""})
-    elif role != "user":
-        out.append({**msg, "content": ""})
+    if parts or calls or role != "user":  # a user turn of results alone makes no message
+        out.append({**msg, "content": _content(parts) if parts else ""})
     return out
 
 

@@ -95,7 +95,7 @@ def template_tools(
         if server is Server.llama_cpp:
             out.append(_llama_cpp(fn))
         elif server is Server.vllm:
-            out.append(_vllm(fn, _flag(t.get("defer_loading"), f"{where}.defer_loading")))
+            out.append(_vllm(t, fn, where))
         else:
             out.append(_sglang(t, fn, sglang, where))
     return out
@@ -111,14 +111,24 @@ def _flag(value: Any, where: str) -> bool | None:
         raise RenderError(f"{where}: expected a boolean, got {value!r}") from None
 
 
-def _vllm(fn: dict[str, Any], tool_defer: bool | None) -> dict[str, Any]:
+def _flags(
+    t: dict[str, Any], fn: dict[str, Any], where: str
+) -> tuple[bool | None, bool | None, bool | None]:
+    """The tool's ``defer_loading``, its function's, and the function's ``strict``, read."""
+    return (
+        _flag(t.get("defer_loading"), f"{where}.defer_loading"),
+        _flag(fn.get("defer_loading"), f"{where}.function.defer_loading"),
+        _flag(fn.get("strict"), f"{where}.function.strict"),
+    )
+
+
+def _vllm(t: dict[str, Any], fn: dict[str, Any], where: str) -> dict[str, Any]:
     function = {
         "name": fn.get("name"),
         "description": fn.get("description"),
         "parameters": fn.get("parameters"),
     }
-    strict = _flag(fn.get("strict"), "tools[].function.strict")
-    defer = _flag(fn.get("defer_loading"), "tools[].function.defer_loading")
+    tool_defer, defer, strict = _flags(t, fn, where)
     defer = tool_defer if defer is None else defer
     if strict is not None:
         function["strict"] = strict
@@ -140,11 +150,9 @@ def _llama_cpp(fn: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sglang(t: dict[str, Any], fn: dict[str, Any], version: Version, where: str) -> dict[str, Any]:
-    tool_defer = _flag(t.get("defer_loading"), f"{where}.defer_loading")
-    defer = _flag(fn.get("defer_loading"), f"{where}.function.defer_loading")
+    tool_defer, defer, strict = _flags(t, fn, where)
     if defer is None and version >= _DEFER_LOADING:
         defer = tool_defer
-    strict = _flag(fn.get("strict"), f"{where}.function.strict")
     fields: dict[str, Any] = {
         "description": fn.get("description"),
         "name": fn.get("name"),

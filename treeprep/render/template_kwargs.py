@@ -247,14 +247,17 @@ def merges_inline_system(source: str | None) -> bool:
     ...                      "%}{{ raise_exception('system first') }}{% endif %}{% endfor %}")
     True
     """
-    if not source:
-        return True
+    return not source or _probe_render(source, _INLINE_SYSTEM_PROBE) is None
+
+
+def _probe_render(source: str, messages: list[dict[str, str]]) -> str | None:
+    """``source`` rendered as the servers' inline-system probes render it: in jinja's own
+    sandbox, with ``messages`` and ``add_generation_prompt`` false alone (None: it fails)."""
     try:
         probe = ChatTemplate(source, bare=True)
-        probe.render_variables({"messages": _INLINE_SYSTEM_PROBE, "add_generation_prompt": False})
+        return probe.render_variables({"messages": messages, "add_generation_prompt": False})
     except RenderError:
-        return True
-    return False
+        return None
 
 
 #: the message SGLang's probe looks for in the render
@@ -275,18 +278,10 @@ def sglang_inline_system(source: str | None) -> bool:
     """
     if not source:
         return False
-    messages = [
-        {"role": "system", "content": "t"},
-        {"role": "user", "content": "t"},
-        {"role": "system", "content": _SGLANG_SENTINEL},
-        {"role": "user", "content": "t"},
-    ]
-    try:
-        probe = ChatTemplate(source, bare=True)
-        text = probe.render_variables({"messages": messages, "add_generation_prompt": False})
-    except RenderError:
-        return False
-    return _SGLANG_SENTINEL in text
+    messages = [*_INLINE_SYSTEM_PROBE[:2], {"role": "system", "content": _SGLANG_SENTINEL},
+                _INLINE_SYSTEM_PROBE[3]]  # fmt: skip
+    text = _probe_render(source, messages)
+    return text is not None and _SGLANG_SENTINEL in text
 
 
 @lru_cache(maxsize=16)

@@ -55,7 +55,7 @@ import jinja2.nodes
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import Server
-from treeprep.render.server_tools import SGLANG_NEWEST
+from treeprep.render.server_tools import SGLANG_NEWEST, Version
 from treeprep.render.template import template_ast
 
 __all__ = [
@@ -128,7 +128,7 @@ def text_parts(
     server: Server | str,
     template: str,
     render: Render | None = None,
-    sglang: tuple[int, int, int] = SGLANG_NEWEST,
+    sglang: Version = SGLANG_NEWEST,
 ) -> TextParts:
     """The rule ``server`` applies to messages of several text parts for this chat template
     (``render``: the template's own render, which llama.cpp's probe needs; without it llama.cpp
