@@ -223,7 +223,8 @@ def _result_text(content: Any) -> list[str]:
 
 def tools(req: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The request's tools as SGLang's endpoint hands them on (server tools left out), then
-    filtered by its ``tool_choice`` (``none``: no tools; a named tool: that one alone)."""
+    filtered by its ``tool_choice`` (``none``: no tools, ``[]``; a named tool: that one alone;
+    None: the request declares none)."""
     listed = req.get("tools")
     if not listed:
         return None
@@ -243,7 +244,7 @@ def tools(req: dict[str, Any]) -> list[dict[str, Any]] | None:
         out.append({"type": "function", "function": fn, "defer_loading": t.get("defer_loading")})
     choice = req.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "none":
-        return None
+        return []  # none on purpose: not the tools --tools supplies for logs without any
     if isinstance(choice, dict) and choice.get("type") == "tool":
         out = [t for t in out if t["function"]["name"] == choice.get("name")]
         if not out:

@@ -307,7 +307,8 @@ def _server_fields(req: dict[str, Any], opts: ReadOptions) -> dict[str, Any]:
     effort = first_field([("request.output_config.", config)], "effort", str)
     if opts.server == Server.llama_cpp:
         # only the kwargs reach the template; the effort and thinking do not
-        return {"messages": request_messages(req, opts.system_prompt), "tools": llama_tools(req),
+        return {"messages": request_messages(req, opts.system_prompt),
+                "tools": llama_tools(req) or None,
                 "chat_template_kwargs": template_kwargs_at([("request.", req)])}  # fmt: skip
     if opts.server == Server.sglang:
         if thinking is not None:
@@ -350,7 +351,8 @@ def to_call_fields(
     return {
         "model": resp.get("model") or req.get("model"),
         **fields,
-        "tools": fields["tools"] or opts.tools,
+        # --tools stands in for tools no request declares, not for ones it chose not to pass
+        "tools": opts.tools if fields["tools"] is None else fields["tools"] or None,
         "completion": completion,
         "provenance": {"exact_tokens": False, "exact_messages": True, "reconstructed": False},
     }, None

@@ -104,6 +104,13 @@ def test_tools_effort_and_kwargs_as_sglang_hands_them_on(tmp_path: Path) -> None
     assert isinstance(one, ChatCall) and [t["function"]["name"] for t in one.tools] == ["ls"]
     none = _read(tmp_path, {**req, "tool_choice": {"type": "none"}})
     assert isinstance(none, ChatCall) and not none.tools
+    # --tools stands in for a log without tools, not for tools the request chose not to pass
+    given = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    opts = ReadOptions(server=Server.sglang, tools=given)
+    none = _read(tmp_path, {**req, "tool_choice": {"type": "none"}}, opts)
+    assert isinstance(none, ChatCall) and not none.tools
+    bare = _read(tmp_path, _request(messages=req["messages"]), opts)
+    assert isinstance(bare, ChatCall) and bare.tools == given
 
 
 @pytest.mark.parametrize(
