@@ -134,8 +134,10 @@ class ChatCall(_Model):
     #: how the request wrote a tool call's arguments that the log holds as an object (the
     #: agent's, or the endpoint's it spoke to): ``python``, ``json.dumps`` (``", "``, ``": "``,
     #: non-ASCII escaped); ``javascript``, ``JSON.stringify`` (compact, non-ASCII as it is);
-    #: None, not known (as a chat template's ``tojson`` writes it). Only a render that writes the
-    #: request's string shows it (gpt-oss on vLLM: :mod:`treeprep.render.harmony`)
+    #: None, not known (as a chat template's ``tojson`` writes it; on llama.cpp, compact as its
+    #: nlohmann ``dump()`` writes an object it is sent). Only a render that writes the request's
+    #: string shows it (gpt-oss on vLLM: :mod:`treeprep.render.harmony`; llama.cpp for a
+    #: template that reads no object arguments: :mod:`treeprep.render.llama_caps`)
     arguments_json: ArgumentsJson | None = None
     source_file: str = ""
     source_line: int = 0

@@ -395,7 +395,7 @@ def read(path: str, opts: ReadOptions) -> Iterator[Item]:
         fields.update(
             group_id=gid,
             call_id=str(resp.get("id") or f"line-{no}"),
-            # llama.cpp writes the input with nlohmann's dump(), which no render here shows
+            # llama.cpp writes the input with nlohmann's dump() (None there: render.llama_caps)
             arguments_json=None if opts.server == Server.llama_cpp else ARGUMENTS_JSON,
             source_file=path,
             source_line=no,

@@ -316,8 +316,8 @@ def _call(
         "completion": completion,
         "provenance": {"exact_tokens": False, "exact_messages": False, "reconstructed": True},
         "branch_reason": reason,
-        # as the server's Messages endpoint writes them (llama.cpp's nlohmann dump(): no render
-        # here shows it)
+        # as the server's Messages endpoint writes them (llama.cpp's nlohmann dump(): None
+        # there, render.llama_caps)
         "arguments_json": None if llama else ARGUMENTS_JSON,
         "source_file": f.path,
         "source_line": first.no,

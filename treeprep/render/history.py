@@ -41,6 +41,7 @@ from typing import Any
 from treeprep.io.jsonparse import json_key
 from treeprep.modes import Server
 from treeprep.render.gaps import SYSTEM_ROLES
+from treeprep.render.llama_caps import merge_system
 from treeprep.render.messages import normalize_message
 from treeprep.render.native import NativeTemplate
 from treeprep.render.text_parts import VLLM_STRINGS, TextParts, flattened_kind
@@ -61,6 +62,7 @@ class NormalizedHistory:
         self._source: list[Message] = []
         self._dicts: list[dict[str, Any]] = []
         self._returned: list[dict[str, Any]] = []
+        self._n_returned = 0
         self._first_system = -1  # the index of the first system-role dict (-1: none)
         self._first_parts = -1  # the index of the first message of several text parts (-1: none)
         #: the arguments' wire format the dicts were made with
@@ -70,8 +72,10 @@ class NormalizedHistory:
         self, messages: list[Message], wire: ArgumentsJson | None = None
     ) -> list[dict[str, Any]]:
         """``[normalize_message(m, f"messages[{i}]", self.parts) ...]`` of
-        ``messages`` (``wire``: how the request wrote arguments logged as objects);
-        :class:`~treeprep.errors.RenderError` as that raises it."""
+        ``messages`` (``wire``: how the request wrote arguments logged as objects), with a
+        leading system message merged as llama.cpp does for a template that takes none
+        (:func:`~treeprep.render.llama_caps.merge_system`); :class:`~treeprep.errors.RenderError`
+        as they raise it."""
         if wire != self._wire:
             self.clear()
             self._wire = wire
@@ -79,11 +83,11 @@ class NormalizedHistory:
         out = self._dicts[:k]
         first = self._first_system if self._first_system < k else -1
         multi = self._first_parts if self._first_parts < k else -1
-        index = self.parts.server is Server.sglang
+        index, caps = self.parts.server is Server.sglang, self.parts.caps
         for i in range(k, len(messages)):
             m = messages[i]
             d = normalize_message(m, f"messages[{i}]", self.parts, raw_arguments=self.parts.harmony,
-                                  wire=wire, call_index=index)  # fmt: skip
+                                  wire=wire, call_index=index, llama=caps)  # fmt: skip
             if first < 0 and d.get("role") in SYSTEM_ROLES:
                 first = i
             if multi < 0 and isinstance(m.content, list) and len(m.content) > 1:
@@ -91,12 +95,14 @@ class NormalizedHistory:
             out.append(d)
         self._source, self._dicts, self._first_system = list(messages), out, first
         self._first_parts = multi
-        self._returned = list(out)
+        merged = merge_system(out, caps) if caps is not None else out
+        self._returned = list(out) if merged is out else merged
+        self._n_returned = len(self._returned)
         return self._returned
 
     def _is_last(self, msgs: list[dict[str, Any]]) -> bool:
         """Whether ``msgs`` is the list :meth:`messages` returned last, unchanged since."""
-        return msgs is self._returned and len(msgs) == len(self._dicts)
+        return msgs is self._returned and len(msgs) == self._n_returned
 
     def has_system(self, msgs: list[dict[str, Any]]) -> bool | None:
         """Whether ``msgs``, the list :meth:`messages` returned last and unchanged since, has a
@@ -113,6 +119,7 @@ class NormalizedHistory:
 
     def clear(self) -> None:
         self._source, self._dicts, self._returned, self._first_system = [], [], [], -1
+        self._n_returned = 0
         self._first_parts = -1
 
 

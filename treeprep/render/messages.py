@@ -29,6 +29,7 @@ from typing import Any
 
 from treeprep.errors import RenderError
 from treeprep.modes import Server
+from treeprep.render.llama_caps import LlamaCaps, merge_system
 from treeprep.render.server_tools import tool_call
 from treeprep.render.text_parts import TextParts
 from treeprep.schemas import ChatCall, Message
@@ -45,6 +46,7 @@ def normalize_message(
     raw_arguments: bool = False,
     wire: ArgumentsJson | None = None,
     call_index: bool = False,
+    llama: LlamaCaps | None = None,
 ) -> dict[str, Any]:
     """A message as the chat template sees it.
 
@@ -58,7 +60,10 @@ def normalize_message(
     a Harmony render writes it, :mod:`treeprep.render.harmony`),
     ``reasoning_content``, ``tool_call_id`` and ``name`` pass through when set. With
     ``call_index`` a tool call is written as SGLang's model writes it
-    (:func:`~treeprep.render.server_tools.tool_call`: its id, then ``index`` null). A non-text
+    (:func:`~treeprep.render.server_tools.tool_call`: its id, then ``index`` null). With
+    ``llama`` (llama.cpp's findings for the template, :mod:`~treeprep.render.llama_caps`) the
+    arguments are what llama.cpp hands it (:func:`llama_cpp_arguments`), and empty
+    ``reasoning_content``, ``tool_call_id``, ``name`` and call ids are left out. A non-text
     part (an image) cannot be rendered by a text-only template: :class:`RenderError`.
     """
     content: str | list[dict[str, str]]
@@ -81,28 +86,28 @@ def normalize_message(
         else:
             content = parts.content(texts)
     d: dict[str, Any] = {"role": m.role, "content": content}
+    unset = (None, "") if llama is not None else (None,)  # llama.cpp leaves out empty fields
     if m.tool_calls:
-        calls = [
-            {
-                **({"id": tc.id} if tc.id is not None else {}),
+        calls = []
+        for j, tc in enumerate(m.tool_calls):
+            args = tc.function.arguments
+            if raw_arguments:
+                args = wire_arguments(args, wire)
+            elif llama is not None:
+                args = llama_cpp_arguments(args, llama, wire, f"{where} tool call {j}")
+            else:
+                args = tool_arguments(args)
+            calls.append({
+                **({"id": tc.id} if tc.id not in unset else {}),
                 "type": tc.type,
-                "function": {
-                    "name": tc.function.name,
-                    "arguments": (
-                        wire_arguments(tc.function.arguments, wire)
-                        if raw_arguments
-                        else tool_arguments(tc.function.arguments)
-                    ),
-                },
-            }
-            for tc in m.tool_calls
-        ]
+                "function": {"name": tc.function.name, "arguments": args},
+            })  # fmt: skip
         d["tool_calls"] = [tool_call(c) for c in calls] if call_index else calls
-    if m.tool_call_id is not None:
+    if m.tool_call_id not in unset:
         d["tool_call_id"] = m.tool_call_id
-    if m.name is not None:
+    if m.name not in unset:
         d["name"] = m.name
-    if m.reasoning_content is not None:
+    if m.reasoning_content not in unset:
         d["reasoning_content"] = m.reasoning_content
     return d
 
@@ -126,6 +131,34 @@ def wire_arguments(args: Any, wire: ArgumentsJson | None) -> str:
     if wire == "javascript":
         return json.dumps(_as_javascript(value), ensure_ascii=False, separators=(",", ":"))
     return json.dumps(value, ensure_ascii=False)
+
+
+def llama_cpp_arguments(args: Any, caps: LlamaCaps, wire: ArgumentsJson | None, where: str) -> Any:
+    """A call's arguments as llama.cpp hands them to a template (:mod:`.llama_caps`): parsed
+    from the request's JSON string where the template reads object arguments (a string that is
+    not JSON: llama.cpp fails the request, :class:`RenderError`), else the request's string (an
+    object as the request wrote it, ``wire``, or compact as nlohmann's ``dump()`` writes it).
+
+    >>> objects, strings = LlamaCaps(object_arguments=True), LlamaCaps(object_arguments=False)
+    >>> [llama_cpp_arguments(a, objects, None, "c") for a in ('{"a": [1]}', "[2]")]
+    [{'a': [1]}, [2]]
+    >>> llama_cpp_arguments({"p": "é", "n": 1.0}, strings, None, "c")
+    '{"p":"é","n":1.0}'
+    """
+    if not caps.object_arguments:
+        if isinstance(args, str) or wire is not None:
+            return wire_arguments(args, wire)
+        value = args if args is not None else {}
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if not isinstance(args, str):
+        return args
+    try:
+        return json.loads(args, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise RenderError(
+            f"{where} has arguments that are not JSON ({args[:60]!r}); llama.cpp parses them for "
+            "this chat template, which reads object arguments, and fails such a request"
+        ) from None
 
 
 def _as_javascript(value: Any) -> Any:
@@ -247,17 +280,17 @@ def template_messages(
     :class:`~treeprep.render.history.NormalizedHistory`, which reuses the dicts of a history it
     has seen, normalized by the same rule)."""
     wire = rec.arguments_json
-    index = parts.server is Server.sglang
+    index, caps = parts.server is Server.sglang, parts.caps
     if normalized is not None:
         msgs = normalized(rec.messages, wire)
     else:
         msgs = [
             normalize_message(m, f"messages[{i}]", parts, raw_arguments=parts.harmony,
-                              wire=wire, call_index=index)
+                              wire=wire, call_index=index, llama=caps)
             for i, m in enumerate(rec.messages)
         ]  # fmt: skip
-    comp = normalize_message(
-        rec.completion, "completion", raw_arguments=parts.harmony, wire=wire, call_index=index
-    )
+        msgs = merge_system(msgs, caps) if caps is not None else msgs
+    comp = normalize_message(rec.completion, "completion", raw_arguments=parts.harmony,
+                             wire=wire, call_index=index, llama=caps)  # fmt: skip
     comp = split_inline_think(comp)
     return msgs, comp, (rec.tools or None)

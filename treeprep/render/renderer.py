@@ -82,7 +82,7 @@ from treeprep.render.rollout import record_sequence, rollout_sequence
 from treeprep.render.server_side import ServerSide
 from treeprep.render.server_tools import SGLANG_NEWEST, Version
 from treeprep.render.template import ChatTemplate, RenderFn, RenderLimits
-from treeprep.render.text_parts import text_parts
+from treeprep.render.text_parts import template_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
 from treeprep.schemas.tokenizer import content_identity, sha256_text
 from treeprep.sequence import Sequence, is_prefix
@@ -252,9 +252,7 @@ class Renderer:
             return
         self._server = (server, harmony, sglang)
         self.server_side.sglang_version = sglang
-        self.template.wrap_strings = False  # llama.cpp's probe renders strings as they are
-        probe = partial(self.template.render, tools=None, add_generation_prompt=False)
-        parts = text_parts(server, self.template.source, probe, sglang)
+        parts = template_parts(server, self.template, sglang)
         self.template.wrap_strings = parts.wrap
         self._history = NormalizedHistory(parts)
         self._turns = PreviousTurns()

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import dropwhile
 from typing import Any
 
@@ -55,14 +55,16 @@ import jinja2.nodes
 
 from treeprep.errors import TreeprepError
 from treeprep.modes import Server
+from treeprep.render.llama_caps import LlamaCaps, llama_caps
 from treeprep.render.server_tools import SGLANG_NEWEST, Version
-from treeprep.render.template import template_ast
+from treeprep.render.template import ChatTemplate, template_ast
 
 __all__ = [
     "TEXT_PARTS",
     "TextParts",
     "content_format",
     "flattened_kind",
+    "template_parts",
     "text_parts",
 ]
 
@@ -100,6 +102,9 @@ class TextParts:
     #: what a tool message's text parts are joined with whatever the rule for other messages
     #: (SGLang 0.5.11 on: a space, ``normalize_tool_content``); None: the rule above
     tool_sep: str | None = None
+    #: llama.cpp's findings for the template, by which it changes a request's messages besides
+    #: their parts (:mod:`treeprep.render.llama_caps`); None on the other servers, or not probed
+    caps: LlamaCaps | None = None
 
     def content(self, texts: list[str]) -> str | list[dict[str, str]]:
         """The content the template gets for a message of these text parts.
@@ -129,14 +134,18 @@ def text_parts(
     template: str,
     render: Render | None = None,
     sglang: Version = SGLANG_NEWEST,
+    caps: LlamaCaps | None = None,
 ) -> TextParts:
     """The rule ``server`` applies to messages of several text parts for this chat template
     (``render``: the template's own render, which llama.cpp's probe needs; without it llama.cpp
     is taken to join; ``sglang``: the SGLang version, which joins a tool message's parts with a
-    space from 0.5.11 on, whatever the template's format).
+    space from 0.5.11 on, whatever the template's format; ``caps``: llama.cpp's other findings
+    for the template, kept for llama.cpp, :mod:`~treeprep.render.llama_caps`; None: the
+    messages are not changed by them).
 
     >>> text_parts("sglang", "{{ messages[0].content }}")
-    TextParts(server='sglang', sep=' ', as_list=False, wrap=False, harmony=False, tool_sep=' ')
+    TextParts(server='sglang', sep=' ', as_list=False, wrap=False, harmony=False, tool_sep=' ',
+    caps=None)
     """
     server = Server.of(server, "server")
     if server is Server.vllm and all(tag in template for tag in _HARMONY_TAGS):
@@ -148,7 +157,21 @@ def text_parts(
     if server is Server.sglang:
         tool_sep = _SEPARATOR[server] if sglang >= _SGLANG_TOOL_JOIN else None
         return TextParts(server, _SEPARATOR[server], as_list, tool_sep=tool_sep)
-    return TextParts(server, _SEPARATOR[server], as_list, as_list)
+    llama = caps if server is Server.llama_cpp else None
+    return TextParts(server, _SEPARATOR[server], as_list, as_list, caps=llama)
+
+
+def template_parts(
+    server: Server | str, template: ChatTemplate, sglang: Version = SGLANG_NEWEST
+) -> TextParts:
+    """:func:`text_parts` for a compiled chat template: probed as llama.cpp probes it (its
+    test for parts, then its other findings, :func:`~treeprep.render.llama_caps.llama_caps`),
+    with strings rendered as they are (``wrap_strings`` off, which the caller sets after)."""
+    server = Server.of(server, "server")
+    template.wrap_strings = False
+    probe = partial(template.render, tools=None, add_generation_prompt=False)
+    caps = llama_caps(template) if server is Server.llama_cpp else None
+    return text_parts(server, template.source, probe, sglang, caps)
 
 
 def _requires_parts(render: Render) -> bool:

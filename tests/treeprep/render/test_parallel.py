@@ -156,13 +156,16 @@ def test_split_calls_render_as_apply_chat_template_gpt_oss(
 
 @needs_gpt_oss
 def test_a_later_call_that_does_not_read_back_is_not_trained(gpt_oss: Any) -> None:
-    """Call 2 of the parallel turn with freeform arguments (no JSON object): gpt-oss's template
-    shows them, so the coverage check passes, but its response parser cannot read them back as
-    the call: that sub-turn is counted untrained, and the call's own completion still trains."""
+    """Call 2 of the parallel turn with arguments that are a JSON string, not an object
+    (llama.cpp parses them for gpt-oss's template and refuses text that is not JSON): the
+    template shows them, so the coverage check passes, but its response parser cannot read them
+    back as the call: that sub-turn is counted untrained, and the call's own completion still
+    trains."""
     r = gpt_oss
     r.parallel_calls = ParallelCalls.split_turns
     assert r.response_parser is not None
-    freeform = {"id": "c2", "type": "function", "function": {"name": "read", "arguments": "b.py"}}
+    args = '"b.py"'
+    freeform = {"id": "c2", "type": "function", "function": {"name": "read", "arguments": args}}
     parallel = _turn(_tc("c1", "a.py"), freeform, reasoning_content="Both files.")
     second = ChatCall(
         call_id="s#1", messages=[*PROMPT, parallel, *RESULTS], completion=FINAL, tools=TOOLS

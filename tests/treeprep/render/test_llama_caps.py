@@ -1,0 +1,226 @@
+"""A call served by llama.cpp renders with the messages llama.cpp hands its chat template.
+
+llama.cpp probes each template once (``common/jinja/caps.cpp``) and changes a request's messages
+by what the template reads (``common/chat.cpp``): a template that takes no system role gets the
+system message merged into the next one, a template that does not read object arguments gets
+each call's arguments as the request's string, and one that does gets them parsed. The
+references: the capabilities llama.cpp's own ``caps_get`` printed for these templates (a program
+built from the llama.cpp that llama-cpp-python 0.3.36 bundles, recorded below), and
+transformers' ``apply_chat_template`` given the messages as llama.cpp hands them, written out by
+hand from its code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hf_reference import hf_tokenizer
+
+from treeprep.errors import RenderError
+from treeprep.render import Renderer
+from treeprep.render.builtin import CHAT_TEMPLATE
+from treeprep.render.gaps import NO_SYSTEM_PROMPT
+from treeprep.render.llama_caps import LlamaCaps, llama_caps, merge_system
+from treeprep.render.template import ChatTemplate
+from treeprep.schemas import ChatCall
+
+TOKENIZERS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "tokenizers"
+
+_END = "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+#: a ChatML template that writes a call's arguments as they are, with no ``tojson``
+RAW_ARGUMENTS = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% for tc in message.tool_calls or [] %}<call>{{ tc.function.name }} "
+    "{{ tc.function.arguments }}</call>{% endfor %}{{ message.content }}<|im_end|>\n"
+    "{% endfor %}" + _END
+)
+#: Gemma 2's way: a system message is refused
+NO_SYSTEM = (
+    "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{{ message.content }}<|im_end|>\n{% endfor %}" + _END
+)
+#: a template that writes a reasoning block wherever the field is given, even empty
+REASONING_DEFINED = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% if message.reasoning_content is defined %}<think>{{ message.reasoning_content }}"
+    "</think>{% endif %}{{ message.content }}<|im_end|>\n{% endfor %}" + _END
+)
+
+_EACH = "{% for m in messages %}"
+_CALLS = _EACH + "{% for t in m.tool_calls or [] %}"
+#: what llama.cpp's caps_get printed for each template (supports_system_role,
+#: supports_object_arguments): a program of common/jinja built from the llama.cpp that
+#: llama-cpp-python 0.3.36 bundles, on 2026-12-07
+LLAMA_CPP_CAPS = [
+    (CHAT_TEMPLATE, True, True),
+    (RAW_ARGUMENTS, True, False),
+    (NO_SYSTEM, False, False),
+    (REASONING_DEFINED, True, False),
+    (_EACH + "{{ m.content }}{% endfor %}", True, False),
+    (_EACH + "{{ m.role }}{{ (m.tool_calls or []) | tojson }}{% endfor %}", False, True),
+    # the system message is skipped; the arguments are read one by one
+    (_CALLS + "{% for k, v in t.function.arguments.items() %}{{ k }}={{ v }}{% endfor %}"
+     "{% endfor %}{% if m.role != 'system' %}{{ m.content }}{% endif %}{% endfor %}", False, True),
+    # written whole (str) they are not read; through the string filter they are
+    (_CALLS + "{{ t.function.arguments }}{% endfor %}{{ m.content }}{% endfor %}", True, False),
+    (_CALLS + "{{ t.function.arguments | string }}{% endfor %}{{ m.content }}{% endfor %}",
+     True, True),
+    (_EACH + "{{ (m.tool_calls or []) | string }}{{ m.content }}{% endfor %}", True, True),
+    (_CALLS + "{{ t.function.arguments | upper }}{% endfor %}{{ m.content }}{% endfor %}",
+     True, False),
+    (_CALLS + "{{ [t.function.arguments] | join(',') }}{% endfor %}{{ m.content }}{% endfor %}",
+     True, False),
+    (_CALLS + "{{ 'x' ~ t.function.arguments }}{% endfor %}{{ m.content }}{% endfor %}",
+     True, False),
+    # a read that writes nothing is a read
+    (_CALLS + "{% if t.function.arguments.arg %}y{% endif %}{% endfor %}{{ m.content }}"
+     "{% endfor %}", True, True),
+    (_CALLS + "{{ t.function.arguments.arg }}{% endfor %}{% if loop.first and m.role == "
+     "'system' %}{% set s = m.content %}{% else %}{{ m.content }}{% endif %}{% endfor %}",
+     True, True),
+    (_EACH + "{% if m.role != 'system' %}{{ m | string }}{% endif %}{% endfor %}", False, True),
+    (_EACH + "{{ m.content }}{% for t in m.tool_calls or [] %}{% for v in "
+     "t.function.arguments.values() %}{{ v }}{% endfor %}{% endfor %}{% endfor %}", True, True),
+    # llama.cpp's engine fails a member call of get: nothing is read
+    (_EACH + "{{ m.get('content') }}{% endfor %}", False, False),
+    (_EACH + "{{ m.content }}{% for t in m.tool_calls or [] %}"
+     "{{ t.function.arguments.get('arg') }}{% endfor %}{% endfor %}", True, False),
+    ("{{ messages }}", False, False),
+    ("{{ messages | string }}", True, True),
+]  # fmt: skip
+
+
+def _renderer(tmp_path: Path, template: str, server: str = "llama.cpp") -> Renderer:
+    path = tmp_path / "t.jinja"
+    path.write_text(template)
+    r = Renderer.load(None, chat_template=path)
+    r.set_server(server)
+    return r
+
+
+def _call(
+    arguments: Any, *, wire: str | None = None, reasoning: str | None = None, system: bool = True
+) -> ChatCall:
+    call = {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": arguments}}
+    head = [{"role": "system", "content": "be brief"}] if system else []
+    return ChatCall(
+        call_id="c",
+        messages=[
+            *head,
+            {"role": "user", "content": "list it"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [call],
+                "reasoning_content": reasoning,
+            },
+            {"role": "tool", "content": "a.py", "tool_call_id": "c1"},
+        ],  # fmt: skip
+        completion={"role": "assistant", "content": "done"},
+        arguments_json=wire,
+        source_file="f.jsonl",
+        source_line=1,
+    )
+
+
+def _reference(r: Renderer, msgs: list[dict[str, Any]]) -> list[int]:
+    """apply_chat_template of ``msgs`` (llama.cpp's messages, written out) and the reply."""
+    full = [*msgs, {"role": "assistant", "content": "done"}]
+    return list(hf_tokenizer(r).apply_chat_template(full, tokenize=True, return_dict=False))
+
+
+def _llama_messages(arguments: Any, system: str = "be brief", **history: Any) -> list[dict]:
+    """The call of :func:`_call` as llama.cpp hands it to a template that takes a system role
+    (``to_json_oaicompat``: the call's fields, ``content`` always, empty fields left out)."""
+    call = {"type": "function", "function": {"name": "sh", "arguments": arguments}, "id": "c1"}
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "list it"},
+        {"role": "assistant", "content": "", "tool_calls": [call], **history},
+        {"role": "tool", "content": "a.py", "tool_call_id": "c1"},
+    ]
+
+
+@pytest.mark.parametrize(("template", "system_role", "object_arguments"), LLAMA_CPP_CAPS)
+def test_caps_are_llama_cpps(template: str, system_role: bool, object_arguments: bool) -> None:
+    assert llama_caps(ChatTemplate(template)) == LlamaCaps(system_role, object_arguments)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen2_5", "gpt-oss"])
+def test_the_real_templates_read_system_prompts_and_object_arguments(name: str) -> None:
+    """llama.cpp's caps_get on the three real templates: both true."""
+    folder = TOKENIZERS / name
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip("../shared/data is absent")
+    r = Renderer.load(str(folder), server="llama.cpp")
+    assert r._history.parts.caps == LlamaCaps(system_role=True, object_arguments=True)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "wire", "written"),
+    [('{"cmd":"ls -la"}', None, '{"cmd":"ls -la"}'),  # the request's string, as it is
+     ({"cmd": "ls", "n": 1.0}, None, '{"cmd":"ls","n":1.0}'),  # nlohmann's dump()
+     ({"cmd": "ls"}, "python", '{"cmd": "ls"}')],  # as the agent wrote the request
+)  # fmt: skip
+def test_a_template_that_reads_no_object_arguments_gets_the_requests_string(
+    tmp_path: Path, arguments: Any, wire: str | None, written: str
+) -> None:
+    r = _renderer(tmp_path, RAW_ARGUMENTS)
+    seq = r.render(_call(arguments, wire=wire), group_id="g")
+    assert list(seq.tokens) == _reference(r, _llama_messages(written))
+    assert f"<call>sh {written}</call>" in r.decode(seq.tokens)
+    # vLLM hands every template the object, which this one writes as Python's repr
+    r = _renderer(tmp_path, RAW_ARGUMENTS, "vllm")
+    assert "<call>sh {'cmd': 'ls" in r.decode(r.render(_call(arguments), group_id="g").tokens)
+
+
+def test_a_template_that_reads_object_arguments_gets_any_json_parsed(tmp_path: Path) -> None:
+    """llama.cpp parses every call's arguments for such a template (a list too), and fails a
+    request whose arguments are not JSON: the call is rejected naming the call."""
+    r = _renderer(tmp_path, CHAT_TEMPLATE)
+    seq = r.render(_call('["a","b"]'), group_id="g")
+    assert list(seq.tokens) == _reference(r, _llama_messages(["a", "b"]))
+    assert '"arguments": ["a", "b"]}' in r.decode(seq.tokens)
+    with pytest.raises(RenderError, match=r"messages\[2\] tool call 0 has arguments that are not"):
+        r.render(_call("ls -la"), group_id="g")
+    r.set_server("vllm")  # a string that holds no object stays the string there
+    assert '"arguments": ["a","b"]}' in r.decode(r.render(_call('["a","b"]'), group_id="g").tokens)
+
+
+def test_a_template_that_takes_no_system_role_gets_it_merged(tmp_path: Path) -> None:
+    """workaround::system_message_not_supported: the system message goes before the next one's
+    text, after a newline; the call keeps its system prompt (no gap is counted)."""
+    r = _renderer(tmp_path, NO_SYSTEM)
+    seq = r.render(_call('{"cmd":"ls"}'), group_id="g")
+    merged = _llama_messages('{"cmd":"ls"}')[1:]
+    merged[0] = {"role": "user", "content": "be brief\nlist it"}
+    assert list(seq.tokens) == _reference(r, merged)
+    assert NO_SYSTEM_PROMPT not in r.last_normalized
+    seq = r.render(_call('{"cmd":"ls"}', system=False), group_id="h")  # nothing to merge
+    assert list(seq.tokens) == _reference(r, _llama_messages('{"cmd":"ls"}')[1:])
+    with pytest.raises(RenderError, match="System role not supported"):
+        _renderer(tmp_path, NO_SYSTEM, "vllm").render(_call('{"cmd":"ls"}'), group_id="g")
+
+
+def test_merge_system_refuses_parts_and_drops_a_lone_system_message() -> None:
+    caps = LlamaCaps(system_role=False)
+    system = {"role": "system", "content": "be brief"}
+    assert merge_system([system], caps) == []
+    parts = [{"type": "text", "text": "hi"}]
+    with pytest.raises(RenderError, match="not a string"):
+        merge_system([system, {"role": "user", "content": parts}], caps)
+    assert merge_system([system], LlamaCaps(system_role=True)) == [system]
+
+
+def test_empty_reasoning_is_left_out(tmp_path: Path) -> None:
+    """to_json_oaicompat writes reasoning_content only when it is not empty; vLLM hands the
+    template the empty string."""
+    r = _renderer(tmp_path, REASONING_DEFINED)
+    seq = r.render(_call('{"cmd":"ls"}', reasoning=""), group_id="g")
+    assert list(seq.tokens) == _reference(r, _llama_messages('{"cmd":"ls"}'))
+    assert "<think>" not in r.decode(seq.tokens)
+    r = _renderer(tmp_path, REASONING_DEFINED, "vllm")
+    assert "<think></think>" in r.decode(r.render(_call("{}", reasoning=""), group_id="g").tokens)
