@@ -31,19 +31,14 @@ OPENCODE_SUB = "ses_5b2f0e7a1ffeHk3Wd9Px4Yc6sJ/msg_a4f10d002ffeC2"
 #: sample -> group -> {reason: the call ids under the branch node it names}
 CASES: dict[str, dict[str, dict[str, set[str]]]] = {
     # gptme sends a reply back with its <think> block in the text, which reaches the template as
-    # sent; the completion's block is made its reasoning (the built-in template writes a blank
-    # line after it, the model wrote one newline), so each call after a reply with one leaves
-    # that reply's trained tokens: unknown, as no format says why
+    # sent; the completion is trained as the model wrote it, block included (the built-in
+    # template prints it so), so each call goes on from the last one's trained tokens. (Made
+    # reasoning, the block was written with a blank line after it where the model wrote one
+    # newline, and four calls left their last reply's tokens: unknown.)
     "gptme": {
         GPTME: {
             "elided-history": {f"{GPTME}#3"},
             "retry": {f"{GPTME}/keep-underscores#2"},
-            "unknown": {
-                f"{GPTME}#2",
-                f"{GPTME}#3",
-                f"{GPTME}/keep-underscores#1",
-                f"{GPTME}/keep-underscores#2",
-            },
         }
     },
     # Gemini CLI sends a reply back without its thoughts: the calls after g-01 (and m-01) leave

@@ -47,8 +47,10 @@ SAMPLE_GOLDEN = {
     "gemini_cli_subagents": "1aa16d9d228d878872ece19414b50992ea105ee2daf92906f8cf5e1a30768e57",
     "goose": "38a491e66d197717ce7f9b305e9523d227f500d17344f3c85fcdb3bf607d1b67",
     # re-recorded 2026-12-07: an earlier reply's inline <think> block reaches the template as
-    # sent (the server does not split a prompt's messages); the built-in template prints it
-    "gptme": "b8a12d6b46987be4a62841e62773f9959c6015544f99748b08674647d39f3b8d",
+    # sent (the server does not split a prompt's messages); the built-in template prints it.
+    # Again the same day: a completion's block is trained as the model wrote it where the
+    # template prints it so (one newline after </think>, not the split's blank line)
+    "gptme": "c66054b2877c202c678cc01315e5de6af8c6005dfbabc07f1a7173c090c2b6e6",
     "kimi_cli": "4b376ef79f11744cd3a27225e6fefd2a8bac9d260b8e752c1d80d86f98ce2998",
     "litellm": "bb2d4220b3bb527787ed81dc6ff2372bb2df06a143c4ceff04de0291454e94b8",
     "mini_swe_agent_wc.traj.json": (

@@ -18,7 +18,11 @@ the probes found, before the template sees them:
   (nlohmann's ``dump()``). :func:`~treeprep.render.messages.llama_cpp_arguments` applies it.
 - empty ``reasoning_content``, ``tool_call_id`` and ``name``, and a call's empty ``id``, are left
   out (``common_chat_msg::to_json_oaicompat``), in
-  :func:`~treeprep.render.messages.normalize_message`.
+  :func:`~treeprep.render.messages.normalize_message`;
+- a gpt-oss template (``<|channel|>``) is rendered by llama.cpp's own handler
+  (``common_chat_params_init_gpt_oss``), which hands it a turn's reasoning as ``thinking`` (so
+  does every render here) and leaves out the text of a turn that has reasoning and tool calls:
+  gpt-oss's template refuses text and thinking together beside a call.
 
 The probes here are llama.cpp's conversations, rendered by the sandboxed template on dicts that
 record the keys a render reads (:class:`_Watched`: through ``.``, ``[]``, ``items`` and
@@ -49,6 +53,9 @@ class LlamaCaps:
     system_role: bool = True
     #: an argument of a call's object arguments (else every call's arguments go as a string)
     object_arguments: bool = False
+    #: a gpt-oss template (one that writes ``<|channel|>``), which llama.cpp's own handler hands
+    #: a turn of reasoning and tool calls without its text
+    gpt_oss: bool = False
 
 
 class _Watched(dict):  # type: ignore[type-arg]
@@ -177,10 +184,10 @@ def llama_caps(template: ChatTemplate) -> LlamaCaps:
     """llama.cpp's findings for ``template`` (its probes: see the module docstring).
 
     >>> llama_caps(ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}"))
-    LlamaCaps(system_role=True, object_arguments=False)
+    LlamaCaps(system_role=True, object_arguments=False, gpt_oss=False)
     >>> t = "{% for m in messages %}{{ m.role }}{{ (m.tool_calls or []) | tojson }}{% endfor %}"
     >>> llama_caps(ChatTemplate(t))
-    LlamaCaps(system_role=False, object_arguments=True)
+    LlamaCaps(system_role=False, object_arguments=True, gpt_oss=False)
     """
     system = [
         {"role": "system", "content": "System message"},
@@ -191,6 +198,7 @@ def llama_caps(template: ChatTemplate) -> LlamaCaps:
     return LlamaCaps(
         system_role=system_role,
         object_arguments="messages[1].tool_calls[0].function.arguments.arg" in read,
+        gpt_oss="<|channel|>" in template.source,
     )
 
 
@@ -207,7 +215,7 @@ def merge_system(messages: list[dict[str, Any]], caps: LlamaCaps) -> list[dict[s
     if len(messages) == 1:
         return []
     first, second = messages[0], messages[1]
-    if not isinstance(first["content"], str) or not isinstance(second["content"], str):
+    if not isinstance(first.get("content"), str) or not isinstance(second.get("content"), str):
         raise RenderError(
             "llama.cpp merges the system message into the next one for this chat template, "
             "which takes no system role, and fails a request where either is not a string "

@@ -6,10 +6,11 @@ inference server made of them (joined, or a list for a template that loops over 
 :mod:`treeprep.render.text_parts`, ``--server``), ``content: null`` becomes ``""``, unset fields
 are dropped; the two rewrites are a completion's inline ``<think>`` block (formats without
 a reasoning field) moved to ``reasoning_content``, the split Qwen3's template makes itself
-(:func:`split_inline_think`), and tool-call arguments logged as a string that holds a JSON object
-given to the template as that object (:func:`tool_arguments`). A prompt's earlier reply keeps its
-block in the content, as the server hands it to the template (Qwen3's template splits it
-itself; Qwen2.5's prints it).
+(:func:`split_inline_think`), which the renderer makes only where the template does not show
+the completion as the model wrote it, and tool-call arguments logged as a string that holds a
+JSON object given to the template as that object (:func:`tool_arguments`). A prompt's earlier
+reply keeps its block in the content, as the server hands it to the template (Qwen3's template
+splits it itself; Qwen2.5's prints it).
 
 Why the arguments: OpenAI-style logs keep a call's arguments as a JSON string, while the
 Hugging Face chat-template convention (transformers' docs: ``arguments`` is a dict) and the
@@ -62,8 +63,9 @@ def normalize_message(
     ``call_index`` a tool call is written as SGLang's model writes it
     (:func:`~treeprep.render.server_tools.tool_call`: its id, then ``index`` null). With
     ``llama`` (llama.cpp's findings for the template, :mod:`~treeprep.render.llama_caps`) the
-    arguments are what llama.cpp hands it (:func:`llama_cpp_arguments`), and empty
-    ``reasoning_content``, ``tool_call_id``, ``name`` and call ids are left out. A non-text
+    arguments are what llama.cpp hands it (:func:`llama_cpp_arguments`), empty
+    ``reasoning_content``, ``tool_call_id``, ``name`` and call ids are left out, and for gpt-oss
+    a prompt's turn of reasoning and tool calls has no ``content``. A non-text
     part (an image) cannot be rendered by a text-only template: :class:`RenderError`.
     """
     content: str | list[dict[str, str]]
@@ -109,6 +111,10 @@ def normalize_message(
         d["name"] = m.name
     if m.reasoning_content not in unset:
         d["reasoning_content"] = m.reasoning_content
+        if llama is not None and llama.gpt_oss and m.tool_calls and parts is not None:
+            # llama.cpp's gpt-oss handler sends the reasoning and calls of a prompt's turn, no
+            # text (a completion keeps what the model said: the template refuses all three)
+            del d["content"]
     return d
 
 
@@ -245,8 +251,10 @@ def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
     The split is the one Qwen3's template makes itself (reasoning with the newlines around it
     stripped, the text after ``</think>`` with its leading newlines stripped), so templates that
     split inline tags render the same tokens, and templates that take ``reasoning_content``
-    (gpt-oss's analysis channel) see the reasoning as reasoning. Text with a second tag, or
-    with words before the block, is left as it is.
+    (gpt-oss's analysis channel) see the reasoning as reasoning. The renderer renders it where
+    the completion as written does not show in the template's render (Qwen3's, when the model
+    wrote other newlines around the block). Text with a second tag, or with words before the
+    block, is left as it is.
 
     >>> split_inline_think({"role": "assistant", "content": "<think>\\nhm\\n</think>\\n\\nok"})
     {'role': 'assistant', 'content': 'ok', 'reasoning_content': 'hm'}
@@ -275,10 +283,11 @@ def template_messages(
     normalized: Callable[[list[Message], ArgumentsJson | None], list[dict]] | None = None,
 ) -> tuple[list[dict], dict, list[dict] | None]:
     """(messages, completion, tools) of a call as passed to the chat template, each message
-    normalized (the prompt's text parts by the server's rule ``parts``) and its inline
-    ``<think>`` block split off (the prompt's by ``normalized`` when given:
-    :class:`~treeprep.render.history.NormalizedHistory`, which reuses the dicts of a history it
-    has seen, normalized by the same rule)."""
+    normalized (the prompt's text parts by the server's rule ``parts``; the prompt's by
+    ``normalized`` when given: :class:`~treeprep.render.history.NormalizedHistory`, which
+    reuses the dicts of a history it has seen, normalized by the same rule). The completion is
+    as the model wrote it; the renderer splits off its inline ``<think>`` block where the
+    template does not show it as written (:func:`split_inline_think`)."""
     wire = rec.arguments_json
     index, caps = parts.server is Server.sglang, parts.caps
     if normalized is not None:
@@ -292,5 +301,4 @@ def template_messages(
         msgs = merge_system(msgs, caps) if caps is not None else msgs
     comp = normalize_message(rec.completion, "completion", raw_arguments=parts.harmony,
                              wire=wire, call_index=index, llama=caps)  # fmt: skip
-    comp = split_inline_think(comp)
     return msgs, comp, (rec.tools or None)

@@ -73,14 +73,14 @@ from treeprep.render.history import NormalizedHistory, RenderedPrefixes
 from treeprep.render.idcheck import IdCheck
 from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
 from treeprep.render.incremental import IncrementalRenderer, verified_once
-from treeprep.render.messages import template_messages
+from treeprep.render.messages import split_inline_think, template_messages
 from treeprep.render.native import FALLBACK_ERRORS, check_port, find_port, find_verified_port
-from treeprep.render.prompted import completion_after_prompt
 from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
 from treeprep.render.rollout import record_sequence, rollout_sequence
 from treeprep.render.server_side import ServerSide
 from treeprep.render.server_tools import SGLANG_NEWEST, Version
+from treeprep.render.span import TrainedSpan, trained_span
 from treeprep.render.template import ChatTemplate, RenderFn, RenderLimits
 from treeprep.render.text_parts import template_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
@@ -510,68 +510,78 @@ class Renderer:
             raise RenderError("the call has no prompt messages")
         msgs, comp, tools = self.normalize(rec)
         marks = self._history.marks(msgs)
-        full_msgs = [*msgs, comp]
         where = f"{rec.source_file}:{rec.source_line}"
         now = self._date_of(rec)
-        full_text = self.render_text(full_msgs, tools, now=now, where=where)
-        prompt_text = self.render_text(
-            msgs, tools, add_generation_prompt=True, now=now, where=where
-        )
-        full_ids = self.encode(full_text)
-        prompt_ids = self.encode(prompt_text)
-        n_p, n = len(prompt_ids), len(full_ids)
-        kept = None
-        if not is_prefix(prompt_ids, full_ids):
-            kept = completion_after_prompt(self.render_text, self.encode, msgs, comp, tools,
-                                           prompt=(prompt_text, prompt_ids), full_text=full_text,
-                                           now=now, where=where)  # fmt: skip
-            if kept is None:
-                raise RenderError(
-                    "the generation prompt apply_chat_template(messages, add_generation_prompt="
-                    "True) is not a token prefix of apply_chat_template(messages + [completion]) "
-                    f"({_first_difference(prompt_ids, full_ids)})"
-                )
-            full_text, full_ids, n = kept[0], kept[1], len(kept[1])
-        if n_p == n:
-            raise RenderError("the completion renders to no tokens after the generation prompt")
-        if full_text.startswith(prompt_text):
-            head_text, span_text = prompt_text, full_text[len(prompt_text) :]
-        else:
-            head_text, span_text = self.decode(full_ids[:n_p]), self.decode(full_ids[n_p:])
-        inline = rec.completion.reasoning_content is None and "reasoning_content" in comp
-        missing, normalized = completion_coverage(comp, span_text)
+        span, forms = self._completion_span(msgs, comp, tools, now, where)
+        comp, inline = forms[0], forms[0] is not comp  # inline: the split form renders
+        missing, normalized = completion_coverage(comp, span.text)
         if missing is None and inline:
-            missing = inline_think_missing(comp, span_text)
+            missing = inline_think_missing(comp, span.text)
         if missing is not None:
             raise dropped_error(comp, missing)
-        checked = self._read_back(comp, head_text, span_text)
+        checked = self._read_back(forms, span.head_text, span.text)
         branch = rec.branch_reason
         if branch is None and self._turns.rewritten(
-            msgs, tools, now, full_ids, self._history_ids(tools, now, where),
+            msgs, tools, now, span.full_ids, self._history_ids(tools, now, where),
             look_up=self._native is None,
         ):  # fmt: skip
             branch = "reasoning-dropped"
         if self._native is None:
-            self._turns.remember(full_msgs, tools, now, full_ids)
+            self._turns.remember([*msgs, comp], tools, now, span.full_ids)
         kinds = normalized_kinds(inline, normalized, undeclared_tools(comp, tools))
         kinds += prompt_gaps(msgs, comp, tools, has_system=self._history.has_system(msgs))
         kinds += marks
         self.last_normalized = (*kinds, ROUND_TRIP) if checked else kinds
-        self.last_prompt_kept = kept is not None
-        return record_sequence(rec, group_id, order, full_ids, [(n_p, n)], None, branch)
+        self.last_prompt_kept = span.kept
+        n, n_p = len(span.full_ids), span.n_prompt
+        return record_sequence(rec, group_id, order, span.full_ids, [(n_p, n)], None, branch)
 
-    def _read_back(self, comp: dict, head_text: str, span_text: str) -> bool:
+    def _completion_span(
+        self,
+        msgs: list[dict],
+        comp: dict,
+        tools: list[dict] | None,
+        now: datetime | None,
+        where: str,
+    ) -> tuple[TrainedSpan, tuple[dict, ...]]:
+        """The trained span, and the forms of the completion (the one rendered first): as the
+        model wrote it, where the template shows its text so, inline ``<think>`` block included;
+        else, with that block made its reasoning (:func:`~.messages.split_inline_think`, the
+        split Qwen3's template makes), the split form."""
+        head: list[tuple[str, np.ndarray]] = []
+
+        def prompt() -> tuple[str, np.ndarray]:  # rendered once, after the first full render
+            if not head:
+                text = self.render_text(msgs, tools, add_generation_prompt=True, now=now,
+                                        where=where)  # fmt: skip
+                head.append((text, self.encode(text)))
+            return head[0]
+
+        span = partial(trained_span, self.render_text, self.encode, self.decode, msgs,
+                       tools=tools, prompt=prompt, now=now, where=where)  # fmt: skip
+        split = split_inline_think(comp)
+        if split is comp:
+            return span(comp), (comp,)
+        try:
+            written = span(comp)
+        except RenderError:
+            written = None
+        if written is not None and completion_coverage(comp, written.text) == (None, False):
+            return written, (comp, split)
+        return span(split), (split, comp)
+
+    def _read_back(self, forms: tuple[dict, ...], head_text: str, span_text: str) -> bool:
         """Whether the model's response parser read the trained span (after ``head_text``, the
-        prompt's text) back (False: none known); :class:`RenderError` naming the difference when
-        it reads back as another message."""
+        prompt's text) back as the completion, in one of its ``forms`` (False: no parser known);
+        :class:`RenderError` naming the difference when it reads back as another message."""
         if self.response_parser is None:
             return False
-        why = self.response_parser.check(comp, head_text, span_text)
-        if why is not None:
+        whys = [self.response_parser.check(c, head_text, span_text) for c in forms]
+        if all(why is not None for why in whys):
             raise RenderError(
                 f"the trained completion does not round-trip through the model's response parser "
-                f"({self.response_parser.name}): {why}; training on it would teach the model an "
-                "output it does not emit"
+                f"({self.response_parser.name}): {whys[0]}; training on it would teach the model "
+                "an output it does not emit"
             )
         return True
 
@@ -587,12 +597,3 @@ class Renderer:
                 return None
 
         return ids
-
-
-def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:
-    m = min(len(prompt), len(full))
-    diff = np.nonzero(prompt[:m] != full[:m])[0]
-    if len(diff):
-        i = int(diff[0])
-        return f"they differ at token {i}: {int(prompt[i])} vs {int(full[i])}"
-    return f"the prompt has {len(prompt)} tokens, the full sequence {len(full)}"

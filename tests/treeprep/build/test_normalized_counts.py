@@ -87,11 +87,33 @@ def _stats_show(out: Path, want: dict[str, int]) -> None:
         assert f"normalized: {kind}" in res.stdout and f"{n:,}" in res.stdout
 
 
+#: a ChatML template that splits a reply's inline <think> block itself, with its own newlines
+#: around it, as Qwen3's does
+SPLITTING = (
+    "{%- for m in messages %}<|im_start|>{{ m.role + '\n' }}"
+    "{%- if m.role == 'assistant' %}{% set c, r = m.content, m.reasoning_content %}"
+    "{%- if r is not string and '</think>' in c %}"
+    "{% set c, r = c.split('</think>')[-1], c.split('</think>')[0].split('<think>')[-1] %}"
+    "{%- endif %}{% if r is string %}{{ '<think>\n' + r.strip('\n') + '\n</think>\n\n' }}"
+    "{%- endif %}{{ c.lstrip('\n') }}"
+    "{%- else %}{{ m.content }}{%- endif %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 def test_inline_think_rollouts_are_counted_and_shown(tmp_path: Path) -> None:
+    """The built-in template prints a reply as the model wrote it, block and blank lines
+    included: nothing is normalized. A template that splits the block itself with its own
+    newlines renders the block made reasoning: counted ``inline-think``."""
     rows = [_rollout(0, INLINE), _rollout(1, INLINE), _rollout(2, "The answer is 4.")]
     src = _write(tmp_path / "in" / "rollouts.jsonl", rows)
+    build(BuildConfig(inputs=[str(src)], out=str(tmp_path / "as-written")))
+    assert _reconciled(tmp_path / "as-written") == {}
+    template = tmp_path / "splitting.jinja"
+    template.write_text(SPLITTING)
     out = tmp_path / "out"
-    build(BuildConfig(inputs=[str(src)], out=str(out)))
+    build(BuildConfig(inputs=[str(src)], out=str(out),
+                      file=FileOptions(chat_template=str(template))))  # fmt: skip
     assert _reconciled(out) == {NORMALIZED_INLINE_THINK: 2}
     m = load_manifest(str(out))
     assert m.counts.records_in_trees == 3 and m.counts.records_rejected == 0

@@ -282,8 +282,9 @@ def test_deduplicated_and_normalized_builds_are_the_same_bytes_on_ray(
 
     * copies across files are left out alike by both engines, a kept row whose shared prefix
       was a dropped duplicate made whole by both (issue 27: dedup);
-    * a file with inline-think calls beside files without: each file's counts come back alone
-      (Arrow gives the other files' count keys as None), the manifests are the same bytes."""
+    * a file with calls counted as normalized beside files without: each file's counts come
+      back alone (Arrow gives the other files' count keys as None), the manifests are the
+      same bytes."""
     import orjson
 
     def call(g: str, i: int, more: bool = False) -> dict:
@@ -307,6 +308,14 @@ def test_deduplicated_and_normalized_builds_are_the_same_bytes_on_ray(
             "completion": {"role": "assistant", "content": text},
         }
 
+    def undeclared(i: int) -> dict:  # calls a tool its schemas lack: counted partial-tools
+        cat = {"id": f"c{i}", "type": "function", "function": {"name": "cat", "arguments": "{}"}}
+        return {
+            **thought(i, ""),
+            "tools": [{"type": "function", "function": {"name": "ls", "parameters": {}}}],
+            "completion": {"role": "assistant", "content": "", "tool_calls": [cat]},
+        }
+
     def write(name: str, rows: list[dict]) -> None:
         (logs / name).write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
 
@@ -314,12 +323,12 @@ def test_deduplicated_and_normalized_builds_are_the_same_bytes_on_ray(
     logs.mkdir()
     write("a.jsonl", [call("g", i) for i in range(3)])
     write("b.jsonl", [call("h", 0), call("h", 0, more=True), call("h", 7)])
-    write("c.jsonl", [thought(i, f"<think>\nplan {i}\n</think>\n\n\nnote {i}\n") for i in range(2)])
+    write("c.jsonl", [undeclared(i) for i in range(2)])
     for name in ("d", "e"):
         write(f"{name}.jsonl", [thought(i, f"note {i} of {name}") for i in range(3)])
     m = build(BuildConfig(inputs=[str(logs)], out=str(tmp_path / "local")))
     assert m.filtered == {"duplicate tokens": 1}
-    assert m.normalized == {"inline-think": 2, "round-trip": m.counts.records_in_trees}
+    assert m.normalized == {"partial-tools": 2, "round-trip": m.counts.records_in_trees}
     m_ray = build(
         BuildConfig(inputs=[str(logs)], out=str(tmp_path / "ray"), engine="ray", workers=2)
     )

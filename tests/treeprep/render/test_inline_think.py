@@ -173,17 +173,46 @@ def test_a_prompt_s_inline_think_reaches_the_template_as_sent(tokenizer: Path) -
 
 
 @pytest.mark.skipif(not (QWEN25 / "tokenizer.json").is_file(), reason="../shared/data is absent")
-def test_a_completion_s_inline_think_that_the_template_does_not_show_is_rejected() -> None:
-    """The model wrote the block in its text; made its reasoning, a template that does not show
-    ``reasoning_content`` (Qwen2.5's) would train the reply without it: rejected, naming it,
-    where Qwen3's shows it and trains it."""
-    from treeprep.errors import RenderError
+def test_a_completion_s_inline_think_trains_as_the_model_wrote_it() -> None:
+    """The model wrote the block in its text: a template that prints the text (Qwen2.5's) trains
+    it as written, apply_chat_template's tokens of the completion as logged; Qwen3's splits it
+    itself, with its own newlines, and the split form renders (counted ``inline-think``)."""
+    from transformers import AutoTokenizer  # the reference only
+
     from treeprep.render import Renderer
 
     msgs = [{"role": "user", "content": "2+2?"}]
     comp = {"role": "assistant", "content": INLINE}
-    with pytest.raises(RenderError, match="inline <think> block does not appear"):
-        Renderer.load(str(QWEN25)).render(_call(msgs, comp), group_id="g")
+    r = Renderer.load(str(QWEN25))
+    seq = r.render(_call(msgs, comp), group_id="g")
+    hf = AutoTokenizer.from_pretrained(str(QWEN25), local_files_only=True)
+    assert list(seq.tokens) == list(hf.apply_chat_template([*msgs, comp], tokenize=True,
+                                                           return_dict=False))  # fmt: skip
+    assert INLINE.strip() in r.decode(seq.tokens[seq.loss_spans[0][0] :])
+    assert "inline-think" not in r.last_normalized
     r = Renderer.load(str(QWEN3))
     seq = r.render(_call(msgs, comp), group_id="g")
     assert "Add the two numbers." in r.decode(seq.tokens[seq.loss_spans[0][0] :])
+    assert "inline-think" in r.last_normalized
+
+
+#: a template that cuts a reply's <think> block out of its text and shows no reasoning field
+DROPS_THINK = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content.split('</think>')[-1] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_completion_s_inline_think_that_the_template_does_not_show_is_rejected(
+    tmp_path: Path,
+) -> None:
+    """Neither as written nor made its reasoning does the block show: rejected, naming it."""
+    from treeprep.errors import RenderError
+    from treeprep.render import Renderer
+
+    path = tmp_path / "t.jinja"
+    path.write_text(DROPS_THINK)
+    r = Renderer.load(None, chat_template=path)
+    comp = {"role": "assistant", "content": INLINE}
+    with pytest.raises(RenderError, match="inline <think> block does not appear"):
+        r.render(_call([{"role": "user", "content": "2+2?"}], comp), group_id="g")

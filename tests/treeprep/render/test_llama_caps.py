@@ -156,7 +156,8 @@ def test_the_real_templates_read_system_prompts_and_object_arguments(name: str) 
     if not (folder / "tokenizer.json").is_file():
         pytest.skip("../shared/data is absent")
     r = Renderer.load(str(folder), server="llama.cpp")
-    assert r._history.parts.caps == LlamaCaps(system_role=True, object_arguments=True)
+    want = LlamaCaps(system_role=True, object_arguments=True, gpt_oss=name == "gpt-oss")
+    assert r._history.parts.caps == want
 
 
 @pytest.mark.parametrize(
@@ -224,3 +225,33 @@ def test_empty_reasoning_is_left_out(tmp_path: Path) -> None:
     assert "<think>" not in r.decode(seq.tokens)
     r = _renderer(tmp_path, REASONING_DEFINED, "vllm")
     assert "<think></think>" in r.decode(r.render(_call("{}", reasoning=""), group_id="g").tokens)
+
+
+GPT_OSS = TOKENIZERS / "gpt-oss"
+
+
+@pytest.mark.skipif(not (GPT_OSS / "tokenizer.json").is_file(), reason="../shared/data is absent")
+def test_gpt_oss_turns_of_reasoning_text_and_calls_lose_their_text() -> None:
+    """llama.cpp's gpt-oss handler (common_chat_params_init_gpt_oss) hands the template a turn's
+    reasoning as ``thinking`` and, where the turn calls tools, no text: the history turn that
+    has all three renders as its reasoning and call (gpt-oss's template refuses text and
+    thinking together); a completion keeps what the model said, which the template refuses."""
+    from hf_reference import apply_at_fixed_date
+
+    r = Renderer.load(str(GPT_OSS), server="llama.cpp")
+    call = {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": {"cmd": "ls"}}}
+    turn = {"role": "assistant", "content": "Let me look.", "reasoning_content": "List it.",
+            "tool_calls": [call]}  # fmt: skip
+    msgs = [{"role": "user", "content": "list it"}, turn,
+            {"role": "tool", "content": "a.py", "tool_call_id": "c1"}]  # fmt: skip
+    rec = ChatCall(call_id="c", messages=msgs, completion={"role": "assistant", "content": "Done."},
+                   source_file="f", source_line=1)  # fmt: skip
+    seq = r.render(rec, group_id="g")
+    sent = {"role": "assistant", "thinking": "List it.", "tool_calls": [call]}
+    want = apply_at_fixed_date(r, [msgs[0], sent, msgs[2]], tokenize=True, return_dict=False,
+                               add_generation_prompt=True)  # fmt: skip
+    (span,) = seq.loss_spans  # the final answer after the prompt the model saw (prompted.py)
+    assert list(seq.tokens[: span[0]]) == list(want) and r.last_prompt_kept
+    assert "List it." in r.decode(seq.tokens) and "Let me look." not in r.decode(seq.tokens)
+    with pytest.raises(RenderError, match="Cannot pass both content and thinking"):
+        r.render(ChatCall(call_id="d", messages=msgs[:1], completion=turn), group_id="g")

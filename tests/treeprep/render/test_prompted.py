@@ -120,14 +120,25 @@ def test_final_answer_after_claude_turns_is_trained_after_its_prompt(
 
 
 @needs_data
-def test_unmerged_claude_turns_stay_rejected(r: Renderer) -> None:
-    """Without --reasoning-merge the template's own error stands: nothing is rendered after the
-    prompt for a call whose history does not render."""
+def test_unmerged_claude_turns_render_as_llama_cpp_sends_them(r: Renderer) -> None:
+    """Without --reasoning-merge, llama.cpp's gpt-oss handler sends each Claude turn as its
+    reasoning and call, its text left out (render/llama_caps.py): the prompt is the reference's
+    of those messages. SGLang hands the template the turns as they are: the template's own
+    error stands, and nothing is rendered after the prompt for a call whose history does not
+    render."""
     call = ChatCall.model_validate(
         {"call_id": "c", "messages": _claude_session(), "tools": TOOLS, "completion": FINAL}
     )
+    sent = call.model_copy(deep=True)
+    for m in sent.messages:
+        if m.tool_calls:
+            m.content = None
+    seq = r.render(call, group_id="g")
+    prompt = _reference(r, sent, gen=True, final=False)
+    assert r.decode(seq.tokens[: seq.loss_spans[0][0]]) == prompt
+    assert "Let me run step" not in prompt and "Step 1 needs Bash." in prompt
     with pytest.raises(RenderError, match="Cannot pass both content and thinking"):
-        r.render(call, group_id="g")
+        Renderer.load(GPT_OSS, server="sglang").render(call, group_id="g")
 
 
 def test_a_header_the_full_render_lacks_stays_rejected(tmp_path: Path) -> None:
