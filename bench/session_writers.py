@@ -91,6 +91,19 @@ def write_gptme(folder: Path, n: int) -> Path:
     return path
 
 
+def write_gptme_think(folder: Path, n: int) -> Path:
+    """:func:`write_gptme` with every reply opening with an inline ``<think>`` block and one
+    newline after it, as the gptme sample's replies do: the completion trains as written where
+    the template prints it so, else made reasoning."""
+    path = write_gptme(folder, n)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for i, line in enumerate(lines):
+        if line["role"] == "assistant":
+            line["content"] = f"<think>\nStep {i}: look before acting.\n</think>\n{line['content']}"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
 def write_chat_row(folder: Path, n: int, request: dict | None = None) -> Path:
     """One OpenAI fine-tuning row (``sample_data/conversations/openai_finetune.jsonl``), with the
     request's fields ``request`` (its ``chat_template_kwargs``, ``reasoning_effort``)."""
@@ -539,6 +552,7 @@ WRITERS: dict[str, Callable[[Path, int], Path]] = {
     "cline": write_cline,
     "roo-code": write_roo_code,
     "gptme": write_gptme,
+    "gptme-think": write_gptme_think,
     "chat-row": write_chat_row,
     # Qwen3's thinking turned off in every call, and gpt-oss's effort: a kwarg the template reads
     "chat-row-kwargs": lambda folder, n: write_chat_row(
