@@ -240,7 +240,8 @@ _PARSED_MAX = 4096
 _NOT_AN_OBJECT: Any = object()
 
 
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+#: the tags of an inline reasoning block
+THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 
 def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
@@ -264,15 +265,15 @@ def split_inline_think(d: dict[str, Any]) -> dict[str, Any]:
         d.get("role") != "assistant"
         or d.get("reasoning_content") is not None
         or not isinstance(content, str)
-        or not content.lstrip().startswith(_THINK_OPEN)
-        or content.count(_THINK_OPEN) != 1
+        or not content.lstrip().startswith(THINK_OPEN)
+        or content.count(THINK_OPEN) != 1
         or content.count(_THINK_CLOSE) != 1
     ):
         return d
     head, tail = content.split(_THINK_CLOSE)
-    if _THINK_OPEN not in head:
+    if THINK_OPEN not in head:
         return d
-    reasoning = head.rstrip("\n").split(_THINK_OPEN)[-1].lstrip("\n")
+    reasoning = head.rstrip("\n").split(THINK_OPEN)[-1].lstrip("\n")
     return {**d, "content": tail.lstrip("\n"), "reasoning_content": reasoning}
 
 

@@ -73,14 +73,14 @@ from treeprep.render.history import NormalizedHistory, RenderedPrefixes
 from treeprep.render.idcheck import IdCheck
 from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
 from treeprep.render.incremental import IncrementalRenderer, verified_once
-from treeprep.render.messages import split_inline_think, template_messages
+from treeprep.render.messages import THINK_OPEN, template_messages
 from treeprep.render.native import FALLBACK_ERRORS, check_port, find_port, find_verified_port
 from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
 from treeprep.render.rollout import record_sequence, rollout_sequence
 from treeprep.render.server_side import ServerSide
 from treeprep.render.server_tools import SGLANG_NEWEST, Version
-from treeprep.render.span import TrainedSpan, trained_span
+from treeprep.render.span import TrainedSpan, completion_span, trained_span
 from treeprep.render.template import ChatTemplate, RenderFn, RenderLimits
 from treeprep.render.text_parts import template_parts
 from treeprep.schemas import ChatCall, TokenizerIdentity, TokenRollout
@@ -544,10 +544,9 @@ class Renderer:
         now: datetime | None,
         where: str,
     ) -> tuple[TrainedSpan, tuple[dict, ...]]:
-        """The trained span, and the forms of the completion (the one rendered first): as the
-        model wrote it, where the template shows its text so, inline ``<think>`` block included;
-        else, with that block made its reasoning (:func:`~.messages.split_inline_think`, the
-        split Qwen3's template makes), the split form."""
+        """The trained span, and the forms of the completion, the one it renders first
+        (:func:`~.span.completion_span`: with an inline ``<think>`` block, as the model wrote it
+        or the block made its reasoning, in the order this template's reasoning asks)."""
         head: list[tuple[str, np.ndarray]] = []
 
         def prompt() -> tuple[str, np.ndarray]:  # rendered once, after the first full render
@@ -559,16 +558,7 @@ class Renderer:
 
         span = partial(trained_span, self.render_text, self.encode, self.decode, msgs,
                        tools=tools, prompt=prompt, now=now, where=where)  # fmt: skip
-        split = split_inline_think(comp)
-        if split is comp:
-            return span(comp), (comp,)
-        try:
-            written = span(comp)
-        except RenderError:
-            written = None
-        if written is not None and completion_coverage(comp, written.text) == (None, False):
-            return written, (comp, split)
-        return span(split), (split, comp)
+        return completion_span(span, comp, THINK_OPEN in self.template.source)
 
     def _read_back(self, forms: tuple[dict, ...], head_text: str, span_text: str) -> bool:
         """Whether the model's response parser read the trained span (after ``head_text``, the

@@ -6,8 +6,19 @@ it; where the template rewrites the history for the completion, the completion i
 full render and put after the prompt the model saw (:mod:`treeprep.render.prompted`). Anything
 else is a :class:`~treeprep.errors.RenderError` naming where the two differ.
 
-Which form of the completion is rendered, and what the span must show, is the renderer's
-(:meth:`~treeprep.render.renderer.Renderer.render`).
+A completion that opens with an inline ``<think>`` block (a format with no reasoning field) has
+two forms: the text as logged, and the block made its reasoning
+(:func:`~treeprep.render.messages.split_inline_think`). The log does not say which the model
+emitted: a model served without a reasoning parser writes the block in its text, and a client
+that gets the reasoning in a field of its own writes it back as such a block (gptme wraps
+``reasoning_content`` as ``<think>\n...\n</think>\n\n``). :func:`completion_span` picks by the
+template's own reasoning: where the template writes ``<think>`` (Qwen3's, DeepSeek's, the
+built-in ChatML), the model's reasoning is such a block, and the text as logged is tried first,
+taken where the template prints it as it is; where the template has another channel for
+reasoning (gpt-oss's analysis), a ``<think>`` block can only be a client's wrapping of it, and the
+split form is tried first, taken where its reasoning shows. The other form is the fallback (so
+Qwen2.5's template, which shows no reasoning field, prints the text as logged); what the span
+must show is then checked by the renderer (:meth:`~treeprep.render.renderer.Renderer.render`).
 """
 
 from __future__ import annotations
@@ -19,10 +30,12 @@ from datetime import datetime
 import numpy as np
 
 from treeprep.errors import RenderError
+from treeprep.render.coverage import completion_coverage, inline_think_missing
+from treeprep.render.messages import split_inline_think
 from treeprep.render.prompted import RenderText, completion_after_prompt
 from treeprep.sequence import is_prefix
 
-__all__ = ["TrainedSpan", "trained_span"]
+__all__ = ["TrainedSpan", "completion_span", "trained_span"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,33 @@ def trained_span(
     else:
         head_text, text = decode(full_ids[:n_p]), decode(full_ids[n_p:])
     return TrainedSpan(full_text, full_ids, n_p, head_text, text, kept is not None)
+
+
+def completion_span(
+    span: Callable[[dict], TrainedSpan], comp: dict, think_tags: bool
+) -> tuple[TrainedSpan, tuple[dict, ...]]:
+    """The trained span of ``comp`` (``span``: :func:`trained_span` of a form), and the forms of
+    it, the one the span renders first; ``think_tags``: the template writes reasoning as an
+    inline ``<think>`` block (module docstring)."""
+    split = split_inline_think(comp)
+    if split is comp:
+        return span(comp), (comp,)
+    forms = (comp, split) if think_tags else (split, comp)
+    try:
+        first = span(forms[0])
+    except RenderError:
+        first = None
+    if first is not None and _shows(forms[0], first.text, split=forms[0] is split):
+        return first, forms
+    return span(forms[1]), (forms[1], forms[0])
+
+
+def _shows(form: dict, text: str, *, split: bool) -> bool:
+    """Whether ``text`` shows the form as it is: the text as logged verbatim; the split form's
+    text and reasoning."""
+    if split:
+        return completion_coverage(form, text)[0] is None and not inline_think_missing(form, text)
+    return completion_coverage(form, text) == (None, False)
 
 
 def _first_difference(prompt: np.ndarray, full: np.ndarray) -> str:

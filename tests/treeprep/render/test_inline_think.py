@@ -206,7 +206,9 @@ DROPS_THINK = (
 def test_a_completion_s_inline_think_that_the_template_does_not_show_is_rejected(
     tmp_path: Path,
 ) -> None:
-    """Neither as written nor made its reasoning does the block show: rejected, naming it."""
+    """Neither as written nor made its reasoning does the block show: rejected (the template
+    writes no ``<think>``, so the split form is tried first, then the text as logged, whose
+    reasoning is missing from the span)."""
     from treeprep.errors import RenderError
     from treeprep.render import Renderer
 
@@ -214,5 +216,25 @@ def test_a_completion_s_inline_think_that_the_template_does_not_show_is_rejected
     path.write_text(DROPS_THINK)
     r = Renderer.load(None, chat_template=path)
     comp = {"role": "assistant", "content": INLINE}
-    with pytest.raises(RenderError, match="inline <think> block does not appear"):
+    with pytest.raises(RenderError, match="the completion's text does not appear"):
         r.render(_call([{"role": "user", "content": "2+2?"}], comp), group_id="g")
+
+
+GPT_OSS = ROOT / ".." / "shared" / "data" / "tokenizers" / "gpt-oss"
+
+
+@pytest.mark.skipif(not (GPT_OSS / "tokenizer.json").is_file(), reason="../shared/data is absent")
+@pytest.mark.parametrize("server", ["vllm", "llama.cpp"])
+def test_a_think_block_for_gpt_oss_is_its_analysis(server: str) -> None:
+    """gpt-oss writes its reasoning in the analysis channel and never a ``<think>`` block: a
+    block in a logged reply is a client's wrapping of that channel (gptme's), trained as the
+    analysis, on Harmony (vLLM) as on the template (llama.cpp)."""
+    from treeprep.render import Renderer
+
+    r = Renderer.load(str(GPT_OSS), server=server)
+    comp = {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\n4"}
+    seq = r.render(_call([{"role": "user", "content": "2+2?"}], comp), group_id="g")
+    assert r.decode(seq.tokens[seq.loss_spans[0][0] :]) == (
+        "<|channel|>analysis<|message|>Add them.<|end|><|start|>assistant<|channel|>final"
+        "<|message|>4<|return|>"
+    )

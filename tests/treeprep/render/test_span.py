@@ -13,6 +13,7 @@ from hf_reference import hf_tokenizer
 from treeprep.errors import RenderError
 from treeprep.render import Renderer
 from treeprep.render.span import trained_span
+from treeprep.schemas import ChatCall
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
 REPLY = {"role": "assistant", "content": "hello"}
@@ -60,3 +61,31 @@ def test_a_completion_that_renders_to_nothing_is_refused(tmp_path: Path) -> None
                             "{{ m.content }};{% endif %}{% endfor %}")  # fmt: skip
     with pytest.raises(RenderError, match="renders to no tokens"):
         _span(r, MSGS, REPLY)
+
+
+#: a template with a reasoning channel of its own, which prints a reply's text as it is
+CHANNEL = (
+    "{% for m in messages %}<{{ m.role }}>{% if m.reasoning_content %}[reason]"
+    "{{ m.reasoning_content }}[/reason]{% endif %}{{ m.content }};{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+#: the same, its reasoning written as an inline block
+THINK = CHANNEL.replace("[reason]", "<think>").replace("[/reason]", "</think>")
+BLOCK = {"role": "assistant", "content": "<think>plan</think>done"}
+
+
+@pytest.mark.parametrize(
+    ("template", "trained"),
+    [(THINK, "<think>plan</think>done;"),  # the model's own form: the text as logged
+     (CHANNEL, "[reason]plan[/reason]done;")],  # a client's wrapping of the channel: split
+)  # fmt: skip
+def test_an_inline_block_renders_in_the_templates_own_form(
+    tmp_path: Path, template: str, trained: str
+) -> None:
+    """Where the template writes its reasoning as a ``<think>`` block, the reply is trained as
+    logged; where it has a channel of its own (gpt-oss's analysis), the block can only be a
+    client's wrapping of that channel (gptme's), and the block is made the reasoning."""
+    r = _renderer(tmp_path, template)
+    seq = r.render(ChatCall(call_id="c", messages=MSGS, completion=BLOCK), group_id="g")
+    assert r.decode(seq.tokens[seq.loss_spans[0][0] :]) == trained
+    assert ("inline-think" in r.last_normalized) is (template == CHANNEL)
