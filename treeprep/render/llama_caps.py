@@ -16,6 +16,10 @@ the probes found, before the template sees them:
   string (one that is not JSON fails the request: ``workaround::func_args_not_string``); any
   other template gets the string as the request held it, an object written compact
   (nlohmann's ``dump()``). :func:`~treeprep.render.messages.llama_cpp_arguments` applies it.
+- **content** (``supports_string_content``, ``supports_typed_content``): a user message's content
+  is probed as a string and as a list, and what the render uses as an array (a loop, an index,
+  ``selectattr``) decides how a message of text parts reaches the template
+  (:mod:`treeprep.render.text_parts`);
 - empty ``reasoning_content``, ``tool_call_id`` and ``name``, and a call's empty ``id``, are left
   out (``common_chat_msg::to_json_oaicompat``), in
   :func:`~treeprep.render.messages.normalize_message`;
@@ -28,9 +32,9 @@ The probes here are llama.cpp's conversations, rendered by the sandboxed templat
 record the keys a render reads (:class:`_Watched`: through ``.``, ``[]``, ``items`` and
 ``values``, which ``tojson`` calls, not ``get``, which llama.cpp's engine does not call on a
 message; and all of a dict through the ``string`` filter, as llama.cpp marks it, where writing
-it whole reads nothing in it). On 25 templates (Qwen3's, Qwen2.5's and gpt-oss's among them)
-this finds what llama.cpp's own ``caps_get`` finds. How a message's text
-parts reach the template, llama.cpp's other capability, is :mod:`treeprep.render.text_parts`.
+it whole reads nothing in it; ``tojson`` uses no list as an array; a loop over a string fails,
+as in llama.cpp's engine). On 43 templates (Qwen3's, Qwen2.5's and gpt-oss's among them) this
+finds what llama.cpp's own ``caps_get`` finds.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class LlamaCaps:
     #: a gpt-oss template (one that writes ``<|channel|>``), which llama.cpp's own handler hands
     #: a turn of reasoning and tool calls without its text
     gpt_oss: bool = False
+    #: a content given as a string, and as a list of parts (only the one: llama.cpp makes every
+    #: content that one; both or neither: each as the request gives it)
+    string_content: bool = True
+    typed_content: bool = False
 
 
 class _Watched(dict):  # type: ignore[type-arg]
@@ -87,14 +95,47 @@ class _Watched(dict):  # type: ignore[type-arg]
 
 
 class _WatchedList(list):  # type: ignore[type-arg]
-    """A list of watched values, which marks them all read through the ``string`` filter."""
+    """A list of watched values, which marks them all read through the ``string`` filter, and
+    records ``path[]`` when a render uses it as an array (iterates or indexes it)."""
 
-    __slots__ = ()
+    def __init__(self, items: Any, path: str, used: set[str]) -> None:
+        super().__init__(items)
+        self._path, self._used = path, used
+
+    def __iter__(self) -> Any:
+        if not _by_json(sys._getframe(1)):  # tojson writes it whole: no array use
+            self._used.add(f"{self._path}[]")
+        return super().__iter__()
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int):
+            self._used.add(f"{self._path}[]")
+        return super().__getitem__(key)
 
     def __str__(self) -> str:
         if _by_string_filter(sys._getframe(1)):
             _mark_all(self)
         return super().__str__()
+
+
+class _WatchedStr(str):
+    """A string that records ``path[]`` when a render uses it as an array, as llama.cpp's
+    content probe looks for (a loop over it, an index, ``selectattr``), and fails a loop over
+    it, as llama.cpp's engine does."""
+
+    def __new__(cls, text: str, path: str, used: set[str]) -> _WatchedStr:
+        obj = super().__new__(cls, text)
+        obj._path, obj._used = path, used  # type: ignore[attr-defined]
+        return obj
+
+    def __iter__(self) -> Any:
+        self._used.add(f"{self._path}[]")  # type: ignore[attr-defined]
+        raise TypeError("llama.cpp's engine loops over no string")
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int):
+            self._used.add(f"{self._path}[]")  # type: ignore[attr-defined]
+        return super().__getitem__(key)
 
 
 def _by_string_filter(caller: Any) -> bool:
@@ -109,13 +150,19 @@ def _by_string_filter(caller: Any) -> bool:
     )
 
 
+def _by_json(caller: Any) -> bool:
+    """Whether a list is iterated by ``json`` (``tojson``), which llama.cpp does not count as
+    using it as an array."""
+    return caller.f_code.co_filename.endswith(("json/encoder.py", "json\\encoder.py"))
+
+
 def _mark_all(value: Any) -> None:
     if isinstance(value, _Watched):
         for k, v in dict.items(value):
             value._used.add(f"{value._path}.{k}")
             _mark_all(v)
     elif isinstance(value, list):
-        for v in value:
+        for v in list.__iter__(value):
             _mark_all(v)
 
 
@@ -123,13 +170,23 @@ def _watch(value: Any, path: str, used: set[str]) -> Any:
     if isinstance(value, dict):
         return _Watched(value, path, used)
     if isinstance(value, list):
-        return _WatchedList(_watch(v, f"{path}[{i}]", used) for i, v in enumerate(value))
+        items = (_watch(v, f"{path}[{i}]", used) for i, v in enumerate(value))
+        return _WatchedList(items, path, used)
+    if isinstance(value, str):
+        return _WatchedStr(value, path, used)
     return value
 
 
 def _used(template: ChatTemplate, messages: list[dict[str, Any]], tools: list[Any]) -> set[str]:
     """The paths a render of llama.cpp's probe read (``messages[1].content``, ...), whether the
     render succeeded or not (llama.cpp keeps what a failed probe read too)."""
+    return _probe(template, messages, tools)[0]
+
+
+def _probe(
+    template: ChatTemplate, messages: list[dict[str, Any]], tools: list[Any]
+) -> tuple[set[str], str | None]:
+    """(the paths a render of llama.cpp's probe read, its text or None where it failed)."""
     used: set[str] = set()
     variables = {
         **template.special_tokens,
@@ -140,10 +197,28 @@ def _used(template: ChatTemplate, messages: list[dict[str, Any]], tools: list[An
         "add_generation_prompt": True,
     }
     try:
-        template.render_variables(variables)
+        return used, template.render_variables(variables)
     except TreeprepError:
-        pass
-    return used
+        return used, None
+
+
+#: what llama.cpp's content probe gives a user message, and looks for in the render
+_MARKER = "STRING_MARKER"
+
+
+def _content_caps(template: ChatTemplate) -> tuple[bool, bool]:
+    """(string content, typed content): llama.cpp's probe of a user message's content as the
+    string :data:`_MARKER`, then as an empty list. Typed: the render used the content as an
+    array (a loop, an index, ``selectattr``), the list's render doing so without failing;
+    string: the string's render did not fail, nor, using it as an array, leave the marker out.
+    (llama.cpp renders the list only for a template that tests the content with ``is
+    string``; a template that does not and loops over a list does so over the string too.)"""
+    content = "messages[0].content[]"
+    used, text = _probe(template, [{"role": "user", "content": _MARKER}], [])
+    typed = content in used
+    string = text is not None and not (typed and _MARKER not in text)
+    used, text = _probe(template, [{"role": "user", "content": []}], [])
+    return string, typed or (content in used and text is not None)
 
 
 def _probe_tool_call() -> list[dict[str, Any]]:
@@ -184,10 +259,12 @@ def llama_caps(template: ChatTemplate) -> LlamaCaps:
     """llama.cpp's findings for ``template`` (its probes: see the module docstring).
 
     >>> llama_caps(ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}"))
-    LlamaCaps(system_role=True, object_arguments=False, gpt_oss=False)
+    LlamaCaps(system_role=True, object_arguments=False, gpt_oss=False, string_content=True,
+              typed_content=False)
     >>> t = "{% for m in messages %}{{ m.role }}{{ (m.tool_calls or []) | tojson }}{% endfor %}"
     >>> llama_caps(ChatTemplate(t))
-    LlamaCaps(system_role=False, object_arguments=True, gpt_oss=False)
+    LlamaCaps(system_role=False, object_arguments=True, gpt_oss=False, string_content=True,
+              typed_content=False)
     """
     system = [
         {"role": "system", "content": "System message"},
@@ -195,10 +272,13 @@ def llama_caps(template: ChatTemplate) -> LlamaCaps:
     ]
     system_role = "messages[0].content" in _used(template, system, [])
     read = _used(template, _probe_tool_call(), _PROBE_TOOLS)
+    string, typed = _content_caps(template)
     return LlamaCaps(
         system_role=system_role,
         object_arguments="messages[1].tool_calls[0].function.arguments.arg" in read,
         gpt_oss="<|channel|>" in template.source,
+        string_content=string,
+        typed_content=typed,
     )
 
 

@@ -19,12 +19,11 @@ way. The tokens the model saw are the server's, so the build renders as the serv
   ``message.content``, ``msg.content`` or ``m.content``; then the list goes to the template,
   but a tool message's text parts, which 0.5.11 and later join with ``" "`` all the same
   (``entrypoints/openai/serving_chat.py``: ``normalize_tool_content``; ``--sglang-version``).
-- **llama.cpp** (``common/chat.cpp``, its template capabilities): joins them with ``"\\n"``
-  (none before a part while the text so far is empty),
-  unless the template *requires* parts: it shows a user message given as a string nowhere in its
-  text, but shows it given as one text part. That is found by rendering both (the renderer's
-  probe, :func:`text_parts` ``render``), so a template that takes both (Qwen3.5's) gets the parts
-  joined here where vLLM hands it the list.
+- **llama.cpp** (``common/chat.cpp``, by its probes of the template, ``common/jinja/caps.cpp``:
+  :mod:`treeprep.render.llama_caps`): joins them with ``"\\n"`` (none before a part while the
+  text so far is empty) for a template that takes string content and not a list of parts; a
+  template that takes only parts gets every content as parts, strings too; one that takes both
+  (Qwen3.5's) or neither gets each as the request gives it, parts as the list.
 
 A template that fails to parse is taken as one for strings (the servers do so). TensorRT-LLM joins
 with ``"\\n"`` too: a build of its logs uses ``--server vllm``. vLLM renders gpt-oss without its
@@ -44,16 +43,14 @@ calls whose prompt had a message flattened (``text-parts:<server>``, :func:`flat
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from itertools import dropwhile
 from typing import Any
 
 import jinja2
 import jinja2.nodes
 
-from treeprep.errors import TreeprepError
 from treeprep.modes import Server
 from treeprep.render.llama_caps import LlamaCaps, llama_caps
 from treeprep.render.server_tools import SGLANG_NEWEST, Version
@@ -78,10 +75,6 @@ _SGLANG_MESSAGE_NAMES = ("message", "msg", "m")
 _SEPARATOR = {Server.vllm: "\n", Server.sglang: " ", Server.llama_cpp: "\n"}
 #: what a Harmony (gpt-oss) template writes, which vLLM renders with openai_harmony instead
 _HARMONY_TAGS = ("<|start|>", "<|channel|>")
-#: what llama.cpp's probe looks for in the probe renders
-_NEEDLE = "<treeprep-probe-needle>"
-#: a render of ``messages`` alone (no tools, no generation prompt), as the chat template does it
-Render = Callable[[list[dict[str, Any]]], str]
 
 
 @dataclass(frozen=True)
@@ -132,16 +125,14 @@ VLLM_STRINGS = TextParts(Server.vllm, _SEPARATOR[Server.vllm], as_list=False)
 def text_parts(
     server: Server | str,
     template: str,
-    render: Render | None = None,
     sglang: Version = SGLANG_NEWEST,
     caps: LlamaCaps | None = None,
 ) -> TextParts:
     """The rule ``server`` applies to messages of several text parts for this chat template
-    (``render``: the template's own render, which llama.cpp's probe needs; without it llama.cpp
-    is taken to join; ``sglang``: the SGLang version, which joins a tool message's parts with a
-    space from 0.5.11 on, whatever the template's format; ``caps``: llama.cpp's other findings
-    for the template, kept for llama.cpp, :mod:`~treeprep.render.llama_caps`; None: the
-    messages are not changed by them).
+    (``sglang``: the SGLang version, which joins a tool message's parts with a space from 0.5.11
+    on, whatever the template's format; ``caps``: llama.cpp's findings for the template,
+    :mod:`~treeprep.render.llama_caps`, without which llama.cpp is taken to join, and by which
+    it changes the messages besides their parts).
 
     >>> text_parts("sglang", "{{ messages[0].content }}")
     TextParts(server='sglang', sep=' ', as_list=False, wrap=False, harmony=False, tool_sep=' ',
@@ -151,39 +142,26 @@ def text_parts(
     if server is Server.vllm and all(tag in template for tag in _HARMONY_TAGS):
         return TextParts(server, "", as_list=False, harmony=True)  # openai_harmony renders
     if server is Server.llama_cpp:
-        as_list = render is not None and _requires_parts(render)
-    else:
-        as_list = content_format(server, template) == "openai"
+        strings = caps is None or caps.string_content
+        typed = caps is not None and caps.typed_content
+        as_list = not (strings and not typed)  # only strings: joined; else as the request says
+        wrap = typed and not strings
+        return TextParts(server, _SEPARATOR[server], as_list, wrap, caps=caps)
+    as_list = content_format(server, template) == "openai"
     if server is Server.sglang:
         tool_sep = _SEPARATOR[server] if sglang >= _SGLANG_TOOL_JOIN else None
         return TextParts(server, _SEPARATOR[server], as_list, tool_sep=tool_sep)
-    llama = caps if server is Server.llama_cpp else None
-    return TextParts(server, _SEPARATOR[server], as_list, as_list, caps=llama)
+    return TextParts(server, _SEPARATOR[server], as_list, as_list)
 
 
 def template_parts(
     server: Server | str, template: ChatTemplate, sglang: Version = SGLANG_NEWEST
 ) -> TextParts:
-    """:func:`text_parts` for a compiled chat template: probed as llama.cpp probes it (its
-    test for parts, then its other findings, :func:`~treeprep.render.llama_caps.llama_caps`),
-    with strings rendered as they are (``wrap_strings`` off, which the caller sets after)."""
+    """:func:`text_parts` for a compiled chat template, probed as llama.cpp probes it
+    (:func:`~treeprep.render.llama_caps.llama_caps`) where ``server`` is llama.cpp."""
     server = Server.of(server, "server")
-    template.wrap_strings = False
-    probe = partial(template.render, tools=None, add_generation_prompt=False)
     caps = llama_caps(template) if server is Server.llama_cpp else None
-    return text_parts(server, template.source, probe, sglang, caps)
-
-
-def _requires_parts(render: Render) -> bool:
-    """llama.cpp's test: the probe shows nowhere when given as a string, but shows as a part."""
-
-    def shows(content: object) -> bool:
-        try:
-            return _NEEDLE in render([{"role": "user", "content": content}])
-        except TreeprepError:  # the template refuses it (or breaks a limit): not shown
-            return False
-
-    return not shows(_NEEDLE) and shows([{"type": "text", "text": _NEEDLE}])
+    return text_parts(server, template.source, sglang, caps)
 
 
 #: the prefix of :func:`flattened_kind`'s kinds

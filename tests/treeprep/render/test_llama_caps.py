@@ -255,3 +255,32 @@ def test_gpt_oss_turns_of_reasoning_text_and_calls_lose_their_text() -> None:
     assert "List it." in r.decode(seq.tokens) and "Let me look." not in r.decode(seq.tokens)
     with pytest.raises(RenderError, match="Cannot pass both content and thinking"):
         r.render(ChatCall(call_id="d", messages=msgs[:1], completion=turn), group_id="g")
+
+
+_IF_STRING = _EACH + "{% if m.content is string %}{{ m.content }}{% else %}"
+#: what llama.cpp's caps_get printed for each template (supports_string_content,
+#: supports_typed_content), from the same program
+LLAMA_CPP_CONTENT = [
+    (CHAT_TEMPLATE, True, False),
+    (_IF_STRING + "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}",
+     True, True),  # Qwen3.5's way: both
+    (_EACH + "{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}", False, True),
+    (_EACH + "{% for p in m.content %}{{ p }}{% endfor %}{% endfor %}", False, True),
+    (_EACH + "{% for p in m.content | selectattr('type', 'equalto', 'text') %}{{ p.text }}"
+     "{% endfor %}{% endfor %}", False, True),
+    (_EACH + "{{ m.content[0].text }}{% endfor %}", False, True),
+    # tojson, a slice, map and first use no part as an array
+    (_IF_STRING + "{{ m.content | tojson }}{% endif %}{% endfor %}", True, False),
+    (_EACH + "{{ m.content[:3] }}{% endfor %}", True, False),
+    (_IF_STRING + "{{ m.content | map(attribute='text') | join('') }}{% endif %}{% endfor %}",
+     True, False),
+    (_IF_STRING + "{{ (m.content | first).text }}{% endif %}{% endfor %}", True, False),
+    (_EACH + "{{ m.content | length }}{{ m.content }}{% endfor %}", True, False),
+    (_EACH + "{% if m.role != 'system' %}{{ m | string }}{% endif %}{% endfor %}", True, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("template", "string", "typed"), LLAMA_CPP_CONTENT)
+def test_content_caps_are_llama_cpps(template: str, string: bool, typed: bool) -> None:
+    caps = llama_caps(ChatTemplate(template))
+    assert (caps.string_content, caps.typed_content) == (string, typed)

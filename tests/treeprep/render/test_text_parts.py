@@ -173,28 +173,34 @@ PARTS_ONLY = (
 
 
 @pytest.mark.parametrize(
-    ("template", "as_list"),
-    [(CHAT_TEMPLATE, False), (LOOPS_OVER_PARTS, False), (MACRO_OVER_CONTENT, False),
-     (PARTS_ONLY, True)],
+    ("template", "as_list", "wrap"),
+    [(CHAT_TEMPLATE, False, False), (LOOPS_OVER_PARTS, True, False),
+     (MACRO_OVER_CONTENT, True, False), (PARTS_ONLY, True, True)],
 )  # fmt: skip
-def test_llama_cpp_joins_unless_the_template_renders_only_parts(
-    tmp_path: Path, template: str, as_list: bool
+def test_llama_cpp_joins_only_for_a_template_of_strings_only(
+    tmp_path: Path, template: str, as_list: bool, wrap: bool
 ) -> None:
-    """llama.cpp's capability probe: a template that shows a string content takes the parts
-    joined with a newline (Qwen3.5's too, where vLLM hands it the list); one that shows only a
-    part gets the list."""
+    """llama.cpp's content probe (caps.cpp; what its caps_get printed for these four: string
+    and typed content true/false, true/true, true/true, false/true): a template that takes only
+    strings gets the parts joined with a newline; one that takes both (Qwen3.5's) gets each
+    content as the request gives it, the parts as the list (vLLM hands it so too); one that
+    takes only parts gets every content as parts."""
     path = tmp_path / "t.jinja"
     path.write_text(template)
     r = Renderer.load(None, chat_template=path)
     r.set_server("llama.cpp")
-    assert r._history.parts.as_list is as_list
+    assert (r._history.parts.as_list, r._history.parts.wrap) == (as_list, wrap)
     seq = r.render(_call(["<reminder>", "fix the bug"]), group_id="g")
     parts = [{"type": "text", "text": "<reminder>"}, {"type": "text", "text": "fix the bug"}]
     if as_list:
+
+        def part(text: str) -> object:
+            return [{"type": "text", "text": text}] if wrap else text
+
         msgs = [
-            {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+            {"role": "system", "content": part("be brief")},
             {"role": "user", "content": parts},
-            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+            {"role": "assistant", "content": part("ok")},
         ]
         ref = hf_tokenizer(r).apply_chat_template(msgs, tokenize=True, return_dict=False)
         want = list(ref)
