@@ -434,7 +434,8 @@ class Renderer:
         self._effort, self._kwargs = None, {}
         if isinstance(rec, ChatCall):
             self._effort = self.server_side.effort(rec)
-            self._kwargs = self.server_side.kwargs(rec, self._effort)
+            day = parse_date(rec.timestamp) or self.date  # llama.cpp's date variables
+            self._kwargs = self.server_side.kwargs(rec, self._effort, day)
         if isinstance(rec, TokenRollout):
             return rollout_sequence(
                 rec,

@@ -12,6 +12,7 @@ thinking turned off, inline system messages) are run once per setting here too.
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -113,9 +114,11 @@ class ServerSide:
             self._disabled_effort = map_effort(chosen, self.effort_map)
         return self._disabled_effort
 
-    def kwargs(self, rec: ChatCall, effort: str | None) -> dict[str, Any]:
-        """The template kwargs ``rec`` renders with at ``effort`` (none for Harmony, which
-        states the effort itself, or before a server is set)."""
+    def kwargs(
+        self, rec: ChatCall, effort: str | None, now: datetime | None = None
+    ) -> dict[str, Any]:
+        """The template kwargs ``rec`` renders with at ``effort`` on date ``now`` (none for
+        Harmony, which states the effort itself, or before a server is set)."""
         if self.harmony or self.server is None:
             return {}
         thinking = self.llama_cpp_thinking if self.server is Server.llama_cpp else None
@@ -126,6 +129,7 @@ class ServerSide:
             effort,
             self.defaults,
             thinking,
+            now,
         )
 
     @cached_property

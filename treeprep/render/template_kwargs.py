@@ -19,7 +19,13 @@ depends on them. What each server does (read in their sources, late 2026):
   the kwargs set it) and is not forwarded (``oaicompat_chat_params_parse``, read in the copy
   llama-cpp-python 0.3.36 bundles, llama.cpp 0c1e570). It also gives every render
   ``enable_thinking``, true where the template supports thinking, under the kwargs
-  (:func:`llama_cpp_thinking`).
+  (:func:`llama_cpp_thinking`); the server's date as ``datetime`` (``Dec 08 2026``) and
+  ``date_string`` (``08 Dec 2026``), under the kwargs (``common_chat_extra_context``: Llama 3's
+  template prints it, where its default is ``26 Jul 2024``), here the call's date
+  (:func:`llama_cpp_dates`); an effort as ``reasoning_strength`` too, and a
+  ``preserve_reasoning`` kwarg as ``preserve_thinking`` and, negated, ``clear_thinking``,
+  ``truncate_history_thinking`` and ``drop_thinking``, each under a kwarg of its name
+  (``common/jinja/caps.cpp``, ``caps_apply_*``).
 
 Each server may be started with default kwargs (vLLM's and SGLang's
 ``--default-chat-template-kwargs``, llama.cpp's ``--chat-template-kwargs``), which a request's
@@ -40,15 +46,18 @@ by probing the template (:func:`disabled_thinking_effort`). Whether it merges a 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 from treeprep.errors import RenderError
 from treeprep.modes import Server
+from treeprep.render.dates import DEFAULT_DATE
 from treeprep.render.template import ChatTemplate, template_ast
 
 __all__ = [
     "disabled_thinking_effort",
+    "llama_cpp_dates",
     "llama_cpp_thinking",
     "map_effort",
     "merges_inline_system",
@@ -74,12 +83,14 @@ def template_kwargs(
     effort: str | None,
     defaults: dict[str, Any] | None = None,
     thinking: bool | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """The kwargs ``server`` renders the template ``source`` with, for a request with these
     ``chat_template_kwargs`` and reasoning ``effort`` (empty: the template's defaults), on a
     server started with ``defaults`` (its default chat-template kwargs, which a request's own
     override key by key). ``thinking``: the ``enable_thinking`` llama.cpp gives the template
-    when neither sets it (None: giving it renders as leaving it out, :func:`llama_cpp_thinking`).
+    when neither sets it (None: giving it renders as leaving it out, :func:`llama_cpp_thinking`);
+    ``now``: the call's date, which llama.cpp gives it (None: the default date).
 
     >>> t = "{% if enable_thinking is false %}<think></think>{% endif %}{{ reasoning_effort }}"
     >>> template_kwargs(t, Server.vllm, None, "none")
@@ -93,8 +104,10 @@ def template_kwargs(
     """
     rule = {Server.vllm: _vllm, Server.sglang: _sglang, Server.llama_cpp: _llama_cpp}[server]
     out = rule(dict(kwargs or {}), effort, defaults or {})
-    if server is Server.llama_cpp and thinking is not None and effort != "none":
-        out.setdefault("enable_thinking", thinking)
+    if server is Server.llama_cpp:
+        if thinking is not None and effort != "none":
+            out.setdefault("enable_thinking", thinking)
+        out = {**llama_cpp_dates(now or DEFAULT_DATE), **_llama_cpp_derived(out), **out}
     if not out:
         return out
     reads = _variables(source)
@@ -147,6 +160,43 @@ def _llama_cpp(
         out.setdefault("enable_thinking", False)
     elif effort:
         out["reasoning_effort"] = effort
+    return out
+
+
+#: the months as C's ``%b`` writes them (llama.cpp's ``format_time``, the C locale)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def llama_cpp_dates(now: datetime) -> dict[str, str]:
+    """The date llama.cpp gives every render (``common_chat_extra_context``: the server's clock,
+    ``%b %d %Y`` and ``%d %b %Y``).
+
+    >>> llama_cpp_dates(datetime(2026, 12, 8, 23, 59))
+    {'datetime': 'Dec 08 2026', 'date_string': '08 Dec 2026'}
+    """
+    month, day = _MONTHS[now.month - 1], f"{now.day:02d}"
+    return {"datetime": f"{month} {day} {now.year}", "date_string": f"{day} {month} {now.year}"}
+
+
+def _llama_cpp_derived(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What llama.cpp derives from two kwargs (``caps_apply_reasoning_effort`` and
+    ``caps_apply_preserve_reasoning``), which a kwarg of the same name overrides.
+
+    >>> _llama_cpp_derived({"reasoning_effort": "low"})
+    {'reasoning_strength': 'low'}
+    >>> derived = _llama_cpp_derived({"preserve_reasoning": True})
+    >>> derived["preserve_thinking"], derived["drop_thinking"]
+    (True, False)
+    """
+    out: dict[str, Any] = {}
+    effort = kwargs.get("reasoning_effort")
+    if isinstance(effort, str) and effort:
+        out["reasoning_strength"] = effort
+    keep = kwargs.get("preserve_reasoning")
+    if isinstance(keep, bool):
+        out["preserve_thinking"] = keep
+        for name in ("clear_thinking", "truncate_history_thinking", "drop_thinking"):
+            out[name] = not keep
     return out
 
 

@@ -319,3 +319,40 @@ def test_each_server_merges_the_request_s_kwargs_with_its_defaults(
         defaults["reasoning_effort"] = "high"
     got = template_kwargs(source, Server(server), kwargs, effort, defaults)
     assert got == want
+
+
+#: Llama 3.1's way of stating the date (its default when no date is given), and an effort read
+#: as llama.cpp's ``reasoning_strength``
+DATED = (
+    "{%- if not date_string is defined %}{%- set date_string = '26 Jul 2024' %}{%- endif %}"
+    "<|system|>Today Date: {{ date_string }} ({{ datetime | default('-') }}) "
+    "{{ reasoning_strength | default('-') }}\n{% for m in messages %}<|{{ m.role }}|>"
+    "{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("server", "request_kwargs", "shown"),
+    [("vllm", {}, "26 Jul 2024 (-) -"),
+     ("llama.cpp", {}, "08 Dec 2026 (Dec 08 2026) high"),
+     ("llama.cpp", {"date_string": "01 Jan 2000"}, "01 Jan 2000 (Dec 08 2026) high")],
+)  # fmt: skip
+def test_llama_cpp_gives_the_template_the_date_and_the_effort_as_strength(
+    tmp_path: Path, server: str, request_kwargs: dict, shown: str
+) -> None:
+    """llama.cpp's common_chat_extra_context gives every render the server's date (here the
+    call's), under the request's kwargs, and caps_apply_reasoning_effort the effort as
+    ``reasoning_strength`` too; vLLM gives neither, so Llama 3's template prints its default."""
+    from hf_reference import hf_tokenizer
+
+    path = tmp_path / "t.jinja"
+    path.write_text(DATED)
+    r = Renderer.load(None, chat_template=path, server=server)
+    call = _call(timestamp="2026-12-08T09:30:00Z", reasoning_effort="high",
+                 chat_template_kwargs=request_kwargs or None)  # fmt: skip
+    assert _prompt(r, call).startswith(f"<|system|>Today Date: {shown}\n")
+    kw = {"date_string": shown[:11], "datetime": "Dec 08 2026", "reasoning_strength": "high"}
+    want = hf_tokenizer(r).apply_chat_template(
+        HI, tokenize=False, add_generation_prompt=True, **(kw if server != "vllm" else {})
+    )
+    assert _prompt(r, call) == want
