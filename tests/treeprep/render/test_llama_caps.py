@@ -52,8 +52,8 @@ REASONING_DEFINED = (
 _EACH = "{% for m in messages %}"
 _CALLS = _EACH + "{% for t in m.tool_calls or [] %}"
 #: what llama.cpp's caps_get printed for each template (supports_system_role,
-#: supports_object_arguments): a program of common/jinja built from the llama.cpp that
-#: llama-cpp-python 0.3.36 bundles, on 2026-12-07
+#: supports_object_arguments): llcaps/ (build.sh), a program of common/jinja built from the
+#: llama.cpp that llama-cpp-python 0.3.36 bundles, on 2026-12-07
 LLAMA_CPP_CAPS = [
     (CHAT_TEMPLATE, True, True),
     (RAW_ARGUMENTS, True, False),
