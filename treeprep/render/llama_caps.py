@@ -20,6 +20,9 @@ the probes found, before the template sees them:
   is probed as a string and as a list, and what the render uses as an array (a loop, an index,
   ``selectattr``) decides how a message of text parts reaches the template
   (:mod:`treeprep.render.text_parts`);
+- **StepFun** (a template with its tool prompt, "You have access to the following functions in
+  JSONSchema format"): every request message's text, each text part and reasoning is trimmed of
+  whitespace (``workaround::trim_all_content``);
 - empty ``reasoning_content``, ``tool_call_id`` and ``name``, and a call's empty ``id``, are left
   out (``common_chat_msg::to_json_oaicompat``), in
   :func:`~treeprep.render.messages.normalize_message`;
@@ -64,6 +67,8 @@ class LlamaCaps:
     #: content that one; both or neither: each as the request gives it)
     string_content: bool = True
     typed_content: bool = False
+    #: StepFun's template (its tool prompt), whose request texts llama.cpp trims
+    trims: bool = False
 
 
 class _Watched(dict):  # type: ignore[type-arg]
@@ -204,6 +209,8 @@ def _probe(
 
 #: what llama.cpp's content probe gives a user message, and looks for in the render
 _MARKER = "STRING_MARKER"
+#: what llama.cpp finds StepFun's template by (``common_chat_templates_apply_jinja``)
+_STEPFUN = "You have access to the following functions in JSONSchema format"
 
 
 def _content_caps(template: ChatTemplate) -> tuple[bool, bool]:
@@ -260,11 +267,11 @@ def llama_caps(template: ChatTemplate) -> LlamaCaps:
 
     >>> llama_caps(ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}"))
     LlamaCaps(system_role=True, object_arguments=False, gpt_oss=False, string_content=True,
-              typed_content=False)
+              typed_content=False, trims=False)
     >>> t = "{% for m in messages %}{{ m.role }}{{ (m.tool_calls or []) | tojson }}{% endfor %}"
     >>> llama_caps(ChatTemplate(t))
     LlamaCaps(system_role=False, object_arguments=True, gpt_oss=False, string_content=True,
-              typed_content=False)
+              typed_content=False, trims=False)
     """
     system = [
         {"role": "system", "content": "System message"},
@@ -279,6 +286,7 @@ def llama_caps(template: ChatTemplate) -> LlamaCaps:
         gpt_oss="<|channel|>" in template.source,
         string_content=string,
         typed_content=typed,
+        trims=_STEPFUN in template.source,
     )
 
 

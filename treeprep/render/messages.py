@@ -64,15 +64,17 @@ def normalize_message(
     (:func:`~treeprep.render.server_tools.tool_call`: its id, then ``index`` null). With
     ``llama`` (llama.cpp's findings for the template, :mod:`~treeprep.render.llama_caps`) the
     arguments are what llama.cpp hands it (:func:`llama_cpp_arguments`), empty
-    ``reasoning_content``, ``tool_call_id``, ``name`` and call ids are left out, and for gpt-oss
-    a prompt's turn of reasoning and tool calls has no ``content``. A non-text
+    ``reasoning_content``, ``tool_call_id``, ``name`` and call ids are left out, for gpt-oss
+    a prompt's turn of reasoning and tool calls has no ``content``, and for StepFun's template
+    a prompt's texts and reasoning are trimmed (``trim_all_content``). A non-text
     part (an image) cannot be rendered by a text-only template: :class:`RenderError`.
     """
+    trim = _trim if llama is not None and llama.trims and parts is not None else _same
     content: str | list[dict[str, str]]
     if m.content is None:
         content = ""
     elif isinstance(m.content, str):
-        content = m.content
+        content = trim(m.content)
     else:
         texts = []
         for j, p in enumerate(m.content):
@@ -80,7 +82,7 @@ def normalize_message(
                 raise RenderError(
                     f"{where} content part {j} has type {p.type!r}; only text parts can be rendered"
                 )
-            texts.append(p.text or "")
+            texts.append(trim(p.text or ""))
         if parts is None or len(texts) < 2:
             content = "".join(texts)
         elif m.role == "tool" and parts.tool_sep is not None:
@@ -90,32 +92,58 @@ def normalize_message(
     d: dict[str, Any] = {"role": m.role, "content": content}
     unset = (None, "") if llama is not None else (None,)  # llama.cpp leaves out empty fields
     if m.tool_calls:
-        calls = []
-        for j, tc in enumerate(m.tool_calls):
-            args = tc.function.arguments
-            if raw_arguments:
-                args = wire_arguments(args, wire)
-            elif llama is not None:
-                args = llama_cpp_arguments(args, llama, wire, f"{where} tool call {j}")
-            else:
-                args = tool_arguments(args)
-            calls.append({
-                **({"id": tc.id} if tc.id not in unset else {}),
-                "type": tc.type,
-                "function": {"name": tc.function.name, "arguments": args},
-            })  # fmt: skip
+        calls = _tool_calls(m, where, raw_arguments, wire, llama, unset)
         d["tool_calls"] = [tool_call(c) for c in calls] if call_index else calls
     if m.tool_call_id not in unset:
         d["tool_call_id"] = m.tool_call_id
     if m.name not in unset:
         d["name"] = m.name
-    if m.reasoning_content not in unset:
-        d["reasoning_content"] = m.reasoning_content
+    reasoning = trim(m.reasoning_content) if m.reasoning_content is not None else None
+    if reasoning not in unset:
+        d["reasoning_content"] = reasoning
         if llama is not None and llama.gpt_oss and m.tool_calls and parts is not None:
             # llama.cpp's gpt-oss handler sends the reasoning and calls of a prompt's turn, no
             # text (a completion keeps what the model said: the template refuses all three)
             del d["content"]
     return d
+
+
+#: what C's ``isspace`` takes for whitespace (llama.cpp's ``trim_whitespace``)
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _trim(text: str) -> str:
+    return text.strip(_C_SPACE)
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _tool_calls(
+    m: Message,
+    where: str,
+    raw_arguments: bool,
+    wire: ArgumentsJson | None,
+    llama: LlamaCaps | None,
+    unset: tuple[str | None, ...],
+) -> list[dict[str, Any]]:
+    """A message's tool calls as the template sees them (:func:`normalize_message`)."""
+    calls = []
+    for j, tc in enumerate(m.tool_calls or []):
+        args = tc.function.arguments
+        if raw_arguments:
+            args = wire_arguments(args, wire)
+        elif llama is not None:
+            args = llama_cpp_arguments(args, llama, wire, f"{where} tool call {j}")
+        else:
+            args = tool_arguments(args)
+        calls.append({
+            **({"id": tc.id} if tc.id not in unset else {}),
+            "type": tc.type,
+            "function": {"name": tc.function.name, "arguments": args},
+        })  # fmt: skip
+    return calls
 
 
 def wire_arguments(args: Any, wire: ArgumentsJson | None) -> str:

@@ -284,3 +284,48 @@ LLAMA_CPP_CONTENT = [
 def test_content_caps_are_llama_cpps(template: str, string: bool, typed: bool) -> None:
     caps = llama_caps(ChatTemplate(template))
     assert (caps.string_content, caps.typed_content) == (string, typed)
+
+
+#: a template with StepFun's tool prompt, which llama.cpp finds it by
+STEPFUN = (
+    "{% if tools %}You have access to the following functions in JSONSchema format{% endif %}"
+    "{% for m in messages %}<|{{ m.role }}|>[{{ m.content }}]"
+    "{% if m.reasoning_content is defined %}({{ m.reasoning_content }}){% endif %}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_stepfun_s_prompt_texts_are_trimmed(tmp_path: Path) -> None:
+    """workaround::trim_all_content: each request message's text, each of its text parts
+    (before they are joined) and its reasoning, trimmed of C's whitespace; a reasoning left
+    empty is left out. The completion is what the model said: as it is."""
+    r = _renderer(tmp_path, STEPFUN)
+    assert r._history.parts.caps is not None and r._history.parts.caps.trims
+    rec = ChatCall(
+        call_id="c",
+        messages=[
+            {"role": "system", "content": " be brief\n"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "\tfirst \n"},
+                    {"type": "text", "text": " second"},
+                ],
+            },
+            {"role": "assistant", "content": "\nok \n", "reasoning_content": " \n"},
+            {"role": "user", "content": " more\x0b"},
+        ],  # fmt: skip
+        completion={"role": "assistant", "content": " done \n"},
+    )
+    seq = r.render(rec, group_id="g")
+    sent = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "first\nsecond"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": " done \n"},
+    ]
+    assert list(seq.tokens) == list(
+        hf_tokenizer(r).apply_chat_template(sent, tokenize=True, return_dict=False)
+    )
+    assert not _renderer(tmp_path, RAW_ARGUMENTS)._history.parts.caps.trims  # type: ignore[union-attr]
