@@ -182,16 +182,11 @@ def _watch(value: Any, path: str, used: set[str]) -> Any:
     return value
 
 
-def _used(template: ChatTemplate, messages: list[dict[str, Any]], tools: list[Any]) -> set[str]:
-    """The paths a render of llama.cpp's probe read (``messages[1].content``, ...), whether the
-    render succeeded or not (llama.cpp keeps what a failed probe read too)."""
-    return _probe(template, messages, tools)[0]
-
-
 def _probe(
     template: ChatTemplate, messages: list[dict[str, Any]], tools: list[Any]
 ) -> tuple[set[str], str | None]:
-    """(the paths a render of llama.cpp's probe read, its text or None where it failed)."""
+    """(the paths a render of llama.cpp's probe read, ``messages[1].content`` and so on, its
+    text or None where it failed: llama.cpp keeps what a failed probe read too)."""
     used: set[str] = set()
     variables = {
         **template.special_tokens,
@@ -277,8 +272,8 @@ def llama_caps(template: ChatTemplate) -> LlamaCaps:
         {"role": "system", "content": "System message"},
         {"role": "user", "content": "User message"},
     ]
-    system_role = "messages[0].content" in _used(template, system, [])
-    read = _used(template, _probe_tool_call(), _PROBE_TOOLS)
+    system_role = "messages[0].content" in _probe(template, system, [])[0]
+    read = _probe(template, _probe_tool_call(), _PROBE_TOOLS)[0]
     string, typed = _content_caps(template)
     return LlamaCaps(
         system_role=system_role,

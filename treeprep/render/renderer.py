@@ -73,7 +73,7 @@ from treeprep.render.history import NormalizedHistory, RenderedPrefixes
 from treeprep.render.idcheck import IdCheck
 from treeprep.render.identity import load_builtin, load_tokenizer_folder, read_template_file
 from treeprep.render.incremental import IncrementalRenderer, verified_once
-from treeprep.render.messages import THINK_OPEN, template_messages
+from treeprep.render.messages import template_messages
 from treeprep.render.native import FALLBACK_ERRORS, check_port, find_port, find_verified_port
 from treeprep.render.response import ROUND_TRIP, ResponseParser, find_parser
 from treeprep.render.rewritten import PreviousTurns
@@ -149,6 +149,8 @@ class Renderer:
         self._effort: str | None = None
         #: the template kwargs of the call being rendered (:mod:`.template_kwargs`)
         self._kwargs: dict[str, Any] = {}
+        #: the date of the call being rendered: its timestamp, else the renderer's date
+        self._day: datetime | None = None
         #: incremental rendering with template kwargs, per kwargs (None: jinja renders whole)
         self._kw_incremental: dict[bytes | None, IncrementalRenderer | None] = {}
         #: the server (and Harmony library, SGLang version) :meth:`set_server` last set
@@ -414,11 +416,11 @@ class Renderer:
 
     # -- records ---------------------------------------------------------------------------------
 
-    def _date_of(self, rec: ChatCall) -> datetime | None:
-        """The date ``rec`` renders with: its timestamp, else the renderer's date, as the
-        template prints it (one per day where it prints only the day: a session's calls then
-        find each other's renders, :mod:`treeprep.render.dates`)."""
-        return self.template.reported_date(parse_date(rec.timestamp) or self.date)
+    def _reported_date(self) -> datetime | None:
+        """The date the call being rendered renders with (its timestamp, else the renderer's
+        date) as the template prints it (one per day where it prints only the day: a session's
+        calls then find each other's renders, :mod:`treeprep.render.dates`)."""
+        return self.template.reported_date(self._day)
 
     def normalize(self, rec: ChatCall) -> tuple[list[dict], dict, list[dict] | None]:
         """(messages, completion, tools) as passed to the chat template
@@ -431,11 +433,11 @@ class Renderer:
     def render(self, rec: ChatCall | TokenRollout, *, group_id: str, order: int = 0) -> Sequence:
         """One record as a :class:`Sequence`; :class:`RenderError` if it is unusable."""
         self.last_normalized, self.last_prompt_kept, self.last_rewrites = (), False, {}
-        self._effort, self._kwargs = None, {}
+        self._effort, self._kwargs, self._day = None, {}, None
         if isinstance(rec, ChatCall):
+            self._day = parse_date(rec.timestamp) or self.date
             self._effort = self.server_side.effort(rec)
-            day = parse_date(rec.timestamp) or self.date  # llama.cpp's date variables
-            self._kwargs = self.server_side.kwargs(rec, self._effort, day)
+            self._kwargs = self.server_side.kwargs(rec, self._effort, self._day)
         if isinstance(rec, TokenRollout):
             return rollout_sequence(
                 rec,
@@ -475,7 +477,7 @@ class Renderer:
         the model's response parser as that call (as the call's own completion must)."""
         msgs, _, tools = self.normalize(rec)
         where = f"{rec.source_file}:{rec.source_line}"
-        now = self._date_of(rec)
+        now = self._reported_date()
         spans: list[tuple[int, int]] = []
         for j in later:
             for tc in rec.messages[j].tool_calls or []:
@@ -512,7 +514,7 @@ class Renderer:
         msgs, comp, tools = self.normalize(rec)
         marks = self._history.marks(msgs)
         where = f"{rec.source_file}:{rec.source_line}"
-        now = self._date_of(rec)
+        now = self._reported_date()
         span, forms = self._completion_span(msgs, comp, tools, now, where)
         comp, inline = forms[0], forms[0] is not comp  # inline: the split form renders
         missing, normalized = completion_coverage(comp, span.text)
@@ -559,7 +561,7 @@ class Renderer:
 
         span = partial(trained_span, self.render_text, self.encode, self.decode, msgs,
                        tools=tools, prompt=prompt, now=now, where=where)  # fmt: skip
-        return completion_span(span, comp, THINK_OPEN in self.template.source)
+        return completion_span(span, comp, self.template.source)
 
     def _read_back(self, forms: tuple[dict, ...], head_text: str, span_text: str) -> bool:
         """Whether the model's response parser read the trained span (after ``head_text``, the

@@ -31,7 +31,7 @@ import numpy as np
 
 from treeprep.errors import RenderError
 from treeprep.render.coverage import completion_coverage, inline_think_missing
-from treeprep.render.messages import split_inline_think
+from treeprep.render.messages import THINK_OPEN, split_inline_think
 from treeprep.render.prompted import RenderText, completion_after_prompt
 from treeprep.sequence import is_prefix
 
@@ -95,15 +95,15 @@ def trained_span(
 
 
 def completion_span(
-    span: Callable[[dict], TrainedSpan], comp: dict, think_tags: bool
+    span: Callable[[dict], TrainedSpan], comp: dict, template: str
 ) -> tuple[TrainedSpan, tuple[dict, ...]]:
     """The trained span of ``comp`` (``span``: :func:`trained_span` of a form), and the forms of
-    it, the one the span renders first; ``think_tags``: the template writes reasoning as an
-    inline ``<think>`` block (module docstring)."""
+    it, the one the span renders first, by whether the chat template ``template`` (its source)
+    writes reasoning as an inline ``<think>`` block (module docstring)."""
     split = split_inline_think(comp)
     if split is comp:
         return span(comp), (comp,)
-    forms = (comp, split) if think_tags else (split, comp)
+    forms = (comp, split) if THINK_OPEN in template else (split, comp)
     try:
         first = span(forms[0])
     except RenderError:
